@@ -1,0 +1,78 @@
+// Package backend defines what an executor of graphs provides. The CPU
+// backend (backend/cpu) is the specification every other backend is checked
+// against by the conformance suite (backend/backendtest).
+package backend
+
+import (
+	"fmt"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Backend compiles graphs into executables.
+type Backend interface {
+	// Name is "cpu", "cuda", ...
+	Name() string
+	// Compile prepares g for repeated runs: checks every op is supported,
+	// plans memory, materialises initializers from their recipes.
+	Compile(g *graph.Graph, opts Options) (Executable, error)
+	Close() error
+}
+
+// Options tune compilation.
+type Options struct {
+	// Updates maps a graph output to the initializer (param or const) it
+	// replaces after every run. A training step's new weights and optimizer
+	// moments stay inside the executable (on the device) this way; Run does
+	// not return update outputs.
+	Updates map[string]string
+}
+
+// Executable is a compiled graph. Initializers live inside it between runs.
+type Executable interface {
+	// Run executes the graph once with the graph inputs given by name and
+	// returns every graph output that is not an update target, by name.
+	Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tensor, error)
+	// SetInitializer replaces a param's or const's data (loading a checkpoint).
+	SetInitializer(name string, t *graph.Tensor) error
+	// Initializer returns a copy of a param's or const's current data.
+	Initializer(name string) (*graph.Tensor, error)
+	// Stats reports memory use (bytes) for plans and leak checks.
+	Stats() Stats
+	Close() error
+}
+
+// Stats is memory accounting of an executable.
+type Stats struct {
+	PeakActivationBytes int64 // largest live intermediate set during a run
+	InitializerBytes    int64 // params, consts, optimizer state
+}
+
+// CheckFeeds validates feeds against the graph's inputs: every input present
+// with its exact dtype and shape, nothing unknown.
+func CheckFeeds(g *graph.Graph, feeds map[string]*graph.Tensor) error {
+	for _, in := range g.Inputs {
+		t, ok := feeds[in.Name]
+		if !ok || t == nil {
+			return fmt.Errorf("input %s (%v) was not given", in.Name, in.Type)
+		}
+		if !t.Type().Equal(in.Type) {
+			return fmt.Errorf("input %s: got %v, graph wants %v", in.Name, t.Type(), in.Type)
+		}
+		if err := t.Check(); err != nil {
+			return fmt.Errorf("input %s: %w", in.Name, err)
+		}
+	}
+	if len(feeds) != len(g.Inputs) {
+		known := map[string]bool{}
+		for _, in := range g.Inputs {
+			known[in.Name] = true
+		}
+		for name := range feeds {
+			if !known[name] {
+				return fmt.Errorf("feed %s is not a graph input", name)
+			}
+		}
+	}
+	return nil
+}

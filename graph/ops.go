@@ -1,0 +1,185 @@
+package graph
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Domains. ONNX ops live in the default domain; ours in DomainFlashgraph.
+const (
+	DomainONNX       = ""
+	DomainFlashgraph = "flashgraph"
+)
+
+// AttrSpec declares one attribute of an op.
+type AttrSpec struct {
+	Name     string
+	Kind     AttrKind
+	Required bool
+	Default  Attr // filled into nodes when absent (canonical form)
+}
+
+// OpSpec is one row of the op table: everything the verifier, the text
+// format, DOT, the matcher and the backends need to know about an op.
+type OpSpec struct {
+	Name   string
+	Domain string
+	Doc    string   // one line: what the op means
+	Inputs []string // input names; a "?" suffix marks optional, a "..." suffix variadic (last only)
+	// Outputs names the outputs; a "?" suffix marks an output that may be
+	// left unused (it is still always produced).
+	Outputs []string
+	Attrs   []AttrSpec
+	// Infer returns the output types from the inputs' types and the attrs
+	// (defaults already filled in). in[i] is nil for an omitted optional input.
+	// consts gives the data of constant inputs (shape operands etc.), nil otherwise.
+	Infer func(in []*TensorType, attrs Attrs, consts []*Tensor) ([]TensorType, error)
+}
+
+var ops = map[string]*OpSpec{}
+
+// register adds an op to the table; op family files call it from init.
+func register(s *OpSpec) {
+	if _, dup := ops[s.Name]; dup {
+		panic("graph: op registered twice: " + s.Name) // programming error at init, not input
+	}
+	ops[s.Name] = s
+}
+
+// LookupOp returns the op table entry for an op type.
+func LookupOp(name string) (*OpSpec, bool) {
+	s, ok := ops[name]
+	return s, ok
+}
+
+// Ops returns the whole op table sorted by name.
+func Ops() []*OpSpec {
+	out := make([]*OpSpec, 0, len(ops))
+	for _, s := range ops {
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(a, b *OpSpec) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// QualifiedName is the op's name with its domain, as the text format writes it.
+func (s *OpSpec) QualifiedName() string {
+	if s.Domain == DomainONNX {
+		return s.Name
+	}
+	return s.Domain + "." + s.Name
+}
+
+// Arity returns the minimum and maximum input counts (max -1: variadic).
+func (s *OpSpec) Arity() (minIn, maxIn int) {
+	for _, in := range s.Inputs {
+		switch {
+		case strings.HasSuffix(in, "..."):
+			return minIn + 1, -1
+		case strings.HasSuffix(in, "?"):
+			maxIn++
+		default:
+			minIn++
+			maxIn++
+		}
+	}
+	return minIn, maxIn
+}
+
+// attrSpec finds an attribute declaration.
+func (s *OpSpec) attrSpec(name string) *AttrSpec {
+	for i := range s.Attrs {
+		if s.Attrs[i].Name == name {
+			return &s.Attrs[i]
+		}
+	}
+	return nil
+}
+
+// normalizeAttrs checks attrs against the spec and fills defaults, giving the
+// canonical attribute set of a node.
+func (s *OpSpec) normalizeAttrs(attrs Attrs) (Attrs, error) {
+	out := Attrs{}
+	for name, a := range attrs {
+		as := s.attrSpec(name)
+		if as == nil {
+			return nil, fmt.Errorf("%s has no attribute %q", s.Name, name)
+		}
+		if a.Kind == AttrInt && as.Kind == AttrFloat { // an int literal for a float attr
+			a = Float(float64(a.I))
+		}
+		if a.Kind == AttrInts && as.Kind == AttrFloats {
+			f := make([]float64, len(a.Ints))
+			for i, v := range a.Ints {
+				f[i] = float64(v)
+			}
+			a = Floats(f...)
+		}
+		if a.Kind != as.Kind {
+			return nil, fmt.Errorf("%s attribute %s is %v, want %v", s.Name, name, a.Kind, as.Kind)
+		}
+		out[name] = a
+	}
+	for _, as := range s.Attrs {
+		if _, ok := out[as.Name]; ok {
+			continue
+		}
+		if as.Required {
+			return nil, fmt.Errorf("%s needs attribute %s", s.Name, as.Name)
+		}
+		if as.Default.Kind != 0 {
+			out[as.Name] = as.Default
+		}
+	}
+	return out, nil
+}
+
+// InferNode checks a node's inputs and attributes against the table and
+// returns its output types. consts may be nil.
+func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, error) {
+	s, ok := ops[op]
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown op %q", op)
+	}
+	lo, hi := s.Arity()
+	if len(inputs) < lo || (hi >= 0 && len(inputs) > hi) {
+		if hi == lo {
+			return nil, nil, fmt.Errorf("%s takes %d inputs, got %d", op, lo, len(inputs))
+		}
+		return nil, nil, fmt.Errorf("%s takes %d to %d inputs, got %d", op, lo, hi, len(inputs))
+	}
+	na, err := s.normalizeAttrs(attrs)
+	if err != nil {
+		return nil, nil, err
+	}
+	in := make([]*TensorType, len(inputs))
+	consts := make([]*Tensor, len(inputs))
+	for i, v := range inputs {
+		if v == nil {
+			if i < lo {
+				return nil, nil, fmt.Errorf("%s input %d (%s) is required", op, i, s.inputName(i))
+			}
+			continue
+		}
+		t := v.Type
+		in[i] = &t
+		if v.Kind == Const && v.Init != nil && v.Type.Shape.Numel() <= 64 {
+			if d, err := v.Init.Materialize(v.Type); err == nil {
+				consts[i] = d
+			}
+		}
+	}
+	outs, err := s.Infer(in, na, consts)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", op, err)
+	}
+	return na, outs, nil
+}
+
+func (s *OpSpec) inputName(i int) string {
+	if i < len(s.Inputs) {
+		return strings.TrimRight(s.Inputs[i], "?.")
+	}
+	return strings.TrimRight(s.Inputs[len(s.Inputs)-1], "?.")
+}

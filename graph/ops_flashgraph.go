@@ -1,0 +1,149 @@
+package graph
+
+import "fmt"
+
+// Ops of our own domain: the fused attention, the backward ops autodiff
+// emits, and the optimizer update. Each keeps a meaning written with ONNX ops
+// (Doc), which the CPU backend implements and the fusion tests compare with.
+
+// LSEType is the logsumexp dtype for attention inputs of dtype dt: float32,
+// except float64 for float64 inputs so that float64 graphs stay exact to 1e-10.
+func LSEType(dt DType) DType {
+	if dt == Float64 {
+		return Float64
+	}
+	return Float32
+}
+
+// AttentionDims checks FlashAttention operand shapes ([B,H,S,D] or [BH,S,D])
+// and returns (batch·heads, Sq, Sk, D).
+func AttentionDims(q, k, v Shape) (bh, sq, sk, d int, err error) {
+	r := q.Rank()
+	if r != 3 && r != 4 {
+		return 0, 0, 0, 0, fmt.Errorf("Q must be [B,H,S,D] or [BH,S,D], got %v", q)
+	}
+	if k.Rank() != r || v.Rank() != r {
+		return 0, 0, 0, 0, fmt.Errorf("Q, K, V ranks differ: %v %v %v", q, k, v)
+	}
+	if !q[:r-2].Equal(k[:r-2]) || !k[:r-2].Equal(v[:r-2]) {
+		return 0, 0, 0, 0, fmt.Errorf("Q, K, V batch/head dims differ: %v %v %v", q, k, v)
+	}
+	if q[r-1] != k[r-1] || v[r-1] != q[r-1] {
+		return 0, 0, 0, 0, fmt.Errorf("head dims differ: Q %v, K %v, V %v", q, k, v)
+	}
+	if k[r-2] != v[r-2] {
+		return 0, 0, 0, 0, fmt.Errorf("K and V lengths differ: %v vs %v", k, v)
+	}
+	return q[:r-2].Numel(), q[r-2], k[r-2], q[r-1], nil
+}
+
+var attentionAttrs = []AttrSpec{
+	{Name: "causal", Kind: AttrInt, Default: Int(0)},
+	{Name: "scale", Kind: AttrFloat, Required: true},
+}
+
+func init() {
+	register(&OpSpec{
+		Name: "FlashAttention", Domain: DomainFlashgraph,
+		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale)",
+		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs,
+		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
+			if err := sameFloat(in); err != nil {
+				return nil, err
+			}
+			if in[1].DType != in[0].DType || in[2].DType != in[0].DType {
+				return nil, fmt.Errorf("Q, K, V dtypes differ")
+			}
+			if _, _, _, _, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
+				return nil, err
+			}
+			q := in[0].Shape
+			return []TensorType{*in[0], {LSEType(in[0].DType), q[:q.Rank()-1].Clone()}}, nil
+		},
+	})
+	register(&OpSpec{
+		Name: "FlashAttentionGrad", Domain: DomainFlashgraph,
+		Doc:    "dQ, dK, dV of FlashAttention from Q, K, V, Y, L and dY, recomputing P from L",
+		Inputs: []string{"Q", "K", "V", "Y", "L", "dY"}, Outputs: []string{"dQ", "dK", "dV"}, Attrs: attentionAttrs,
+		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
+			if _, _, _, _, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
+				return nil, err
+			}
+			if !in[3].Equal(*in[0]) || !in[5].Equal(*in[0]) {
+				return nil, fmt.Errorf("Y and dY must have Q's type %v, got %v and %v", in[0], in[3], in[5])
+			}
+			q := in[0].Shape
+			if want := (TensorType{LSEType(in[0].DType), q[:q.Rank()-1]}); !in[4].Equal(want) {
+				return nil, fmt.Errorf("L must be %v, got %v", want, in[4])
+			}
+			return []TensorType{*in[0], *in[1], *in[2]}, nil
+		},
+	})
+	register(&OpSpec{
+		Name: "SoftmaxGrad", Domain: DomainFlashgraph,
+		Doc:    "dX = Y·(dY − sum(dY·Y, axis)) for Y = Softmax(X, axis)",
+		Inputs: []string{"Y", "dY"}, Outputs: []string{"dX"},
+		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(-1)}},
+		Infer: func(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
+			if !in[0].Equal(*in[1]) {
+				return nil, fmt.Errorf("Y %v and dY %v differ", in[0], in[1])
+			}
+			return inferAxisSoftmax(in[:1], a, c)
+		},
+	})
+	register(&OpSpec{
+		Name: "SoftmaxCrossEntropyLossGrad", Domain: DomainFlashgraph,
+		Doc:    "dScores = dLoss·(softmax(scores) − onehot(labels)) / N (mean) of SoftmaxCrossEntropyLoss",
+		Inputs: []string{"dLoss", "scores", "labels"}, Outputs: []string{"dScores"},
+		Attrs: []AttrSpec{{Name: "reduction", Kind: AttrString, Default: Str("mean")}},
+		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
+			if in[0].Shape.Rank() != 0 {
+				return nil, fmt.Errorf("dLoss must be a scalar, got %v", in[0].Shape)
+			}
+			if in[1].Shape.Rank() != 2 || in[2].Shape.Rank() != 1 || in[2].DType != Int64 {
+				return nil, fmt.Errorf("want scores [N, C] and int64 labels [N], got %v and %v", in[1], in[2])
+			}
+			return []TensorType{*in[1]}, nil
+		},
+	})
+	register(&OpSpec{
+		Name: "GatherGrad", Domain: DomainFlashgraph,
+		Doc:    "dData of Gather: zeros of data's shape with dY's slices added at indices (scatter-add)",
+		Inputs: []string{"dY", "indices"}, Outputs: []string{"dData"},
+		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(0)}, {Name: "shape", Kind: AttrInts, Required: true}},
+		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
+			shape := Shape{}
+			for _, d := range a.IntList("shape") {
+				shape = append(shape, int(d))
+			}
+			ax, err := NormAxis(int(a.Int("axis", 0)), shape.Rank())
+			if err != nil {
+				return nil, err
+			}
+			want := append(append(shape[:ax].Clone(), in[1].Shape...), shape[ax+1:]...)
+			if !in[0].Shape.Equal(want) {
+				return nil, fmt.Errorf("dY is %v, Gather of %v at indices %v gives %v", in[0].Shape, shape, in[1].Shape, want)
+			}
+			return []TensorType{{in[0].DType, shape}}, nil
+		},
+	})
+	register(&OpSpec{
+		Name: "AdamW", Domain: DomainFlashgraph,
+		Doc:    "one AdamW step (decoupled weight decay, bias correction at step t): param', m', v'",
+		Inputs: []string{"param", "grad", "m", "v", "lr", "step"}, Outputs: []string{"param_out", "m_out", "v_out"},
+		Attrs: []AttrSpec{
+			{Name: "beta1", Kind: AttrFloat, Default: Float(0.9)}, {Name: "beta2", Kind: AttrFloat, Default: Float(0.95)},
+			{Name: "eps", Kind: AttrFloat, Default: Float(1e-8)}, {Name: "weight_decay", Kind: AttrFloat, Default: Float(0)},
+		},
+		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
+			p := in[0]
+			if !in[1].Shape.Equal(p.Shape) || !in[2].Shape.Equal(p.Shape) || !in[3].Shape.Equal(p.Shape) {
+				return nil, fmt.Errorf("param, grad, m, v shapes differ: %v %v %v %v", p, in[1], in[2], in[3])
+			}
+			if in[4].Shape.Rank() != 0 || in[5].Shape.Rank() != 0 {
+				return nil, fmt.Errorf("lr and step must be scalars, got %v and %v", in[4], in[5])
+			}
+			return []TensorType{*p, *in[2], *in[3]}, nil
+		},
+	})
+}

@@ -1,0 +1,143 @@
+package graph
+
+import (
+	"fmt"
+	"math"
+)
+
+// Tensor is host data for a value. Exactly one slice is used, chosen by DType:
+// F32 for float32, bfloat16 and float16 (values rounded to the narrow type),
+// F64 for float64, I64 for int64, B for bool.
+type Tensor struct {
+	DType DType
+	Shape Shape
+	F32   []float32
+	F64   []float64
+	I64   []int64
+	B     []bool
+}
+
+// NewTensor allocates a zero tensor.
+func NewTensor(dt DType, shape Shape) *Tensor {
+	t := &Tensor{DType: dt, Shape: shape.Clone()}
+	n := shape.Numel()
+	switch dt {
+	case Float32, BFloat16, Float16:
+		t.F32 = make([]float32, n)
+	case Float64:
+		t.F64 = make([]float64, n)
+	case Int64:
+		t.I64 = make([]int64, n)
+	case Bool:
+		t.B = make([]bool, n)
+	}
+	return t
+}
+
+// Len is the number of elements.
+func (t *Tensor) Len() int { return t.Shape.Numel() }
+
+// At returns element i as a float64 (bools as 0/1).
+func (t *Tensor) At(i int) float64 {
+	switch {
+	case t.F32 != nil:
+		return float64(t.F32[i])
+	case t.F64 != nil:
+		return t.F64[i]
+	case t.I64 != nil:
+		return float64(t.I64[i])
+	case t.B != nil:
+		if t.B[i] {
+			return 1
+		}
+	}
+	return 0
+}
+
+// Set stores v at element i, rounding to the tensor's type.
+func (t *Tensor) Set(i int, v float64) {
+	switch t.DType {
+	case Float32:
+		t.F32[i] = float32(v)
+	case BFloat16:
+		t.F32[i] = RoundBF16(float32(v))
+	case Float16:
+		t.F32[i] = RoundF16(float32(v))
+	case Float64:
+		t.F64[i] = v
+	case Int64:
+		t.I64[i] = int64(v)
+	case Bool:
+		t.B[i] = v != 0
+	}
+}
+
+// Fill poisons or fills every element with v (NaN poisoning before a run).
+func (t *Tensor) Fill(v float64) {
+	for i := range t.Len() {
+		t.Set(i, v)
+	}
+}
+
+// Clone returns a deep copy.
+func (t *Tensor) Clone() *Tensor {
+	c := NewTensor(t.DType, t.Shape)
+	copy(c.F32, t.F32)
+	copy(c.F64, t.F64)
+	copy(c.I64, t.I64)
+	copy(c.B, t.B)
+	return c
+}
+
+// Type returns the tensor's static type.
+func (t *Tensor) Type() TensorType { return TensorType{t.DType, t.Shape} }
+
+// Check reports whether the tensor's storage matches its dtype and shape.
+func (t *Tensor) Check() error {
+	n := t.Shape.Numel()
+	var got int
+	switch t.DType {
+	case Float32, BFloat16, Float16:
+		got = len(t.F32)
+	case Float64:
+		got = len(t.F64)
+	case Int64:
+		got = len(t.I64)
+	case Bool:
+		got = len(t.B)
+	default:
+		return fmt.Errorf("tensor has invalid dtype %v", t.DType)
+	}
+	if got != n {
+		return fmt.Errorf("%v tensor of shape %v holds %d elements, want %d", t.DType, t.Shape, got, n)
+	}
+	return nil
+}
+
+// RoundBF16 rounds a float32 to the nearest bfloat16 (ties to even).
+func RoundBF16(f float32) float32 {
+	if f != f {
+		return f
+	}
+	b := math.Float32bits(f)
+	b += 0x7fff + (b>>16)&1
+	return math.Float32frombits(b &^ 0xffff)
+}
+
+// RoundF16 rounds a float32 to the nearest IEEE half (ties to even), saturating to ±inf.
+func RoundF16(f float32) float32 {
+	if f != f || math.IsInf(float64(f), 0) {
+		return f
+	}
+	a := math.Abs(float64(f))
+	if a >= 65520 {
+		return float32(math.Copysign(math.Inf(1), float64(f)))
+	}
+	// Quantum: 2^(e-10) for normals, 2^-24 for subnormals.
+	e := math.Floor(math.Log2(a))
+	if a == 0 {
+		return f
+	}
+	q := math.Pow(2, max(e, -14)-10)
+	return float32(math.Copysign(math.RoundToEven(a/q)*q, float64(f)))
+}
