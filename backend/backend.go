@@ -26,6 +26,9 @@ type Options struct {
 	// moments stay inside the executable (on the device) this way; Run does
 	// not return update outputs.
 	Updates map[string]string
+	// PoisonOutputs fills every buffer with NaN before the kernel that writes
+	// it, so that an element a kernel forgets to write shows up in tests.
+	PoisonOutputs bool
 }
 
 // Executable is a compiled graph. Initializers live inside it between runs.

@@ -191,20 +191,21 @@ type colMajorGemm struct {
 // each operand's transpose flag, and take each leading dimension as the row length
 // of the matrix as stored.
 func rowMajorAsColMajor(transA, transB bool, m, n, k int, A DevicePtr, strideA int64, B DevicePtr, strideB int64, C DevicePtr, strideC int64) colMajorGemm {
-	lda := k // A stored M×K
+	// cuBLAS wants every leading dimension ≥ 1, even for empty matrices.
+	lda := max(1, k) // A stored M×K
 	if transA {
-		lda = m // A stored K×M
+		lda = max(1, m) // A stored K×M
 	}
-	ldb := n // B stored K×N
+	ldb := max(1, n) // B stored K×N
 	if transB {
-		ldb = k // B stored N×K
+		ldb = max(1, k) // B stored N×K
 	}
 	return colMajorGemm{
 		transA: transB, transB: transA,
 		m: n, n: m, k: k,
 		A: B, lda: ldb, strideA: strideB,
 		B: A, ldb: lda, strideB: strideA,
-		C: C, ldc: n, strideC: strideC,
+		C: C, ldc: max(1, n), strideC: strideC,
 	}
 }
 
