@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Times PyTorch F.scaled_dot_product_attention, forward and backward, per SDPA backend.
+
+Usage (GPU machine):
+  python3 sdpa_bench.py [--backends flash,cudnn,efficient,math] [--seqs 512,1024,...]
+      [--head-dims 64,128] [--causal both|causal|noncausal] [--tokens 16384] [--width 2048]
+      [--iters 20] [--warmup 5] [--math-max-seq 8192] [--dtype bfloat16|float16] [--out FILE]
+
+Shapes: q, k, v are [B, H, S, D] with B = tokens / S and H = width / D (defaults: B·S = 16384
+tokens, H·D = 2048), random normal, dtype bf16 by default.
+
+Output: one JSON object per line (stdout, or --out FILE), one per (backend, S, D, causal):
+  {"backend": "flash"|"cudnn"|"efficient"|"math",
+   "B": int, "H": int, "S": int, "D": int, "causal": bool, "dtype": "bfloat16",
+   "fwd_ms": float|null,      median forward time (CUDA events, after warm-up)
+   "bwd_ms": float|null,      median backward time alone: torch.autograd.grad(out, (q,k,v), dout,
+                              retain_graph=True) on one retained forward graph
+   "fwd_tflops": float|null,  fwd_flops / fwd_ms; fwd_flops = 4·B·H·S²·D, halved when causal
+   "bwd_tflops": float|null,  2.5·fwd_flops / bwd_ms
+   "peak_mem_bytes": int|null torch.cuda.max_memory_allocated over this record's runs
+                              (inputs, output and gradients included)
+   "iters": int, "gpu": str, "torch": str,
+   "error": str|null}         set (and the timings null) when the backend refused the shape,
+                              ran out of memory, or was skipped (math above --math-max-seq)
+A human-readable table goes to stderr.
+"""
+import argparse
+import json
+import statistics
+import sys
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+BACKENDS = {
+    "flash": SDPBackend.FLASH_ATTENTION,
+    "cudnn": SDPBackend.CUDNN_ATTENTION,
+    "efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "math": SDPBackend.MATH,
+}
+
+
+def _median_ms(fn, warmup, iters):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    evs = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        evs.append((s, e))
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in evs)
+
+
+def bench_one(backend, B, H, S, D, causal, dtype, warmup, iters):
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+               for _ in range(3))
+    dout = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g)
+    with sdpa_kernel([BACKENDS[backend]]):
+        def fwd():
+            with torch.no_grad():
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        fwd_ms = _median_ms(fwd, warmup, iters)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+        def bwd():
+            return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+        bwd_ms = _median_ms(bwd, warmup, iters)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del out, q, k, v, dout
+    return fwd_ms, bwd_ms, peak
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description="PyTorch SDPA timings per backend (JSON lines)")
+    ap.add_argument("--backends", default="flash,cudnn,efficient,math")
+    ap.add_argument("--seqs", default="512,1024,2048,4096,8192,16384")
+    ap.add_argument("--head-dims", default="64,128")
+    ap.add_argument("--causal", choices=["both", "causal", "noncausal"], default="both")
+    ap.add_argument("--tokens", type=int, default=16384, help="B·S")
+    ap.add_argument("--width", type=int, default=2048, help="H·D")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--math-max-seq", type=int, default=8192,
+                    help="skip the MATH backend above this S (it materialises S×S scores)")
+    ap.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    ap.add_argument("--out", default=None, help="write JSON lines here instead of stdout")
+    a = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("sdpa_bench: no CUDA device", file=sys.stderr)
+        return 2
+    dtype = getattr(torch, a.dtype)
+    backends = [b.strip() for b in a.backends.split(",") if b.strip()]
+    for b in backends:
+        if b not in BACKENDS:
+            ap.error(f"unknown backend {b!r}; choose from {','.join(BACKENDS)}")
+    seqs = [int(s) for s in a.seqs.split(",")]
+    dims = [int(d) for d in a.head_dims.split(",")]
+    causals = {"both": [False, True], "causal": [True], "noncausal": [False]}[a.causal]
+    gpu = torch.cuda.get_device_name()
+    sink = open(a.out, "w") if a.out else sys.stdout
+    print(f"{'backend':10} {'S':>6} {'D':>4} {'causal':>6} {'fwd_ms':>9} {'bwd_ms':>9} "
+          f"{'fwd_TF/s':>9} {'bwd_TF/s':>9} {'peak_GiB':>8}", file=sys.stderr)
+    for D in dims:
+        for S in seqs:
+            if a.tokens % S or a.width % D:
+                print(f"skip S={S} D={D}: tokens/width not divisible", file=sys.stderr)
+                continue
+            B, H = a.tokens // S, a.width // D
+            for causal in causals:
+                flops = 4.0 * B * H * S * S * D / (2 if causal else 1)
+                for b in backends:
+                    rec = dict(backend=b, B=B, H=H, S=S, D=D, causal=causal, dtype=a.dtype,
+                               fwd_ms=None, bwd_ms=None, fwd_tflops=None, bwd_tflops=None,
+                               peak_mem_bytes=None, iters=a.iters, gpu=gpu, torch=torch.__version__,
+                               error=None)
+                    if b == "math" and S > a.math_max_seq:
+                        rec["error"] = f"skipped: S > --math-max-seq {a.math_max_seq}"
+                    else:
+                        try:
+                            with warnings.catch_warnings(record=True) as caught:
+                                warnings.simplefilter("always")
+                                try:
+                                    f_ms, b_ms, peak = bench_one(b, B, H, S, D, causal, dtype, a.warmup, a.iters)
+                                except torch.cuda.OutOfMemoryError:
+                                    raise
+                                except RuntimeError as e:
+                                    # the backend's reasons for refusing come as warnings
+                                    why = "; ".join(str(w.message).split("\n")[0] for w in caught)
+                                    raise RuntimeError(f"{e}".split("\n")[0] + (f" [{why}]" if why else "")) from None
+                            rec.update(fwd_ms=round(f_ms, 4), bwd_ms=round(b_ms, 4),
+                                       fwd_tflops=round(flops / (f_ms * 1e-3) / 1e12, 2),
+                                       bwd_tflops=round(2.5 * flops / (b_ms * 1e-3) / 1e12, 2),
+                                       peak_mem_bytes=int(peak))
+                        except torch.cuda.OutOfMemoryError as e:
+                            rec["error"] = "out of memory: " + str(e).split("\n")[0][:200]
+                        except RuntimeError as e:
+                            rec["error"] = str(e).replace("\n", " ")[:500]
+                        torch.cuda.empty_cache()
+                    sink.write(json.dumps(rec) + "\n")
+                    sink.flush()
+                    if rec["error"]:
+                        print(f"{b:10} {S:>6} {D:>4} {str(causal):>6}  {rec['error'][:80]}", file=sys.stderr)
+                    else:
+                        print(f"{b:10} {S:>6} {D:>4} {str(causal):>6} {rec['fwd_ms']:>9.3f} {rec['bwd_ms']:>9.3f} "
+                              f"{rec['fwd_tflops']:>9.1f} {rec['bwd_tflops']:>9.1f} "
+                              f"{rec['peak_mem_bytes'] / 2**30:>8.2f}", file=sys.stderr)
+    if a.out:
+        sink.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
