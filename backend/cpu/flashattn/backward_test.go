@@ -25,9 +25,10 @@ func grads[T, L Float](t *testing.T, s shape, q, k, v, do []T) (o, dq, dk, dv []
 // central differences of Forward itself, at sizes inside one tile, across
 // tile boundaries (70, 130: ragged last tiles) and with Sq ≠ Sk.
 //
-// Tolerance: with h = 1e-5 the truncation error is ~h²·|f'''| ≈ 1e-10 and
-// the rounding error ~ε·|f|/h ≈ 1e-16·50/1e-5 = 5e-10; 1e-7·(1+|g|) sits two
-// orders above both and many orders below any real error (measured: ≲1e-9).
+// Tolerance: with h = 1e-5 the truncation error is ~h²·|∂³f| ≈ 1e-10; the
+// rounding error, ε·(sum of |terms| of the loss)/h, dominates at a few 1e-9
+// (measured ≤ 5e-9). 1e-7·(1+|g|) is 20× above that and far below what a
+// wrong tile or mask gives (≥ 1e-3).
 func TestBackwardFiniteDifference(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, causal := range []bool{false, true} {

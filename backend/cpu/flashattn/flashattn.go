@@ -11,9 +11,9 @@
 // pass tiles queries into Br-row blocks and streams Bc-row blocks of K and V
 // through an online softmax (running max m, running sum l, accumulator
 // rescaled by exp(m_old − m_new)), normalises once and keeps LSE = m + ln l.
-// The backward pass recomputes P = exp(S − LSE) tile by tile. Neither pass
-// ever holds more than a Br×Bc score tile per worker; nothing Sq×Sk is
-// allocated (the tests measure it).
+// The backward pass recomputes P = exp(S − LSE) tile by tile. Each worker
+// holds at most two Br×Bc tiles (plus Br-long row statistics); nothing Sq×Sk
+// is ever allocated (the tests measure it).
 //
 // # Logsumexp dtype
 //
