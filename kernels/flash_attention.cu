@@ -1,0 +1,963 @@
+// flash_attention.cu: FlashAttention-2 style forward and backward kernels.
+//
+// Compiled at run time by NVRTC (options: --gpu-architecture=sm_90a -std=c++17
+// -I<cuda>/include) and, for development, by nvcc through kernels/dev/harness.cu.
+// Only <cuda_bf16.h> and <cuda_fp16.h> are included; every entry point is an
+// extern "C" __global__ function with a fixed name.
+//
+// Layout: Q, O, dO, dQ are [BH, Sq, D]; K, V, dK, dV are [BH, Sk, D]; all
+// contiguous. LSE (natural log) and Dsum are float32 [BH, Sq]; dQaccum is float32
+// [BH, Sq, D]. Causal masking is top-left aligned: key j is visible to query i iff
+// j <= i (also when Sq != Sk). A row that sees no key gets O = 0, LSE = +inf.
+//
+// Entry points and launch configurations (T in {bf16, fp16}; D in {64, 128}):
+//
+//   flash_fwd_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
+//     grid (BH, ceil(Sq/FWD_BR)), block FWD_NW*32, dynamic smem (FWD_BR + 2*FWD_BC)*D*2.
+//       d64 : FWD_BR=64, FWD_BC=128, FWD_NW=4  -> 40960 B
+//       d128: FWD_BR=64, FWD_BC=64,  FWD_NW=4  -> 49152 B (needs the opt-in limit)
+//   flash_bwd_pre_<T|fp32>(o, dO, Dsum, dQaccum, rows=BH*Sq, D)
+//     grid ceil(rows/8), block 256: Dsum = rowsum(dO*O); dQaccum = 0 (if non-null).
+//   flash_bwd_<T>_d<D>(q, k, v, dO, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk, scale, causal)
+//     grid (BH, ceil(Sk/(16*BWD_NW))), block BWD_NW*32,
+//     dynamic smem 2*BC*D*2 + 4*BR*D*2 + BC*BR*2 + 4*BR*4 (BC = 16*BWD_NW).
+//       d64 : BWD_BR=64, BWD_NW=8 -> 99328 B;  d128: BWD_BR=64, BWD_NW=8 -> 164864 B
+//   flash_bwd_convert_<T>(dQaccum, dQ, n, scale)   any grid (grid-stride), block 256: dQ = dQaccum*scale.
+//
+// The tensor-core path requires scale > 0 (row maxima are taken on raw scores).
+//
+// Generic path (any D <= 256; CUDA cores; T in {fp32, bf16, fp16}): the oracle and
+// the float32 path.
+//   flash_fwd_generic_<T>(q, k, v, o, lse, BH, Sq, Sk, D, scale, causal)
+//     grid (BH, ceil(Sq/16)), block 128, smem (64*(D|1) + 16*D)*4
+//   flash_bwd_generic_dq_<T>(q, k, v, dO, lse, Dsum, dQ, BH, Sq, Sk, D, scale, causal)
+//     grid (BH, ceil(Sq/16)), block 128, smem (64*(D|1) + 32*D)*4
+//   flash_bwd_generic_dkdv_<T>(q, k, v, dO, lse, Dsum, dK, dV, BH, Sq, Sk, D, scale, causal)
+//     grid (BH, ceil(Sk/16)), block 128, smem (64*(D|1) + 32*D + 64)*4
+//   (run flash_bwd_pre_<T> first with dQaccum = NULL.)
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#ifndef FLASH_INF
+#define FLASH_INF __int_as_float(0x7f800000)
+#endif
+
+namespace flash {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// ---------------------------------------------------------------- dtype traits
+
+template <typename T> struct Ty;
+
+template <> struct Ty<float> {
+  static __device__ __forceinline__ float to_f(float x) { return x; }
+  static __device__ __forceinline__ float from_f(float x) { return x; }
+};
+
+template <> struct Ty<__nv_bfloat16> {
+  static __device__ __forceinline__ float to_f(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __forceinline__ __nv_bfloat16 from_f(float x) { return __float2bfloat16_rn(x); }
+  static __device__ __forceinline__ u32 pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+  }
+  // d += a * b, m16n8k16, f32 accumulate.
+  static __device__ __forceinline__ void mma(float* d, const u32* a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+template <> struct Ty<__half> {
+  static __device__ __forceinline__ float to_f(__half x) { return __half2float(x); }
+  static __device__ __forceinline__ __half from_f(float x) { return __float2half_rn(x); }
+  static __device__ __forceinline__ u32 pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<u32*>(&v);
+  }
+  static __device__ __forceinline__ void mma(float* d, const u32* a, u32 b0, u32 b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+// ---------------------------------------------------------------- PTX helpers
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy global->shared; bytes past src_bytes are zero-filled.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// 2^x on the SFU (ex2.approx.ftz: <= 2 ulp, 2^-inf = +0).
+__device__ __forceinline__ float fexp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4(u32* r, u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(u32* r, u32 addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// Swizzled tile of 16-bit elements: rows of CH 16-byte chunks; logical chunk c of
+// row r lives at physical chunk c ^ (r & 7). CH must be a multiple of 8.
+template <int CH> __device__ __forceinline__ u32 swz(u32 base, int r, int c) {
+  return base + (u32)(r * CH * 16) + (u32)(((c ^ (r & 7))) * 16);
+}
+
+// Loads rows [row0, row0+ROWS) of a [nvalid, D] matrix into a swizzled tile;
+// rows >= nvalid are zero-filled.
+template <typename T, int ROWS, int D, int NT>
+__device__ __forceinline__ void load_tile(u32 dst, const T* src, int row0, int nvalid, int tid) {
+  constexpr int CH = D / 8;
+#pragma unroll
+  for (int it = 0; it < (ROWS * CH + NT - 1) / NT; it++) {
+    const int idx = tid + it * NT;
+    if ((ROWS * CH) % NT != 0 && idx >= ROWS * CH) break;
+    int r = idx / CH, c = idx % CH;
+    int gr = row0 + r;
+    bool ok = gr < nvalid;
+    const T* p = src + (size_t)(ok ? gr : 0) * D + c * 8;
+    cp_async16(swz<CH>(dst, r, c), p, ok ? 16 : 0);
+  }
+}
+
+__device__ __forceinline__ float warp_max4(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+  return x;
+}
+__device__ __forceinline__ float warp_sum4(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  x += __shfl_xor_sync(0xffffffffu, x, 2);
+  return x;
+}
+
+// ---------------------------------------------------------------- forward (tensor cores)
+//
+// CTA: NW warps, BR = 16*NW query rows (warp w owns rows 16w..16w+15), loops over
+// key tiles of BC rows. Q fragments live in registers; K and V are single-buffered
+// tiles whose loads overlap compute: V_j loads during Q.K_j^T, K_{j+1} during
+// softmax and P.V_j.
+
+template <typename T, int D, int NW, int BC>
+__device__ __forceinline__ void fwd_tc(const T* __restrict__ Q, const T* __restrict__ K,
+                                       const T* __restrict__ V, T* __restrict__ O,
+                                       float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
+                                       int causal) {
+  constexpr int BR = 16 * NW;
+  constexpr int NT = 32 * NW;
+  constexpr int CH = D / 8;
+  static_assert(D % 64 == 0 && BC % 16 == 0, "tile shape");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const u32 sQ = smem_u32(smem_raw);
+  const u32 sK = sQ + BR * D * 2;
+  const u32 sV = sK + BC * D * 2;
+
+  const int bh = blockIdx.x;
+  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+  const int q0 = qb * BR;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const T* Qb = Q + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)bh * Sk * D;
+  const T* Vb = V + (size_t)bh * Sk * D;
+
+  const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;
+  const float c = scale * kLog2e;
+  const int wrow0 = q0 + warp * 16;  // first query row of this warp
+
+  load_tile<T, BR, D, NT>(sQ, Qb, q0, Sq, tid);
+  if (ntiles > 0) load_tile<T, BC, D, NT>(sK, Kb, 0, Sk, tid);
+  cp_async_commit();
+
+  u32 qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-FLASH_INF, -FLASH_INF};
+  float l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < ntiles; j++) {
+    cp_async_wait<0>();
+    __syncthreads();  // K_j landed; every warp is done with V_{j-1}
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qf[kk], swz<CH>(sQ, warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+    }
+    const int kbase = j * BC;
+    load_tile<T, BC, D, NT>(sV, Vb, kbase, Sk, tid);
+    cp_async_commit();
+
+    float s[BC / 8][4];
+#pragma unroll
+    for (int i = 0; i < BC / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+#pragma unroll
+      for (int nn = 0; nn < BC / 16; nn++) {
+        u32 b[4];
+        ldsm_x4(b, swz<CH>(sK, nn * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        Ty<T>::mma(s[2 * nn], qf[kk], b[0], b[1]);
+        Ty<T>::mma(s[2 * nn + 1], qf[kk], b[2], b[3]);
+      }
+    }
+
+    cp_async_wait<0>();
+    __syncthreads();  // V_j landed; every warp is done with K_j
+    if (j + 1 < ntiles) load_tile<T, BC, D, NT>(sK, Kb, kbase + BC, Sk, tid);
+    cp_async_commit();
+
+    const bool need_mask = (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          int col = kbase + nt * 8 + 2 * t + (e & 1);
+          int row = wrow0 + g + (e >> 1) * 8;
+          if (col >= Sk || (causal && col > row)) s[nt][e] = -FLASH_INF;
+        }
+      }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = -FLASH_INF;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; nt++) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = warp_max4(mx);
+      const float mnew = fmaxf(m[r], mx);
+      const float muse = (mnew == -FLASH_INF) ? 0.f : mnew;
+      const float mc = muse * c;
+      const float alpha = fexp2(m[r] * c - mc);
+      m[r] = mnew;
+      float rs = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; nt++) {
+        float p0 = fexp2(fmaf(s[nt][2 * r], c, -mc));
+        float p1 = fexp2(fmaf(s[nt][2 * r + 1], c, -mc));
+        s[nt][2 * r] = p0;
+        s[nt][2 * r + 1] = p1;
+        rs += p0 + p1;
+      }
+      l[r] = l[r] * alpha + rs;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        o[dt][2 * r] *= alpha;
+        o[dt][2 * r + 1] *= alpha;
+      }
+    }
+
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+      u32 a[4];
+      a[0] = Ty<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = Ty<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = Ty<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = Ty<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < D / 16; dn++) {
+        u32 b[4];
+        ldsm_x4_t(b, swz<CH>(sV, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dn * 2 + (lane >> 4)));
+        Ty<T>::mma(o[2 * dn], a, b[0], b[1]);
+        Ty<T>::mma(o[2 * dn + 1], a, b[2], b[3]);
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  T* Ob = O + (size_t)bh * Sq * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const float lsum = warp_sum4(l[r]);
+    const int row = wrow0 + g + r * 8;
+    const bool ok = lsum > 0.f;
+    const float inv = ok ? 1.f / lsum : 0.f;
+    if (row < Sq) {
+      T* orow = Ob + (size_t)row * D + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        u32 v = Ty<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        *reinterpret_cast<u32*>(orow + dt * 8) = v;
+      }
+      if (t == 0) LSE[(size_t)bh * Sq + row] = ok ? m[r] * scale + logf(lsum) : FLASH_INF;
+    }
+  }
+}
+
+// ---------------------------------------------------------------- backward (tensor cores)
+//
+// CTA: NW warps own BC = 16*NW keys (warp w: keys 16w..16w+15) and keep dK, dV for
+// them in registers. It loops over query blocks of BR rows (causal: from the block
+// holding the first visible query), Q/dO/LSE/Dsum double-buffered with cp.async.
+// Per block, transposed products keep P^T and dS^T in registers as A fragments:
+//   S^T = K Q^T, P^T = exp2(S^T c - LSE log2e), dV += P^T dO, dP^T = V dO^T,
+//   dS^T = P^T (dP^T - Dsum), dK += dS^T Q; dS^T goes to smem for dQ += dS K
+//   (atomicAdd into fp32 dQaccum).
+
+template <typename T, int D, int BR, int NW>
+__device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restrict__ K,
+                                       const T* __restrict__ V, const T* __restrict__ dO,
+                                       const float* __restrict__ LSE, const float* __restrict__ Dsum,
+                                       float* __restrict__ dQacc, T* __restrict__ dK,
+                                       T* __restrict__ dV, int BH, int Sq, int Sk, float scale,
+                                       int causal) {
+  constexpr int BC = 16 * NW;
+  constexpr int NT = 32 * NW;
+  constexpr int CH = D / 8;
+  constexpr int CHS = BR / 8;  // chunks per dS^T row
+  constexpr int MTQ = BR / 16;  // m16 tiles of the dQ product
+  constexpr int QSPLIT = NW / MTQ;  // warps per dQ m-tile
+  constexpr int QCOLS = D / QSPLIT;  // dQ columns per warp
+  static_assert(D % 64 == 0 && BR % 64 == 0, "tile shape");
+  static_assert(NW % MTQ == 0 && QCOLS % 16 == 0, "dQ split");
+
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const u32 sK = smem_u32(smem_raw);
+  const u32 sV = sK + BC * D * 2;
+  const u32 sQ0 = sV + BC * D * 2;          // 2 stages of BR x D
+  const u32 sdO0 = sQ0 + 2 * BR * D * 2;    // 2 stages of BR x D
+  const u32 sdS = sdO0 + 2 * BR * D * 2;    // BC x BR
+  float* sL = reinterpret_cast<float*>(smem_raw + 2 * BC * D * 2 + 4 * BR * D * 2 + BC * BR * 2);  // [2][BR]
+  float* sDs = sL + 2 * BR;                                                                      // [2][BR]
+
+  const int bh = blockIdx.x;
+  const int n0 = blockIdx.y * BC;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const T* Qb = Q + (size_t)bh * Sq * D;
+  const T* dOb = dO + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)bh * Sk * D;
+  const T* Vb = V + (size_t)bh * Sk * D;
+  const float* Lb = LSE + (size_t)bh * Sq;
+  const float* Db = Dsum + (size_t)bh * Sq;
+  float* dQb = dQacc + (size_t)bh * Sq * D;
+  const float c = scale * kLog2e;
+
+  const int nqb = (Sq + BR - 1) / BR;
+  const int qb_start = causal ? n0 / BR : 0;
+
+  auto load_q_block = [&](int qb, int stage) {
+    const int q0 = qb * BR;
+    load_tile<T, BR, D, NT>(sQ0 + stage * BR * D * 2, Qb, q0, Sq, tid);
+    load_tile<T, BR, D, NT>(sdO0 + stage * BR * D * 2, dOb, q0, Sq, tid);
+    for (int i = tid; i < BR; i += NT) {
+      const int q = q0 + i;
+      const bool ok = q < Sq;
+      cp_async4(smem_u32(sL + stage * BR + i), Lb + (ok ? q : 0), ok ? 4 : 0);
+      cp_async4(smem_u32(sDs + stage * BR + i), Db + (ok ? q : 0), ok ? 4 : 0);
+    }
+  };
+
+  load_tile<T, BC, D, NT>(sK, Kb, n0, Sk, tid);
+  load_tile<T, BC, D, NT>(sV, Vb, n0, Sk, tid);
+  if (qb_start < nqb) load_q_block(qb_start, 0);
+  cp_async_commit();
+
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; i++) {
+    dk[i][0] = dk[i][1] = dk[i][2] = dk[i][3] = 0.f;
+    dv[i][0] = dv[i][1] = dv[i][2] = dv[i][3] = 0.f;
+  }
+  const int wkey0 = n0 + warp * 16;  // first key of this warp
+
+  for (int qb = qb_start; qb < nqb; qb++) {
+    const int stage = (qb - qb_start) & 1;
+    const u32 sQ = sQ0 + stage * BR * D * 2;
+    const u32 sdOs = sdO0 + stage * BR * D * 2;
+    const float* sLs = sL + stage * BR;
+    const float* sDss = sDs + stage * BR;
+    const int q0 = qb * BR;
+
+    cp_async_wait<0>();
+    __syncthreads();  // this stage landed; the other stage and sdS are free
+    if (qb + 1 < nqb) load_q_block(qb + 1, stage ^ 1);
+    cp_async_commit();
+
+    // S^T = K Q^T  (16 keys x BR queries per warp)
+    float s[BR / 8][4];
+#pragma unroll
+    for (int i = 0; i < BR / 8; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      u32 a[4];
+      ldsm_x4(a, swz<CH>(sK, warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int nn = 0; nn < BR / 16; nn++) {
+        u32 b[4];
+        ldsm_x4(b, swz<CH>(sQ, nn * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        Ty<T>::mma(s[2 * nn], a, b[0], b[1]);
+        Ty<T>::mma(s[2 * nn + 1], a, b[2], b[3]);
+      }
+    }
+
+    // P^T
+    const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && wkey0 + 15 > q0);
+#pragma unroll
+    for (int nt = 0; nt < BR / 8; nt++) {
+      const float2 lse2 = *reinterpret_cast<const float2*>(sLs + nt * 8 + 2 * t);
+      const float l0 = lse2.x * kLog2e, l1 = lse2.y * kLog2e;
+#pragma unroll
+      for (int e = 0; e < 4; e++) s[nt][e] = fexp2(fmaf(s[nt][e], c, -((e & 1) ? l1 : l0)));
+      if (need_mask) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int key = wkey0 + g + (e >> 1) * 8;
+          const int q = q0 + nt * 8 + 2 * t + (e & 1);
+          if (key >= Sk || q >= Sq || (causal && key > q)) s[nt][e] = 0.f;
+        }
+      }
+    }
+
+    // dP^T = V dO^T
+    float dp[BR / 8][4];
+#pragma unroll
+    for (int i = 0; i < BR / 8; i++) dp[i][0] = dp[i][1] = dp[i][2] = dp[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      u32 a[4];
+      ldsm_x4(a, swz<CH>(sV, warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+#pragma unroll
+      for (int nn = 0; nn < BR / 16; nn++) {
+        u32 b[4];
+        ldsm_x4(b, swz<CH>(sdOs, nn * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+        Ty<T>::mma(dp[2 * nn], a, b[0], b[1]);
+        Ty<T>::mma(dp[2 * nn + 1], a, b[2], b[3]);
+      }
+    }
+
+    // dV += P^T dO
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) {
+      u32 a[4];
+      a[0] = Ty<T>::pack(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = Ty<T>::pack(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = Ty<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = Ty<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < D / 16; dn++) {
+        u32 b[4];
+        ldsm_x4_t(b, swz<CH>(sdOs, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dn * 2 + (lane >> 4)));
+        Ty<T>::mma(dv[2 * dn], a, b[0], b[1]);
+        Ty<T>::mma(dv[2 * dn + 1], a, b[2], b[3]);
+      }
+    }
+
+    // dS^T = P^T (dP^T - Dsum), kept in dp; also stored to smem as T.
+#pragma unroll
+    for (int nt = 0; nt < BR / 8; nt++) {
+      const float2 d2 = *reinterpret_cast<const float2*>(sDss + nt * 8 + 2 * t);
+      dp[nt][0] = s[nt][0] * (dp[nt][0] - d2.x);
+      dp[nt][1] = s[nt][1] * (dp[nt][1] - d2.y);
+      dp[nt][2] = s[nt][2] * (dp[nt][2] - d2.x);
+      dp[nt][3] = s[nt][3] * (dp[nt][3] - d2.y);
+      const int r0 = warp * 16 + g;
+      const u32 w0 = Ty<T>::pack(dp[nt][0], dp[nt][1]);
+      const u32 w1 = Ty<T>::pack(dp[nt][2], dp[nt][3]);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(swz<CHS>(sdS, r0, nt) + 4 * t), "r"(w0) : "memory");
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(swz<CHS>(sdS, r0 + 8, nt) + 4 * t), "r"(w1) : "memory");
+    }
+
+    // dK += dS^T Q
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) {
+      u32 a[4];
+      a[0] = Ty<T>::pack(dp[2 * kk][0], dp[2 * kk][1]);
+      a[1] = Ty<T>::pack(dp[2 * kk][2], dp[2 * kk][3]);
+      a[2] = Ty<T>::pack(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+      a[3] = Ty<T>::pack(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+      for (int dn = 0; dn < D / 16; dn++) {
+        u32 b[4];
+        ldsm_x4_t(b, swz<CH>(sQ, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dn * 2 + (lane >> 4)));
+        Ty<T>::mma(dk[2 * dn], a, b[0], b[1]);
+        Ty<T>::mma(dk[2 * dn + 1], a, b[2], b[3]);
+      }
+    }
+
+    __syncthreads();  // dS^T complete in smem
+
+    // dQ[q0 + mt*16 .., qc0 ..] += dS K
+    {
+      const int mt = warp % MTQ;
+      const int qc0 = (warp / MTQ) * QCOLS;
+      float dq[QCOLS / 8][4];
+#pragma unroll
+      for (int i = 0; i < QCOLS / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < BC / 16; kk++) {
+        u32 a[4];
+        ldsm_x4_t(a, swz<CHS>(sdS, kk * 16 + (lane & 7) + ((lane >> 4) << 3), mt * 2 + ((lane >> 3) & 1)));
+#pragma unroll
+        for (int dn = 0; dn < QCOLS / 16; dn++) {
+          u32 b[4];
+          ldsm_x4_t(b, swz<CH>(sK, kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), qc0 / 8 + dn * 2 + (lane >> 4)));
+          Ty<T>::mma(dq[2 * dn], a, b[0], b[1]);
+          Ty<T>::mma(dq[2 * dn + 1], a, b[2], b[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        const int q = q0 + mt * 16 + g + r * 8;
+        if (q < Sq) {
+          float* dst = dQb + (size_t)q * D + qc0 + 2 * t;
+#pragma unroll
+          for (int dt = 0; dt < QCOLS / 8; dt++) {
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
+            atomicAdd(reinterpret_cast<float2*>(dst + dt * 8), make_float2(dq[dt][2 * r], dq[dt][2 * r + 1]));
+#else
+            atomicAdd(dst + dt * 8, dq[dt][2 * r]);
+            atomicAdd(dst + dt * 8 + 1, dq[dt][2 * r + 1]);
+#endif
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  T* dKb = dK + (size_t)bh * Sk * D;
+  T* dVb = dV + (size_t)bh * Sk * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int key = wkey0 + g + r * 8;
+    if (key < Sk) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
+            Ty<T>::pack(dk[dt][2 * r] * scale, dk[dt][2 * r + 1] * scale);
+        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
+            Ty<T>::pack(dv[dt][2 * r], dv[dt][2 * r + 1]);
+      }
+    }
+  }
+}
+
+// Dsum[r] = sum_d dO[r,d]*O[r,d]; dQacc[r,:] = 0 when dQacc != NULL. One warp per row.
+template <typename T>
+__device__ __forceinline__ void bwd_pre(const T* __restrict__ O, const T* __restrict__ dO,
+                                        float* __restrict__ Dsum, float* __restrict__ dQacc, int rows,
+                                        int dim) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = blockIdx.x * (blockDim.x >> 5) + warp;
+  if (row >= rows) return;
+  const T* o = O + (size_t)row * dim;
+  const T* d = dO + (size_t)row * dim;
+  float acc = 0.f;
+  for (int i = lane; i < dim; i += 32) acc += Ty<T>::to_f(o[i]) * Ty<T>::to_f(d[i]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) Dsum[row] = acc;
+  if (dQacc) {
+    float* q = dQacc + (size_t)row * dim;
+    for (int i = lane; i < dim; i += 32) q[i] = 0.f;
+  }
+}
+
+template <typename T>
+__device__ __forceinline__ void bwd_convert(const float* __restrict__ acc, T* __restrict__ out, long long n,
+                                            float scale) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+    out[i] = Ty<T>::from_f(acc[i] * scale);
+}
+
+// ---------------------------------------------------------------- generic path (CUDA cores)
+//
+// 4 warps per CTA, 4 rows per warp (16 rows per CTA), tiles of 32 rows of the
+// other operand in smem (row stride D|1 floats: conflict-free per-lane rows).
+// Lane j of a warp handles row j of the staged tile; sums over the tile go
+// through shuffles. Accumulators: lane owns columns lane + 32k, k < 8 (D <= 256).
+
+constexpr int GEN_ROWS = 4;   // rows per warp
+constexpr int GEN_TILE = 32;  // staged rows
+constexpr int GEN_KMAX = 8;   // D <= 256
+
+template <typename T>
+__device__ __forceinline__ void gen_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
+                                        T* __restrict__ O, float* __restrict__ LSE, int BH, int Sq, int Sk, int D,
+                                        float scale, int causal) {
+  extern __shared__ __align__(16) float gsm[];
+  const int KS = D | 1;
+  float* sK = gsm;                     // [32][KS]
+  float* sV = sK + GEN_TILE * KS;      // [32][KS]
+  float* sQ = sV + GEN_TILE * KS;      // [16][D]
+  const int bh = blockIdx.x;
+  const int r0 = blockIdx.y * 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const T* Qb = Q + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)bh * Sk * D;
+  const T* Vb = V + (size_t)bh * Sk * D;
+  for (int i = tid; i < 16 * D; i += blockDim.x) {
+    int r = i / D, d = i % D;
+    sQ[i] = (r0 + r < Sq) ? Ty<T>::to_f(Qb[(size_t)(r0 + r) * D + d]) : 0.f;
+  }
+  float o[GEN_ROWS][GEN_KMAX];
+  float m[GEN_ROWS], l[GEN_ROWS];
+#pragma unroll
+  for (int r = 0; r < GEN_ROWS; r++) {
+    m[r] = -FLASH_INF;
+    l[r] = 0.f;
+#pragma unroll
+    for (int k = 0; k < GEN_KMAX; k++) o[r][k] = 0.f;
+  }
+  const int kv_end = causal ? min(Sk, r0 + 16) : Sk;
+  for (int kt = 0; kt < kv_end; kt += GEN_TILE) {
+    __syncthreads();
+    for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
+      int r = i / D, d = i % D;
+      bool ok = kt + r < Sk;
+      sK[r * KS + d] = ok ? Ty<T>::to_f(Kb[(size_t)(kt + r) * D + d]) : 0.f;
+      sV[r * KS + d] = ok ? Ty<T>::to_f(Vb[(size_t)(kt + r) * D + d]) : 0.f;
+    }
+    __syncthreads();
+    const int key = kt + lane;
+    float s[GEN_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEN_ROWS; r++) s[r] = 0.f;
+    for (int d = 0; d < D; d++) {
+      const float kv = sK[lane * KS + d];
+#pragma unroll
+      for (int r = 0; r < GEN_ROWS; r++) s[r] = fmaf(sQ[(warp * GEN_ROWS + r) * D + d], kv, s[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < GEN_ROWS; r++) {
+      const int row = r0 + warp * GEN_ROWS + r;
+      const bool valid = key < Sk && (!causal || key <= row);
+      const float sv = valid ? s[r] * scale : -FLASH_INF;
+      float mx = sv;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+      const float mnew = fmaxf(m[r], mx);
+      const float muse = (mnew == -FLASH_INF) ? 0.f : mnew;
+      const float p = valid ? expf(sv - muse) : 0.f;
+      const float alpha = expf(m[r] - muse);
+      float ps = p;
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+      l[r] = l[r] * alpha + ps;
+      m[r] = mnew;
+#pragma unroll
+      for (int k = 0; k < GEN_KMAX; k++) o[r][k] *= alpha;
+      s[r] = p;
+    }
+    for (int j = 0; j < GEN_TILE; j++) {
+      float pj[GEN_ROWS];
+#pragma unroll
+      for (int r = 0; r < GEN_ROWS; r++) pj[r] = __shfl_sync(0xffffffffu, s[r], j);
+#pragma unroll
+      for (int k = 0; k < GEN_KMAX; k++) {
+        const int d = lane + 32 * k;
+        if (d < D) {
+          const float vv = sV[j * KS + d];
+#pragma unroll
+          for (int r = 0; r < GEN_ROWS; r++) o[r][k] = fmaf(pj[r], vv, o[r][k]);
+        }
+      }
+    }
+  }
+  T* Ob = O + (size_t)bh * Sq * D;
+#pragma unroll
+  for (int r = 0; r < GEN_ROWS; r++) {
+    const int row = r0 + warp * GEN_ROWS + r;
+    if (row >= Sq) continue;
+    const bool ok = l[r] > 0.f;
+    const float inv = ok ? 1.f / l[r] : 0.f;
+#pragma unroll
+    for (int k = 0; k < GEN_KMAX; k++) {
+      const int d = lane + 32 * k;
+      if (d < D) Ob[(size_t)row * D + d] = Ty<T>::from_f(o[r][k] * inv);
+    }
+    if (lane == 0) LSE[(size_t)bh * Sq + row] = ok ? m[r] + logf(l[r]) : FLASH_INF;
+  }
+}
+
+// dQ[i] = scale * sum_j P_ij (dP_ij - Dsum_i) K_j; one pass over keys per query row.
+template <typename T>
+__device__ __forceinline__ void gen_bwd_dq(const T* __restrict__ Q, const T* __restrict__ K,
+                                           const T* __restrict__ V, const T* __restrict__ dO,
+                                           const float* __restrict__ LSE, const float* __restrict__ Dsum,
+                                           T* __restrict__ dQ, int BH, int Sq, int Sk, int D, float scale,
+                                           int causal) {
+  extern __shared__ __align__(16) float gsm[];
+  const int KS = D | 1;
+  float* sK = gsm;                 // [32][KS]
+  float* sV = sK + GEN_TILE * KS;  // [32][KS]
+  float* sQ = sV + GEN_TILE * KS;  // [16][D]
+  float* sdO = sQ + 16 * D;        // [16][D]
+  const int bh = blockIdx.x;
+  const int r0 = blockIdx.y * 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const T* Qb = Q + (size_t)bh * Sq * D;
+  const T* dOb = dO + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)bh * Sk * D;
+  const T* Vb = V + (size_t)bh * Sk * D;
+  for (int i = tid; i < 16 * D; i += blockDim.x) {
+    int r = i / D, d = i % D;
+    bool ok = r0 + r < Sq;
+    sQ[i] = ok ? Ty<T>::to_f(Qb[(size_t)(r0 + r) * D + d]) : 0.f;
+    sdO[i] = ok ? Ty<T>::to_f(dOb[(size_t)(r0 + r) * D + d]) : 0.f;
+  }
+  float lse[GEN_ROWS], dsum[GEN_ROWS], acc[GEN_ROWS][GEN_KMAX];
+#pragma unroll
+  for (int r = 0; r < GEN_ROWS; r++) {
+    const int row = r0 + warp * GEN_ROWS + r;
+    lse[r] = row < Sq ? LSE[(size_t)bh * Sq + row] : FLASH_INF;
+    dsum[r] = row < Sq ? Dsum[(size_t)bh * Sq + row] : 0.f;
+#pragma unroll
+    for (int k = 0; k < GEN_KMAX; k++) acc[r][k] = 0.f;
+  }
+  const int kv_end = causal ? min(Sk, r0 + 16) : Sk;
+  for (int kt = 0; kt < kv_end; kt += GEN_TILE) {
+    __syncthreads();
+    for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
+      int r = i / D, d = i % D;
+      bool ok = kt + r < Sk;
+      sK[r * KS + d] = ok ? Ty<T>::to_f(Kb[(size_t)(kt + r) * D + d]) : 0.f;
+      sV[r * KS + d] = ok ? Ty<T>::to_f(Vb[(size_t)(kt + r) * D + d]) : 0.f;
+    }
+    __syncthreads();
+    const int key = kt + lane;
+    float s[GEN_ROWS], dp[GEN_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEN_ROWS; r++) s[r] = dp[r] = 0.f;
+    for (int d = 0; d < D; d++) {
+      const float kv = sK[lane * KS + d];
+      const float vv = sV[lane * KS + d];
+#pragma unroll
+      for (int r = 0; r < GEN_ROWS; r++) {
+        s[r] = fmaf(sQ[(warp * GEN_ROWS + r) * D + d], kv, s[r]);
+        dp[r] = fmaf(sdO[(warp * GEN_ROWS + r) * D + d], vv, dp[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < GEN_ROWS; r++) {
+      const int row = r0 + warp * GEN_ROWS + r;
+      const bool valid = key < Sk && row < Sq && (!causal || key <= row);
+      const float p = valid ? expf(s[r] * scale - lse[r]) : 0.f;
+      s[r] = p * (dp[r] - dsum[r]);  // dS
+    }
+    for (int j = 0; j < GEN_TILE; j++) {
+      float dsj[GEN_ROWS];
+#pragma unroll
+      for (int r = 0; r < GEN_ROWS; r++) dsj[r] = __shfl_sync(0xffffffffu, s[r], j);
+#pragma unroll
+      for (int k = 0; k < GEN_KMAX; k++) {
+        const int d = lane + 32 * k;
+        if (d < D) {
+          const float kv = sK[j * KS + d];
+#pragma unroll
+          for (int r = 0; r < GEN_ROWS; r++) acc[r][k] = fmaf(dsj[r], kv, acc[r][k]);
+        }
+      }
+    }
+  }
+  T* dQb = dQ + (size_t)bh * Sq * D;
+#pragma unroll
+  for (int r = 0; r < GEN_ROWS; r++) {
+    const int row = r0 + warp * GEN_ROWS + r;
+    if (row >= Sq) continue;
+#pragma unroll
+    for (int k = 0; k < GEN_KMAX; k++) {
+      const int d = lane + 32 * k;
+      if (d < D) dQb[(size_t)row * D + d] = Ty<T>::from_f(acc[r][k] * scale);
+    }
+  }
+}
+
+// dV[j] = sum_i P_ij dO_i; dK[j] = scale * sum_i dS_ij Q_i; one pass over queries per key row.
+template <typename T>
+__device__ __forceinline__ void gen_bwd_dkdv(const T* __restrict__ Q, const T* __restrict__ K,
+                                             const T* __restrict__ V, const T* __restrict__ dO,
+                                             const float* __restrict__ LSE, const float* __restrict__ Dsum,
+                                             T* __restrict__ dK, T* __restrict__ dV, int BH, int Sq, int Sk,
+                                             int D, float scale, int causal) {
+  extern __shared__ __align__(16) float gsm[];
+  const int KS = D | 1;
+  float* sQ = gsm;                   // [32][KS]
+  float* sdO = sQ + GEN_TILE * KS;   // [32][KS]
+  float* sK = sdO + GEN_TILE * KS;   // [16][D]
+  float* sV = sK + 16 * D;           // [16][D]
+  float* sL = sV + 16 * D;           // [32]
+  float* sD = sL + GEN_TILE;         // [32]
+  const int bh = blockIdx.x;
+  const int k0 = blockIdx.y * 16;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const T* Qb = Q + (size_t)bh * Sq * D;
+  const T* dOb = dO + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)bh * Sk * D;
+  const T* Vb = V + (size_t)bh * Sk * D;
+  for (int i = tid; i < 16 * D; i += blockDim.x) {
+    int r = i / D, d = i % D;
+    bool ok = k0 + r < Sk;
+    sK[i] = ok ? Ty<T>::to_f(Kb[(size_t)(k0 + r) * D + d]) : 0.f;
+    sV[i] = ok ? Ty<T>::to_f(Vb[(size_t)(k0 + r) * D + d]) : 0.f;
+  }
+  float ak[GEN_ROWS][GEN_KMAX], av[GEN_ROWS][GEN_KMAX];
+#pragma unroll
+  for (int r = 0; r < GEN_ROWS; r++)
+#pragma unroll
+    for (int k = 0; k < GEN_KMAX; k++) ak[r][k] = av[r][k] = 0.f;
+  const int qstart = causal ? (k0 / GEN_TILE) * GEN_TILE : 0;
+  for (int qt = qstart; qt < Sq; qt += GEN_TILE) {
+    __syncthreads();
+    for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
+      int r = i / D, d = i % D;
+      bool ok = qt + r < Sq;
+      sQ[r * KS + d] = ok ? Ty<T>::to_f(Qb[(size_t)(qt + r) * D + d]) : 0.f;
+      sdO[r * KS + d] = ok ? Ty<T>::to_f(dOb[(size_t)(qt + r) * D + d]) : 0.f;
+    }
+    for (int i = tid; i < GEN_TILE; i += blockDim.x) {
+      bool ok = qt + i < Sq;
+      sL[i] = ok ? LSE[(size_t)bh * Sq + qt + i] : FLASH_INF;
+      sD[i] = ok ? Dsum[(size_t)bh * Sq + qt + i] : 0.f;
+    }
+    __syncthreads();
+    const int q = qt + lane;
+    float s[GEN_ROWS], dp[GEN_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEN_ROWS; r++) s[r] = dp[r] = 0.f;
+    for (int d = 0; d < D; d++) {
+      const float qv = sQ[lane * KS + d];
+      const float ov = sdO[lane * KS + d];
+#pragma unroll
+      for (int r = 0; r < GEN_ROWS; r++) {
+        s[r] = fmaf(sK[(warp * GEN_ROWS + r) * D + d], qv, s[r]);
+        dp[r] = fmaf(sV[(warp * GEN_ROWS + r) * D + d], ov, dp[r]);
+      }
+    }
+    const float lq = sL[lane], dq = sD[lane];
+    float p[GEN_ROWS];
+#pragma unroll
+    for (int r = 0; r < GEN_ROWS; r++) {
+      const int key = k0 + warp * GEN_ROWS + r;
+      const bool valid = q < Sq && key < Sk && (!causal || key <= q);
+      p[r] = valid ? expf(s[r] * scale - lq) : 0.f;
+      s[r] = p[r] * (dp[r] - dq);  // dS
+    }
+    for (int j = 0; j < GEN_TILE; j++) {
+      float pj[GEN_ROWS], dsj[GEN_ROWS];
+#pragma unroll
+      for (int r = 0; r < GEN_ROWS; r++) {
+        pj[r] = __shfl_sync(0xffffffffu, p[r], j);
+        dsj[r] = __shfl_sync(0xffffffffu, s[r], j);
+      }
+#pragma unroll
+      for (int k = 0; k < GEN_KMAX; k++) {
+        const int d = lane + 32 * k;
+        if (d < D) {
+          const float ov = sdO[j * KS + d];
+          const float qv = sQ[j * KS + d];
+#pragma unroll
+          for (int r = 0; r < GEN_ROWS; r++) {
+            av[r][k] = fmaf(pj[r], ov, av[r][k]);
+            ak[r][k] = fmaf(dsj[r], qv, ak[r][k]);
+          }
+        }
+      }
+    }
+  }
+  T* dKb = dK + (size_t)bh * Sk * D;
+  T* dVb = dV + (size_t)bh * Sk * D;
+#pragma unroll
+  for (int r = 0; r < GEN_ROWS; r++) {
+    const int key = k0 + warp * GEN_ROWS + r;
+    if (key >= Sk) continue;
+#pragma unroll
+    for (int k = 0; k < GEN_KMAX; k++) {
+      const int d = lane + 32 * k;
+      if (d < D) {
+        dKb[(size_t)key * D + d] = Ty<T>::from_f(ak[r][k] * scale);
+        dVb[(size_t)key * D + d] = Ty<T>::from_f(av[r][k]);
+      }
+    }
+  }
+}
+
+}  // namespace flash
+
+// ---------------------------------------------------------------- entry points
+
+#define FLASH_FWD_TC(NAME, T, D, NW, BC)                                                                \
+  extern "C" __global__ void __launch_bounds__(NW * 32)                                                \
+      NAME(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq, int Sk, float scale, \
+           int causal) {                                                                               \
+    flash::fwd_tc<T, D, NW, BC>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                           \
+  }
+
+#define FLASH_BWD_TC(NAME, T, D, BR, NW)                                                                       \
+  extern "C" __global__ void __launch_bounds__(NW * 32, 1)                                                    \
+      NAME(const T* q, const T* k, const T* v, const T* dO, const float* lse, const float* dsum, float* dqacc, \
+           T* dk, T* dv, int BH, int Sq, int Sk, float scale, int causal) {                                   \
+    flash::bwd_tc<T, D, BR, NW>(q, k, v, dO, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal);            \
+  }
+
+// Shipped configurations (see the table at the top of the file).
+FLASH_FWD_TC(flash_fwd_bf16_d64, __nv_bfloat16, 64, 4, 128)
+FLASH_FWD_TC(flash_fwd_bf16_d128, __nv_bfloat16, 128, 4, 64)
+FLASH_FWD_TC(flash_fwd_fp16_d64, __half, 64, 4, 128)
+FLASH_FWD_TC(flash_fwd_fp16_d128, __half, 128, 4, 64)
+FLASH_BWD_TC(flash_bwd_bf16_d64, __nv_bfloat16, 64, 64, 8)
+FLASH_BWD_TC(flash_bwd_bf16_d128, __nv_bfloat16, 128, 64, 8)
+FLASH_BWD_TC(flash_bwd_fp16_d64, __half, 64, 64, 8)
+FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
+
+#define FLASH_TYPED(SUF, T)                                                                                   \
+  extern "C" __global__ void flash_bwd_pre_##SUF(const T* o, const T* dO, float* dsum, float* dqacc, int rows, \
+                                                 int dim) {                                                   \
+    flash::bwd_pre<T>(o, dO, dsum, dqacc, rows, dim);                                                        \
+  }                                                                                                           \
+  extern "C" __global__ void flash_bwd_convert_##SUF(const float* acc, T* out, long long n, float scale) {    \
+    flash::bwd_convert<T>(acc, out, n, scale);                                                               \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(128)                                                          \
+      flash_fwd_generic_##SUF(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq, int Sk,   \
+                              int D, float scale, int causal) {                                               \
+    flash::gen_fwd<T>(q, k, v, o, lse, BH, Sq, Sk, D, scale, causal);                                        \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(128)                                                          \
+      flash_bwd_generic_dq_##SUF(const T* q, const T* k, const T* v, const T* dO, const float* lse,          \
+                                 const float* dsum, T* dq, int BH, int Sq, int Sk, int D, float scale,       \
+                                 int causal) {                                                                \
+    flash::gen_bwd_dq<T>(q, k, v, dO, lse, dsum, dq, BH, Sq, Sk, D, scale, causal);                          \
+  }                                                                                                           \
+  extern "C" __global__ void __launch_bounds__(128)                                                          \
+      flash_bwd_generic_dkdv_##SUF(const T* q, const T* k, const T* v, const T* dO, const float* lse,        \
+                                   const float* dsum, T* dk, T* dv, int BH, int Sq, int Sk, int D,            \
+                                   float scale, int causal) {                                                 \
+    flash::gen_bwd_dkdv<T>(q, k, v, dO, lse, dsum, dk, dv, BH, Sq, Sk, D, scale, causal);                    \
+  }
+
+FLASH_TYPED(fp32, float)
+FLASH_TYPED(bf16, __nv_bfloat16)
+FLASH_TYPED(fp16, __half)
