@@ -1,0 +1,41 @@
+# flashgraph: the two commands a new user types are `make run` and `make test`.
+GO ?= go
+export CGO_ENABLED ?= 0
+FUZZTIME ?= 10s
+
+.PHONY: run test fmt vet unit fuzz build gpu clean
+
+# The main job on the CPU with the embedded defaults: build the tiny model,
+# compile it with the attention fusion, write text + DOT, train a short run.
+run:
+	$(GO) run ./tools/flashgraph train -out out
+
+# gofmt check, go vet, every unit test, and a short run of each fuzz target.
+test: fmt vet unit fuzz
+
+fmt:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test ./...
+
+fuzz:
+	$(GO) test ./graph -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	@if ls onnx/onnxpb/*_test.go >/dev/null 2>&1 && grep -q 'func FuzzDecode' onnx/onnxpb/*_test.go; then \
+		$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME); fi
+
+build:
+	$(GO) build -o flashgraph ./tools/flashgraph
+
+# Everything the GPU machine runs, built here (it has no Go): see GPU.md.
+gpu:
+	mkdir -p .gpu
+	$(GO) build -o .gpu/flashgraph ./tools/flashgraph
+	$(GO) test -c -o .gpu/cuda.test ./backend/cuda
+
+clean:
+	rm -rf flashgraph .gpu out

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+)
+
+// modelFlags are the flags that choose a graph: a file, or a model config
+// with overrides.
+type modelFlags struct {
+	config string
+	dtype  string
+	batch  int
+	seq    int
+	layers int
+	seed   int
+}
+
+func addModelFlags(fs *flag.FlagSet, defConfig string) *modelFlags {
+	m := &modelFlags{}
+	fs.StringVar(&m.config, "config", defConfig, "model config when no FILE is given: "+strings.Join(model.Names(), ", "))
+	fs.StringVar(&m.dtype, "dtype", "float32", "model compute dtype when no FILE is given: float32 or float64 (bf16 on CUDA: see -device)")
+	fs.IntVar(&m.batch, "batch", 0, "batch size (0: the config's)")
+	fs.IntVar(&m.seq, "seq", 0, "sequence length (0: the config's)")
+	fs.IntVar(&m.layers, "layers", 0, "number of layers (0: the config's)")
+	fs.IntVar(&m.seed, "seed", 0, "parameter initialisation seed")
+	return m
+}
+
+// modelConfig resolves the config with the overrides applied.
+func (m *modelFlags) modelConfig() (model.Config, error) {
+	cfg, err := model.Lookup(m.config)
+	if err != nil {
+		return cfg, err
+	}
+	dt, err := graph.ParseDType(m.dtype)
+	if err != nil {
+		return cfg, fmt.Errorf("-dtype: %w", err)
+	}
+	if dt != graph.Float32 && dt != graph.Float64 {
+		return cfg, fmt.Errorf("-dtype %s: graphs are built in float32 or float64", dt)
+	}
+	cfg.DType = dt
+	for _, o := range []struct {
+		name string
+		v    int
+		dst  *int
+	}{{"batch", m.batch, &cfg.Batch}, {"seq", m.seq, &cfg.Seq}, {"layers", m.layers, &cfg.Layers}} {
+		if o.v < 0 {
+			return cfg, fmt.Errorf("-%s must be positive, got %d", o.name, o.v)
+		}
+		if o.v > 0 {
+			*o.dst = o.v
+		}
+	}
+	cfg.Seed = m.seed
+	return cfg, cfg.Validate()
+}
+
+// load returns the graph from file (canonical text or .onnx), or the model
+// built from the config when file is empty.
+func (m *modelFlags) load(file string) (*graph.Graph, error) {
+	if file == "" {
+		cfg, err := m.modelConfig()
+		if err != nil {
+			return nil, err
+		}
+		return model.Build(cfg)
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("cannot read graph: %w", err)
+	}
+	if strings.EqualFold(filepath.Ext(file), ".onnx") {
+		return importONNX(file)
+	}
+	return graph.ParseFile(file, string(data))
+}
