@@ -24,7 +24,8 @@ func sampleModel() *Model {
 				sh.Dim = append(sh.Dim, Dimension{Value: d, HasValue: true})
 			}
 		}
-		return &ValueInfo{Name: name, Type: &Type{Tensor: &TensorType{ElemType: Float, Shape: sh}}, DocString: "vi " + name}
+		return &ValueInfo{Name: name, Type: &Type{Tensor: &TensorType{ElemType: Float, Shape: sh}}, DocString: "vi " + name,
+			MetadataProps: []StringEntry{{"vi", name}}}
 	}
 	body := &Graph{
 		Name: "body",
@@ -45,8 +46,9 @@ func sampleModel() *Model {
 		MetadataProps:   []StringEntry{{Key: "k", Value: "v"}, {Key: "empty"}},
 		Functions:       [][]byte{{0x0a, 0x03, 'f', 'o', 'o'}},
 		Graph: &Graph{
-			Name:      "main",
-			DocString: "graph doc",
+			Name:          "main",
+			DocString:     "graph doc",
+			MetadataProps: []StringEntry{{"g", "1"}},
 			Node: []*Node{
 				{
 					Input: []string{"x", "w", ""}, Output: []string{"y"}, Name: "n0", OpType: "Gemm", DocString: "gemm",
@@ -59,6 +61,7 @@ func sampleModel() *Model {
 				},
 				{
 					Input: []string{"y"}, Output: []string{"z", "lse"}, Name: "n1", OpType: "FlashAttention", Domain: "org.flashgraph",
+					Overload: "v2", MetadataProps: []StringEntry{{"scale", "0.125"}},
 					Attribute: []*Attribute{
 						{Name: "s", Type: AttrString, S: []byte("hello")},
 						{Name: "empty_s", Type: AttrString, S: []byte{}},
@@ -84,7 +87,7 @@ func sampleModel() *Model {
 				{Name: "seg", DataType: Float, Dims: []int64{1}, Segment: &Segment{Begin: 0, End: 1}, FloatData: []float32{1}, DocString: "d"},
 				{Name: "ext", DataType: Float, Dims: []int64{1}, DataLocation: LocationExternal,
 					ExternalData: []StringEntry{{Key: "location", Value: "w.bin"}, {Key: "offset", Value: "0"}}},
-				{Name: "empty", DataType: Float, Dims: []int64{0}, RawData: []byte{}},
+				{Name: "empty", DataType: Float, Dims: []int64{0}, RawData: []byte{}, MetadataProps: []StringEntry{{"kind", "const"}}},
 			},
 			Input:     []*ValueInfo{f32("x", -1, 2)},
 			Output:    []*ValueInfo{f32("z", -1, 3), {Name: "lse"}},

@@ -416,6 +416,11 @@ func decodeGraph(b []byte, base int, g *Graph, depth int) error {
 			*dst = append(*dst, v)
 		case 15:
 			return within(&DecodeError{Offset: f.off, Err: fmt.Errorf("%w: sparse initializers are not supported; densify the model first", ErrUnsupported)}, "sparse_initializer")
+		case 16:
+			var e StringEntry
+			if e, err = decodeEntryField(f, indexed("metadata_props", len(g.MetadataProps))); err == nil {
+				g.MetadataProps = append(g.MetadataProps, e)
+			}
 		}
 		return err
 	})
@@ -457,6 +462,13 @@ func decodeNode(b []byte, base int, n *Node, depth int) error {
 			n.DocString, err = f.str("doc_string")
 		case 7:
 			n.Domain, err = f.str("domain")
+		case 8:
+			n.Overload, err = f.str("overload")
+		case 9:
+			var e StringEntry
+			if e, err = decodeEntryField(f, indexed("metadata_props", len(n.MetadataProps))); err == nil {
+				n.MetadataProps = append(n.MetadataProps, e)
+			}
 		}
 		return err
 	})
@@ -629,6 +641,11 @@ func decodeTensor(b []byte, base int, t *Tensor, depth int) error {
 			var v int32
 			v, err = f.int32v("data_location")
 			t.DataLocation = DataLocation(v)
+		case 16:
+			var e StringEntry
+			if e, err = decodeEntryField(f, indexed("metadata_props", len(t.MetadataProps))); err == nil {
+				t.MetadataProps = append(t.MetadataProps, e)
+			}
 		}
 		return err
 	})
@@ -654,6 +671,11 @@ func decodeValueInfo(b []byte, base int, v *ValueInfo, depth int) error {
 			err = within(decodeType(p, f.off, v.Type, depth+1), "type")
 		case 3:
 			v.DocString, err = f.str("doc_string")
+		case 4:
+			var e StringEntry
+			if e, err = decodeEntryField(f, indexed("metadata_props", len(v.MetadataProps))); err == nil {
+				v.MetadataProps = append(v.MetadataProps, e)
+			}
 		}
 		return err
 	})

@@ -106,6 +106,9 @@ func appendGraph(b []byte, g *Graph) []byte {
 			b = putMessage(b, protowire.Number(11+num), func(p []byte) []byte { return appendValueInfo(p, v) })
 		}
 	}
+	for _, e := range g.MetadataProps {
+		b = putEntry(b, 16, e)
+	}
 	return b
 }
 
@@ -126,7 +129,12 @@ func appendNode(b []byte, n *Node) []byte {
 		b = putMessage(b, 5, func(p []byte) []byte { return appendAttribute(p, a) })
 	}
 	b = putString(b, 6, n.DocString)
-	return putString(b, 7, n.Domain)
+	b = putString(b, 7, n.Domain)
+	b = putString(b, 8, n.Overload)
+	for _, e := range n.MetadataProps {
+		b = putEntry(b, 9, e)
+	}
+	return b
 }
 
 func appendAttribute(b []byte, a *Attribute) []byte {
@@ -214,7 +222,11 @@ func appendTensor(b []byte, t *Tensor) []byte {
 	for _, e := range t.ExternalData {
 		b = putEntry(b, 13, e)
 	}
-	return putInt(b, 14, int64(t.DataLocation))
+	b = putInt(b, 14, int64(t.DataLocation))
+	for _, e := range t.MetadataProps {
+		b = putEntry(b, 16, e)
+	}
+	return b
 }
 
 func appendValueInfo(b []byte, v *ValueInfo) []byte {
@@ -222,7 +234,11 @@ func appendValueInfo(b []byte, v *ValueInfo) []byte {
 	if v.Type != nil {
 		b = putMessage(b, 2, func(p []byte) []byte { return appendType(p, v.Type) })
 	}
-	return putString(b, 3, v.DocString)
+	b = putString(b, 3, v.DocString)
+	for _, e := range v.MetadataProps {
+		b = putEntry(b, 4, e)
+	}
+	return b
 }
 
 func appendType(b []byte, t *Type) []byte {

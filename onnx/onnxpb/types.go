@@ -56,6 +56,8 @@ type Graph struct {
 	Input       []*ValueInfo // 11
 	Output      []*ValueInfo // 12
 	ValueInfo   []*ValueInfo // 13
+	// MetadataProps (16, IR 10) carries named annotations.
+	MetadataProps []StringEntry
 }
 
 // Node is onnx.NodeProto.
@@ -67,6 +69,11 @@ type Node struct {
 	Attribute []*Attribute // 5
 	DocString string       // 6
 	Domain    string       // 7
+	// Overload (8, IR 10) selects a model-local function overload.
+	Overload string
+	// MetadataProps (9, IR 10) carries named annotations (exporters record source
+	// locations here; we record exact float64 attribute values).
+	MetadataProps []StringEntry
 }
 
 // AttributeType is onnx.AttributeProto.AttributeType.
@@ -221,13 +228,16 @@ type Tensor struct {
 	DocString    string        // 12
 	ExternalData []StringEntry // 13
 	DataLocation DataLocation  // 14
+	// MetadataProps (16, IR 10) carries named annotations.
+	MetadataProps []StringEntry
 }
 
 // ValueInfo is onnx.ValueInfoProto.
 type ValueInfo struct {
-	Name      string // 1
-	Type      *Type  // 2
-	DocString string // 3
+	Name          string        // 1
+	Type          *Type         // 2
+	DocString     string        // 3
+	MetadataProps []StringEntry // 4 (IR 10)
 }
 
 // Type is onnx.TypeProto. Only tensor types are modelled; any other member of the
