@@ -10,6 +10,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/awalterschulze/gographviz"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -312,6 +315,30 @@ func TestModelGolden(t *testing.T) {
 		}
 		if string(want) != got {
 			t.Errorf("%s: graph hash %s, golden %s (if intended, go test ./model -update)", cfg.Name, strings.TrimSpace(got), strings.TrimSpace(string(want)))
+		}
+	}
+}
+
+// TestModelDOT renders every config (gpt2's forward graph has hundreds of
+// nodes and thousands of edges) and reads the DOT back.
+func TestModelDOT(t *testing.T) {
+	for _, cfg := range Configs() {
+		g := mustBuild(t, cfg)
+		start := time.Now()
+		text, err := graph.WriteDOT(g)
+		if err != nil {
+			t.Fatalf("%s: %v", cfg.Name, err)
+		}
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("%s: WriteDOT took %v", cfg.Name, d)
+		}
+		gv, err := gographviz.Read([]byte(text))
+		if err != nil {
+			t.Fatalf("%s: gographviz cannot read the DOT: %v", cfg.Name, err)
+		}
+		want := len(g.Inputs) + len(g.Params) + len(g.Consts) + len(g.Nodes) + len(g.Outputs)
+		if len(gv.Nodes.Nodes) != want {
+			t.Errorf("%s: DOT has %d nodes, want %d", cfg.Name, len(gv.Nodes.Nodes), want)
 		}
 	}
 }
