@@ -74,8 +74,8 @@ const maxSeed = 1 << 31
 
 // Validate reports the first thing about c that Build cannot make a model of.
 func (c Config) Validate() error {
-	if c.Name == "" {
-		return fmt.Errorf("model: config has no name")
+	if c.Name == "" || strings.ContainsFunc(c.Name, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return fmt.Errorf("model: config name %q: want a non-empty name without control characters", c.Name)
 	}
 	for _, f := range []struct {
 		name string
@@ -89,6 +89,14 @@ func (c Config) Validate() error {
 		if f.v > 1<<24 {
 			return fmt.Errorf("model: config %s: %s %d is too large", c.Name, f.name, f.v)
 		}
+	}
+	// The largest activations are the attention scores [B, H, S, S] and the
+	// logits [B, S, V]; keep element counts where int arithmetic and memory
+	// planning stay exact.
+	const maxElems = 1 << 40
+	B, S := float64(c.Batch), float64(c.Seq)
+	if B*float64(c.Heads)*S*S > maxElems || B*S*float64(max(c.Vocab, c.FFN, c.Dim, c.Heads*c.HeadDim)) > maxElems {
+		return fmt.Errorf("model: config %s: activations over %d elements", c.Name, int64(maxElems))
 	}
 	if c.HeadDim%2 != 0 {
 		return fmt.Errorf("model: config %s: head_dim must be even for rotate-half RoPE, got %d", c.Name, c.HeadDim)

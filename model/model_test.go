@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/awalterschulze/gographviz"
-
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -96,6 +95,8 @@ func TestModelValidate(t *testing.T) {
 		"odd head dim": func(c *Config) { c.HeadDim = 15 },
 		"int dtype":    func(c *Config) { c.DType = graph.Int64 },
 		"neg seed":     func(c *Config) { c.Seed = -1 },
+		"newline name": func(c *Config) { c.Name = "a\nb" },
+		"huge":         func(c *Config) { c.Seq, c.Batch = 1<<22, 1<<10 },
 	}
 	for name, mod := range bad {
 		c := tiny
