@@ -343,3 +343,13 @@ func TestModelDOT(t *testing.T) {
 		}
 	}
 }
+
+func TestModelFLOPs(t *testing.T) {
+	tiny, _ := Lookup("tiny")
+	// Per layer: q, k, v, o projections 2·64·64 each, MLP 3·2·64·128, attention
+	// scores and weighted sum 2·2·32·64; plus the lm_head 2·64·256.
+	want := int64(2*(4*2*64*64+3*2*64*128+2*2*32*64) + 2*64*256)
+	if got := tiny.FLOPsPerToken(); got != want {
+		t.Errorf("tiny FLOPsPerToken %d, want %d", got, want)
+	}
+}
