@@ -58,9 +58,9 @@ int fwd_tc_dispatch<__nv_bfloat16>(int D, int variant, const void* q, const void
   typedef __nv_bfloat16 T;
   if (D == 64) {
     switch (variant) {
-      case 0: return fwd_launch<T>(flash_fwd_bf16_d64, 64, {4, 128}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
+      case 0: return fwd_launch<T>(flash_fwd_bf16_d64, 64, {8, 128}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
       case 1: return fwd_launch<T>(fwd_var<T, 64, 8, 64>, 64, {8, 64}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
-      case 2: return fwd_launch<T>(fwd_var<T, 64, 8, 128>, 64, {8, 128}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
+      case 2: return fwd_launch<T>(fwd_var<T, 64, 4, 128>, 64, {4, 128}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
       case 3: return fwd_launch<T>(fwd_var<T, 64, 4, 64>, 64, {4, 64}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
     }
   } else if (D == 128) {
@@ -79,7 +79,7 @@ int fwd_tc_dispatch<__half>(int D, int variant, const void* q, const void* k, co
                             int BH, int Sq, int Sk, float scale, int causal, cudaStream_t st) {
   typedef __half T;
   if (variant != 0) return -1;
-  if (D == 64) return fwd_launch<T>(flash_fwd_fp16_d64, 64, {4, 128}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
+  if (D == 64) return fwd_launch<T>(flash_fwd_fp16_d64, 64, {8, 128}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
   if (D == 128) return fwd_launch<T>(flash_fwd_fp16_d128, 128, {4, 64}, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
   return -1;
 }
@@ -117,8 +117,8 @@ int bwd_tc_dispatch<__nv_bfloat16>(int D, int variant, const void* q, const void
 #define BWD_ARGS q, k, v, dO, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal, st
   if (D == 64) {
     switch (variant) {
-      case 0: return bwd_launch<T>(flash_bwd_bf16_d64, 64, {64, 8}, BWD_ARGS);
-      case 1: return bwd_launch<T>(bwd_var<T, 64, 128, 8>, 64, {128, 8}, BWD_ARGS);
+      case 0: return bwd_launch<T>(flash_bwd_bf16_d64, 64, {128, 8}, BWD_ARGS);
+      case 1: return bwd_launch<T>(bwd_var<T, 64, 64, 8>, 64, {64, 8}, BWD_ARGS);
       case 2: return bwd_launch<T>(bwd_var<T, 64, 64, 4>, 64, {64, 4}, BWD_ARGS);
     }
   } else if (D == 128) {
@@ -137,7 +137,7 @@ int bwd_tc_dispatch<__half>(int D, int variant, const void* q, const void* k, co
                             int Sk, float scale, int causal, cudaStream_t st) {
   typedef __half T;
   if (variant != 0) return -1;
-  if (D == 64) return bwd_launch<T>(flash_bwd_fp16_d64, 64, {64, 8}, BWD_ARGS);
+  if (D == 64) return bwd_launch<T>(flash_bwd_fp16_d64, 64, {128, 8}, BWD_ARGS);
   if (D == 128) return bwd_launch<T>(flash_bwd_fp16_d128, 128, {64, 8}, BWD_ARGS);
   return -1;
 #undef BWD_ARGS
