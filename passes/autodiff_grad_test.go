@@ -18,7 +18,7 @@ import (
 // is not uniform (a uniform one hides transposition and broadcasting bugs).
 
 // Tolerances. Central differences with step fdStep in float64 have a
-// truncation error ~h²·f”' ≈ 1e-10 and a rounding error ~1e-16·|loss|/h ≈
+// truncation error ~h² times the third derivative ≈ 1e-10 and a rounding error ~1e-16·|loss|/h ≈
 // 1e-11·|loss|, far below fdRel.
 const (
 	fdStep = 1e-5
