@@ -1,0 +1,347 @@
+// Package train trains the flashgraph transformer on bytes: a data loader
+// over text files, the training loop that drives one compiled training-step
+// graph (forward, backward and AdamW, passes.TrainingGraph) on any backend,
+// validation, a loss plot, and safetensors checkpoints that resume a run bit
+// for bit.
+package train
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strconv"
+
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/passes"
+)
+
+// Hyper are the optimisation settings of a run: the schedule and AdamW's
+// constants. They are recorded in checkpoints.
+type Hyper struct {
+	LR          float64 `json:"lr"`           // peak learning rate
+	MinLR       float64 `json:"min_lr"`       // rate at the last step (cosine floor)
+	Warmup      int64   `json:"warmup"`       // linear warmup steps
+	Steps       int64   `json:"steps"`        // total steps of the run
+	WeightDecay float64 `json:"weight_decay"` // AdamW decoupled decay (matrices only)
+	Beta1       float64 `json:"beta1"`        // 0: passes.DefaultBeta1
+	Beta2       float64 `json:"beta2"`        // 0: passes.DefaultBeta2
+	DataSeed    uint64  `json:"data_seed"`    // batch sampling seed
+}
+
+// Schedule returns the run's learning-rate schedule.
+func (h Hyper) Schedule() Schedule {
+	return Schedule{Peak: h.LR, Min: h.MinLR, Warmup: h.Warmup, Total: h.Steps}
+}
+
+// Graphs are the graphs of a run.
+type Graphs struct {
+	Forward *graph.Graph      // the model's forward graph, fused when asked
+	Step    *passes.TrainStep // forward + backward + AdamW of Forward
+}
+
+// BuildGraphs builds cfg's forward graph, fuses its attention when fuse is
+// set, and derives the training step from it. Fusing before differentiating
+// is what gives the backward pass FlashAttentionGrad (scores recomputed from
+// the saved logsumexp) instead of the S×S softmax backward.
+func BuildGraphs(cfg model.Config, fuse bool, h Hyper) (*Graphs, error) {
+	fwd, err := model.Build(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if fuse {
+		if fwd, err = fuseAttention(fwd); err != nil {
+			return nil, err
+		}
+	}
+	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{
+		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Graphs{Forward: fwd, Step: ts}, nil
+}
+
+// Trainer holds a compiled training step and the run's position. It is the
+// part of the loop a test can drive one step at a time; Run adds the
+// schedule of evaluations, checkpoints, progress and signals.
+type Trainer struct {
+	Config model.Config
+	Fused  bool
+	Hyper  Hyper
+	Graphs *Graphs
+
+	be     backend.Backend
+	exec   backend.Executable
+	eval   backend.Executable // forward-only, compiled on first use
+	train  *Batcher
+	val    *Batcher
+	sched  Schedule
+	corpus *Corpus
+
+	step      int64      // completed steps
+	losses    []float64  // train loss of every completed step
+	vals      []ValPoint // validation losses so far
+	elapsed   float64    // seconds of training before this process (from a checkpoint)
+	lrDType   graph.DType
+	stepDType graph.DType
+}
+
+// ValPoint is a validation loss after Step completed steps.
+type ValPoint struct {
+	Step int64   `json:"step"`
+	Loss float64 `json:"loss"`
+}
+
+// EvalTokens is about how many tokens one evaluation averages over: enough
+// that two points of the curve differ by more than their sampling noise,
+// few enough that evaluating costs a fraction of the steps in between.
+const EvalTokens = 4096
+
+// EvalBatches is how many fixed validation batches one evaluation of cfg
+// averages: EvalTokens' worth, at least 1 and at most 32 batches.
+func EvalBatches(cfg model.Config) int {
+	per := cfg.Batch * cfg.Seq
+	return min(32, max(1, (EvalTokens+per-1)/per))
+}
+
+// NewTrainer builds and compiles the training step of cfg on be.
+func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	if err := h.Schedule().Validate(); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	if cfg.Vocab != Vocab {
+		return nil, fmt.Errorf("train: the data is bytes (vocab %d), config %s has vocab %d", Vocab, cfg.Name, cfg.Vocab)
+	}
+	gs, err := BuildGraphs(cfg, fuse, h)
+	if err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	tb, err := NewBatcher(corpus.Train, cfg.Batch, cfg.Seq, h.DataSeed)
+	if err != nil {
+		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
+	}
+	t := &Trainer{Config: cfg, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, sched: h.Schedule(), corpus: corpus}
+	// The validation set may be too short for a window; then there is
+	// simply no validation (Eval says so).
+	t.val, _ = newBatcher(corpus.Val, cfg.Batch, cfg.Seq, h.DataSeed, valStream)
+	for _, in := range gs.Step.Graph.Inputs {
+		switch in.Name {
+		case gs.Step.LR:
+			t.lrDType = in.Type.DType
+		case gs.Step.Step:
+			t.stepDType = in.Type.DType
+		}
+	}
+	t.exec, err = be.Compile(gs.Step.Graph, backend.Options{Updates: gs.Step.Updates})
+	if err != nil {
+		return nil, fmt.Errorf("train: compiling the training step on %s: %w", be.Name(), err)
+	}
+	return t, nil
+}
+
+// Close releases the executables.
+func (t *Trainer) Close() error {
+	if t.eval != nil {
+		t.eval.Close()
+	}
+	return t.exec.Close()
+}
+
+// StepsDone is the number of completed steps.
+func (t *Trainer) StepsDone() int64 { return t.step }
+
+// Losses returns the train loss of every completed step.
+func (t *Trainer) Losses() []float64 { return append([]float64(nil), t.losses...) }
+
+// ValLosses returns the validation points so far.
+func (t *Trainer) ValLosses() []ValPoint { return append([]ValPoint(nil), t.vals...) }
+
+// Stats is the training executable's memory accounting.
+func (t *Trainer) Stats() backend.Stats { return t.exec.Stats() }
+
+// LR is the learning rate of the next step.
+func (t *Trainer) LR() float64 { return t.sched.LR(t.step) }
+
+// Step runs one training step on the next batch and returns its loss. A
+// non-finite loss is an error and does not count as a step; the executable's
+// weights are then damaged and the run must restart from a checkpoint.
+func (t *Trainer) Step() (float64, error) {
+	tokens, targets := t.train.Batch(t.step)
+	lr := graph.NewTensor(t.lrDType, graph.Shape{})
+	lr.Set(0, t.sched.LR(t.step))
+	st := graph.NewTensor(t.stepDType, graph.Shape{})
+	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
+	out, err := t.exec.Run(map[string]*graph.Tensor{
+		"tokens": tokens, "targets": targets, t.Graphs.Step.LR: lr, t.Graphs.Step.Step: st,
+	})
+	if err != nil {
+		return 0, fmt.Errorf("train: step %d: %w", t.step+1, err)
+	}
+	lt, ok := out[t.Graphs.Step.Loss]
+	if !ok || lt.Len() != 1 {
+		return 0, fmt.Errorf("train: step %d: the step returned no scalar loss", t.step+1)
+	}
+	loss := lt.At(0)
+	if math.IsNaN(loss) || math.IsInf(loss, 0) {
+		return loss, fmt.Errorf("train: step %d: loss is %v (diverged; try a lower -lr)", t.step+1, loss)
+	}
+	t.step++
+	t.losses = append(t.losses, loss)
+	return loss, nil
+}
+
+// HasVal reports whether there is validation data for at least one window.
+func (t *Trainer) HasVal() bool { return t.val != nil }
+
+// Eval returns the mean loss over EvalBatches(cfg) fixed validation batches (the
+// same batches every time, so the points of a curve are comparable), with the
+// current weights, and records it at the current step.
+func (t *Trainer) Eval() (float64, error) {
+	if t.val == nil {
+		return 0, fmt.Errorf("train: no validation data (%d bytes, a window needs %d)", len(t.corpus.Val), t.Config.Seq+1)
+	}
+	if t.eval == nil {
+		e, err := t.be.Compile(t.Graphs.Forward, backend.Options{})
+		if err != nil {
+			return 0, fmt.Errorf("train: compiling the evaluation graph: %w", err)
+		}
+		t.eval = e
+	}
+	// The weights live in the training executable; copy them over.
+	for _, p := range t.Graphs.Forward.Params {
+		w, err := t.exec.Initializer(p.Name)
+		if err != nil {
+			return 0, fmt.Errorf("train: eval: %w", err)
+		}
+		if err := t.eval.SetInitializer(p.Name, w); err != nil {
+			return 0, fmt.Errorf("train: eval: %w", err)
+		}
+	}
+	var sum float64
+	nb := EvalBatches(t.Config)
+	for k := range nb {
+		tokens, targets := t.val.Batch(int64(k))
+		out, err := t.eval.Run(map[string]*graph.Tensor{"tokens": tokens, "targets": targets})
+		if err != nil {
+			return 0, fmt.Errorf("train: eval: %w", err)
+		}
+		sum += out["loss"].At(0)
+	}
+	loss := sum / float64(nb)
+	t.recordVal(loss)
+	return loss, nil
+}
+
+func (t *Trainer) recordVal(loss float64) {
+	if n := len(t.vals); n > 0 && t.vals[n-1].Step == t.step {
+		t.vals[n-1].Loss = loss
+		return
+	}
+	t.vals = append(t.vals, ValPoint{Step: t.step, Loss: loss})
+}
+
+// stateTypes is what a checkpoint must hold: every initializer the step
+// updates (params and moments), by type.
+func (t *Trainer) stateTypes() map[string]graph.TensorType {
+	vals := t.Graphs.Step.Graph.Values()
+	m := map[string]graph.TensorType{}
+	for _, target := range t.Graphs.Step.Updates {
+		m[target] = vals[target].Type
+	}
+	return m
+}
+
+func (t *Trainer) stateNames() []string {
+	names := make([]string, 0, len(t.Graphs.Step.Updates))
+	for _, target := range t.Graphs.Step.Updates {
+		names = append(names, target)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// State returns the weights, the optimizer moments and the metadata that
+// make up a checkpoint of the current step.
+func (t *Trainer) State() (*Tensors, error) {
+	ts := &Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
+	for _, n := range t.stateNames() {
+		w, err := t.exec.Initializer(n)
+		if err != nil {
+			return nil, fmt.Errorf("train: state: %w", err)
+		}
+		ts.Tensors[n] = w
+	}
+	cfg, _ := json.Marshal(t.Config)
+	hyper, _ := json.Marshal(struct {
+		Hyper
+		Fused bool `json:"fused"`
+	}{t.Hyper, t.Fused})
+	losses, _ := json.Marshal(t.losses)
+	vals, _ := json.Marshal(t.vals)
+	m := ts.Metadata
+	m[MetaFormat] = CheckpointFormat
+	m[MetaStep] = strconv.FormatInt(t.step, 10)
+	m[MetaConfig] = string(cfg)
+	m[MetaOptions] = string(hyper)
+	m[MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
+	m[MetaCorpus] = t.corpus.Fingerprint()
+	m[MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq), 10)
+	m[MetaLosses] = string(losses)
+	m[MetaValLosses] = string(vals)
+	m[MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)
+	return ts, nil
+}
+
+// Restore loads a checkpoint into the executable and moves the run to its
+// step. The checkpoint must have been made for the same model config and
+// hold exactly the step's state; the notes list settings that differ from
+// the checkpoint's (another schedule, data seed or corpus), which are allowed
+// but mean the run no longer continues the old one exactly.
+func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
+	var cfg model.Config
+	if err := json.Unmarshal([]byte(ts.Metadata[MetaConfig]), &cfg); err != nil {
+		return nil, fmt.Errorf("train: checkpoint config: %w", err)
+	}
+	if cfg != t.Config {
+		return nil, fmt.Errorf("train: the checkpoint is of model %+v, this run is %+v (pass the same -config and overrides)", cfg, t.Config)
+	}
+	if err := CheckState(ts, t.stateTypes()); err != nil {
+		return nil, fmt.Errorf("train: %w", err)
+	}
+	var old struct {
+		Hyper
+		Fused bool `json:"fused"`
+	}
+	if err := json.Unmarshal([]byte(ts.Metadata[MetaOptions]), &old); err != nil {
+		return nil, fmt.Errorf("train: checkpoint options: %w", err)
+	}
+	if old.Hyper != t.Hyper {
+		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%+v there, %+v now): the run does not repeat the original exactly", old.Hyper, t.Hyper))
+	}
+	if old.Fused != t.Fused {
+		notes = append(notes, fmt.Sprintf("the checkpoint was trained with fusion %v, this run uses %v (same math, rounding differs)", old.Fused, t.Fused))
+	}
+	if fp := ts.Metadata[MetaCorpus]; fp != t.corpus.Fingerprint() {
+		notes = append(notes, fmt.Sprintf("the data differs from the checkpoint's (corpus %s there, %s now)", fp, t.corpus.Fingerprint()))
+	}
+	var losses []float64
+	var vals []ValPoint
+	if err := json.Unmarshal([]byte(ts.Metadata[MetaLosses]), &losses); err != nil || int64(len(losses)) != step {
+		return nil, fmt.Errorf("train: checkpoint loss history is damaged (%d losses for step %d)", len(losses), step)
+	}
+	if err := json.Unmarshal([]byte(ts.Metadata[MetaValLosses]), &vals); err != nil {
+		return nil, fmt.Errorf("train: checkpoint validation history: %w", err)
+	}
+	elapsed, _ := strconv.ParseFloat(ts.Metadata[MetaElapsed], 64)
+	for _, n := range t.stateNames() {
+		if err := t.exec.SetInitializer(n, ts.Tensors[n]); err != nil {
+			return nil, fmt.Errorf("train: restore: %w", err)
+		}
+	}
+	t.step, t.losses, t.vals, t.elapsed = step, losses, vals, elapsed
+	return notes, nil
+}
