@@ -1,0 +1,201 @@
+package train
+
+import (
+	"context"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+)
+
+func TestScheduleShape(t *testing.T) {
+	s := Schedule{Peak: 1e-3, Min: 1e-4, Warmup: 10, Total: 110}
+	if err := s.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		i    int64
+		want float64
+	}{{0, 1e-4}, {4, 5e-4}, {9, 1e-3}, {10, 1e-3}, {60, 5.5e-4}, {110, 1e-4}, {500, 1e-4}} {
+		if got := s.LR(c.i); math.Abs(got-c.want) > 1e-15 {
+			t.Errorf("LR(%d) = %v, want %v", c.i, got, c.want)
+		}
+	}
+	for i := int64(10); i < 110; i++ {
+		if s.LR(i+1) > s.LR(i) {
+			t.Fatalf("LR rises after warmup at step %d", i)
+		}
+	}
+	for _, bad := range []Schedule{{Peak: 0, Total: 1}, {Peak: 1, Min: 2, Total: 1}, {Peak: 1, Total: 0}, {Peak: 1, Warmup: -1, Total: 1}, {Peak: math.NaN(), Total: 1}} {
+		if bad.Validate() == nil {
+			t.Errorf("schedule %+v accepted", bad)
+		}
+	}
+}
+
+// testCorpus is a few kilobytes of text: enough windows for tiny batches.
+func testCorpus(t *testing.T) *Corpus {
+	t.Helper()
+	var b strings.Builder
+	for i := range 200 {
+		b.WriteString("func add(a, b int) int { return a + b } // line ")
+		b.WriteString(strings.Repeat("x", i%7))
+		b.WriteString("\n")
+	}
+	c, err := NewCorpus("test", []byte(b.String()), 0.1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// testConfig is the tiny model with a short sequence, to keep tests fast.
+func testConfig(t *testing.T, dt graph.DType) model.Config {
+	t.Helper()
+	cfg, err := model.Lookup("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Seq, cfg.Batch, cfg.DType = 16, 2, dt
+	return cfg
+}
+
+func testHyper(steps int64) Hyper {
+	return Hyper{LR: 3e-3, MinLR: 3e-4, Warmup: 5, Steps: steps, WeightDecay: 0.1, DataSeed: 11}
+}
+
+// TestTrainResumeBitExact: 2N steps in one run give the same weights, moments
+// and losses, bit for bit, as N steps, an interrupt (the Ctrl-C path: the
+// step finishes and a checkpoint is saved), and a resumed run in a fresh
+// executable for the other N.
+func TestTrainResumeBitExact(t *testing.T) {
+	const N = 6
+	cfg := testConfig(t, graph.Float32)
+	corpus := testCorpus(t)
+	be := cpu.New()
+
+	straightDir := t.TempDir()
+	straight, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(2 * N), EvalEvery: 4, CkptDir: straightDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	first, err := Run(ctx, be, corpus, Options{Config: cfg, Hyper: testHyper(2 * N), EvalEvery: 4, CkptDir: dir,
+		OnStep: func(step int64, _ float64) {
+			if step == N {
+				cancel()
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !first.Interrupted || first.Step != N || first.Checkpoint != CheckpointPath(dir, N) {
+		t.Fatalf("interrupted run: interrupted %v at step %d, checkpoint %q", first.Interrupted, first.Step, first.Checkpoint)
+	}
+	second, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(2 * N), EvalEvery: 4, CkptDir: dir, Resume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.StartStep != N || second.Step != 2*N {
+		t.Fatalf("resumed run went from step %d to %d", second.StartStep, second.Step)
+	}
+	if len(second.Losses) != 2*N {
+		t.Fatalf("resumed run has %d losses, want the whole history of %d", len(second.Losses), 2*N)
+	}
+	for i := range straight.Losses {
+		if math.Float64bits(straight.Losses[i]) != math.Float64bits(second.Losses[i]) {
+			t.Errorf("step %d loss: straight %v, resumed %v", i+1, straight.Losses[i], second.Losses[i])
+		}
+	}
+	if len(straight.Val) != len(second.Val) {
+		t.Errorf("validation points: straight %v, resumed %v", straight.Val, second.Val)
+	}
+	a, _, err := LoadCheckpoint(straight.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := LoadCheckpoint(second.Checkpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Tensors) != len(b.Tensors) || len(a.Tensors) != 3*len(cfg.Params()) {
+		t.Fatalf("checkpoints hold %d and %d tensors, want params and two moments each (%d)", len(a.Tensors), len(b.Tensors), 3*len(cfg.Params()))
+	}
+	for n, x := range a.Tensors {
+		if !sameBits(x, b.Tensors[n]) {
+			t.Errorf("%s differs between the straight and the resumed run", n)
+		}
+	}
+	if _, ok := a.Tensors["opt.m.lm_head"]; !ok {
+		t.Error("checkpoint has no opt.m.lm_head")
+	}
+	// The moments did move: the checkpoint is not just the weights.
+	if v := a.Tensors["opt.v.tok_emb"]; v == nil || maxAbs(v) == 0 {
+		t.Error("opt.v.tok_emb is zero after training")
+	}
+}
+
+func maxAbs(t *graph.Tensor) float64 {
+	var m float64
+	for i := range t.Len() {
+		m = max(m, math.Abs(t.At(i)))
+	}
+	return m
+}
+
+// TestTrainResumeErrors: a damaged checkpoint or one of another model is a
+// clear error, not a panic or a silent restart.
+func TestTrainResumeErrors(t *testing.T) {
+	cfg := testConfig(t, graph.Float32)
+	corpus := testCorpus(t)
+	be := cpu.New()
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(2), CkptDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	other := cfg
+	other.Layers = 1
+	_, err := Run(context.Background(), be, corpus, Options{Config: other, Hyper: testHyper(4), CkptDir: dir, Resume: true})
+	if err == nil || !strings.Contains(err.Error(), "-config") {
+		t.Errorf("resume with another config: err %v", err)
+	}
+	p, _, _ := LatestCheckpoint(dir)
+	data, _ := os.ReadFile(p)
+	os.WriteFile(p, data[:len(data)/2], 0o644)
+	_, err = Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(4), CkptDir: dir, Resume: true})
+	if err == nil || !strings.Contains(err.Error(), filepath.Base(p)) {
+		t.Errorf("resume from a truncated checkpoint: err %v", err)
+	}
+	_, err = Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(4), CkptDir: t.TempDir(), Resume: true})
+	if err == nil || !strings.Contains(err.Error(), "no checkpoint") {
+		t.Errorf("resume from an empty folder: err %v", err)
+	}
+}
+
+// TestTrainOverfitsFixedBatch: the data holds exactly one window, so every
+// batch is the same; the model must learn it almost perfectly.
+func TestTrainOverfitsFixedBatch(t *testing.T) {
+	cfg := testConfig(t, graph.Float32)
+	text := []byte("The quick brown fox jumps over!!")[:cfg.Seq+1]
+	corpus := &Corpus{Source: "one window", Train: text}
+	h := Hyper{LR: 1e-2, MinLR: 1e-3, Warmup: 10, Steps: 150, DataSeed: 1}
+	res, err := Run(context.Background(), cpu.New(), corpus, Options{Config: cfg, Hyper: h})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := res.Losses[len(res.Losses)-1]
+	t.Logf("fixed batch: loss %.4f at step 1, %.5f at step %d", res.Losses[0], last, len(res.Losses))
+	if !(last < 0.1) {
+		t.Errorf("final loss %v on one fixed batch, want < 0.1", last)
+	}
+	if len(res.Val) != 0 {
+		t.Errorf("validation points %v without validation data", res.Val)
+	}
+}
