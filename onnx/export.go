@@ -1,0 +1,243 @@
+package onnx
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// Opsets Export writes: 18 (our Reduce ops take axes as an input, as ONNX's do
+// from 18), 23 when a FlashAttention is written as the standard Attention op.
+const (
+	exportOpset          = 18
+	exportAttentionOpset = 23
+	exportIRVersion      = 10 // node and tensor metadata_props need IR 10
+	ourOpsetVersion      = 1
+)
+
+// Export converts g into an ONNX model. Standard ops keep their ONNX names;
+// FlashAttention becomes opset-23 Attention (is_causal, scale) when its
+// logsumexp output is unused and its inputs are 4-D, and stays in the
+// "flashgraph" domain otherwise, like our other ops.
+func Export(g *graph.Graph) (*onnxpb.Model, error) {
+	if err := graph.Verify(g); err != nil {
+		return nil, fmt.Errorf("onnx: export: %w", err)
+	}
+	uses := g.Uses()
+	ex := &exporter{g: g, uses: uses}
+	og := &onnxpb.Graph{Name: g.Name}
+	for _, v := range g.Inputs {
+		og.Input = append(og.Input, valueInfo(v))
+	}
+	for _, v := range g.Initializers() {
+		t, err := initializer(v)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: export %s %s: %w", v.Kind, v.Name, err)
+		}
+		og.Initializer = append(og.Initializer, t)
+	}
+	for _, n := range g.Nodes {
+		pn, err := ex.node(n)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: export node %s (%s): %w", n.Name, n.Op, err)
+		}
+		og.Node = append(og.Node, pn)
+		for _, o := range n.Outputs {
+			if ex.written[o] {
+				og.ValueInfo = append(og.ValueInfo, valueInfo(o))
+			}
+		}
+	}
+	for _, v := range g.Outputs {
+		og.Output = append(og.Output, valueInfo(v))
+	}
+	// Graph outputs are described by og.Output; value_info is for the rest.
+	outs := map[string]bool{}
+	for _, v := range g.Outputs {
+		outs[v.Name] = true
+	}
+	vi := og.ValueInfo[:0]
+	for _, v := range og.ValueInfo {
+		if !outs[v.Name] {
+			vi = append(vi, v)
+		}
+	}
+	og.ValueInfo = vi
+
+	opset := int64(exportOpset)
+	if ex.attention {
+		opset = exportAttentionOpset
+	}
+	m := &onnxpb.Model{
+		IRVersion: exportIRVersion, ProducerName: Producer, ProducerVersion: "1",
+		OpsetImport: []onnxpb.OperatorSetID{{Domain: "", Version: opset}},
+		Graph:       og,
+	}
+	if ex.ours {
+		m.OpsetImport = append(m.OpsetImport, onnxpb.OperatorSetID{Domain: graph.DomainFlashgraph, Version: ourOpsetVersion})
+	}
+	return m, nil
+}
+
+// ExportBytes serializes Export's model.
+func ExportBytes(g *graph.Graph) ([]byte, error) {
+	m, err := Export(g)
+	if err != nil {
+		return nil, err
+	}
+	return onnxpb.Encode(m), nil
+}
+
+// ExportFile writes g as an .onnx file.
+func ExportFile(g *graph.Graph, path string) error {
+	b, err := ExportBytes(g)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+type exporter struct {
+	g         *graph.Graph
+	uses      map[*graph.Value][]*graph.Node
+	written   map[*graph.Value]bool // node outputs that appear in the model
+	attention bool                  // an Attention op was written
+	ours      bool                  // a node of our domain was written
+}
+
+func valueInfo(v *graph.Value) *onnxpb.ValueInfo {
+	sh := &onnxpb.TensorShape{}
+	for _, d := range v.Type.Shape {
+		sh.Dim = append(sh.Dim, onnxpb.Dimension{Value: int64(d), HasValue: true})
+	}
+	return &onnxpb.ValueInfo{Name: v.Name, Type: &onnxpb.Type{Tensor: &onnxpb.TensorType{ElemType: onnxType(v.Type.DType), Shape: sh}}}
+}
+
+func initializer(v *graph.Value) (*onnxpb.Tensor, error) {
+	data, err := v.Init.Materialize(v.Type)
+	if err != nil {
+		return nil, err
+	}
+	dims := make([]int64, len(v.Type.Shape))
+	for i, d := range v.Type.Shape {
+		dims[i] = int64(d)
+	}
+	var t *onnxpb.Tensor
+	switch v.Type.DType {
+	case graph.Float32:
+		t = onnxpb.NewFloat32(v.Name, dims, data.F32)
+	case graph.Float16:
+		t = onnxpb.NewFloat16(v.Name, dims, data.F32)
+	case graph.BFloat16:
+		t = onnxpb.NewBFloat16(v.Name, dims, data.F32)
+	case graph.Float64:
+		t = onnxpb.NewFloat64(v.Name, dims, data.F64)
+	case graph.Int64:
+		t = onnxpb.NewInt64(v.Name, dims, data.I64)
+	case graph.Bool:
+		t = onnxpb.NewBool(v.Name, dims, data.B)
+	default:
+		return nil, fmt.Errorf("dtype %v cannot be exported", v.Type.DType)
+	}
+	kind := "const"
+	if v.Kind == graph.Param {
+		kind = "param"
+	}
+	t.MetadataProps = []onnxpb.StringEntry{{Key: metaKind, Value: kind}}
+	if needsRecipe(*v.Init, data) {
+		t.MetadataProps = append(t.MetadataProps, onnxpb.StringEntry{Key: metaInit, Value: formatRecipe(*v.Init)})
+	}
+	return t, nil
+}
+
+// used reports whether a value is read by a node or is a graph output.
+func (ex *exporter) used(v *graph.Value) bool { return len(ex.uses[v]) > 0 || ex.g.IsOutput(v) }
+
+func (ex *exporter) node(n *graph.Node) (*onnxpb.Node, error) {
+	spec := n.Spec()
+	if spec == nil {
+		return nil, fmt.Errorf("unknown op")
+	}
+	if ex.written == nil {
+		ex.written = map[*graph.Value]bool{}
+	}
+	pn := &onnxpb.Node{Name: n.Name, OpType: n.Op, Domain: spec.Domain}
+	for _, v := range n.Inputs {
+		name := ""
+		if v != nil {
+			name = v.Name
+		}
+		pn.Input = append(pn.Input, name)
+	}
+	outs := n.Outputs
+	attrs := n.Attrs
+	if n.Op == "FlashAttention" && len(outs) == 2 && !ex.used(outs[1]) && n.Inputs[0].Type.Shape.Rank() == 4 {
+		// The standard op has our meaning (upper-left causal mask, scale) and no
+		// logsumexp output; the name of that unused value rides along in metadata.
+		pn.OpType, pn.Domain = "Attention", ""
+		attrs = graph.Attrs{"is_causal": n.Attrs["causal"], "scale": n.Attrs["scale"]}
+		pn.MetadataProps = append(pn.MetadataProps, onnxpb.StringEntry{Key: metaLSE, Value: outs[1].Name})
+		outs = outs[:1]
+		ex.attention = true
+	}
+	if pn.Domain != "" {
+		ex.ours = true
+	}
+	for _, o := range outs {
+		pn.Output = append(pn.Output, o.Name)
+		ex.written[o] = true
+	}
+	for _, name := range attrs.Names() {
+		a, exact, err := attribute(n.Op, name, attrs[name])
+		if err != nil {
+			return nil, err
+		}
+		pn.Attribute = append(pn.Attribute, a)
+		pn.MetadataProps = append(pn.MetadataProps, exact...)
+	}
+	return pn, nil
+}
+
+// attribute converts one attribute. ONNX floats are float32; a float64 value
+// that float32 rounds is also written exactly in metadata.
+func attribute(op, name string, a graph.Attr) (*onnxpb.Attribute, []onnxpb.StringEntry, error) {
+	pa := &onnxpb.Attribute{Name: name}
+	var exact []onnxpb.StringEntry
+	keep := func(key string, v float64) {
+		if f := float64(float32(v)); math.Float64bits(f) != math.Float64bits(v) && !math.IsNaN(v) {
+			exact = append(exact, onnxpb.StringEntry{Key: key, Value: graph.FormatFloat(v)})
+		}
+	}
+	switch a.Kind {
+	case graph.AttrInt:
+		pa.Type, pa.I = onnxpb.AttrInt, a.I
+	case graph.AttrFloat:
+		pa.Type, pa.F = onnxpb.AttrFloat, float32(a.F)
+		keep(metaAttr+name, a.F)
+	case graph.AttrString:
+		if op == "Cast" && name == "to" {
+			dt, err := graph.ParseDType(a.S)
+			if err != nil {
+				return nil, nil, err
+			}
+			pa.Type, pa.I = onnxpb.AttrInt, int64(onnxType(dt))
+			break
+		}
+		pa.Type, pa.S = onnxpb.AttrString, []byte(a.S)
+	case graph.AttrInts:
+		pa.Type, pa.Ints = onnxpb.AttrInts, append([]int64{}, a.Ints...)
+	case graph.AttrFloats:
+		pa.Type = onnxpb.AttrFloats
+		for i, v := range a.Floats {
+			pa.Floats = append(pa.Floats, float32(v))
+			keep(metaAttr+name+"."+strconv.Itoa(i), v)
+		}
+	default:
+		return nil, nil, fmt.Errorf("attribute %s has kind %v", name, a.Kind)
+	}
+	return pa, exact, nil
+}

@@ -1,0 +1,132 @@
+package onnx
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// ioFile is a fixture's inputs and ONNX Runtime's outputs on them.
+type ioFile struct {
+	Inputs  map[string]ioTensor `json:"inputs"`
+	Outputs map[string]ioTensor `json:"outputs"`
+}
+
+type ioTensor struct {
+	DType string    `json:"dtype"`
+	Shape []int     `json:"shape"`
+	Data  []float64 `json:"data"`
+}
+
+func (t ioTensor) tensor() (*graph.Tensor, error) {
+	dt, err := graph.ParseDType(t.DType)
+	if err != nil {
+		return nil, err
+	}
+	out := graph.NewTensor(dt, graph.Shape(t.Shape))
+	if len(t.Data) != out.Len() {
+		return nil, fmt.Errorf("%d values for shape %v", len(t.Data), t.Shape)
+	}
+	for i, v := range t.Data {
+		out.Set(i, v)
+	}
+	return out, nil
+}
+
+// Outputs must match ONNX Runtime to 1e-4 relative (float32), with an absolute
+// floor of 1e-6 for values near zero.
+const (
+	rtol = 1e-4
+	atol = 1e-6
+)
+
+func runGraph(t *testing.T, g *graph.Graph, feeds map[string]*graph.Tensor) map[string]*graph.Tensor {
+	t.Helper()
+	exe, err := cpu.New().Compile(g, backend.Options{PoisonOutputs: true})
+	if err != nil {
+		t.Fatalf("compile: %v", err)
+	}
+	defer exe.Close()
+	out, err := exe.Run(feeds)
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	return out
+}
+
+func fixtures(t *testing.T) []string {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join("testdata", "*.onnx"))
+	if len(files) == 0 {
+		t.Skip("no fixtures in onnx/testdata")
+	}
+	sort.Strings(files)
+	return files
+}
+
+// TestFixturesMatchORT imports every exported model, runs it on the CPU backend
+// and compares with ONNX Runtime's outputs.
+func TestFixturesMatchORT(t *testing.T) {
+	for _, path := range fixtures(t) {
+		name := strings.TrimSuffix(filepath.Base(path), ".onnx")
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(strings.TrimSuffix(path, ".onnx") + ".io.json")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var io ioFile
+			if err := json.Unmarshal(raw, &io); err != nil {
+				t.Fatal(err)
+			}
+			g, err := Import(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			feeds := map[string]*graph.Tensor{}
+			for k, v := range io.Inputs {
+				if feeds[k], err = v.tensor(); err != nil {
+					t.Fatalf("input %s: %v", k, err)
+				}
+			}
+			got := runGraph(t, g, feeds)
+			for k, want := range io.Outputs {
+				out, ok := got[k]
+				if !ok {
+					t.Fatalf("no output %s (have %v)", k, keys(got))
+				}
+				if !out.Shape.Equal(graph.Shape(want.Shape)) {
+					t.Fatalf("output %s: shape %v, want %v", k, out.Shape, want.Shape)
+				}
+				worst, at := 0.0, 0
+				for i, w := range want.Data {
+					d := math.Abs(out.At(i) - w)
+					if r := d / (atol + rtol*math.Abs(w)); r > worst || math.IsNaN(d) {
+						worst, at = r, i
+					}
+				}
+				if worst > 1 || math.IsNaN(worst) {
+					t.Errorf("output %s[%d] = %v, ORT %v (error %.3g of the tolerance)", k, at, out.At(at), want.Data[at], worst)
+				}
+				t.Logf("output %s %v: worst error %.3g of tolerance (rtol %g, atol %g); ops %v", k, out.Shape, worst, rtol, atol, g.CountOps())
+			}
+		})
+	}
+}
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,839 @@
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// Constant folding: ONNX ops evaluated at import time on constant inputs. The
+// arithmetic follows ONNX: float results are rounded to the element type after
+// every op (computing in float64 and rounding once is exact for + − × ÷ and sqrt
+// of float32 operands), integer results wrap to their width and integer division
+// truncates toward zero, as ONNX Runtime's C++ kernels do.
+
+// folder evaluates one op; in[i] is nil for an omitted optional input.
+type folder func(c *opCtx, in []*cval) ([]*cval, error)
+
+var folders map[string]folder
+
+func init() {
+	folders = map[string]folder{
+		"Constant": foldConstant, "ConstantOfShape": foldConstantOfShape, "Range": foldRange,
+		"Identity": func(_ *opCtx, in []*cval) ([]*cval, error) { return in[:1], nil },
+		"Cast":     foldCast, "Where": foldWhere, "Not": foldNot,
+		"Add": foldArith(func(a, b float64) float64 { return a + b }, func(a, b int64) (int64, error) { return a + b, nil }),
+		"Sub": foldArith(func(a, b float64) float64 { return a - b }, func(a, b int64) (int64, error) { return a - b, nil }),
+		"Mul": foldArith(func(a, b float64) float64 { return a * b }, func(a, b int64) (int64, error) { return a * b, nil }),
+		"Div": foldArith(func(a, b float64) float64 { return a / b }, func(a, b int64) (int64, error) {
+			if b == 0 {
+				return 0, errors.New("integer division by zero")
+			}
+			return a / b, nil
+		}),
+		"Pow":            foldPow,
+		"Equal":          foldCompare(func(a, b float64) bool { return a == b }, func(a, b int64) bool { return a == b }),
+		"Less":           foldCompare(func(a, b float64) bool { return a < b }, func(a, b int64) bool { return a < b }),
+		"Greater":        foldCompare(func(a, b float64) bool { return a > b }, func(a, b int64) bool { return a > b }),
+		"LessOrEqual":    foldCompare(func(a, b float64) bool { return a <= b }, func(a, b int64) bool { return a <= b }),
+		"GreaterOrEqual": foldCompare(func(a, b float64) bool { return a >= b }, func(a, b int64) bool { return a >= b }),
+		"Neg":            foldUnary(func(x float64) float64 { return -x }, true),
+		"Abs":            foldUnary(math.Abs, true),
+		"Relu":           foldUnary(func(x float64) float64 { return max(x, 0) }, true),
+		"Sqrt":           foldUnary(math.Sqrt, false),
+		"Reciprocal":     foldUnary(func(x float64) float64 { return 1 / x }, false),
+		"Exp":            foldUnary(math.Exp, false),
+		"Log":            foldUnary(math.Log, false),
+		"Sin":            foldUnary(math.Sin, false),
+		"Cos":            foldUnary(math.Cos, false),
+		"Tanh":           foldUnary(math.Tanh, false),
+		"Erf":            foldUnary(math.Erf, false),
+		"Sigmoid":        foldUnary(func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }, false),
+		"Floor":          foldUnary(math.Floor, false),
+		"Ceil":           foldUnary(math.Ceil, false),
+		"Gather":         foldGather, "Unsqueeze": foldUnsqueeze, "Squeeze": foldSqueeze,
+		"Concat": foldConcat, "Slice": foldSlice, "Reshape": foldReshape, "Expand": foldExpand,
+		"Transpose": foldTranspose, "Trilu": foldTrilu,
+	}
+}
+
+// shapeOnly are ops whose result depends only on the static type of their input,
+// so they fold even when the input is a runtime value.
+var shapeOnly = map[string]func(c *opCtx) ([]*cval, error){
+	"Shape": foldShape,
+	"Size":  foldSize,
+}
+
+func foldConstant(c *opCtx, _ []*cval) ([]*cval, error) {
+	var out *cval
+	set := func(v *cval) error {
+		if out != nil {
+			return c.errf("more than one value attribute")
+		}
+		out = v
+		return nil
+	}
+	if a, err := c.attr("value", onnxpb.AttrTensor); err != nil {
+		return nil, err
+	} else if a != nil {
+		v, err := cvalFromTensor(a.T)
+		if err != nil {
+			return nil, c.errf("%v", err)
+		}
+		if err := set(v); err != nil {
+			return nil, err
+		}
+	}
+	if a, err := c.attr("value_float", onnxpb.AttrFloat); err != nil {
+		return nil, err
+	} else if a != nil {
+		if err := set(&cval{dt: onnxpb.Float, shape: graph.Shape{}, f: []float64{float64(a.F)}}); err != nil {
+			return nil, err
+		}
+	}
+	if a, err := c.attr("value_floats", onnxpb.AttrFloats); err != nil {
+		return nil, err
+	} else if a != nil {
+		f := make([]float64, len(a.Floats))
+		for i, v := range a.Floats {
+			f[i] = float64(v)
+		}
+		if err := set(&cval{dt: onnxpb.Float, shape: graph.Shape{len(f)}, f: f}); err != nil {
+			return nil, err
+		}
+	}
+	if a, err := c.attr("value_int", onnxpb.AttrInt); err != nil {
+		return nil, err
+	} else if a != nil {
+		if err := set(&cval{dt: onnxpb.Int64, shape: graph.Shape{}, i: []int64{a.I}}); err != nil {
+			return nil, err
+		}
+	}
+	if a, err := c.attr("value_ints", onnxpb.AttrInts); err != nil {
+		return nil, err
+	} else if a != nil {
+		if err := set(&cval{dt: onnxpb.Int64, shape: graph.Shape{len(a.Ints)}, i: slices.Clone(a.Ints)}); err != nil {
+			return nil, err
+		}
+	}
+	if out == nil {
+		return nil, c.errf("no supported value attribute (value, value_float(s), value_int(s)); string and sparse constants are not supported")
+	}
+	return []*cval{out}, nil
+}
+
+func foldShape(c *opCtx) ([]*cval, error) {
+	e := c.input(0)
+	if e == nil {
+		return nil, c.errf("needs an input")
+	}
+	_, shape := e.typ()
+	r := int64(len(shape))
+	start, err := c.attrInt("start", 0)
+	if err != nil {
+		return nil, err
+	}
+	end, err := c.attrInt("end", r)
+	if err != nil {
+		return nil, err
+	}
+	// Opset 15: negative bounds count from the back; both clamp to [0, rank].
+	norm := func(v int64) int64 {
+		if v < 0 {
+			v += r
+		}
+		return min(max(v, 0), r)
+	}
+	start, end = norm(start), norm(end)
+	out := &cval{dt: onnxpb.Int64, shape: graph.Shape{int(max(end-start, 0))}}
+	for a := start; a < end; a++ {
+		out.i = append(out.i, int64(shape[a]))
+	}
+	if out.i == nil {
+		out.i = []int64{}
+	}
+	return []*cval{out}, nil
+}
+
+func foldSize(c *opCtx) ([]*cval, error) {
+	e := c.input(0)
+	if e == nil {
+		return nil, c.errf("needs an input")
+	}
+	_, shape := e.typ()
+	return []*cval{{dt: onnxpb.Int64, shape: graph.Shape{}, i: []int64{int64(shape.Numel())}}}, nil
+}
+
+// shapeFrom reads a 1-D int64 shape operand.
+func shapeFrom(c *opCtx, v *cval, what string) (graph.Shape, error) {
+	ints, err := v.ints()
+	if err != nil || v.shape.Rank() != 1 {
+		return nil, c.errf("%s must be a 1-D integer tensor, got %v", what, v)
+	}
+	s := make(graph.Shape, len(ints))
+	n := int64(1)
+	for i, d := range ints {
+		if d < 0 || d > math.MaxInt32 {
+			return nil, c.errf("%s %v has a bad dimension", what, ints)
+		}
+		s[i] = int(d)
+		n *= d
+		if n > maxFoldElems {
+			return nil, errTooBig
+		}
+	}
+	return s, nil
+}
+
+var errTooBig = errors.New("result too large to fold")
+
+func foldConstantOfShape(c *opCtx, in []*cval) ([]*cval, error) {
+	shape, err := shapeFrom(c, in[0], "shape")
+	if err != nil {
+		return nil, err
+	}
+	fill := &cval{dt: onnxpb.Float, shape: graph.Shape{1}, f: []float64{0}}
+	if a, err := c.attr("value", onnxpb.AttrTensor); err != nil {
+		return nil, err
+	} else if a != nil {
+		if fill, err = cvalFromTensor(a.T); err != nil {
+			return nil, c.errf("value: %v", err)
+		}
+		if fill.n() != 1 {
+			return nil, c.errf("value must hold one element, got %v", fill)
+		}
+	}
+	out := newCval(fill.dt, shape)
+	for k := range out.n() {
+		out.set(k, fill.at(0))
+	}
+	return []*cval{out}, nil
+}
+
+func foldRange(c *opCtx, in []*cval) ([]*cval, error) {
+	for i, v := range in[:3] {
+		if v == nil || v.n() != 1 || v.dt != in[0].dt {
+			return nil, c.errf("start, limit and delta must be scalars of one type (input %d)", i)
+		}
+	}
+	start, limit, delta := in[0].at(0), in[1].at(0), in[2].at(0)
+	if delta == 0 {
+		return nil, c.errf("delta is 0")
+	}
+	n := math.Ceil((limit - start) / delta)
+	if n > maxFoldElems {
+		return nil, errTooBig
+	}
+	count := int(max(n, 0))
+	out := newCval(in[0].dt, graph.Shape{count})
+	for k := range count {
+		if out.f != nil {
+			// ONNX defines element k as start + k·delta in the element type.
+			out.f[k] = roundTo(out.dt, in[0].f[0]+float64(k)*in[2].f[0])
+		} else {
+			out.i[k] = wrapInt(out.dt, in[0].i[0]+int64(k)*in[2].i[0])
+		}
+	}
+	return []*cval{out}, nil
+}
+
+func foldCast(c *opCtx, in []*cval) ([]*cval, error) {
+	to, err := c.attrInt("to", 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
+		return nil, err
+	}
+	dt := onnxpb.DataType(to)
+	if !numericType(dt) {
+		return nil, c.errf("cast to %v is not supported", dt)
+	}
+	x := in[0]
+	out := newCval(dt, x.shape)
+	for k := range out.n() {
+		switch {
+		case out.f != nil:
+			out.f[k] = roundTo(dt, x.at(k))
+		case x.f != nil:
+			if dt == onnxpb.Bool {
+				out.i[k] = wrapInt(dt, boolInt(x.f[k] != 0))
+			} else {
+				out.i[k] = wrapInt(dt, truncInt(x.f[k]))
+			}
+		default:
+			out.i[k] = wrapInt(dt, x.i[k])
+		}
+	}
+	return []*cval{out}, nil
+}
+
+func boolInt(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// broadcastAll returns the broadcast shape of the inputs and each input's index map.
+func broadcastAll(c *opCtx, in ...*cval) (graph.Shape, [][]int, error) {
+	shapes := make([]graph.Shape, len(in))
+	for i, v := range in {
+		shapes[i] = v.shape
+	}
+	out, err := graph.Broadcast(shapes...)
+	if err != nil {
+		return nil, nil, c.errf("%v", err)
+	}
+	if out.Numel() > maxFoldElems {
+		return nil, nil, errTooBig
+	}
+	idx := make([][]int, len(in))
+	for i, v := range in {
+		idx[i] = broadcastIndex(v.shape, out)
+	}
+	return out, idx, nil
+}
+
+func sameType(c *opCtx, in ...*cval) error {
+	for _, v := range in[1:] {
+		if v.dt != in[0].dt {
+			return c.errf("input types differ: %v and %v", in[0].dt, v.dt)
+		}
+	}
+	return nil
+}
+
+func foldArith(ff func(a, b float64) float64, fi func(a, b int64) (int64, error)) folder {
+	return func(c *opCtx, in []*cval) ([]*cval, error) {
+		a, b := in[0], in[1]
+		if err := sameType(c, a, b); err != nil {
+			return nil, err
+		}
+		if a.dt == onnxpb.Bool {
+			return nil, c.errf("arithmetic on bool")
+		}
+		shape, idx, err := broadcastAll(c, a, b)
+		if err != nil {
+			return nil, err
+		}
+		out := newCval(a.dt, shape)
+		for k := range out.n() {
+			if out.f != nil {
+				out.f[k] = roundTo(a.dt, ff(a.f[idx[0][k]], b.f[idx[1][k]]))
+				continue
+			}
+			v, err := fi(a.i[idx[0][k]], b.i[idx[1][k]])
+			if err != nil {
+				return nil, c.errf("%v", err)
+			}
+			out.i[k] = wrapInt(a.dt, v)
+		}
+		return []*cval{out}, nil
+	}
+}
+
+func foldPow(c *opCtx, in []*cval) ([]*cval, error) {
+	a, b := in[0], in[1]
+	if a.dt == onnxpb.Bool || b.dt == onnxpb.Bool {
+		return nil, c.errf("Pow on bool")
+	}
+	shape, idx, err := broadcastAll(c, a, b)
+	if err != nil {
+		return nil, err
+	}
+	out := newCval(a.dt, shape)
+	for k := range out.n() {
+		out.set(k, math.Pow(a.at(idx[0][k]), b.at(idx[1][k])))
+	}
+	return []*cval{out}, nil
+}
+
+func foldCompare(ff func(a, b float64) bool, fi func(a, b int64) bool) folder {
+	return func(c *opCtx, in []*cval) ([]*cval, error) {
+		a, b := in[0], in[1]
+		if err := sameType(c, a, b); err != nil {
+			return nil, err
+		}
+		shape, idx, err := broadcastAll(c, a, b)
+		if err != nil {
+			return nil, err
+		}
+		out := newCval(onnxpb.Bool, shape)
+		for k := range out.n() {
+			var r bool
+			if a.f != nil {
+				r = ff(a.f[idx[0][k]], b.f[idx[1][k]])
+			} else {
+				r = fi(a.i[idx[0][k]], b.i[idx[1][k]])
+			}
+			out.i[k] = boolInt(r)
+		}
+		return []*cval{out}, nil
+	}
+}
+
+func foldUnary(f func(float64) float64, ints bool) folder {
+	return func(c *opCtx, in []*cval) ([]*cval, error) {
+		x := in[0]
+		if !x.isFloat() && !(ints && isIntType(x.dt)) {
+			return nil, c.errf("not defined for %v", x.dt)
+		}
+		out := newCval(x.dt, x.shape)
+		for k := range out.n() {
+			if out.f != nil {
+				out.f[k] = roundTo(x.dt, f(x.f[k]))
+			} else {
+				out.i[k] = wrapInt(x.dt, truncInt(f(float64(x.i[k]))))
+			}
+		}
+		return []*cval{out}, nil
+	}
+}
+
+func foldNot(c *opCtx, in []*cval) ([]*cval, error) {
+	if in[0].dt != onnxpb.Bool {
+		return nil, c.errf("Not needs bool, got %v", in[0].dt)
+	}
+	out := newCval(onnxpb.Bool, in[0].shape)
+	for k, v := range in[0].i {
+		out.i[k] = 1 - v
+	}
+	return []*cval{out}, nil
+}
+
+func foldWhere(c *opCtx, in []*cval) ([]*cval, error) {
+	cond, x, y := in[0], in[1], in[2]
+	if cond.dt != onnxpb.Bool {
+		return nil, c.errf("condition must be bool, got %v", cond.dt)
+	}
+	if err := sameType(c, x, y); err != nil {
+		return nil, err
+	}
+	shape, idx, err := broadcastAll(c, cond, x, y)
+	if err != nil {
+		return nil, err
+	}
+	out := newCval(x.dt, shape)
+	for k := range out.n() {
+		src, j := y, idx[2][k]
+		if cond.i[idx[0][k]] != 0 {
+			src, j = x, idx[1][k]
+		}
+		if out.f != nil {
+			out.f[k] = src.f[j]
+		} else {
+			out.i[k] = src.i[j]
+		}
+	}
+	return []*cval{out}, nil
+}
+
+func foldGather(c *opCtx, in []*cval) ([]*cval, error) {
+	data, indices := in[0], in[1]
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return nil, err
+	}
+	r := data.shape.Rank()
+	ax, err := graph.NormAxis(int(axis), r)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	idx, err := indices.ints()
+	if err != nil {
+		return nil, c.errf("indices: %v", err)
+	}
+	dim := data.shape[ax]
+	shape := append(append(data.shape[:ax].Clone(), indices.shape...), data.shape[ax+1:]...)
+	if shape.Numel() > maxFoldElems {
+		return nil, errTooBig
+	}
+	outer, inner := data.shape[:ax].Numel(), data.shape[ax+1:].Numel()
+	take := make([]int, 0, shape.Numel())
+	for o := range outer {
+		for _, j := range idx {
+			if j < -int64(dim) || j >= int64(dim) {
+				return nil, c.errf("index %d out of range for axis of size %d", j, dim)
+			}
+			if j < 0 {
+				j += int64(dim)
+			}
+			for i := range inner {
+				take = append(take, (o*dim+int(j))*inner+i)
+			}
+		}
+	}
+	return []*cval{data.take(shape, take)}, nil
+}
+
+// axesOperand returns axes passed as an attribute (opsets before since) or as
+// input i; ok is false when absent.
+func (c *opCtx) axesOperand(i int, since int64) (axes []int, ok bool, err error) {
+	var vals []int64
+	if c.ver < since {
+		if vals, ok, err = c.attrInts("axes"); !ok || err != nil {
+			return nil, false, err
+		}
+	} else {
+		v, err := c.constInput(i, "axes")
+		if v == nil || err != nil {
+			return nil, false, err
+		}
+		if vals, err = v.ints(); err != nil {
+			return nil, false, c.errf("axes: %v", err)
+		}
+	}
+	axes = make([]int, len(vals))
+	for k, a := range vals {
+		axes[k] = int(a)
+	}
+	return axes, true, nil
+}
+
+func unsqueezeShape(c *opCtx, in graph.Shape, axes []int) (graph.Shape, error) {
+	r := in.Rank() + len(axes)
+	ins := make([]bool, r)
+	for _, ax := range axes {
+		a, err := graph.NormAxis(ax, r)
+		if err != nil || ins[a] {
+			return nil, c.errf("bad axes %v for output rank %d", axes, r)
+		}
+		ins[a] = true
+	}
+	out := make(graph.Shape, 0, r)
+	j := 0
+	for i := range r {
+		if ins[i] {
+			out = append(out, 1)
+		} else {
+			out = append(out, in[j])
+			j++
+		}
+	}
+	return out, nil
+}
+
+func foldUnsqueeze(c *opCtx, in []*cval) ([]*cval, error) {
+	axes, ok, err := c.axesOperand(1, 13)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, c.errf("axes are required")
+	}
+	s, err := unsqueezeShape(c, in[0].shape, axes)
+	if err != nil {
+		return nil, err
+	}
+	return []*cval{in[0].reshaped(s)}, nil
+}
+
+func foldSqueeze(c *opCtx, in []*cval) ([]*cval, error) {
+	axes, ok, err := c.axesOperand(1, 13)
+	if err != nil {
+		return nil, err
+	}
+	s := in[0].shape
+	drop := make([]bool, s.Rank())
+	for i, d := range s {
+		drop[i] = !ok && d == 1
+	}
+	for _, ax := range axes {
+		a, err := graph.NormAxis(ax, s.Rank())
+		if err != nil || s[a] != 1 {
+			return nil, c.errf("cannot squeeze axis %d of %v", ax, s)
+		}
+		drop[a] = true
+	}
+	out := graph.Shape{}
+	for i, d := range s {
+		if !drop[i] {
+			out = append(out, d)
+		}
+	}
+	return []*cval{in[0].reshaped(out)}, nil
+}
+
+func foldConcat(c *opCtx, in []*cval) ([]*cval, error) {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return nil, err
+	}
+	if !c.has("axis") {
+		return nil, c.errf("axis is required")
+	}
+	if len(in) == 0 || slices.Contains(in, nil) {
+		return nil, c.errf("needs inputs")
+	}
+	if err := sameType(c, in...); err != nil {
+		return nil, err
+	}
+	r := in[0].shape.Rank()
+	ax, err := graph.NormAxis(int(axis), r)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	shape := in[0].shape.Clone()
+	shape[ax] = 0
+	for _, v := range in {
+		if v.shape.Rank() != r {
+			return nil, c.errf("inputs differ in rank")
+		}
+		for a := range r {
+			if a != ax && v.shape[a] != in[0].shape[a] {
+				return nil, c.errf("inputs differ off the concat axis: %v and %v", in[0].shape, v.shape)
+			}
+		}
+		shape[ax] += v.shape[ax]
+	}
+	out := newCval(in[0].dt, shape)
+	outer := shape[:ax].Numel()
+	k := 0
+	for o := range outer {
+		for _, v := range in {
+			block := v.shape[ax:].Numel()
+			for j := range block {
+				if out.f != nil {
+					out.f[k] = v.f[o*block+j]
+				} else {
+					out.i[k] = v.i[o*block+j]
+				}
+				k++
+			}
+		}
+	}
+	return []*cval{out}, nil
+}
+
+// sliceOperands reads Slice's starts, ends, axes and steps (attributes before
+// opset 10, inputs after).
+func (c *opCtx) sliceOperands() (starts, ends, axes, steps []int64, err error) {
+	if c.ver < 10 {
+		var ok bool
+		if starts, ok, err = c.attrInts("starts"); err != nil || !ok {
+			return nil, nil, nil, nil, c.errf("starts is required")
+		}
+		if ends, ok, err = c.attrInts("ends"); err != nil || !ok {
+			return nil, nil, nil, nil, c.errf("ends is required")
+		}
+		if axes, _, err = c.attrInts("axes"); err != nil {
+			return nil, nil, nil, nil, err
+		}
+		return starts, ends, axes, nil, nil
+	}
+	read := func(i int, what string) ([]int64, error) {
+		v, err := c.constInput(i, what)
+		if v == nil || err != nil {
+			return nil, err
+		}
+		vals, err := v.ints()
+		if err != nil {
+			return nil, c.errf("%s: %v", what, err)
+		}
+		return vals, nil
+	}
+	if starts, err = read(1, "starts"); err == nil && starts == nil {
+		err = c.errf("starts is required")
+	}
+	if err != nil {
+		return
+	}
+	if ends, err = read(2, "ends"); err == nil && ends == nil {
+		err = c.errf("ends is required")
+	}
+	if err != nil {
+		return
+	}
+	if axes, err = read(3, "axes"); err != nil {
+		return
+	}
+	steps, err = read(4, "steps")
+	return
+}
+
+// clampSlice rewrites Slice bounds into [-dim-1, dim], which keeps their meaning
+// (the clamping rules of Slice map every value beyond to the same element) but
+// makes INT64_MAX-style "to the end" markers small enough to hold exactly.
+func clampSlice(shape graph.Shape, starts, ends, axes []int64) (s, e, ax []int64, err error) {
+	s, e = slices.Clone(starts), slices.Clone(ends)
+	if axes == nil {
+		for i := range starts {
+			axes = append(axes, int64(i))
+		}
+	}
+	if len(axes) != len(starts) || len(ends) != len(starts) {
+		return nil, nil, nil, fmt.Errorf("starts %v, ends %v and axes %v differ in length", starts, ends, axes)
+	}
+	for i, a := range axes {
+		n, err := graph.NormAxis(int(a), shape.Rank())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		dim := int64(shape[n])
+		s[i] = min(max(s[i], -dim-1), dim)
+		e[i] = min(max(e[i], -dim-1), dim)
+	}
+	return s, e, axes, nil
+}
+
+func toInts(v []int64) []int {
+	if v == nil {
+		return nil
+	}
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
+
+func foldSlice(c *opCtx, in []*cval) ([]*cval, error) {
+	starts, ends, axes, steps, err := c.sliceOperands()
+	if err != nil {
+		return nil, err
+	}
+	x := in[0]
+	starts, ends, axes, err = clampSlice(x.shape, starts, ends, axes)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	sp, shape, err := graph.ResolveSlice(x.shape, toInts(starts), toInts(ends), toInts(axes), toInts(steps))
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	strides := x.shape.Strides()
+	idx := make([]int, 0, shape.Numel())
+	coord := make([]int, shape.Rank())
+	for range shape.Numel() {
+		j := 0
+		for a := range coord {
+			j += (sp.Start[a] + coord[a]*sp.Step[a]) * strides[a]
+		}
+		idx = append(idx, j)
+		for a := len(coord) - 1; a >= 0; a-- {
+			coord[a]++
+			if coord[a] < shape[a] {
+				break
+			}
+			coord[a] = 0
+		}
+	}
+	return []*cval{x.take(shape, idx)}, nil
+}
+
+func foldReshape(c *opCtx, in []*cval) ([]*cval, error) {
+	target, err := in[1].ints()
+	if err != nil {
+		return nil, c.errf("shape: %v", err)
+	}
+	allowzero, err := c.attrInt("allowzero", 0)
+	if err != nil {
+		return nil, err
+	}
+	if allowzero != 0 && slices.Contains(target, 0) {
+		return nil, c.errf("allowzero=1 with a 0 in the shape is not supported")
+	}
+	s, err := graph.ReshapeShape(in[0].shape, toInts(target))
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	return []*cval{in[0].reshaped(s)}, nil
+}
+
+func foldExpand(c *opCtx, in []*cval) ([]*cval, error) {
+	target, err := in[1].ints()
+	if err != nil {
+		return nil, c.errf("shape: %v", err)
+	}
+	for _, d := range target {
+		if d < 0 || d > maxFoldElems {
+			return nil, c.errf("bad shape %v", target)
+		}
+	}
+	s, err := graph.Broadcast(in[0].shape, graph.Shape(toInts(target)))
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	if s.Numel() > maxFoldElems {
+		return nil, errTooBig
+	}
+	return []*cval{in[0].take(s, broadcastIndex(in[0].shape, s))}, nil
+}
+
+func foldTranspose(c *opCtx, in []*cval) ([]*cval, error) {
+	x := in[0]
+	attrs := graph.Attrs{}
+	if perm, ok, err := c.attrInts("perm"); err != nil {
+		return nil, err
+	} else if ok {
+		attrs["perm"] = graph.Ints(perm...)
+	}
+	perm, err := graph.TransposePerm(attrs, x.shape.Rank())
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	shape := make(graph.Shape, len(perm))
+	for i, p := range perm {
+		shape[i] = x.shape[p]
+	}
+	strides := x.shape.Strides()
+	idx := make([]int, 0, x.n())
+	coord := make([]int, len(perm))
+	for range x.n() {
+		j := 0
+		for a, p := range perm {
+			j += coord[a] * strides[p]
+		}
+		idx = append(idx, j)
+		for a := len(coord) - 1; a >= 0; a-- {
+			coord[a]++
+			if coord[a] < shape[a] {
+				break
+			}
+			coord[a] = 0
+		}
+	}
+	return []*cval{x.take(shape, idx)}, nil
+}
+
+func foldTrilu(c *opCtx, in []*cval) ([]*cval, error) {
+	x := in[0]
+	upper, err := c.attrInt("upper", 1)
+	if err != nil {
+		return nil, err
+	}
+	k := int64(0)
+	if len(in) > 1 && in[1] != nil {
+		ks, err := in[1].ints()
+		if err != nil || len(ks) != 1 {
+			return nil, c.errf("k must be one integer")
+		}
+		k = ks[0]
+	}
+	r := x.shape.Rank()
+	if r < 2 {
+		return nil, c.errf("input must have rank >= 2, got %v", x.shape)
+	}
+	rows, cols := x.shape[r-2], x.shape[r-1]
+	out := &cval{dt: x.dt, shape: x.shape.Clone(), f: slices.Clone(x.f), i: slices.Clone(x.i)}
+	for k0 := range x.n() {
+		i, j := int64(k0/cols%rows), int64(k0%cols)
+		keep := j-i >= k
+		if upper == 0 {
+			keep = j-i <= k
+		}
+		if !keep {
+			if out.f != nil {
+				out.f[k0] = 0
+			} else {
+				out.i[k0] = 0
+			}
+		}
+	}
+	return []*cval{out}, nil
+}

@@ -1,0 +1,774 @@
+// Package onnx imports ONNX models into flashgraph graphs and exports graphs
+// as ONNX models.
+//
+// Import maps each ONNX node onto our op table, honouring the opset the model
+// imports where an op's meaning changed between versions (Softmax's axis before
+// opset 13, axes as attribute or input, Split's forms, ...). Our shapes are
+// static, so everything an exporter computes from shapes (Shape → Gather →
+// Unsqueeze → Concat → Reshape chains, masks built with ConstantOfShape, Range,
+// Trilu, ...) is evaluated at import and becomes a constant. A few standard ops
+// outside our table are rewritten into table ops with the same meaning
+// (LayerNormalization, Gelu, Split, Attention → FlashAttention). Anything else
+// is refused with the op, its opset and the node's name: never approximated.
+//
+// Export writes a model that onnx.checker accepts and ONNX Runtime runs; what
+// ONNX cannot say exactly (float64 attribute values, initializer recipes, param
+// versus const) travels in metadata_props so that importing our own export gives
+// back the same graph, byte for byte in the canonical text.
+package onnx
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// Options adjust an import.
+type Options struct {
+	// Dims gives sizes to symbolic input dimensions (dim_param), which our static
+	// shapes need: {"batch": 2, "seq": 8}.
+	Dims map[string]int
+	// Name overrides the graph's name (default: the ONNX graph's name).
+	Name string
+}
+
+// MaxOpset is the newest default-domain opset whose semantics this importer knows.
+const MaxOpset = 23
+
+// MinOpset is the oldest: opsets before 7 used legacy broadcast attributes.
+const MinOpset = 7
+
+// Producer is written as producer_name by Export; a model carrying it is imported
+// faithfully (no folding or aliasing), so that export followed by import gives
+// back the graph exactly.
+const Producer = "flashgraph"
+
+// Metadata keys of our own annotations.
+const (
+	metaKind = "flashgraph.kind"  // initializer: "param" or "const"
+	metaInit = "flashgraph.init"  // initializer: its recipe, when the data alone loses it
+	metaAttr = "flashgraph.attr." // node: prefix of exact float64 attribute values
+	metaLSE  = "flashgraph.lse"   // node: name of FlashAttention's logsumexp, exported as Attention
+)
+
+// Import reads an .onnx file (and any external data next to it) into a graph.
+func Import(path string) (*graph.Graph, error) { return ImportWith(path, Options{}) }
+
+// ImportWith is Import with options.
+func ImportWith(path string, opts Options) (*graph.Graph, error) {
+	m, err := onnxpb.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	if opts.Name == "" && m.Graph != nil && m.Graph.Name == "" {
+		opts.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
+	}
+	return ImportModel(m, opts)
+}
+
+// ImportBytes decodes and imports a serialized model. Tensors stored in external
+// files are refused: without a path there is no directory to resolve them in.
+func ImportBytes(b []byte) (*graph.Graph, error) {
+	m, err := onnxpb.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("onnx: %w", err)
+	}
+	return ImportModel(m, Options{})
+}
+
+// ImportModel converts a decoded model.
+func ImportModel(m *onnxpb.Model, opts Options) (*graph.Graph, error) {
+	im, err := newImporter(m, opts)
+	if err != nil {
+		return nil, err
+	}
+	g, err := im.run()
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// entry is what an ONNX value name stands for while importing: a graph value
+// (input, initializer or node output), a constant known at import time, or both.
+type entry struct {
+	name string       // the ONNX name
+	v    *graph.Value // nil until a node needs it as a graph value
+	c    *cval        // known data, nil for runtime values and params
+	seq  int          // ordering of initializers in the graph (see finish)
+}
+
+// typ is the entry's type in ONNX terms.
+func (e *entry) typ() (onnxpb.DataType, graph.Shape) {
+	if e.c != nil {
+		return e.c.dt, e.c.shape
+	}
+	return onnxType(e.v.Type.DType), e.v.Type.Shape
+}
+
+type importer struct {
+	m        *onnxpb.Model
+	opts     Options
+	opset    int64 // default domain
+	ourOpset int64 // flashgraph domain, 0 if not imported
+	faithful bool  // our own export: map 1:1, fold nothing
+	env      map[string]*entry
+	vinfo    map[string]*onnxpb.ValueInfo
+	values   *graph.Namer // value names
+	nodes    *graph.Namer // node names (a namespace of their own)
+	g        *graph.Graph
+	inits    []*entry // initializers and constants that may become graph values
+	nextSeq  int
+}
+
+func newImporter(m *onnxpb.Model, opts Options) (*importer, error) {
+	if m.Graph == nil {
+		return nil, errors.New("onnx: model has no graph")
+	}
+	im := &importer{
+		m: m, opts: opts, env: map[string]*entry{}, vinfo: map[string]*onnxpb.ValueInfo{},
+		values: graph.NewNamer(nil), nodes: graph.NewNamer(nil),
+		faithful: m.ProducerName == Producer,
+	}
+	var ok bool
+	if im.opset, ok = m.Opset(""); !ok {
+		if len(m.OpsetImport) == 0 && m.IRVersion < 3 {
+			// IR versions before 3 had no opset_import and meant opset 1.
+			im.opset = 1
+		} else {
+			return nil, errors.New("onnx: model imports no default-domain opset")
+		}
+	}
+	if im.opset < MinOpset || im.opset > MaxOpset {
+		return nil, fmt.Errorf("onnx: default-domain opset %d is not supported (supported: %d to %d)", im.opset, MinOpset, MaxOpset)
+	}
+	im.ourOpset, _ = m.Opset(graph.DomainFlashgraph)
+	name := m.Graph.Name
+	if opts.Name != "" {
+		name = opts.Name
+	}
+	if name == "" {
+		name = "onnx"
+	}
+	im.g = &graph.Graph{Name: name}
+	return im, nil
+}
+
+func (im *importer) run() (*graph.Graph, error) {
+	og := im.m.Graph
+	for _, v := range og.ValueInfo {
+		im.vinfo[v.Name] = v
+	}
+	for _, v := range og.Output {
+		im.vinfo[v.Name] = v
+	}
+	// Reserve every ONNX value name first, so that names we invent never take one.
+	for _, v := range og.Input {
+		im.values.Reserve(v.Name)
+	}
+	for _, t := range og.Initializer {
+		im.values.Reserve(t.Name)
+	}
+	for _, n := range og.Node {
+		for _, o := range n.Output {
+			if o != "" {
+				im.values.Reserve(o)
+			}
+		}
+		if n.Name != "" && im.faithful {
+			im.nodes.Reserve(n.Name)
+		}
+	}
+	if err := im.initializers(); err != nil {
+		return nil, err
+	}
+	if err := im.inputs(); err != nil {
+		return nil, err
+	}
+	for _, n := range og.Node {
+		if err := im.node(n); err != nil {
+			return nil, err
+		}
+	}
+	return im.finish()
+}
+
+// initializers turns each initializer into a param or a const.
+func (im *importer) initializers() error {
+	for i, t := range im.m.Graph.Initializer {
+		if t.Name == "" {
+			return fmt.Errorf("onnx: initializer %d has no name", i)
+		}
+		if _, dup := im.env[t.Name]; dup {
+			return fmt.Errorf("onnx: initializer %q defined twice", t.Name)
+		}
+		c, err := cvalFromTensor(t)
+		if err != nil {
+			return fmt.Errorf("onnx: initializer: %w", err)
+		}
+		e := &entry{name: t.Name, seq: i}
+		kind, recipe := meta(t.MetadataProps, metaKind), meta(t.MetadataProps, metaInit)
+		param := kind == "param" || (kind == "" && looksTrainable(c))
+		if param || im.faithful {
+			// Our own exports say which initializers are params; and in a faithful
+			// import every initializer is a graph value even if nothing reads it.
+			v, err := im.initValue(t.Name, c, param, recipe)
+			if err != nil {
+				return fmt.Errorf("onnx: initializer %q: %w", t.Name, err)
+			}
+			e.v = v
+		}
+		if !param {
+			e.c = c
+		}
+		im.env[t.Name] = e
+		im.inits = append(im.inits, e)
+	}
+	im.nextSeq = len(im.m.Graph.Initializer)
+	return nil
+}
+
+// looksTrainable decides, for a model that does not say, whether a float
+// initializer is a weight (param) or a fixed constant. Weights are finite
+// tensors; masks hold infinities and scalars are hyper-parameters (eps, scale).
+func looksTrainable(c *cval) bool {
+	if !c.isFloat() || c.n() <= 1 {
+		return false
+	}
+	for _, v := range c.f {
+		if math.IsInf(v, 0) || math.IsNaN(v) {
+			return false
+		}
+	}
+	return true
+}
+
+// initValue makes the graph value of an initializer. A recipe from our own
+// export is used when it reproduces the stored data exactly; otherwise the data
+// becomes a literal.
+func (im *importer) initValue(name string, c *cval, param bool, recipe string) (*graph.Value, error) {
+	dt, data, err := c.literal()
+	if err != nil {
+		return nil, err
+	}
+	typ := graph.TensorType{DType: dt, Shape: c.shape.Clone()}
+	init := graph.Literal(data...)
+	if recipe != "" {
+		if r, err := parseRecipe(recipe); err == nil && recipeMatches(r, typ, c) {
+			init = r
+		}
+	}
+	kind := graph.Const
+	if param {
+		kind = graph.Param
+	}
+	return &graph.Value{Name: name, Type: typ, Kind: kind, Init: &init}, nil
+}
+
+// recipeMatches reports whether the recipe materializes exactly the stored data.
+func recipeMatches(r graph.Init, typ graph.TensorType, c *cval) bool {
+	t, err := r.Materialize(typ)
+	if err != nil || t.Len() != c.n() {
+		return false
+	}
+	for k := range t.Len() {
+		if math.Float64bits(t.At(k)) != math.Float64bits(c.at(k)) {
+			return false
+		}
+	}
+	return true
+}
+
+func meta(props []onnxpb.StringEntry, key string) string {
+	for _, p := range props {
+		if p.Key == key {
+			return p.Value
+		}
+	}
+	return ""
+}
+
+// inputs declares the graph inputs that are not initializers.
+func (im *importer) inputs() error {
+	for _, vi := range im.m.Graph.Input {
+		if _, isInit := im.env[vi.Name]; isInit {
+			// IR < 4 lists initializers among the inputs: they are defaults the
+			// caller may override. Our graphs are static, so they stay initializers.
+			continue
+		}
+		typ, err := im.staticType(vi)
+		if err != nil {
+			return fmt.Errorf("onnx: graph input %q: %w", vi.Name, err)
+		}
+		v := &graph.Value{Name: vi.Name, Type: typ, Kind: graph.Input}
+		im.g.Inputs = append(im.g.Inputs, v)
+		im.env[vi.Name] = &entry{name: vi.Name, v: v}
+	}
+	return nil
+}
+
+// staticType reads a ValueInfo's type; every dimension must be known (or bound
+// through Options.Dims).
+func (im *importer) staticType(vi *onnxpb.ValueInfo) (graph.TensorType, error) {
+	if vi.Type == nil || vi.Type.Tensor == nil {
+		return graph.TensorType{}, fmt.Errorf("type is %s; only tensors are supported", vi.Type.TypeKind())
+	}
+	tt := vi.Type.Tensor
+	dt, ok := dtypeOf(tt.ElemType)
+	if !ok {
+		return graph.TensorType{}, fmt.Errorf("element type %v is not supported (float32, float64, float16, bfloat16, int64, bool)", tt.ElemType)
+	}
+	if tt.Shape == nil {
+		return graph.TensorType{}, errors.New("rank is unknown; flashgraph needs static shapes")
+	}
+	shape := make(graph.Shape, len(tt.Shape.Dim))
+	for i, d := range tt.Shape.Dim {
+		switch {
+		case d.HasValue:
+			if d.Value < 0 || d.Value > math.MaxInt32 {
+				return graph.TensorType{}, fmt.Errorf("dimension %d has bad size %d", i, d.Value)
+			}
+			shape[i] = int(d.Value)
+		case d.Param != "":
+			size, ok := im.opts.Dims[d.Param]
+			if !ok {
+				return graph.TensorType{}, fmt.Errorf("dimension %d is symbolic (%q); give its size in Options.Dims", i, d.Param)
+			}
+			shape[i] = size
+		default:
+			return graph.TensorType{}, fmt.Errorf("dimension %d is unknown; flashgraph needs static shapes", i)
+		}
+	}
+	return graph.TensorType{DType: dt, Shape: shape}, nil
+}
+
+// checkInfo compares a value's type with what the model declares for it.
+func (im *importer) checkInfo(name string, dt onnxpb.DataType, shape graph.Shape) error {
+	vi, ok := im.vinfo[name]
+	if !ok || vi.Type == nil || vi.Type.Tensor == nil {
+		return nil
+	}
+	tt := vi.Type.Tensor
+	if tt.ElemType != onnxpb.Undefined && tt.ElemType != dt {
+		return fmt.Errorf("value %q: the model declares element type %v, the op gives %v", name, tt.ElemType, dt)
+	}
+	if tt.Shape == nil {
+		return nil
+	}
+	if len(tt.Shape.Dim) != len(shape) {
+		return fmt.Errorf("value %q: the model declares rank %d, the op gives shape %v", name, len(tt.Shape.Dim), shape)
+	}
+	for i, d := range tt.Shape.Dim {
+		want, known := int(d.Value), d.HasValue
+		if !known && d.Param != "" {
+			want, known = im.opts.Dims[d.Param]
+		}
+		if known && want != shape[i] {
+			return fmt.Errorf("value %q: the model declares dimension %d = %d, the op gives shape %v", name, i, want, shape)
+		}
+	}
+	return nil
+}
+
+// val returns the graph value of an entry, making a const for a folded one.
+func (im *importer) val(e *entry) (*graph.Value, error) {
+	if e.v != nil {
+		return e.v, nil
+	}
+	v, err := im.initValue(e.name, e.c, false, "")
+	if err != nil {
+		return nil, fmt.Errorf("constant %q: %w", e.name, err)
+	}
+	e.v = v
+	return v, nil
+}
+
+// constant makes a new constant entry (operands our ops need that ONNX passed
+// as attributes, scalars of decompositions); name is a prefix for a fresh name.
+func (im *importer) constant(name string, c *cval) *entry {
+	e := &entry{name: im.values.Fresh(name), c: c, seq: im.nextSeq}
+	im.nextSeq++
+	im.inits = append(im.inits, e)
+	return e
+}
+
+func (im *importer) node(n *onnxpb.Node) error {
+	ctx := &opCtx{im: im, n: n, attrs: map[string]*onnxpb.Attribute{}, used: map[string]bool{}}
+	for _, a := range n.Attribute {
+		if _, dup := ctx.attrs[a.Name]; dup {
+			return ctx.errf("attribute %q given twice", a.Name)
+		}
+		if a.RefAttrName != "" {
+			return ctx.errf("attribute %q refers to a function attribute; functions are not supported", a.Name)
+		}
+		ctx.attrs[a.Name] = a
+	}
+	switch n.Domain {
+	case "", "ai.onnx":
+		ctx.ver = im.opset
+	case graph.DomainFlashgraph:
+		if im.ourOpset == 0 {
+			return ctx.errf("the model does not import the %q domain", n.Domain)
+		}
+		ctx.ver = im.ourOpset
+	default:
+		return ctx.errf("domain %q is not supported", n.Domain)
+	}
+	if n.Overload != "" {
+		return ctx.errf("calls a model-local function overload; functions are not supported")
+	}
+	for _, name := range n.Input {
+		if name == "" {
+			ctx.in = append(ctx.in, nil)
+			continue
+		}
+		e, ok := im.env[name]
+		if !ok {
+			return ctx.errf("input %q is not defined before this node (nodes must be in topological order)", name)
+		}
+		ctx.in = append(ctx.in, e)
+	}
+	for _, o := range n.Output {
+		if _, dup := im.env[o]; dup && o != "" {
+			return ctx.errf("output %q is defined twice", o)
+		}
+	}
+	ctx.out = make([]*entry, len(n.Output))
+	if err := ctx.dispatch(); err != nil {
+		return err
+	}
+	for i, o := range n.Output {
+		e := ctx.out[i]
+		if o == "" {
+			continue
+		}
+		if e == nil {
+			if ctx.outputUsed(i) {
+				return ctx.errf("output %d (%q) is not supported", i, o)
+			}
+			continue
+		}
+		dt, shape := e.typ()
+		if err := im.checkInfo(o, dt, shape); err != nil {
+			return ctx.errf("%v", err)
+		}
+		im.env[o] = e
+	}
+	return nil
+}
+
+// finish collects the initializers the graph uses, sets the outputs and verifies.
+func (im *importer) finish() (*graph.Graph, error) {
+	for _, vi := range im.m.Graph.Output {
+		e, ok := im.env[vi.Name]
+		if !ok {
+			return nil, fmt.Errorf("onnx: graph output %q is not produced by any node", vi.Name)
+		}
+		if e.v != nil && e.v.Name != vi.Name && e.v.Kind == graph.Intermediate {
+			return nil, fmt.Errorf("onnx: graph output %q aliases %q", vi.Name, e.v.Name)
+		}
+		v, err := im.val(e)
+		if err != nil {
+			return nil, fmt.Errorf("onnx: graph output %q: %w", vi.Name, err)
+		}
+		dt, shape := e.typ()
+		if err := im.checkInfo(vi.Name, dt, shape); err != nil {
+			return nil, fmt.Errorf("onnx: graph output: %w", err)
+		}
+		im.g.Outputs = append(im.g.Outputs, v)
+	}
+	used := map[*graph.Value]bool{}
+	for _, n := range im.g.Nodes {
+		for _, v := range n.Inputs {
+			used[v] = true
+		}
+	}
+	for _, v := range im.g.Outputs {
+		used[v] = true
+	}
+	order := slices.Clone(im.inits)
+	slices.SortStableFunc(order, func(a, b *entry) int { return a.seq - b.seq })
+	seen := map[*graph.Value]bool{}
+	for _, e := range order {
+		v := e.v
+		if v == nil || seen[v] || (!used[v] && !im.faithful) {
+			continue
+		}
+		seen[v] = true
+		switch v.Kind {
+		case graph.Param:
+			im.g.Params = append(im.g.Params, v)
+		case graph.Const:
+			im.g.Consts = append(im.g.Consts, v)
+		}
+	}
+	if err := graph.Verify(im.g); err != nil {
+		return nil, fmt.Errorf("onnx: imported graph does not verify: %w", err)
+	}
+	return im.g, nil
+}
+
+// opCtx is one ONNX node being imported.
+type opCtx struct {
+	im    *importer
+	n     *onnxpb.Node
+	ver   int64 // the opset version of the node's domain
+	in    []*entry
+	out   []*entry
+	attrs map[string]*onnxpb.Attribute
+	used  map[string]bool
+	name  string // the graph node name given to the node that produces the outputs
+	// outNames, when set, names the outputs of the emitted node instead of the
+	// ONNX node's outputs (ops whose outputs do not line up with ours).
+	outNames []string
+}
+
+func (c *opCtx) errf(format string, args ...any) error {
+	dom := c.n.Domain
+	if dom == "" {
+		dom = "ai.onnx"
+	}
+	return fmt.Errorf("onnx: node %q (%s, %s opset %d): %s", c.n.Name, c.n.OpType, dom, c.ver, fmt.Sprintf(format, args...))
+}
+
+func (c *opCtx) has(name string) bool { return c.attrs[name] != nil }
+
+func (c *opCtx) attr(name string, want onnxpb.AttributeType) (*onnxpb.Attribute, error) {
+	a := c.attrs[name]
+	if a == nil {
+		return nil, nil
+	}
+	c.used[name] = true
+	if a.Type != want {
+		return nil, c.errf("attribute %s is %v, want %v", name, a.Type, want)
+	}
+	return a, nil
+}
+
+func (c *opCtx) attrInt(name string, def int64) (int64, error) {
+	a, err := c.attr(name, onnxpb.AttrInt)
+	if a == nil || err != nil {
+		return def, err
+	}
+	return a.I, nil
+}
+
+func (c *opCtx) attrInts(name string) ([]int64, bool, error) {
+	a, err := c.attr(name, onnxpb.AttrInts)
+	if a == nil || err != nil {
+		return nil, false, err
+	}
+	return a.Ints, true, nil
+}
+
+// attrFloat reads a float attribute; our export stores the exact float64 beside
+// the float32 ONNX keeps, and it is used when it agrees with the float32.
+func (c *opCtx) attrFloat(name string, def float64) (float64, error) {
+	a, err := c.attr(name, onnxpb.AttrFloat)
+	if a == nil || err != nil {
+		return def, err
+	}
+	if s := meta(c.n.MetadataProps, metaAttr+name); s != "" {
+		if v, err := graph.ParseFloatLit(s); err == nil && (float32(v) == a.F || (v != v && a.F != a.F)) {
+			return v, nil
+		}
+	}
+	return float64(a.F), nil
+}
+
+func (c *opCtx) attrString(name, def string) (string, error) {
+	a, err := c.attr(name, onnxpb.AttrString)
+	if a == nil || err != nil {
+		return def, err
+	}
+	return string(a.S), nil
+}
+
+// checkAttrs refuses attributes the handler did not read: an attribute we do not
+// understand may change the op's meaning.
+func (c *opCtx) checkAttrs() error {
+	var extra []string
+	for name := range c.attrs {
+		if !c.used[name] {
+			extra = append(extra, name)
+		}
+	}
+	if len(extra) > 0 {
+		slices.Sort(extra)
+		return c.errf("attribute(s) %s not supported", strings.Join(extra, ", "))
+	}
+	return nil
+}
+
+// input returns input i, nil when absent.
+func (c *opCtx) input(i int) *entry {
+	if i < len(c.in) {
+		return c.in[i]
+	}
+	return nil
+}
+
+func (c *opCtx) value(i int) (*graph.Value, error) {
+	e := c.input(i)
+	if e == nil {
+		return nil, nil
+	}
+	v, err := c.im.val(e)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	return v, nil
+}
+
+// constInput returns the known data of input i, which must be a constant.
+func (c *opCtx) constInput(i int, what string) (*cval, error) {
+	e := c.input(i)
+	if e == nil {
+		return nil, nil
+	}
+	if e.c == nil {
+		return nil, c.errf("%s (input %d, %q) must be a constant: flashgraph shapes are static", what, i, e.name)
+	}
+	return e.c, nil
+}
+
+// allConst reports whether every given input is known at import time.
+func (c *opCtx) allConst() bool {
+	for _, e := range c.in {
+		if e != nil && e.c == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeName gives the graph node its ONNX name when that is free, else a fresh one.
+func (c *opCtx) nodeName() string {
+	if c.name != "" {
+		return c.name
+	}
+	switch {
+	case c.im.faithful && c.n.Name != "":
+		c.name = c.n.Name // reserved up front
+	case c.n.Name != "" && c.im.nodes.Reserve(c.n.Name):
+		c.name = c.n.Name
+	default:
+		c.name = c.im.nodes.Fresh(c.n.OpType)
+	}
+	return c.name
+}
+
+// emit adds the node that produces this ONNX node's outputs; its output values
+// take the ONNX output names (outputs left unnamed get node#i names).
+func (c *opCtx) emit(op string, attrs graph.Attrs, inputs ...*graph.Value) ([]*graph.Value, error) {
+	names := c.outNames
+	if names == nil {
+		names = c.n.Output
+	}
+	name := c.nodeName()
+	nd, err := graph.NewNode(name, op, attrs, inputs...)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	for i, v := range nd.Outputs {
+		onnxName := i < len(c.n.Output) && i < len(names) && names[i] == c.n.Output[i] && names[i] != ""
+		switch {
+		case onnxName:
+			v.Name = names[i] // reserved up front
+		case i < len(names) && names[i] != "" && c.im.values.Reserve(names[i]):
+			v.Name = names[i]
+		case c.im.values.Reserve(v.Name):
+		default:
+			v.Name = c.im.values.Fresh(name + "_out" + strconv.Itoa(i))
+		}
+		if onnxName {
+			c.out[i] = &entry{name: v.Name, v: v}
+		}
+	}
+	c.im.g.Nodes = append(c.im.g.Nodes, nd)
+	return nd.Outputs, nil
+}
+
+// emitOutput adds a node that produces ONNX output i alone (Split's slices).
+func (c *opCtx) emitOutput(i int, op string, attrs graph.Attrs, inputs ...*graph.Value) error {
+	name := c.name
+	if name == "" {
+		name = c.nodeName()
+	} else {
+		name = c.im.nodes.Fresh(c.nodeBase() + "_" + strconv.Itoa(i))
+	}
+	nd, err := graph.NewNode(name, op, attrs, inputs...)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	nd.Outputs[0].Name = c.n.Output[i]
+	c.out[i] = &entry{name: c.n.Output[i], v: nd.Outputs[0]}
+	c.im.g.Nodes = append(c.im.g.Nodes, nd)
+	return nil
+}
+
+// sub adds an intermediate node of a rewrite (one ONNX node becoming several of
+// ours), named after the ONNX node.
+func (c *opCtx) sub(op string, attrs graph.Attrs, inputs ...*graph.Value) (*graph.Value, error) {
+	base := c.n.Name
+	if base == "" {
+		base = c.n.OpType
+	}
+	name := c.im.nodes.Fresh(base + "/" + op)
+	nd, err := graph.NewNode(name, op, attrs, inputs...)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	for _, v := range nd.Outputs {
+		v.Name = c.im.values.Fresh(name)
+	}
+	c.im.g.Nodes = append(c.im.g.Nodes, nd)
+	return nd.Outputs[0], nil
+}
+
+// ints makes a 1-D int64 constant operand.
+func (c *opCtx) ints(what string, vals []int64) (*graph.Value, error) {
+	cv := &cval{dt: onnxpb.Int64, shape: graph.Shape{len(vals)}, i: slices.Clone(vals)}
+	return c.im.val(c.im.constant(c.nodeBase()+"/"+what, cv))
+}
+
+// scalar makes a rank-0 constant of our dtype dt.
+func (c *opCtx) scalar(what string, dt graph.DType, v float64) (*graph.Value, error) {
+	cv := newCval(onnxType(dt), graph.Shape{})
+	cv.set(0, v)
+	return c.im.val(c.im.constant(c.nodeBase()+"/"+what, cv))
+}
+
+func (c *opCtx) nodeBase() string {
+	if c.n.Name != "" {
+		return c.n.Name
+	}
+	return c.n.OpType
+}
+
+// outputUsed reports whether ONNX output i is named and read by a later node or
+// the graph outputs.
+func (c *opCtx) outputUsed(i int) bool {
+	if i >= len(c.n.Output) || c.n.Output[i] == "" {
+		return false
+	}
+	name := c.n.Output[i]
+	for _, o := range c.im.m.Graph.Output {
+		if o.Name == name {
+			return true
+		}
+	}
+	for _, n := range c.im.m.Graph.Node {
+		if slices.Contains(n.Input, name) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,958 @@
+package onnx
+
+import (
+	"errors"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// handler imports one ONNX op whose inputs are (at least partly) runtime values.
+type handler func(c *opCtx) error
+
+var handlers map[string]handler
+
+func init() {
+	handlers = map[string]handler{
+		"Add": direct("Add"), "Sub": direct("Sub"), "Mul": direct("Mul"), "Div": direct("Div"),
+		"Pow": importPow, "Where": direct("Where"), "Equal": direct("Equal"), "MatMul": direct("MatMul"),
+		"Identity": importIdentity, "Cast": importCast, "Gemm": importGemm,
+		"ReduceMean": importReduce(18), "ReduceMax": importReduce(18), "ReduceSum": importReduce(13),
+		"Softmax": importSoftmax, "LogSoftmax": importSoftmax,
+		"SoftmaxCrossEntropyLoss": importSCELoss,
+		"Transpose":               importTranspose, "Reshape": importReshape, "Concat": importConcat,
+		"Slice": importSlice, "Unsqueeze": importUnsqueeze, "Squeeze": importSqueeze,
+		"Expand": direct("Expand"), "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
+		"LayerNormalization": importLayerNorm, "Gelu": importGelu, "Attention": importAttention,
+	}
+	for _, op := range []string{"Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Relu", "Erf", "Abs"} {
+		handlers[op] = direct(op)
+	}
+}
+
+func (c *opCtx) dispatch() error {
+	op := c.n.OpType
+	if c.n.Domain == graph.DomainFlashgraph {
+		return c.ourOp()
+	}
+	if f, ok := shapeOnly[op]; ok {
+		outs, err := f(c)
+		if err != nil {
+			return err
+		}
+		return c.folded(outs)
+	}
+	// Ops outside our table fold whenever their inputs are constant; table ops
+	// fold too, except when importing our own export, which must come back as built.
+	_, inTable := graph.LookupOp(op)
+	if f, ok := folders[op]; ok && c.allConst() && (!inTable || !c.im.faithful) {
+		in := make([]*cval, len(c.in))
+		for i, e := range c.in {
+			if e != nil {
+				in[i] = e.c
+			}
+		}
+		outs, err := f(c, in)
+		switch {
+		case err == nil:
+			return c.folded(outs)
+		case !errors.Is(err, errTooBig) || !inTable:
+			return err
+		}
+		// Too large to keep as a literal: compute it at run time instead.
+		clear(c.used)
+	}
+	h, ok := handlers[op]
+	if !ok {
+		if _, foldable := folders[op]; foldable {
+			return c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
+		}
+		return c.errf("op is not supported")
+	}
+	if err := h(c); err != nil {
+		return err
+	}
+	return c.checkAttrs()
+}
+
+// folded records constant results.
+func (c *opCtx) folded(outs []*cval) error {
+	if err := c.checkAttrs(); err != nil {
+		return err
+	}
+	for i, v := range outs {
+		if i < len(c.n.Output) && c.n.Output[i] != "" {
+			c.out[i] = &entry{name: c.n.Output[i], c: v, seq: c.im.nextSeq}
+			c.im.nextSeq++
+			c.im.inits = append(c.im.inits, c.out[i])
+		}
+	}
+	return nil
+}
+
+// values materializes every input.
+func (c *opCtx) values() ([]*graph.Value, error) {
+	out := make([]*graph.Value, len(c.in))
+	for i := range c.in {
+		v, err := c.value(i)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// direct maps an op with the same inputs and no attributes onto ours.
+func direct(op string) handler {
+	return func(c *opCtx) error {
+		in, err := c.values()
+		if err != nil {
+			return err
+		}
+		_, err = c.emit(op, nil, in...)
+		return err
+	}
+}
+
+// importPow converts a constant exponent to the base's type (opset 12 allows
+// them to differ; our Pow does not) when that is exact.
+func importPow(c *opCtx) error {
+	base, err := c.value(0)
+	if err != nil || base == nil {
+		return err
+	}
+	exp := c.input(1)
+	if exp == nil {
+		return c.errf("needs an exponent")
+	}
+	if exp.c != nil && exp.c.dt != onnxType(base.Type.DType) {
+		cv := newCval(onnxType(base.Type.DType), exp.c.shape)
+		for k := range cv.n() {
+			cv.set(k, exp.c.at(k))
+			if cv.at(k) != exp.c.at(k) {
+				return c.errf("exponent %v does not convert exactly to %v", exp.c.at(k), base.Type.DType)
+			}
+		}
+		exp = c.im.constant(exp.name+"_"+base.Type.DType.String(), cv)
+	}
+	ev, err := c.im.val(exp)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	_, err = c.emit("Pow", nil, base, ev)
+	return err
+}
+
+// importIdentity aliases the input (exporters use Identity to rename weights),
+// keeping a node only where the name itself matters: a graph output, or our own
+// export, whose nodes must come back one for one.
+func importIdentity(c *opCtx) error {
+	isOutput := false
+	for _, o := range c.im.m.Graph.Output {
+		isOutput = isOutput || o.Name == c.n.Output[0]
+	}
+	if !c.im.faithful && !isOutput {
+		c.out[0] = c.in[0]
+		return nil
+	}
+	return direct("Identity")(c)
+}
+
+func importCast(c *opCtx) error {
+	to, err := c.attrInt("to", 0)
+	if err != nil {
+		return err
+	}
+	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
+		return err
+	}
+	dt, ok := dtypeOf(onnxpb.DataType(to))
+	if !ok {
+		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
+	return err
+}
+
+func importGemm(c *opCtx) error {
+	attrs := graph.Attrs{}
+	for _, name := range []string{"alpha", "beta"} {
+		v, err := c.attrFloat(name, 1)
+		if err != nil {
+			return err
+		}
+		attrs[name] = graph.Float(v)
+	}
+	for _, name := range []string{"transA", "transB"} {
+		v, err := c.attrInt(name, 0)
+		if err != nil {
+			return err
+		}
+		attrs[name] = graph.Int(v)
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Gemm", attrs, in...)
+	return err
+}
+
+// importReduce handles reductions whose axes moved from attribute to input at
+// opset since (13 for ReduceSum, 18 for the others).
+func importReduce(since int64) handler {
+	return func(c *opCtx) error {
+		keep, err := c.attrInt("keepdims", 1)
+		if err != nil {
+			return err
+		}
+		attrs := graph.Attrs{"keepdims": graph.Int(keep)}
+		x, err := c.value(0)
+		if err != nil {
+			return err
+		}
+		var axes *graph.Value
+		if c.ver < since {
+			vals, ok, err := c.attrInts("axes")
+			if err != nil {
+				return err
+			}
+			if ok {
+				if axes, err = c.ints("axes", vals); err != nil {
+					return err
+				}
+			}
+		} else {
+			noop, err := c.attrInt("noop_with_empty_axes", 0)
+			if err != nil {
+				return err
+			}
+			attrs["noop_with_empty_axes"] = graph.Int(noop)
+			if _, err := c.constInput(1, "axes"); err != nil {
+				return err
+			}
+			if axes, err = c.value(1); err != nil {
+				return err
+			}
+		}
+		in := []*graph.Value{x}
+		if axes != nil {
+			in = append(in, axes)
+		}
+		_, err = c.emit(c.n.OpType, attrs, in...)
+		return err
+	}
+}
+
+// importSoftmax maps Softmax and LogSoftmax. Before opset 13 the op flattened
+// its input to 2-D at axis (default 1) and normalized over everything from axis
+// on; that is our per-axis op when axis is the last one, and otherwise a
+// Reshape to 2-D, Softmax over the last axis, and a Reshape back.
+func importSoftmax(c *opCtx) error {
+	def := int64(-1)
+	if c.ver < 13 {
+		def = 1
+	}
+	axis, err := c.attrInt("axis", def)
+	if err != nil {
+		return err
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	r := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), r)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	if c.ver >= 13 || a == r-1 {
+		_, err = c.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, x)
+		return err
+	}
+	s := x.Type.Shape
+	flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
+	if err != nil {
+		return err
+	}
+	x2, err := c.sub("Reshape", nil, x, flat)
+	if err != nil {
+		return err
+	}
+	y2, err := c.sub(c.n.OpType, graph.Attrs{"axis": graph.Int(-1)}, x2)
+	if err != nil {
+		return err
+	}
+	back := make([]int64, r)
+	for i, d := range s {
+		back[i] = int64(d)
+	}
+	shape, err := c.ints("shape", back)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, y2, shape)
+	return err
+}
+
+func importSCELoss(c *opCtx) error {
+	red, err := c.attrString("reduction", "mean")
+	if err != nil {
+		return err
+	}
+	if c.input(2) != nil {
+		return c.errf("class weights are not supported")
+	}
+	if c.outputUsed(1) {
+		return c.errf("the log_prob output is not supported")
+	}
+	scores, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	// ignore_index drops rows with that label from the loss and the mean. Our op
+	// has no such rows: every label must be a class in [0, C), and the backends
+	// reject any other label at run time. So an ignore_index outside [0, C)
+	// (PyTorch exports -100) never changes a result we compute; one inside would.
+	if ign, err := c.attrInt("ignore_index", -1); err != nil {
+		return err
+	} else if s := scores.Type.Shape; c.has("ignore_index") && s.Rank() == 2 && ign >= 0 && ign < int64(s[1]) {
+		return c.errf("ignore_index %d is a class index; not supported", ign)
+	}
+	labels, err := c.value(1)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	_, err = c.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
+	return err
+}
+
+func importTranspose(c *opCtx) error {
+	attrs := graph.Attrs{}
+	perm, ok, err := c.attrInts("perm")
+	if err != nil {
+		return err
+	}
+	if ok {
+		attrs["perm"] = graph.Ints(perm...)
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Transpose", attrs, x)
+	return err
+}
+
+func importReshape(c *opCtx) error {
+	allowzero, err := c.attrInt("allowzero", 0)
+	if err != nil {
+		return err
+	}
+	shape, err := c.constInput(1, "shape")
+	if err != nil {
+		return err
+	}
+	if shape == nil {
+		return c.errf("needs a shape")
+	}
+	if target, err := shape.ints(); err != nil {
+		return c.errf("shape: %v", err)
+	} else if allowzero != 0 && slices.Contains(target, 0) {
+		return c.errf("allowzero=1 with a 0 in the shape is not supported")
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, in...)
+	return err
+}
+
+func importConcat(c *opCtx) error {
+	if !c.has("axis") {
+		return c.errf("axis is required")
+	}
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, in...)
+	return err
+}
+
+func fitsExactly(vals []int64) bool {
+	for _, v := range vals {
+		if v > maxExactInt || v < -maxExactInt {
+			return false
+		}
+	}
+	return true
+}
+
+func importSlice(c *opCtx) error {
+	starts, ends, axes, steps, err := c.sliceOperands()
+	if err != nil {
+		return err
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	// Reuse the model's own operands unless they were attributes or hold values
+	// (INT64_MAX for "to the end") that must be clamped to be held exactly.
+	reuse := c.ver >= 10
+	if !fitsExactly(starts) || !fitsExactly(ends) {
+		reuse = false
+		var ax []int64
+		if starts, ends, ax, err = clampSlice(x.Type.Shape, starts, ends, axes); err != nil {
+			return c.errf("%v", err)
+		}
+		if axes != nil {
+			axes = ax
+		}
+	}
+	operand := func(i int, what string, vals []int64) (*graph.Value, error) {
+		if reuse && c.input(i) != nil {
+			return c.value(i)
+		}
+		if vals == nil {
+			return nil, nil
+		}
+		return c.ints(what, vals)
+	}
+	in := []*graph.Value{x}
+	for i, op := range []struct {
+		what string
+		vals []int64
+	}{{"starts", starts}, {"ends", ends}, {"axes", axes}, {"steps", steps}} {
+		v, err := operand(i+1, op.what, op.vals)
+		if err != nil {
+			return err
+		}
+		in = append(in, v)
+	}
+	for len(in) > 3 && in[len(in)-1] == nil {
+		in = in[:len(in)-1]
+	}
+	if len(in) == 5 && in[3] == nil {
+		// steps without axes: ours needs the axes spelled out.
+		all := make([]int64, len(starts))
+		for i := range all {
+			all[i] = int64(i)
+		}
+		if in[3], err = c.ints("axes", all); err != nil {
+			return err
+		}
+	}
+	_, err = c.emit("Slice", nil, in...)
+	return err
+}
+
+// axesValue returns axes as a graph operand: the model's own input from opset
+// since, or a constant made from the attribute before it.
+func (c *opCtx) axesValue(i int, since int64) (*graph.Value, error) {
+	axes, ok, err := c.axesOperand(i, since)
+	if err != nil || !ok {
+		return nil, err
+	}
+	if c.ver >= since {
+		return c.value(i)
+	}
+	vals := make([]int64, len(axes))
+	for k, a := range axes {
+		vals[k] = int64(a)
+	}
+	return c.ints("axes", vals)
+}
+
+func importUnsqueeze(c *opCtx) error {
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	axes, err := c.axesValue(1, 13)
+	if err != nil {
+		return err
+	}
+	if axes == nil {
+		return c.errf("axes are required")
+	}
+	_, err = c.emit("Unsqueeze", nil, x, axes)
+	return err
+}
+
+func importSqueeze(c *opCtx) error {
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	axes, err := c.axesValue(1, 13)
+	if err != nil {
+		return err
+	}
+	in := []*graph.Value{x}
+	if axes != nil {
+		in = append(in, axes)
+	}
+	_, err = c.emit("Squeeze", nil, in...)
+	return err
+}
+
+// importGather makes constant indices int64 (ONNX also allows int32).
+func importGather(c *opCtx) error {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	data, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	idx := c.input(1)
+	if idx == nil {
+		return c.errf("needs indices")
+	}
+	if idx.c != nil && idx.c.dt != onnxpb.Int64 {
+		vals, err := idx.c.ints()
+		if err != nil {
+			return c.errf("indices: %v", err)
+		}
+		idx = c.im.constant(idx.name+"_int64", &cval{dt: onnxpb.Int64, shape: idx.c.shape, i: vals})
+	}
+	iv, err := c.im.val(idx)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, iv)
+	return err
+}
+
+func importTrilu(c *opCtx) error {
+	upper, err := c.attrInt("upper", 1)
+	if err != nil {
+		return err
+	}
+	if _, err := c.constInput(1, "k"); err != nil {
+		return err
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Trilu", graph.Attrs{"upper": graph.Int(upper)}, in...)
+	return err
+}
+
+// importSplit becomes one Slice per output. The sizes come from the split
+// attribute (before 13) or input, else equal parts: the output count before
+// opset 18 (which must divide the axis), num_outputs from 18 (the last part may
+// be smaller).
+func importSplit(c *opCtx) error {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	ax, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	dim := int64(x.Type.Shape[ax])
+	var sizes []int64
+	if c.ver < 13 {
+		if sizes, _, err = c.attrInts("split"); err != nil {
+			return err
+		}
+	} else if v, err := c.constInput(1, "split"); err != nil {
+		return err
+	} else if v != nil {
+		if sizes, err = v.ints(); err != nil {
+			return c.errf("split: %v", err)
+		}
+	}
+	n := int64(len(c.n.Output))
+	if c.ver >= 18 {
+		num, err := c.attrInt("num_outputs", 0)
+		if err != nil {
+			return err
+		}
+		if sizes == nil && num <= 0 {
+			return c.errf("needs split or num_outputs")
+		}
+		if sizes == nil {
+			n = num
+		}
+	}
+	if sizes == nil {
+		if n <= 0 {
+			return c.errf("has no outputs")
+		}
+		chunk := dim / n
+		if c.ver >= 18 {
+			chunk = (dim + n - 1) / n
+		} else if dim%n != 0 {
+			return c.errf("axis of size %d does not split into %d equal parts", dim, n)
+		}
+		for i := range n {
+			sizes = append(sizes, max(0, min(chunk, dim-i*chunk)))
+		}
+	}
+	var total int64
+	for _, s := range sizes {
+		if s < 0 {
+			return c.errf("negative split size in %v", sizes)
+		}
+		total += s
+	}
+	if total != dim || len(sizes) != len(c.n.Output) {
+		return c.errf("split %v does not cover axis of size %d with %d outputs", sizes, dim, len(c.n.Output))
+	}
+	axes, err := c.ints("axes", []int64{int64(ax)})
+	if err != nil {
+		return err
+	}
+	var start int64
+	for i, s := range sizes {
+		lo, hi := start, start+s
+		start = hi
+		if !c.outputUsed(i) {
+			continue
+		}
+		st, err := c.ints("starts", []int64{lo})
+		if err != nil {
+			return err
+		}
+		en, err := c.ints("ends", []int64{hi})
+		if err != nil {
+			return err
+		}
+		if err := c.emitOutput(i, "Slice", nil, x, st, en, axes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that
+// defines it: normalize over the axes from axis on, then scale and shift.
+func importLayerNorm(c *opCtx) error {
+	axis, err := c.attrInt("axis", -1)
+	if err != nil {
+		return err
+	}
+	eps, err := c.attrFloat("epsilon", 1e-5)
+	if err != nil {
+		return err
+	}
+	stash, err := c.attrInt("stash_type", int64(onnxpb.Float))
+	if err != nil {
+		return err
+	}
+	if c.outputUsed(1) || c.outputUsed(2) {
+		return c.errf("the Mean and InvStdDev outputs are not supported")
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	// stash_type is the precision of the statistics; the rewrite computes them
+	// in the input's type, so the two must agree.
+	if onnxType(x.Type.DType) != onnxpb.DataType(stash) {
+		return c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType)
+	}
+	r := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), r)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	var ax []int64
+	for i := a; i < r; i++ {
+		ax = append(ax, int64(i))
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	scale, err := c.value(1)
+	if err != nil {
+		return err
+	}
+	bias, err := c.value(2)
+	if err != nil {
+		return err
+	}
+	keep := graph.Attrs{"keepdims": graph.Int(1)}
+	mean, err := c.sub("ReduceMean", keep, x, axes)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	dd, err := c.sub("Mul", nil, d, d)
+	if err != nil {
+		return err
+	}
+	variance, err := c.sub("ReduceMean", keep, dd, axes)
+	if err != nil {
+		return err
+	}
+	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
+	if err != nil {
+		return err
+	}
+	ve, err := c.sub("Add", nil, variance, epsV)
+	if err != nil {
+		return err
+	}
+	sd, err := c.sub("Sqrt", nil, ve)
+	if err != nil {
+		return err
+	}
+	inv, err := c.sub("Reciprocal", nil, sd)
+	if err != nil {
+		return err
+	}
+	nrm, err := c.sub("Mul", nil, d, inv)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	if bias == nil {
+		_, err = c.emit("Mul", nil, nrm, scale)
+		return err
+	}
+	y, err := c.sub("Mul", nil, nrm, scale)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Add", nil, y, bias)
+	return err
+}
+
+// importGelu writes Gelu (opset 20) with the formula that defines it.
+func importGelu(c *opCtx) error {
+	approx, err := c.attrString("approximate", "none")
+	if err != nil {
+		return err
+	}
+	x, err := c.value(0)
+	if err != nil {
+		return err
+	}
+	dt := x.Type.DType
+	k := func(what string, v float64) (*graph.Value, error) { return c.scalar(what, dt, v) }
+	var inner *graph.Value
+	switch approx {
+	case "none": // 0.5·x·(1 + erf(x/√2))
+		s, err := k("rsqrt2", 1/math.Sqrt2)
+		if err != nil {
+			return err
+		}
+		t, err := c.sub("Mul", nil, x, s)
+		if err != nil {
+			return err
+		}
+		if inner, err = c.sub("Erf", nil, t); err != nil {
+			return err
+		}
+	case "tanh": // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
+		x2, err := c.sub("Mul", nil, x, x)
+		if err != nil {
+			return err
+		}
+		x3, err := c.sub("Mul", nil, x2, x)
+		if err != nil {
+			return err
+		}
+		cc, err := k("coef", 0.044715)
+		if err != nil {
+			return err
+		}
+		t, err := c.sub("Mul", nil, x3, cc)
+		if err != nil {
+			return err
+		}
+		u, err := c.sub("Add", nil, x, t)
+		if err != nil {
+			return err
+		}
+		s, err := k("sqrt2_pi", math.Sqrt(2/math.Pi))
+		if err != nil {
+			return err
+		}
+		v, err := c.sub("Mul", nil, u, s)
+		if err != nil {
+			return err
+		}
+		if inner, err = c.sub("Tanh", nil, v); err != nil {
+			return err
+		}
+	default:
+		return c.errf("approximate=%q is not supported", approx)
+	}
+	one, err := k("one", 1)
+	if err != nil {
+		return err
+	}
+	p, err := c.sub("Add", nil, inner, one)
+	if err != nil {
+		return err
+	}
+	m, err := c.sub("Mul", nil, x, p)
+	if err != nil {
+		return err
+	}
+	half, err := k("half", 0.5)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Mul", nil, m, half)
+	return err
+}
+
+// importAttention maps opset-23 Attention onto FlashAttention, which has its
+// meaning for 4-D Q, K, V with equal head counts, no mask, no KV cache and no
+// softcap; the logsumexp output FlashAttention adds is left unused.
+func importAttention(c *opCtx) error {
+	causal, err := c.attrInt("is_causal", 0)
+	if err != nil {
+		return err
+	}
+	softcap, err := c.attrFloat("softcap", 0)
+	if err != nil {
+		return err
+	}
+	if softcap != 0 {
+		return c.errf("softcap is not supported")
+	}
+	// The QK output mode only selects what the unused fourth output holds.
+	if _, err := c.attrInt("qk_matmul_output_mode", 0); err != nil {
+		return err
+	}
+	for i, what := range map[int]string{3: "attn_mask", 4: "past_key", 5: "past_value", 6: "nonpad_kv_seqlen"} {
+		if c.input(i) != nil {
+			return c.errf("input %s is not supported", what)
+		}
+	}
+	for i := 1; i < len(c.n.Output); i++ {
+		if c.outputUsed(i) {
+			return c.errf("output %d (%s) is not supported", i, c.n.Output[i])
+		}
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) < 3 {
+		return c.errf("needs Q, K and V")
+	}
+	q, k := in[0].Type.Shape, in[1].Type.Shape
+	if q.Rank() != 4 {
+		return c.errf("Q of rank %d: only 4-D [batch, heads, seq, head_dim] inputs are supported", q.Rank())
+	}
+	if c.has("q_num_heads") || c.has("kv_num_heads") {
+		qh, _ := c.attrInt("q_num_heads", int64(q[1]))
+		kh, _ := c.attrInt("kv_num_heads", int64(k[1]))
+		if qh != int64(q[1]) || kh != int64(k[1]) {
+			return c.errf("q_num_heads/kv_num_heads disagree with the 4-D inputs")
+		}
+	}
+	if k.Rank() == 4 && k[1] != q[1] {
+		return c.errf("grouped-query attention (%d query heads, %d key heads) is not supported", q[1], k[1])
+	}
+	if p, err := c.attrInt("softmax_precision", 0); err != nil {
+		return err
+	} else if p != 0 && p != int64(onnxpb.Float) && p != int64(onnxType(in[0].Type.DType)) {
+		// Our kernels compute the softmax in float32 (float64 for float64 inputs).
+		return c.errf("softmax_precision %v is not supported", onnxpb.DataType(p))
+	}
+	// The default scale is 1/sqrt(head_dim), computed in float as runtimes do.
+	scale, err := c.attrFloat("scale", float64(float32(1/math.Sqrt(float64(q[3])))))
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	if lse := meta(c.n.MetadataProps, metaLSE); lse != "" {
+		c.outNames = []string{c.n.Output[0], lse}
+	}
+	_, err = c.emit("FlashAttention", graph.Attrs{"causal": graph.Int(causal), "scale": graph.Float(scale)}, in[0], in[1], in[2])
+	return err
+}
+
+// ourOp imports a node of our own domain: its attributes map by the op table.
+func (c *opCtx) ourOp() error {
+	spec, ok := graph.LookupOp(c.n.OpType)
+	if !ok || spec.Domain != graph.DomainFlashgraph {
+		return c.errf("op is not in flashgraph's op table")
+	}
+	attrs := graph.Attrs{}
+	for _, as := range spec.Attrs {
+		if !c.has(as.Name) {
+			continue
+		}
+		var err error
+		switch as.Kind {
+		case graph.AttrInt:
+			var v int64
+			v, err = c.attrInt(as.Name, 0)
+			attrs[as.Name] = graph.Int(v)
+		case graph.AttrFloat:
+			var v float64
+			v, err = c.attrFloat(as.Name, 0)
+			attrs[as.Name] = graph.Float(v)
+		case graph.AttrString:
+			var v string
+			v, err = c.attrString(as.Name, "")
+			attrs[as.Name] = graph.Str(v)
+		case graph.AttrInts:
+			var v []int64
+			v, _, err = c.attrInts(as.Name)
+			attrs[as.Name] = graph.Ints(v...)
+		case graph.AttrFloats:
+			var a *onnxpb.Attribute
+			if a, err = c.attr(as.Name, onnxpb.AttrFloats); a != nil {
+				f := make([]float64, len(a.Floats))
+				for i, x := range a.Floats {
+					f[i] = float64(x)
+					if s := meta(c.n.MetadataProps, metaAttr+as.Name+"."+strconv.Itoa(i)); s != "" {
+						if v, perr := graph.ParseFloatLit(s); perr == nil && float32(v) == x {
+							f[i] = v
+						}
+					}
+				}
+				attrs[as.Name] = graph.Floats(f...)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if err := c.checkAttrs(); err != nil {
+		return err
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	_, err = c.emit(c.n.OpType, attrs, in...)
+	return err
+}
