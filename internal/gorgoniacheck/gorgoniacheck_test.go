@@ -174,10 +174,10 @@ func (m *gorgoniaModel) fill(name string, r, c int, v float64) *G.Node {
 	return m.mat(name, r, c, d)
 }
 
-func (m *gorgoniaModel) mul(a, b *G.Node) *G.Node  { return m.must(G.Mul(a, b)) }
-func (m *gorgoniaModel) had(a, b *G.Node) *G.Node  { return m.must(G.HadamardProd(a, b)) }
-func (m *gorgoniaModel) add(a, b *G.Node) *G.Node  { return m.must(G.Add(a, b)) }
-func (m *gorgoniaModel) sub(a, b *G.Node) *G.Node  { return m.must(G.Sub(a, b)) }
+func (m *gorgoniaModel) mul(a, b *G.Node) *G.Node { return m.must(G.Mul(a, b)) }
+func (m *gorgoniaModel) had(a, b *G.Node) *G.Node { return m.must(G.HadamardProd(a, b)) }
+func (m *gorgoniaModel) add(a, b *G.Node) *G.Node { return m.must(G.Add(a, b)) }
+func (m *gorgoniaModel) sub(a, b *G.Node) *G.Node { return m.must(G.Sub(a, b)) }
 func (m *gorgoniaModel) cols(x *G.Node, lo, hi int) *G.Node {
 	return m.must(G.Slice(x, nil, G.S(lo, hi)))
 }
