@@ -399,7 +399,14 @@ func (im *importer) constant(name string, c *cval) *entry {
 	return e
 }
 
-func (im *importer) node(n *onnxpb.Node) error {
+func (im *importer) node(n *onnxpb.Node) (err error) {
+	// Shape inference in the op table runs on shapes that come from the file; a
+	// bug there must surface as an error naming the node, not crash the caller.
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("onnx: node %q (%s): internal error: %v", n.Name, n.OpType, r)
+		}
+	}()
 	ctx := &opCtx{im: im, n: n, attrs: map[string]*onnxpb.Attribute{}, used: map[string]bool{}}
 	for _, a := range n.Attribute {
 		if _, dup := ctx.attrs[a.Name]; dup {

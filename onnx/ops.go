@@ -202,6 +202,10 @@ func importGemm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	// C is optional from opset 11; our node always lists it ("_" when absent).
+	for len(in) < 3 {
+		in = append(in, nil)
+	}
 	_, err = c.emit("Gemm", attrs, in...)
 	return err
 }
