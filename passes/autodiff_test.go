@@ -1,9 +1,11 @@
 package passes
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
@@ -181,5 +183,48 @@ func TestTrainingGraphStructure(t *testing.T) {
 	}
 	if lr := ts64.Graph.Value("lr"); lr.Type.DType != graph.Float64 {
 		t.Errorf("float64 graph: lr is %v", lr.Type)
+	}
+}
+
+// TestAutodiffEdgeCases: a wrt value the loss ignores gets exact zeros; two
+// wrt values whose gradients are the same cotangent (here the seed itself)
+// get outputs of their own; an intermediate value can be a wrt; a value
+// used twice accumulates.
+func TestAutodiffEdgeCases(t *testing.T) {
+	b := graph.NewBuilder("edge")
+	x := b.Input("x", graph.Float64)
+	y := b.Input("y", graph.Float64)
+	b.Input("unused", graph.Float64, 2)
+	s := b.Rename(b.Mul(x, x), "sq")
+	b.Output(b.Rename(b.Add(b.Add(s, y), x), "loss"))
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	gg, grads, err := Gradients(g, "loss", []string{"x", "y", "unused", "sq", "loss"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkStatic(t, gg)
+	seen := map[string]bool{}
+	for _, name := range grads {
+		if seen[name] {
+			t.Errorf("gradient value %s shared by two wrt entries", name)
+		}
+		seen[name] = true
+	}
+	scalar := func(v float64) *graph.Tensor {
+		t := graph.NewTensor(graph.Float64, graph.Shape{})
+		t.F64[0] = v
+		return t
+	}
+	out := run(t, compile(t, gg, backend.Options{}), map[string]*graph.Tensor{
+		"x": scalar(3), "y": scalar(-2), "unused": graph.NewTensor(graph.Float64, graph.Shape{2}),
+	})
+	for name, want := range map[string][]float64{"x": {7}, "y": {1}, "unused": {0, 0}, "sq": {1}, "loss": {1}} {
+		got := out[grads[name]]
+		if got == nil || !slices.Equal(got.F64, want) {
+			t.Errorf("d loss/d %s = %v, want %v", name, got, want)
+		}
 	}
 }
