@@ -318,6 +318,11 @@ func WriteFileAtomic(path string, write func(w io.Writer) error) (err error) {
 			os.Remove(tmp)
 		}
 	}()
+	// CreateTemp makes the file private (0600); a checkpoint or a plot is
+	// as readable as any file the user writes.
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
 	if err = write(f); err != nil {
 		return err
 	}

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/train"
+)
+
+// newCUDABackend makes the CUDA backend. It is nil in a build without one;
+// the CUDA command file sets it from its init, so that this file needs no
+// import of backend/cuda.
+var newCUDABackend func() (backend.Backend, error)
+
+func init() {
+	register(&command{name: "train", summary: "train a model on bytes of text (default: tiny, fused, on the Go sources)", run: runTrain})
+}
+
+// defaultLR is a peak learning rate that trains each config well with AdamW
+// at its own batch size; wider models want smaller steps.
+var defaultLR = map[string]float64{"tiny": 3e-3, "small": 1e-3, "gpt2": 6e-4}
+
+func runTrain(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("train", "", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one
+static training-step graph, compiled once. With no flags it trains the tiny config with
+attention fusion on the Go standard library sources for a short run and writes, under -out:
+graph.txt and graph.dot (the forward graph), train_graph.txt (the training step), loss.png,
+and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
+finishes the current step, saves a checkpoint and exits.`, stderr)
+	mf := addModelFlags(fs, "tiny")
+	fuse := fs.Bool("fuse", true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
+	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
+	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
+	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
+	warmup := fs.Int64("warmup", -1, "linear warmup steps (-1: 10% of -steps)")
+	wd := fs.Float64("wd", 0.1, "AdamW weight decay of the weight matrices (norm gains are not decayed)")
+	data := fs.String("data", "", "text to train on: a file, or a folder whose text files are read (default: the Go sources under go env GOROOT)")
+	valFrac := fs.Float64("val-frac", 0.1, "fraction of the data held out for validation (by file for a folder)")
+	evalEvery := fs.Int64("eval-every", 50, "validation loss every N steps (0: only at the start and the end)")
+	out := fs.String("out", "out", "folder for the graphs, the loss plot and (by default) the checkpoints")
+	ckpt := fs.String("ckpt", "", "checkpoint folder (default: OUT/ckpt; \"none\": no checkpoints)")
+	ckptEvery := fs.Int64("ckpt-every", 100, "checkpoint every N steps, besides the end (0: only at the end)")
+	keepEvery := fs.Int64("keep-every", 0, "also keep the checkpoints of steps that are multiples of N (0: keep only the newest)")
+	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt (same config and flags: continues bit for bit)")
+	device := fs.String("device", "cpu", "where to train: cpu, cuda, or auto (cuda when available, else cpu)")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	cfg, err := mf.modelConfig()
+	if err != nil {
+		return err
+	}
+	peak := *lr
+	if peak == 0 {
+		peak = defaultLR[cfg.Name]
+	}
+	if *minLRFrac < 0 || *minLRFrac > 1 {
+		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
+	}
+	wu := *warmup
+	if wu < 0 {
+		wu = *steps / 10
+	}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed)}
+	if err := h.Schedule().Validate(); err != nil {
+		return err
+	}
+	ckptDir := *ckpt
+	switch {
+	case ckptDir == "none":
+		ckptDir = ""
+		if *resume {
+			return errors.New("-resume needs checkpoints: drop -ckpt none")
+		}
+	case ckptDir == "":
+		ckptDir = filepath.Join(*out, "ckpt")
+	}
+
+	be, note, err := resolveTrainDevice(*device)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+
+	src := *data
+	if src == "" {
+		if src, err = train.DefaultCorpusDir(); err != nil {
+			return err
+		}
+	}
+	t0 := time.Now()
+	corpus, err := train.LoadCorpus(src, *valFrac)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "data: %s: %d files (%d skipped), %s train / %s validation bytes, read in %v\n",
+		src, corpus.Files, corpus.Skip, trainBytes(int64(len(corpus.Train))), trainBytes(int64(len(corpus.Val))), time.Since(t0).Round(time.Millisecond))
+
+	// The graphs are written before training, so that they are there to
+	// look at while a long run trains.
+	gs, err := train.BuildGraphs(cfg, *fuse, h)
+	if err != nil {
+		return err
+	}
+	files, err := writeTrainGraphs(*out, gs)
+	if err != nil {
+		return err
+	}
+	ops := gs.Forward.CountOps()
+	fmt.Fprintf(stderr, "model: %s, %s params, %s; forward %d nodes (%d FlashAttention, %d Softmax), training step %d nodes\n",
+		cfg.Name, trainCount(model.ParamCount(cfg)), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))
+	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
+		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
+
+	// The first Ctrl-C asks the loop to stop after the step in flight and
+	// save; restoring the default handler then lets a second one kill the
+	// process at once (the checkpoint write is atomic, so that is safe).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+
+	res, err := train.Run(ctx, be, corpus, train.Options{
+		Config: cfg, Fuse: *fuse, Hyper: h, EvalEvery: *evalEvery,
+		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
+		Log: stderr, Bar: train.IsTerminal(stderr),
+	})
+	if err != nil {
+		return err
+	}
+	if len(res.Losses) > 0 {
+		p := filepath.Join(*out, "loss.png")
+		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d bytes", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[*fuse], res.Step, cfg.Batch, cfg.Seq)
+		if err := train.PlotLosses(p, title, res.Losses, res.Val); err != nil {
+			return err
+		}
+		files = append(files, p)
+	}
+	printTrainSummary(stdout, res, files)
+	return nil
+}
+
+// resolveTrainDevice resolves -device. auto prefers CUDA and falls back to the CPU
+// with a note saying why; cuda without a usable GPU is an error saying why.
+func resolveTrainDevice(device string) (backend.Backend, string, error) {
+	cuda := func() (backend.Backend, error) {
+		if newCUDABackend == nil {
+			return nil, errors.New("this build has no CUDA backend")
+		}
+		return newCUDABackend()
+	}
+	switch device {
+	case "cpu":
+		return cpu.New(), "", nil
+	case "cuda":
+		be, err := cuda()
+		if err != nil {
+			return nil, "", fmt.Errorf("-device cuda: %w", err)
+		}
+		return be, "", nil
+	case "auto":
+		be, err := cuda()
+		if err != nil {
+			return cpu.New(), fmt.Sprintf("device: CUDA unavailable (%v); training on the CPU", err), nil
+		}
+		return be, "", nil
+	}
+	return nil, "", fmt.Errorf("-device %q: want cpu, cuda or auto", device)
+}
+
+// writeTrainGraphs writes the forward graph (text and DOT) and the training
+// step's text into dir.
+func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	dot, err := graph.WriteDOT(gs.Forward)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, f := range []struct{ name, text string }{
+		{"graph.txt", graph.Format(gs.Forward)},
+		{"graph.dot", dot},
+		{"train_graph.txt", graph.Format(gs.Step.Graph)},
+	} {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, []byte(f.text), 0o644); err != nil {
+			return nil, err
+		}
+		files = append(files, p)
+	}
+	return files, nil
+}
+
+func printTrainSummary(w io.Writer, r *train.Result, files []string) {
+	fmt.Fprintln(w, "summary:")
+	row := func(k, format string, args ...any) { fmt.Fprintf(w, "  %-17s "+format+"\n", append([]any{k}, args...)...) }
+	status := ""
+	if r.Interrupted {
+		status = " (interrupted)"
+	}
+	row("model", "%s, %s attention, %s, on %s", r.Config.Name, map[bool]string{true: "fused", false: "unfused"}[r.Fused], r.Config.DType, r.Backend)
+	row("steps", "%d%s (this run: %d to %d)", r.Step, status, r.StartStep, r.Step)
+	if n := len(r.Losses); n > 0 {
+		row("train loss", "%.4f (mean of the last %d steps; %.4f at step 1)", r.FinalTrainLoss(), min(10, n), r.Losses[0])
+	}
+	if v, ok := r.FinalValLoss(); ok {
+		var pts []string
+		for _, p := range r.Val {
+			pts = append(pts, fmt.Sprintf("%d:%.3f", p.Step, p.Loss))
+		}
+		row("val loss", "%.4f at step %d (nats/byte; %.3f bits/byte)", v, r.Val[len(r.Val)-1].Step, v/0.6931471805599453)
+		row("val trajectory", "%s", strings.Join(pts, " "))
+	}
+	row("throughput", "%s tokens/s (%d tokens in %v of training steps)", trainCount(int64(r.TokensPerSec())), r.Tokens, r.TrainTime.Round(time.Millisecond))
+	row("wall time", "%v (this run); %v over all resumed runs", r.Wall.Round(time.Millisecond), r.TotalElapsed.Round(time.Millisecond))
+	row("peak activations", "%s per training step (initializers incl. optimizer state: %s)", trainBytes(r.Stats.PeakActivationBytes), trainBytes(r.Stats.InitializerBytes))
+	if r.Checkpoint != "" {
+		row("checkpoint", "%s", r.Checkpoint)
+	}
+	if len(files) > 0 {
+		row("files", "%s", strings.Join(files, " "))
+	}
+}
+
+func trainBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+func trainCount(n int64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fG", float64(n)/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", float64(n)/1e6)
+	case n >= 1e3:
+		return fmt.Sprintf("%.1fk", float64(n)/1e3)
+	}
+	return fmt.Sprint(n)
+}
