@@ -212,7 +212,9 @@ func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
 
 func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 	fmt.Fprintln(w, "summary:")
-	row := func(k, format string, args ...any) { fmt.Fprintf(w, "  %-17s "+format+"\n", append([]any{k}, args...)...) }
+	row := func(k, format string, args ...any) {
+		fmt.Fprintf(w, "  %-17s "+format+"\n", append([]any{k}, args...)...)
+	}
 	status := ""
 	if r.Interrupted {
 		status = " (interrupted)"
