@@ -340,6 +340,9 @@ func roundNarrow(t *graph.Tensor) {
 func (e *executable) SetInitializer(name string, t *graph.Tensor) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		return fmt.Errorf("cpu: SetInitializer on a closed executable")
+	}
 	s, ok := e.initByName[name]
 	if !ok {
 		return fmt.Errorf("cpu: %s is not a param or const of graph %s", name, e.g.Name)
@@ -360,6 +363,9 @@ func (e *executable) SetInitializer(name string, t *graph.Tensor) error {
 func (e *executable) Initializer(name string) (*graph.Tensor, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.closed {
+		return nil, fmt.Errorf("cpu: Initializer on a closed executable")
+	}
 	s, ok := e.initByName[name]
 	if !ok {
 		return nil, fmt.Errorf("cpu: %s is not a param or const of graph %s", name, e.g.Name)

@@ -3,6 +3,7 @@ package cpu
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -248,5 +249,112 @@ func TestUnsupportedOpRefused(t *testing.T) {
 	defer func() { kernels["Neg"] = saved }()
 	if _, err := New().Compile(g, backend.Options{}); err == nil || !strings.Contains(err.Error(), "Neg") {
 		t.Errorf("compile without a Neg kernel: %v", err)
+	}
+}
+
+func TestClosedExecutable(t *testing.T) {
+	b := graph.NewBuilder("c")
+	w := b.Param("w", graph.Float32, graph.Shape{2}, graph.Ones())
+	b.Output(b.Neg(w))
+	exe := compile(t, mustBuild(t, b), backend.Options{})
+	exe.Close()
+	if _, err := exe.Run(map[string]*graph.Tensor{}); err == nil {
+		t.Error("Run after Close succeeded")
+	}
+	if _, err := exe.Initializer("w"); err == nil {
+		t.Error("Initializer after Close succeeded")
+	}
+	if err := exe.SetInitializer("w", graph.NewTensor(graph.Float32, graph.Shape{2})); err == nil {
+		t.Error("SetInitializer after Close succeeded")
+	}
+}
+
+// Int64 arithmetic (shape computations) is CPU-only; the conformance suite
+// covers float dtypes.
+func TestInt64Arithmetic(t *testing.T) {
+	b := graph.NewBuilder("i")
+	x := b.Input("x", graph.Int64, 2, 3)
+	y := b.Input("y", graph.Int64, 3)
+	b.Output(b.Add(x, y), b.Sub(x, y), b.Mul(x, y), b.Div(x, y), b.Op("Pow", nil, x, y))
+	g := mustBuild(t, b)
+	exe := compile(t, g, backend.Options{PoisonOutputs: true})
+	feeds := map[string]*graph.Tensor{
+		"x": tensorOf(graph.Int64, graph.Shape{2, 3}, 7, -7, 5, 2, 3, -4),
+		"y": tensorOf(graph.Int64, graph.Shape{3}, 2, 2, 3),
+	}
+	out, err := exe.Run(feeds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int64{
+		{9, -5, 8, 4, 5, -1},
+		{5, -9, 2, 0, 1, -7},
+		{14, -14, 15, 4, 6, -12},
+		{3, -3, 1, 1, 1, -1}, // truncation toward zero
+		{49, 49, 125, 4, 9, -64},
+	}
+	for i, w := range want {
+		got := out[g.Outputs[i].Name].I64
+		for j := range w {
+			if got[j] != w[j] {
+				t.Errorf("%s: got %v, want %v", g.Outputs[i].Producer.Op, got, w)
+				break
+			}
+		}
+	}
+	feeds["y"] = tensorOf(graph.Int64, graph.Shape{3}, 1, 0, 1)
+	if _, err := exe.Run(feeds); err == nil || !strings.Contains(err.Error(), "division by zero") {
+		t.Errorf("integer division by zero: %v", err)
+	}
+}
+
+// Big enough that every kernel splits its work over goroutines: the result
+// must be bitwise the same as with one goroutine (ranges are split mid-row,
+// which the small conformance cases never do).
+func TestParallelMatchesSerial(t *testing.T) {
+	b := graph.NewBuilder("big")
+	x := b.Input("x", graph.Float32, 7, 67, 129)
+	y := b.Input("y", graph.Float32, 67, 1)
+	idx := b.Input("idx", graph.Int64, 300)
+	s := b.Mul(b.Add(x, y), b.Op("Exp", nil, y))
+	p := b.Softmax(s, 1)
+	r := b.ReduceSum(p, false, 0, 2)
+	mm := b.MatMul(b.Transpose(s, 0, 2, 1), s)
+	g := b.Gather(b.Reshape(s, 7*67, 129), idx, 0)
+	gg := b.Op("GatherGrad", graph.Attrs{"axis": graph.Int(0), "shape": graph.Ints(7*67, 129)}, g, idx)
+	w := b.Op("Where", nil, b.Op("Equal", nil, b.Op("Relu", nil, x), x), x, b.Neg(x))
+	b.Output(p, r, mm, gg, w, b.Op("LogSoftmax", graph.Attrs{"axis": graph.Int(-1)}, s))
+	gr := mustBuild(t, b)
+	feeds := map[string]*graph.Tensor{
+		"x":   graph.NewTensor(graph.Float32, graph.Shape{7, 67, 129}),
+		"y":   graph.NewTensor(graph.Float32, graph.Shape{67, 1}),
+		"idx": graph.NewTensor(graph.Int64, graph.Shape{300}),
+	}
+	for i := range feeds["x"].F32 {
+		feeds["x"].F32[i] = float32(math.Sin(float64(i)))
+	}
+	for i := range feeds["y"].F32 {
+		feeds["y"].F32[i] = float32(math.Cos(float64(i))) / 4
+	}
+	for i := range feeds["idx"].I64 {
+		feeds["idx"].I64[i] = int64(i*7%(7*67)) - 100
+	}
+	run := func(procs int) map[string]*graph.Tensor {
+		old := runtime.GOMAXPROCS(procs)
+		defer runtime.GOMAXPROCS(old)
+		out, err := compile(t, gr, backend.Options{PoisonOutputs: true}).Run(feeds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	serial, par := run(1), run(5)
+	for name, a := range serial {
+		bb := par[name]
+		for i := range a.F32 {
+			if math.Float32bits(a.F32[i]) != math.Float32bits(bb.F32[i]) {
+				t.Fatalf("%s[%d]: serial %v, parallel %v", name, i, a.F32[i], bb.F32[i])
+			}
+		}
 	}
 }
