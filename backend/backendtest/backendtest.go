@@ -35,13 +35,17 @@ type Tol struct{ Atol, Rtol float64 }
 type Tolerances map[graph.DType]Tol
 
 // DefaultTolerances fits a backend that computes float32 in float32 (GEMM
-// sums of up to ~100 products), float64 in float64, and bfloat16 in float32
-// with outputs rounded to bfloat16 (half an ulp is 2⁻⁹ relative).
+// sums of up to ~100 products), float64 in float64, and bfloat16/float16 in
+// float32 with each op's outputs rounded to the narrow type: half an ulp
+// (2⁻⁸ relative for bfloat16, 2⁻¹¹ for float16; for float16 subnormals 2⁻²⁵
+// absolute) plus float32 compute error. A backend without a dtype deletes
+// its entry.
 func DefaultTolerances() Tolerances {
 	return Tolerances{
 		graph.Float32:  {Atol: 1e-5, Rtol: 1e-5},
 		graph.Float64:  {Atol: 1e-12, Rtol: 1e-12},
-		graph.BFloat16: {Atol: 1e-6, Rtol: 1.0 / 256},
+		graph.BFloat16: {Atol: 1e-6, Rtol: 1.0/256 + 1e-6},
+		graph.Float16:  {Atol: 1e-7, Rtol: 1.0/2048 + 1e-6},
 	}
 }
 
@@ -235,6 +239,9 @@ func compare(t *testing.T, name string, got *graph.Tensor, typ graph.TensorType,
 	for i, r := range ref.data {
 		g := got.At(i)
 		var ok bool
+		if narrow := roundFn(typ.DType); narrow != nil && !math.IsInf(r, 0) && math.IsInf(float64(narrow(float32(r))), 0) {
+			r = float64(narrow(float32(r))) // beyond the type's range: the value is ±Inf
+		}
 		switch {
 		case exact:
 			ok = g == r

@@ -142,7 +142,7 @@ func opCases() []opCase {
 	addDT("Equal", "bool", onlyBool, eq(coin, []int{3, 4}, []int{3, 1}))
 
 	// Cast between every pair; float to int64 truncates toward zero.
-	for _, to := range []graph.DType{graph.Float32, graph.Float64, graph.BFloat16, graph.Int64, graph.Bool} {
+	for _, to := range []graph.DType{graph.Float32, graph.Float64, graph.BFloat16, graph.Float16, graph.Int64, graph.Bool} {
 		add("Cast", "to_"+to.String(), func(c *ctx) {
 			x, rx := c.input(c.dt, withZeros, 4, 7)
 			c.expect(c.op("Cast", graph.Attrs{"to": graph.Str(to.String())}, x), roundArr(to, rx))
