@@ -68,6 +68,44 @@ func TestRoundTripModel(t *testing.T) {
 	}
 }
 
+// Our own ops in our domain, with float hyper-parameters float32 cannot hold
+// (AdamW), int lists (GatherGrad's shape) and several outputs.
+func TestRoundTripOurOps(t *testing.T) {
+	b := graph.NewBuilder("ours")
+	emb := b.Param("emb", graph.Float32, graph.Shape{10, 4}, graph.Normal(0.02, 3))
+	tok := b.Input("tok", graph.Int64, 2, 3)
+	dy := b.Input("dy", graph.Float32, 2, 3, 4)
+	g := b.Op("GatherGrad", graph.Attrs{"axis": graph.Int(0), "shape": graph.Ints(10, 4)}, dy, tok)
+	m := b.Const("m", graph.Float32, graph.Shape{10, 4}, graph.Zeros())
+	v := b.Const("v", graph.Float32, graph.Shape{10, 4}, graph.Zeros())
+	lr := b.Input("lr", graph.Float32)
+	step := b.Input("step", graph.Float32)
+	upd := b.OpN("AdamW", graph.Attrs{"beta1": graph.Float(0.9), "beta2": graph.Float(0.95), "eps": graph.Float(1e-8), "weight_decay": graph.Float(0.1)}, emb, g, m, v, lr, step)
+	q := b.Input("q", graph.Float32, 2, 5, 4)
+	fa := b.OpN("FlashAttention", graph.Attrs{"scale": graph.Float(0.5)}, q, q, q)
+	dq := b.OpN("FlashAttentionGrad", graph.Attrs{"scale": graph.Float(0.5)}, q, q, q, fa[0], fa[1], fa[0])
+	sm := b.Softmax(q, -1)
+	sg := b.Op("SoftmaxGrad", graph.Attrs{"axis": graph.Int(-1)}, sm, dq[0])
+	b.Output(upd[0], upd[1], upd[2], sg, dq[1], dq[2])
+	gr, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm := roundTrip(t, gr)
+	ours := map[string]bool{}
+	for _, n := range pm.Graph.Node {
+		if n.Domain == graph.DomainFlashgraph {
+			ours[n.OpType] = true
+		}
+	}
+	// 3-D FlashAttention has no standard equivalent: it stays ours.
+	for _, op := range []string{"AdamW", "GatherGrad", "FlashAttention", "FlashAttentionGrad", "SoftmaxGrad"} {
+		if !ours[op] {
+			t.Errorf("%s not exported in our domain (have %v)", op, ours)
+		}
+	}
+}
+
 // The graph package's random graphs have odd names, NaN and ±inf literals,
 // values float32 cannot hold, and FlashAttention nodes.
 func TestRoundTripRandomGraphs(t *testing.T) {
