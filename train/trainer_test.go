@@ -199,3 +199,56 @@ func TestTrainOverfitsFixedBatch(t *testing.T) {
 		t.Errorf("validation points %v without validation data", res.Val)
 	}
 }
+
+// TestTrainFusedMatchesUnfused: training with the attention fused (forward
+// FlashAttention, backward FlashAttentionGrad) follows the same loss curve as
+// training the graph as built, step for step: to 1e-9 relative in float64,
+// where only rounding separates them, and to 1e-4 in float32.
+func TestTrainFusedMatchesUnfused(t *testing.T) {
+	const steps = 50
+	for _, c := range []struct {
+		dt  graph.DType
+		tol float64
+	}{{graph.Float64, 1e-9}, {graph.Float32, 1e-4}} {
+		t.Run(c.dt.String(), func(t *testing.T) {
+			cfg := testConfig(t, c.dt)
+			corpus := testCorpus(t)
+			curves := map[bool][]float64{}
+			for _, fuse := range []bool{false, true} {
+				tr, err := NewTrainer(cpu.New(), cfg, fuse, testHyper(steps), corpus)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				fops, tops := tr.Graphs.Forward.CountOps(), tr.Graphs.Step.Graph.CountOps()
+				if fuse && (fops["FlashAttention"] != cfg.Layers || fops["Softmax"] != 0 || tops["FlashAttentionGrad"] != cfg.Layers) {
+					t.Fatalf("fused graphs: forward %d FlashAttention, %d Softmax; step %d FlashAttentionGrad (want %d, 0, %d)",
+						fops["FlashAttention"], fops["Softmax"], tops["FlashAttentionGrad"], cfg.Layers, cfg.Layers)
+				}
+				if !fuse && (fops["FlashAttention"] != 0 || fops["Softmax"] != cfg.Layers) {
+					t.Fatalf("unfused forward graph has %d FlashAttention, %d Softmax", fops["FlashAttention"], fops["Softmax"])
+				}
+				for range steps {
+					if _, err := tr.Step(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				curves[fuse] = tr.Losses()
+			}
+			var worst float64
+			for i := range steps {
+				a, b := curves[false][i], curves[true][i]
+				rel := math.Abs(a-b) / math.Abs(a)
+				worst = max(worst, rel)
+				if !(rel <= c.tol) {
+					t.Errorf("step %d: unfused loss %v, fused %v (relative difference %.3g > %g)", i+1, a, b, rel, c.tol)
+				}
+			}
+			t.Logf("%v: loss %.4f -> %.4f over %d steps; largest relative fused/unfused difference %.3g",
+				c.dt, curves[true][0], curves[true][steps-1], steps, worst)
+			if !(curves[true][steps-1] < curves[true][0]-0.5) {
+				t.Errorf("loss went from %v to %v: not training", curves[true][0], curves[true][steps-1])
+			}
+		})
+	}
+}

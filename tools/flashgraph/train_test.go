@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/train"
@@ -124,10 +127,7 @@ func TestTrainCLIResumeNewProcess(t *testing.T) {
 
 	split := filepath.Join(t.TempDir(), "split")
 	for _, args := range [][]string{tinyTrainArgs(data, split, "4", constLR...), tinyTrainArgs(data, split, "8", append(constLR, "-resume")...)} {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestTrainCLIHelperProcess$")
-		cmd.Env = append(os.Environ(), "FLASHGRAPH_TRAIN_HELPER=1")
-		cmd.Args = append(cmd.Args, append([]string{"--"}, args...)...)
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := helperCommand(args).CombinedOutput(); err != nil {
 			t.Fatalf("subprocess %v: %v\n%s", args, err, out)
 		}
 	}
@@ -155,11 +155,71 @@ func TestTrainCLIResumeNewProcess(t *testing.T) {
 	}
 }
 
+// TestTrainCLIInterrupt sends SIGINT to a training process: it must finish
+// the step in flight, save a checkpoint of it, print the summary and exit 0;
+// the checkpoint then resumes.
+func TestTrainCLIInterrupt(t *testing.T) {
+	data := trainData(t)
+	out := filepath.Join(t.TempDir(), "out")
+	cmd := helperCommand(tinyTrainArgs(data, out, "1000000", "-fuse=false", "-eval-every", "0", "-ckpt-every", "0"))
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	kill := time.AfterFunc(60*time.Second, func() { cmd.Process.Kill() })
+	defer kill.Stop()
+	sc := bufio.NewScanner(stderr)
+	var log strings.Builder
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "step ") && strings.Contains(sc.Text(), "tok/s") {
+			break // training is under way
+		}
+	}
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGINT: %v\nstderr:\n%s", err, log.String())
+	}
+	if !strings.Contains(stdout.String(), "(interrupted)") || !strings.Contains(log.String(), "interrupted: stopping after step") {
+		t.Errorf("no interrupt in the output:\n%s\n%s", stdout.String(), log.String())
+	}
+	p, step, err := train.LatestCheckpoint(filepath.Join(out, "ckpt"))
+	if err != nil || p == "" || step < 1 {
+		t.Fatalf("no checkpoint after SIGINT: %q step %d %v", p, step, err)
+	}
+	if _, _, err := train.LoadCheckpoint(p); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("interrupted at step %d", step)
+	so, _ := runCLI(t, tinyTrainArgs(data, out, fmt.Sprint(step+2), "-fuse=false", "-resume")...)
+	if !strings.Contains(so, fmt.Sprintf("this run: %d to %d", step, step+2)) {
+		t.Errorf("resume after the interrupt:\n%s", so)
+	}
+}
+
+// helperCommand runs the CLI with args in a new process (the test binary,
+// through TestTrainCLIHelperProcess).
+func helperCommand(args []string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestTrainCLIHelperProcess$", "--"}, args...)...)
+	cmd.Env = append(os.Environ(), "FLASHGRAPH_TRAIN_HELPER=1")
+	return cmd
+}
+
 // TestTrainCLIHelperProcess is the child of TestTrainCLIResumeNewProcess: it
 // runs the CLI with the arguments after "--".
 func TestTrainCLIHelperProcess(t *testing.T) {
 	if os.Getenv("FLASHGRAPH_TRAIN_HELPER") == "" {
-		t.Skip("helper process for TestTrainCLIResumeNewProcess")
+		t.Skip("helper process of the CLI tests that need a process of their own")
 	}
 	args := os.Args
 	for i, a := range args {
