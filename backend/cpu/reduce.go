@@ -115,8 +115,8 @@ func axisSplit(s graph.Shape, axis int64) (outer, n, inner int, err error) {
 }
 
 // softmaxKernel: Softmax / LogSoftmax along one axis (opset 13: the axis
-// alone, not the flattened tail). The max is subtracted first; the
-// denominator accumulates in float64.
+// alone, not the flattened tail). The max is subtracted first; arithmetic is
+// in the data's type except the denominator, which accumulates in float64.
 func softmaxKernel(log bool) kernel {
 	return func(n *graph.Node, in, out []*graph.Tensor) error {
 		outer, m, inner, err := axisSplit(in[0].Shape, n.Attrs.Int("axis", -1))
@@ -139,28 +139,36 @@ func softmax[T float](y, x []T, outer, m, inner int, log bool) {
 	parallelFor(outer*inner, max(1, grain/max(m, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*m*inner + r%inner
-			mx := math.Inf(-1)
+			mx := T(math.Inf(-1))
 			for j := range m {
-				mx = max(mx, float64(x[base+j*inner]))
+				mx = max(mx, x[base+j*inner])
 			}
-			if math.IsInf(mx, -1) {
+			if math.IsInf(float64(mx), -1) {
 				// Every entry is −Inf (a fully masked row): there is no
 				// distribution; NaN, as exp(−Inf − (−Inf)) gives in ONNX.
 				mx = 0
 			}
+			// The shifted exponentials are T values (exp evaluated in
+			// float64, rounded once); only their sum is kept in float64.
 			var sum float64
 			for j := range m {
-				sum += math.Exp(float64(x[base+j*inner]) - mx)
+				i := base + j*inner
+				e := T(math.Exp(float64(x[i] - mx)))
+				if !log {
+					y[i] = e
+				}
+				sum += float64(e)
 			}
 			if log {
-				lse := mx + math.Log(sum)
+				ls := T(math.Log(sum))
 				for j := range m {
-					y[base+j*inner] = T(float64(x[base+j*inner]) - lse)
+					i := base + j*inner
+					y[i] = (x[i] - mx) - ls
 				}
 			} else {
-				inv := 1 / sum
+				s := T(sum)
 				for j := range m {
-					y[base+j*inner] = T(math.Exp(float64(x[base+j*inner])-mx) * inv)
+					y[base+j*inner] /= s
 				}
 			}
 		}
@@ -188,14 +196,15 @@ func softmaxGrad[T float](dx, y, dy []T, outer, m, inner int) {
 	parallelFor(outer*inner, max(1, grain/max(m, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			base := (r/inner)*m*inner + r%inner
-			var dot float64
+			var acc float64
 			for j := range m {
 				i := base + j*inner
-				dot += float64(dy[i]) * float64(y[i])
+				acc += float64(dy[i]) * float64(y[i])
 			}
+			dot := T(acc)
 			for j := range m {
 				i := base + j*inner
-				dx[i] = T(float64(y[i]) * (float64(dy[i]) - dot))
+				dx[i] = y[i] * (dy[i] - dot)
 			}
 		}
 	})
@@ -269,24 +278,27 @@ func sceLossGradKernel(n *graph.Node, in, out []*graph.Tensor) error {
 }
 
 func sceGrad[T float](ds, s []T, labels []int64, rows, c int, dl float64) {
+	f := T(dl)
 	parallelFor(rows, max(1, grain/max(c, 1)), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row, drow := s[r*c:(r+1)*c], ds[r*c:(r+1)*c]
-			mx := math.Inf(-1)
+			mx := T(math.Inf(-1))
 			for _, v := range row {
-				mx = max(mx, float64(v))
+				mx = max(mx, v)
 			}
 			var sum float64
-			for _, v := range row {
-				sum += math.Exp(float64(v) - mx)
-			}
-			inv := 1 / sum
 			for j, v := range row {
-				p := math.Exp(float64(v)-mx) * inv
+				e := T(math.Exp(float64(v - mx)))
+				drow[j] = e
+				sum += float64(e)
+			}
+			inv := 1 / T(sum)
+			for j := range drow {
+				p := drow[j] * inv
 				if j == int(labels[r]) {
 					p--
 				}
-				drow[j] = T(dl * p)
+				drow[j] = f * p
 			}
 		}
 	})
