@@ -119,31 +119,37 @@ func TestTrainingStepMatchesHandAdamW(t *testing.T) {
 	}
 }
 
-// TestTrainingStepFloat32: the default model (float32) trains on the CPU
-// backend: float32 lr and step inputs, a finite loss that goes down on a
-// repeated batch.
+// TestTrainingStepFloat32: the default model (float32), unfused and fused,
+// trains on the CPU backend: float32 lr and step inputs, a finite loss that
+// goes down on a repeated batch.
 func TestTrainingStepFloat32(t *testing.T) {
 	cfg := tinyConfig(t, graph.Float32)
-	ts, err := TrainingGraph(buildModel(t, cfg), TrainOptions{WeightDecay: 0.1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := compile(t, ts.Graph, backend.Options{Updates: ts.Updates})
-	feeds := tinyFeeds(cfg, 7)
-	var losses []float64
-	for step := 1; step <= 5; step++ {
-		lr, st := graph.NewTensor(graph.Float32, graph.Shape{}), graph.NewTensor(graph.Float32, graph.Shape{})
-		lr.F32[0], st.F32[0] = 3e-3, float32(step)
-		out := run(t, exe, map[string]*graph.Tensor{"tokens": feeds["tokens"], "targets": feeds["targets"], ts.LR: lr, ts.Step: st})
-		losses = append(losses, out[ts.Loss].At(0))
-	}
-	for _, l := range losses {
-		if math.IsNaN(l) || math.IsInf(l, 0) {
-			t.Fatalf("losses %v", losses)
+	for _, fused := range []bool{false, true} {
+		g := buildModel(t, cfg)
+		if fused {
+			g = fuse(t, g)
 		}
+		ts, err := TrainingGraph(g, TrainOptions{WeightDecay: 0.1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe := compile(t, ts.Graph, backend.Options{Updates: ts.Updates})
+		feeds := tinyFeeds(cfg, 7)
+		var losses []float64
+		for step := 1; step <= 5; step++ {
+			lr, st := graph.NewTensor(graph.Float32, graph.Shape{}), graph.NewTensor(graph.Float32, graph.Shape{})
+			lr.F32[0], st.F32[0] = 3e-3, float32(step)
+			out := run(t, exe, map[string]*graph.Tensor{"tokens": feeds["tokens"], "targets": feeds["targets"], ts.LR: lr, ts.Step: st})
+			losses = append(losses, out[ts.Loss].At(0))
+		}
+		for _, l := range losses {
+			if math.IsNaN(l) || math.IsInf(l, 0) {
+				t.Fatalf("fused=%v: losses %v", fused, losses)
+			}
+		}
+		if !(losses[4] < losses[0]-0.1) {
+			t.Errorf("fused=%v: float32 training did not reduce the loss on a repeated batch: %v", fused, losses)
+		}
+		t.Logf("fused=%v: float32 losses over 5 steps on one batch: %.4f", fused, losses)
 	}
-	if !(losses[4] < losses[0]-0.1) {
-		t.Errorf("float32 training did not reduce the loss on a repeated batch: %v", losses)
-	}
-	t.Logf("float32 losses over 5 steps on one batch: %.4f", losses)
 }
