@@ -1,0 +1,260 @@
+package passes
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Canonicalisation brings the attention patterns that exporters and
+// hand-written models produce to one form, so that fuse_attention is a few
+// rules instead of one per spelling:
+//
+//	Div(s, c)                       → Mul(s, 1/c)
+//	MatMul(Mul(q, c), kᵀ)           → Mul(MatMul(q, kᵀ), c)   (scale pre-applied to Q)
+//	MatMul(q, Mul(kᵀ, c))           → Mul(MatMul(q, kᵀ), c)   (... or to K)
+//	Transpose(Mul(k, c))            → Mul(Transpose(k), c)    (K scaled before its transpose)
+//	Mul(Mul(x, c1), c2)             → Mul(x, c1·c2)           (scale split over Q and K, d^-¼ each)
+//	Transpose(Transpose(x, p1), p2) → Transpose(x, p1∘p2), or x when that is the identity
+//
+// c is a constant with one element (Sqrt(64) and other constant expressions
+// count). K fed already transposed, or transposed by a perm that also splits
+// heads ([0,2,3,1]), and 3-D [BH,S,D] vs 4-D [B,H,S,D] heads need no
+// rewrite here: fuse_attention reads K's layout off the transpose perm and
+// takes both ranks.
+//
+// The rules are scoped to the attention cone (the scale/mask chain feeding
+// a Softmax, its scores MatMul and the scale/transpose chains of that
+// MatMul's operands). Moving a scale changes rounding by an ulp, which is
+// worth it where it enables the fusion and pointless elsewhere; and a graph
+// without attention comes out of the fusion pipeline byte-identical.
+
+// Canonicalize returns the canonicalisation pass.
+func Canonicalize() Pass {
+	return &RulePass{PassName: PassCanonicalize, Rules: canonicalRules, Scope: attentionCone}
+}
+
+// canonicalRules is the table; order matters only in that the first rule
+// whose pattern and conditions hold at a node fires.
+var canonicalRules = []Rule{
+	{
+		Name: "div_by_const", Root: "Div",
+		Pattern: Op("Div", Any("x"), Any("c")),
+		Where:   []Cond{scalarConst("c", "divisor"), nonZero("c")},
+		Rewrite: func(m *Match, e *Edit) error {
+			c := m.Value("c")
+			inv := e.Literal(c.Type.DType, c.Type.Shape, 1/m.Get("c").(float64))
+			return e.replaceRoot(e.Op("Mul", nil, m.Value("x"), inv))
+		},
+	},
+	{
+		Name: "transpose_transpose", Root: "Transpose",
+		Pattern: Op("Transpose", Op("Transpose", Any("x")).As("inner")),
+		Rewrite: func(m *Match, e *Edit) error {
+			x := m.Value("x")
+			p1, err := graph.TransposePerm(m.Node("inner").Attrs, x.Type.Shape.Rank())
+			if err != nil {
+				return err
+			}
+			p2, err := graph.TransposePerm(m.Root.Attrs, x.Type.Shape.Rank())
+			if err != nil {
+				return err
+			}
+			// out axis i is inner axis p2[i], which is x axis p1[p2[i]].
+			p := make([]int64, len(p2))
+			for i := range p2 {
+				p[i] = int64(p1[p2[i]])
+			}
+			if isIdentityPerm(p) {
+				e.Replace(m.Root.Outputs[0], x)
+				e.Describe(x.Name, "(identity)")
+				return nil
+			}
+			return e.replaceRoot(e.Op("Transpose", graph.Attrs{"perm": graph.Ints(p...)}, x))
+		},
+	},
+	{
+		Name: "scale_through_transpose", Root: "Transpose",
+		Pattern: Op("Transpose", Op("Mul", Any("x"), Any("c"))),
+		Where:   []Cond{scalarConst("c", "scale"), rankAtMost("c", "x")},
+		Rewrite: func(m *Match, e *Edit) error {
+			t, err := e.Op("Transpose", m.Root.Attrs.Clone(), m.Value("x"))
+			if err != nil {
+				return err
+			}
+			return e.replaceRoot(e.Op("Mul", nil, t, m.Value("c")))
+		},
+	},
+	{
+		Name: "scale_out_of_matmul_a", Root: "MatMul",
+		Pattern: Op("MatMul", Op("Mul", Any("x"), Any("c")), Any("y")),
+		Where:   []Cond{scalarConst("c", "scale"), rankAtMost("c", "x")},
+		Rewrite: func(m *Match, e *Edit) error {
+			return e.scaleAfter(m.Value("x"), m.Value("y"), m.Value("c"))
+		},
+	},
+	{
+		Name: "scale_out_of_matmul_b", Root: "MatMul",
+		Pattern: Op("MatMul", Any("x"), Op("Mul", Any("y"), Any("c"))),
+		Where:   []Cond{scalarConst("c", "scale"), rankAtMost("c", "y")},
+		Rewrite: func(m *Match, e *Edit) error {
+			return e.scaleAfter(m.Value("x"), m.Value("y"), m.Value("c"))
+		},
+	},
+	{
+		Name: "fold_scalar_muls", Root: "Mul",
+		Pattern: Op("Mul", Op("Mul", Any("x"), Any("c1")), Any("c2")),
+		Where:   []Cond{scalarConst("c1", "inner factor"), scalarConst("c2", "outer factor")},
+		Rewrite: func(m *Match, e *Edit) error {
+			c1, c2 := m.Value("c1"), m.Value("c2")
+			shape := c1.Type.Shape
+			if c2.Type.Shape.Rank() > shape.Rank() {
+				shape = c2.Type.Shape
+			}
+			c := e.Literal(m.Root.Outputs[0].Type.DType, shape, m.Get("c1").(float64)*m.Get("c2").(float64))
+			return e.replaceRoot(e.Op("Mul", nil, m.Value("x"), c))
+		},
+	},
+}
+
+// replaceRoot replaces the root's output by v (err from making v passes through).
+func (e *Edit) replaceRoot(v *graph.Value, err error) error {
+	if err != nil {
+		return err
+	}
+	e.Replace(e.m.Root.Outputs[0], v)
+	return nil
+}
+
+// scaleAfter replaces the root MatMul by Mul(MatMul(x, y), c).
+func (e *Edit) scaleAfter(x, y, c *graph.Value) error {
+	s, err := e.Op("MatMul", nil, x, y)
+	if err != nil {
+		return err
+	}
+	return e.replaceRoot(e.Op("Mul", nil, s, c))
+}
+
+// scalarConst requires the value captured as name to be a finite constant
+// with one element; its value is Set under name.
+func scalarConst(name, role string) Cond {
+	return Cond{
+		Name: role + " is a constant scalar",
+		Check: func(m *Match) string {
+			v, why := m.Scalar(m.Value(name))
+			if why != "" {
+				return role + " " + why
+			}
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Sprintf("%s %s is %v", role, m.Value(name).Name, v)
+			}
+			m.Set(name, v)
+			return ""
+		},
+	}
+}
+
+func nonZero(name string) Cond {
+	return Cond{Name: name + " is not zero", Check: func(m *Match) string {
+		if m.Get(name).(float64) == 0 {
+			return m.Value(name).Name + " is zero"
+		}
+		return ""
+	}}
+}
+
+// rankAtMost keeps a broadcast scalar from raising the rank of what it scales.
+func rankAtMost(c, x string) Cond {
+	return Cond{Name: c + " does not broadcast " + x, Check: func(m *Match) string {
+		if m.Value(c).Type.Shape.Rank() > m.Value(x).Type.Shape.Rank() {
+			return fmt.Sprintf("scale %s (rank %d) would broadcast %s up", m.Value(c).Name, m.Value(c).Type.Shape.Rank(), m.Value(x).Name)
+		}
+		return ""
+	}}
+}
+
+func isIdentityPerm(p []int64) bool {
+	for i, v := range p {
+		if int64(i) != v {
+			return false
+		}
+	}
+	return true
+}
+
+// attentionCone returns the nodes canonicalisation may touch: walking up
+// from each Softmax through the scale/mask chain to the scores MatMul, and
+// from that MatMul's operands through transposes and constant scalings.
+func attentionCone(g *graph.Graph) func(*graph.Node) bool {
+	cone := map[*graph.Node]bool{}
+	memo := map[*graph.Value]bool{}
+	isConst := func(v *graph.Value) bool { return isConstExpr(v, 0, memo) }
+	var operand func(v *graph.Value, depth int)
+	operand = func(v *graph.Value, depth int) {
+		n := v.Producer
+		if n == nil || depth > 6 || cone[n] {
+			return
+		}
+		switch n.Op {
+		case "Transpose", "Identity":
+			cone[n] = true
+			operand(n.Inputs[0], depth+1)
+		case "Mul", "Div":
+			for i, in := range n.Inputs {
+				if other := n.Inputs[1-i]; isConst(other) && !isConst(in) {
+					cone[n] = true
+					operand(in, depth+1)
+				}
+			}
+		}
+	}
+	var scores func(v *graph.Value, depth int)
+	scores = func(v *graph.Value, depth int) {
+		n := v.Producer
+		if n == nil || depth > 6 || cone[n] {
+			return
+		}
+		switch n.Op {
+		case "MatMul":
+			cone[n] = true
+			operand(n.Inputs[0], 0)
+			operand(n.Inputs[1], 0)
+		case "Mul", "Div", "Add", "Sub", "Where":
+			cone[n] = true
+			for _, in := range n.Inputs {
+				if !isConst(in) {
+					scores(in, depth+1)
+				}
+			}
+		}
+	}
+	for _, n := range g.Nodes {
+		if n.Op == "Softmax" {
+			scores(n.Inputs[0], 0)
+		}
+	}
+	return func(n *graph.Node) bool { return cone[n] }
+}
+
+// isConstExpr reports whether v is a const or computed from consts only by
+// ops the constant evaluator knows (without evaluating it). memo keeps
+// shared subexpressions from being walked once per path.
+func isConstExpr(v *graph.Value, depth int, memo map[*graph.Value]bool) bool {
+	switch {
+	case v == nil:
+		return true
+	case v.Kind == graph.Const:
+		return true
+	case v.Producer == nil || depth > maxConstDepth:
+		return false
+	}
+	if r, ok := memo[v]; ok {
+		return r
+	}
+	_, ok := constOps[v.Producer.Op]
+	r := ok && !slices.ContainsFunc(v.Producer.Inputs, func(in *graph.Value) bool { return !isConstExpr(in, depth+1, memo) })
+	memo[v] = r
+	return r
+}
