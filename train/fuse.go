@@ -1,13 +1,15 @@
 package train
 
 import (
-	"fmt"
-
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/passes"
 )
 
-// fuseAttention runs the attention fusion on a forward graph.
-// TODO: call the passes package's fusion pipeline once it lands.
-func fuseAttention(g *graph.Graph) (*graph.Graph, error) {
-	return nil, fmt.Errorf("train: the attention fusion pass is not available in this build")
+// compileGraph runs the compile pipeline on a forward graph: with fuse, the
+// attention fusion (canonicalize, fuse_attention, dce); without, only the
+// checks that leave the graph byte-identical to the graph as built. It is
+// the same pipeline `flashgraph compile` runs, so the graph trained is the
+// graph that command shows.
+func compileGraph(g *graph.Graph, fuse bool) (*graph.Graph, error) {
+	return passes.Default(fuse).Run(g, nil)
 }

@@ -51,10 +51,8 @@ func BuildGraphs(cfg model.Config, fuse bool, h Hyper) (*Graphs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fuse {
-		if fwd, err = fuseAttention(fwd); err != nil {
-			return nil, err
-		}
+	if fwd, err = compileGraph(fwd, fuse); err != nil {
+		return nil, err
 	}
 	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{
 		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,

@@ -48,8 +48,8 @@ func runCLI(t *testing.T, args ...string) (string, string) {
 
 func TestTrainCLIEndToEnd(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
-	fuse := "-fuse=" + map[bool]string{true: "true", false: "false"}[trainFuseAvailable()]
-	stdout, stderr := runCLI(t, tinyTrainArgs(trainData(t), out, "6", fuse)...)
+	// The defaults: fusion on.
+	stdout, stderr := runCLI(t, tinyTrainArgs(trainData(t), out, "6")...)
 	for _, f := range []string{"graph.txt", "graph.dot", "train_graph.txt", "loss.png", "ckpt/step-00000006.safetensors"} {
 		st, err := os.Stat(filepath.Join(out, f))
 		if err != nil || st.Size() == 0 {
@@ -70,6 +70,13 @@ func TestTrainCLIEndToEnd(t *testing.T) {
 	g, err := graph.Parse(string(text))
 	if err != nil {
 		t.Fatalf("train_graph.txt does not parse: %v", err)
+	}
+	if ops := g.CountOps(); ops["FlashAttentionGrad"] != 2 || ops["SoftmaxGrad"] != 0 {
+		t.Errorf("training graph has %d FlashAttentionGrad and %d SoftmaxGrad nodes; want the fused backward in both layers", ops["FlashAttentionGrad"], ops["SoftmaxGrad"])
+	}
+	fwd, _ := os.ReadFile(filepath.Join(out, "graph.txt"))
+	if !strings.Contains(string(fwd), "FlashAttention") {
+		t.Error("graph.txt is not the fused graph")
 	}
 	ts, step, err := train.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000006.safetensors"))
 	if err != nil || step != 6 {
@@ -230,12 +237,3 @@ func TestTrainCLIHelperProcess(t *testing.T) {
 	}
 	os.Exit(realMain(args, os.Stdout, os.Stderr))
 }
-
-// trainFuseAvailable: TEMPORARY until the fusion pass lands.
-func trainFuseAvailable() bool {
-	cfg, _ := modelFlagsDefault().modelConfig()
-	_, err := train.BuildGraphs(cfg, true, train.Hyper{})
-	return err == nil
-}
-
-func modelFlagsDefault() *modelFlags { return &modelFlags{config: "tiny", dtype: "float32"} }
