@@ -170,6 +170,12 @@ func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, er
 			}
 		}
 	}
+	// Pad omitted trailing optional inputs with nil so Infer can index every
+	// declared input.
+	for hi > len(in) {
+		in = append(in, nil)
+		consts = append(consts, nil)
+	}
 	outs, err := s.Infer(in, na, consts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)

@@ -186,3 +186,18 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestOptionalInputsMayBeOmitted(t *testing.T) {
+	b := NewBuilder("gemm")
+	a := b.Input("a", Float32, 2, 3)
+	w := b.Input("w", Float32, 3, 4)
+	y := b.Op("Gemm", nil, a, w)
+	b.Output(y)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := g.Nodes[0].Outputs[0].Type.String(); got != "float32[2,4]" {
+		t.Fatalf("Gemm without C: %s", got)
+	}
+}
