@@ -30,7 +30,8 @@ const (
 	MetaStep        = "step"         // completed steps
 	MetaConfig      = "config"       // model.Config as JSON
 	MetaOptions     = "train"        // the run's schedule and optimizer settings as JSON
-	MetaDataSeed    = "data_seed"    // seed of the batch sampler (the data position is the step)
+	MetaDataSeed    = "data_seed"    // seed of the batch sampler
+	MetaDataNext    = "data_next"    // index of the next batch (batch k is a function of data_seed and k)
 	MetaCorpus      = "corpus"       // Corpus.Fingerprint of the data trained on
 	MetaTrainTokens = "train_tokens" // tokens consumed so far
 	MetaLosses      = "losses"       // per-step train losses so far, for the curve

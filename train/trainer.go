@@ -286,6 +286,7 @@ func (t *Trainer) State() (*Tensors, error) {
 	m[MetaConfig] = string(cfg)
 	m[MetaOptions] = string(hyper)
 	m[MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
+	m[MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
 	m[MetaCorpus] = t.corpus.Fingerprint()
 	m[MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq), 10)
 	m[MetaLosses] = string(losses)
@@ -333,6 +334,9 @@ func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
 	}
 	if err := json.Unmarshal([]byte(ts.Metadata[MetaValLosses]), &vals); err != nil {
 		return nil, fmt.Errorf("train: checkpoint validation history: %w", err)
+	}
+	if next := ts.Metadata[MetaDataNext]; next != strconv.FormatInt(step, 10) {
+		return nil, fmt.Errorf("train: checkpoint of step %d says the next batch is %q; this sampler needs %d", step, next, step)
 	}
 	elapsed, _ := strconv.ParseFloat(ts.Metadata[MetaElapsed], 64)
 	for _, n := range t.stateNames() {

@@ -38,7 +38,8 @@ static training-step graph, compiled once. With no flags it trains the tiny conf
 attention fusion on the Go standard library sources for a short run and writes, under -out:
 graph.txt and graph.dot (the forward graph), train_graph.txt (the training step), loss.png,
 and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
-finishes the current step, saves a checkpoint and exits.`, stderr)
+finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
+the batch sampling.`, stderr)
 	mf := addModelFlags(fs, "tiny")
 	fuse := fs.Bool("fuse", true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
@@ -233,7 +234,11 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 		row("val trajectory", "%s", strings.Join(pts, " "))
 	}
 	row("throughput", "%s tokens/s (%d tokens in %v of training steps)", trainCount(int64(r.TokensPerSec())), r.Tokens, r.TrainTime.Round(time.Millisecond))
-	row("wall time", "%v (this run); %v over all resumed runs", r.Wall.Round(time.Millisecond), r.TotalElapsed.Round(time.Millisecond))
+	if r.StartStep > 0 {
+		row("wall time", "%v (this run, compile included); %v of training since step 0 over all runs", r.Wall.Round(time.Millisecond), r.TotalElapsed.Round(time.Millisecond))
+	} else {
+		row("wall time", "%v (compile included)", r.Wall.Round(time.Millisecond))
+	}
 	row("peak activations", "%s per training step (initializers incl. optimizer state: %s)", trainBytes(r.Stats.PeakActivationBytes), trainBytes(r.Stats.InitializerBytes))
 	if r.Checkpoint != "" {
 		row("checkpoint", "%s", r.Checkpoint)
