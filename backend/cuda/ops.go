@@ -1,0 +1,569 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Lowering: each op of the op table becomes, at Compile, a closure that
+// launches its kernels (kernels/ops.cu) and GEMMs (cuBLAS) with every shape,
+// stride and pointer already worked out, so a run does no planning.
+
+// lowerFn lowers one node; the closure it returns runs the node.
+type lowerFn func(c *lowerCtx) (func() error, error)
+
+// lowerings is the one list of CUDA lowerings, keyed by op name; a test
+// checks that every op of the op table has one.
+var lowerings map[string]lowerFn
+
+func init() {
+	lowerings = map[string]lowerFn{
+		"Add": lowerBinary(opAdd), "Sub": lowerBinary(opSub), "Mul": lowerBinary(opMul),
+		"Div": lowerBinary(opDiv), "Pow": lowerBinary(opPow),
+		"Neg": lowerUnary(opNeg), "Sqrt": lowerUnary(opSqrt), "Reciprocal": lowerUnary(opRecip),
+		"Exp": lowerUnary(opExp), "Log": lowerUnary(opLog), "Sigmoid": lowerUnary(opSigmoid),
+		"Tanh": lowerUnary(opTanh), "Relu": lowerUnary(opRelu), "Erf": lowerUnary(opErf), "Abs": lowerUnary(opAbs),
+		"Identity": lowerAlias, "Reshape": lowerAlias, "Squeeze": lowerAlias, "Unsqueeze": lowerAlias,
+		"Cast": lowerCast, "Where": lowerWhere, "Equal": lowerEqual,
+		"Transpose": lowerTranspose, "Slice": lowerSlice, "Expand": lowerExpand, "Concat": lowerConcat,
+		"Gather": lowerGather, "GatherGrad": lowerGatherGrad, "Trilu": lowerTrilu,
+		"ReduceSum": lowerReduce, "ReduceMean": lowerReduce, "ReduceMax": lowerReduce,
+		"Softmax": lowerSoftmax(0), "LogSoftmax": lowerSoftmax(1), "SoftmaxGrad": lowerSoftmaxGrad,
+		"SoftmaxCrossEntropyLoss": lowerSCELoss, "SoftmaxCrossEntropyLossGrad": lowerSCELossGrad,
+		"MatMul": lowerMatMul, "Gemm": lowerGemm,
+		"FlashAttention": lowerFlashAttention, "FlashAttentionGrad": lowerFlashAttentionGrad,
+		"AdamW": lowerAdamW,
+	}
+}
+
+// Supported reports whether the CUDA backend lowers op.
+func Supported(op string) bool {
+	_, ok := lowerings[op]
+	return ok
+}
+
+// lowerCtx is what a lowering sees of the executable.
+type lowerCtx struct {
+	x       *executable
+	n       *graph.Node
+	index   int      // the node's position: error codes are index+1
+	scratch []buffer // in scratchFor's order
+}
+
+func (c *lowerCtx) in(i int) buffer  { return c.x.bufs[c.n.Inputs[i]] }
+func (c *lowerCtx) out(i int) buffer { return c.x.bufs[c.n.Outputs[i]] }
+func (c *lowerCtx) code() int32      { return int32(c.index + 1) }
+func (c *lowerCtx) flag() DevicePtr  { return c.x.flag }
+func (c *lowerCtx) dev() *Device     { return c.x.b.dev }
+
+// hasIn reports whether optional input i is given.
+func (c *lowerCtx) hasIn(i int) bool { return i < len(c.n.Inputs) && c.n.Inputs[i] != nil }
+
+// takeScratch hands out the node's scratch buffers in scratchFor's order.
+func (c *lowerCtx) takeScratch() (buffer, error) {
+	if len(c.scratch) == 0 {
+		return buffer{}, errors.New("internal error: lowering wants more scratch than the plan gave")
+	}
+	s := c.scratch[0]
+	c.scratch = c.scratch[1:]
+	return s, nil
+}
+
+// constInts reads constant input i (a shape operand) and marks it as compiled in.
+func (c *lowerCtx) constInts(i int, what string) ([]int, error) {
+	v := c.n.Inputs[i]
+	if v.Kind != graph.Const || v.Init == nil {
+		return nil, fmt.Errorf("%s must be a constant", what)
+	}
+	t, err := v.Init.Materialize(v.Type)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if t.DType != graph.Int64 {
+		return nil, fmt.Errorf("%s must be int64, got %v", what, t.DType)
+	}
+	c.x.shapeOperands[v] = true
+	out := make([]int, len(t.I64))
+	for k, x := range t.I64 {
+		out[k] = int(x)
+	}
+	return out, nil
+}
+
+// kernel returns a closure launching an ops.cu kernel with fixed arguments.
+func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func() error, error) {
+	f, err := c.x.b.fn(name)
+	if err != nil {
+		return nil, err
+	}
+	d := c.dev()
+	return func() error { return d.Launch(f, grid, block, 0, args...) }, nil
+}
+
+// gridFor sizes a grid-stride launch: enough blocks to fill the GPU, never
+// more than the work needs.
+func (c *lowerCtx) gridFor(n int64, block int) [3]uint32 {
+	most := int64(max(1, c.dev().SMCount()) * 32)
+	return [3]uint32{uint32(max(1, min((n+int64(block)-1)/int64(block), most))), 1, 1}
+}
+
+// rowGrid is one block per row, capped (the kernels loop over the rest).
+func rowGrid(rows int64) [3]uint32 { return [3]uint32{uint32(max(1, min(rows, 1<<20))), 1, 1} }
+
+// rowBlock is the block size for block-per-row kernels over m elements: a
+// power of two from 32 to 256.
+func rowBlock(m int64) [3]uint32 {
+	b := int64(32)
+	for b < m && b < 256 {
+		b *= 2
+	}
+	return [3]uint32{uint32(b), 1, 1}
+}
+
+// seq runs closures in order; nil entries are skipped.
+func seq(fns ...func() error) func() error {
+	var list []func() error
+	for _, f := range fns {
+		if f != nil {
+			list = append(list, f)
+		}
+	}
+	return func() error {
+		for _, f := range list {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func nop() error { return nil }
+
+// dtCode is a storage type's code in ops.cu (DT_*).
+func dtCode(dt graph.DType) int32 {
+	switch dt {
+	case graph.Float32:
+		return 0
+	case graph.Float64:
+		return 1
+	case graph.BFloat16:
+		return 2
+	case graph.Float16:
+		return 3
+	case graph.Int64:
+		return 4
+	}
+	return 5 // bool
+}
+
+func is16(dt graph.DType) bool { return dt == graph.BFloat16 || dt == graph.Float16 }
+
+// mathSuffix picks a row kernel's math type: double for 32- and 64-bit data
+// (as the CPU reference computes), float when any operand is 16-bit.
+func mathSuffix(dts ...graph.DType) string {
+	for _, dt := range dts {
+		if is16(dt) {
+			return "_f32"
+		}
+	}
+	return "_f64"
+}
+
+// ---------------------------------------------------------------- elementwise
+
+// Op codes of ops.cu's ew kernels.
+const (
+	opCopy int32 = iota
+	opAdd
+	opSub
+	opMul
+	opDiv
+	opPow
+	opNeg
+	opSqrt
+	opRecip
+	opExp
+	opLog
+	opSigmoid
+	opTanh
+	opRelu
+	opErf
+	opAbs
+	opWhere
+	opEqual
+)
+
+const maxRank = 6
+
+// operand is an input of an ew kernel: a buffer read at offset + Σ idx·stride
+// over the output's dims.
+type operand struct {
+	buf     buffer
+	off     int64   // elements
+	strides []int64 // one per output dim
+}
+
+// broadcastOperand reads buf (of shape in) broadcast to shape out.
+func broadcastOperand(buf buffer, in, out graph.Shape) operand {
+	r := out.Rank()
+	st := make([]int64, r)
+	acc := int64(1)
+	for i := in.Rank() - 1; i >= 0; i-- {
+		if in[i] != 1 {
+			st[r-in.Rank()+i] = acc
+		}
+		acc *= int64(in[i])
+	}
+	return operand{buf: buf, strides: st}
+}
+
+// coalesce drops size-1 dims and merges neighbours every operand walks
+// contiguously, so most elementwise ops run at rank 1 or 2.
+func coalesce(dims []int64, strides [][]int64) ([]int64, [][]int64) {
+	var od []int64
+	os := make([][]int64, len(strides))
+	for i, d := range dims {
+		if d == 1 {
+			continue
+		}
+		if last := len(od) - 1; last >= 0 {
+			merge := true
+			for k := range strides {
+				if os[k][last] != strides[k][i]*d {
+					merge = false
+					break
+				}
+			}
+			if merge {
+				od[last] *= d
+				for k := range strides {
+					os[k][last] = strides[k][i]
+				}
+				continue
+			}
+		}
+		od = append(od, d)
+		for k := range strides {
+			os[k] = append(os[k], strides[k][i])
+		}
+	}
+	if len(od) == 0 {
+		od = []int64{1}
+		for k := range os {
+			os[k] = []int64{0}
+		}
+	}
+	return od, os
+}
+
+// ewKernel picks the compute type: double if anything is float64, integer
+// if everything is int64/bool, float otherwise.
+func ewKernel(dts ...graph.DType) string {
+	allInt := true
+	for _, dt := range dts {
+		if dt == graph.Float64 {
+			return "ew_f64"
+		}
+		if dt.IsFloat() {
+			allInt = false
+		}
+	}
+	if allInt {
+		return "ew_i64"
+	}
+	return "ew_f32"
+}
+
+// ew launches one elementwise op producing out (contiguous, shape outShape)
+// from up to three operands.
+func (c *lowerCtx) ew(op int32, kernel string, out buffer, outShape graph.Shape, ops ...operand) (func() error, error) {
+	n := int64(outShape.Numel())
+	if n == 0 {
+		return nop, nil
+	}
+	dims := make([]int64, outShape.Rank())
+	for i, d := range outShape {
+		dims[i] = int64(d)
+	}
+	strides := make([][]int64, len(ops))
+	for k, o := range ops {
+		strides[k] = o.strides
+	}
+	dims, strides = coalesce(dims, strides)
+	if len(dims) > maxRank {
+		return nil, fmt.Errorf("needs %d dims after merging contiguous ones; the CUDA kernels index at most %d", len(dims), maxRank)
+	}
+	args := []any{op, n, int32(len(dims))}
+	for i := range maxRank {
+		d := int64(1)
+		if i < len(dims) {
+			d = dims[i]
+		}
+		args = append(args, d)
+	}
+	args = append(args, out.ptr, dtCode(out.dt))
+	for k := range 3 {
+		if k >= len(ops) {
+			args = append(args, DevicePtr(0), int32(0))
+			for range maxRank {
+				args = append(args, int64(0))
+			}
+			continue
+		}
+		o := ops[k]
+		args = append(args, o.buf.ptr.Offset(int(o.off)*o.buf.dt.Size()), dtCode(o.buf.dt))
+		for i := range maxRank {
+			s := int64(0)
+			if i < len(dims) {
+				s = strides[k][i]
+			}
+			args = append(args, s)
+		}
+	}
+	args = append(args, c.flag(), c.code())
+	return c.kernel(kernel, c.gridFor(n, 256), [3]uint32{256, 1, 1}, args...)
+}
+
+// convert copies src into dst (same element count), converting the type.
+func (c *lowerCtx) convert(dst, src buffer) (func() error, error) {
+	sh := graph.Shape{dst.n}
+	return c.ew(opCopy, "ew_f32", dst, sh, operand{buf: src, strides: []int64{1}})
+}
+
+func lowerBinary(op int32) lowerFn {
+	return func(c *lowerCtx) (func() error, error) {
+		a, b, y := c.n.Inputs[0], c.n.Inputs[1], c.n.Outputs[0]
+		k := ewKernel(c.in(0).dt, c.in(1).dt, c.out(0).dt)
+		return c.ew(op, k, c.out(0), y.Type.Shape,
+			broadcastOperand(c.in(0), a.Type.Shape, y.Type.Shape), broadcastOperand(c.in(1), b.Type.Shape, y.Type.Shape))
+	}
+}
+
+func lowerUnary(op int32) lowerFn {
+	return func(c *lowerCtx) (func() error, error) {
+		y := c.n.Outputs[0]
+		return c.ew(op, ewKernel(c.in(0).dt, c.out(0).dt), c.out(0), y.Type.Shape,
+			broadcastOperand(c.in(0), c.n.Inputs[0].Type.Shape, y.Type.Shape))
+	}
+}
+
+// lowerAlias: Reshape, Squeeze, Unsqueeze and Identity move no data when the
+// plan made their output an alias of the input; otherwise (an update source,
+// or a storage type change in mixed precision) they copy.
+func lowerAlias(c *lowerCtx) (func() error, error) {
+	if c.x.plan.values[c.n.Outputs[0]].kind == placeAlias {
+		return nop, nil
+	}
+	return c.convert(c.out(0), c.in(0))
+}
+
+func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c.in(0)) }
+
+func lowerWhere(c *lowerCtx) (func() error, error) {
+	y := c.n.Outputs[0].Type.Shape
+	var ops []operand
+	for i := range 3 {
+		ops = append(ops, broadcastOperand(c.in(i), c.n.Inputs[i].Type.Shape, y))
+	}
+	return c.ew(opWhere, "ew_f32", c.out(0), y, ops...)
+}
+
+func lowerEqual(c *lowerCtx) (func() error, error) {
+	a, b, y := c.n.Inputs[0], c.n.Inputs[1], c.n.Outputs[0]
+	return c.ew(opEqual, ewKernel(c.in(0).dt, c.in(1).dt), c.out(0), y.Type.Shape,
+		broadcastOperand(c.in(0), a.Type.Shape, y.Type.Shape), broadcastOperand(c.in(1), b.Type.Shape, y.Type.Shape))
+}
+
+// ---------------------------------------------------------------- data movement
+
+func contiguousStrides(s graph.Shape) []int64 {
+	st := make([]int64, s.Rank())
+	acc := int64(1)
+	for i := s.Rank() - 1; i >= 0; i-- {
+		st[i] = acc
+		acc *= int64(s[i])
+	}
+	return st
+}
+
+func lowerTranspose(c *lowerCtx) (func() error, error) {
+	x := c.n.Inputs[0].Type.Shape
+	perm, err := graph.TransposePerm(c.n.Attrs, x.Rank())
+	if err != nil {
+		return nil, err
+	}
+	in := contiguousStrides(x)
+	st := make([]int64, len(perm))
+	for i, p := range perm {
+		st[i] = in[p]
+	}
+	return c.ew(opCopy, "ew_f32", c.out(0), c.n.Outputs[0].Type.Shape, operand{buf: c.in(0), strides: st})
+}
+
+func lowerSlice(c *lowerCtx) (func() error, error) {
+	x := c.n.Inputs[0].Type.Shape
+	var ops [4][]int
+	for i, what := range []string{"starts", "ends", "axes", "steps"} {
+		if !c.hasIn(i + 1) {
+			continue
+		}
+		v, err := c.constInts(i+1, what)
+		if err != nil {
+			return nil, err
+		}
+		ops[i] = v
+	}
+	sp, shape, err := graph.ResolveSlice(x, ops[0], ops[1], ops[2], ops[3])
+	if err != nil {
+		return nil, err
+	}
+	in := contiguousStrides(x)
+	st := make([]int64, len(in))
+	var off int64
+	for i := range in {
+		if shape[i] > 0 {
+			off += int64(sp.Start[i]) * in[i]
+		}
+		st[i] = in[i] * int64(sp.Step[i])
+	}
+	return c.ew(opCopy, "ew_f32", c.out(0), shape, operand{buf: c.in(0), off: off, strides: st})
+}
+
+func lowerExpand(c *lowerCtx) (func() error, error) {
+	y := c.n.Outputs[0].Type.Shape
+	if _, err := c.constInts(1, "shape"); err != nil {
+		return nil, err
+	}
+	return c.ew(opCopy, "ew_f32", c.out(0), y, broadcastOperand(c.in(0), c.n.Inputs[0].Type.Shape, y))
+}
+
+func lowerConcat(c *lowerCtx) (func() error, error) {
+	y := c.n.Outputs[0].Type.Shape
+	ax, err := graph.NormAxis(int(c.n.Attrs.Int("axis", 0)), y.Rank())
+	if err != nil {
+		return nil, err
+	}
+	outer, inner := int64(y[:ax].Numel()), int64(y[ax+1:].Numel())
+	row := int64(y[ax]) * inner
+	out := c.out(0)
+	var fns []func() error
+	var at int64
+	for i, v := range c.n.Inputs {
+		cols := int64(v.Type.Shape[ax]) * inner
+		if cols > 0 && outer > 0 {
+			f, err := c.kernel("copy2d", c.gridFor(outer*cols, 256), [3]uint32{256, 1, 1},
+				outer, cols, out.ptr.Offset(int(at)*out.dt.Size()), dtCode(out.dt), row, c.in(i).ptr, dtCode(c.in(i).dt), cols)
+			if err != nil {
+				return nil, err
+			}
+			fns = append(fns, f)
+		}
+		at += cols
+	}
+	return seq(fns...), nil
+}
+
+func lowerTrilu(c *lowerCtx) (func() error, error) {
+	x := c.n.Inputs[0].Type.Shape
+	k := 0
+	if c.hasIn(1) {
+		ks, err := c.constInts(1, "k")
+		if err != nil {
+			return nil, err
+		}
+		if len(ks) != 1 {
+			return nil, fmt.Errorf("k must hold one value, got %d", len(ks))
+		}
+		k = ks[0]
+	}
+	n := int64(x.Numel())
+	if n == 0 {
+		return nop, nil
+	}
+	upper := int32(c.n.Attrs.Int("upper", 1))
+	r := x.Rank()
+	return c.kernel("trilu", c.gridFor(n, 256), [3]uint32{256, 1, 1},
+		n, int64(x[r-2]), int64(x[r-1]), int64(k), upper, c.in(0).ptr, dtCode(c.in(0).dt), c.out(0).ptr, dtCode(c.out(0).dt))
+}
+
+// ---------------------------------------------------------------- gather
+
+// gatherDims views data around axis as [outer, dim, inner].
+func gatherDims(shape graph.Shape, axis int64) (outer, dim, inner int64, err error) {
+	ax, err := graph.NormAxis(int(axis), shape.Rank())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return int64(shape[:ax].Numel()), int64(shape[ax]), int64(shape[ax+1:].Numel()), nil
+}
+
+func lowerGather(c *lowerCtx) (func() error, error) {
+	outer, dim, inner, err := gatherDims(c.n.Inputs[0].Type.Shape, c.n.Attrs.Int("axis", 0))
+	if err != nil {
+		return nil, err
+	}
+	nidx := int64(c.n.Inputs[1].Type.Shape.Numel())
+	total := outer * nidx * inner
+	if total == 0 {
+		return nop, nil
+	}
+	x, y := c.in(0), c.out(0)
+	return c.kernel("gather", c.gridFor(total, 256), [3]uint32{256, 1, 1},
+		outer, dim, inner, nidx, x.ptr, dtCode(x.dt), c.in(1).ptr, y.ptr, dtCode(y.dt), c.flag(), c.code())
+}
+
+// ggPer matches GG_PER in ops.cu: outputs per thread of gather_grad.
+const ggPer = 8
+
+func lowerGatherGrad(c *lowerCtx) (func() error, error) {
+	outer, dim, inner, err := gatherDims(c.n.Outputs[0].Type.Shape, c.n.Attrs.Int("axis", 0))
+	if err != nil {
+		return nil, err
+	}
+	if outer*dim*inner == 0 {
+		return nop, nil
+	}
+	if dim > 1<<31-1 {
+		return nil, fmt.Errorf("axis of %d rows is too long for one grid dimension", dim)
+	}
+	nidx := int64(c.n.Inputs[1].Type.Shape.Numel())
+	dy, dx := c.in(0), c.out(0)
+	k := "gather_grad_f32"
+	if dx.dt == graph.Float64 {
+		k = "gather_grad_f64"
+	}
+	grid := [3]uint32{uint32(dim), uint32(min(outer, 65535)), uint32((inner + 256*ggPer - 1) / (256 * ggPer))}
+	if grid[2] > 65535 {
+		return nil, fmt.Errorf("rows of %d elements are too long", inner)
+	}
+	return c.kernel(k, grid, [3]uint32{256, 1, 1},
+		outer, dim, inner, nidx, dy.ptr, dtCode(dy.dt), c.in(1).ptr, dx.ptr, dtCode(dx.dt), c.flag(), c.code())
+}
+
+// ---------------------------------------------------------------- AdamW
+
+func lowerAdamW(c *lowerCtx) (func() error, error) {
+	n := int64(c.n.Inputs[0].Type.Shape.Numel())
+	if n == 0 {
+		return nop, nil
+	}
+	p := c.in(0)
+	k := "adamw_f32"
+	if p.dt == graph.Float64 {
+		k = "adamw_f64"
+	}
+	a := c.n.Attrs
+	args := []any{n}
+	for i := range 6 {
+		args = append(args, c.in(i).ptr, dtCode(c.in(i).dt))
+	}
+	for i := range 3 {
+		args = append(args, c.out(i).ptr, dtCode(c.out(i).dt))
+	}
+	args = append(args, a.Float("beta1", 0.9), a.Float("beta2", 0.95), a.Float("eps", 1e-8), a.Float("weight_decay", 0),
+		c.flag(), c.code())
+	return c.kernel(k, c.gridFor(n, 256), [3]uint32{256, 1, 1}, args...)
+}

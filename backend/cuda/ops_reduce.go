@@ -1,0 +1,264 @@
+package cuda
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// reducePlan is how a ReduceSum/Mean/Max runs. It is pure shape arithmetic
+// (the memory planner sizes the partials scratch from it).
+type reducePlan struct {
+	op          int32 // 0 sum, 2 max (a mean is a sum divided by count)
+	mean        bool
+	copy        bool // noop_with_empty_axes with no axes: the data as it is
+	nout, count int64
+	kept, keptS []int64 // kept dims and their input strides, coalesced
+	red, redS   []int64 // reduced dims and strides, coalesced
+	rows        bool    // a block per output (the innermost input axis is reduced)
+	chunks      int64   // cols: blocks along the reduced range (>1: two passes)
+	clen        int64   // cols: reduced elements per chunk
+}
+
+// accType is the partials' type: float32 for 16-bit data, else float64.
+func (rp reducePlan) accType(in graph.DType) graph.DType {
+	if is16(in) {
+		return graph.Float32
+	}
+	return graph.Float64
+}
+
+func planReduce(n *graph.Node) (reducePlan, error) {
+	var rp reducePlan
+	switch n.Op {
+	case "ReduceMax":
+		rp.op = 2
+	case "ReduceMean":
+		rp.mean = true
+	}
+	x := n.Inputs[0].Type.Shape
+	var axes []int
+	if len(n.Inputs) > 1 && n.Inputs[1] != nil {
+		v := n.Inputs[1]
+		if v.Kind != graph.Const || v.Init == nil {
+			return rp, fmt.Errorf("axes must be a constant")
+		}
+		t, err := v.Init.Materialize(v.Type)
+		if err != nil {
+			return rp, err
+		}
+		for _, a := range t.I64 {
+			axes = append(axes, int(a))
+		}
+	}
+	noop := n.Attrs.Int("noop_with_empty_axes", 0) != 0
+	ax, err := graph.ReduceAxes(x, axes, noop)
+	if err != nil {
+		return rp, err
+	}
+	if len(ax) == 0 && noop {
+		rp.copy = true
+		return rp, nil
+	}
+	st := contiguousStrides(x)
+	var kd, ks, rd, rs []int64
+	for i, d := range x {
+		if slices.Contains(ax, i) {
+			rd, rs = append(rd, int64(d)), append(rs, st[i])
+		} else {
+			kd, ks = append(kd, int64(d)), append(ks, st[i])
+		}
+	}
+	rp.nout, rp.count = prod(kd), prod(rd)
+	var s [][]int64
+	rp.kept, s = coalesce(kd, [][]int64{ks})
+	rp.keptS = s[0]
+	rp.red, s = coalesce(rd, [][]int64{rs})
+	rp.redS = s[0]
+	if len(rp.kept) > maxRank || len(rp.red) > maxRank {
+		return rp, fmt.Errorf("reduction of %v over %v needs more than %d dims", x, ax, maxRank)
+	}
+	rp.rows = rp.redS[len(rp.redS)-1] == 1 && rp.count > 1
+	rp.chunks, rp.clen = 1, rp.count
+	if !rp.rows && rp.count >= 128 {
+		// Enough threads to fill the GPU, each summing at least 64 elements.
+		rp.chunks = min(rp.count/64, max(1, (1<<18)/max(rp.nout, 1)), 65535)
+		rp.clen = (rp.count + rp.chunks - 1) / rp.chunks
+		rp.chunks = (rp.count + rp.clen - 1) / rp.clen
+	}
+	return rp, nil
+}
+
+func prod(d []int64) int64 {
+	p := int64(1)
+	for _, x := range d {
+		p *= x
+	}
+	return p
+}
+
+// redDims lays out the kernel arguments that follow (op, div, nout, count,
+// clen, x, xdt, y, ydt): each list padded to maxRank.
+func redDims(kept, keptS, red, redS []int64) []any {
+	var args []any
+	pad := func(list []int64) {
+		for i := range maxRank {
+			v := int64(1)
+			if i < len(list) {
+				v = list[i]
+			}
+			args = append(args, v)
+		}
+	}
+	args = append(args, int32(len(kept)))
+	pad(kept)
+	pad(keptS)
+	args = append(args, int32(len(red)))
+	pad(red)
+	pad(redS)
+	return args
+}
+
+func lowerReduce(c *lowerCtx) (func() error, error) {
+	rp, err := planReduce(c.n)
+	if err != nil {
+		return nil, err
+	}
+	x, y := c.in(0), c.out(0)
+	if rp.copy {
+		return c.convert(y, x)
+	}
+	if rp.nout == 0 {
+		return nop, nil
+	}
+	suffix := mathSuffix(x.dt, y.dt)
+	div := 1.0
+	if rp.mean {
+		div = float64(rp.count)
+	}
+	if rp.rows {
+		args := append([]any{rp.op, div, rp.nout, rp.count, rp.count, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
+			redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)
+		return c.kernel("reduce_rows"+suffix, rowGrid(rp.nout), rowBlock(rp.count), args...)
+	}
+	block := [3]uint32{256, 1, 1}
+	grid := c.gridFor(rp.nout, 256)
+	if rp.chunks == 1 {
+		args := append([]any{rp.op, div, rp.nout, rp.count, rp.clen, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
+			redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)
+		return c.kernel("reduce_cols"+suffix, grid, block, args...)
+	}
+	// Two passes: chunk partials [chunks, nout], then their sum in chunk order.
+	part, err := c.takeScratch()
+	if err != nil {
+		return nil, err
+	}
+	grid[1] = uint32(rp.chunks)
+	args1 := append([]any{rp.op, 1.0, rp.nout, rp.count, rp.clen, x.ptr, dtCode(x.dt), part.ptr, dtCode(part.dt)},
+		redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)
+	first, err := c.kernel("reduce_cols"+suffix, grid, block, args1...)
+	if err != nil {
+		return nil, err
+	}
+	args2 := append([]any{rp.op, div, rp.nout, rp.chunks, rp.chunks, part.ptr, dtCode(part.dt), y.ptr, dtCode(y.dt)},
+		redDims([]int64{rp.nout}, []int64{1}, []int64{rp.chunks}, []int64{rp.nout})...)
+	second, err := c.kernel("reduce_cols"+suffix, c.gridFor(rp.nout, 256), block, args2...)
+	if err != nil {
+		return nil, err
+	}
+	return seq(first, second), nil
+}
+
+// ---------------------------------------------------------------- softmax family
+
+// axisRows views a shape around axis as rows of m elements at stride inner.
+func axisRows(s graph.Shape, axis int64) (rows, m, inner int64, err error) {
+	ax, err := graph.NormAxis(int(axis), s.Rank())
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	outer, in := int64(s[:ax].Numel()), int64(s[ax+1:].Numel())
+	return outer * in, int64(s[ax]), in, nil
+}
+
+func lowerSoftmax(mode int32) lowerFn {
+	return func(c *lowerCtx) (func() error, error) {
+		rows, m, inner, err := axisRows(c.n.Inputs[0].Type.Shape, c.n.Attrs.Int("axis", -1))
+		if err != nil {
+			return nil, err
+		}
+		if rows*m == 0 {
+			return nop, nil
+		}
+		x, y := c.in(0), c.out(0)
+		return c.kernel("softmax"+mathSuffix(x.dt, y.dt), rowGrid(rows), rowBlock(m),
+			mode, rows, m, inner, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt))
+	}
+}
+
+func lowerSoftmaxGrad(c *lowerCtx) (func() error, error) {
+	rows, m, inner, err := axisRows(c.n.Inputs[0].Type.Shape, c.n.Attrs.Int("axis", -1))
+	if err != nil {
+		return nil, err
+	}
+	if rows*m == 0 {
+		return nop, nil
+	}
+	y, dy, dx := c.in(0), c.in(1), c.out(0)
+	return c.kernel("softmax_grad"+mathSuffix(y.dt, dy.dt, dx.dt), rowGrid(rows), rowBlock(m),
+		rows, m, inner, y.ptr, dtCode(y.dt), dy.ptr, dtCode(dy.dt), dx.ptr, dtCode(dx.dt))
+}
+
+// sceDivisor is what the loss sum is divided by: N for "mean", 1 for "sum".
+func sceDivisor(n *graph.Node, rows int64) (float64, error) {
+	switch r := n.Attrs.String("reduction", "mean"); r {
+	case "mean":
+		return float64(rows), nil
+	case "sum":
+		return 1, nil
+	default:
+		return 0, fmt.Errorf("reduction %q not supported (mean, sum)", r)
+	}
+}
+
+func lowerSCELoss(c *lowerCtx) (func() error, error) {
+	sh := c.n.Inputs[0].Type.Shape
+	rows, classes := int64(sh[0]), int64(sh[1])
+	div, err := sceDivisor(c.n, rows)
+	if err != nil {
+		return nil, err
+	}
+	rowloss, err := c.takeScratch()
+	if err != nil {
+		return nil, err
+	}
+	s, y := c.in(0), c.out(0)
+	var first func() error
+	if rows > 0 {
+		if first, err = c.kernel("sce_rows"+mathSuffix(s.dt), rowGrid(rows), rowBlock(classes),
+			rows, classes, s.ptr, dtCode(s.dt), c.in(1).ptr, rowloss.ptr, c.flag(), c.code()); err != nil {
+			return nil, err
+		}
+	}
+	second, err := c.kernel("sum_scalar", [3]uint32{1, 1, 1}, [3]uint32{1024, 1, 1}, rows, rowloss.ptr, div, y.ptr, dtCode(y.dt))
+	if err != nil {
+		return nil, err
+	}
+	return seq(first, second), nil
+}
+
+func lowerSCELossGrad(c *lowerCtx) (func() error, error) {
+	sh := c.n.Inputs[1].Type.Shape
+	rows, classes := int64(sh[0]), int64(sh[1])
+	div, err := sceDivisor(c.n, rows)
+	if err != nil {
+		return nil, err
+	}
+	if rows*classes == 0 {
+		return nop, nil
+	}
+	dl, s, ds := c.in(0), c.in(1), c.out(0)
+	return c.kernel("sce_grad"+mathSuffix(s.dt, ds.dt), rowGrid(rows), rowBlock(classes),
+		rows, classes, dl.ptr, dtCode(dl.dt), div, s.ptr, dtCode(s.dt), c.in(2).ptr, ds.ptr, dtCode(ds.dt), c.flag(), c.code())
+}

@@ -1,0 +1,991 @@
+// ops.cu: the per-op kernels of the CUDA backend (backend/cuda/ops*.go launches them).
+//
+// Compiled by NVRTC with -std=c++17 --fmad=false. No header is included: bfloat16
+// and half conversions are written out (bit arithmetic and one PTX cvt), so the
+// file compiles with any NVRTC without the toolkit's include directory.
+// --fmad=false keeps a*b+c as two rounded operations, as the CPU reference (Go)
+// computes it, so elementwise results agree bit for bit where the math is the same.
+//
+// Storage types are runtime codes (DT_*), one per operand: the mixed-precision
+// mode stores activations in bfloat16 next to float32 weights, so one kernel reads
+// and writes any pairing. The codes are uniform across a launch, so the switches in
+// ld/st do not diverge. Arithmetic happens in a compute type chosen by the launcher
+// (float, double or long long); reductions accumulate in double, or in float for
+// 16-bit data.
+//
+// Index math: tensors are contiguous row-major; an operand read with broadcasting,
+// a permutation or a slice is described by per-axis element strides over the
+// output's (coalesced, at most 6) dims, innermost last. Strides may be 0
+// (broadcast) or negative (a slice with a negative step).
+//
+// Errors a kernel can detect (an index out of range, a bad step) are reported by
+// writing a code into *flag with atomicCAS(flag, 0, code): the first one wins and
+// the host reads it after the run.
+
+typedef long long i64;
+typedef unsigned long long u64;
+typedef unsigned short u16;
+typedef unsigned char u8;
+
+#define DT_F32 0
+#define DT_F64 1
+#define DT_BF16 2
+#define DT_F16 3
+#define DT_I64 4
+#define DT_BOOL 5
+
+#define MAXR 6
+
+// ---------------------------------------------------------------- conversions
+
+__device__ __forceinline__ float bf2f(u16 h) { return __uint_as_float(((unsigned)h) << 16); }
+
+// Round to nearest even, NaN kept quiet: the same as the host's BF16FromFloat32.
+__device__ __forceinline__ u16 f2bf(float f)
+{
+    unsigned u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) {
+        return (u16)((u >> 16) | 0x40);
+    }
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (u16)(u >> 16);
+}
+
+__device__ __forceinline__ float h2f(u16 h)
+{
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
+__device__ __forceinline__ u16 f2h(float f)
+{
+    u16 h;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+    return h;
+}
+
+// ld reads element i of an operand of storage type dt as T.
+template <typename T>
+__device__ __forceinline__ T ld(const void* p, int dt, i64 i)
+{
+    switch (dt) {
+    case DT_F32: return (T)((const float*)p)[i];
+    case DT_F64: return (T)((const double*)p)[i];
+    case DT_BF16: return (T)bf2f(((const u16*)p)[i]);
+    case DT_F16: return (T)h2f(((const u16*)p)[i]);
+    case DT_I64: return (T)((const i64*)p)[i];
+    default: return (T)(((const u8*)p)[i] != 0 ? 1 : 0);
+    }
+}
+
+// st writes v as element i of an operand of storage type dt (rounding to nearest
+// even for floats, truncating toward zero for int64, v != 0 for bool).
+template <typename T>
+__device__ __forceinline__ void st(void* p, int dt, i64 i, T v)
+{
+    switch (dt) {
+    case DT_F32: ((float*)p)[i] = (float)v; break;
+    case DT_F64: ((double*)p)[i] = (double)v; break;
+    case DT_BF16: ((u16*)p)[i] = f2bf((float)v); break;
+    case DT_F16: ((u16*)p)[i] = f2h((float)v); break;
+    case DT_I64: ((i64*)p)[i] = (i64)v; break;
+    default: ((u8*)p)[i] = (v != (T)0) ? 1 : 0; break;
+    }
+}
+
+// move copies one element: raw bits when the storage types match (int64 values
+// above 2^53 survive), else converted through double.
+__device__ __forceinline__ void move(void* dst, int ddt, i64 di, const void* src, int sdt, i64 si)
+{
+    if (ddt == sdt) {
+        switch (ddt) {
+        case DT_F64:
+        case DT_I64: ((u64*)dst)[di] = ((const u64*)src)[si]; return;
+        case DT_F32: ((unsigned*)dst)[di] = ((const unsigned*)src)[si]; return;
+        case DT_BF16:
+        case DT_F16: ((u16*)dst)[di] = ((const u16*)src)[si]; return;
+        default: ((u8*)dst)[di] = ((const u8*)src)[si]; return;
+        }
+    }
+    st<double>(dst, ddt, di, ld<double>(src, sdt, si));
+}
+
+// Infinity and NaN without a division by zero in a constant expression.
+template <typename T>
+__device__ __forceinline__ T tinf()
+{
+    return (T)__longlong_as_double(0x7ff0000000000000LL);
+}
+
+__device__ __forceinline__ double dnan() { return __longlong_as_double(0x7ff8000000000000LL); }
+
+__device__ __forceinline__ void set_flag(int* flag, int code)
+{
+    if (flag != 0) {
+        atomicCAS(flag, 0, code);
+    }
+}
+
+// ---------------------------------------------------------------- block reductions
+//
+// Shuffles in a fixed butterfly, then warp 0 over the warp totals: the order is
+// the same on every run, so results are deterministic. sh holds 32 entries. Every
+// thread of the block must call; the leading __syncthreads lets one sh serve
+// several reductions in a row.
+
+template <typename T>
+__device__ __forceinline__ T nanmax(T a, T b)
+{
+    return (b > a || b != b || a != a) ? (a != a ? a : b) : a;
+}
+
+template <typename T>
+__device__ T block_sum(T v, T* sh)
+{
+    __syncthreads();
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if ((threadIdx.x & 31) == 0) {
+        sh[w] = v;
+    }
+    __syncthreads();
+    if (w == 0) {
+        v = (threadIdx.x < nw) ? sh[threadIdx.x] : (T)0;
+        for (int o = 16; o > 0; o >>= 1) {
+            v += __shfl_xor_sync(0xffffffffu, v, o);
+        }
+        if (threadIdx.x == 0) {
+            sh[0] = v;
+        }
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+template <typename T>
+__device__ T block_max(T v, T* sh)
+{
+    __syncthreads();
+    for (int o = 16; o > 0; o >>= 1) {
+        v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+    }
+    int w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+    if ((threadIdx.x & 31) == 0) {
+        sh[w] = v;
+    }
+    __syncthreads();
+    if (w == 0) {
+        v = (threadIdx.x < nw) ? sh[threadIdx.x] : -tinf<T>();
+        for (int o = 16; o > 0; o >>= 1) {
+            v = nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+        }
+        if (threadIdx.x == 0) {
+            sh[0] = v;
+        }
+    }
+    __syncthreads();
+    return sh[0];
+}
+
+// ---------------------------------------------------------------- elementwise
+
+#define OP_COPY 0
+#define OP_ADD 1
+#define OP_SUB 2
+#define OP_MUL 3
+#define OP_DIV 4
+#define OP_POW 5
+#define OP_NEG 6
+#define OP_SQRT 7
+#define OP_RECIP 8
+#define OP_EXP 9
+#define OP_LOG 10
+#define OP_SIGMOID 11
+#define OP_TANH 12
+#define OP_RELU 13
+#define OP_ERF 14
+#define OP_ABS 15
+#define OP_WHERE 16
+#define OP_EQUAL 17
+
+__device__ __forceinline__ double sigmoid_d(double x)
+{
+    // The form whose exponential is at most 1 never overflows.
+    if (x >= 0) {
+        return 1.0 / (1.0 + exp(-x));
+    }
+    double e = exp(x);
+    return e / (1.0 + e);
+}
+
+// Float arithmetic: + - * / and the sign ops in T; transcendentals in double,
+// rounded once, as the CPU reference does (Go has no float32 libm).
+template <typename T>
+__device__ __forceinline__ T apply_float(int op, T x, T y)
+{
+    switch (op) {
+    case OP_ADD: return x + y;
+    case OP_SUB: return x - y;
+    case OP_MUL: return x * y;
+    case OP_DIV: return x / y;
+    case OP_POW: return (T)pow((double)x, (double)y);
+    case OP_NEG: return -x;
+    case OP_SQRT: return (T)sqrt((double)x);
+    case OP_RECIP: return (T)1 / x;
+    case OP_EXP: return (T)exp((double)x);
+    case OP_LOG: return (T)log((double)x);
+    case OP_SIGMOID: return (T)sigmoid_d((double)x);
+    case OP_TANH: return (T)tanh((double)x);
+    case OP_RELU: return x > (T)0 ? x : (x != x ? x : (T)0);
+    case OP_ERF: return (T)erf((double)x);
+    case OP_ABS: return x < (T)0 ? -x : x + (T)0;
+    }
+    return x;
+}
+
+__device__ __forceinline__ i64 ipow(i64 x, i64 y)
+{
+    if (y < 0) {
+        return (i64)pow((double)x, (double)y);
+    }
+    i64 r = 1;
+    for (; y > 0; y >>= 1) {
+        if (y & 1) {
+            r *= x;
+        }
+        x *= x;
+    }
+    return r;
+}
+
+__device__ __forceinline__ i64 apply_int(int op, i64 x, i64 y, int* flag, int code)
+{
+    switch (op) {
+    case OP_ADD: return x + y;
+    case OP_SUB: return x - y;
+    case OP_MUL: return x * y;
+    case OP_DIV:
+        if (y == 0) {
+            set_flag(flag, code);
+            return 0;
+        }
+        return x / y;
+    case OP_POW: return ipow(x, y);
+    case OP_NEG: return -x;
+    case OP_ABS: return x < 0 ? -x : x;
+    }
+    return x;
+}
+
+template <typename T>
+struct is_int {
+    static const bool value = false;
+};
+template <>
+struct is_int<i64> {
+    static const bool value = true;
+};
+
+template <typename T>
+__device__ __forceinline__ T apply(int op, T x, T y, int* flag, int code)
+{
+    if constexpr (is_int<T>::value) {
+        return apply_int(op, x, y, flag, code);
+    } else {
+        return apply_float<T>(op, x, y);
+    }
+}
+
+// ew_impl: out[i] = op(a, b, c) over the output's n elements (contiguous), the
+// inputs read through strides. I is the index type: 32-bit division is several
+// times cheaper, and most tensors have fewer than 2^31 elements.
+template <typename T, typename I>
+__device__ __forceinline__ void ew_impl(int op, I n, int rank, const i64 (&d)[MAXR], void* out, int odt,
+                                        const void* a, int adt, const i64 (&sa)[MAXR], const void* b, int bdt,
+                                        const i64 (&sb)[MAXR], const void* c, int cdt, const i64 (&sc)[MAXR],
+                                        int* flag, int code)
+{
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        i64 ia = 0, ib = 0, ic = 0;
+        I rem = i;
+#pragma unroll
+        for (int k = MAXR - 1; k >= 0; k--) {
+            if (k < rank) {
+                I x = rem;
+                if (k > 0) {
+                    x = rem % (I)d[k];
+                    rem /= (I)d[k];
+                }
+                ia += (i64)x * sa[k];
+                ib += (i64)x * sb[k];
+                ic += (i64)x * sc[k];
+            }
+        }
+        switch (op) {
+        case OP_COPY:
+            move(out, odt, i, a, adt, ia);
+            break;
+        case OP_WHERE: {
+            bool cond = ((const u8*)a)[ia] != 0;
+            move(out, odt, i, cond ? b : c, cond ? bdt : cdt, cond ? ib : ic);
+            break;
+        }
+        case OP_EQUAL:
+            ((u8*)out)[i] = ld<T>(a, adt, ia) == ld<T>(b, bdt, ib) ? 1 : 0;
+            break;
+        default: {
+            T x = ld<T>(a, adt, ia);
+            T y = (op <= OP_POW) ? ld<T>(b, bdt, ib) : (T)0;
+            st<T>(out, odt, i, apply<T>(op, x, y, flag, code));
+        }
+        }
+    }
+}
+
+#define EW_PARAMS                                                                                      \
+    int op, i64 n, int rank, i64 d0, i64 d1, i64 d2, i64 d3, i64 d4, i64 d5, void *out, int odt,        \
+        const void *a, int adt, i64 sa0, i64 sa1, i64 sa2, i64 sa3, i64 sa4, i64 sa5, const void *b,     \
+        int bdt, i64 sb0, i64 sb1, i64 sb2, i64 sb3, i64 sb4, i64 sb5, const void *c, int cdt, i64 sc0, \
+        i64 sc1, i64 sc2, i64 sc3, i64 sc4, i64 sc5, int *flag, int code
+
+#define EW_BODY(T)                                                                                         \
+    const i64 d[MAXR] = {d0, d1, d2, d3, d4, d5};                                                          \
+    const i64 sa[MAXR] = {sa0, sa1, sa2, sa3, sa4, sa5};                                                   \
+    const i64 sb[MAXR] = {sb0, sb1, sb2, sb3, sb4, sb5};                                                   \
+    const i64 sc[MAXR] = {sc0, sc1, sc2, sc3, sc4, sc5};                                                   \
+    if (n < (i64)0x7fffffff) {                                                                             \
+        ew_impl<T, unsigned>(op, (unsigned)n, rank, d, out, odt, a, adt, sa, b, bdt, sb, c, cdt, sc, flag, \
+                             code);                                                                        \
+    } else {                                                                                               \
+        ew_impl<T, i64>(op, n, rank, d, out, odt, a, adt, sa, b, bdt, sb, c, cdt, sc, flag, code);         \
+    }
+
+extern "C" __global__ void ew_f32(EW_PARAMS) { EW_BODY(float) }
+extern "C" __global__ void ew_f64(EW_PARAMS) { EW_BODY(double) }
+extern "C" __global__ void ew_i64(EW_PARAMS) { EW_BODY(i64) }
+
+// copy2d: dst[r*dstRow + j] = src[r*srcRow + j] for r < rows, j < cols (Concat
+// writes each input into its columns of the output this way).
+extern "C" __global__ void copy2d(i64 rows, i64 cols, void* dst, int ddt, i64 dstRow, const void* src, int sdt,
+                                  i64 srcRow)
+{
+    i64 n = rows * cols;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 r = i / cols, j = i - r * cols;
+        move(dst, ddt, r * dstRow + j, src, sdt, r * srcRow + j);
+    }
+}
+
+// trilu keeps the upper (j - i >= k) or lower (j - i <= k) triangle of every
+// rows×cols matrix and zeroes the rest.
+extern "C" __global__ void trilu(i64 n, i64 rows, i64 cols, i64 k, int upper, const void* x, int xdt, void* y,
+                                 int ydt)
+{
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 j = i % cols, r = (i / cols) % rows;
+        bool keep = upper ? (j - r >= k) : (j - r <= k);
+        if (keep) {
+            move(y, ydt, i, x, xdt, i);
+        } else {
+            st<double>(y, ydt, i, 0.0);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- reductions
+//
+// One output element reduces count input elements. kd/ks: kept dims and their
+// input strides (the output is contiguous over them); rd/rs: reduced dims and
+// strides. op: 0 sum, 2 max; a sum is divided by div at the end (1, or the
+// count for a mean).
+
+__device__ __forceinline__ i64 kept_offset(i64 o, int kr, const i64 (&kd)[MAXR], const i64 (&ks)[MAXR])
+{
+    i64 off = 0;
+#pragma unroll
+    for (int k = MAXR - 1; k >= 0; k--) {
+        if (k < kr) {
+            i64 x = o % kd[k];
+            o /= kd[k];
+            off += x * ks[k];
+        }
+    }
+    return off;
+}
+
+#define RED_PARAMS                                                                                            \
+    int op, double div, i64 nout, i64 count, i64 clen, const void *x, int xdt, void *y, int ydt, int kr, i64 kd0, \
+        i64 kd1, i64 kd2, i64 kd3, i64 kd4, i64 kd5, i64 ks0, i64 ks1, i64 ks2, i64 ks3, i64 ks4, i64 ks5, int rr,  \
+        i64 rd0, i64 rd1, i64 rd2, i64 rd3, i64 rd4, i64 rd5, i64 rs0, i64 rs1, i64 rs2, i64 rs3, i64 rs4, i64 rs5
+
+#define RED_ARGS                                                                                                   \
+    op, div, nout, count, clen, x, xdt, y, ydt, kr, kd0, kd1, kd2, kd3, kd4, kd5, ks0, ks1, ks2, ks3, ks4, ks5, rr, \
+        rd0, rd1, rd2, rd3, rd4, rd5, rs0, rs1, rs2, rs3, rs4, rs5
+
+#define RED_ARRAYS                                       \
+    const i64 kd[MAXR] = {kd0, kd1, kd2, kd3, kd4, kd5}; \
+    const i64 ks[MAXR] = {ks0, ks1, ks2, ks3, ks4, ks5}; \
+    const i64 rd[MAXR] = {rd0, rd1, rd2, rd3, rd4, rd5}; \
+    const i64 rs[MAXR] = {rs0, rs1, rs2, rs3, rs4, rs5};
+
+// reduce_rows: one block per output element, threads strided over the reduced
+// elements (for reductions over the innermost axis: reads are coalesced).
+template <typename A>
+__device__ void reduce_rows_impl(RED_PARAMS)
+{
+    RED_ARRAYS
+    __shared__ A sh[32];
+    for (i64 o = blockIdx.x; o < nout; o += gridDim.x) {
+        i64 base = kept_offset(o, kr, kd, ks);
+        A acc = (op == 2) ? -tinf<A>() : (A)0;
+        for (i64 r = threadIdx.x; r < count; r += blockDim.x) {
+            i64 off = base, rem = r;
+#pragma unroll
+            for (int k = MAXR - 1; k >= 0; k--) {
+                if (k < rr) {
+                    i64 q = rem % rd[k];
+                    rem /= rd[k];
+                    off += q * rs[k];
+                }
+            }
+            A v = ld<A>(x, xdt, off);
+            acc = (op == 2) ? nanmax(acc, v) : acc + v;
+        }
+        acc = (op == 2) ? block_max(acc, sh) : block_sum(acc, sh);
+        if (threadIdx.x == 0) {
+            st<A>(y, ydt, o, op == 2 ? acc : acc / (A)div);
+        }
+    }
+}
+
+// reduce_cols: one thread per output element and chunk of clen reduced
+// elements (blockIdx.y), walked in order (for reductions over outer axes:
+// neighbouring threads read neighbouring addresses). Chunk c writes element
+// c*nout + o of y: with several chunks y is a partials buffer that a second
+// reduce_cols pass sums, in chunk order.
+template <typename A>
+__device__ void reduce_cols_impl(RED_PARAMS)
+{
+    RED_ARRAYS
+    const i64 r0 = (i64)blockIdx.y * clen;
+    const i64 r1 = r0 + clen < count ? r0 + clen : count;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < nout; o += (i64)gridDim.x * blockDim.x) {
+        A acc = (op == 2) ? -tinf<A>() : (A)0;
+        i64 idx[MAXR] = {0, 0, 0, 0, 0, 0};
+        i64 off = kept_offset(o, kr, kd, ks);
+        i64 rem = r0;
+#pragma unroll
+        for (int k = MAXR - 1; k >= 0; k--) {
+            if (k < rr) {
+                idx[k] = rem % rd[k];
+                rem /= rd[k];
+                off += idx[k] * rs[k];
+            }
+        }
+        for (i64 r = r0; r < r1; r++) {
+            A v = ld<A>(x, xdt, off);
+            acc = (op == 2) ? nanmax(acc, v) : acc + v;
+            // Odometer over the reduced dims, innermost first.
+#pragma unroll
+            for (int k = MAXR - 1; k >= 0; k--) {
+                if (k < rr) {
+                    idx[k]++;
+                    off += rs[k];
+                    if (idx[k] < rd[k]) {
+                        break;
+                    }
+                    off -= idx[k] * rs[k];
+                    idx[k] = 0;
+                }
+            }
+        }
+        st<A>(y, ydt, (i64)blockIdx.y * nout + o, op == 2 ? acc : acc / (A)div);
+    }
+}
+
+extern "C" __global__ void reduce_rows_f64(RED_PARAMS) { reduce_rows_impl<double>(RED_ARGS); }
+extern "C" __global__ void reduce_rows_f32(RED_PARAMS) { reduce_rows_impl<float>(RED_ARGS); }
+extern "C" __global__ void reduce_cols_f64(RED_PARAMS) { reduce_cols_impl<double>(RED_ARGS); }
+extern "C" __global__ void reduce_cols_f32(RED_PARAMS) { reduce_cols_impl<float>(RED_ARGS); }
+
+// ---------------------------------------------------------------- softmax family
+//
+// A row is m elements at stride inner, starting at (r / inner)*m*inner + r % inner:
+// Softmax over any axis without a transpose. One block per row. T is the math
+// type: double for float32/float64 data (as the CPU reference), float for 16-bit.
+
+// mode 0: softmax, 1: log-softmax.
+template <typename T>
+__device__ void softmax_impl(int mode, i64 rows, i64 m, i64 inner, const void* x, int xdt, void* y, int ydt)
+{
+    __shared__ T sh[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 base = (r / inner) * m * inner + r % inner;
+        T mx = -tinf<T>();
+        for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+            mx = nanmax(mx, ld<T>(x, xdt, base + j * inner));
+        }
+        mx = block_max(mx, sh);
+        if (mx == -tinf<T>()) {
+            mx = 0; // a fully masked row: NaN results, as exp(-inf - -inf) gives
+        }
+        T s = 0;
+        for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+            s += exp(ld<T>(x, xdt, base + j * inner) - mx);
+        }
+        s = block_sum(s, sh);
+        if (mode == 1) {
+            T lse = mx + log(s);
+            for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+                st<T>(y, ydt, base + j * inner, ld<T>(x, xdt, base + j * inner) - lse);
+            }
+        } else {
+            T inv = (T)1 / s;
+            for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+                st<T>(y, ydt, base + j * inner, exp(ld<T>(x, xdt, base + j * inner) - mx) * inv);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void softmax_f64(int mode, i64 rows, i64 m, i64 inner, const void* x, int xdt, void* y,
+                                       int ydt)
+{
+    softmax_impl<double>(mode, rows, m, inner, x, xdt, y, ydt);
+}
+extern "C" __global__ void softmax_f32(int mode, i64 rows, i64 m, i64 inner, const void* x, int xdt, void* y,
+                                       int ydt)
+{
+    softmax_impl<float>(mode, rows, m, inner, x, xdt, y, ydt);
+}
+
+// dX = Y·(dY − sum(dY·Y)) along the row.
+template <typename T>
+__device__ void softmax_grad_impl(i64 rows, i64 m, i64 inner, const void* yv, int ydt, const void* dy, int dydt,
+                                  void* dx, int dxdt)
+{
+    __shared__ T sh[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 base = (r / inner) * m * inner + r % inner;
+        T dot = 0;
+        for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+            i64 i = base + j * inner;
+            dot += ld<T>(dy, dydt, i) * ld<T>(yv, ydt, i);
+        }
+        dot = block_sum(dot, sh);
+        for (i64 j = threadIdx.x; j < m; j += blockDim.x) {
+            i64 i = base + j * inner;
+            st<T>(dx, dxdt, i, ld<T>(yv, ydt, i) * (ld<T>(dy, dydt, i) - dot));
+        }
+    }
+}
+
+extern "C" __global__ void softmax_grad_f64(i64 rows, i64 m, i64 inner, const void* y, int ydt, const void* dy,
+                                            int dydt, void* dx, int dxdt)
+{
+    softmax_grad_impl<double>(rows, m, inner, y, ydt, dy, dydt, dx, dxdt);
+}
+extern "C" __global__ void softmax_grad_f32(i64 rows, i64 m, i64 inner, const void* y, int ydt, const void* dy,
+                                            int dydt, void* dx, int dxdt)
+{
+    softmax_grad_impl<float>(rows, m, inner, y, ydt, dy, dydt, dx, dxdt);
+}
+
+// ---------------------------------------------------------------- cross-entropy
+
+// sce_rows: rowloss[r] = logsumexp(scores[r]) − scores[r, label[r]] (double). A
+// label outside [0, C) sets the flag and makes the row NaN.
+template <typename T>
+__device__ void sce_rows_impl(i64 rows, i64 C, const void* s, int sdt, const i64* labels, double* rowloss,
+                              int* flag, int code)
+{
+    __shared__ T sh[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 base = r * C;
+        T mx = -tinf<T>();
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            mx = nanmax(mx, ld<T>(s, sdt, base + j));
+        }
+        mx = block_max(mx, sh);
+        T sum = 0;
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            sum += exp(ld<T>(s, sdt, base + j) - mx);
+        }
+        sum = block_sum(sum, sh);
+        if (threadIdx.x == 0) {
+            i64 l = labels[r];
+            if (l < 0 || l >= C) {
+                set_flag(flag, code);
+                rowloss[r] = dnan();
+            } else {
+                rowloss[r] = (double)(mx + log(sum)) - (double)ld<T>(s, sdt, base + l);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void sce_rows_f64(i64 rows, i64 C, const void* s, int sdt, const i64* labels, double* rowloss,
+                                        int* flag, int code)
+{
+    sce_rows_impl<double>(rows, C, s, sdt, labels, rowloss, flag, code);
+}
+extern "C" __global__ void sce_rows_f32(i64 rows, i64 C, const void* s, int sdt, const i64* labels, double* rowloss,
+                                        int* flag, int code)
+{
+    sce_rows_impl<float>(rows, C, s, sdt, labels, rowloss, flag, code);
+}
+
+// sum_scalar: out[0] = sum(x[0..n)) / div, in one block, in a fixed order.
+extern "C" __global__ void sum_scalar(i64 n, const double* x, double div, void* out, int odt)
+{
+    __shared__ double sh[32];
+    double acc = 0;
+    for (i64 i = threadIdx.x; i < n; i += blockDim.x) {
+        acc += x[i];
+    }
+    acc = block_sum(acc, sh);
+    if (threadIdx.x == 0) {
+        st<double>(out, odt, 0, acc / div);
+    }
+}
+
+// sce_grad: dS[r, j] = dLoss/div · (softmax(scores[r])[j] − [j == label[r]]).
+template <typename T>
+__device__ void sce_grad_impl(i64 rows, i64 C, const void* dl, int dldt, double div, const void* s, int sdt,
+                              const i64* labels, void* ds, int dsdt, int* flag, int code)
+{
+    __shared__ T sh[32];
+    T g = (T)(ld<double>(dl, dldt, 0) / div);
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 base = r * C;
+        T mx = -tinf<T>();
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            mx = nanmax(mx, ld<T>(s, sdt, base + j));
+        }
+        mx = block_max(mx, sh);
+        T sum = 0;
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            sum += exp(ld<T>(s, sdt, base + j) - mx);
+        }
+        sum = block_sum(sum, sh);
+        T inv = (T)1 / sum;
+        i64 l = labels[r];
+        if (l < 0 || l >= C) {
+            if (threadIdx.x == 0) {
+                set_flag(flag, code);
+            }
+            l = -1;
+        }
+        for (i64 j = threadIdx.x; j < C; j += blockDim.x) {
+            T p = exp(ld<T>(s, sdt, base + j) - mx) * inv;
+            if (j == l) {
+                p -= (T)1;
+            }
+            st<T>(ds, dsdt, base + j, g * p);
+        }
+    }
+}
+
+extern "C" __global__ void sce_grad_f64(i64 rows, i64 C, const void* dl, int dldt, double div, const void* s, int sdt,
+                                        const i64* labels, void* ds, int dsdt, int* flag, int code)
+{
+    sce_grad_impl<double>(rows, C, dl, dldt, div, s, sdt, labels, ds, dsdt, flag, code);
+}
+extern "C" __global__ void sce_grad_f32(i64 rows, i64 C, const void* dl, int dldt, double div, const void* s, int sdt,
+                                        const i64* labels, void* ds, int dsdt, int* flag, int code)
+{
+    sce_grad_impl<float>(rows, C, dl, dldt, div, s, sdt, labels, ds, dsdt, flag, code);
+}
+
+// ---------------------------------------------------------------- gather
+
+// gather: y[(p*nidx + i)*inner + q] = x[(p*dim + idx[i])*inner + q]; negative
+// indices count from the end; an index out of range sets the flag (and y gets 0).
+extern "C" __global__ void gather(i64 outer, i64 dim, i64 inner, i64 nidx, const void* x, int xdt, const i64* idx,
+                                  void* y, int ydt, int* flag, int code)
+{
+    i64 n = outer * nidx * inner;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 q = o % inner, t = o / inner;
+        i64 i = t % nidx, p = t / nidx;
+        i64 a = idx[i];
+        if (a < 0) {
+            a += dim;
+        }
+        if (a < 0 || a >= dim) {
+            set_flag(flag, code);
+            st<double>(y, ydt, o, 0.0);
+            continue;
+        }
+        move(y, ydt, o, x, xdt, (p * dim + a) * inner + q);
+    }
+}
+
+// gather_grad: dx[p, a, q] = Σ_{i: idx[i] == a} dy[p, i, q], each output row owned
+// by one block (blockIdx.x = a, blockIdx.y = p) that scans the indices in order:
+// no atomics, the sum order is the index order (as on the CPU), so the result is
+// deterministic. blockIdx.z tiles q in chunks of blockDim.x*GG_PER.
+#define GG_PER 8
+template <typename T>
+__device__ void gather_grad_impl(i64 outer, i64 dim, i64 inner, i64 nidx, const void* dy, int dydt, const i64* idx,
+                                 void* dx, int dxdt, int* flag, int code)
+{
+    __shared__ i64 sidx[256];
+    const i64 a = blockIdx.x;
+    const i64 q0 = (i64)blockIdx.z * blockDim.x * GG_PER;
+    for (i64 p = blockIdx.y; p < outer; p += gridDim.y) {
+        T acc[GG_PER];
+#pragma unroll
+        for (int k = 0; k < GG_PER; k++) {
+            acc[k] = 0;
+        }
+        for (i64 c0 = 0; c0 < nidx; c0 += 256) {
+            __syncthreads();
+            for (int t = threadIdx.x; t < 256; t += blockDim.x) {
+                i64 v = -1;
+                if (c0 + t < nidx) {
+                    v = idx[c0 + t];
+                    if (v < 0) {
+                        v += dim;
+                    }
+                    if (v < 0 || v >= dim) {
+                        set_flag(flag, code);
+                        v = -1;
+                    }
+                }
+                sidx[t] = v;
+            }
+            __syncthreads();
+            i64 cn = nidx - c0 < 256 ? nidx - c0 : 256;
+            for (i64 t = 0; t < cn; t++) {
+                if (sidx[t] != a) {
+                    continue; // uniform across the block: every thread reads the same entry
+                }
+                i64 row = (p * nidx + c0 + t) * inner;
+#pragma unroll
+                for (int k = 0; k < GG_PER; k++) {
+                    i64 q = q0 + (i64)k * blockDim.x + threadIdx.x;
+                    if (q < inner) {
+                        acc[k] += ld<T>(dy, dydt, row + q);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < GG_PER; k++) {
+            i64 q = q0 + (i64)k * blockDim.x + threadIdx.x;
+            if (q < inner) {
+                st<T>(dx, dxdt, (p * dim + a) * inner + q, acc[k]);
+            }
+        }
+    }
+}
+
+extern "C" __global__ void gather_grad_f32(i64 outer, i64 dim, i64 inner, i64 nidx, const void* dy, int dydt,
+                                           const i64* idx, void* dx, int dxdt, int* flag, int code)
+{
+    gather_grad_impl<float>(outer, dim, inner, nidx, dy, dydt, idx, dx, dxdt, flag, code);
+}
+extern "C" __global__ void gather_grad_f64(i64 outer, i64 dim, i64 inner, i64 nidx, const void* dy, int dydt,
+                                           const i64* idx, void* dx, int dxdt, int* flag, int code)
+{
+    gather_grad_impl<double>(outer, dim, inner, nidx, dy, dydt, idx, dx, dxdt, flag, code);
+}
+
+// ---------------------------------------------------------------- AdamW
+//
+// The CPU reference's formula and operation order, in T (float for float32
+// params, double for float64); the scalar coefficients in double, rounded once:
+//   m' = β1·m + (1−β1)·g;  v' = β2·v + (1−β2)·g²;  m̂ = m'/(1−β1^t);  v̂ = v'/(1−β2^t)
+//   p' = p − lr·(m̂/(√v̂ + eps) + wd·p)
+// lr and step are device scalars (so a schedule needs no recompile); step < 1
+// sets the flag.
+template <typename T>
+__device__ void adamw_impl(i64 n, const void* p, int pdt, const void* g, int gdt, const void* m, int mdt, const void* v,
+                           int vdt, const void* lrp, int lrdt, const void* stepp, int stepdt, void* po, int podt,
+                           void* mo, int modt, void* vo, int vodt, double b1d, double b2d, double epsd, double wdd,
+                           int* flag, int code)
+{
+    double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
+    if (!(t >= 1.0)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            set_flag(flag, code);
+        }
+    }
+    const T b1 = (T)b1d, b2 = (T)b2d, eps = (T)epsd, wd = (T)wdd, lr = (T)lrd;
+    const T omb1 = (T)(1.0 - b1d), omb2 = (T)(1.0 - b2d);
+    const T bc1 = (T)(1.0 - pow(b1d, t)), bc2 = (T)(1.0 - pow(b2d, t));
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        T gi = ld<T>(g, gdt, i), pi = ld<T>(p, pdt, i);
+        T mi = b1 * ld<T>(m, mdt, i) + omb1 * gi;
+        T vi = b2 * ld<T>(v, vdt, i) + omb2 * gi * gi;
+        T mh = mi / bc1;
+        T vh = vi / bc2;
+        st<T>(po, podt, i, pi - lr * (mh / ((T)sqrt((double)vh) + eps) + wd * pi));
+        st<T>(mo, modt, i, mi);
+        st<T>(vo, vodt, i, vi);
+    }
+}
+
+#define ADAMW_PARAMS                                                                                            \
+    i64 n, const void *p, int pdt, const void *g, int gdt, const void *m, int mdt, const void *v, int vdt,       \
+        const void *lrp, int lrdt, const void *stepp, int stepdt, void *po, int podt, void *mo, int modt, void *vo, \
+        int vodt, double b1, double b2, double eps, double wd, int *flag, int code
+#define ADAMW_ARGS \
+    n, p, pdt, g, gdt, m, mdt, v, vdt, lrp, lrdt, stepp, stepdt, po, podt, mo, modt, vo, vodt, b1, b2, eps, wd, flag, code
+
+extern "C" __global__ void adamw_f32(ADAMW_PARAMS) { adamw_impl<float>(ADAMW_ARGS); }
+extern "C" __global__ void adamw_f64(ADAMW_PARAMS) { adamw_impl<double>(ADAMW_ARGS); }
+
+// ---------------------------------------------------------------- composed attention
+//
+// The unfused lowering of FlashAttention(Grad) when the fused kernels do not
+// apply: S = scale·Q·Kᵀ by cuBLAS into a [BH, Sq, Sk] scratch, then these row
+// kernels, then cuBLAS again. Causal masking is top-left aligned: query i sees
+// keys j <= i. A row that sees no key gets P = 0 and L = +inf (so that the
+// backward pass gives it zero probabilities), as the fused kernels do.
+
+// attn_softmax: P = softmax over the visible keys of each S row (in place; masked
+// entries become 0) and L = the row's logsumexp.
+template <typename T>
+__device__ void attn_softmax_impl(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, void* l, int ldt)
+{
+    __shared__ T sh[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 i = r % sq, base = r * sk;
+        i64 vis = causal ? (i + 1 < sk ? i + 1 : sk) : sk;
+        T mx = -tinf<T>();
+        for (i64 j = threadIdx.x; j < vis; j += blockDim.x) {
+            mx = nanmax(mx, ld<T>(s, sdt, base + j));
+        }
+        mx = block_max(mx, sh);
+        T sum = 0;
+        for (i64 j = threadIdx.x; j < vis; j += blockDim.x) {
+            sum += exp(ld<T>(s, sdt, base + j) - mx);
+        }
+        sum = block_sum(sum, sh);
+        T inv = (T)1 / sum;
+        for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
+            T pv = (j < vis) ? exp(ld<T>(s, sdt, base + j) - mx) * inv : (T)0;
+            st<T>(s, sdt, base + j, pv);
+        }
+        if (threadIdx.x == 0) {
+            st<T>(l, ldt, r, vis > 0 ? mx + log(sum) : tinf<T>());
+        }
+    }
+}
+
+extern "C" __global__ void attn_softmax_f64(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, void* l, int ldt)
+{
+    attn_softmax_impl<double>(rows, sq, sk, causal, s, sdt, l, ldt);
+}
+extern "C" __global__ void attn_softmax_f32(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, void* l, int ldt)
+{
+    attn_softmax_impl<float>(rows, sq, sk, causal, s, sdt, l, ldt);
+}
+
+// attn_probs: P = exp(S − L) on the visible keys, 0 elsewhere (in place).
+template <typename T>
+__device__ void attn_probs_impl(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, const void* l, int ldt)
+{
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        i64 i = r % sq, base = r * sk;
+        i64 vis = causal ? (i + 1 < sk ? i + 1 : sk) : sk;
+        T lse = ld<T>(l, ldt, r);
+        for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
+            T pv = (j < vis) ? exp(ld<T>(s, sdt, base + j) - lse) : (T)0;
+            st<T>(s, sdt, base + j, pv);
+        }
+    }
+}
+
+extern "C" __global__ void attn_probs_f64(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, const void* l,
+                                          int ldt)
+{
+    attn_probs_impl<double>(rows, sq, sk, causal, s, sdt, l, ldt);
+}
+extern "C" __global__ void attn_probs_f32(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, const void* l,
+                                          int ldt)
+{
+    attn_probs_impl<float>(rows, sq, sk, causal, s, sdt, l, ldt);
+}
+
+// attn_dscores: dS = P ∘ (dP − rowsum(dY ∘ Y)), in place over dP.
+template <typename T>
+__device__ void attn_dscores_impl(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt, const void* y,
+                                  int ydt, const void* dy, int dydt)
+{
+    __shared__ T sh[32];
+    for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
+        T dsum = 0;
+        for (i64 k = threadIdx.x; k < d; k += blockDim.x) {
+            dsum += ld<T>(dy, dydt, r * d + k) * ld<T>(y, ydt, r * d + k);
+        }
+        dsum = block_sum(dsum, sh);
+        for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
+            i64 i = r * sk + j;
+            st<T>(dp, dpdt, i, ld<T>(p, pdt, i) * (ld<T>(dp, dpdt, i) - dsum));
+        }
+    }
+}
+
+extern "C" __global__ void attn_dscores_f64(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt,
+                                            const void* y, int ydt, const void* dy, int dydt)
+{
+    attn_dscores_impl<double>(rows, sk, d, p, pdt, dp, dpdt, y, ydt, dy, dydt);
+}
+extern "C" __global__ void attn_dscores_f32(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt,
+                                            const void* y, int ydt, const void* dy, int dydt)
+{
+    attn_dscores_impl<float>(rows, sk, d, p, pdt, dp, dpdt, y, ydt, dy, dydt);
+}
+
+// ---------------------------------------------------------------- float64 GEMM
+//
+// cuBLAS is bound for float32/bfloat16/float16 only; float64 graphs (the exact
+// reference configuration) use this tiled kernel. Row-major, per batch entry z:
+//   C[z] = alpha·op(A[z])·op(B[z]) + beta·C[z],  op(A) M×K, op(B) K×N,
+// A stored M×K (K×M when ta), B stored K×N (N×K when tb); strides in elements.
+// grid (ceil(N/16), ceil(M/16), batch), block (16, 16).
+#define G64 16
+extern "C" __global__ void gemm_f64(int ta, int tb, i64 M, i64 N, i64 K, double alpha, const double* A, i64 strideA,
+                                    const double* B, i64 strideB, double beta, double* C, i64 strideC)
+{
+    __shared__ double as[G64][G64 + 1];
+    __shared__ double bs[G64][G64 + 1];
+    i64 z = blockIdx.z;
+    A += z * strideA;
+    B += z * strideB;
+    C += z * strideC;
+    i64 row = (i64)blockIdx.y * G64 + threadIdx.y, col = (i64)blockIdx.x * G64 + threadIdx.x;
+    double acc = 0;
+    for (i64 k0 = 0; k0 < K; k0 += G64) {
+        // as[ty][tx] = op(A)[row][k0+tx]; bs[ty][tx] = op(B)[k0+ty][col]
+        i64 ka = k0 + threadIdx.x, kb = k0 + threadIdx.y;
+        double av = 0, bv = 0;
+        if (row < M && ka < K) {
+            av = ta ? A[ka * M + row] : A[row * K + ka];
+        }
+        if (col < N && kb < K) {
+            bv = tb ? B[col * K + kb] : B[kb * N + col];
+        }
+        as[threadIdx.y][threadIdx.x] = av;
+        bs[threadIdx.y][threadIdx.x] = bv;
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < G64; k++) {
+            acc += as[threadIdx.y][k] * bs[k][threadIdx.x];
+        }
+        __syncthreads();
+    }
+    if (row < M && col < N) {
+        double c = alpha * acc;
+        if (beta != 0) {
+            c += beta * C[row * N + col];
+        }
+        C[row * N + col] = c;
+    }
+}
