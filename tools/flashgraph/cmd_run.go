@@ -1,0 +1,177 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"time"
+
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+func init() {
+	register(&command{name: "run", summary: "run the forward pass once and print the loss and the outputs", run: runRun})
+}
+
+func runRun(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("run", "[FILE]",
+		"Compiles the model of -config (or FILE) and runs its forward pass once on random inputs\n"+
+			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs); prints the\n"+
+			"loss and a summary of every output.", stderr)
+	mf := addModelFlags(fs, "tiny")
+	pf := addPassFlags(fs, true)
+	device := fs.String("device", "auto", "where to run: cpu, cuda, or auto (CUDA when present)")
+	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")
+	if err := parseFlags(fs, args, 1); err != nil {
+		return err
+	}
+	g, err := mf.load(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	if g, err = pf.compileGraph(fs, g, stderr); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, summary(g))
+	be, note, err := resolveTrainDevice(*device)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	defer be.Close()
+	t0 := time.Now()
+	exe, err := be.Compile(g, backend.Options{})
+	if err != nil {
+		return fmt.Errorf("compile on %s: %w", be.Name(), err)
+	}
+	defer exe.Close()
+	compiled := time.Since(t0)
+	feeds, err := randomFeeds(g, *inputSeed)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	outs, err := exe.Run(feeds)
+	if err != nil {
+		return fmt.Errorf("run on %s: %w", be.Name(), err)
+	}
+	ran := time.Since(t1)
+	fmt.Fprintf(stdout, "device %s: compiled in %v, forward in %v, peak activations %s\n",
+		be.Name(), compiled.Round(time.Millisecond), ran.Round(time.Millisecond), humanBytes(exe.Stats().PeakActivationBytes))
+	names := make([]string, 0, len(outs))
+	for n := range outs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		t := outs[n]
+		if t.Len() == 1 {
+			fmt.Fprintf(stdout, "%s: %v = %.6g\n", n, t.Type(), t.At(0))
+			continue
+		}
+		mean, std, lo, hi := stats(t)
+		fmt.Fprintf(stdout, "%s: %v mean %.4g std %.4g min %.4g max %.4g\n", n, t.Type(), mean, std, lo, hi)
+	}
+	if l, ok := outs["loss"]; ok && l.Len() == 1 {
+		if v := g.Value("logits"); v != nil && v.Type.Shape.Rank() > 0 {
+			vocab := v.Type.Shape[v.Type.Shape.Rank()-1]
+			fmt.Fprintf(stdout, "ln(vocab) = %.6g (the loss of an untrained model on uniform predictions)\n", math.Log(float64(vocab)))
+		}
+	}
+	return nil
+}
+
+// randomFeeds makes inputs for every graph input: token ids below the
+// vocabulary (read off the embedding table the input indexes) for int64
+// inputs, standard normals for floats.
+func randomFeeds(g *graph.Graph, seed uint64) (map[string]*graph.Tensor, error) {
+	r := rand.New(rand.NewPCG(seed, 7))
+	limit := indexLimits(g)
+	feeds := map[string]*graph.Tensor{}
+	for _, in := range g.Inputs {
+		t := graph.NewTensor(in.Type.DType, in.Type.Shape)
+		switch {
+		case in.Type.DType == graph.Int64:
+			hi, ok := limit[in]
+			if !ok {
+				return nil, fmt.Errorf("input %s is int64 but no Gather or loss says its range; give a graph whose int inputs index something", in.Name)
+			}
+			for i := range t.I64 {
+				t.I64[i] = int64(r.IntN(hi))
+			}
+		case in.Type.DType == graph.Bool:
+			for i := range t.B {
+				t.B[i] = r.IntN(2) == 1
+			}
+		default:
+			for i := range t.Len() {
+				t.Set(i, r.NormFloat64())
+			}
+		}
+		feeds[in.Name] = t
+	}
+	return feeds, nil
+}
+
+// indexLimits finds, for int64 inputs, the size of the axis they index
+// (Gather data axis, or the class count of a cross-entropy, through Reshapes).
+func indexLimits(g *graph.Graph) map[*graph.Value]int {
+	root := map[*graph.Value]*graph.Value{}
+	for _, in := range g.Inputs {
+		root[in] = in
+	}
+	out := map[*graph.Value]int{}
+	for _, n := range g.Nodes {
+		switch n.Op {
+		case "Reshape", "Identity", "Squeeze", "Unsqueeze":
+			if r, ok := root[n.Inputs[0]]; ok {
+				root[n.Outputs[0]] = r
+			}
+		case "Gather":
+			if r, ok := root[n.Inputs[1]]; ok {
+				ax, err := graph.NormAxis(int(n.Attrs.Int("axis", 0)), n.Inputs[0].Type.Shape.Rank())
+				if err == nil {
+					out[r] = n.Inputs[0].Type.Shape[ax]
+				}
+			}
+		case "SoftmaxCrossEntropyLoss":
+			if r, ok := root[n.Inputs[1]]; ok {
+				out[r] = n.Inputs[0].Type.Shape[1]
+			}
+		}
+	}
+	return out
+}
+
+func stats(t *graph.Tensor) (mean, std, lo, hi float64) {
+	n := t.Len()
+	lo, hi = math.Inf(1), math.Inf(-1)
+	for i := range n {
+		v := t.At(i)
+		mean += v
+		lo, hi = min(lo, v), max(hi, v)
+	}
+	mean /= float64(n)
+	for i := range n {
+		d := t.At(i) - mean
+		std += d * d
+	}
+	return mean, math.Sqrt(std / float64(n)), lo, hi
+}
+
+func humanBytes(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
+}

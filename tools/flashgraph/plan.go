@@ -1,0 +1,38 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/passes"
+)
+
+// printPlan prints the device memory plan of g and, when g has a scalar
+// loss output, of its training step (forward, backward and AdamW), which is
+// where the unfused attention keeps its S×S probabilities alive.
+func printPlan(w io.Writer, g *graph.Graph) error {
+	p, err := cuda.PlanMemory(g)
+	if err != nil {
+		return fmt.Errorf("memory plan: %w", err)
+	}
+	fmt.Fprintf(w, "memory plan of %s (forward):\n", g.Name)
+	if err := p.Report(w, 5); err != nil {
+		return err
+	}
+	loss := g.Value("loss")
+	if loss == nil || loss.Type.Shape.Rank() != 0 || len(g.Params) == 0 {
+		return nil
+	}
+	ts, err := passes.TrainingGraph(g, passes.TrainOptions{Loss: "loss"})
+	if err != nil {
+		return fmt.Errorf("training graph for the plan: %w", err)
+	}
+	tp, err := cuda.PlanMemoryWith(ts.Graph, cuda.PlanOptions{Updates: ts.Updates})
+	if err != nil {
+		return fmt.Errorf("memory plan of the training step: %w", err)
+	}
+	fmt.Fprintf(w, "memory plan of %s (training step):\n", g.Name)
+	return tp.Report(w, 5)
+}
