@@ -30,8 +30,9 @@ type Options struct {
 	CkptEvery int64
 	KeepEvery int64
 	// Resume continues from the newest checkpoint in CkptDir. Without it a
-	// run starts at step 0 and removes the checkpoints already in CkptDir
-	// (they would otherwise be taken for this run's on a later -resume).
+	// run starts at step 0, and its first checkpoint replaces those already
+	// in CkptDir (they would otherwise be taken for this run's on a later
+	// -resume).
 	Resume bool
 
 	// Log receives notes and progress (nil: silent). Bar draws a redrawn
@@ -104,6 +105,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	t0 := time.Now()
 	log := opts.Log
 	var resumeFrom string
+	var stale []int64 // an earlier run's checkpoints, removed at our first save
 	if opts.Resume {
 		if opts.CkptDir == "" {
 			return nil, fmt.Errorf("train: -resume needs a checkpoint folder (-ckpt)")
@@ -141,17 +143,17 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			}
 		}
 	} else if opts.CkptDir != "" {
+		// Checkpoints of an earlier run would be taken for this run's by a
+		// later -resume, so this run replaces them; but only once it has a
+		// checkpoint of its own, so that a run that fails to start (or a
+		// forgotten -resume noticed at once) loses nothing.
 		old, err := ListCheckpoints(opts.CkptDir)
 		if err != nil {
 			return nil, fmt.Errorf("train: checkpoint folder: %w", err)
 		}
-		for _, s := range old {
-			if err := os.Remove(CheckpointPath(opts.CkptDir, s)); err != nil {
-				return nil, fmt.Errorf("train: removing an old checkpoint: %w", err)
-			}
-		}
+		stale = old
 		if len(old) > 0 && log != nil {
-			fmt.Fprintf(log, "note: removed %d old checkpoint(s) from %s (a fresh run; -resume continues one)\n", len(old), opts.CkptDir)
+			fmt.Fprintf(log, "note: %s holds checkpoints of an earlier run (up to step %d); this fresh run replaces them with its first checkpoint (-resume continues that run instead)\n", opts.CkptDir, old[len(old)-1])
 		}
 	}
 	res.StartStep = tr.StepsDone()
@@ -190,6 +192,14 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return err
 		}
 		res.Checkpoint = p
+		for _, st := range stale {
+			if st != tr.StepsDone() {
+				if err := os.Remove(CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
+					return fmt.Errorf("train: removing an earlier run's checkpoint: %w", err)
+				}
+			}
+		}
+		stale = nil
 		return nil
 	}
 	if tr.StepsDone() == 0 {

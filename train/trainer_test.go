@@ -252,3 +252,37 @@ func TestTrainFusedMatchesUnfused(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainFreshRunReplacesOldCheckpoints: a run without -resume must not
+// leave an earlier run's (later) checkpoints to be picked up by a later
+// -resume, but it only removes them once it has saved its own.
+func TestTrainFreshRunReplacesOldCheckpoints(t *testing.T) {
+	cfg := testConfig(t, graph.Float32)
+	corpus := testCorpus(t)
+	be := cpu.New()
+	dir := t.TempDir()
+	if _, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(5), CkptDir: dir, CkptEvery: 2, KeepEvery: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if steps, _ := ListCheckpoints(dir); len(steps) != 3 {
+		t.Fatalf("first run left checkpoints %v, want [2 4 5]", steps)
+	}
+	// A fresh run cancelled before its first step saves nothing and
+	// removes nothing.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := Run(ctx, be, corpus, Options{Config: cfg, Hyper: testHyper(3), CkptDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	if steps, _ := ListCheckpoints(dir); len(steps) != 3 {
+		t.Fatalf("a run that did nothing changed the checkpoints to %v", steps)
+	}
+	res, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(3), CkptDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, _ := ListCheckpoints(dir)
+	if len(steps) != 1 || steps[0] != 3 || res.Checkpoint != CheckpointPath(dir, 3) {
+		t.Errorf("after a fresh 3-step run the folder holds %v, want only [3]", steps)
+	}
+}
