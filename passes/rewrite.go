@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -269,12 +270,12 @@ func (st *rewriteState) apply(p *RulePass, n *graph.Node, rules []*Rule) (*Event
 		}
 		if res.refusal != "" {
 			refusals = append(refusals, Event{Pass: p.PassName, Kind: Refused, Rule: r.Name, Node: n.Name, Op: n.Op, Reason: res.refusal})
-		} else if res.miss.depth > best.depth {
-			best = res.miss
+		} else {
+			best.merge(res.miss)
 		}
 	}
 	if len(refusals) == 0 && n.Op == p.ExplainOp {
-		why := best.msg
+		why := best.String()
 		if why == "" {
 			why = "no rule for this node"
 		}
@@ -324,10 +325,47 @@ func (st *rewriteState) try(r *Rule, root *graph.Node) tryResult {
 	return res
 }
 
-// missInfo is the deepest place a pattern failed, for "no rule matched".
+// missInfo is the deepest place patterns failed, for "no rule matched":
+// the value found there and every op that rules (and optional nodes) would
+// have accepted, or a message for other kinds of mismatch.
 type missInfo struct {
 	depth int
+	v     *graph.Value
+	wants []string
 	msg   string
+}
+
+func (mi *missInfo) add(depth int, v *graph.Value, want, msg string) {
+	if depth > mi.depth {
+		*mi = missInfo{depth: depth, v: v, msg: msg}
+	}
+	if depth != mi.depth || v != mi.v || want == "" || slices.Contains(mi.wants, want) {
+		return
+	}
+	mi.wants = append(mi.wants, want)
+}
+
+func (mi *missInfo) merge(o missInfo) {
+	if o.depth > mi.depth {
+		*mi = missInfo{depth: o.depth, v: o.v, msg: o.msg}
+	}
+	for _, w := range o.wants {
+		mi.add(o.depth, o.v, w, o.msg)
+	}
+}
+
+func (mi missInfo) String() string {
+	switch {
+	case mi.depth < 0:
+		return ""
+	case len(mi.wants) > 0:
+		w := mi.wants[len(mi.wants)-1]
+		if len(mi.wants) > 1 {
+			w = strings.Join(mi.wants[:len(mi.wants)-1], ", ") + " or " + w
+		}
+		return fmt.Sprintf("%s where %s was expected", describe(mi.v), w)
+	}
+	return mi.msg
 }
 
 type matcher struct {
@@ -335,17 +373,11 @@ type matcher struct {
 	miss  missInfo
 }
 
-func (mt *matcher) missed(depth int, format string, args ...any) {
-	if depth > mt.miss.depth {
-		mt.miss = missInfo{depth, fmt.Sprintf(format, args...)}
-	}
-}
-
 // match calls k for every way p matches v (with the captures bound) until k
 // returns true; it reports whether some k did.
 func (mt *matcher) match(p *Pattern, v *graph.Value, depth int, k func() bool) bool {
 	if v == nil {
-		mt.missed(depth, "an omitted optional input where %v was expected", p)
+		mt.miss.add(depth, nil, "", fmt.Sprintf("an omitted optional input where %v was expected", p))
 		return false
 	}
 	if p.Optional {
@@ -362,13 +394,11 @@ func (mt *matcher) matchNode(p *Pattern, v *graph.Value, depth int, k func() boo
 	if p.Op != "" {
 		n = v.Producer
 		if n == nil || n.Op != p.Op {
-			if !p.Optional {
-				mt.missed(depth, "%s where %s was expected", describe(v), p.Op)
-			}
+			mt.miss.add(depth, v, p.Op, "")
 			return false
 		}
 		if p.Args != nil && len(p.Args) != len(n.Inputs) {
-			mt.missed(depth, "%s has %d inputs, the pattern %d", describe(v), len(n.Inputs), len(p.Args))
+			mt.miss.add(depth, v, "", fmt.Sprintf("%s has %d inputs, the pattern %d", describe(v), len(n.Inputs), len(p.Args)))
 			return false
 		}
 	}
@@ -400,7 +430,7 @@ func (mt *matcher) bind(name string, v *graph.Value, depth int, k func() bool) b
 	}
 	if old, ok := mt.binds[name]; ok {
 		if old != v {
-			mt.missed(depth, "%s and %s should be the same value (%s)", old.Name, v.Name, name)
+			mt.miss.add(depth, v, "", fmt.Sprintf("%s and %s should be the same value (%s)", old.Name, v.Name, name))
 			return false
 		}
 		return k()
