@@ -476,6 +476,8 @@ func TestRefusals(t *testing.T) {
 			[]string{"Cast", "INT32"}},
 		{"other domain", modelOf(17, x, nil, []string{"y"}, &onnxpb.Node{OpType: "Gelu", Domain: "com.microsoft", Input: []string{"x"}, Output: []string{"y"}}),
 			[]string{"com.microsoft"}},
+		{"op newer than the opset", modelOf(16, x, nil, []string{"y"}, nd("Gelu", []string{"x"}, []string{"y"})),
+			[]string{"Gelu", "opset 16", "does not exist before opset 20"}},
 		{"opset too new", modelOf(24, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 24"}},
 		{"opset too old", modelOf(6, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 6"}},
 		{"undefined input", modelOf(17, x, nil, []string{"y"}, nd("Relu", []string{"z"}, []string{"y"})), []string{`"z"`, "not defined"}},
@@ -513,7 +515,7 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 	// A symbolic dimension with its size given imports.
-	m := cases[8].m
+	m := cases[9].m
 	g, err := ImportModel(m, Options{Dims: map[string]int{"batch": 5}})
 	if err != nil || !g.Inputs[0].Type.Shape.Equal(graph.Shape{5}) {
 		t.Fatalf("bound dim: %v", err)

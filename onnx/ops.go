@@ -33,10 +33,22 @@ func init() {
 	}
 }
 
+// introduced gives the first opset of ops added after our minimum opset: a
+// model that uses one before it exists is malformed, and we say so rather than
+// guess what its exporter meant.
+var introduced = map[string]int64{
+	"Expand": 8, "Where": 9, "Erf": 9, "ConstantOfShape": 9, "Range": 11,
+	"SoftmaxCrossEntropyLoss": 12, "LessOrEqual": 12, "GreaterOrEqual": 12,
+	"Trilu": 14, "LayerNormalization": 17, "Gelu": 20, "Attention": 23,
+}
+
 func (c *opCtx) dispatch() error {
 	op := c.n.OpType
 	if c.n.Domain == graph.DomainFlashgraph {
 		return c.ourOp()
+	}
+	if since, ok := introduced[op]; ok && c.ver < since {
+		return c.errf("%s does not exist before opset %d", op, since)
 	}
 	if f, ok := shapeOnly[op]; ok {
 		outs, err := f(c)
