@@ -26,10 +26,13 @@ import (
 // takes both ranks.
 //
 // The rules are scoped to the attention cone (the scale/mask chain feeding
-// a Softmax, its scores MatMul and the scale/transpose chains of that
-// MatMul's operands). Moving a scale changes rounding by an ulp, which is
-// worth it where it enables the fusion and pointless elsewhere; and a graph
-// without attention comes out of the fusion pipeline byte-identical.
+// the Softmax of an attention candidate, its scores MatMul and the
+// scale/transpose chains of that MatMul's operands). Moving a scale changes
+// rounding by an ulp, which is worth it where it enables the fusion and
+// pointless elsewhere; and a graph without attention comes out of the
+// fusion pipeline byte-identical. (An attention that fuse_attention then
+// refuses, say for a banded mask, keeps its canonical spelling: the same
+// meaning, up to that rounding.)
 
 // Canonicalize returns the canonicalisation pass.
 func Canonicalize() Pass {
@@ -185,8 +188,11 @@ func isIdentityPerm(p []int64) bool {
 }
 
 // attentionCone returns the nodes canonicalisation may touch: walking up
-// from each Softmax through the scale/mask chain to the scores MatMul, and
-// from that MatMul's operands through transposes and constant scalings.
+// from each attention candidate's Softmax through the scale/mask chain to
+// the scores MatMul, and from that MatMul's operands through transposes and
+// constant scalings. A candidate is a Softmax over the last axis of a rank 3
+// or 4 tensor whose probs some MatMul(probs, V) reads: a classifier head
+// Softmax(x·W·c) is not one and keeps its spelling.
 func attentionCone(g *graph.Graph) func(*graph.Node) bool {
 	cone := map[*graph.Node]bool{}
 	memo := map[*graph.Value]bool{}
@@ -231,9 +237,19 @@ func attentionCone(g *graph.Graph) func(*graph.Node) bool {
 		}
 	}
 	for _, n := range g.Nodes {
-		if n.Op == "Softmax" {
-			scores(n.Inputs[0], 0)
+		if n.Op != "MatMul" || n.Inputs[0].Producer == nil {
+			continue
 		}
+		sm := n.Inputs[0].Producer
+		if sm.Op != "Softmax" || cone[sm] {
+			continue
+		}
+		r := sm.Outputs[0].Type.Shape.Rank()
+		if a, err := graph.NormAxis(int(sm.Attrs.Int("axis", -1)), r); err != nil || a != r-1 || (r != 3 && r != 4) {
+			continue
+		}
+		cone[sm] = true // marks the candidate as walked
+		scores(sm.Inputs[0], 0)
 	}
 	return func(n *graph.Node) bool { return cone[n] }
 }

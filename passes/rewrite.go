@@ -172,37 +172,27 @@ func (p *RulePass) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	}
 	// Most graphs have no node any rule could fire at; say so without
 	// cloning (and return g itself: byte-identical by construction).
-	if !anyRoot(g, byRoot, p.ExplainOp) {
+	if !p.anyRoot(g, byRoot) {
+		return g, nil
+	}
+	// Probe g read-only: matching and conditions never modify the graph,
+	// so if no rule would fire, g's refusals are final and no clone is made.
+	probe := newRewriteState(g)
+	probe.probe = true
+	probe.log = log
+	if refusals := probe.sweep(p, byRoot); !probe.wouldFire {
+		for _, e := range refusals {
+			log.Add(e)
+		}
 		return g, nil
 	}
 	st := newRewriteState(g.Clone())
-	changed := false
+	st.log = log
 	for sweep := 0; ; sweep++ {
 		if sweep == maxSweeps {
 			return nil, fmt.Errorf("%s: no fixpoint after %d sweeps (rules undo each other?)", p.PassName, maxSweeps)
 		}
-		var inScope func(*graph.Node) bool
-		if p.Scope != nil {
-			inScope = p.Scope(st.g)
-		}
-		var refusals []Event
-		for _, n := range st.g.Nodes {
-			if st.removed[n] {
-				continue
-			}
-			rules := byRoot[n.Op]
-			if len(rules) == 0 && n.Op != p.ExplainOp {
-				continue
-			}
-			if inScope != nil && !inScope(n) {
-				continue
-			}
-			ev, refused := st.apply(p, n, rules)
-			if ev != nil {
-				log.Add(*ev)
-			}
-			refusals = append(refusals, refused...)
-		}
+		refusals := st.sweep(p, byRoot)
 		if !st.dirty {
 			// Refusals are logged from the last sweep only: it sees the final
 			// graph, and earlier sweeps would repeat them.
@@ -212,9 +202,8 @@ func (p *RulePass) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			break
 		}
 		st.rebuild()
-		changed = true
 	}
-	if !changed {
+	if !st.committed { // the probe's match was refused by its rewrite
 		return g, nil
 	}
 	if err := checkOrder(st.g); err != nil {
@@ -223,9 +212,49 @@ func (p *RulePass) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	return st.g, nil
 }
 
-func anyRoot(g *graph.Graph, byRoot map[string][]*Rule, explainOp string) bool {
+// sweep tries the rules once at every node in order, logging firings to
+// st.log and returning the refusals.
+func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
+	var inScope func(*graph.Node) bool
+	if p.Scope != nil {
+		inScope = p.Scope(st.g)
+	}
+	var refusals []Event
+	for _, n := range st.g.Nodes {
+		if st.removed[n] {
+			continue
+		}
+		rules := byRoot[n.Op]
+		if len(rules) == 0 && n.Op != p.ExplainOp {
+			continue
+		}
+		if inScope != nil && !inScope(n) {
+			continue
+		}
+		ev, refused := st.apply(p, n, rules)
+		if st.wouldFire && st.probe {
+			return nil
+		}
+		if ev != nil {
+			st.log.Add(*ev)
+		}
+		refusals = append(refusals, refused...)
+	}
+	return refusals
+}
+
+// anyRoot reports whether some node of g is in scope and is a rule's root
+// (or is explained).
+func (p *RulePass) anyRoot(g *graph.Graph, byRoot map[string][]*Rule) bool {
+	var inScope func(*graph.Node) bool
+	if p.Scope != nil {
+		inScope = p.Scope(g)
+	}
 	for _, n := range g.Nodes {
-		if len(byRoot[n.Op]) > 0 || (explainOp != "" && n.Op == explainOp) {
+		if p.ExplainOp != "" && n.Op == p.ExplainOp {
+			return true
+		}
+		if len(byRoot[n.Op]) > 0 && (inScope == nil || inScope(n)) {
 			return true
 		}
 	}
@@ -309,6 +338,10 @@ func (st *rewriteState) try(r *Rule, root *graph.Node) tryResult {
 			if why := c.Check(m); why != "" {
 				return refuse(why)
 			}
+		}
+		if st.probe {
+			st.wouldFire = true
+			return true
 		}
 		e := &Edit{st: st, m: m, at: root}
 		if err := r.Rewrite(m, e); err != nil {
@@ -530,23 +563,35 @@ type rewriteState struct {
 	// before holds the nodes inserted this sweep, by the node they precede.
 	before     map[*graph.Node][]*graph.Node
 	deadConsts map[*graph.Value]bool
-	namer      *graph.Namer
+	namer      *graph.Namer // made on the first new name: most nodes never fire
 	consts     *constEval
 	literals   map[string]*graph.Value
 	memo       map[any]any
 	dirty      bool
+	log        *Log
+	// probe: the state is over the pass's input, which must not change;
+	// the first match whose conditions hold sets wouldFire instead.
+	probe, wouldFire bool
+	committed        bool
 }
 
 func newRewriteState(g *graph.Graph) *rewriteState {
 	st := &rewriteState{
 		g: g, uses: g.Uses(), outputs: map[*graph.Value]int{}, removed: map[*graph.Node]bool{},
 		before: map[*graph.Node][]*graph.Node{}, deadConsts: map[*graph.Value]bool{},
-		namer: graph.NewNamer(g), consts: newConstEval(), memo: map[any]any{},
+		consts: newConstEval(), memo: map[any]any{},
 	}
 	for _, o := range g.Outputs {
 		st.outputs[o]++
 	}
 	return st
+}
+
+func (st *rewriteState) names() *graph.Namer {
+	if st.namer == nil {
+		st.namer = graph.NewNamer(st.g)
+	}
+	return st.namer
 }
 
 func (st *rewriteState) isUsed(v *graph.Value) bool { return len(st.uses[v]) > 0 || st.outputs[v] > 0 }
@@ -582,10 +627,10 @@ func (st *rewriteState) dropUse(v *graph.Value, n *graph.Node) {
 	}
 }
 
-// sweep removes n if nothing reads its outputs, and then whatever only n
+// sweepDead removes n if nothing reads its outputs, and then whatever only n
 // read. Code that was dead before the pass is never reached from here: a
 // rewrite only removes what it made dead.
-func (st *rewriteState) sweep(n *graph.Node) {
+func (st *rewriteState) sweepDead(n *graph.Node) {
 	if n == nil || st.removed[n] {
 		return
 	}
@@ -605,7 +650,7 @@ func (st *rewriteState) sweep(n *graph.Node) {
 			continue
 		}
 		if in.Producer != nil {
-			st.sweep(in.Producer)
+			st.sweepDead(in.Producer)
 		} else if in.Kind == graph.Const {
 			st.deadConsts[in] = true
 		}
@@ -677,14 +722,14 @@ func (e *Edit) OpN(op string, attrs graph.Attrs, in ...*graph.Value) (*graph.Nod
 		scope = e.m.Root.Name[:i+1]
 	}
 	for {
-		n, err := graph.NewNode(e.st.namer.Fresh(scope+op), op, attrs, in...)
+		n, err := graph.NewNode(e.st.names().Fresh(scope+op), op, attrs, in...)
 		if err != nil {
 			return nil, err
 		}
 		taken := false
 		if len(n.Outputs) > 1 {
 			for _, o := range n.Outputs {
-				taken = !e.st.namer.Reserve(o.Name) || taken
+				taken = !e.st.names().Reserve(o.Name) || taken
 			}
 		}
 		if !taken {
@@ -725,7 +770,7 @@ func (e *Edit) Literal(dt graph.DType, shape graph.Shape, data ...float64) *grap
 		}
 	}
 	init := graph.Literal(data...)
-	c := &graph.Value{Name: e.st.namer.Fresh("c"), Type: t, Kind: graph.Const, Init: &init}
+	c := &graph.Value{Name: e.st.names().Fresh("c"), Type: t, Kind: graph.Const, Init: &init}
 	e.consts = append(e.consts, c)
 	return c
 }
@@ -797,12 +842,13 @@ func (e *Edit) commit() {
 	renamed := map[*graph.Value]bool{}
 	for _, r := range e.repl {
 		old, nw := r[0], r[1]
-		st.sweep(old.Producer)
+		st.sweepDead(old.Producer)
 		if old.Producer != nil && st.removed[old.Producer] && !renamed[nw] && slicesContainsNode(e.nodes, nw.Producer) {
 			nw.Name = old.Name
 			renamed[nw] = true
 		}
 	}
+	st.committed = true
 	if e.result == "" && len(e.nodes) > 0 {
 		e.result = e.nodes[len(e.nodes)-1].Name
 	}
