@@ -30,6 +30,9 @@ func Export(g *graph.Graph) (*onnxpb.Model, error) {
 	uses := g.Uses()
 	ex := &exporter{g: g, uses: uses}
 	og := &onnxpb.Graph{Name: g.Name}
+	if og.Name == "" {
+		og.Name = "graph" // onnx.checker requires a graph name
+	}
 	for _, v := range g.Inputs {
 		og.Input = append(og.Input, valueInfo(v))
 	}
