@@ -126,6 +126,7 @@ type importer struct {
 	g        *graph.Graph
 	inits    []*entry // initializers and constants that may become graph values
 	nextSeq  int
+	consumed map[string]bool // ONNX names read by a node or listed as graph outputs
 }
 
 func newImporter(m *onnxpb.Model, opts Options) (*importer, error) {
@@ -168,6 +169,15 @@ func (im *importer) run() (*graph.Graph, error) {
 	}
 	for _, v := range og.Output {
 		im.vinfo[v.Name] = v
+	}
+	im.consumed = map[string]bool{}
+	for _, n := range og.Node {
+		for _, in := range n.Input {
+			im.consumed[in] = true
+		}
+	}
+	for _, o := range og.Output {
+		im.consumed[o.Name] = true
 	}
 	// Reserve every ONNX value name first, so that names we invent never take one.
 	for _, v := range og.Input {
@@ -427,6 +437,9 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 		ctx.ver = im.ourOpset
 	default:
 		return ctx.errf("domain %q is not supported", n.Domain)
+	}
+	if len(n.Output) == 0 {
+		return ctx.errf("has no outputs")
 	}
 	if n.Overload != "" {
 		return ctx.errf("calls a model-local function overload; functions are not supported")
@@ -760,22 +773,8 @@ func (c *opCtx) nodeBase() string {
 	return c.n.OpType
 }
 
-// outputUsed reports whether ONNX output i is named and read by a later node or
-// the graph outputs.
+// outputUsed reports whether ONNX output i is named and read by a node or the
+// graph outputs.
 func (c *opCtx) outputUsed(i int) bool {
-	if i >= len(c.n.Output) || c.n.Output[i] == "" {
-		return false
-	}
-	name := c.n.Output[i]
-	for _, o := range c.im.m.Graph.Output {
-		if o.Name == name {
-			return true
-		}
-	}
-	for _, n := range c.im.m.Graph.Node {
-		if slices.Contains(n.Input, name) {
-			return true
-		}
-	}
-	return false
+	return i < len(c.n.Output) && c.n.Output[i] != "" && c.im.consumed[c.n.Output[i]]
 }

@@ -163,10 +163,7 @@ func importPow(c *opCtx) error {
 // keeping a node only where the name itself matters: a graph output, or our own
 // export, whose nodes must come back one for one.
 func importIdentity(c *opCtx) error {
-	isOutput := false
-	for _, o := range c.im.m.Graph.Output {
-		isOutput = isOutput || o.Name == c.n.Output[0]
-	}
+	isOutput := slices.ContainsFunc(c.im.m.Graph.Output, func(o *onnxpb.ValueInfo) bool { return o.Name == c.n.Output[0] })
 	if !c.im.faithful && !isOutput {
 		c.out[0] = c.in[0]
 		return nil
