@@ -432,3 +432,71 @@ func TestFusedGoldenText(t *testing.T) {
 	}
 	fzGolden(t, "fused_bshd_where.log", events.String())
 }
+
+// TestFuseCrossAttention: with Sq ≠ Sk the causal flag is top-left aligned
+// (FlashAttention's and ONNX Attention's is_causal): a mask masking j > i
+// fuses, a bottom-right aligned one (decoding with a KV cache) is refused.
+func TestFuseCrossAttention(t *testing.T) {
+	const sq, sk = 4, 8
+	build := func(dt graph.DType, masked func(i, j int) bool) *graph.Graph {
+		b := graph.NewBuilder("cross")
+		q := b.Input("q", dt, fzB, fzH, sq, fzD)
+		k := b.Input("k", dt, fzB, fzH, sk, fzD)
+		v := b.Input("v", dt, fzB, fzH, sk, fzD)
+		d := make([]float64, sq*sk)
+		for i := range sq {
+			for j := range sk {
+				if masked(i, j) {
+					d[i*sk+j] = math.Inf(-1)
+				}
+			}
+		}
+		m := b.Const("mask", dt, graph.Shape{sq, sk}, graph.Literal(d...))
+		s := b.Add(b.Mul(b.MatMul(q, b.Transpose(k, 0, 1, 3, 2)), b.Scalar(dt, 0.3)), m)
+		b.Output(b.MatMul(b.Softmax(s, -1), v))
+		g, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	for _, dt := range []graph.DType{graph.Float64, graph.Float32} {
+		g := build(dt, func(i, j int) bool { return j > i })
+		fused, log := fzRun(t, Default(true), g)
+		fa := fzNodes(fused, "FlashAttention")
+		if len(fa) != 1 || fa[0].Attrs.Int("causal", 0) != 1 {
+			t.Fatalf("top-left causal cross attention not fused:\n%s", log)
+		}
+		fzSameOutputs(t, g, fused, dt)
+	}
+	g := build(graph.Float64, func(i, j int) bool { return j > i+sk-sq })
+	fused, log := fzRun(t, Default(true), g)
+	xs := ExplainLog(g, log)
+	if fzCount(fused, "FlashAttention") != 0 || !strings.Contains(xs[0].Reason, "mask is not causal: [0,1] above the diagonal is not masked") {
+		t.Errorf("bottom-right aligned mask: %v", xs)
+	}
+	// A decode step (one query, every key visible) has an all-zero mask:
+	// no mask, causal=0.
+	g = build(graph.Float64, func(i, j int) bool { return false })
+	fused, _ = fzRun(t, Default(true), g)
+	if fa := fzNodes(fused, "FlashAttention"); len(fa) != 1 || fa[0].Attrs.Int("causal", 1) != 0 {
+		t.Errorf("all-zero mask should fuse with causal=0: %s", graph.Format(fused))
+	}
+	fzSameOutputs(t, g, fused, graph.Float64)
+}
+
+// TestRulePanicIsAnError: a rule that panics fails the pass with an error
+// naming it; the input graph is untouched.
+func TestRulePanicIsAnError(t *testing.T) {
+	g := attnCase{name: "panic", rank: 4, scale: "mul", k: "t", mask: "recipe", layers: 1}.build(t, graph.Float64)
+	before := graph.Format(g)
+	r := attentionRules[0]
+	r.Rewrite = func(*Match, *Edit) error { panic("boom") }
+	_, err := (&RulePass{PassName: "panicky", Rules: []Rule{r}}).Run(g, nil)
+	if err == nil || !strings.Contains(err.Error(), "panicky: internal error: boom") {
+		t.Errorf("err = %v", err)
+	}
+	if graph.Format(g) != before {
+		t.Error("the input graph changed")
+	}
+}

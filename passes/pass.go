@@ -78,8 +78,9 @@ func Lookup(name string) (Pass, error) {
 type Pipeline struct {
 	Name   string
 	Passes []Pass
-	// Verify runs graph.Verify on the result of every pass (tests turn it
-	// on; it costs about as much as a pass).
+	// Verify runs graph.Verify on the input and on the result of every
+	// pass (tests turn it on; it costs about as much as the whole fusion
+	// pipeline, so compiles leave it off).
 	Verify bool
 	// DumpAfter names the passes after which Dump is called; "all" (or "*")
 	// dumps after every pass.
@@ -158,6 +159,11 @@ func (p Pipeline) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	for _, n := range p.DumpAfter {
 		if _, known := registry[n]; !known && n != "all" && n != "*" && !slices.Contains(p.PassNames(), n) {
 			return nil, fmt.Errorf("passes: -dump-after %q: no such pass", n)
+		}
+	}
+	if p.Verify {
+		if err := graph.Verify(g); err != nil {
+			return nil, fmt.Errorf("input graph: %w", err)
 		}
 	}
 	cur := g

@@ -91,6 +91,17 @@ func TestFuseModelNumerics(t *testing.T) {
 	}
 }
 
+// TestFuseModelNumericsSmall is TestFuseModelNumerics on the small config
+// (4 layers, S=256, 64-wide heads) in float32: a few seconds on the CPU.
+func TestFuseModelNumericsSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("small model on the CPU backend takes seconds; run without -short")
+	}
+	_, g := fzModel(t, "small", graph.Float32)
+	fused, _ := fzRun(t, Default(true), g)
+	fzSameOutputs(t, g, fused, graph.Float32)
+}
+
 // TestPassOffByteIdentical: without fusion the compiled graph is the built
 // graph byte for byte (and the graph itself is returned: nothing copied).
 func TestPassOffByteIdentical(t *testing.T) {

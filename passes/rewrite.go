@@ -157,7 +157,14 @@ type RulePass struct {
 func (p *RulePass) Name() string { return p.PassName }
 
 // Run rewrites a clone of g to a fixpoint of the rules.
-func (p *RulePass) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
+func (p *RulePass) Run(g *graph.Graph, log *Log) (out *graph.Graph, err error) {
+	// A rule that panics on a graph it did not foresee is a bug, but the
+	// compile reports it instead of crashing; g itself is never modified.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = nil, fmt.Errorf("%s: internal error: %v", p.PassName, r)
+		}
+	}()
 	byRoot := map[string][]*Rule{}
 	for i := range p.Rules {
 		r := &p.Rules[i]
