@@ -850,10 +850,17 @@ func (e *Edit) commit() {
 	for _, r := range e.repl {
 		old, nw := r[0], r[1]
 		st.sweepDead(old.Producer)
-		if old.Producer != nil && st.removed[old.Producer] && !renamed[nw] && slicesContainsNode(e.nodes, nw.Producer) {
-			nw.Name = old.Name
-			renamed[nw] = true
+		if renamed[nw] || !slicesContainsNode(e.nodes, nw.Producer) {
+			continue
 		}
+		name := old.Name
+		if old.Producer != nil && !st.removed[old.Producer] {
+			// Its node lives on for other outputs; old itself is unread
+			// now and gives its name up.
+			old.Name = st.names().Fresh(name + "_replaced")
+		}
+		nw.Name = name
+		renamed[nw] = true
 	}
 	st.committed = true
 	if e.result == "" && len(e.nodes) > 0 {
