@@ -247,18 +247,24 @@ func (im *importer) initializers() error {
 
 // looksTrainable decides, for a model that does not say, whether a float
 // initializer is a weight (param) or a fixed constant. Weights are finite
-// tensors; masks hold infinities and scalars are hyper-parameters (eps, scale).
+// tensors of moderate magnitude; masks hold infinities or "very large
+// negative" stand-ins for them (-1e4 in fp16-era code, -1e9, or the dtype's
+// lowest value, as the dynamo exporter writes), and scalars are
+// hyper-parameters (eps, scale).
 func looksTrainable(c *cval) bool {
 	if !c.isFloat() || c.n() <= 1 {
 		return false
 	}
 	for _, v := range c.f {
-		if math.IsInf(v, 0) || math.IsNaN(v) {
+		if math.IsInf(v, 0) || math.IsNaN(v) || math.Abs(v) >= maskMagnitude {
 			return false
 		}
 	}
 	return true
 }
+
+// maskMagnitude: no trained weight comes near it, every additive mask does.
+const maskMagnitude = 1e4
 
 // initValue makes the graph value of an initializer. A recipe from our own
 // export is used when it reproduces the stored data exactly; otherwise the data
