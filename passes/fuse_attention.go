@@ -29,16 +29,17 @@ import (
 // MaskThreshold is the criterion for a finite mask value standing for −∞:
 // m qualifies when m ≤ MaskThreshold (after any scale applied to it).
 //
-// Why: the fused kernel masks with a true −∞, i.e. a masked weight of exactly
-// 0. A finite m gives the weight exp(m + s_ij − max_i), which is exactly 0 in
-// float64 (and so in every narrower type, whose exp underflows sooner) when
-// m + (s_ij − max_i) < ln(smallest subnormal) ≈ −744.4. With m ≤ −1e4 that
-// holds whenever a masked score exceeds its row's visible maximum by less
-// than ~9255, i.e. for any scores a trained model produces (a spread of a
-// few hundred already makes softmax one-hot in float64). It admits what
-// exporters use: −1e4 (GPT-2's masked_bias), −1e9, float32's lowest
-// (HF's finfo.min), −65504 (float16's lowest), and −inf; it rejects −100 or
-// −1000, which a large score spread can overcome.
+// Why: the fused kernel masks with a true −∞, i.e. a masked weight of
+// exactly 0. A finite m gives the weight exp(m + s_ij − max_i), which is
+// exactly 0 in float64 (and so in every narrower type, whose exp underflows
+// sooner) when m + (s_ij − max_i) < ln(smallest subnormal) ≈ −744.4. With
+// m ≤ −1e4 that holds unless a masked score exceeds its row's visible
+// maximum by more than ~9255, far beyond what real scores do (a spread of
+// ~40 already puts a weight below float64's epsilon). It admits what
+// exporters use: −1e4 (GPT-2's masked_bias), −1e9, float32's lowest (HF's
+// finfo.min), −65504 (float16's lowest) and −inf; it rejects −100 or −1000,
+// which scores of a few hundred can overcome, and −1e4 scaled by 1/√d after
+// the mask, which is no longer −1e4.
 const MaskThreshold = -1e4
 
 // FuseAttention returns the attention fusion pass. Every Softmax of the
@@ -382,7 +383,7 @@ func scanMask(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) mas
 	base := make([]int, len(ts))
 	x := make([]float64, len(ts))
 	idx := make([]int, len(lead))
-	for l := range lead.Numel() {
+	for range lead.Numel() {
 		for t := range ts {
 			base[t] = 0
 			for d := range lead {
@@ -415,7 +416,6 @@ func scanMask(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) mas
 				}
 			}
 		}
-		_ = l
 		for d := len(idx) - 1; d >= 0; d-- {
 			if idx[d]++; idx[d] < lead[d] {
 				break
