@@ -18,6 +18,7 @@ import (
 //	Transpose(Mul(k, c))            → Mul(Transpose(k), c)    (K scaled before its transpose)
 //	Mul(Mul(x, c1), c2)             → Mul(x, c1·c2)           (scale split over Q and K, d^-¼ each)
 //	Transpose(Transpose(x, p1), p2) → Transpose(x, p1∘p2), or x when that is the identity
+//	Cast(x, to=dtype of x), Identity(x) → x   (around the scores and probs)
 //
 // c is a constant with one element (Sqrt(64) and other constant expressions
 // count). K fed already transposed, or transposed by a perm that also splits
@@ -51,6 +52,19 @@ var canonicalRules = []Rule{
 			inv := e.Literal(c.Type.DType, c.Type.Shape, 1/m.Get("c").(float64))
 			return e.replaceRoot(e.Op("Mul", nil, m.Value("x"), inv))
 		},
+	},
+	{
+		// A Cast to the dtype the value already has (HF's softmax(dtype=
+		// float32).to(q.dtype) exported from a float32 model) is no op.
+		Name: "drop_noop_cast", Root: "Cast",
+		Pattern: Op("Cast", Any("x")),
+		Where:   []Cond{{Name: "cast keeps the dtype", Check: noopCast}},
+		Rewrite: replaceRootByInput,
+	},
+	{
+		Name: "drop_identity", Root: "Identity",
+		Pattern: Op("Identity", Any("x")),
+		Rewrite: replaceRootByInput,
 	},
 	{
 		Name: "transpose_transpose", Root: "Transpose",
@@ -120,6 +134,19 @@ var canonicalRules = []Rule{
 			return e.replaceRoot(e.Op("Mul", nil, m.Value("x"), c))
 		},
 	},
+}
+
+func noopCast(m *Match) string {
+	if to, from := m.Root.Outputs[0].Type.DType, m.Value("x").Type.DType; to != from {
+		return fmt.Sprintf("casts %v to %v", from, to)
+	}
+	return ""
+}
+
+func replaceRootByInput(m *Match, e *Edit) error {
+	e.Replace(m.Root.Outputs[0], m.Value("x"))
+	e.Describe(m.Value("x").Name, "(no op)")
+	return nil
 }
 
 // replaceRoot replaces the root's output by v (err from making v passes through).
@@ -227,6 +254,9 @@ func attentionCone(g *graph.Graph) func(*graph.Node) bool {
 			cone[n] = true
 			operand(n.Inputs[0], 0)
 			operand(n.Inputs[1], 0)
+		case "Cast", "Identity":
+			cone[n] = true
+			scores(n.Inputs[0], depth+1)
 		case "Mul", "Div", "Add", "Sub", "Where":
 			cone[n] = true
 			for _, in := range n.Inputs {
@@ -237,11 +267,19 @@ func attentionCone(g *graph.Graph) func(*graph.Node) bool {
 		}
 	}
 	for _, n := range g.Nodes {
-		if n.Op != "MatMul" || n.Inputs[0].Producer == nil {
+		if n.Op != "MatMul" {
 			continue
 		}
-		sm := n.Inputs[0].Producer
-		if sm.Op != "Softmax" || cone[sm] {
+		// probs may reach the MatMul through no-op casts and identities.
+		var between []*graph.Node
+		p := n.Inputs[0]
+		for p.Producer != nil && len(between) < 4 && (p.Producer.Op == "Identity" ||
+			p.Producer.Op == "Cast" && p.Type.DType == p.Producer.Inputs[0].Type.DType) {
+			between = append(between, p.Producer)
+			p = p.Producer.Inputs[0]
+		}
+		sm := p.Producer
+		if sm == nil || sm.Op != "Softmax" || cone[sm] {
 			continue
 		}
 		r := sm.Outputs[0].Type.Shape.Rank()
@@ -249,6 +287,9 @@ func attentionCone(g *graph.Graph) func(*graph.Node) bool {
 			continue
 		}
 		cone[sm] = true // marks the candidate as walked
+		for _, b := range between {
+			cone[b] = true
+		}
 		scores(sm.Inputs[0], 0)
 	}
 	return func(n *graph.Node) bool { return cone[n] }

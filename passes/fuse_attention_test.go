@@ -40,6 +40,7 @@ var fusingCases = []attnCase{
 	{name: "mask_where_fill", rank: 3, scale: "mul", k: "t", mask: "wherefill", layers: 1},
 	{name: "mask_gpt2_bias_slice", rank: 4, scale: "div", k: "bshd", mask: "slice", layers: 1},
 	{name: "where_then_scale", rank: 4, scale: "post", k: "t", mask: "where", layers: 1},
+	{name: "noop_casts_hf_llama", rank: 4, scale: "div", k: "t", mask: "trilu", layers: 2, noops: true},
 	{name: "no_mask", rank: 4, scale: "mul", k: "t", mask: "none", layers: 1},
 	{name: "no_mask_no_scale", rank: 3, scale: "none", k: "pre", mask: "none", layers: 1},
 }
@@ -58,7 +59,7 @@ func TestFuseAttentionVariants(t *testing.T) {
 				if ops["FlashAttention"] != c.layers || ops["Softmax"] != 0 || ops["MatMul"] != 0 {
 					t.Fatalf("ops after fusion %v, want %d FlashAttention and no Softmax/MatMul\n%s\n%s", ops, c.layers, log, graph.Format(fused))
 				}
-				if ops["Div"] != 0 || ops["Where"] != 0 || ops["Add"] != 0 || ops["Trilu"] != 0 || ops["Mul"] != 0 {
+				if ops["Div"] != 0 || ops["Where"] != 0 || ops["Add"] != 0 || ops["Trilu"] != 0 || ops["Mul"] != 0 || ops["Cast"] != 0 || ops["Identity"] != 0 {
 					t.Errorf("scale or mask ops left behind: %v", ops)
 				}
 				for _, n := range fzNodes(fused, "FlashAttention") {
@@ -301,6 +302,14 @@ var refusalCases = []refusalCase{
 		p := b.Softmax(b.Add(a.scores(b), a.mask), -1)
 		p16 := b.Op("Cast", graph.Attrs{"to": graph.Str("float16")}, p)
 		return []*graph.Value{b.MatMul(p16, b.Op("Cast", graph.Attrs{"to": graph.Str("float16")}, a.v))}
+	}},
+	{"softmax_in_float32_of_float16", "not an attention pattern: node Cast_2 (Cast) where", func(b *graph.Builder, a fzAttn) []*graph.Value {
+		// Mixed precision: float16 scores, softmax upcast to float32 and the
+		// probs cast back; fusing would change the softmax's precision.
+		h := func(x *graph.Value) *graph.Value { return b.Op("Cast", graph.Attrs{"to": graph.Str("float16")}, x) }
+		s := b.MatMul(h(a.q), b.Transpose(h(a.k), 0, 1, 3, 2))
+		p := b.Softmax(b.Op("Cast", graph.Attrs{"to": graph.Str("float32")}, s), -1)
+		return []*graph.Value{b.MatMul(h(p), h(a.v))}
 	}},
 	{"v_head_dim_differs", "V head dim 4 differs from Q's 8", func(b *graph.Builder, a fzAttn) []*graph.Value {
 		v := b.Input("v4", a.dt, fzB, fzH, fzS, 4)

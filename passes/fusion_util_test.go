@@ -188,6 +188,9 @@ type attnCase struct {
 	// "slice" GPT-2's bool buffer [1,1,M,M] sliced to S, "none".
 	mask   string
 	layers int
+	// noops puts a Cast to the same dtype before the Softmax and an
+	// Identity plus such a Cast between it and the MatMul with V.
+	noops bool
 }
 
 const (
@@ -323,7 +326,14 @@ func (c attnCase) build(t *testing.T, dt graph.DType) *graph.Graph {
 		if c.scale == "post" {
 			s = b.Mul(s, b.Scalar(dt, invSqrtD))
 		}
-		x = b.MatMul(b.Softmax(s, -1), v)
+		if c.noops {
+			s = b.Op("Cast", graph.Attrs{"to": graph.Str(dt.String())}, s)
+		}
+		p := b.Softmax(s, -1)
+		if c.noops {
+			p = b.Op("Cast", graph.Attrs{"to": graph.Str(dt.String())}, b.Op("Identity", nil, p))
+		}
+		x = b.MatMul(p, v)
 		b.Pop()
 	}
 	b.Output(x)
