@@ -13,6 +13,7 @@ import (
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/passes"
 )
 
 // ioFile is a fixture's inputs and ONNX Runtime's outputs on them.
@@ -97,28 +98,53 @@ func TestFixturesMatchORT(t *testing.T) {
 					t.Fatalf("input %s: %v", k, err)
 				}
 			}
-			got := runGraph(t, g, feeds)
-			for k, want := range io.Outputs {
-				out, ok := got[k]
-				if !ok {
-					t.Fatalf("no output %s (have %v)", k, keys(got))
+			// The fused graph must fuse every attention and still give ORT's outputs.
+			fused, err := passes.Default(true).Run(g, &passes.Log{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			xs, err := passes.Explain(g)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, x := range xs {
+				if !x.Fused {
+					t.Errorf("attention not fused: %s", x)
 				}
-				if !out.Shape.Equal(graph.Shape(want.Shape)) {
-					t.Fatalf("output %s: shape %v, want %v", k, out.Shape, want.Shape)
-				}
-				worst, at := 0.0, 0
-				for i, w := range want.Data {
-					d := math.Abs(out.At(i) - w)
-					if r := d / (atol + rtol*math.Abs(w)); r > worst || math.IsNaN(d) {
-						worst, at = r, i
-					}
-				}
-				if worst > 1 || math.IsNaN(worst) {
-					t.Errorf("output %s[%d] = %v, ORT %v (error %.3g of the tolerance)", k, at, out.At(at), want.Data[at], worst)
-				}
-				t.Logf("output %s %v: worst error %.3g of tolerance (rtol %g, atol %g); ops %v", k, out.Shape, worst, rtol, atol, g.CountOps())
+			}
+			if c := fused.CountOps(); c["FlashAttention"] == 0 || c["Softmax"] != 0 {
+				t.Errorf("fused graph has %d FlashAttention and %d Softmax", c["FlashAttention"], c["Softmax"])
+			}
+			for variant, vg := range map[string]*graph.Graph{"imported": g, "fused": fused} {
+				got := runGraph(t, vg, feeds)
+				compareORT(t, variant, io, got)
 			}
 		})
+	}
+}
+
+// compareORT checks every output against ONNX Runtime's, element by element.
+func compareORT(t *testing.T, variant string, io ioFile, got map[string]*graph.Tensor) {
+	t.Helper()
+	for k, want := range io.Outputs {
+		out, ok := got[k]
+		if !ok {
+			t.Fatalf("%s: no output %s (have %v)", variant, k, keys(got))
+		}
+		if !out.Shape.Equal(graph.Shape(want.Shape)) {
+			t.Fatalf("%s: output %s: shape %v, want %v", variant, k, out.Shape, want.Shape)
+		}
+		worst, at := 0.0, 0
+		for i, w := range want.Data {
+			d := math.Abs(out.At(i) - w)
+			if r := d / (atol + rtol*math.Abs(w)); r > worst || math.IsNaN(d) {
+				worst, at = r, i
+			}
+		}
+		if worst > 1 || math.IsNaN(worst) {
+			t.Errorf("%s: output %s[%d] = %v, ORT %v (error %.3g of the tolerance)", variant, k, at, out.At(at), want.Data[at], worst)
+		}
+		t.Logf("%s: output %s %v: worst error %.3g of tolerance (rtol %g, atol %g)", variant, k, out.Shape, worst, rtol, atol)
 	}
 }
 
