@@ -514,8 +514,11 @@ extern "C" __global__ void reduce_cols_f32(RED_PARAMS) { reduce_cols_impl<float>
 // ---------------------------------------------------------------- softmax family
 //
 // A row is m elements at stride inner, starting at (r / inner)*m*inner + r % inner:
-// Softmax over any axis without a transpose. One block per row. T is the math
-// type: double for float32/float64 data (as the CPU reference), float for 16-bit.
+// Softmax over any axis without a transpose. One block per row. The math is in
+// double for every storage type, as the CPU reference computes it: in float, a
+// log-softmax of values near 60 loses 4e-6 absolute to x − lse, more than a
+// float16 result near 0 allows. The kernels are memory-bound, so double costs
+// nothing measurable on the GPUs we target.
 
 // mode 0: softmax, 1: log-softmax.
 template <typename T>
@@ -556,11 +559,6 @@ extern "C" __global__ void softmax_f64(int mode, i64 rows, i64 m, i64 inner, con
 {
     softmax_impl<double>(mode, rows, m, inner, x, xdt, y, ydt);
 }
-extern "C" __global__ void softmax_f32(int mode, i64 rows, i64 m, i64 inner, const void* x, int xdt, void* y,
-                                       int ydt)
-{
-    softmax_impl<float>(mode, rows, m, inner, x, xdt, y, ydt);
-}
 
 // dX = Y·(dY − sum(dY·Y)) along the row.
 template <typename T>
@@ -587,11 +585,6 @@ extern "C" __global__ void softmax_grad_f64(i64 rows, i64 m, i64 inner, const vo
                                             int dydt, void* dx, int dxdt)
 {
     softmax_grad_impl<double>(rows, m, inner, y, ydt, dy, dydt, dx, dxdt);
-}
-extern "C" __global__ void softmax_grad_f32(i64 rows, i64 m, i64 inner, const void* y, int ydt, const void* dy,
-                                            int dydt, void* dx, int dxdt)
-{
-    softmax_grad_impl<float>(rows, m, inner, y, ydt, dy, dydt, dx, dxdt);
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -631,11 +624,6 @@ extern "C" __global__ void sce_rows_f64(i64 rows, i64 C, const void* s, int sdt,
                                         int* flag, int code)
 {
     sce_rows_impl<double>(rows, C, s, sdt, labels, rowloss, flag, code);
-}
-extern "C" __global__ void sce_rows_f32(i64 rows, i64 C, const void* s, int sdt, const i64* labels, double* rowloss,
-                                        int* flag, int code)
-{
-    sce_rows_impl<float>(rows, C, s, sdt, labels, rowloss, flag, code);
 }
 
 // sum_scalar: out[0] = sum(x[0..n)) / div, in one block, in a fixed order.
@@ -693,11 +681,6 @@ extern "C" __global__ void sce_grad_f64(i64 rows, i64 C, const void* dl, int dld
                                         const i64* labels, void* ds, int dsdt, int* flag, int code)
 {
     sce_grad_impl<double>(rows, C, dl, dldt, div, s, sdt, labels, ds, dsdt, flag, code);
-}
-extern "C" __global__ void sce_grad_f32(i64 rows, i64 C, const void* dl, int dldt, double div, const void* s, int sdt,
-                                        const i64* labels, void* ds, int dsdt, int* flag, int code)
-{
-    sce_grad_impl<float>(rows, C, dl, dldt, div, s, sdt, labels, ds, dsdt, flag, code);
 }
 
 // ---------------------------------------------------------------- gather
@@ -882,10 +865,6 @@ extern "C" __global__ void attn_softmax_f64(i64 rows, i64 sq, i64 sk, int causal
 {
     attn_softmax_impl<double>(rows, sq, sk, causal, s, sdt, l, ldt);
 }
-extern "C" __global__ void attn_softmax_f32(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, void* l, int ldt)
-{
-    attn_softmax_impl<float>(rows, sq, sk, causal, s, sdt, l, ldt);
-}
 
 // attn_probs: P = exp(S − L) on the visible keys, 0 elsewhere (in place).
 template <typename T>
@@ -907,22 +886,19 @@ extern "C" __global__ void attn_probs_f64(i64 rows, i64 sq, i64 sk, int causal, 
 {
     attn_probs_impl<double>(rows, sq, sk, causal, s, sdt, l, ldt);
 }
-extern "C" __global__ void attn_probs_f32(i64 rows, i64 sq, i64 sk, int causal, void* s, int sdt, const void* l,
-                                          int ldt)
-{
-    attn_probs_impl<float>(rows, sq, sk, causal, s, sdt, l, ldt);
-}
 
-// attn_dscores: dS = P ∘ (dP − rowsum(dY ∘ Y)), in place over dP.
+// attn_dscores: dS = P ∘ (dP − Σ_j P_j·dP_j), in place over dP. The row sum is
+// rowsum(dY∘Y) written with the recomputed P (Σ_j P_j·dY·V_j = dY·Y), which
+// keeps dS exactly 0 where P is one-hot (a causal row that sees one key) instead
+// of leaving the rounding difference between two differently ordered sums.
 template <typename T>
-__device__ void attn_dscores_impl(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt, const void* y,
-                                  int ydt, const void* dy, int dydt)
+__device__ void attn_dscores_impl(i64 rows, i64 sk, const void* p, int pdt, void* dp, int dpdt)
 {
     __shared__ T sh[32];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         T dsum = 0;
-        for (i64 k = threadIdx.x; k < d; k += blockDim.x) {
-            dsum += ld<T>(dy, dydt, r * d + k) * ld<T>(y, ydt, r * d + k);
+        for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
+            dsum += ld<T>(p, pdt, r * sk + j) * ld<T>(dp, dpdt, r * sk + j);
         }
         dsum = block_sum(dsum, sh);
         for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
@@ -932,15 +908,9 @@ __device__ void attn_dscores_impl(i64 rows, i64 sk, i64 d, const void* p, int pd
     }
 }
 
-extern "C" __global__ void attn_dscores_f64(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt,
-                                            const void* y, int ydt, const void* dy, int dydt)
+extern "C" __global__ void attn_dscores_f64(i64 rows, i64 sk, const void* p, int pdt, void* dp, int dpdt)
 {
-    attn_dscores_impl<double>(rows, sk, d, p, pdt, dp, dpdt, y, ydt, dy, dydt);
-}
-extern "C" __global__ void attn_dscores_f32(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt,
-                                            const void* y, int ydt, const void* dy, int dydt)
-{
-    attn_dscores_impl<float>(rows, sk, d, p, pdt, dp, dpdt, y, ydt, dy, dydt);
+    attn_dscores_impl<double>(rows, sk, p, pdt, dp, dpdt);
 }
 
 // ---------------------------------------------------------------- float64 GEMM

@@ -23,6 +23,9 @@ type Options struct {
 	// optimizer state, loss and logsumexps; bfloat16 activations and GEMMs
 	// with float32 accumulation). See PlanOptions.
 	Compute graph.DType
+	// ComposedAttention lowers FlashAttention(Grad) without the fused kernels
+	// (see PlanOptions.ComposedAttention).
+	ComposedAttention bool
 	// CubinCacheDir overrides the on-disk cubin cache directory ("" keeps the
 	// device's default, see Device.SetCubinCacheDir).
 	CubinCacheDir string
@@ -51,11 +54,9 @@ var opsCompileOptions = []string{"-std=c++17", "--fmad=false"}
 var opsKernelNames = []string{
 	"ew_f32", "ew_f64", "ew_i64", "copy2d", "trilu",
 	"reduce_rows_f32", "reduce_rows_f64", "reduce_cols_f32", "reduce_cols_f64",
-	"softmax_f32", "softmax_f64", "softmax_grad_f32", "softmax_grad_f64",
-	"sce_rows_f32", "sce_rows_f64", "sum_scalar", "sce_grad_f32", "sce_grad_f64",
+	"softmax_f64", "softmax_grad_f64", "sce_rows_f64", "sum_scalar", "sce_grad_f64",
 	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_f64",
-	"attn_softmax_f32", "attn_softmax_f64", "attn_probs_f32", "attn_probs_f64",
-	"attn_dscores_f32", "attn_dscores_f64", "gemm_f64",
+	"attn_softmax_f64", "attn_probs_f64", "attn_dscores_f64", "gemm_f64",
 }
 
 // Backend is the CUDA implementation of backend.Backend: one device, the
@@ -73,7 +74,11 @@ type Backend struct {
 // NewBackend opens the GPU and compiles the op kernels. On a machine without
 // a usable GPU it returns Available's error, which says what is missing.
 func NewBackend(opts Options) (backend.Backend, error) {
-	return newBackend(opts)
+	b, err := newBackend(opts)
+	if err != nil {
+		return nil, err // not a typed nil inside the interface
+	}
+	return b, nil
 }
 
 func newBackend(opts Options) (*Backend, error) {
@@ -160,13 +165,18 @@ func (b buffer) bytes() int { return b.n * b.dt.Size() }
 type step struct {
 	node   *graph.Node
 	poison []buffer // outputs to fill with NaN first (PoisonOutputs)
-	run    func() error
+	// dev queues the step's work from the device goroutine (nil for a step
+	// that uses the public Device API); Run hands consecutive dev steps to
+	// the device goroutine in one request.
+	dev func() error
+	// run does the same from any goroutine (poisoning not included).
+	run func() error
 }
 
 type update struct {
 	name     string
 	from, to buffer
-	convert  func() error // nil when the bytes copy as they are
+	convert  func() error // device-goroutine conversion; nil when the bytes copy as they are
 }
 
 // executable is a compiled graph on the device.
@@ -197,7 +207,7 @@ func (b *Backend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	g = g.Clone() // later edits of the caller's graph must not change the executable
-	plan, err := PlanMemoryWith(g, PlanOptions{Compute: b.opts.Compute, Updates: opts.Updates})
+	plan, err := PlanMemoryWith(g, PlanOptions{Compute: b.opts.Compute, ComposedAttention: b.opts.ComposedAttention, Updates: opts.Updates})
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -288,7 +298,11 @@ func (x *executable) build() error {
 		if err != nil {
 			return fmt.Errorf("cuda: node %s (%s): %w", n.Name, n.Op, err)
 		}
-		st.run = run
+		if c.host {
+			st.run = run
+		} else {
+			st.dev, st.run = run, func() error { return d.do(run) }
+		}
 		x.steps = append(x.steps, st)
 	}
 	return x.planOutputs()
@@ -374,18 +388,8 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 	if err := d.Memset(x.flag, 0, 4); err != nil {
 		return nil, err
 	}
-	for _, st := range x.steps {
-		for _, p := range st.poison {
-			if err := d.Memset(p.ptr, 0xff, p.bytes()); err != nil { // all-ones bytes are NaN in every float type
-				return nil, err
-			}
-		}
-		if err := st.run(); err != nil {
-			if st.node == nil {
-				return nil, fmt.Errorf("cuda: staging updates: %w", err)
-			}
-			return nil, fmt.Errorf("cuda: node %s (%s): %w", st.node.Name, st.node.Op, err)
-		}
+	if err := x.runSteps(); err != nil {
+		return nil, err
 	}
 	var code int32
 	if err := d.CopyToHost(unsafe.Pointer(&code), x.flag, 4); err != nil {
@@ -405,7 +409,7 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 	for _, u := range x.updates {
 		var err error
 		if u.convert != nil {
-			err = u.convert()
+			err = d.do(u.convert)
 		} else if u.to.bytes() > 0 {
 			err = d.CopyDeviceToDevice(u.to.ptr, u.from.ptr, u.to.bytes())
 		}
@@ -414,6 +418,62 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 		}
 	}
 	return res, nil
+}
+
+// runSteps queues every step on the device's stream: consecutive device
+// steps in one request to the device goroutine, the others one by one.
+func (x *executable) runSteps() error {
+	d := x.b.dev
+	fail := func(st *step, err error) error {
+		if st.node == nil {
+			return fmt.Errorf("cuda: staging updates: %w", err)
+		}
+		return fmt.Errorf("cuda: node %s (%s): %w", st.node.Name, st.node.Op, err)
+	}
+	for i := 0; i < len(x.steps); {
+		if x.steps[i].dev == nil {
+			st := &x.steps[i]
+			for _, p := range st.poison {
+				if err := d.Memset(p.ptr, 0xff, p.bytes()); err != nil {
+					return fail(st, err)
+				}
+			}
+			if err := st.run(); err != nil {
+				return fail(st, err)
+			}
+			i++
+			continue
+		}
+		j := i
+		for j < len(x.steps) && x.steps[j].dev != nil {
+			j++
+		}
+		var failed *step
+		err := d.do(func() error {
+			for k := i; k < j; k++ {
+				st := &x.steps[k]
+				failed = st
+				for _, p := range st.poison {
+					// All-ones bytes are NaN in every float type.
+					if err := d.memsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
+						return err
+					}
+				}
+				if err := st.dev(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			if failed == nil {
+				return err
+			}
+			return fail(failed, err)
+		}
+		i = j
+	}
+	return nil
 }
 
 // kernelError explains an error code a kernel wrote (the node's index + 1).

@@ -11,7 +11,10 @@ import (
 // launches its kernels (kernels/ops.cu) and GEMMs (cuBLAS) with every shape,
 // stride and pointer already worked out, so a run does no planning.
 
-// lowerFn lowers one node; the closure it returns runs the node.
+// lowerFn lowers one node; the closure it returns runs the node. The closure
+// runs on the device goroutine (inside Device.do, so it queues work with
+// rawLaunch and gemmRaw), unless the lowering set c.host: then it runs on the
+// caller's goroutine and goes through the public Device API.
 type lowerFn func(c *lowerCtx) (func() error, error)
 
 // lowerings is the one list of CUDA lowerings, keyed by op name; a test
@@ -50,6 +53,7 @@ type lowerCtx struct {
 	n       *graph.Node
 	index   int      // the node's position: error codes are index+1
 	scratch []buffer // in scratchFor's order
+	host    bool     // the run closure calls the public Device API (see lowerFn)
 }
 
 func (c *lowerCtx) in(i int) buffer  { return c.x.bufs[c.n.Inputs[i]] }
@@ -92,14 +96,19 @@ func (c *lowerCtx) constInts(i int, what string) ([]int, error) {
 	return out, nil
 }
 
-// kernel returns a closure launching an ops.cu kernel with fixed arguments.
+// kernel returns a device-goroutine closure launching an ops.cu kernel with
+// arguments fixed at Compile.
 func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func() error, error) {
 	f, err := c.x.b.fn(name)
 	if err != nil {
 		return nil, err
 	}
+	l, err := newRawLaunch(f, grid, block, 0, args...)
+	if err != nil {
+		return nil, err
+	}
 	d := c.dev()
-	return func() error { return d.Launch(f, grid, block, 0, args...) }, nil
+	return func() error { return l.run(d) }, nil
 }
 
 // gridFor sizes a grid-stride launch: enough blocks to fill the GPU, never
@@ -161,9 +170,9 @@ func dtCode(dt graph.DType) int32 {
 
 func is16(dt graph.DType) bool { return dt == graph.BFloat16 || dt == graph.Float16 }
 
-// mathSuffix picks a row kernel's math type: double for 32- and 64-bit data
-// (as the CPU reference computes), float when any operand is 16-bit.
-func mathSuffix(dts ...graph.DType) string {
+// reduceSuffix picks a reduction's accumulator: double for 32- and 64-bit
+// data (as the CPU reference sums), float when any operand is 16-bit.
+func reduceSuffix(dts ...graph.DType) string {
 	for _, dt := range dts {
 		if is16(dt) {
 			return "_f32"

@@ -6,25 +6,155 @@ import (
 
 // FlashAttention and FlashAttentionGrad.
 //
-// The composed lowering (used whenever the fused kernels do not take a node)
-// materialises the [BH, Sq, Sk] scores in a scratch buffer:
+// Where the fused kernels of kernels/flash_attention.cu apply (float32,
+// bfloat16 or float16 data, a float32 logsumexp, head dim <= 256: see
+// flash.go's FlashForward/FlashBackward), a node is one fused forward (online
+// softmax, never an S×S tensor) or backward (scores recomputed from L). The
+// rest (float64, and PlanOptions.ComposedAttention) takes the composed
+// lowering, which materialises the [BH, Sq, Sk] scores in a scratch buffer:
 //
 //	forward:  S = scale·Q·Kᵀ (cuBLAS) → attn_softmax: P in place, L → Y = P·V (cuBLAS)
 //	backward: S = scale·Q·Kᵀ → attn_probs: P = exp(S − L) → dV = Pᵀ·dY → dP = dY·Vᵀ
-//	          → attn_dscores: dS = P∘(dP − rowsum(dY∘Y)) → dQ = scale·dS·K, dK = scale·dSᵀ·Q
+//	          → attn_dscores: dS = P∘(dP − rowsum(P∘dP)) → dQ = scale·dS·K, dK = scale·dSᵀ·Q
 //
 // which is the op's unfused meaning, with the memory cost the fusion exists to
-// avoid; the plan shows that scratch.
+// avoid; the memory plan shows that scratch. It computes in float32 (float64
+// for float64 data) whatever the storage type, so that 16-bit data is rounded
+// once, at the outputs, as the fused kernels and the reference do: scores and
+// probabilities held in bfloat16 would each lose 2⁻⁹.
 
-// fusedAttention reports whether node n runs on the fused flash kernels
-// (kernels/flash_attention.cu); false means the composed lowering.
-func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool {
-	return false
+// composedType is the element type of the composed path's GEMMs and scratch.
+func composedType(dt graph.DType) graph.DType {
+	if dt == graph.Float64 {
+		return dt
+	}
+	return graph.Float32
 }
 
-// fusedAttentionScratch is the scratch of the fused lowering of n.
+// fusedAttention reports whether node n can run on the fused flash kernels.
+func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool {
+	bh, sq, sk, d, scale, _, err := attnDims(n)
+	if err != nil || checkFlashShape(bh, sq, sk, d) != nil {
+		return false
+	}
+	lse := n.Inputs[len(n.Inputs)-2] // FlashAttentionGrad's L
+	if n.Op == "FlashAttention" {
+		lse = n.Outputs[1]
+	}
+	if storage(lse) != graph.Float32 {
+		return false
+	}
+	t, err := gemmTypeOf(gemmType(storage(n.Outputs[0])))
+	if err != nil {
+		return false
+	}
+	_, err = planFlash(t, d, float32(scale))
+	return err == nil
+}
+
+// fusedAttentionScratch lists the fused lowering's scratch, in the order
+// lowerFused takes it: operands cast to the kernels' element type, the
+// backward's workspace, then outputs that are stored in another type.
 func fusedAttentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType) []scratchReq {
-	return nil
+	gt := gemmType(storage(n.Outputs[0]))
+	var out []scratchReq
+	cast := func(what string, v *graph.Value) {
+		if storage(v) != gt {
+			out = append(out, scratchReq{what + "." + gt.String(), gt, v.Type.Shape})
+		}
+	}
+	names := []string{"Q", "K", "V"}
+	outs := []string{"Y"}
+	if n.Op == "FlashAttentionGrad" {
+		names = []string{"Q", "K", "V", "Y", "", "dY"}
+		outs = []string{"dQ", "dK", "dV"}
+	}
+	for i, name := range names {
+		if name != "" {
+			cast(name, n.Inputs[i])
+		}
+	}
+	if n.Op == "FlashAttentionGrad" {
+		bh, sq, _, d, _, _, _ := attnDims(n)
+		out = append(out, scratchReq{"workspace", graph.Bool, graph.Shape{FlashBackwardWorkspaceBytes(bh, sq, d)}})
+	}
+	for i, name := range outs {
+		cast(name, n.Outputs[i])
+	}
+	return out
+}
+
+// lowerFused runs a node on FlashForward/FlashBackward.
+func lowerFused(c *lowerCtx) (func() error, error) {
+	bh, sq, sk, d, scale, causal, err := attnDims(c.n)
+	if err != nil {
+		return nil, err
+	}
+	gt := gemmType(c.out(0).dt)
+	t, err := gemmTypeOf(gt)
+	if err != nil {
+		return nil, err
+	}
+	grad := c.n.Op == "FlashAttentionGrad"
+	var before, after []func() error
+	var ins []buffer
+	for i := range c.n.Inputs {
+		if grad && i == 4 { // L: float32 already
+			ins = append(ins, c.in(i))
+			continue
+		}
+		b, conv, err := c.gemmOperand(c.in(i), gt)
+		if err != nil {
+			return nil, err
+		}
+		ins = append(ins, b)
+		before = append(before, conv)
+	}
+	var ws buffer
+	if grad {
+		if ws, err = c.takeScratch(); err != nil {
+			return nil, err
+		}
+	}
+	var outs []buffer
+	for i := range c.n.Outputs {
+		if !grad && i == 1 { // L
+			outs = append(outs, c.out(i))
+			continue
+		}
+		b, conv, err := c.gemmResult(c.out(i), gt)
+		if err != nil {
+			return nil, err
+		}
+		outs = append(outs, b)
+		after = append(after, conv)
+	}
+	// FlashForward and FlashBackward are public Device API: this step runs on
+	// the caller's goroutine, its conversions in requests of their own.
+	c.host = true
+	dev := c.dev()
+	onDevice := func(fns []func() error) func() error {
+		for _, f := range fns {
+			if f != nil {
+				all := seq(fns...)
+				return func() error { return dev.do(all) }
+			}
+		}
+		return nil
+	}
+	isCausal := causal != 0
+	var run func() error
+	if grad {
+		run = func() error {
+			return FlashBackward(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, ins[3].ptr, ins[5].ptr, ins[4].ptr,
+				outs[0].ptr, outs[1].ptr, outs[2].ptr, ws.ptr, bh, sq, sk, d, float32(scale), isCausal)
+		}
+	} else {
+		run = func() error {
+			return FlashForward(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, outs[0].ptr, outs[1].ptr, bh, sq, sk, d, float32(scale), isCausal)
+		}
+	}
+	return seq(onDevice(before), run, onDevice(after)), nil
 }
 
 // attnDims reads a FlashAttention(Grad) node's dims and attributes.
@@ -51,7 +181,15 @@ func (c *lowerCtx) gemmResult(buf buffer, gt graph.DType) (buffer, func() error,
 	return s, conv, err
 }
 
+// usesFused says whether the plan gave node c.n the fused lowering.
+func (c *lowerCtx) usesFused() bool {
+	return !c.x.plan.composed && fusedAttention(c.n, func(v *graph.Value) graph.DType { return c.x.plan.values[v].storage })
+}
+
 func lowerFlashAttention(c *lowerCtx) (func() error, error) {
+	if c.usesFused() {
+		return lowerFused(c)
+	}
 	bh, sq, sk, d, scale, causal, err := attnDims(c.n)
 	if err != nil {
 		return nil, err
@@ -60,7 +198,7 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 		return nop, nil
 	}
 	y, l := c.out(0), c.out(1)
-	gt := gemmType(y.dt)
+	gt := composedType(y.dt)
 	var convs []func() error
 	var qkv [3]buffer
 	for i := range 3 {
@@ -85,7 +223,7 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	softmax, err := c.kernel("attn_softmax"+mathSuffix(gt), rowGrid(rows), rowBlock(int64(sk)),
+	softmax, err := c.kernel("attn_softmax_f64", rowGrid(rows), rowBlock(int64(sk)),
 		rows, int64(sq), int64(sk), causal, S.ptr, dtCode(S.dt), l.ptr, dtCode(l.dt))
 	if err != nil {
 		return nil, err
@@ -98,11 +236,14 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 }
 
 func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
+	if c.usesFused() {
+		return lowerFused(c)
+	}
 	bh, sq, sk, d, scale, causal, err := attnDims(c.n)
 	if err != nil {
 		return nil, err
 	}
-	gt := gemmType(c.out(0).dt)
+	gt := composedType(c.out(0).dt)
 	var convs []func() error
 	var qkv [3]buffer
 	for i := range 3 {
@@ -114,7 +255,7 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		convs = append(convs, conv)
 	}
 	Q, K, V := qkv[0], qkv[1], qkv[2]
-	y, l, dyIn := c.in(3), c.in(4), c.in(5)
+	l, dyIn := c.in(4), c.in(5)
 	S, err := c.takeScratch()
 	if err != nil {
 		return nil, err
@@ -140,7 +281,6 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 	}
 	dQ, dK, dV := outs[0], outs[1], outs[2]
 	rows := int64(bh * sq)
-	ms := mathSuffix(gt)
 	var fns []func() error
 	add := func(f func() error, err error) error {
 		fns = append(fns, f)
@@ -150,7 +290,7 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		if err := add(c.gemm(gt, false, true, sq, sk, d, scale, Q.ptr, int64(sq*d), K.ptr, int64(sk*d), 0, S.ptr, int64(sq*sk), bh)); err != nil {
 			return nil, err
 		}
-		if err := add(c.kernel("attn_probs"+ms, rowGrid(rows), rowBlock(int64(sk)),
+		if err := add(c.kernel("attn_probs_f64", rowGrid(rows), rowBlock(int64(sk)),
 			rows, int64(sq), int64(sk), causal, S.ptr, dtCode(S.dt), l.ptr, dtCode(l.dt))); err != nil {
 			return nil, err
 		}
@@ -163,8 +303,8 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		if err := add(c.gemm(gt, false, true, sq, sk, d, 1, dY.ptr, int64(sq*d), V.ptr, int64(sk*d), 0, dP.ptr, int64(sq*sk), bh)); err != nil {
 			return nil, err
 		}
-		if err := add(c.kernel("attn_dscores"+ms, rowGrid(rows), rowBlock(int64(max(sk, d))),
-			rows, int64(sk), int64(d), S.ptr, dtCode(S.dt), dP.ptr, dtCode(dP.dt), y.ptr, dtCode(y.dt), dyIn.ptr, dtCode(dyIn.dt))); err != nil {
+		if err := add(c.kernel("attn_dscores_f64", rowGrid(rows), rowBlock(int64(sk)),
+			rows, int64(sk), S.ptr, dtCode(S.dt), dP.ptr, dtCode(dP.dt))); err != nil {
 			return nil, err
 		}
 	}

@@ -22,7 +22,7 @@ func gemmTypeOf(dt graph.DType) (GemmType, error) {
 	return 0, fmt.Errorf("no cuBLAS GEMM for %v", dt)
 }
 
-// gemm returns a closure computing, for z < batch, on row-major buffers of
+// gemm returns a device-goroutine closure computing, for z < batch, on row-major buffers of
 // element type gt,
 //
 //	C[z] = alpha·op(A[z])·op(B[z]) + beta·C[z]
@@ -40,7 +40,7 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 			return nil, err
 		}
 		return func() error {
-			return d.RowMajorBatchedMatMul(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
+			return d.gemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
 		}, nil
 	}
 	const tile = 16
@@ -63,9 +63,12 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 	for z0 := 0; z0 < batch; z0 += 65535 {
 		nz := min(65535, batch-z0)
 		grid := [3]uint32{uint32((n + tile - 1) / tile), uint32(gy), uint32(nz)}
-		args := []any{ta, tb, int64(m), int64(n), int64(k), alpha,
-			A.Offset(z0 * int(sA) * 8), sA, B.Offset(z0 * int(sB) * 8), sB, beta, C.Offset(z0 * int(sC) * 8), sC}
-		calls = append(calls, func() error { return d.Launch(f, grid, [3]uint32{tile, tile, 1}, 0, args...) })
+		l, err := newRawLaunch(f, grid, [3]uint32{tile, tile, 1}, 0, ta, tb, int64(m), int64(n), int64(k), alpha,
+			A.Offset(z0*int(sA)*8), sA, B.Offset(z0*int(sB)*8), sB, beta, C.Offset(z0*int(sC)*8), sC)
+		if err != nil {
+			return nil, err
+		}
+		calls = append(calls, func() error { return l.run(d) })
 	}
 	return seq(calls...), nil
 }

@@ -125,6 +125,9 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.hasIn(1) {
+		c.x.shapeOperands[c.n.Inputs[1]] = true
+	}
 	x, y := c.in(0), c.out(0)
 	if rp.copy {
 		return c.convert(y, x)
@@ -132,7 +135,7 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	if rp.nout == 0 {
 		return nop, nil
 	}
-	suffix := mathSuffix(x.dt, y.dt)
+	suffix := reduceSuffix(x.dt, y.dt)
 	div := 1.0
 	if rp.mean {
 		div = float64(rp.count)
@@ -192,7 +195,7 @@ func lowerSoftmax(mode int32) lowerFn {
 			return nop, nil
 		}
 		x, y := c.in(0), c.out(0)
-		return c.kernel("softmax"+mathSuffix(x.dt, y.dt), rowGrid(rows), rowBlock(m),
+		return c.kernel("softmax_f64", rowGrid(rows), rowBlock(m),
 			mode, rows, m, inner, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt))
 	}
 }
@@ -206,7 +209,7 @@ func lowerSoftmaxGrad(c *lowerCtx) (func() error, error) {
 		return nop, nil
 	}
 	y, dy, dx := c.in(0), c.in(1), c.out(0)
-	return c.kernel("softmax_grad"+mathSuffix(y.dt, dy.dt, dx.dt), rowGrid(rows), rowBlock(m),
+	return c.kernel("softmax_grad_f64", rowGrid(rows), rowBlock(m),
 		rows, m, inner, y.ptr, dtCode(y.dt), dy.ptr, dtCode(dy.dt), dx.ptr, dtCode(dx.dt))
 }
 
@@ -236,7 +239,7 @@ func lowerSCELoss(c *lowerCtx) (func() error, error) {
 	s, y := c.in(0), c.out(0)
 	var first func() error
 	if rows > 0 {
-		if first, err = c.kernel("sce_rows"+mathSuffix(s.dt), rowGrid(rows), rowBlock(classes),
+		if first, err = c.kernel("sce_rows_f64", rowGrid(rows), rowBlock(classes),
 			rows, classes, s.ptr, dtCode(s.dt), c.in(1).ptr, rowloss.ptr, c.flag(), c.code()); err != nil {
 			return nil, err
 		}
@@ -259,6 +262,6 @@ func lowerSCELossGrad(c *lowerCtx) (func() error, error) {
 		return nop, nil
 	}
 	dl, s, ds := c.in(0), c.in(1), c.out(0)
-	return c.kernel("sce_grad"+mathSuffix(s.dt, ds.dt), rowGrid(rows), rowBlock(classes),
+	return c.kernel("sce_grad_f64", rowGrid(rows), rowBlock(classes),
 		rows, classes, dl.ptr, dtCode(dl.dt), div, s.ptr, dtCode(s.dt), c.in(2).ptr, ds.ptr, dtCode(ds.dt), c.flag(), c.code())
 }

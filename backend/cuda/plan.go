@@ -31,6 +31,10 @@ type PlanOptions struct {
 	// float32 intermediates are stored (and multiplied) in bfloat16, while
 	// params, consts, optimizer state, the loss and logsumexps stay float32.
 	Compute graph.DType
+	// ComposedAttention lowers FlashAttention(Grad) to the composed path
+	// (cuBLAS, softmax kernel, cuBLAS; [BH, Sq, Sk] scores in scratch) even
+	// where the fused kernels apply: for comparisons and tests.
+	ComposedAttention bool
 	// Updates is backend.Options.Updates. An update source keeps its graph
 	// dtype and a buffer of its own, so copying it over its initializer after a
 	// run is a plain copy.
@@ -55,9 +59,10 @@ type Plan struct {
 	// Largest lists the largest arena buffers, biggest first (at most 10).
 	Largest []PlannedTensor
 
-	compute graph.DType
-	values  map[*graph.Value]*valuePlan
-	scratch [][]int // per node: indices into Tensors of its scratch buffers
+	compute  graph.DType
+	composed bool // PlanOptions.ComposedAttention
+	values   map[*graph.Value]*valuePlan
+	scratch  [][]int // per node: indices into Tensors of its scratch buffers
 }
 
 // PlannedTensor is one buffer of the arena.
@@ -113,7 +118,7 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	if compute != graph.Float32 && compute != graph.BFloat16 {
 		return nil, fmt.Errorf("memory plan: compute type %v (want float32 or bfloat16)", compute)
 	}
-	p := &Plan{compute: compute, values: map[*graph.Value]*valuePlan{}, scratch: make([][]int, len(g.Nodes))}
+	p := &Plan{compute: compute, composed: opts.ComposedAttention, values: map[*graph.Value]*valuePlan{}, scratch: make([][]int, len(g.Nodes))}
 	outputs := map[string]*graph.Value{}
 	for _, v := range g.Outputs {
 		outputs[v.Name] = v
@@ -164,7 +169,7 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 			}
 			p.values[out] = vp
 		}
-		for _, s := range scratchFor(n, storage) {
+		for _, s := range scratchFor(n, storage, opts.ComposedAttention) {
 			p.scratch[i] = append(p.scratch[i], len(p.Tensors))
 			p.Tensors = append(p.Tensors, PlannedTensor{
 				Name: n.Name + "/" + s.what, Node: n.Name, Op: n.Op, DType: s.dt, Shape: s.shape.Clone(),
@@ -239,7 +244,7 @@ func gemmType(dt graph.DType) graph.DType {
 // scratchFor lists the scratch buffers the lowering of n uses, in the order
 // the lowering takes them. It depends only on shapes and storage types, so
 // the planner and the executor agree on it.
-func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType) []scratchReq {
+func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType, composedAttention bool) []scratchReq {
 	var out []scratchReq
 	cast := func(what string, v *graph.Value, gt graph.DType) {
 		if v != nil && storage(v) != gt {
@@ -252,14 +257,14 @@ func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType) []scratch
 		cast("A."+gt.String(), n.Inputs[0], gt)
 		cast("B."+gt.String(), n.Inputs[1], gt)
 	case "FlashAttention", "FlashAttentionGrad":
-		if fusedAttention(n, storage) {
+		if !composedAttention && fusedAttention(n, storage) {
 			return fusedAttentionScratch(n, storage)
 		}
 		bh, sq, sk, _, err := graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
 		if err != nil {
 			return nil
 		}
-		gt := gemmType(storage(n.Outputs[0]))
+		gt := composedType(storage(n.Outputs[0]))
 		for i, name := range []string{"Q", "K", "V"} {
 			cast(name+"."+gt.String(), n.Inputs[i], gt)
 		}

@@ -1,0 +1,403 @@
+package cuda
+
+// Memory-plan tests: pure Go, they run without a GPU.
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/passes"
+)
+
+func build(t *testing.T, b *graph.Builder) *graph.Graph {
+	t.Helper()
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+func plan(t *testing.T, g *graph.Graph, opts PlanOptions) *Plan {
+	t.Helper()
+	p, err := PlanMemoryWith(g, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkPlacement(t, p)
+	return p
+}
+
+// checkPlacement: two buffers whose live ranges overlap never share bytes,
+// every buffer fits in the arena, and the arena is at least the live peak.
+func checkPlacement(t *testing.T, p *Plan) {
+	t.Helper()
+	for i, a := range p.Tensors {
+		if a.Offset%arenaAlign != 0 || a.Offset < 0 || a.Offset+a.Bytes > p.PeakBytes {
+			t.Fatalf("%s: offset %d + %d bytes outside the %d-byte arena or misaligned", a.Name, a.Offset, a.Bytes, p.PeakBytes)
+		}
+		for _, b := range p.Tensors[i+1:] {
+			if a.First > b.Last || b.First > a.Last || a.Bytes == 0 || b.Bytes == 0 {
+				continue
+			}
+			if a.Offset < b.Offset+b.Bytes && b.Offset < a.Offset+a.Bytes {
+				t.Fatalf("%s [%d..%d] at %d+%d overlaps %s [%d..%d] at %d+%d", a.Name, a.First, a.Last, a.Offset, a.Bytes,
+					b.Name, b.First, b.Last, b.Offset, b.Bytes)
+			}
+		}
+	}
+	if p.PeakBytes < p.LiveBytes {
+		t.Fatalf("arena %d bytes is below the live peak %d", p.PeakBytes, p.LiveBytes)
+	}
+}
+
+// A chain x → Exp → Exp → ... → y: each value dies at the next node, so two
+// buffers (reused in turn) hold the whole run.
+func TestPlanChainReusesMemory(t *testing.T) {
+	b := graph.NewBuilder("chain")
+	v := b.Input("x", graph.Float32, 64, 32)
+	for range 10 {
+		v = b.Op("Exp", nil, v)
+	}
+	b.Output(v)
+	p := plan(t, build(t, b), PlanOptions{})
+	const one = 64 * 32 * 4
+	if p.LiveBytes != 2*one || p.PeakBytes != 2*one {
+		t.Errorf("live %d, arena %d; want both %d (two buffers in turn)", p.LiveBytes, p.PeakBytes, 2*one)
+	}
+	if p.InputBytes != one || p.InitializerBytes != 0 {
+		t.Errorf("inputs %d, initializers %d", p.InputBytes, p.InitializerBytes)
+	}
+	if last := p.Tensors[len(p.Tensors)-1]; last.Last != 10 {
+		t.Errorf("the graph output lives until %d, want the end (10)", last.Last)
+	}
+}
+
+// Reshape and friends are aliases: no buffer of their own, and the buffer
+// they alias lives as long as the alias is read.
+func TestPlanAliasExtendsLife(t *testing.T) {
+	b := graph.NewBuilder("alias")
+	x := b.Input("x", graph.Float32, 8, 16)
+	e := b.Op("Exp", nil, x)                  // node 0
+	r := b.Reshape(e, 2, 64)                  // node 1: alias of e
+	n := b.Neg(x)                             // node 2
+	s := b.Add(b.Reshape(n, 2, 64), b.Neg(r)) // nodes 3 (alias), 4, 5
+	b.Output(b.Op("Identity", nil, s))        // node 6: alias of s, a graph output
+	g := build(t, b)
+	p := plan(t, g, PlanOptions{})
+	vals := g.Values()
+	if vp := p.values[vals[r.Name]]; vp.kind != placeAlias || vp.root != vals[e.Name] {
+		t.Fatalf("reshape of e: kind %v root %v", vp.kind, vp.root)
+	}
+	et := p.Tensors[p.values[vals[e.Name]].tensor]
+	if et.First != 0 || et.Last != 4 {
+		t.Errorf("e lives %d..%d, want 0..4 (read through the alias by node 4)", et.First, et.Last)
+	}
+	st := p.Tensors[p.values[vals[s.Name]].tensor]
+	if st.Last != len(g.Nodes) {
+		t.Errorf("s lives until %d, want the end: its alias is a graph output", st.Last)
+	}
+	for _, tt := range p.Tensors {
+		if tt.Op == "Reshape" || tt.Op == "Identity" {
+			t.Errorf("alias %s has a buffer", tt.Name)
+		}
+	}
+}
+
+// An update source gets its own buffer even behind an alias op, so that
+// copying it over its initializer cannot clobber a buffer still needed.
+func TestPlanUpdateSourceIsNotAnAlias(t *testing.T) {
+	b := graph.NewBuilder("upd")
+	w := b.Param("w", graph.Float32, graph.Shape{4}, graph.Ones())
+	x := b.Input("x", graph.Float32, 4)
+	next := b.Rename(b.Op("Identity", nil, b.Add(w, x)), "w.next")
+	b.Output(next)
+	g := build(t, b)
+	p := plan(t, g, PlanOptions{Updates: map[string]string{"w.next": "w"}})
+	if vp := p.values[g.Values()["w.next"]]; vp.kind != placeArena {
+		t.Errorf("update source placed as %v, want its own arena buffer", vp.kind)
+	}
+	if _, err := PlanMemoryWith(g, PlanOptions{Updates: map[string]string{"nope": "w"}}); err == nil {
+		t.Error("an update from a missing output was accepted")
+	}
+}
+
+// The whole tiny model and its training step: a valid placement, and the
+// arena close to the live peak (greedy-by-size is near optimal here).
+func TestPlanModel(t *testing.T) {
+	cfg, err := model.Lookup("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := model.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fwd := plan(t, g, PlanOptions{})
+	ts, err := passes.TrainingGraph(g, passes.TrainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := plan(t, ts.Graph, PlanOptions{Updates: ts.Updates})
+	for name, p := range map[string]*Plan{"forward": fwd, "training": tr} {
+		t.Logf("%s: arena %s, live peak %s at %s, %d buffers", name, FormatBytes(p.PeakBytes), FormatBytes(p.LiveBytes), p.PeakNode, len(p.Tensors))
+		if float64(p.PeakBytes) > 1.25*float64(p.LiveBytes) {
+			t.Errorf("%s: arena %d is more than 1.25x the live peak %d", name, p.PeakBytes, p.LiveBytes)
+		}
+	}
+	if tr.LiveBytes <= fwd.LiveBytes {
+		t.Errorf("training live peak %d is not above the forward's %d", tr.LiveBytes, fwd.LiveBytes)
+	}
+	// The attention probabilities [B, H, S, S] are among the largest forward buffers.
+	sxs := int64(cfg.Batch * cfg.Heads * cfg.Seq * cfg.Seq * 4)
+	if fwd.Largest[0].Bytes < sxs {
+		t.Errorf("largest buffer %s is %d bytes, below one S×S score tensor (%d)", fwd.Largest[0].Name, fwd.Largest[0].Bytes, sxs)
+	}
+	var buf bytes.Buffer
+	if err := tr.Report(&buf, 5); err != nil {
+		t.Fatal(err)
+	}
+	if out := buf.String(); !strings.Contains(out, "activation arena") || strings.Count(out, "\n") != 7 {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+// Mixed precision: activations in bfloat16, GEMM weights cast into scratch,
+// optimizer outputs, the loss and update sources in float32.
+func TestPlanBF16Storage(t *testing.T) {
+	cfg, _ := model.Lookup("tiny")
+	g, err := model.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := passes.TrainingGraph(g, passes.TrainOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := plan(t, ts.Graph, PlanOptions{Compute: graph.BFloat16, Updates: ts.Updates})
+	f32 := plan(t, ts.Graph, PlanOptions{Updates: ts.Updates})
+	var bf, casts int
+	for _, n := range ts.Graph.Nodes {
+		for k, v := range n.Outputs {
+			st := p.values[v].storage
+			switch {
+			case n.Op == "AdamW" || v.Name == ts.Loss:
+				if st != graph.Float32 {
+					t.Errorf("%s output %d stored as %v", n.Op, k, st)
+				}
+			case st == graph.BFloat16:
+				bf++
+			}
+		}
+	}
+	for _, tt := range p.Tensors {
+		if tt.Scratch && tt.Op == "MatMul" {
+			casts++
+		}
+	}
+	if bf == 0 || casts == 0 {
+		t.Errorf("%d bfloat16 values, %d GEMM operand casts; want some of each", bf, casts)
+	}
+	if p.LiveBytes >= f32.LiveBytes {
+		t.Errorf("bf16 live peak %d is not below float32's %d", p.LiveBytes, f32.LiveBytes)
+	}
+}
+
+// The composed attention lowering shows its [BH, Sq, Sk] scores as scratch;
+// the fused one has none (the forward) or only its O(BH·Sq·D) workspace.
+func TestPlanAttentionScratch(t *testing.T) {
+	b := graph.NewBuilder("attn")
+	q := b.Input("q", graph.Float32, 2, 3, 16, 8)
+	k := b.Input("k", graph.Float32, 2, 3, 16, 8)
+	v := b.Input("v", graph.Float32, 2, 3, 16, 8)
+	attrs := graph.Attrs{"causal": graph.Int(1), "scale": graph.Float(0.35)}
+	outs := b.OpN("FlashAttention", attrs, q, k, v)
+	dy := b.Input("dy", graph.Float32, 2, 3, 16, 8)
+	grads := b.OpN("FlashAttentionGrad", attrs, q, k, v, outs[0], outs[1], dy)
+	b.Output(grads...)
+	g := build(t, b)
+	composed := plan(t, g, PlanOptions{ComposedAttention: true})
+	var scores int
+	for _, tt := range composed.Tensors {
+		if tt.Scratch && (strings.HasSuffix(tt.Name, "/scores") || strings.HasSuffix(tt.Name, "/dscores")) {
+			scores++
+			if tt.Bytes != 6*16*16*4 {
+				t.Errorf("%s is %d bytes, want %d", tt.Name, tt.Bytes, 6*16*16*4)
+			}
+		}
+	}
+	if scores != 3 {
+		t.Errorf("%d S×S scratch buffers in the composed plan, want 3", scores)
+	}
+	fused := plan(t, g, PlanOptions{})
+	for _, tt := range fused.Tensors {
+		if tt.Scratch && tt.Op == "FlashAttention" {
+			t.Errorf("fused forward has scratch %s", tt.Name)
+		}
+		if tt.Scratch && tt.Op == "FlashAttentionGrad" && tt.Bytes != int64(FlashBackwardWorkspaceBytes(6, 16, 8)) {
+			t.Errorf("fused backward scratch %s is %d bytes", tt.Name, tt.Bytes)
+		}
+	}
+	if fused.PeakBytes >= composed.PeakBytes {
+		t.Errorf("fused arena %d is not below the composed %d", fused.PeakBytes, composed.PeakBytes)
+	}
+	// float64 has no fused kernel.
+	b64 := graph.NewBuilder("attn64")
+	q64 := b64.Input("q", graph.Float64, 1, 4, 8)
+	b64.Output(b64.OpN("FlashAttention", attrs, q64, q64, q64)[0])
+	g64 := build(t, b64)
+	if fusedAttention(g64.Nodes[0], func(v *graph.Value) graph.DType { return v.Type.DType }) {
+		t.Error("float64 attention claims the fused kernels")
+	}
+}
+
+func TestPlanRejects(t *testing.T) {
+	if _, err := PlanMemory(nil); err == nil {
+		t.Error("nil graph planned")
+	}
+	b := graph.NewBuilder("x")
+	b.Output(b.Neg(b.Input("x", graph.Float32, 2)))
+	if _, err := PlanMemoryWith(build(t, b), PlanOptions{Compute: graph.Float64}); err == nil {
+		t.Error("float64 compute type accepted")
+	}
+}
+
+// Every op of the op table has a CUDA lowering.
+func TestEveryOpHasLowering(t *testing.T) {
+	for _, s := range graph.Ops() {
+		if !Supported(s.Name) {
+			t.Errorf("op %s (%s) has no CUDA lowering", s.QualifiedName(), s.Doc)
+		}
+	}
+	for name := range lowerings {
+		if _, ok := graph.LookupOp(name); !ok {
+			t.Errorf("lowering %s is for an op the op table does not have", name)
+		}
+	}
+}
+
+func TestCoalesce(t *testing.T) {
+	for _, c := range []struct {
+		dims    []int64
+		strides [][]int64
+		want    []int64
+		wantS   [][]int64
+	}{
+		// Same shape: one run.
+		{[]int64{2, 3, 4}, [][]int64{{12, 4, 1}, {12, 4, 1}}, []int64{24}, [][]int64{{1}, {1}}},
+		// Row broadcast [3,4] + [4].
+		{[]int64{3, 4}, [][]int64{{4, 1}, {0, 1}}, []int64{3, 4}, [][]int64{{4, 1}, {0, 1}}},
+		// Size-1 dims drop; a scalar broadcast still merges.
+		{[]int64{1, 5, 1, 6}, [][]int64{{30, 6, 6, 1}, {0, 0, 0, 0}}, []int64{30}, [][]int64{{1}, {0}}},
+		// A transpose stays rank 2.
+		{[]int64{4, 3}, [][]int64{{1, 4}}, []int64{4, 3}, [][]int64{{1, 4}}},
+		// All ones: one element.
+		{[]int64{1, 1}, [][]int64{{1, 1}}, []int64{1}, [][]int64{{0}}},
+	} {
+		d, s := coalesce(c.dims, c.strides)
+		if !equalInts(d, c.want) || len(s) != len(c.wantS) {
+			t.Errorf("coalesce(%v, %v) = %v, %v; want %v, %v", c.dims, c.strides, d, s, c.want, c.wantS)
+			continue
+		}
+		for k := range s {
+			if !equalInts(s[k], c.wantS[k]) {
+				t.Errorf("coalesce(%v, %v) strides %v, want %v", c.dims, c.strides, s, c.wantS)
+			}
+		}
+	}
+}
+
+func equalInts(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestPlanReduce(t *testing.T) {
+	for _, c := range []struct {
+		shape      []int
+		axes       []int
+		rows       bool
+		nout       int64
+		count      int64
+		multiChunk bool
+	}{
+		{[]int{8, 64}, []int{-1}, true, 8, 64, false},      // rmsnorm mean: a block per row
+		{[]int{512, 64}, []int{0}, false, 64, 512, true},   // a norm gain's gradient: columns, chunked
+		{[]int{4, 5, 6}, []int{0, 2}, true, 5, 24, false},  // innermost reduced
+		{[]int{4, 5, 6}, []int{0, 1}, false, 6, 20, false}, // short columns: one pass
+		{[]int{3, 7}, nil, true, 1, 21, false},             // everything
+		{[]int{2, 1, 3}, []int{1}, false, 6, 1, false},     // a size-1 axis
+	} {
+		b := graph.NewBuilder("r")
+		x := b.Input("x", graph.Float32, c.shape...)
+		b.Output(b.ReduceSum(x, true, c.axes...))
+		g := build(t, b)
+		rp, err := planReduce(g.Nodes[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rp.rows != c.rows || rp.nout != c.nout || rp.count != c.count || (rp.chunks > 1) != c.multiChunk {
+			t.Errorf("%v over %v: rows %v nout %d count %d chunks %d", c.shape, c.axes, rp.rows, rp.nout, rp.count, rp.chunks)
+		}
+		if rp.chunks*rp.clen < rp.count || (rp.chunks-1)*rp.clen >= max(rp.count, 1) && rp.chunks > 1 {
+			t.Errorf("%v over %v: %d chunks of %d do not tile %d", c.shape, c.axes, rp.chunks, rp.clen, rp.count)
+		}
+	}
+}
+
+// encode/decode are the host side of every upload and download.
+func TestEncodeDecode(t *testing.T) {
+	for _, c := range []struct {
+		dt, storage graph.DType
+		vals        []float64
+	}{
+		{graph.Float32, graph.Float32, []float64{1.5, -2, float64(float32(math.Pi)), math.Inf(-1)}},
+		{graph.Float32, graph.BFloat16, []float64{1.5, -2, 3.140625, math.Inf(-1)}},
+		{graph.BFloat16, graph.BFloat16, []float64{0.5, 3.140625, -1e30}},
+		{graph.Float16, graph.Float16, []float64{0.5, 3.140625, 65504}},
+		{graph.Float64, graph.Float64, []float64{math.Pi, -1e300}},
+		{graph.Int64, graph.Int64, []float64{-3, 1 << 40}},
+		{graph.Bool, graph.Bool, []float64{1, 0, 1}},
+	} {
+		src := graph.NewTensor(c.dt, graph.Shape{len(c.vals)})
+		for i, v := range c.vals {
+			src.Set(i, v)
+		}
+		got := graph.NewTensor(c.dt, src.Shape)
+		decode(encode(src, c.storage), c.storage, got)
+		for i := range c.vals {
+			if got.At(i) != src.At(i) {
+				t.Errorf("%v as %v: element %d = %v, want %v", c.dt, c.storage, i, got.At(i), src.At(i))
+			}
+		}
+	}
+	big := graph.NewTensor(graph.Int64, graph.Shape{1})
+	big.I64[0] = 1<<62 + 1
+	got := graph.NewTensor(graph.Int64, graph.Shape{1})
+	decode(encode(big, graph.Int64), graph.Int64, got)
+	if got.I64[0] != big.I64[0] {
+		t.Errorf("int64 %d came back as %d", big.I64[0], got.I64[0])
+	}
+}
+
+func TestParseCompute(t *testing.T) {
+	for s, want := range map[string]graph.DType{"": graph.Float32, "f32": graph.Float32, "bf16": graph.BFloat16, "BFloat16": graph.BFloat16} {
+		if got, err := ParseCompute(s); err != nil || got != want {
+			t.Errorf("ParseCompute(%q) = %v, %v", s, got, err)
+		}
+	}
+	if _, err := ParseCompute("fp8"); err == nil {
+		t.Error("fp8 accepted")
+	}
+}
