@@ -24,9 +24,9 @@ unit:
 	$(GO) test ./...
 
 fuzz:
-	$(GO) test ./graph -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./graph -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 	@if ls onnx/onnxpb/*_test.go >/dev/null 2>&1 && grep -q 'func FuzzDecode' onnx/onnxpb/*_test.go; then \
-		$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME); fi
+		$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s; fi
 
 build:
 	$(GO) build -o flashgraph ./tools/flashgraph

@@ -61,6 +61,9 @@ func (b *Builder) leafNamed(name string, fresh bool, kind ValueKind, t TensorTyp
 	if !fresh && !b.namer.Reserve(name) {
 		return b.fail(fmt.Errorf("%s %q: name already used", kind, name))
 	}
+	if err := t.Shape.Check(); err != nil {
+		return b.fail(fmt.Errorf("%s %s: %w", kind, name, err))
+	}
 	if init != nil {
 		if err := init.check(t); err != nil {
 			return b.fail(fmt.Errorf("%s %s: %w", kind, name, err))

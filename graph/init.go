@@ -64,6 +64,9 @@ func (in Init) Equal(o Init) bool {
 
 // check validates a recipe against the value's type.
 func (in Init) check(t TensorType) error {
+	if err := t.Shape.Check(); err != nil {
+		return err
+	}
 	want, ok := initArgs[in.Fn]
 	if !ok {
 		return fmt.Errorf("unknown initializer %q", in.Fn)

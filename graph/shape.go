@@ -18,6 +18,26 @@ func (s Shape) Numel() int {
 	return n
 }
 
+// MaxElements bounds the elements of any one tensor (2^48): far beyond any
+// device, and small enough that products of dims never overflow an int.
+const MaxElements = 1 << 48
+
+// Check reports a negative dim or a shape whose element count exceeds
+// MaxElements (which would also overflow Numel).
+func (s Shape) Check() error {
+	n := 1
+	for _, d := range s {
+		if d < 0 {
+			return fmt.Errorf("shape %v has a negative dim", s)
+		}
+		if d > 0 && n > MaxElements/d {
+			return fmt.Errorf("shape %v has more than 2^48 elements", s)
+		}
+		n *= d
+	}
+	return nil
+}
+
 // Rank is len(s).
 func (s Shape) Rank() int { return len(s) }
 

@@ -360,6 +360,9 @@ func (p *parser) typ() (TensorType, error) {
 		}
 		shape = append(shape, int(d))
 	}
+	if err := shape.Check(); err != nil {
+		return TensorType{}, p.errf("%v", err)
+	}
 	return TensorType{dt, shape}, nil
 }
 

@@ -201,3 +201,13 @@ func TestOptionalInputsMayBeOmitted(t *testing.T) {
 		t.Fatalf("Gemm without C: %s", got)
 	}
 }
+
+// Dims whose product overflows must be refused, not materialised (a
+// causal_mask of [2^40, 2^40] once looped "forever" inside Parse).
+func TestHugeShapesAreRefused(t *testing.T) {
+	text := "flashgraph 1\ngraph g\nconst m: float32[1099511627776,1099511627776] = causal_mask()\ninput x: float32[2]\nnode n = Neg(x) -> n: float32[2]\noutput n\n"
+	_, err := Parse(text)
+	if err == nil || !strings.Contains(err.Error(), "line 3: shape [1099511627776,1099511627776] has more than 2^48 elements") {
+		t.Fatalf("got %v", err)
+	}
+}

@@ -40,10 +40,8 @@ func Verify(g *Graph) error {
 			if v.Type.DType == InvalidDType || v.Type.DType.Size() == 0 {
 				return fmt.Errorf("verify: %s %s has invalid dtype", kind, v.Name)
 			}
-			for _, d := range v.Type.Shape {
-				if d < 0 {
-					return fmt.Errorf("verify: %s %s has negative dim in %v", kind, v.Name, v.Type.Shape)
-				}
+			if err := v.Type.Shape.Check(); err != nil {
+				return fmt.Errorf("verify: %s %s: %w", kind, v.Name, err)
 			}
 			if (kind == Param || kind == Const) != (v.Init != nil) {
 				return fmt.Errorf("verify: %s %s: initializers need a recipe, inputs must not have one", kind, v.Name)
