@@ -25,8 +25,8 @@ unit:
 
 fuzz:
 	$(GO) test ./graph -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
-	@if ls onnx/onnxpb/*_test.go >/dev/null 2>&1 && grep -q 'func FuzzDecode' onnx/onnxpb/*_test.go; then \
-		$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s; fi
+	$(GO) test ./onnx -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
+	$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 
 build:
 	$(GO) build -o flashgraph ./tools/flashgraph
