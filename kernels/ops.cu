@@ -887,18 +887,17 @@ extern "C" __global__ void attn_probs_f64(i64 rows, i64 sq, i64 sk, int causal, 
     attn_probs_impl<double>(rows, sq, sk, causal, s, sdt, l, ldt);
 }
 
-// attn_dscores: dS = P ∘ (dP − Σ_j P_j·dP_j), in place over dP. The row sum is
-// rowsum(dY∘Y) written with the recomputed P (Σ_j P_j·dY·V_j = dY·Y), which
-// keeps dS exactly 0 where P is one-hot (a causal row that sees one key) instead
-// of leaving the rounding difference between two differently ordered sums.
+// attn_dscores: dS = P ∘ (dP − rowsum(dY∘Y)), in place over dP. Y is the given
+// forward output, as the op defines (and the fused kernels compute) it.
 template <typename T>
-__device__ void attn_dscores_impl(i64 rows, i64 sk, const void* p, int pdt, void* dp, int dpdt)
+__device__ void attn_dscores_impl(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt, const void* y,
+                                  int ydt, const void* dy, int dydt)
 {
     __shared__ T sh[32];
     for (i64 r = blockIdx.x; r < rows; r += gridDim.x) {
         T dsum = 0;
-        for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
-            dsum += ld<T>(p, pdt, r * sk + j) * ld<T>(dp, dpdt, r * sk + j);
+        for (i64 k = threadIdx.x; k < d; k += blockDim.x) {
+            dsum += ld<T>(dy, dydt, r * d + k) * ld<T>(y, ydt, r * d + k);
         }
         dsum = block_sum(dsum, sh);
         for (i64 j = threadIdx.x; j < sk; j += blockDim.x) {
@@ -908,9 +907,10 @@ __device__ void attn_dscores_impl(i64 rows, i64 sk, const void* p, int pdt, void
     }
 }
 
-extern "C" __global__ void attn_dscores_f64(i64 rows, i64 sk, const void* p, int pdt, void* dp, int dpdt)
+extern "C" __global__ void attn_dscores_f64(i64 rows, i64 sk, i64 d, const void* p, int pdt, void* dp, int dpdt,
+                                            const void* y, int ydt, const void* dy, int dydt)
 {
-    attn_dscores_impl<double>(rows, sk, p, pdt, dp, dpdt);
+    attn_dscores_impl<double>(rows, sk, d, p, pdt, dp, dpdt, y, ydt, dy, dydt);
 }
 
 // ---------------------------------------------------------------- float64 GEMM

@@ -270,7 +270,7 @@ func (x *executable) build() error {
 			switch vp.kind {
 			case placeArena:
 				buf.ptr = x.arena.Offset(int(x.plan.Tensors[vp.tensor].Offset))
-			case placeAlias:
+			case placeAlias, placeFolded:
 				buf.ptr = x.bufs[vp.root].ptr
 			}
 			x.bufs[v] = buf

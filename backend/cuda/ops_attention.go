@@ -15,18 +15,23 @@ import (
 //
 //	forward:  S = scale·Q·Kᵀ (cuBLAS) → attn_softmax: P in place, L → Y = P·V (cuBLAS)
 //	backward: S = scale·Q·Kᵀ → attn_probs: P = exp(S − L) → dV = Pᵀ·dY → dP = dY·Vᵀ
-//	          → attn_dscores: dS = P∘(dP − rowsum(P∘dP)) → dQ = scale·dS·K, dK = scale·dSᵀ·Q
+//	          → attn_dscores: dS = P∘(dP − rowsum(dY∘Y)) → dQ = scale·dS·K, dK = scale·dSᵀ·Q
 //
 // which is the op's unfused meaning, with the memory cost the fusion exists to
-// avoid; the memory plan shows that scratch. It computes in float32 (float64
-// for float64 data) whatever the storage type, so that 16-bit data is rounded
-// once, at the outputs, as the fused kernels and the reference do: scores and
-// probabilities held in bfloat16 would each lose 2⁻⁹.
+// avoid; the memory plan shows that scratch. 16-bit data is rounded once, at
+// the outputs, as the fused kernels and the reference do (scores and
+// probabilities held in bfloat16 would each lose 2⁻⁹): the forward computes
+// in float32 (float64 for float64 data). The backward computes in float64
+// for every type: it is the fallback, and only float64 sums make
+// dP − rowsum(dY∘Y) cancel where it should (a causal row that sees one key
+// has P = 1 and dS = 0 exactly), instead of leaving the 1e-7 difference
+// between two float32 sums of different order, which float16 gradients
+// near 0 cannot hide.
 
 // composedType is the element type of the composed path's GEMMs and scratch.
-func composedType(dt graph.DType) graph.DType {
-	if dt == graph.Float64 {
-		return dt
+func composedType(op string, dt graph.DType) graph.DType {
+	if dt == graph.Float64 || op == "FlashAttentionGrad" {
+		return graph.Float64
 	}
 	return graph.Float32
 }
@@ -198,7 +203,7 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 		return nop, nil
 	}
 	y, l := c.out(0), c.out(1)
-	gt := composedType(y.dt)
+	gt := composedType(c.n.Op, y.dt)
 	var convs []func() error
 	var qkv [3]buffer
 	for i := range 3 {
@@ -243,7 +248,7 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	gt := composedType(c.out(0).dt)
+	gt := composedType(c.n.Op, c.out(0).dt)
 	var convs []func() error
 	var qkv [3]buffer
 	for i := range 3 {
@@ -255,7 +260,7 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		convs = append(convs, conv)
 	}
 	Q, K, V := qkv[0], qkv[1], qkv[2]
-	l, dyIn := c.in(4), c.in(5)
+	y, l, dyIn := c.in(3), c.in(4), c.in(5)
 	S, err := c.takeScratch()
 	if err != nil {
 		return nil, err
@@ -303,8 +308,8 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		if err := add(c.gemm(gt, false, true, sq, sk, d, 1, dY.ptr, int64(sq*d), V.ptr, int64(sk*d), 0, dP.ptr, int64(sq*sk), bh)); err != nil {
 			return nil, err
 		}
-		if err := add(c.kernel("attn_dscores_f64", rowGrid(rows), rowBlock(int64(sk)),
-			rows, int64(sk), S.ptr, dtCode(S.dt), dP.ptr, dtCode(dP.dt))); err != nil {
+		if err := add(c.kernel("attn_dscores_f64", rowGrid(rows), rowBlock(int64(max(sk, d))),
+			rows, int64(sk), int64(d), S.ptr, dtCode(S.dt), dP.ptr, dtCode(dP.dt), y.ptr, dtCode(y.dt), dyIn.ptr, dtCode(dyIn.dt))); err != nil {
 			return nil, err
 		}
 	}

@@ -91,8 +91,12 @@ func (c *lowerCtx) gemmOperand(buf buffer, gt graph.DType) (buffer, func() error
 // lowerMatMul: numpy matmul. Rank-1 operands are promoted (the data is the
 // same); batch dims broadcast. The batch is coalesced into as few cuBLAS
 // strided-batched calls as the strides allow, usually one; a weight shared by
-// every batch entry folds the batch into M (one plain GEMM).
+// every batch entry folds the batch into M (one plain GEMM). An operand that
+// is a folded Transpose (see placeFolded) is its input read with the GEMM's
+// transpose flag.
 func lowerMatMul(c *lowerCtx) (func() error, error) {
+	tA := c.x.plan.values[c.n.Inputs[0]].kind == placeFolded
+	tB := c.x.plan.values[c.n.Inputs[1]].kind == placeFolded
 	as, bs := c.n.Inputs[0].Type.Shape, c.n.Inputs[1].Type.Shape
 	if as.Rank() == 1 {
 		as = graph.Shape{1, as[0]}
@@ -135,10 +139,10 @@ func lowerMatMul(c *lowerCtx) (func() error, error) {
 	esz := gt.Size()
 
 	var calls []func() error
-	if len(dims) == 1 && st[1][0] == 0 && st[0][0] == 1 {
+	if len(dims) == 1 && st[1][0] == 0 && st[0][0] == 1 && !tA {
 		// One B for every entry and consecutive A matrices: one GEMM of
 		// inner·m rows.
-		g, err := c.gemm(gt, false, false, int(inner)*m, n, k, 1, A.ptr, 0, B.ptr, 0, 0, y.ptr, 0, 1)
+		g, err := c.gemm(gt, false, tB, int(inner)*m, n, k, 1, A.ptr, 0, B.ptr, 0, 0, y.ptr, 0, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -158,7 +162,7 @@ func lowerMatMul(c *lowerCtx) (func() error, error) {
 				offB += x * st[1][i]
 				offC += x * st[2][i]
 			}
-			g, err := c.gemm(gt, false, false, m, n, k, 1,
+			g, err := c.gemm(gt, tA, tB, m, n, k, 1,
 				A.ptr.Offset(int(offA*mk)*esz), st[0][last]*mk, B.ptr.Offset(int(offB*kn)*esz), st[1][last]*kn,
 				0, y.ptr.Offset(int(offC*mn)*esz), st[2][last]*mn, int(inner))
 			if err != nil {

@@ -89,6 +89,12 @@ const (
 	placeInit                   // a buffer per param or const, kept between runs
 	placeArena                  // a range of the arena
 	placeAlias                  // the buffer of another value (root)
+	// placeFolded is a Transpose of the last two axes read only by MatMuls:
+	// it has no buffer; the MatMuls read its input (root) with cuBLAS's
+	// transpose flag instead of a transposed copy. Autodiff writes every
+	// weight gradient as MatMul(Transpose(x), dy), so this saves a copy of
+	// each such activation per step.
+	placeFolded
 )
 
 // valuePlan is the plan of one value.
@@ -140,13 +146,15 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 		p.values[v] = &valuePlan{storage: v.Type.DType, kind: placeInit}
 		p.InitializerBytes += bytesOf(v.Type.DType, v.Type.Shape)
 	}
-	// rootOf resolves aliases: the value whose buffer v uses.
+	// rootOf resolves aliases and folded transposes: the value whose
+	// buffer v uses.
 	rootOf := func(v *graph.Value) *graph.Value {
-		if vp := p.values[v]; vp != nil && vp.kind == placeAlias {
+		if vp := p.values[v]; vp != nil && (vp.kind == placeAlias || vp.kind == placeFolded) {
 			return vp.root
 		}
 		return v
 	}
+	uses := g.Uses()
 	storage := func(v *graph.Value) graph.DType { return p.values[v].storage }
 
 	for i, n := range g.Nodes {
@@ -157,7 +165,9 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 		}
 		for k, out := range n.Outputs {
 			vp := &valuePlan{storage: chooseStorage(n, k, compute, updateSrc[out], storage), kind: placeArena}
-			if aliasOps[n.Op] && !updateSrc[out] && n.Inputs[0] != nil && vp.storage == storage(n.Inputs[0]) &&
+			if foldableTranspose(n, uses[out]) && !updateSrc[out] && !g.IsOutput(out) {
+				vp.kind, vp.root, vp.storage = placeFolded, rootOf(n.Inputs[0]), storage(n.Inputs[0])
+			} else if aliasOps[n.Op] && !updateSrc[out] && n.Inputs[0] != nil && vp.storage == storage(n.Inputs[0]) &&
 				out.Type.Shape.Numel() == n.Inputs[0].Type.Shape.Numel() {
 				vp.kind, vp.root = placeAlias, rootOf(n.Inputs[0])
 			} else {
@@ -202,6 +212,30 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 
 // aliasOps never move data: their output is their input's buffer.
 var aliasOps = map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Identity": true}
+
+// foldableTranspose reports whether n transposes the last two axes (and no
+// others) and every reader of its output is a MatMul.
+func foldableTranspose(n *graph.Node, users []*graph.Node) bool {
+	if n.Op != "Transpose" || len(users) == 0 {
+		return false
+	}
+	r := n.Inputs[0].Type.Shape.Rank()
+	perm, err := graph.TransposePerm(n.Attrs, r)
+	if err != nil || r < 2 || perm[r-2] != r-1 || perm[r-1] != r-2 {
+		return false
+	}
+	for i := range r - 2 {
+		if perm[i] != i {
+			return false
+		}
+	}
+	for _, u := range users {
+		if u.Op != "MatMul" {
+			return false
+		}
+	}
+	return true
+}
 
 // chooseStorage picks the device element type of output k of n.
 func chooseStorage(n *graph.Node, k int, compute graph.DType, updateSource bool, storage func(*graph.Value) graph.DType) graph.DType {
@@ -264,7 +298,7 @@ func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType, composedA
 		if err != nil {
 			return nil
 		}
-		gt := composedType(storage(n.Outputs[0]))
+		gt := composedType(n.Op, storage(n.Outputs[0]))
 		for i, name := range []string{"Q", "K", "V"} {
 			cast(name+"."+gt.String(), n.Inputs[i], gt)
 		}
