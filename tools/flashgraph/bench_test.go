@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda"
+)
+
+func TestAttnFLOPs(t *testing.T) {
+	// B=4, H=16, S=4096, D=128: 4·4·16·4096²·128 = 549755813888.
+	fwd, bwd := attnFLOPs(4, 16, 4096, 128, false)
+	if fwd != 549755813888 || bwd != 2.5*549755813888 {
+		t.Fatalf("non-causal: fwd %v bwd %v", fwd, bwd)
+	}
+	cf, cb := attnFLOPs(4, 16, 4096, 128, true)
+	if cf != fwd/2 || cb != bwd/2 {
+		t.Fatalf("causal: fwd %v bwd %v, want half of %v %v", cf, cb, fwd, bwd)
+	}
+	// With B·S and H·D fixed, the count grows linearly in S and D.
+	a, _ := attnFLOPs(16384/512, 2048/64, 512, 64, false)
+	b, _ := attnFLOPs(16384/1024, 2048/64, 1024, 64, false)
+	if b != 2*a {
+		t.Fatalf("S doubles: %v -> %v", a, b)
+	}
+	// 1e12 FLOPs in 1 ms is 1000 TFLOP/s.
+	if got := tflops(1e12, 1); got != 1000 {
+		t.Fatalf("tflops = %v", got)
+	}
+	if !math.IsNaN(tflops(1, 0)) {
+		t.Fatal("tflops of a zero time must be NaN")
+	}
+}
+
+// Lines as tools/reference/sdpa_bench.py writes them (its header's schema).
+const torchFixture = `{"backend": "flash", "B": 4, "H": 16, "S": 4096, "D": 128, "causal": false, "dtype": "bfloat16", "fwd_ms": 1.6, "bwd_ms": 4.4, "fwd_tflops": 343.6, "bwd_tflops": 312.4, "peak_mem_bytes": 402653184, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": null}
+{"backend": "cudnn", "B": 4, "H": 16, "S": 4096, "D": 128, "causal": false, "dtype": "bfloat16", "fwd_ms": 0.9, "bwd_ms": 2.6, "fwd_tflops": 610.8, "bwd_tflops": 528.6, "peak_mem_bytes": 419430400, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": null}
+
+{"backend": "efficient", "B": 16, "H": 32, "S": 1024, "D": 64, "causal": true, "dtype": "bfloat16", "fwd_ms": null, "bwd_ms": null, "fwd_tflops": null, "bwd_tflops": null, "peak_mem_bytes": null, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": "out of memory: CUDA out of memory"}
+`
+
+func TestParseTorchRowsAndTable(t *testing.T) {
+	rows, err := parseTorchRows(strings.NewReader(torchFixture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[0].Impl != "torch-flash" || rows[1].Impl != "torch-cudnn" || rows[2].Impl != "torch-efficient" {
+		t.Fatalf("rows: %+v", rows)
+	}
+	if rows[2].Error == nil || rows[2].FwdMs != nil || rows[2].FwdTFLOPs != nil {
+		t.Fatalf("an error line must keep its error and no numbers: %+v", rows[2])
+	}
+	f, _ := attnFLOPs(4, 16, 4096, 128, false)
+	if got := *rows[0].FwdTFLOPs; math.Abs(got-tflops(f, 1.6)) > 1e-9 {
+		t.Fatalf("torch fwd TFLOP/s recomputed as %v", got)
+	}
+
+	// Our two rows for the same shape, as attnRows makes them.
+	res := &cuda.AttnResult{
+		Shape:    cuda.AttnShape{B: 4, H: 16, S: 4096, D: 128},
+		Fused:    cuda.AttnTiming{FwdMs: 1.8, BwdMs: 5.5, PlannedBytes: 700 << 20, MeasuredBytes: 704 << 20},
+		Composed: cuda.AttnTiming{FwdMs: 6, BwdMs: 16.5, PlannedBytes: 5 << 30, MeasuredBytes: 5 << 30},
+		Checked:  true, MaxAbsErr: [4]float64{0.0078125, 0.03, 0.05, 0.02}, MaxAbsRef: [4]float64{1, 2, 3, 4},
+	}
+	ours := attnRows(res, 20, "NVIDIA H200")
+	if len(ours) != 2 || ours[0].Impl != "fused" || ours[1].Impl != "composed" || ours[0].MaxAbsErr["dk"] != 0.05 {
+		t.Fatalf("attnRows: %+v", ours)
+	}
+	// A composed path that ran out of memory.
+	oom := &cuda.AttnResult{
+		Shape:    cuda.AttnShape{B: 16, H: 32, S: 1024, D: 64, Causal: true},
+		Fused:    cuda.AttnTiming{FwdMs: 1, BwdMs: 3},
+		Composed: cuda.AttnTiming{Err: "out of memory: needs 9 GiB by plan, 1 GiB free"},
+	}
+	all := append(append(rows, ours...), attnRows(oom, 20, "NVIDIA H200")...)
+	var out bytes.Buffer
+	printAttnTable(&out, []benchShape{{S: 4096, D: 128}, {S: 1024, D: 64, Causal: true}}, all)
+	text := out.String()
+	t.Log("\n" + text)
+	lines := strings.Split(strings.TrimSpace(text), "\n")
+	var row4096, row1024 string
+	for _, l := range lines {
+		fs := strings.Fields(l)
+		if len(fs) > 2 && fs[0] == "128" && fs[1] == "4096" {
+			row4096 = l
+		}
+		if len(fs) > 2 && fs[0] == "64" && fs[1] == "1024" {
+			row1024 = l
+		}
+	}
+	if row4096 == "" || row1024 == "" {
+		t.Fatalf("table lacks a shape row:\n%s", text)
+	}
+	f4096 := strings.Fields(row4096)
+	// D S c | 5 fwd | 5 bwd | ...: fused fwd TFLOP/s is field 4.
+	want := []string{"128", "4096", "0", "|", fmtTF(tflops(f, 1.8)), fmtTF(tflops(f, 6)), fmtTF(tflops(f, 1.6)), fmtTF(tflops(f, 0.9)), "-", "|"}
+	for i, w := range want {
+		if f4096[i] != w {
+			t.Fatalf("field %d of %q is %q, want %q", i, row4096, f4096[i], w)
+		}
+	}
+	// Ratios: fused/flash fwd = 1.6/1.8, bwd 4.4/5.5, f+b 6.0/7.3;
+	// fused/cudnn fwd 0.9/1.8; fused/composed fwd 6/1.8.
+	for _, r := range []string{" 0.89  0.80  0.82 |", " 0.50  0.47  0.48 |", " 3.33  3.00  3.08 |", "0.69  5.00  0.39 |", "7.8e-03 5.0e-02"} {
+		if !strings.Contains(row4096, r) {
+			t.Errorf("row %q lacks %q", row4096, r)
+		}
+	}
+	if strings.Count(row1024, "OOM") != 4 {
+		t.Errorf("row %q should show OOM for composed and torch-efficient, forward and backward", row1024)
+	}
+	if !strings.Contains(text, "composed D=64 S=1024 causal=true: out of memory") {
+		t.Errorf("the notes should give the composed failure:\n%s", text)
+	}
+
+	// -json rows round-trip through encoding/json (no NaN or Inf).
+	sortRows(all)
+	for _, r := range all {
+		if _, err := json.Marshal(r); err != nil {
+			t.Fatalf("row %+v: %v", r, err)
+		}
+	}
+	if all[0].D != 64 || all[len(all)-1].Impl != "torch-cudnn" {
+		t.Errorf("sortRows order: first %+v last %+v", all[0], all[len(all)-1])
+	}
+}
+
+func fmtTF(v float64) string { return fmt.Sprintf("%.1f", v) }
+
+func TestParseTorchRowsRejectsGarbage(t *testing.T) {
+	if _, err := parseTorchRows(strings.NewReader("{\"backend\": \"flash\"}\n")); err == nil {
+		t.Error("a line without a shape was accepted")
+	}
+	if _, err := parseTorchRows(strings.NewReader("not json\n")); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("garbage: %v", err)
+	}
+}
+
+func TestBenchFlags(t *testing.T) {
+	if _, err := parseInts("seqs", "512, 1024"); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"", "0", "x", "-5"} {
+		if _, err := parseInts("seqs", bad); err == nil {
+			t.Errorf("parseInts(%q) accepted", bad)
+		}
+	}
+	if ms, err := parseMemShapes("4096:8,16384:16"); err != nil || len(ms) != 2 || ms[1] != (memShape{16384, 16}) {
+		t.Errorf("parseMemShapes: %v %v", ms, err)
+	}
+	if _, err := parseMemShapes("4096"); err == nil {
+		t.Error("parseMemShapes accepted S without B")
+	}
+	if _, err := parseCausal("sometimes"); err == nil {
+		t.Error("parseCausal accepted nonsense")
+	}
+	code, _, stderr := runCode("bench", "-seqs", "1000")
+	if code == 0 || !strings.Contains(stderr, "multiples") {
+		t.Errorf("S that does not divide the tokens: code %d, %s", code, stderr)
+	}
+}
+
+// Without a GPU the bench says why and fails; with one this test is moot.
+func TestBenchWithoutGPU(t *testing.T) {
+	if cuda.Available() == nil {
+		t.Skip("a GPU is present: bench would run")
+	}
+	code, stdout, stderr := runCode("bench", "-quick")
+	if code == 0 || !strings.Contains(stderr, "bench needs -device cuda: ") || stdout != "" {
+		t.Fatalf("code %d, stdout %q, stderr %q", code, stdout, stderr)
+	}
+	if code, _, stderr := runCode("bench", "-device", "cpu"); code == 0 || !strings.Contains(stderr, "bench needs -device cuda") {
+		t.Fatalf("-device cpu: code %d, %s", code, stderr)
+	}
+}
