@@ -121,6 +121,9 @@ func TestBadInputGivesClearErrors(t *testing.T) {
 		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 		{[]string{"run", "-device", "tpu"}, 1, `-device "tpu"`},
 		{[]string{"compile", "-batch", "-3"}, 1, "-batch must be positive"},
+		{[]string{"run", "-dtype", "float16"}, 1, `-dtype "float16": want float32, float64 or bf16`},
+		{[]string{"run", "-dtype", "bf16", "-device", "cpu"}, 1, "-dtype bf16 is mixed precision on CUDA"},
+		{[]string{"train", "-dtype", "bf16", "-device", "cpu", "-steps", "1"}, 1, "-dtype bf16 is mixed precision on CUDA"},
 	}
 	for _, c := range cases {
 		code, _, stderr := runCode(c.args...)

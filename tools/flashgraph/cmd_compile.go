@@ -37,7 +37,11 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintln(stderr, summary(g))
 	if *plan {
-		if err := printPlan(stderr, g); err != nil {
+		compute := graph.Float32
+		if mf.bf16 {
+			compute = graph.BFloat16
+		}
+		if err := printPlan(stderr, g, compute); err != nil {
 			return err
 		}
 	}

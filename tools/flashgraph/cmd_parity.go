@@ -14,8 +14,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashgraph/flashgraph/backend"
-	"github.com/flashgraph/flashgraph/backend/cpu"
-	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -34,8 +32,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 			"Fails when the loss differs by more than -loss-tol or any tensor by more than -tol.", stderr)
 	mf := addModelFlags(fs, "small")
 	fuse := fs.Bool("fuse", false, "compile with the attention fusion (torch then uses SDPA)")
-	device := fs.String("device", "cuda", "where to run ours: cpu or cuda")
-	compute := fs.String("compute", "f32", "CUDA compute type: f32, or bf16 (mixed precision; torch runs bfloat16)")
+	device := fs.String("device", "cuda", "where to run ours: cpu, cuda or auto (-dtype bf16 runs mixed precision on CUDA; torch then runs bfloat16)")
 	python := fs.String("python", "python3", "python with torch")
 	script := fs.String("reference", "tools/reference/torch_model.py", "the PyTorch model script")
 	torchDevice := fs.String("torch-device", "cuda", "device for PyTorch: cuda or cpu")
@@ -46,10 +43,6 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg, err := mf.modelConfig()
-	if err != nil {
-		return err
-	}
-	ct, err := cuda.ParseCompute(*compute)
 	if err != nil {
 		return err
 	}
@@ -71,16 +64,12 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var be backend.Backend
-	switch *device {
-	case "cpu":
-		be = cpu.New()
-	case "cuda":
-		if be, err = cuda.NewBackend(cuda.Options{Compute: ct}); err != nil {
-			return fmt.Errorf("-device cuda: %w", err)
-		}
-	default:
-		return fmt.Errorf("-device %q: want cpu or cuda", *device)
+	be, note, err := resolveDevice(*device, mf.bf16)
+	if err != nil {
+		return err
+	}
+	if note != "" {
+		fmt.Fprintln(stderr, note)
 	}
 	defer be.Close()
 	exe, err := be.Compile(g, backend.Options{})
@@ -127,7 +116,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	if *fuse {
 		attn = "sdpa"
 	}
-	if ct == graph.BFloat16 {
+	if mf.bf16 {
 		tdt = "bfloat16"
 	}
 	cmd := exec.Command(*python, *script, "--weights", wPath, "--batch", bPath, "--out", oPath, "--attn", attn, "--dtype", tdt, "--device", *torchDevice)

@@ -36,7 +36,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(stderr, summary(g))
-	be, note, err := resolveTrainDevice(*device)
+	be, note, err := resolveDevice(*device, mf.bf16)
 	if err != nil {
 		return err
 	}

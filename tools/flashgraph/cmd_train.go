@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
-	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/train"
@@ -89,7 +88,7 @@ the batch sampling.`, stderr)
 		ckptDir = filepath.Join(*out, "ckpt")
 	}
 
-	be, note, err := resolveTrainDevice(*device)
+	be, note, err := resolveDevice(*device, mf.bf16)
 	if err != nil {
 		return err
 	}
@@ -156,34 +155,6 @@ the batch sampling.`, stderr)
 	}
 	printTrainSummary(stdout, res, files)
 	return nil
-}
-
-// resolveTrainDevice resolves -device. auto prefers CUDA and falls back to the CPU
-// with a note saying why; cuda without a usable GPU is an error saying why.
-func resolveTrainDevice(device string) (backend.Backend, string, error) {
-	cuda := func() (backend.Backend, error) {
-		if newCUDABackend == nil {
-			return nil, errors.New("this build has no CUDA backend")
-		}
-		return newCUDABackend()
-	}
-	switch device {
-	case "cpu":
-		return cpu.New(), "", nil
-	case "cuda":
-		be, err := cuda()
-		if err != nil {
-			return nil, "", fmt.Errorf("-device cuda: %w", err)
-		}
-		return be, "", nil
-	case "auto":
-		be, err := cuda()
-		if err != nil {
-			return cpu.New(), fmt.Sprintf("device: CUDA unavailable (%v); training on the CPU", err), nil
-		}
-		return be, "", nil
-	}
-	return nil, "", fmt.Errorf("-device %q: want cpu, cuda or auto", device)
 }
 
 // writeTrainGraphs writes the forward graph (text and DOT) and the training

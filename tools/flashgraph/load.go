@@ -16,6 +16,7 @@ import (
 type modelFlags struct {
 	config string
 	dtype  string
+	bf16   bool // -dtype bf16: a float32 graph run in mixed precision on CUDA
 	batch  int
 	seq    int
 	layers int
@@ -25,7 +26,7 @@ type modelFlags struct {
 func addModelFlags(fs *flag.FlagSet, defConfig string) *modelFlags {
 	m := &modelFlags{}
 	fs.StringVar(&m.config, "config", defConfig, "model config when no FILE is given: "+strings.Join(model.Names(), ", "))
-	fs.StringVar(&m.dtype, "dtype", "float32", "model compute dtype when no FILE is given: float32 or float64 (bf16 on CUDA: see -device)")
+	fs.StringVar(&m.dtype, "dtype", "float32", "float32, float64, or bf16: mixed precision on CUDA (bfloat16 activations and GEMMs, float32 master weights and optimizer state)")
 	fs.IntVar(&m.batch, "batch", 0, "batch size (0: the config's)")
 	fs.IntVar(&m.seq, "seq", 0, "sequence length (0: the config's)")
 	fs.IntVar(&m.layers, "layers", 0, "number of layers (0: the config's)")
@@ -39,12 +40,9 @@ func (m *modelFlags) modelConfig() (model.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	dt, err := graph.ParseDType(m.dtype)
+	dt, err := m.graphDType()
 	if err != nil {
-		return cfg, fmt.Errorf("-dtype: %w", err)
-	}
-	if dt != graph.Float32 && dt != graph.Float64 {
-		return cfg, fmt.Errorf("-dtype %s: graphs are built in float32 or float64", dt)
+		return cfg, err
 	}
 	cfg.DType = dt
 	for _, o := range []struct {
@@ -63,6 +61,20 @@ func (m *modelFlags) modelConfig() (model.Config, error) {
 	return cfg, cfg.Validate()
 }
 
+// graphDType reads -dtype: the dtype graphs are built in, and whether the run
+// is mixed precision (bf16: a float32 graph, bfloat16 compute on CUDA).
+func (m *modelFlags) graphDType() (graph.DType, error) {
+	m.bf16 = m.dtype == "bf16" || m.dtype == "bfloat16"
+	if m.bf16 {
+		return graph.Float32, nil
+	}
+	dt, err := graph.ParseDType(m.dtype)
+	if err != nil || (dt != graph.Float32 && dt != graph.Float64) {
+		return graph.InvalidDType, fmt.Errorf("-dtype %q: want float32, float64 or bf16", m.dtype)
+	}
+	return dt, nil
+}
+
 // load returns the graph from file (canonical text or .onnx), or the model
 // built from the config when file is empty.
 func (m *modelFlags) load(file string) (*graph.Graph, error) {
@@ -72,6 +84,9 @@ func (m *modelFlags) load(file string) (*graph.Graph, error) {
 			return nil, err
 		}
 		return model.Build(cfg)
+	}
+	if _, err := m.graphDType(); err != nil {
+		return nil, err
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {

@@ -12,8 +12,8 @@ import (
 // printPlan prints the device memory plan of g and, when g has a scalar
 // loss output, of its training step (forward, backward and AdamW), which is
 // where the unfused attention keeps its S×S probabilities alive.
-func printPlan(w io.Writer, g *graph.Graph) error {
-	p, err := cuda.PlanMemory(g)
+func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
+	p, err := cuda.PlanMemoryWith(g, cuda.PlanOptions{Compute: compute})
 	if err != nil {
 		return fmt.Errorf("memory plan: %w", err)
 	}
@@ -29,7 +29,7 @@ func printPlan(w io.Writer, g *graph.Graph) error {
 	if err != nil {
 		return fmt.Errorf("training graph for the plan: %w", err)
 	}
-	tp, err := cuda.PlanMemoryWith(ts.Graph, cuda.PlanOptions{Updates: ts.Updates})
+	tp, err := cuda.PlanMemoryWith(ts.Graph, cuda.PlanOptions{Compute: compute, Updates: ts.Updates})
 	if err != nil {
 		return fmt.Errorf("memory plan of the training step: %w", err)
 	}
