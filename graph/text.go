@@ -371,24 +371,39 @@ func (p *parser) intList() ([]int64, error) {
 		return nil, err
 	}
 	out := []int64{}
-	for p.peek().s != "]" || !p.peek().punct {
-		if len(out) > 0 {
-			if err := p.expect(","); err != nil {
-				return nil, err
-			}
-		}
+	err := p.list("]", func() error {
 		w, err := p.word()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		v, err := strconv.ParseInt(w, 10, 64)
 		if err != nil {
-			return nil, p.errf("want an integer, got %q", w)
+			return p.errf("want an integer, got %q", w)
 		}
 		out = append(out, v)
+		return nil
+	})
+	return out, err
+}
+
+// list reads "item, item, ... closer" (the opener already read) and
+// consumes the closer. At the end of a line it fails in expect or item, so
+// it always terminates.
+func (p *parser) list(closer string, item func() error) error {
+	for i := 0; ; i++ {
+		if t := p.peek(); t.punct && t.s == closer {
+			p.next()
+			return nil
+		}
+		if i > 0 {
+			if err := p.expect(","); err != nil {
+				return err
+			}
+		}
+		if err := item(); err != nil {
+			return err
+		}
 	}
-	p.next()
-	return out, nil
 }
 
 func (p *parser) define(v *Value) error {
@@ -453,44 +468,42 @@ func (p *parser) init() (Init, error) {
 	if err := p.expect("("); err != nil {
 		return Init{}, err
 	}
-	for i := 0; !(p.peek().punct && p.peek().s == ")"); i++ {
-		if i > 0 {
-			if err := p.expect(","); err != nil {
-				return Init{}, err
-			}
-		}
+	err = p.list(")", func() error {
 		w, err := p.word()
 		if err != nil {
-			return Init{}, err
+			return err
 		}
 		if fn == "literal" {
 			v, err := ParseFloatLit(w)
 			if err != nil {
-				return Init{}, p.errf("%v", err)
+				return p.errf("%v", err)
 			}
 			in.Data = append(in.Data, v)
-			continue
+			return nil
 		}
 		if err := p.expect("="); err != nil {
-			return Init{}, err
+			return err
 		}
 		num, err := p.word()
 		if err != nil {
-			return Init{}, err
+			return err
 		}
 		v, err := ParseFloatLit(num)
 		if err != nil {
-			return Init{}, p.errf("%v", err)
+			return p.errf("%v", err)
 		}
 		if in.Args == nil {
 			in.Args = map[string]float64{}
 		}
 		if _, dup := in.Args[w]; dup {
-			return Init{}, p.errf("argument %s given twice", w)
+			return p.errf("argument %s given twice", w)
 		}
 		in.Args[w] = v
+		return nil
+	})
+	if err != nil {
+		return Init{}, err
 	}
-	p.next()
 	if fn == "literal" && in.Data == nil {
 		in.Data = []float64{}
 	}
@@ -523,16 +536,11 @@ func (p *parser) node() error {
 		return err
 	}
 	var inputs []*Value
-	for i := 0; !(p.peek().punct && p.peek().s == ")"); i++ {
-		if i > 0 {
-			if err := p.expect(","); err != nil {
-				return err
-			}
-		}
+	err = p.list(")", func() error {
 		t := p.next()
 		if t.s == "_" && !t.quoted {
 			inputs = append(inputs, nil)
-			continue
+			return nil
 		}
 		if t.punct || t.s == "" {
 			return p.errf("want an input name, got %q", t.s)
@@ -542,18 +550,16 @@ func (p *parser) node() error {
 			return p.errf("node %s: input %s is not defined", formatName(name), formatName(t.s))
 		}
 		inputs = append(inputs, v)
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	p.next()
 	attrs := Attrs{}
 	if p.peek().punct && p.peek().s == "{" {
 		p.next()
 		spec, _ := LookupOp(op)
-		for i := 0; !(p.peek().punct && p.peek().s == "}"); i++ {
-			if i > 0 {
-				if err := p.expect(","); err != nil {
-					return err
-				}
-			}
+		err := p.list("}", func() error {
 			k, err := p.word()
 			if err != nil {
 				return err
@@ -573,8 +579,11 @@ func (p *parser) node() error {
 				return err
 			}
 			attrs[k] = a
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		p.next()
 	}
 	if err := p.expect("->"); err != nil {
 		return err
@@ -662,24 +671,19 @@ func (p *parser) attr(kind AttrKind) (Attr, error) {
 			return Attr{}, err
 		}
 		out := []float64{}
-		for !(p.peek().punct && p.peek().s == "]") {
-			if len(out) > 0 {
-				if err := p.expect(","); err != nil {
-					return Attr{}, err
-				}
-			}
+		err := p.list("]", func() error {
 			w, err := p.word()
 			if err != nil {
-				return Attr{}, err
+				return err
 			}
 			v, err := ParseFloatLit(w)
 			if err != nil {
-				return Attr{}, p.errf("%v", err)
+				return p.errf("%v", err)
 			}
 			out = append(out, v)
-		}
-		p.next()
-		return Floats(out...), nil
+			return nil
+		})
+		return Floats(out...), err
 	}
 	return Attr{}, p.errf("unsupported attribute kind")
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -62,7 +63,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	ran := time.Since(t1)
 	fmt.Fprintf(stdout, "device %s: compiled in %v, forward in %v, peak activations %s\n",
-		be.Name(), compiled.Round(time.Millisecond), ran.Round(time.Millisecond), humanBytes(exe.Stats().PeakActivationBytes))
+		be.Name(), compiled.Round(time.Millisecond), ran.Round(time.Millisecond), cuda.FormatBytes(exe.Stats().PeakActivationBytes))
 	names := make([]string, 0, len(outs))
 	for n := range outs {
 		names = append(names, n)
@@ -162,16 +163,4 @@ func stats(t *graph.Tensor) (mean, std, lo, hi float64) {
 		std += d * d
 	}
 	return mean, math.Sqrt(std / float64(n)), lo, hi
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
 }
