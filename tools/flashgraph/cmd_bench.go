@@ -568,7 +568,7 @@ func timingText(t cuda.AttnTiming) string {
 	if t.Err != "" {
 		return firstLine(t.Err, 120)
 	}
-	return fmt.Sprintf("fwd %.3f ms bwd %.3f ms, %s", t.FwdMs, t.BwdMs, humanBytes(t.MeasuredBytes))
+	return fmt.Sprintf("fwd %.3f ms bwd %.3f ms, %s", t.FwdMs, t.BwdMs, cuda.FormatBytes(t.MeasuredBytes))
 }
 
 // runTorch runs sdpa_bench.py on the same shapes and returns its rows.
@@ -666,10 +666,10 @@ func benchMemory(stdout, stderr io.Writer, shapes []memShape, seed uint64) ([]be
 					ln.status = "error: " + firstLine(err.Error(), 200)
 				} else {
 					free, _, _ := d.MemInfo()
-					ln.status = fmt.Sprintf("out of memory (plan needs %s, %s free): %s", humanBytes(ln.planned), humanBytes(int64(free)), firstLine(err.Error(), 160))
+					ln.status = fmt.Sprintf("out of memory (plan needs %s, %s free): %s", cuda.FormatBytes(ln.planned), cuda.FormatBytes(int64(free)), firstLine(err.Error(), 160))
 				}
 			}
-			fmt.Fprintf(stderr, "bench: memory S=%d B=%d fused=%v: plan %s, measured %s, %s\n", ms.S, ms.B, fuse, humanBytes(ln.planned), humanBytes(ln.measure), ln.status)
+			fmt.Fprintf(stderr, "bench: memory S=%d B=%d fused=%v: plan %s, measured %s, %s\n", ms.S, ms.B, fuse, cuda.FormatBytes(ln.planned), cuda.FormatBytes(ln.measure), ln.status)
 			lines = append(lines, ln)
 			impl := map[bool]string{true: "fused", false: "unfused"}[fuse]
 			row := benchRow{Kind: "train_memory", Impl: impl, B: ms.B, S: ms.S, Causal: true, DType: "bf16 activations, f32 weights",
@@ -689,10 +689,10 @@ func benchMemory(stdout, stderr io.Writer, shapes []memShape, seed uint64) ([]be
 	for _, ln := range lines {
 		meas, step, loss := "-", "-", "-"
 		if ln.status == "ok" {
-			meas, step, loss = humanBytes(ln.measure), fmt.Sprintf("%.1f", ln.stepMs), fmt.Sprintf("%.4f", ln.loss)
+			meas, step, loss = cuda.FormatBytes(ln.measure), fmt.Sprintf("%.1f", ln.stepMs), fmt.Sprintf("%.4f", ln.loss)
 		}
 		fmt.Fprintf(stdout, "%6d %3d %-8s %12s %12s %12s %9s %8s  %s\n", ln.sh.S, ln.sh.B, map[bool]string{true: "fused", false: "unfused"}[ln.fuse],
-			humanBytes(ln.arena), humanBytes(ln.planned), meas, step, loss, firstLine(ln.status, 100))
+			cuda.FormatBytes(ln.arena), cuda.FormatBytes(ln.planned), meas, step, loss, firstLine(ln.status, 100))
 	}
 	for i := 0; i+1 < len(lines); i += 2 {
 		f, u := lines[i], lines[i+1]
@@ -701,7 +701,7 @@ func benchMemory(stdout, stderr io.Writer, shapes []memShape, seed uint64) ([]be
 			fmt.Fprintf(stdout, "S=%d B=%d: fused/unfused measured memory %.3f (plan %.3f)\n", f.sh.S, f.sh.B,
 				float64(f.measure)/float64(u.measure), float64(f.planned)/float64(u.planned))
 		case f.status == "ok":
-			fmt.Fprintf(stdout, "S=%d B=%d: fused runs (%s); unfused did not: %s\n", f.sh.S, f.sh.B, humanBytes(f.measure), firstLine(u.status, 120))
+			fmt.Fprintf(stdout, "S=%d B=%d: fused runs (%s); unfused did not: %s\n", f.sh.S, f.sh.B, cuda.FormatBytes(f.measure), firstLine(u.status, 120))
 		}
 	}
 	return rows, nil
