@@ -35,8 +35,14 @@ func (b *Builder) fail(err error) *Value {
 // Push enters a name scope (node names get "scope/" prefixes); Pop leaves it.
 func (b *Builder) Push(scope string) { b.scopes = append(b.scopes, scope) }
 
-// Pop leaves the innermost scope.
-func (b *Builder) Pop() { b.scopes = b.scopes[:len(b.scopes)-1] }
+// Pop leaves the innermost scope; a Pop without a Push is an error.
+func (b *Builder) Pop() {
+	if len(b.scopes) == 0 {
+		b.fail(fmt.Errorf("Pop without a matching Push"))
+		return
+	}
+	b.scopes = b.scopes[:len(b.scopes)-1]
+}
 
 func (b *Builder) prefix(s string) string {
 	if len(b.scopes) == 0 {
@@ -145,6 +151,9 @@ func (b *Builder) Op(op string, attrs Attrs, inputs ...*Value) *Value {
 func (b *Builder) Rename(v *Value, name string) *Value {
 	if b.err != nil {
 		return v
+	}
+	if v == nil {
+		return b.fail(fmt.Errorf("rename nil value to %q", name))
 	}
 	if !validName(name) || !b.namer.Reserve(name) {
 		return b.fail(fmt.Errorf("rename %s to %q: name invalid or in use", v.Name, name))

@@ -6,6 +6,7 @@ package graph
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 )
 
 // ValueKind says where a value comes from.
@@ -22,7 +23,12 @@ const (
 
 var valueKindNames = [...]string{"value", "input", "param", "const"}
 
-func (k ValueKind) String() string { return valueKindNames[k] }
+func (k ValueKind) String() string {
+	if int(k) < len(valueKindNames) {
+		return valueKindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
 
 // Value is an SSA value: produced once (by a node, or as a graph input or
 // initializer), used any number of times.

@@ -84,6 +84,13 @@ func (in Init) check(t TensorType) error {
 		if len(in.Data) != t.Shape.Numel() {
 			return fmt.Errorf("literal has %d values, type %v needs %d", len(in.Data), t, t.Shape.Numel())
 		}
+		if t.DType == Int64 {
+			for i, v := range in.Data {
+				if v != math.Trunc(v) {
+					return fmt.Errorf("int64 literal value %d (%s) is not an integer", i, FormatFloat(v))
+				}
+			}
+		}
 	case "causal_mask", "rope_cos", "rope_sin":
 		if t.Shape.Rank() != 2 {
 			return fmt.Errorf("%s needs a rank-2 shape, got %v", in.Fn, t.Shape)

@@ -180,6 +180,13 @@ func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, er
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
+	// Inference multiplies and copies dims it was given (Reshape, Expand,
+	// Tile); a product past MaxElements would wrap around silently.
+	for i, t := range outs {
+		if err := t.Shape.Check(); err != nil {
+			return nil, nil, fmt.Errorf("%s output %d: %w", op, i, err)
+		}
+	}
 	return na, outs, nil
 }
 

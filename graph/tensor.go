@@ -66,10 +66,26 @@ func (t *Tensor) Set(i int, v float64) {
 	case Float64:
 		t.F64[i] = v
 	case Int64:
-		t.I64[i] = int64(v)
+		t.I64[i] = SaturateInt64(v)
 	case Bool:
 		t.B[i] = v != 0
 	}
+}
+
+// SaturateInt64 converts toward zero like a C cast, but saturates where Go's
+// conversion of an out-of-range float is implementation-defined: ONNX passes
+// INT64_MAX (2^63 as a float64) as Slice's "to the end", and int64(2^63) is
+// MinInt64 on amd64. NaN gives 0.
+func SaturateInt64(v float64) int64 {
+	switch {
+	case v != v:
+		return 0
+	case v >= math.MaxInt64:
+		return math.MaxInt64
+	case v <= math.MinInt64:
+		return math.MinInt64
+	}
+	return int64(v)
 }
 
 // Fill poisons or fills every element with v (NaN poisoning before a run).

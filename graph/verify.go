@@ -64,7 +64,10 @@ func Verify(g *Graph) error {
 	if err := leaves(g.Consts, Const); err != nil {
 		return err
 	}
-	for _, n := range g.Nodes {
+	for i, n := range g.Nodes {
+		if n == nil {
+			return fmt.Errorf("verify: node %d is nil", i)
+		}
 		// Node names are a namespace of their own, as in ONNX (a node and its
 		// single output share a name by design).
 		if !validName(n.Name) {
