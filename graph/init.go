@@ -103,11 +103,17 @@ func (in Init) check(t TensorType) error {
 	return nil
 }
 
-// Materialize computes the data of an initializer of type t.
-func (in Init) Materialize(t TensorType) (*Tensor, error) {
+// Materialize computes the data of an initializer of type t. A type too
+// large for the host (the IR allows 2^48 elements) is an error, not a panic.
+func (in Init) Materialize(t TensorType) (_ *Tensor, err error) {
 	if err := in.check(t); err != nil {
 		return nil, err
 	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s initializer of type %v: %v", in.Fn, t, r)
+		}
+	}()
 	out := NewTensor(t.DType, t.Shape)
 	n := out.Len()
 	switch in.Fn {

@@ -244,14 +244,8 @@ func (e *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 				in[i] = vals[s]
 			}
 		}
-		out := make([]*graph.Tensor, len(st.out))
-		for i, v := range st.node.Outputs {
-			out[i] = graph.NewTensor(v.Type.DType, v.Type.Shape)
-			if e.opts.PoisonOutputs {
-				poison(out[i])
-			}
-		}
-		if err := runKernel(st, in, out); err != nil {
+		out, err := runKernel(st, in, e.opts.PoisonOutputs)
+		if err != nil {
 			return nil, err
 		}
 		for i, s := range st.out {
@@ -291,18 +285,40 @@ func (e *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 	return res, nil
 }
 
-// runKernel runs one node's kernel, turning a panic into an error that names
-// the node: a kernel bug must not take the caller's process down.
-func runKernel(st step, in, out []*graph.Tensor) (err error) {
+// runKernel allocates one node's outputs (poisoned if asked) and runs its
+// kernel, turning a panic into an error that names the node: a kernel bug, or
+// an output too large to allocate, must not take the caller's process down.
+func runKernel(st step, in []*graph.Tensor, poisonOutputs bool) (out []*graph.Tensor, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("cpu: node %s (%s): kernel panicked: %v", st.node.Name, st.node.Op, r)
+			out, err = nil, fmt.Errorf("cpu: node %s (%s): kernel panicked: %v", st.node.Name, st.node.Op, r)
 		}
 	}()
-	if err := st.k(st.node, in, out); err != nil {
-		return fmt.Errorf("cpu: node %s (%s): %w", st.node.Name, st.node.Op, err)
+	out = make([]*graph.Tensor, len(st.out))
+	for i, v := range st.node.Outputs {
+		out[i], err = allocate(v.Type)
+		if err != nil {
+			return nil, fmt.Errorf("cpu: node %s (%s): output %s: %w", st.node.Name, st.node.Op, v.Name, err)
+		}
+		if poisonOutputs {
+			poison(out[i])
+		}
 	}
-	return nil
+	if err := st.k(st.node, in, out); err != nil {
+		return nil, fmt.Errorf("cpu: node %s (%s): %w", st.node.Name, st.node.Op, err)
+	}
+	return out, nil
+}
+
+// allocate makes a zero tensor, or says why it cannot: the IR allows 2^48
+// elements, more than any host holds, and a failed make is a panic.
+func allocate(t graph.TensorType) (x *graph.Tensor, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			x, err = nil, fmt.Errorf("cannot allocate %v (%d bytes): %v", t, bytesOf(t), r)
+		}
+	}()
+	return graph.NewTensor(t.DType, t.Shape), nil
 }
 
 // poison fills a buffer with a value no kernel produces by accident: NaN for

@@ -194,7 +194,7 @@ func TestKernelPanicBecomesError(t *testing.T) {
 		_ = s[3] // index out of range
 		return nil
 	}}
-	err := runKernel(st, nil, nil)
+	_, err := runKernel(st, nil, false)
 	if err == nil || !strings.Contains(err.Error(), "boom_7") {
 		t.Fatalf("got %v", err)
 	}
@@ -205,8 +205,28 @@ func TestKernelPanicBecomesError(t *testing.T) {
 		})
 		return nil
 	}
-	if err := runKernel(st, nil, nil); err == nil || !strings.Contains(err.Error(), "boom_7") {
+	if _, err := runKernel(st, nil, false); err == nil || !strings.Contains(err.Error(), "boom_7") {
 		t.Fatalf("worker panic: got %v", err)
+	}
+}
+
+// A value the host cannot hold (the IR allows 2^48 elements) is an error
+// naming it, not a makeslice panic out of Run or Compile.
+func TestHugeValuesAreErrors(t *testing.T) {
+	b := graph.NewBuilder("huge")
+	x := b.Input("x", graph.Float32, 1)
+	b.Output(b.Op("Expand", nil, x, b.Ints(1<<24, 1<<24)))
+	exe := compile(t, mustBuild(t, b), backend.Options{})
+	_, err := exe.Run(map[string]*graph.Tensor{"x": tensorOf(graph.Float32, graph.Shape{1}, 1)})
+	if err == nil || !strings.Contains(err.Error(), "node Expand_0 (Expand): output Expand_0: cannot allocate float32[16777216,16777216]") {
+		t.Fatalf("got %v", err)
+	}
+	b = graph.NewBuilder("huge param")
+	w := b.Param("w", graph.Float32, graph.Shape{1 << 24, 1 << 24}, graph.Zeros())
+	b.Output(b.Neg(w))
+	_, err = New().Compile(mustBuild(t, b), backend.Options{})
+	if err == nil || !strings.Contains(err.Error(), "initializer w: zeros initializer of type float32[16777216,16777216]: runtime error: makeslice") {
+		t.Fatalf("huge param: got %v", err)
 	}
 }
 
