@@ -70,7 +70,11 @@ func ImportWith(path string, opts Options) (*graph.Graph, error) {
 	if opts.Name == "" && m.Graph != nil && m.Graph.Name == "" {
 		opts.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	}
-	return ImportModel(m, opts)
+	g, err := ImportModel(m, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return g, nil
 }
 
 // ImportBytes decodes and imports a serialized model. Tensors stored in external

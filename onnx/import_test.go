@@ -3,6 +3,8 @@ package onnx
 import (
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -513,6 +515,18 @@ func TestRefusals(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Import from a file names the file in its refusals too, and so for a
+	// file that holds no graph at all.
+	dir := t.TempDir()
+	for name, data := range map[string][]byte{"conv.onnx": onnxpb.Encode(cases[0].m), "empty.onnx": nil} {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Import(path); err == nil || !strings.Contains(err.Error(), path+":") {
+			t.Errorf("Import(%s): error %v does not name the file", name, err)
+		}
 	}
 	// A symbolic dimension with its size given imports.
 	m := cases[9].m
