@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -309,6 +310,11 @@ func WriteFileAtomic(path string, write func(w io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
+		// Name the folder, not the temp file the user never asked for.
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return fmt.Errorf("folder %s: %w", dir, pe.Err)
+		}
 		return err
 	}
 	tmp := f.Name()

@@ -3,11 +3,12 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx"
+	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -19,7 +20,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		"Builds the model of -config (or reads FILE: canonical text or .onnx), runs the pass pipeline\n"+
 			"(-fuse: attention fusion; without it the graph is byte-identical to the graph as built)\n"+
 			"and writes the canonical text to -o (or stdout), an .onnx model when -o ends in .onnx.", stderr)
-	mf := addModelFlags(fs, "small")
+	mf := addModelFlags(fs, "small", true)
 	pf := addPassFlags(fs, true)
 	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); default stdout")
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")
@@ -50,7 +51,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic(*dot, []byte(d)); err != nil {
+		if err := writeFileAtomic("-dot", *dot, []byte(d)); err != nil {
 			return err
 		}
 	}
@@ -59,26 +60,26 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		_, err = io.WriteString(stdout, graph.Format(g))
 		return err
 	case strings.EqualFold(filepath.Ext(*out), ".onnx"):
-		return exportONNX(g, *out)
+		b, err := onnx.ExportBytes(g)
+		if err != nil {
+			return fmt.Errorf("-o %s: %w", *out, err)
+		}
+		return writeFileAtomic("-o", *out, b)
 	default:
-		return writeFileAtomic(*out, []byte(graph.Format(g)))
+		return writeFileAtomic("-o", *out, []byte(graph.Format(g)))
 	}
 }
 
-// writeFileAtomic writes through a temp file and a rename, so that a failed
-// write never leaves half a file where a good one was.
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
+// writeFileAtomic writes the output file of flag through a temp file and a
+// rename, so that a failed write never leaves half a file where a good one
+// was. Errors name the flag and the file, not the temp file.
+func writeFileAtomic(flag, path string, data []byte) error {
+	err := train.WriteFileAtomic(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("%s %s: %w", flag, path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return nil
 }

@@ -30,7 +30,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 			"-device, runs the same model in PyTorch (tools/reference/torch_model.py) on the same weights\n"+
 			"and batch, and prints the relative error of each (max |ours - torch| / max |torch|).\n"+
 			"Fails when the loss differs by more than -loss-tol or any tensor by more than -tol.", stderr)
-	mf := addModelFlags(fs, "small")
+	mf := addModelFlags(fs, "small", false)
 	fuse := fs.Bool("fuse", false, "compile with the attention fusion (torch then uses SDPA)")
 	device := fs.String("device", "cuda", "where to run ours: cpu, cuda or auto (-dtype bf16 runs mixed precision on CUDA; torch then runs bfloat16)")
 	python := fs.String("python", "python3", "python with torch")

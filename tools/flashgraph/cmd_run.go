@@ -22,7 +22,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		"Compiles the model of -config (or FILE) and runs its forward pass once on random inputs\n"+
 			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs); prints the\n"+
 			"loss and a summary of every output.", stderr)
-	mf := addModelFlags(fs, "tiny")
+	mf := addModelFlags(fs, "tiny", true)
 	pf := addPassFlags(fs, true)
 	device := fs.String("device", "auto", "where to run: cpu, cuda, or auto (CUDA when present)")
 	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")

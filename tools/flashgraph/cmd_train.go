@@ -12,16 +12,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/train"
 )
-
-// newCUDABackend makes the CUDA backend. It is nil in a build without one;
-// the CUDA command file sets it from its init, so that this file needs no
-// import of backend/cuda.
-var newCUDABackend func() (backend.Backend, error)
 
 func init() {
 	register(&command{name: "train", summary: "train a model on bytes of text (default: tiny, fused, on the Go sources)", run: runTrain})
@@ -39,7 +33,7 @@ graph.txt and graph.dot (the forward graph), train_graph.txt (the training step)
 and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
 finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
 the batch sampling.`, stderr)
-	mf := addModelFlags(fs, "tiny")
+	mf := addModelFlags(fs, "tiny", false)
 	fuse := fs.Bool("fuse", true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
 	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")

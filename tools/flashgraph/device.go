@@ -3,27 +3,38 @@ package main
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
+// newCUDABackend makes the CUDA backend; bf16 selects mixed precision
+// (float32 master weights and optimizer state, bfloat16 activations and
+// GEMMs). Without -dtype bf16, FLASHGRAPH_CUDA_DTYPE=bf16 selects it too.
+// On machines without a usable GPU it returns cuda.Available's error, which
+// says which library or device is missing.
+func newCUDABackend(bf16 bool) (backend.Backend, error) {
+	var opts cuda.Options
+	if bf16 {
+		opts.Compute = graph.BFloat16
+	} else if v := os.Getenv("FLASHGRAPH_CUDA_DTYPE"); v != "" {
+		dt, err := cuda.ParseCompute(v)
+		if err != nil {
+			return nil, fmt.Errorf("FLASHGRAPH_CUDA_DTYPE: %w", err)
+		}
+		opts.Compute = dt
+	}
+	return cuda.NewBackend(opts)
+}
+
 // resolveDevice resolves -device. auto prefers CUDA and falls back to the CPU
 // with a note saying why; cuda without a usable GPU is an error saying why.
-// bf16 asks for mixed precision (bfloat16 activations and GEMMs, float32
-// master weights and optimizer state), which only the CUDA backend has: it
-// never falls back silently to a float32 CPU run.
+// bf16 asks for mixed precision, which only the CUDA backend has: it never
+// falls back silently to a float32 CPU run.
 func resolveDevice(device string, bf16 bool) (backend.Backend, string, error) {
-	newCUDA := func() (backend.Backend, error) {
-		if newCUDABackend == nil {
-			return nil, errors.New("this build has no CUDA backend")
-		}
-		if bf16 {
-			cudaOptions.Compute = graph.BFloat16
-		}
-		return newCUDABackend()
-	}
 	switch device {
 	case "cpu":
 		if bf16 {
@@ -31,13 +42,13 @@ func resolveDevice(device string, bf16 bool) (backend.Backend, string, error) {
 		}
 		return cpu.New(), "", nil
 	case "cuda":
-		be, err := newCUDA()
+		be, err := newCUDABackend(bf16)
 		if err != nil {
 			return nil, "", fmt.Errorf("-device cuda: %w", err)
 		}
 		return be, "", nil
 	case "auto":
-		be, err := newCUDA()
+		be, err := newCUDABackend(bf16)
 		if err != nil {
 			if bf16 {
 				return nil, "", fmt.Errorf("-dtype bf16 needs CUDA, which is unavailable: %w", err)

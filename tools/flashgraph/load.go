@@ -9,11 +9,13 @@ import (
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/onnx"
 )
 
 // modelFlags are the flags that choose a graph: a file, or a model config
 // with overrides.
 type modelFlags struct {
+	fs     *flag.FlagSet
 	config string
 	dtype  string
 	bf16   bool // -dtype bf16: a float32 graph run in mixed precision on CUDA
@@ -23,9 +25,15 @@ type modelFlags struct {
 	seed   int
 }
 
-func addModelFlags(fs *flag.FlagSet, defConfig string) *modelFlags {
-	m := &modelFlags{}
-	fs.StringVar(&m.config, "config", defConfig, "model config when no FILE is given: "+strings.Join(model.Names(), ", "))
+// addModelFlags adds the model flags; withFile says the command also takes a
+// graph FILE, which the config flags do not apply to.
+func addModelFlags(fs *flag.FlagSet, defConfig string, withFile bool) *modelFlags {
+	m := &modelFlags{fs: fs}
+	about := "model config: "
+	if withFile {
+		about = "model config when no FILE is given: "
+	}
+	fs.StringVar(&m.config, "config", defConfig, about+strings.Join(model.Names(), ", "))
 	fs.StringVar(&m.dtype, "dtype", "float32", "float32, float64, or bf16: mixed precision on CUDA (bfloat16 activations and GEMMs, float32 master weights and optimizer state)")
 	fs.IntVar(&m.batch, "batch", 0, "batch size (0: the config's)")
 	fs.IntVar(&m.seq, "seq", 0, "sequence length (0: the config's)")
@@ -85,15 +93,32 @@ func (m *modelFlags) load(file string) (*graph.Graph, error) {
 		}
 		return model.Build(cfg)
 	}
-	if _, err := m.graphDType(); err != nil {
+	dt, err := m.graphDType()
+	if err != nil {
 		return nil, err
+	}
+	// A FILE has its own config and dtype: flags that shape the built model
+	// would be ignored, so they are refused rather than silently dropped.
+	var ignored []string
+	m.fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "config", "batch", "seq", "layers", "seed":
+			ignored = append(ignored, "-"+f.Name)
+		case "dtype":
+			if !m.bf16 && dt != graph.Float32 {
+				ignored = append(ignored, "-"+f.Name)
+			}
+		}
+	})
+	if len(ignored) > 0 {
+		return nil, fmt.Errorf("%s: %s: only for the model built from -config; a graph FILE keeps its own config, shapes and dtypes (drop the flags, or the FILE)", file, strings.Join(ignored, ", "))
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("cannot read graph: %w", err)
 	}
 	if strings.EqualFold(filepath.Ext(file), ".onnx") {
-		return importONNX(file)
+		return onnx.Import(file)
 	}
 	return graph.ParseFile(file, string(data))
 }

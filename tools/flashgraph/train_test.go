@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/train"
 )
@@ -109,14 +110,15 @@ func TestTrainCLIErrors(t *testing.T) {
 			t.Errorf("%v: exit %d, stderr %q; want an error mentioning %q", c.args, code, stderr.String(), c.want)
 		}
 	}
-	// -device cuda in a build without CUDA says why; auto falls back.
-	if newCUDABackend == nil {
+	// -device cuda on a machine without a usable GPU says why; auto falls
+	// back to the CPU and says so.
+	if why := cuda.Available(); why != nil {
 		var stdout, stderr bytes.Buffer
-		if code := realMain(tinyTrainArgs(data, t.TempDir(), "1", "-fuse=false", "-device", "cuda"), &stdout, &stderr); code == 0 || !strings.Contains(stderr.String(), "no CUDA backend") {
-			t.Errorf("-device cuda without CUDA: exit %d, %q", code, stderr.String())
+		if code := realMain(tinyTrainArgs(data, t.TempDir(), "1", "-fuse=false", "-device", "cuda"), &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "-device cuda: "+why.Error()) {
+			t.Errorf("-device cuda without CUDA: exit %d, %q; want the reason %q", code, stderr.String(), why)
 		}
 		_, se := runCLI(t, tinyTrainArgs(data, t.TempDir(), "1", "-fuse=false", "-device", "auto")...)
-		if !strings.Contains(se, "training on the CPU") {
+		if !strings.Contains(se, "CUDA unavailable") || !strings.Contains(se, "running on the CPU") {
 			t.Errorf("-device auto without CUDA does not say it falls back: %q", se)
 		}
 	}
