@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"io/fs"
 	"math/bits"
 	"math/rand/v2"
@@ -95,12 +96,13 @@ func LoadCorpus(path string, valFrac float64) (*Corpus, error) {
 	}
 	c := &Corpus{Source: path}
 	if !st.IsDir() {
-		data, err := os.ReadFile(path)
+		data, err := readPrefix(path, MaxCorpusBytes)
 		if err != nil {
 			return nil, fmt.Errorf("data: %w", err)
 		}
-		if len(data) > MaxCorpusBytes {
-			data = data[:MaxCorpusBytes]
+		// A folder walk skips binary files; a single one is a mistake.
+		if len(data) > 0 && !isText(data) {
+			return nil, fmt.Errorf("data: %s is not text (it has NUL bytes or is not UTF-8): give a text file or a folder of them", path)
 		}
 		c.Files = 1
 		c.Train, c.Val = splitBytes(data, valFrac)
@@ -187,6 +189,27 @@ func (c *Corpus) check() (*Corpus, error) {
 		return nil, fmt.Errorf("data: no text found in %s (%d files skipped as binary, empty or over %d bytes)", c.Source, c.Skip, MaxFileBytes)
 	}
 	return c, nil
+}
+
+// readPrefix reads at most n bytes of a file, cut back to the last newline
+// when the file is longer (so a cut never splits a UTF-8 sequence).
+func readPrefix(path string, n int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, int64(n)+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > n {
+		data = data[:n]
+		if i := bytes.LastIndexByte(data, '\n'); i >= 0 {
+			data = data[:i+1]
+		}
+	}
+	return data, nil
 }
 
 // isText says whether data looks like something a person wrote: valid UTF-8

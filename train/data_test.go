@@ -99,6 +99,11 @@ func TestDataErrors(t *testing.T) {
 	if _, err := LoadCorpus(dir, 0.1); err == nil || !strings.Contains(err.Error(), "no text") {
 		t.Errorf("binary-only folder: err %v", err)
 	}
+	// A folder skips binary files; a single binary file is refused by name.
+	bin := filepath.Join(dir, "x.bin")
+	if _, err := LoadCorpus(bin, 0.1); err == nil || !strings.Contains(err.Error(), bin+" is not text") {
+		t.Errorf("binary file: err %v", err)
+	}
 	if _, err := LoadCorpus(filepath.Join(dir, "missing"), 0.1); err == nil {
 		t.Error("missing path: no error")
 	}

@@ -158,6 +158,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	}
 	res.StartStep = tr.StepsDone()
 	total := opts.Hyper.Steps
+	if tr.StepsDone() >= total && log != nil {
+		fmt.Fprintf(log, "note: the checkpoint is at step %d, which already reaches -steps %d: nothing to train (raise -steps to continue)\n", tr.StepsDone(), total)
+	}
 	if !tr.HasVal() && log != nil {
 		fmt.Fprintf(log, "note: the validation split has %d bytes, too few for a window of %d: no validation\n", len(corpus.Val), opts.Config.Seq+1)
 	}

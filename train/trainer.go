@@ -9,8 +9,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"reflect"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
@@ -306,7 +308,7 @@ func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
 		return nil, fmt.Errorf("train: checkpoint config: %w", err)
 	}
 	if cfg != t.Config {
-		return nil, fmt.Errorf("train: the checkpoint is of model %+v, this run is %+v (pass the same -config and overrides)", cfg, t.Config)
+		return nil, fmt.Errorf("train: the checkpoint is of another model (%s; pass the checkpoint's -config and overrides)", fieldDiffs(cfg, t.Config))
 	}
 	if err := CheckState(ts, t.stateTypes()); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
@@ -319,7 +321,7 @@ func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
 		return nil, fmt.Errorf("train: checkpoint options: %w", err)
 	}
 	if old.Hyper != t.Hyper {
-		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%+v there, %+v now): the run does not repeat the original exactly", old.Hyper, t.Hyper))
+		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%s): the run does not repeat the original exactly", fieldDiffs(old.Hyper, t.Hyper)))
 	}
 	if old.Fused != t.Fused {
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with fusion %v, this run uses %v (same math, rounding differs)", old.Fused, t.Fused))
@@ -346,4 +348,17 @@ func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
 	}
 	t.step, t.losses, t.vals, t.elapsed = step, losses, vals, elapsed
 	return notes, nil
+}
+
+// fieldDiffs lists the fields in which two values of one flat struct type
+// differ, as "Name: A in the checkpoint, B now".
+func fieldDiffs(ckpt, now any) string {
+	a, b := reflect.ValueOf(ckpt), reflect.ValueOf(now)
+	var out []string
+	for i := range a.NumField() {
+		if x, y := a.Field(i).Interface(), b.Field(i).Interface(); x != y {
+			out = append(out, fmt.Sprintf("%s: %v in the checkpoint, %v now", a.Type().Field(i).Name, x, y))
+		}
+	}
+	return strings.Join(out, "; ")
 }

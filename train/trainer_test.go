@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -114,7 +115,7 @@ func TestTrainResumeBitExact(t *testing.T) {
 			t.Errorf("step %d loss: straight %v, resumed %v", i+1, straight.Losses[i], second.Losses[i])
 		}
 	}
-	if len(straight.Val) != len(second.Val) {
+	if !slices.Equal(straight.Val, second.Val) {
 		t.Errorf("validation points: straight %v, resumed %v", straight.Val, second.Val)
 	}
 	a, _, err := LoadCheckpoint(straight.Checkpoint)
@@ -163,8 +164,14 @@ func TestTrainResumeErrors(t *testing.T) {
 	other := cfg
 	other.Layers = 1
 	_, err := Run(context.Background(), be, corpus, Options{Config: other, Hyper: testHyper(4), CkptDir: dir, Resume: true})
-	if err == nil || !strings.Contains(err.Error(), "-config") {
-		t.Errorf("resume with another config: err %v", err)
+	if err == nil || !strings.Contains(err.Error(), "-config") || !strings.Contains(err.Error(), "Layers: 2 in the checkpoint, 1 now") {
+		t.Errorf("resume with another config: err %v; want the differing field named", err)
+	}
+	// A checkpoint that already reaches -steps trains nothing, and says so.
+	var log strings.Builder
+	res, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(1), CkptDir: dir, Resume: true, Log: &log})
+	if err != nil || res.StartStep != 2 || res.Step != 2 || !strings.Contains(log.String(), "nothing to train") {
+		t.Errorf("resume past -steps: err %v, steps %d to %d, log %q", err, res.StartStep, res.Step, log.String())
 	}
 	p, _, _ := LatestCheckpoint(dir)
 	data, _ := os.ReadFile(p)

@@ -60,8 +60,19 @@ the batch sampling.`, stderr)
 	if peak == 0 {
 		peak = defaultLR[cfg.Name]
 	}
-	if *minLRFrac < 0 || *minLRFrac > 1 {
+	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {
 		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
+	}
+	if !(*wd >= 0) {
+		return fmt.Errorf("-wd must be at least 0, got %v", *wd)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"eval-every", *evalEvery}, {"ckpt-every", *ckptEvery}, {"keep-every", *keepEvery}} {
+		if f.v < 0 {
+			return fmt.Errorf("-%s must be at least 0, got %d", f.name, f.v)
+		}
 	}
 	wu := *warmup
 	if wu < 0 {
@@ -80,6 +91,16 @@ the batch sampling.`, stderr)
 		}
 	case ckptDir == "":
 		ckptDir = filepath.Join(*out, "ckpt")
+	}
+	// Both folders are made now, so that a bad path fails before the data
+	// is read and the model compiled, not at the first checkpoint.
+	for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
+		if d.dir == "" {
+			continue
+		}
+		if err := os.MkdirAll(d.dir, 0o755); err != nil {
+			return fmt.Errorf("%s: %w", d.flag, err)
+		}
 	}
 
 	be, note, err := resolveDevice(*device, mf.bf16)

@@ -103,6 +103,11 @@ func TestTrainCLIErrors(t *testing.T) {
 		{[]string{"-lr", "-1"}, "learning rate"},
 		{[]string{"-resume"}, "no checkpoint"},
 		{[]string{"-data", filepath.Join(t.TempDir(), "missing")}, "no such file"},
+		{[]string{"-data", os.Args[0]}, "is not text"},
+		{[]string{"-wd", "-0.1"}, "-wd must be at least 0"},
+		{[]string{"-eval-every", "-1"}, "-eval-every must be at least 0"},
+		{[]string{"-ckpt-every", "-1"}, "-ckpt-every must be at least 0"},
+		{[]string{"-ckpt", filepath.Join(data, "ckpt")}, "-ckpt: mkdir " + data + ": not a directory"},
 	} {
 		var stdout, stderr bytes.Buffer
 		args := tinyTrainArgs(data, t.TempDir(), "2", append([]string{"-fuse=false"}, c.args...)...)
