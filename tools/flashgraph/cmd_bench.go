@@ -20,6 +20,7 @@ import (
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
+	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -451,11 +452,21 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *iters < 1 || *warmup < 0 {
 		return errors.New("-iters must be at least 1 and -warmup at least 0")
 	}
+	if *tokens < 1 || *width < 1 {
+		return fmt.Errorf("-tokens and -width must be positive, got %d and %d", *tokens, *width)
+	}
 	if *device != "cuda" {
 		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked (the table compares GPU kernels)", *device)
 	}
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("bench needs -device cuda: %v", err)
+	}
+	// The rows are written after minutes of GPU time: a -json path that
+	// cannot be written fails now, not then.
+	if *jsonOut != "" {
+		if err := train.WriteFileAtomic(*jsonOut, func(io.Writer) error { return nil }); err != nil {
+			return fmt.Errorf("-json %s: %w", *jsonOut, err)
+		}
 	}
 
 	var rows []benchRow
@@ -485,7 +496,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			b.Write(line)
 			b.WriteByte('\n')
 		}
-		if err := os.WriteFile(*jsonOut, []byte(b.String()), 0o644); err != nil {
+		if err := writeFileAtomic("-json", *jsonOut, []byte(b.String())); err != nil {
 			return err
 		}
 		fmt.Fprintf(stderr, "wrote %d rows to %s\n", len(rows), *jsonOut)

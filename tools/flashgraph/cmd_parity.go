@@ -47,7 +47,10 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if _, err := os.Stat(*script); err != nil {
-		return fmt.Errorf("-reference: %w (run from the repository root)", err)
+		if !filepath.IsAbs(*script) {
+			return fmt.Errorf("-reference: %w (a relative path: run from the repository root)", err)
+		}
+		return fmt.Errorf("-reference: %w", err)
 	}
 	fwd, err := model.Build(cfg)
 	if err != nil {
@@ -128,7 +131,10 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	}
 	ref, err := train.ReadSafetensorsFile(oPath)
 	if err != nil {
-		return err
+		return fmt.Errorf("-reference %s output: %w", *script, err)
+	}
+	if ref.Tensors["loss"] == nil || ref.Tensors["loss"].Len() != 1 {
+		return fmt.Errorf("-reference %s output %s has no scalar loss", *script, oPath)
 	}
 
 	type row struct {

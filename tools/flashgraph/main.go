@@ -81,7 +81,7 @@ func newFlags(name, args, about string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: flashgraph %s [flags] %s\n\n%s\n\nFlags:\n", name, args, about)
+		fmt.Fprintf(stderr, "Usage: %s\n\n%s\n\nFlags:\n", strings.TrimSpace("flashgraph "+name+" [flags] "+args), about)
 		fs.PrintDefaults()
 	}
 	return fs
