@@ -1,5 +1,8 @@
-// Package deps pins the project's chosen dependencies in go.mod until the
-// packages that use them land; it has no code of its own.
+// Package deps imports every direct requirement of go.mod, so that `go mod
+// tidy` keeps them direct. All but one are used by the packages themselves;
+// go4.org/unsafe/assume-no-moving-gc is used only by gorgonia, and is required
+// here at a version newer than gorgonia's own, which refuses to run on the
+// current Go release. It has no code of its own.
 package deps
 
 import (
