@@ -46,7 +46,7 @@ func validName(s string) bool {
 }
 
 func formatName(s string) string {
-	plain := s != "_" && !strings.HasPrefix(s, "-")
+	plain := s != "" && s != "_" && !strings.HasPrefix(s, "-")
 	for i := 0; i < len(s) && plain; i++ {
 		plain = isNameByte(s[i])
 	}
@@ -190,6 +190,12 @@ func ParseFile(file, text string) (*Graph, error) {
 				return nil, p.errf("second graph statement")
 			}
 			seenName = true
+			// A graph may be unnamed (a text without a graph statement, or
+			// NewBuilder("")); Format writes that name as "".
+			if t := p.peek(); t.quoted && t.s == "" {
+				p.next()
+				break
+			}
 			name, err := p.name()
 			if err != nil {
 				return nil, err

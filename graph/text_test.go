@@ -211,3 +211,33 @@ func TestHugeShapesAreRefused(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// An unnamed graph (no graph statement, or NewBuilder("")) round-trips: its
+// name is written as "" (the fuzzer found "graph " that did not parse back).
+func TestUnnamedGraphRoundTrips(t *testing.T) {
+	b := NewBuilder("")
+	b.Output(b.Neg(b.Input("x", Float32, 2)))
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := Format(g)
+	if !strings.Contains(text, "\ngraph \"\"\n") {
+		t.Fatalf("unnamed graph written as:\n%s", text)
+	}
+	g2, err := Parse(text)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, text)
+	}
+	if g2.Name != "" || Format(g2) != text {
+		t.Fatalf("round trip gave %q:\n%s", g2.Name, Format(g2))
+	}
+	noStatement := "flashgraph 1\ninput x: float32[2]\nnode n = Neg(x) -> n: float32[2]\noutput n\n"
+	g3, err := Parse(noStatement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Parse(Format(g3)); err != nil {
+		t.Fatalf("graph without a graph statement does not round-trip: %v", err)
+	}
+}
