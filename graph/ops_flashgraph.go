@@ -34,6 +34,11 @@ func AttentionDims(q, k, v Shape) (bh, sq, sk, d int, err error) {
 	if k[r-2] != v[r-2] {
 		return 0, 0, 0, 0, fmt.Errorf("K and V lengths differ: %v vs %v", k, v)
 	}
+	if q[r-1] == 0 {
+		// Kernels tile over D (flashattn refuses d=0); an attention over
+		// 0-wide heads stays composed.
+		return 0, 0, 0, 0, fmt.Errorf("head dim D is 0: %v", q)
+	}
 	return q[:r-2].Numel(), q[r-2], k[r-2], q[r-1], nil
 }
 

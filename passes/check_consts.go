@@ -19,6 +19,9 @@ func (CheckConsts) Name() string { return PassCheckConsts }
 
 // Run returns g itself, or an error naming the first bad const.
 func (CheckConsts) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
+	if g == nil {
+		return nil, errNilGraph
+	}
 	for _, c := range g.Consts {
 		if c.Init == nil {
 			return nil, fmt.Errorf("const %s has no recipe", c.Name)

@@ -19,6 +19,9 @@ func (DCE) Name() string { return PassDCE }
 
 // Run returns g itself when nothing is dead.
 func (DCE) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
+	if g == nil {
+		return nil, errNilGraph
+	}
 	live := make(map[*graph.Value]bool, len(g.Nodes))
 	for _, o := range g.Outputs {
 		live[o] = true

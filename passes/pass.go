@@ -10,6 +10,7 @@
 package passes
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -28,6 +29,9 @@ type Pass interface {
 	// log, which may be nil.
 	Run(g *graph.Graph, log *Log) (*graph.Graph, error)
 }
+
+// errNilGraph is what every pass of this package returns for a nil graph.
+var errNilGraph = errors.New("passes: nil graph")
 
 // Pass names of this package.
 const (
@@ -154,7 +158,7 @@ func (p Pipeline) dumps(pass string) bool {
 // Run applies the passes in order. It never modifies g.
 func (p Pipeline) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if g == nil {
-		return nil, fmt.Errorf("passes: nil graph")
+		return nil, errNilGraph
 	}
 	for _, n := range p.DumpAfter {
 		if _, known := registry[n]; !known && n != "all" && n != "*" && !slices.Contains(p.PassNames(), n) {

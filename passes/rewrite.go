@@ -158,6 +158,9 @@ func (p *RulePass) Name() string { return p.PassName }
 
 // Run rewrites a clone of g to a fixpoint of the rules.
 func (p *RulePass) Run(g *graph.Graph, log *Log) (out *graph.Graph, err error) {
+	if g == nil {
+		return nil, errNilGraph
+	}
 	// A rule that panics on a graph it did not foresee is a bug, but the
 	// compile reports it instead of crashing; g itself is never modified.
 	defer func() {
