@@ -220,7 +220,7 @@ func ParseFile(file, text string) (*Graph, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err == nil && p.pos < len(p.toks) {
+		if p.pos < len(p.toks) {
 			return nil, p.errf("unexpected %q at end of line", p.toks[p.pos].s)
 		}
 	}
@@ -343,6 +343,19 @@ func (p *parser) word() (string, error) {
 		return "", p.errf("want a word, got %q", t.s)
 	}
 	return t.s, nil
+}
+
+// number reads a float literal (FormatFloat's or formatNum's form).
+func (p *parser) number() (float64, error) {
+	w, err := p.word()
+	if err != nil {
+		return 0, err
+	}
+	v, err := ParseFloatLit(w)
+	if err != nil {
+		return 0, p.errf("%v", err)
+	}
+	return v, nil
 }
 
 // typ reads dtype[d,d,...].
@@ -475,28 +488,24 @@ func (p *parser) init() (Init, error) {
 		return Init{}, err
 	}
 	err = p.list(")", func() error {
-		w, err := p.word()
-		if err != nil {
-			return err
-		}
 		if fn == "literal" {
-			v, err := ParseFloatLit(w)
+			v, err := p.number()
 			if err != nil {
-				return p.errf("%v", err)
+				return err
 			}
 			in.Data = append(in.Data, v)
 			return nil
 		}
+		w, err := p.word()
+		if err != nil {
+			return err
+		}
 		if err := p.expect("="); err != nil {
 			return err
 		}
-		num, err := p.word()
+		v, err := p.number()
 		if err != nil {
 			return err
-		}
-		v, err := ParseFloatLit(num)
-		if err != nil {
-			return p.errf("%v", err)
 		}
 		if in.Args == nil {
 			in.Args = map[string]float64{}
@@ -657,13 +666,9 @@ func (p *parser) attr(kind AttrKind) (Attr, error) {
 		}
 		return Int(v), nil
 	case AttrFloat:
-		w, err := p.word()
+		v, err := p.number()
 		if err != nil {
 			return Attr{}, err
-		}
-		v, err := ParseFloatLit(w)
-		if err != nil {
-			return Attr{}, p.errf("%v", err)
 		}
 		return Float(v), nil
 	case AttrInts:
@@ -678,16 +683,9 @@ func (p *parser) attr(kind AttrKind) (Attr, error) {
 		}
 		out := []float64{}
 		err := p.list("]", func() error {
-			w, err := p.word()
-			if err != nil {
-				return err
-			}
-			v, err := ParseFloatLit(w)
-			if err != nil {
-				return p.errf("%v", err)
-			}
+			v, err := p.number()
 			out = append(out, v)
-			return nil
+			return err
 		})
 		return Floats(out...), err
 	}
