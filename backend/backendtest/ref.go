@@ -508,7 +508,7 @@ func roundTo(dt graph.DType, v float64) float64 {
 func refAttention(q, k, v *arr, scale float64, causal bool) (y, lse, probs *arr) {
 	r := q.rank()
 	sq, d, sk := q.shape[r-2], q.shape[r-1], k.shape[r-2]
-	heads := len(q.data) / (sq * d)
+	heads := graph.Shape(q.shape[:r-2]).Numel() // not len(q.data)/(Sq·D): Sq may be 0
 	y = newArr(q.shape...)
 	lse = newArr(q.shape[:r-1]...)
 	probs = newArr(heads, sq, sk)
@@ -552,7 +552,7 @@ func refAttentionGrad(q, k, v, dy *arr, scale float64, causal bool) (dq, dk, dv 
 	_, _, p := refAttention(q, k, v, scale, causal)
 	r := q.rank()
 	sq, d, sk := q.shape[r-2], q.shape[r-1], k.shape[r-2]
-	heads := len(q.data) / (sq * d)
+	heads := graph.Shape(q.shape[:r-2]).Numel() // not len(q.data)/(Sq·D): Sq may be 0
 	dq, dk, dv = newArr(q.shape...), newArr(k.shape...), newArr(v.shape...)
 	for h := range heads {
 		for i := range sq {
@@ -600,7 +600,7 @@ func (a *arr) String() string { return fmt.Sprintf("%v%v", a.shape, a.data) }
 func refAttentionGradFrom(q, k, v, y, lse, dy *arr, scale float64, causal bool) (dq, dk, dv *arr) {
 	r := q.rank()
 	sq, d, sk := q.shape[r-2], q.shape[r-1], k.shape[r-2]
-	heads := len(q.data) / (sq * d)
+	heads := graph.Shape(q.shape[:r-2]).Numel() // not len(q.data)/(Sq·D): Sq may be 0
 	dq, dk, dv = newArr(q.shape...), newArr(k.shape...), newArr(v.shape...)
 	for h := range heads {
 		for i := range sq {

@@ -22,6 +22,8 @@ package cpu
 import (
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/flashgraph/flashgraph/backend"
@@ -151,7 +153,7 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		isUpdate[from] = true
 	}
 	// Map iteration order is random; apply updates in a fixed order.
-	sortUpdates(e.updates)
+	slices.SortFunc(e.updates, func(a, b update) int { return strings.Compare(a.name, b.name) })
 	seen := map[*graph.Value]bool{}
 	for _, v := range g.Outputs {
 		if !isUpdate[v.Name] && !seen[v] {
@@ -161,14 +163,6 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 	}
 	e.planLiveness()
 	return e, nil
-}
-
-func sortUpdates(u []update) {
-	for i := 1; i < len(u); i++ {
-		for j := i; j > 0 && u[j].name < u[j-1].name; j-- {
-			u[j], u[j-1] = u[j-1], u[j]
-		}
-	}
 }
 
 // planLiveness records, for each step, the intermediates that die there, and
