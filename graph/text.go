@@ -236,6 +236,14 @@ func ParseFile(file, text string) (*Graph, error) {
 	return p.g, nil
 }
 
+// describe names a token in an error; the empty token is the end of the line.
+func (t token) describe() string {
+	if t.s == "" && !t.quoted {
+		return "end of line"
+	}
+	return strconv.Quote(t.s)
+}
+
 type token struct {
 	s      string
 	quoted bool // a string literal: a name, or a string attribute
@@ -329,7 +337,7 @@ func (p *parser) expect(s string) error {
 func (p *parser) name() (string, error) {
 	t := p.next()
 	if t.punct || t.s == "" {
-		return "", p.errf("want a name, got %q", t.s)
+		return "", p.errf("want a name, got %s", t.describe())
 	}
 	if !validName(t.s) {
 		return "", p.errf("invalid name %q", t.s)
@@ -340,7 +348,7 @@ func (p *parser) name() (string, error) {
 func (p *parser) word() (string, error) {
 	t := p.next()
 	if t.punct || t.quoted || t.s == "" {
-		return "", p.errf("want a word, got %q", t.s)
+		return "", p.errf("want a word, got %s", t.describe())
 	}
 	return t.s, nil
 }
@@ -558,7 +566,7 @@ func (p *parser) node() error {
 			return nil
 		}
 		if t.punct || t.s == "" {
-			return p.errf("want an input name, got %q", t.s)
+			return p.errf("want an input name, got %s", t.describe())
 		}
 		v, ok := p.vals[t.s]
 		if !ok {

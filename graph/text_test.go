@@ -241,3 +241,16 @@ func TestUnnamedGraphRoundTrips(t *testing.T) {
 		t.Fatalf("graph without a graph statement does not round-trip: %v", err)
 	}
 }
+
+func TestTruncatedLinesSayEndOfLine(t *testing.T) {
+	for _, text := range []string{
+		"flashgraph 1\ngraph g\ninput x: float32[2]\nnode n = Neg(x) -> n:",
+		"flashgraph 1\ngraph g\ninput x: float32[2]\nnode n = Neg(x,",
+		"flashgraph 1\ngraph g\ninput",
+	} {
+		_, err := Parse(text)
+		if err == nil || !strings.Contains(err.Error(), "got end of line") {
+			t.Errorf("%q: %v", text, err)
+		}
+	}
+}
