@@ -50,7 +50,7 @@ var attentionAttrs = []AttrSpec{
 func init() {
 	register(&OpSpec{
 		Name: "FlashAttention", Domain: DomainFlashgraph,
-		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale)",
+		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale); a row with no visible key gives Y = 0, L = +inf",
 		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs,
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in); err != nil {

@@ -528,6 +528,12 @@ func refAttention(q, k, v *arr, scale float64, causal bool) (y, lse, probs *arr)
 				s[j] = scale * dot
 				mx = math.Max(mx, s[j])
 			}
+			if math.IsInf(mx, -1) {
+				// No visible key: Y = 0 and, by the op's definition, L = +inf
+				// (so that the backward's exp(S − L) is 0, not NaN).
+				lse.data[h*sq+i] = math.Inf(1)
+				continue
+			}
 			var sum float64
 			for j := range sk {
 				sum += math.Exp(s[j] - mx)
