@@ -645,6 +645,17 @@ func (c *opCtx) input(i int) *entry {
 	return nil
 }
 
+// need is value for an input the op requires: an omitted one (an empty
+// name, or too few inputs) is an error naming the node, not a nil value.
+func (c *opCtx) need(i int) (*graph.Value, error) {
+	v, err := c.value(i)
+	if err == nil && v == nil {
+		return nil, c.errf("input %d is required but omitted", i)
+	}
+	return v, err
+}
+
+// value returns input i, or nil for an omitted optional input.
 func (c *opCtx) value(i int) (*graph.Value, error) {
 	e := c.input(i)
 	if e == nil {

@@ -133,7 +133,7 @@ func direct(op string) handler {
 // importPow converts a constant exponent to the base's type (opset 12 allows
 // them to differ; our Pow does not) when that is exact.
 func importPow(c *opCtx) error {
-	base, err := c.value(0)
+	base, err := c.need(0)
 	if err != nil || base == nil {
 		return err
 	}
@@ -183,7 +183,7 @@ func importCast(c *opCtx) error {
 	if !ok {
 		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -228,7 +228,7 @@ func importReduce(since int64) handler {
 			return err
 		}
 		attrs := graph.Attrs{"keepdims": graph.Int(keep)}
-		x, err := c.value(0)
+		x, err := c.need(0)
 		if err != nil {
 			return err
 		}
@@ -278,7 +278,7 @@ func importSoftmax(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -327,7 +327,7 @@ func importSCELoss(c *opCtx) error {
 	if c.outputUsed(1) {
 		return c.errf("the log_prob output is not supported")
 	}
-	scores, err := c.value(0)
+	scores, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -340,7 +340,7 @@ func importSCELoss(c *opCtx) error {
 	} else if s := scores.Type.Shape; c.has("ignore_index") && s.Rank() == 2 && ign >= 0 && ign < int64(s[1]) {
 		return c.errf("ignore_index %d is a class index; not supported", ign)
 	}
-	labels, err := c.value(1)
+	labels, err := c.need(1)
 	if err != nil {
 		return err
 	}
@@ -358,7 +358,7 @@ func importTranspose(c *opCtx) error {
 	if ok {
 		attrs["perm"] = graph.Ints(perm...)
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -421,7 +421,7 @@ func importSlice(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -493,7 +493,7 @@ func (c *opCtx) axesValue(i int, since int64) (*graph.Value, error) {
 }
 
 func importUnsqueeze(c *opCtx) error {
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -509,7 +509,7 @@ func importUnsqueeze(c *opCtx) error {
 }
 
 func importSqueeze(c *opCtx) error {
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -531,7 +531,7 @@ func importGather(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	data, err := c.value(0)
+	data, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -579,7 +579,7 @@ func importSplit(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -681,7 +681,7 @@ func importLayerNorm(c *opCtx) error {
 	if c.outputUsed(1) || c.outputUsed(2) {
 		return c.errf("the Mean and InvStdDev outputs are not supported")
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
@@ -703,7 +703,7 @@ func importLayerNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	scale, err := c.value(1)
+	scale, err := c.need(1)
 	if err != nil {
 		return err
 	}
@@ -767,7 +767,7 @@ func importGelu(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	x, err := c.value(0)
+	x, err := c.need(0)
 	if err != nil {
 		return err
 	}
