@@ -170,14 +170,7 @@ func (t *Trainer) LR() float64 { return t.sched.LR(t.step) }
 // non-finite loss is an error and does not count as a step; the executable's
 // weights are then damaged and the run must restart from a checkpoint.
 func (t *Trainer) Step() (float64, error) {
-	tokens, targets := t.train.Batch(t.step)
-	lr := graph.NewTensor(t.lrDType, graph.Shape{})
-	lr.Set(0, t.sched.LR(t.step))
-	st := graph.NewTensor(t.stepDType, graph.Shape{})
-	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
-	out, err := t.exec.Run(map[string]*graph.Tensor{
-		"tokens": tokens, "targets": targets, t.Graphs.Step.LR: lr, t.Graphs.Step.Step: st,
-	})
+	out, err := t.exec.Run(t.StepFeeds())
 	if err != nil {
 		return 0, fmt.Errorf("train: step %d: %w", t.step+1, err)
 	}

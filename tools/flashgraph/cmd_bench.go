@@ -378,6 +378,11 @@ func parseMemShapes(s string) ([]memShape, error) {
 }
 
 func runBench(args []string, stdout, stderr io.Writer) error {
+	for _, a := range args {
+		if a == "-train" || a == "--train" || a == "-train=true" || a == "--train=true" {
+			return runBenchTrain(args, stdout, stderr)
+		}
+	}
 	fs := newFlags("bench", "",
 		"Times, in one run on one GPU and on the same bf16 inputs, attention forward and backward\n"+
 			"three ways: our fused kernels (FlashForward/FlashBackward), our composed path (the unfused\n"+

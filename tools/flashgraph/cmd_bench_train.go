@@ -1,0 +1,291 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/train"
+)
+
+// trainBenchRow is one line of the training-throughput table (and of -json).
+type trainBenchRow struct {
+	Kind         string   `json:"kind"` // "train_step"
+	Impl         string   `json:"impl"` // flashgraph, torch-eager, torch-compile
+	Config       string   `json:"config"`
+	B            int      `json:"B"`
+	S            int      `json:"S"`
+	DType        string   `json:"dtype"`
+	StepMs       *float64 `json:"step_ms"`
+	TokS         *float64 `json:"tok_s"`
+	PeakMemBytes *int64   `json:"peak_mem_bytes"`
+	Loss         *float64 `json:"loss"`
+	CompileS     *float64 `json:"compile_s,omitempty"`
+	GPU          string   `json:"gpu,omitempty"`
+	Torch        string   `json:"torch,omitempty"`
+	Error        *string  `json:"error"`
+}
+
+// runBenchTrain is `flashgraph bench -train`: our training step against the
+// same model in PyTorch eager and torch.compile, on the same shapes, in one
+// process and one table.
+func runBenchTrain(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("bench -train", "",
+		"Times the whole training step (forward, backward, AdamW) of a model config on the GPU and,\n"+
+			"through tools/reference/train_bench.py, the same model in PyTorch eager and torch.compile\n"+
+			"(SDPA attention, fused AdamW, float32 master weights). Prints one table: tokens/s, step ms,\n"+
+			"peak device memory and the ratios. -profile adds where our step's time goes, per op type.", stderr)
+	fs.Bool("train", true, "the training-step benchmark (this table)")
+	cfgName := fs.String("config", "gpt2", "model config: "+strings.Join(model.Names(), ", "))
+	batch := fs.Int("batch", 0, "batch size (0: the config's)")
+	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
+	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
+	warmup := fs.Int("warmup", 5, "untimed steps first")
+	steps := fs.Int("steps", 30, "timed steps")
+	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
+	top := fs.Int("top", 20, "with -profile: how many of the slowest nodes to list")
+	torchPy := fs.String("torch", "python3", `python3 with PyTorch ("" skips PyTorch)`)
+	reference := fs.String("reference", "tools/reference/train_bench.py", "path of the PyTorch training-step script")
+	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile")
+	jsonOut := fs.String("json", "", "write every row as JSON lines to FILE")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	cfg, err := model.Lookup(*cfgName)
+	if err != nil {
+		return err
+	}
+	if *batch < 0 || *warmup < 0 || *steps < 1 || *top < 0 {
+		return errors.New("-batch and -warmup must be at least 0, -steps at least 1, -top at least 0")
+	}
+	if *batch > 0 {
+		cfg.Batch = *batch
+	}
+	bf16 := false
+	switch strings.ToLower(*dtypeFlag) {
+	case "bf16", "bfloat16":
+		bf16 = true
+	case "f32", "fp32", "float32":
+	default:
+		return fmt.Errorf("-dtype %q: want bf16 or f32", *dtypeFlag)
+	}
+	dtName := map[bool]string{true: "bfloat16", false: "float32"}[bf16]
+	if *jsonOut != "" {
+		if err := train.WriteFileAtomic(*jsonOut, func(io.Writer) error { return nil }); err != nil {
+			return fmt.Errorf("-json %s: %w", *jsonOut, err)
+		}
+	}
+	if err := cuda.Available(); err != nil {
+		return fmt.Errorf("bench -train needs -device cuda: %v", err)
+	}
+
+	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, *fuse, *warmup, *steps, *profile)
+	if err != nil {
+		return err
+	}
+	ours.DType = dtName
+	rows := []trainBenchRow{ours}
+	if *torchPy != "" {
+		tr, terr := runTorchTrainBench(stderr, *torchPy, *reference, cfg, dtName, *torchModes, *warmup, *steps)
+		rows = append(rows, tr...)
+		if terr != nil {
+			fmt.Fprintf(stderr, "bench: PyTorch reference: %v\n", terr)
+		}
+	}
+	printTrainTable(stdout, rows)
+	if prof != nil {
+		printProfile(stdout, prof, *top)
+	}
+	if *jsonOut != "" {
+		return train.WriteFileAtomic(*jsonOut, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			for _, r := range rows {
+				if err := enc.Encode(r); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// benchOurTrainStep compiles cfg's training step on the GPU and times
+// Trainer.Step (the loop `train` runs: upload the batch, run, read the
+// loss back) over random bytes.
+func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
+	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
+	be, err := newCUDABackend(bf16)
+	if err != nil {
+		return row, nil, fmt.Errorf("bench -train needs -device cuda: %w", err)
+	}
+	defer be.Close()
+	cb, ok := be.(*cuda.Backend)
+	if !ok {
+		return row, nil, errors.New("cuda.NewBackend did not return a *cuda.Backend")
+	}
+	d := cb.Device()
+	row.GPU = d.Name()
+	// Random bytes: the data does not change the step's time, and the bench
+	// must not depend on a corpus being present.
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, max(1<<20, 4*cfg.Batch*(cfg.Seq+1)))
+	for i := range data {
+		data[i] = byte(rng.IntN(256))
+	}
+	corpus := &train.Corpus{Source: "random bytes", Train: data, Val: data[:len(data)/8]}
+	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1}
+	free0, _, err := d.MemInfo()
+	if err != nil {
+		return row, nil, err
+	}
+	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
+		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, d.Name())
+	t0 := time.Now()
+	tr, err := train.NewTrainer(be, cfg, fuse, hyper, corpus)
+	if err != nil {
+		return row, nil, err
+	}
+	defer tr.Close()
+	fmt.Fprintf(stderr, "bench: compiled in %.1fs; %d warm-up steps, %d timed\n", time.Since(t0).Seconds(), warmup, steps)
+	for range warmup {
+		if _, err := tr.Step(); err != nil {
+			return row, nil, err
+		}
+	}
+	var loss float64
+	start := time.Now()
+	for range steps {
+		if loss, err = tr.Step(); err != nil {
+			return row, nil, err
+		}
+	}
+	ms := float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
+	free1, _, err := d.MemInfo()
+	if err != nil {
+		return row, nil, err
+	}
+	row.StepMs, row.TokS, row.Loss = fptr(ms), fptr(float64(cfg.Batch*cfg.Seq)/(ms*1e-3)), fptr(loss)
+	row.PeakMemBytes = iptr(int64(free0) - int64(free1))
+	var prof []cuda.NodeTime
+	if profile {
+		p, ok := tr.Executable().(cuda.Profiler)
+		if !ok {
+			return row, nil, errors.New("the CUDA executable cannot be profiled")
+		}
+		for range 2 { // the first run warms the events up; keep the second
+			if prof, err = p.Profile(tr.StepFeeds()); err != nil {
+				return row, nil, err
+			}
+		}
+	}
+	return row, prof, nil
+}
+
+// runTorchTrainBench runs tools/reference/train_bench.py and reads its rows.
+func runTorchTrainBench(stderr io.Writer, py, script string, cfg model.Config, dtype, modes string, warmup, steps int) ([]trainBenchRow, error) {
+	if _, err := os.Stat(script); err != nil {
+		return nil, fmt.Errorf("-reference %s: %w (run from the repository root, or pass -reference)", script, err)
+	}
+	args := []string{script, "--config", cfg.Name, "--batch", strconv.Itoa(cfg.Batch), "--seq", strconv.Itoa(cfg.Seq),
+		"--dtype", dtype, "--modes", modes, "--warmup", strconv.Itoa(max(1, warmup)), "--steps", strconv.Itoa(steps)}
+	fmt.Fprintf(stderr, "bench: %s %s\n", py, strings.Join(args, " "))
+	cmd := exec.Command(py, args...)
+	cmd.Stderr = stderr
+	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
+	out, runErr := cmd.Output()
+	var rows []trainBenchRow
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var r trainBenchRow
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			return rows, fmt.Errorf("%s: bad output line %q: %w", script, line, err)
+		}
+		r.Kind = "train_step"
+		rows = append(rows, r)
+	}
+	if runErr != nil {
+		return rows, fmt.Errorf("%s %s: %w", py, script, runErr)
+	}
+	return rows, nil
+}
+
+func printTrainTable(w io.Writer, rows []trainBenchRow) {
+	ref := map[string]float64{}
+	for _, r := range rows {
+		if r.TokS != nil {
+			ref[r.Impl] = *r.TokS
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "impl\tconfig\tB×S\tdtype\ttok/s\tstep ms\tpeak mem\tvs eager\tvs compile\t")
+	for _, r := range rows {
+		tok, ms, mem, ve, vc := "-", "-", "-", "-", "-"
+		if r.TokS != nil {
+			tok = fmt.Sprintf("%.1fk", *r.TokS/1e3)
+			if e := ref["torch-eager"]; e > 0 {
+				ve = fmt.Sprintf("%.2f×", *r.TokS/e)
+			}
+			if c := ref["torch-compile"]; c > 0 {
+				vc = fmt.Sprintf("%.2f×", *r.TokS/c)
+			}
+		}
+		if r.StepMs != nil {
+			ms = fmt.Sprintf("%.2f", *r.StepMs)
+		}
+		if r.PeakMemBytes != nil {
+			mem = cuda.FormatBytes(*r.PeakMemBytes)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d×%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Impl, r.Config, r.B, r.S, r.DType, tok, ms, mem, ve, vc)
+	}
+	tw.Flush()
+	for _, r := range rows {
+		if r.Error != nil {
+			fmt.Fprintf(w, "%s: %s\n", r.Impl, *r.Error)
+		}
+	}
+	fmt.Fprintln(w, "peak mem: flashgraph = device memory the compiled step took (cuMemGetInfo before compiling vs after the timed steps); torch = max_memory_allocated")
+}
+
+// printProfile prints one profiled step: time per op type, then the slowest nodes.
+func printProfile(w io.Writer, times []cuda.NodeTime, top int) {
+	total := 0.0
+	for _, t := range times {
+		total += t.Ms
+	}
+	fmt.Fprintf(w, "\nprofile of one step: %.2f ms of device time over %d nodes\n", total, len(times))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "op\tnodes\tms\tshare\t")
+	for _, o := range cuda.ByOp(times) {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f\t%.1f%%\t\n", o.Op, o.Nodes, o.Ms, 100*o.Ms/total)
+	}
+	tw.Flush()
+	if top == 0 {
+		return
+	}
+	sorted := append([]cuda.NodeTime(nil), times...)
+	sort.SliceStable(sorted, func(a, b int) bool { return sorted[a].Ms > sorted[b].Ms })
+	fmt.Fprintf(w, "\nslowest %d nodes\n", min(top, len(sorted)))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "node\top\tms\t")
+	for _, t := range sorted[:min(top, len(sorted))] {
+		fmt.Fprintf(tw, "%s\t%s\t%.3f\t\n", t.Node, t.Op, t.Ms)
+	}
+	tw.Flush()
+}
