@@ -465,7 +465,7 @@ __device__ void reduce_rows_impl(RED_PARAMS)
 // elements (blockIdx.y), walked in order (for reductions over outer axes:
 // neighbouring threads read neighbouring addresses). Chunk c writes element
 // c*nout + o of y: with several chunks y is a partials buffer that a second
-// reduce_cols pass sums, in chunk order.
+// pass (reduce_rows over the chunk axis, a block per output) sums.
 template <typename A>
 __device__ void reduce_cols_impl(RED_PARAMS)
 {

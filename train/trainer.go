@@ -45,7 +45,8 @@ type Graphs struct {
 }
 
 // BuildGraphs builds cfg's forward graph, fuses its attention when fuse is
-// set, and derives the training step from it. Fusing before differentiating
+// set, and derives the training step from it (with its elementwise chains
+// fused too when fuse is set). Fusing before differentiating
 // is what gives the backward pass FlashAttentionGrad (scores recomputed from
 // the saved logsumexp) instead of the S×S softmax backward.
 func BuildGraphs(cfg model.Config, fuse bool, h Hyper) (*Graphs, error) {
@@ -61,6 +62,13 @@ func BuildGraphs(cfg model.Config, fuse bool, h Hyper) (*Graphs, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if fuse {
+		// Elementwise fusion runs on the finished step (it has no gradient
+		// rules); it changes how the step runs, not what it computes.
+		if ts.Graph, err = (passes.FuseElementwise{}).Run(ts.Graph, nil); err != nil {
+			return nil, err
+		}
 	}
 	return &Graphs{Forward: fwd, Step: ts}, nil
 }

@@ -26,8 +26,9 @@ func init() {
 		"Neg": unaryKernel(uNeg), "Sqrt": unaryKernel(uSqrt), "Reciprocal": unaryKernel(uRecip),
 		"Exp": unaryKernel(uExp), "Log": unaryKernel(uLog), "Sigmoid": unaryKernel(uSigmoid),
 		"Tanh": unaryKernel(uTanh), "Relu": unaryKernel(uRelu), "Erf": unaryKernel(uErf),
-		"Abs":      unaryKernel(uAbs),
-		"Identity": identityKernel, "Where": whereKernel, "Cast": castKernel, "Equal": equalKernel,
+		"Abs":              unaryKernel(uAbs),
+		"FusedElementwise": fusedKernel,
+		"Identity":         identityKernel, "Where": whereKernel, "Cast": castKernel, "Equal": equalKernel,
 		// matmul.go
 		"MatMul": matmulKernel, "Gemm": gemmKernel,
 		// reduce.go

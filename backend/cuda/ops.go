@@ -28,7 +28,8 @@ func init() {
 		"Neg": lowerUnary(opNeg), "Sqrt": lowerUnary(opSqrt), "Reciprocal": lowerUnary(opRecip),
 		"Exp": lowerUnary(opExp), "Log": lowerUnary(opLog), "Sigmoid": lowerUnary(opSigmoid),
 		"Tanh": lowerUnary(opTanh), "Relu": lowerUnary(opRelu), "Erf": lowerUnary(opErf), "Abs": lowerUnary(opAbs),
-		"Identity": lowerAlias, "Reshape": lowerAlias, "Squeeze": lowerAlias, "Unsqueeze": lowerAlias,
+		"FusedElementwise": lowerFusedElementwise,
+		"Identity":         lowerAlias, "Reshape": lowerAlias, "Squeeze": lowerAlias, "Unsqueeze": lowerAlias,
 		"Cast": lowerCast, "Where": lowerWhere, "Equal": lowerEqual,
 		"Transpose": lowerTranspose, "Slice": lowerSlice, "Expand": lowerExpand, "Concat": lowerConcat,
 		"Gather": lowerGather, "GatherGrad": lowerGatherGrad, "Trilu": lowerTrilu,
@@ -287,11 +288,16 @@ func ewKernel(dts ...graph.DType) string {
 }
 
 // ew launches one elementwise op producing out (contiguous, shape outShape)
-// from up to three operands.
+// from up to three operands. Float work goes through the code generator
+// (fused.go: a kernel specialised to the dtypes and strides); integer work
+// and comparisons through the generic kernels of ops.cu.
 func (c *lowerCtx) ew(op int32, kernel string, out buffer, outShape graph.Shape, ops ...operand) (func() error, error) {
 	n := int64(outShape.Numel())
 	if n == 0 {
 		return nop, nil
+	}
+	if p := generatedEw(op, kernel, out, outShape, ops); p != nil {
+		return c.lowerEwProgram(p)
 	}
 	dims := make([]int64, outShape.Rank())
 	for i, d := range outShape {

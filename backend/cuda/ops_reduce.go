@@ -164,9 +164,12 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The partials are summed by a block per output (a fixed tree, so the
+	// result stays deterministic): one thread per output walking every chunk
+	// in turn left the GPU idle (0.46 ms for a [B,H,S,64] -> [64] sum).
 	args2 := append([]any{rp.op, div, rp.nout, rp.chunks, rp.chunks, part.ptr, dtCode(part.dt), y.ptr, dtCode(y.dt)},
 		redDims([]int64{rp.nout}, []int64{1}, []int64{rp.chunks}, []int64{rp.nout})...)
-	second, err := c.kernel("reduce_cols"+suffix, c.gridFor(rp.nout, 256), block, args2...)
+	second, err := c.kernel("reduce_rows"+suffix, rowGrid(rp.nout), rowBlock(rp.chunks), args2...)
 	if err != nil {
 		return nil, err
 	}

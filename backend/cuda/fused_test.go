@@ -1,0 +1,80 @@
+package cuda
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Every op a FusedElementwise body may use has generated code, for both
+// compute types.
+func TestEwExprCoversFusibleOps(t *testing.T) {
+	for op := range graph.FusibleElementwise {
+		spec, _ := graph.LookupOp(op)
+		_, hi := spec.Arity()
+		args := []string{"x", "y", "z"}[:hi]
+		for _, ct := range []string{"float", "double"} {
+			if _, err := ewExpr(op, ct, args); err != nil {
+				t.Errorf("%s (%s): %v", op, ct, err)
+			}
+		}
+	}
+	if _, err := ewExpr("MatMul", "float", []string{"x", "y"}); err == nil {
+		t.Error("MatMul has no elementwise code, want an error")
+	}
+}
+
+// The generator picks 16-byte vectors only where every operand allows them.
+func TestEwProgramVectorWidth(t *testing.T) {
+	shape := graph.Shape{4, 8, 64}
+	buf := func(dt graph.DType, addr DevicePtr) buffer { return buffer{ptr: addr, dt: dt, n: shape.Numel()} }
+	mul := []graph.FusedStep{{Op: "Mul", Args: []graph.FusedOperand{{Index: 0}, {Index: 1}}}}
+	cases := []struct {
+		name string
+		ins  []operand
+		out  buffer
+		vec  int
+	}{
+		{"bf16 contiguous", []operand{broadcastOperand(buf(graph.BFloat16, 0x1000), shape, shape), broadcastOperand(buf(graph.BFloat16, 0x2000), shape, shape)}, buf(graph.BFloat16, 0x3000), 8},
+		{"f32 contiguous", []operand{broadcastOperand(buf(graph.Float32, 0x1000), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 4},
+		{"f32 with a row broadcast", []operand{broadcastOperand(buf(graph.Float32, 0x1000), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), graph.Shape{4, 8, 1}, shape)}, buf(graph.Float32, 0x3000), 4},
+		{"f32 misaligned input", []operand{broadcastOperand(buf(graph.Float32, 0x1004), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 1},
+		{"f32 transposed input", []operand{{buf: buf(graph.Float32, 0x1000), strides: []int64{64, 256, 1}}, broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 4},
+		{"f32 inner axis strided", []operand{{buf: buf(graph.Float32, 0x1000), strides: []int64{1, 4, 32}}, broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 1},
+		{"f64 input", []operand{broadcastOperand(buf(graph.Float64, 0x1000), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 2},
+	}
+	for _, tc := range cases {
+		p := &ewProgram{shape: shape, ins: tc.ins, steps: mul, outs: []int{0}, obufs: []buffer{tc.out}}
+		src, n, vec, err := p.generate()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n != int64(shape.Numel()) || vec != tc.vec {
+			t.Errorf("%s: n=%d vec=%d, want n=%d vec=%d\n%s", tc.name, n, vec, shape.Numel(), tc.vec, src)
+		}
+		wantCT := "float"
+		if tc.ins[0].buf.dt == graph.Float64 {
+			wantCT = "double"
+		}
+		if !strings.Contains(src, "const "+wantCT+" t0 = a0 * a1;") {
+			t.Errorf("%s: the step is not computed in %s:\n%s", tc.name, wantCT, src)
+		}
+	}
+}
+
+// Integer work and comparisons stay on the generic kernels.
+func TestGeneratedEwLeavesIntegerWork(t *testing.T) {
+	sh := graph.Shape{16}
+	i64 := buffer{dt: graph.Int64, n: 16}
+	f32 := buffer{dt: graph.Float32, n: 16}
+	if generatedEw(opAdd, "ew_i64", i64, sh, []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}) != nil {
+		t.Error("int64 Add went to the generator")
+	}
+	if generatedEw(opEqual, "ew_f32", buffer{dt: graph.Bool, n: 16}, sh, []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}) != nil {
+		t.Error("Equal went to the generator")
+	}
+	if generatedEw(opAdd, "ew_f32", f32, sh, []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}) == nil {
+		t.Error("float32 Add did not go to the generator")
+	}
+}

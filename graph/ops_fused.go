@@ -1,0 +1,195 @@
+package graph
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+)
+
+// FusedElementwise is a chain or tree of elementwise ops run as one node:
+// backends that generate code compute every output element in registers
+// without writing the intermediates. Its meaning is its body, a small
+// program of op-table ops:
+//
+//	body    = "Mul(i0,i1);Sigmoid(i0);Mul(t0,t1)"
+//	outputs = [2]
+//
+// Each ';'-separated step applies one op to operands that are node inputs
+// (iK) or earlier steps (tK), with the op's own broadcasting and types, as
+// if it were a node of its own; the node's outputs are the listed steps, in
+// order. A backend without code generation runs the body op by op (the CPU
+// backend does), so a fused graph means exactly what the unfused one did.
+
+// FusibleElementwise are the ops a body may use: elementwise and without
+// attributes, so a step is fully written as Op(operands).
+var FusibleElementwise = map[string]bool{
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true,
+	"Neg": true, "Sqrt": true, "Reciprocal": true, "Exp": true, "Log": true,
+	"Sigmoid": true, "Tanh": true, "Relu": true, "Erf": true, "Abs": true,
+	"Where": true,
+}
+
+// FusedOperand is one operand of a body step: input Index of the node, or
+// the result of step Index.
+type FusedOperand struct {
+	Step  bool
+	Index int
+}
+
+func (o FusedOperand) String() string {
+	if o.Step {
+		return "t" + strconv.Itoa(o.Index)
+	}
+	return "i" + strconv.Itoa(o.Index)
+}
+
+// FusedStep is one step of a body.
+type FusedStep struct {
+	Op   string
+	Args []FusedOperand
+}
+
+// FormatFusedBody writes steps in the body syntax ParseFusedBody reads.
+func FormatFusedBody(steps []FusedStep) string {
+	var sb strings.Builder
+	for k, s := range steps {
+		if k > 0 {
+			sb.WriteByte(';')
+		}
+		sb.WriteString(s.Op)
+		sb.WriteByte('(')
+		for j, a := range s.Args {
+			if j > 0 {
+				sb.WriteByte(',')
+			}
+			sb.WriteString(a.String())
+		}
+		sb.WriteByte(')')
+	}
+	return sb.String()
+}
+
+// ParseFusedBody reads a body over nIn node inputs, checking every step's op
+// and operands (a step may only read inputs and earlier steps).
+func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
+	if body == "" {
+		return nil, fmt.Errorf("empty body")
+	}
+	var steps []FusedStep
+	for k, text := range strings.Split(body, ";") {
+		open := strings.IndexByte(text, '(')
+		if open <= 0 || !strings.HasSuffix(text, ")") {
+			return nil, fmt.Errorf("step %d %q: want Op(operands)", k, text)
+		}
+		op := text[:open]
+		if !FusibleElementwise[op] {
+			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops without attributes)", k, op)
+		}
+		s := FusedStep{Op: op}
+		for _, a := range strings.Split(text[open+1:len(text)-1], ",") {
+			if len(a) < 2 || (a[0] != 'i' && a[0] != 't') {
+				return nil, fmt.Errorf("step %d: operand %q: want iN (input) or tN (step)", k, a)
+			}
+			n, err := strconv.Atoi(a[1:])
+			if err != nil || n < 0 || strconv.Itoa(n) != a[1:] {
+				return nil, fmt.Errorf("step %d: operand %q: bad index", k, a)
+			}
+			o := FusedOperand{Step: a[0] == 't', Index: n}
+			if o.Step && n >= k {
+				return nil, fmt.Errorf("step %d: operand %s is not an earlier step", k, a)
+			}
+			if !o.Step && n >= nIn {
+				return nil, fmt.Errorf("step %d: operand %s: the node has %d inputs", k, a, nIn)
+			}
+			s.Args = append(s.Args, o)
+		}
+		lo, hi := ops[op].Arity()
+		if len(s.Args) < lo || (hi >= 0 && len(s.Args) > hi) {
+			return nil, fmt.Errorf("step %d: %s takes %d operands, got %d", k, op, lo, len(s.Args))
+		}
+		steps = append(steps, s)
+	}
+	return steps, nil
+}
+
+// FusedTypes returns the type of every step of a body over inputs of types
+// in, each inferred by its op's table row.
+func FusedTypes(steps []FusedStep, in []TensorType) ([]TensorType, error) {
+	types := make([]TensorType, len(steps))
+	for k, s := range steps {
+		args := make([]*TensorType, len(s.Args))
+		for j, a := range s.Args {
+			if a.Step {
+				args[j] = &types[a.Index]
+			} else {
+				args[j] = &in[a.Index]
+			}
+		}
+		outs, err := ops[s.Op].Infer(args, Attrs{}, make([]*Tensor, len(args)))
+		if err != nil {
+			return nil, fmt.Errorf("step %d (%s): %w", k, s.Op, err)
+		}
+		types[k] = outs[0]
+	}
+	return types, nil
+}
+
+// fusedInferCache keeps parsed bodies: Verify infers every node again and a
+// training graph has hundreds of fused nodes sharing a few bodies.
+var fusedInferCache sync.Map // body + "\x00" + nIn -> []FusedStep
+
+// FusedBody parses n's body (cached).
+func FusedBody(body string, nIn int) ([]FusedStep, error) {
+	key := body + "\x00" + strconv.Itoa(nIn)
+	if s, ok := fusedInferCache.Load(key); ok {
+		return s.([]FusedStep), nil
+	}
+	steps, err := ParseFusedBody(body, nIn)
+	if err != nil {
+		return nil, err
+	}
+	fusedInferCache.Store(key, steps)
+	return steps, nil
+}
+
+func init() {
+	register(&OpSpec{
+		Name: "FusedElementwise", Domain: DomainFlashgraph,
+		Doc:    "the listed steps of an elementwise body (Op(operands);... over inputs iK and steps tK), computed in one pass",
+		Inputs: []string{"X..."}, Outputs: []string{"Y..."},
+		Attrs: []AttrSpec{
+			{Name: "body", Kind: AttrString, Required: true},
+			{Name: "outputs", Kind: AttrInts, Required: true},
+		},
+		Infer: func(in []*TensorType, attrs Attrs, _ []*Tensor) ([]TensorType, error) {
+			steps, err := FusedBody(attrs["body"].S, len(in))
+			if err != nil {
+				return nil, fmt.Errorf("body: %w", err)
+			}
+			it := make([]TensorType, len(in))
+			for i, t := range in {
+				if t == nil {
+					return nil, fmt.Errorf("input %d is omitted", i)
+				}
+				it[i] = *t
+			}
+			types, err := FusedTypes(steps, it)
+			if err != nil {
+				return nil, fmt.Errorf("body: %w", err)
+			}
+			outIdx := attrs["outputs"].Ints
+			if len(outIdx) == 0 {
+				return nil, fmt.Errorf("outputs lists no step")
+			}
+			res := make([]TensorType, len(outIdx))
+			for k, o := range outIdx {
+				if o < 0 || int(o) >= len(steps) {
+					return nil, fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, len(steps))
+				}
+				res[k] = types[o]
+			}
+			return res, nil
+		},
+	})
+}
