@@ -294,7 +294,7 @@ func (x *executable) build() error {
 				}
 			}
 		}
-		run, err := lower(c)
+		run, err := lower.lower(c)
 		if err != nil {
 			return fmt.Errorf("cuda: node %s (%s): %w", n.Name, n.Op, err)
 		}

@@ -17,34 +17,82 @@ import (
 // caller's goroutine and goes through the public Device API.
 type lowerFn func(c *lowerCtx) (func() error, error)
 
-// lowerings is the one list of CUDA lowerings, keyed by op name; a test
+// scratchFn lists the per-node scratch buffers a lowering takes (with
+// takeScratch), in the order it takes them. It sees only the node's shapes,
+// the storage types the plan chose and the plan's options, so the memory plan
+// (which places the buffers) and the lowering (which takes them) agree.
+type scratchFn func(n *graph.Node, storage func(*graph.Value) graph.DType, opts PlanOptions) []scratchReq
+
+// scratchReq is a per-node scratch buffer, live only while the node runs.
+type scratchReq struct {
+	what  string // the buffer's purpose: the plan names it "<node>/<what>"
+	dt    graph.DType
+	shape graph.Shape
+}
+
+// lowering is everything the CUDA backend knows about one op: how to lower a
+// node of it, and the scratch buffers that lowering takes (nil: none).
+type lowering struct {
+	lower   lowerFn
+	scratch scratchFn
+}
+
+// lowerings is the one table of CUDA lowerings, keyed by op name; a test
 // checks that every op of the op table has one.
-var lowerings map[string]lowerFn
+var lowerings map[string]lowering
 
 func init() {
-	lowerings = map[string]lowerFn{
-		"Add": lowerBinary(opAdd), "Sub": lowerBinary(opSub), "Mul": lowerBinary(opMul),
-		"Div": lowerBinary(opDiv), "Pow": lowerBinary(opPow),
-		"Neg": lowerUnary(opNeg), "Sqrt": lowerUnary(opSqrt), "Reciprocal": lowerUnary(opRecip),
-		"Exp": lowerUnary(opExp), "Log": lowerUnary(opLog), "Sigmoid": lowerUnary(opSigmoid),
-		"Tanh": lowerUnary(opTanh), "Relu": lowerUnary(opRelu), "Erf": lowerUnary(opErf), "Abs": lowerUnary(opAbs),
-		"Identity": lowerAlias, "Reshape": lowerAlias, "Squeeze": lowerAlias, "Unsqueeze": lowerAlias,
-		"Cast": lowerCast, "Where": lowerWhere, "Equal": lowerEqual,
-		"Transpose": lowerTranspose, "Slice": lowerSlice, "Expand": lowerExpand, "Concat": lowerConcat,
-		"Gather": lowerGather, "GatherGrad": lowerGatherGrad, "Trilu": lowerTrilu,
-		"ReduceSum": lowerReduce, "ReduceMean": lowerReduce, "ReduceMax": lowerReduce,
-		"Softmax": lowerSoftmax(0), "LogSoftmax": lowerSoftmax(1), "SoftmaxGrad": lowerSoftmaxGrad,
-		"SoftmaxCrossEntropyLoss": lowerSCELoss, "SoftmaxCrossEntropyLossGrad": lowerSCELossGrad,
-		"MatMul": lowerMatMul, "Gemm": lowerGemm,
-		"FlashAttention": lowerFlashAttention, "FlashAttentionGrad": lowerFlashAttentionGrad,
-		"AdamW": lowerAdamW,
+	ew := func(f lowerFn) lowering { return lowering{lower: f} }
+	lowerings = map[string]lowering{
+		"Add": ew(lowerBinary(opAdd)), "Sub": ew(lowerBinary(opSub)), "Mul": ew(lowerBinary(opMul)),
+		"Div": ew(lowerBinary(opDiv)), "Pow": ew(lowerBinary(opPow)),
+		"Neg": ew(lowerUnary(opNeg)), "Sqrt": ew(lowerUnary(opSqrt)), "Reciprocal": ew(lowerUnary(opRecip)),
+		"Exp": ew(lowerUnary(opExp)), "Log": ew(lowerUnary(opLog)), "Sigmoid": ew(lowerUnary(opSigmoid)),
+		"Tanh": ew(lowerUnary(opTanh)), "Relu": ew(lowerUnary(opRelu)), "Erf": ew(lowerUnary(opErf)), "Abs": ew(lowerUnary(opAbs)),
+		"Identity": {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
+		"Cast": {lower: lowerCast}, "Where": {lower: lowerWhere}, "Equal": {lower: lowerEqual},
+		"Transpose": {lower: lowerTranspose}, "Slice": {lower: lowerSlice}, "Expand": {lower: lowerExpand}, "Concat": {lower: lowerConcat},
+		"Gather": {lower: lowerGather}, "GatherGrad": {lower: lowerGatherGrad}, "Trilu": {lower: lowerTrilu},
+		"ReduceSum":  {lower: lowerReduce, scratch: reduceScratch},
+		"ReduceMean": {lower: lowerReduce, scratch: reduceScratch},
+		"ReduceMax":  {lower: lowerReduce, scratch: reduceScratch},
+		"Softmax":    {lower: lowerSoftmax(0)}, "LogSoftmax": {lower: lowerSoftmax(1)}, "SoftmaxGrad": {lower: lowerSoftmaxGrad},
+		"SoftmaxCrossEntropyLoss":     {lower: lowerSCELoss, scratch: sceLossScratch},
+		"SoftmaxCrossEntropyLossGrad": {lower: lowerSCELossGrad},
+		"MatMul":                      {lower: lowerMatMul, scratch: gemmScratch},
+		"Gemm":                        {lower: lowerGemm, scratch: gemmScratch},
+		"FlashAttention":              {lower: lowerFlashAttention, scratch: attentionScratch},
+		"FlashAttentionGrad":          {lower: lowerFlashAttentionGrad, scratch: attentionScratch},
+		"AdamW":                       {lower: lowerAdamW},
 	}
 }
 
-// Supported reports whether the CUDA backend lowers op.
-func Supported(op string) bool {
-	_, ok := lowerings[op]
-	return ok
+// scratchFor lists the scratch buffers the lowering of n takes, in order
+// (none for an op without a lowering: the executor reports that).
+func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType, opts PlanOptions) []scratchReq {
+	if l, ok := lowerings[n.Op]; ok && l.scratch != nil {
+		return l.scratch(n, storage, opts)
+	}
+	return nil
+}
+
+// scratchList collects a scratchFn's buffers.
+type scratchList struct {
+	storage func(*graph.Value) graph.DType
+	reqs    []scratchReq
+}
+
+func (l *scratchList) add(what string, dt graph.DType, shape graph.Shape) {
+	l.reqs = append(l.reqs, scratchReq{what, dt, shape})
+}
+
+// cast adds the buffer "<what>.<gt>" holding value v converted to gt, when
+// the plan stores v in another type (mixed precision: a float32 weight
+// multiplied in bfloat16). gemmOperand and gemmResult take these.
+func (l *scratchList) cast(what string, v *graph.Value, gt graph.DType) {
+	if v != nil && l.storage(v) != gt {
+		l.add(what+"."+gt.String(), gt, v.Type.Shape)
+	}
 }
 
 // lowerCtx is what a lowering sees of the executable.
@@ -52,7 +100,7 @@ type lowerCtx struct {
 	x       *executable
 	n       *graph.Node
 	index   int      // the node's position: error codes are index+1
-	scratch []buffer // in scratchFor's order
+	scratch []buffer // in the order the op's scratchFn lists them
 	host    bool     // the run closure calls the public Device API (see lowerFn)
 }
 
@@ -65,7 +113,8 @@ func (c *lowerCtx) dev() *Device     { return c.x.b.dev }
 // hasIn reports whether optional input i is given.
 func (c *lowerCtx) hasIn(i int) bool { return i < len(c.n.Inputs) && c.n.Inputs[i] != nil }
 
-// takeScratch hands out the node's scratch buffers in scratchFor's order.
+// takeScratch hands out the node's scratch buffers in the order its
+// scratchFn lists them.
 func (c *lowerCtx) takeScratch() (buffer, error) {
 	if len(c.scratch) == 0 {
 		return buffer{}, errors.New("internal error: lowering wants more scratch than the plan gave")

@@ -73,6 +73,17 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 	return seq(calls...), nil
 }
 
+// gemmScratch: MatMul and Gemm multiply in gemmType of their output's
+// storage; an operand stored in another type is converted into scratch
+// first (gemmOperand).
+func gemmScratch(n *graph.Node, storage func(*graph.Value) graph.DType, _ PlanOptions) []scratchReq {
+	l := scratchList{storage: storage}
+	gt := gemmType(storage(n.Outputs[0]))
+	l.cast("A", n.Inputs[0], gt)
+	l.cast("B", n.Inputs[1], gt)
+	return l.reqs
+}
+
 // gemmOperand returns v's buffer in GEMM type gt: the buffer itself, or a
 // scratch buffer and the conversion that fills it (mixed precision: a
 // float32 weight multiplied in bfloat16).
