@@ -200,21 +200,33 @@ func seq(fns ...func() error) func() error {
 
 func nop() error { return nil }
 
-// dtCode is a storage type's code in ops.cu (DT_*).
-func dtCode(dt graph.DType) int32 {
-	switch dt {
-	case graph.Float32:
-		return 0
-	case graph.Float64:
-		return 1
-	case graph.BFloat16:
-		return 2
-	case graph.Float16:
-		return 3
-	case graph.Int64:
-		return 4
+// kernelDTypes are the storage type codes of ops.cu: a type's code is its
+// index, and define names the #define holding it there (a test checks that
+// the two files agree, without a GPU).
+var kernelDTypes = [...]struct {
+	dt     graph.DType
+	define string
+}{
+	{graph.Float32, "DT_F32"}, {graph.Float64, "DT_F64"}, {graph.BFloat16, "DT_BF16"},
+	{graph.Float16, "DT_F16"}, {graph.Int64, "DT_I64"}, {graph.Bool, "DT_BOOL"},
+}
+
+// dtCodes maps each type of kernelDTypes to its code.
+var dtCodes = func() map[graph.DType]int32 {
+	m := map[graph.DType]int32{}
+	for i, k := range kernelDTypes {
+		m[k.dt] = int32(i)
 	}
-	return 5 // bool
+	return m
+}()
+
+// dtCode is a storage type's code in ops.cu (DT_*). Every graph dtype has
+// one (a test checks); anything else reads as bool.
+func dtCode(dt graph.DType) int32 {
+	if c, ok := dtCodes[dt]; ok {
+		return c
+	}
+	return dtCodes[graph.Bool]
 }
 
 func is16(dt graph.DType) bool { return dt == graph.BFloat16 || dt == graph.Float16 }
@@ -252,8 +264,20 @@ const (
 	opAbs
 	opWhere
 	opEqual
+	numEwOps // not an op: the number of op codes
 )
 
+// ewOpDefines names the #define of each op code in ops.cu (OP_*); a test
+// checks, without a GPU, that every one is defined there with the same value
+// and that ops.cu defines no other.
+var ewOpDefines = [numEwOps]string{
+	opCopy: "OP_COPY", opAdd: "OP_ADD", opSub: "OP_SUB", opMul: "OP_MUL", opDiv: "OP_DIV", opPow: "OP_POW",
+	opNeg: "OP_NEG", opSqrt: "OP_SQRT", opRecip: "OP_RECIP", opExp: "OP_EXP", opLog: "OP_LOG",
+	opSigmoid: "OP_SIGMOID", opTanh: "OP_TANH", opRelu: "OP_RELU", opErf: "OP_ERF", opAbs: "OP_ABS",
+	opWhere: "OP_WHERE", opEqual: "OP_EQUAL",
+}
+
+// maxRank matches MAXR in ops.cu: the most dims an ew kernel indexes.
 const maxRank = 6
 
 // operand is an input of an ew kernel: a buffer read at offset + Σ idx·stride
