@@ -553,7 +553,7 @@ func (ab *AttnBench) runComposed(sh AttnShape, t *AttnTiming) ([][]uint16, error
 // neither.
 func (b *Backend) BenchWarmUp() error {
 	d := b.dev
-	if _, err := d.flashModule(); err != nil {
+	if _, err := d.flashKernels(); err != nil {
 		return err
 	}
 	tmp, err := d.Alloc(3 * 64 * 64 * 2)
