@@ -1,551 +1,92 @@
 package cuda
 
-// Attention benchmark support for `flashgraph bench`: the fused flash kernels
-// (FlashForward, FlashBackward) and the composed attention exactly as the
-// executor lowers the unfused graph, timed on the same device-resident inputs
-// with CUDA events.
-//
-// It lives in package cuda because the composed path is timed by running an
-// executable's steps directly: Run uploads feeds and downloads outputs, and
-// those host transfers (hundreds of MiB) would swamp the kernels being timed.
-// The steps are the executor's own closures, so what is timed is what
-// `flashgraph train` runs for unfused attention, op by op.
+// Hooks for benchmarks (package bench, `flashgraph bench`): they time an
+// executable's steps on device-resident data, because Run uploads feeds and
+// downloads outputs, and those host transfers (hundreds of MiB) would swamp
+// the kernels being timed. The steps are the executor's own closures, so
+// what is timed is what a run executes, op by op.
 
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/rand/v2"
-	"runtime"
-	"slices"
-	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
-	"github.com/flashgraph/flashgraph/passes"
 )
 
-// AttnShape is one attention problem: [B, H, S, D] queries, keys and values.
-type AttnShape struct {
-	B, H, S, D int
-	Causal     bool
+// Steps is a compiled CUDA executable seen step by step: one step per graph
+// node, in run order.
+type Steps struct{ x *executable }
+
+// StepsOf opens an executable compiled by a CUDA Backend.
+func StepsOf(e backend.Executable) (*Steps, error) {
+	x, ok := e.(*executable)
+	if !ok {
+		return nil, fmt.Errorf("cuda: steps of a %T: not a CUDA executable", e)
+	}
+	return &Steps{x: x}, nil
 }
 
-// Elems is the element count of one of Q, K, V, O (B·H·S·D).
-func (s AttnShape) Elems() int { return s.B * s.H * s.S * s.D }
-
-func (s AttnShape) String() string {
-	return fmt.Sprintf("B=%d H=%d S=%d D=%d causal=%v", s.B, s.H, s.S, s.D, s.Causal)
-}
-
-// Names of the values of the composed benchmark graph.
-const (
-	attnLossScope = "loss" // nodes that turn O into a scalar loss (not timed)
-	attnOut       = "o"
-)
-
-// attnInputs are the graph inputs, in AttnBench.in's order: dout is the
-// cotangent of O (the loss is Σ O∘dout, so dL/dO = dout exactly).
-var attnInputs = [4]string{"q", "k", "v", "dout"}
-
-// UnfusedAttentionGraph is the benchmark's composed attention: the pattern
-// model.Build writes (MatMul(Q, Kᵀ) → scale → + causal mask → Softmax →
-// MatMul(·, V)) in bfloat16, followed by loss = ReduceSum(O∘dout) and its
-// gradient with respect to q, k and v from passes.Gradients, i.e. the unfused
-// backward the training graph runs (SoftmaxGrad and cuBLAS GEMMs over the
-// saved S×S probabilities). grads maps q, k, v to their gradient values.
-func UnfusedAttentionGraph(sh AttnShape) (g *graph.Graph, grads map[string]string, err error) {
-	if sh.B < 1 || sh.H < 1 || sh.S < 1 || sh.D < 1 {
-		return nil, nil, fmt.Errorf("attention graph: %v: every dim must be positive", sh)
-	}
-	dt := graph.BFloat16
-	b := graph.NewBuilder(fmt.Sprintf("attention_b%d_h%d_s%d_d%d_c%d", sh.B, sh.H, sh.S, sh.D, boolInt(sh.Causal)))
-	var in [4]*graph.Value
-	for i, name := range attnInputs {
-		in[i] = b.Input(name, dt, sh.B, sh.H, sh.S, sh.D)
-	}
-	s := b.MatMul(in[0], b.Transpose(in[1], 0, 1, 3, 2))
-	s = b.Mul(s, b.Scalar(dt, 1/math.Sqrt(float64(sh.D))))
-	if sh.Causal {
-		s = b.Add(s, b.Const("causal_mask", dt, graph.Shape{sh.S, sh.S}, graph.CausalMask()))
-	}
-	p := b.Softmax(s, -1)
-	o := b.Rename(b.MatMul(p, in[2]), attnOut)
-	b.Push(attnLossScope)
-	loss := b.Rename(b.ReduceSum(b.Mul(o, in[3]), false), "loss")
-	b.Pop()
-	b.Output(o, loss)
-	fwd, err := b.Build()
-	if err != nil {
-		return nil, nil, fmt.Errorf("attention graph: %w", err)
-	}
-	return passes.Gradients(fwd, "loss", attnInputs[:3])
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// attnRanges splits the steps of the compiled benchmark graph into the
-// forward attention [0, fwdEnd), the loss and its seed gradient [fwdEnd,
-// bwdStart) (dL/dO = dout: not part of attention, so not timed) and the
-// attention backward [bwdStart, len). It relies on Gradients appending the
-// backward after every forward node, and naming each backward node
-// "grad/<forward node>/...".
-func attnRanges(nodes []*graph.Node) (fwdEnd, bwdStart int, err error) {
-	fwdEnd, bwdStart = -1, -1
-	lossPrefix := attnLossScope + "/"
-	for i, n := range nodes {
-		name := ""
-		if n != nil {
-			name = n.Name
-		}
-		switch {
-		case fwdEnd < 0 && strings.HasPrefix(name, lossPrefix):
-			fwdEnd = i
-		case fwdEnd >= 0 && bwdStart < 0 && strings.HasPrefix(name, "grad/") && !strings.HasPrefix(name, "grad/"+lossPrefix):
-			bwdStart = i
-		}
-	}
-	if fwdEnd < 1 || bwdStart <= fwdEnd {
-		return 0, 0, fmt.Errorf("attention graph: cannot find the forward/loss/backward split (%d, %d)", fwdEnd, bwdStart)
-	}
-	// Every node of the backward range must belong to the attention backward.
-	for _, n := range nodes[bwdStart:] {
-		if n == nil || !strings.HasPrefix(n.Name, "grad/") || strings.HasPrefix(n.Name, "grad/"+lossPrefix) {
-			return 0, 0, fmt.Errorf("attention graph: node %v inside the backward range", n)
-		}
-	}
-	return fwdEnd, bwdStart, nil
-}
-
-// AttnTiming is one implementation's numbers for one shape.
-type AttnTiming struct {
-	FwdMs, BwdMs float64 // medians over the timed iterations
-	// PlannedBytes is the device memory the path needs for a forward and
-	// backward by accounting: every buffer it uses, Q, K, V and dO included
-	// (composed: the executor's inputs, initializers and activation arena).
-	PlannedBytes int64
-	// MeasuredBytes is the device memory the path took, by cuMemGetInfo
-	// before it allocated anything and after its last timed run (plus the
-	// shared inputs for the fused path, which were allocated earlier).
-	MeasuredBytes int64
-	// Err says why the path did not run ("" when it ran).
-	Err string
-}
-
-// AttnResult is the benchmark of one shape.
-type AttnResult struct {
-	Shape           AttnShape
-	Fused, Composed AttnTiming
-	// Checked is set when both paths ran and their outputs were compared:
-	// MaxAbsErr[i] is max |fused − composed| over O, dQ, dK, dV, and
-	// MaxAbsRef[i] the largest |composed| (the error's scale). NaN anywhere
-	// (an unwritten, poisoned element) makes the error +Inf.
-	Checked   bool
-	MaxAbsErr [4]float64
-	MaxAbsRef [4]float64
-}
-
-// AttnBench holds the device, the executor's kernels and one set of random
-// bfloat16 inputs (Q, K, V, dO) shared by every shape: with B·S and H·D fixed
-// every shape has the same element count, so both paths read the same bytes.
-type AttnBench struct {
-	b      *Backend
-	d      *Device
-	n      int          // elements per input
-	in     [4]DevicePtr // q, k, v, dout
-	Warmup int          // untimed runs before timing (at least 1)
-	Iters  int          // timed runs; the median is reported
-}
-
-// NewAttnBench opens the GPU, compiles the kernels and uploads random normal
-// inputs of elems elements each.
-func NewAttnBench(elems int, seed uint64) (*AttnBench, error) {
-	if elems < 1 {
-		return nil, fmt.Errorf("attention bench: %d elements", elems)
-	}
-	b, err := newBackend(Options{Compute: graph.BFloat16})
-	if err != nil {
-		return nil, err
-	}
-	ab := &AttnBench{b: b, d: b.dev, n: elems, Warmup: 3, Iters: 20}
-	if err := ab.setup(seed); err != nil {
-		ab.Close()
-		return nil, err
-	}
-	return ab, nil
-}
-
-func (ab *AttnBench) setup(seed uint64) error {
-	d := ab.d
-	for i := range ab.in {
-		p, err := d.Alloc(ab.n * 2)
-		if err != nil {
-			return fmt.Errorf("attention bench inputs: %w", err)
-		}
-		ab.in[i] = p
-		raw := randomBF16(ab.n, seed+uint64(i)*0x9e3779b9)
-		if err := d.CopyToDevice(p, unsafe.Pointer(&raw[0]), len(raw)*2); err != nil {
-			return err
-		}
-	}
-	// Load the flash module and create cuBLAS's handle now, so that neither
-	// lands in the first shape's memory measurement.
-	return ab.b.BenchWarmUp()
-}
-
-// randomBF16 draws n standard normals as bfloat16, in parallel chunks with
-// their own seeds (the values depend on seed and n only).
-func randomBF16(n int, seed uint64) []uint16 {
-	out := make([]uint16, n)
-	const chunk = 1 << 20
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for lo := 0; lo < n; lo += chunk {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(lo int) {
-			defer func() { <-sem; wg.Done() }()
-			r := rand.New(rand.NewPCG(seed, uint64(lo)))
-			for i := lo; i < min(lo+chunk, n); i++ {
-				out[i] = BF16FromFloat32(float32(r.NormFloat64()))
-			}
-		}(lo)
-	}
-	wg.Wait()
-	return out
-}
-
-// Device is the GPU the bench runs on.
-func (ab *AttnBench) Device() *Device { return ab.d }
-
-// Close frees the inputs and releases the device.
-func (ab *AttnBench) Close() error {
-	var errs []error
-	for i, p := range ab.in {
-		errs = append(errs, ab.d.Free(p))
-		ab.in[i] = 0
-	}
-	errs = append(errs, ab.b.Close())
-	return errors.Join(errs...)
-}
-
-// Run benchmarks one shape: the fused kernels, then (with composed) the
-// executor's unfused lowering, and compares their outputs. An error is
-// returned only when the bench itself cannot go on; a path that fails (out
-// of memory, say) is reported in its Err.
-func (ab *AttnBench) Run(sh AttnShape, composed bool) (*AttnResult, error) {
-	if sh.Elems() != ab.n {
-		return nil, fmt.Errorf("attention bench: %v has %d elements, the inputs %d", sh, sh.Elems(), ab.n)
-	}
-	res := &AttnResult{Shape: sh}
-	fused, err := ab.runFused(sh, &res.Fused)
-	if err != nil {
-		return nil, err
-	}
-	if !composed {
-		res.Composed.Err = "skipped"
-		return res, nil
-	}
-	comp, err := ab.runComposed(sh, &res.Composed)
-	if err != nil {
-		return nil, err
-	}
-	if fused != nil && comp != nil {
-		res.Checked = true
-		for i := range fused {
-			res.MaxAbsErr[i], res.MaxAbsRef[i] = maxAbsDiff(fused[i], comp[i])
-		}
-	}
-	return res, nil
-}
-
-// maxAbsDiff compares two bfloat16 arrays: max |a − b| and max |b|.
-func maxAbsDiff(a, b []uint16) (diff, ref float64) {
-	for i := range a {
-		x, y := float64(BF16ToFloat32(a[i])), float64(BF16ToFloat32(b[i]))
-		if math.IsNaN(x) || math.IsNaN(y) {
-			return math.Inf(1), ref
-		}
-		diff = max(diff, math.Abs(x-y))
-		ref = max(ref, math.Abs(y))
-	}
-	return diff, ref
-}
-
-// usedBytes is how much device memory is taken now (total − free).
-func (ab *AttnBench) usedBytes() (int64, error) {
-	free, total, err := ab.d.MemInfo()
-	return int64(total) - int64(free), err
-}
-
-// timeLoop runs warm-up passes, then iters timed passes, each pass being the
-// phases in order with an event between phases. Events are recorded without
-// synchronizing, so the queue stays full and host launch latency stays out
-// of the numbers; each phase's median is returned (nil entries are run but
-// not timed).
-func (ab *AttnBench) timeLoop(phases []func() error, timed []bool) ([]float64, error) {
-	d := ab.d
-	for range max(1, ab.Warmup) {
-		for _, f := range phases {
-			if err := f(); err != nil {
-				return nil, err
-			}
-		}
-	}
-	iters := max(1, ab.Iters)
-	evs := make([]*Event, iters*len(phases)+1)
-	defer func() {
-		for _, e := range evs {
-			e.Destroy()
-		}
-	}()
-	for i := range evs {
-		e, err := d.NewEvent()
-		if err != nil {
-			return nil, err
-		}
-		evs[i] = e
-	}
-	if err := d.Record(evs[0]); err != nil {
-		return nil, err
-	}
-	k := 1
-	for range iters {
-		for _, f := range phases {
-			if err := f(); err != nil {
-				return nil, err
-			}
-			if err := d.Record(evs[k]); err != nil {
-				return nil, err
-			}
-			k++
-		}
-	}
-	med := make([]float64, len(phases))
-	for p := range phases {
-		if !timed[p] {
-			continue
-		}
-		ms := make([]float64, iters)
-		for it := range iters {
-			i := it*len(phases) + p
-			t, err := d.ElapsedMs(evs[i], evs[i+1])
-			if err != nil {
-				return nil, err
-			}
-			ms[it] = float64(t)
-		}
-		med[p] = median(ms)
-	}
-	return med, nil
-}
-
-func median(xs []float64) float64 {
-	s := slices.Clone(xs)
-	slices.Sort(s)
-	if n := len(s); n%2 == 1 {
-		return s[n/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
-
-// download copies n bfloat16 elements to the host.
-func (ab *AttnBench) download(p DevicePtr, n int) ([]uint16, error) {
-	out := make([]uint16, n)
-	return out, ab.d.CopyToHost(unsafe.Pointer(&out[0]), p, n*2)
-}
-
-// isOOM reports whether err is (or wraps) a CUDA out-of-memory error.
-func isOOM(err error) bool {
-	var ce *Error
-	return errors.As(err, &ce) && (ce.Name == "CUDA_ERROR_OUT_OF_MEMORY" || ce.Name == "CUBLAS_STATUS_ALLOC_FAILED")
-}
-
-// runFused times FlashForward and FlashBackward and returns O, dQ, dK, dV
-// (nil when the kernels failed; t.Err says why).
-func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
-	d, n := ab.d, ab.n
-	bh := sh.B * sh.H
-	used0, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
-	inBytes := int64(4 * n * 2)
-	sizes := []int{n * 2, bh * sh.S * 4, n * 2, n * 2, n * 2, FlashBackwardWorkspaceBytes(bh, sh.S, sh.D)}
-	bufs := make([]DevicePtr, len(sizes))
-	defer func() {
-		for _, p := range bufs {
-			d.Free(p)
-		}
-	}()
-	t.PlannedBytes = inBytes
-	for i, sz := range sizes {
-		p, err := d.Alloc(sz)
-		if err != nil {
-			if isOOM(err) {
-				t.Err = "out of memory: " + err.Error()
-				return nil, nil
-			}
-			return nil, err
-		}
-		bufs[i] = p
-		t.PlannedBytes += int64(sz)
-	}
-	o, lse, dq, dk, dv, ws := bufs[0], bufs[1], bufs[2], bufs[3], bufs[4], bufs[5]
-	q, k, v, dout := ab.in[0], ab.in[1], ab.in[2], ab.in[3]
-	// Poison the outputs: an element the kernels never write stays NaN and
-	// shows up in the comparison.
-	for _, p := range []DevicePtr{o, dq, dk, dv} {
-		if err := d.Memset(p, 0xff, n*2); err != nil {
-			return nil, err
-		}
-	}
-	scale := float32(1 / math.Sqrt(float64(sh.D)))
-	fwd := func() error {
-		return FlashForward(d, GemmBF16, q, k, v, o, lse, bh, sh.S, sh.S, sh.D, scale, sh.Causal)
-	}
-	bwd := func() error {
-		return FlashBackward(d, GemmBF16, q, k, v, o, dout, lse, dq, dk, dv, ws, bh, sh.S, sh.S, sh.D, scale, sh.Causal)
-	}
-	med, err := ab.timeLoop([]func() error{fwd, bwd}, []bool{true, true})
-	if err == nil {
-		err = d.Synchronize()
-	}
-	if err != nil {
-		t.Err = err.Error()
-		return nil, nil
-	}
-	t.FwdMs, t.BwdMs = med[0], med[1]
-	used1, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
-	t.MeasuredBytes = used1 - used0 + inBytes
-	var outs [][]uint16
-	for _, p := range []DevicePtr{o, dq, dk, dv} {
-		h, err := ab.download(p, n)
-		if err != nil {
-			return nil, err
-		}
-		outs = append(outs, h)
-	}
-	return outs, nil
-}
-
-// runComposed compiles the unfused graph with the executor and times its
-// steps: forward, then (after the untimed loss) backward. It returns O, dQ,
-// dK, dV, or nil when the path could not run (t.Err says why).
-func (ab *AttnBench) runComposed(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
-	d := ab.d
-	g, grads, err := UnfusedAttentionGraph(sh)
-	if err != nil {
-		return nil, err
-	}
-	plan, err := PlanMemoryWith(g, PlanOptions{Compute: graph.BFloat16})
-	if err != nil {
-		return nil, err
-	}
-	t.PlannedBytes = plan.PeakBytes + plan.InputBytes + plan.InitializerBytes
-	used0, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
-	exe, err := ab.b.Compile(g, backend.Options{})
-	if err != nil {
-		if isOOM(err) {
-			free, _, _ := d.MemInfo()
-			t.Err = fmt.Sprintf("out of memory: needs %s by plan, %s free", FormatBytes(t.PlannedBytes), FormatBytes(int64(free)))
-			return nil, nil
-		}
-		t.Err = err.Error()
-		return nil, nil
-	}
-	x := exe.(*executable)
-	defer x.Close()
-	for i, name := range attnInputs {
-		buf := x.bufs[x.g.Value(name)]
-		if buf.bytes() != ab.n*2 {
-			return nil, fmt.Errorf("attention bench: input %s has %d bytes, want %d", name, buf.bytes(), ab.n*2)
-		}
-		if err := d.CopyDeviceToDevice(buf.ptr, ab.in[i], buf.bytes()); err != nil {
-			return nil, err
-		}
-	}
-	nodes := make([]*graph.Node, len(x.steps))
-	for i, st := range x.steps {
+// Nodes are the steps' graph nodes, in run order.
+func (s *Steps) Nodes() []*graph.Node {
+	nodes := make([]*graph.Node, len(s.x.steps))
+	for i, st := range s.x.steps {
 		nodes[i] = st.node
 	}
-	fwdEnd, bwdStart, err := attnRanges(nodes)
-	if err != nil {
-		return nil, err
+	return nodes
+}
+
+// Run queues steps [lo, hi) in order on the device's stream; it does not
+// wait for them. A kernel that finds bad input sets the error flag (see
+// ClearKernelError).
+func (s *Steps) Run(lo, hi int) error {
+	if lo < 0 || hi > len(s.x.steps) || lo > hi {
+		return fmt.Errorf("cuda: steps [%d, %d) of %d", lo, hi, len(s.x.steps))
 	}
-	steps := func(lo, hi int) func() error {
-		return func() error {
-			for _, st := range x.steps[lo:hi] {
-				if err := st.run(); err != nil {
-					return fmt.Errorf("node %s (%s): %w", st.node.Name, st.node.Op, err)
-				}
-			}
-			return nil
+	for _, st := range s.x.steps[lo:hi] {
+		if err := st.run(); err != nil {
+			return fmt.Errorf("node %s (%s): %w", st.node.Name, st.node.Op, err)
 		}
 	}
-	outs := []*graph.Value{x.g.Value(attnOut)}
-	for _, name := range attnInputs[:3] {
-		outs = append(outs, x.g.Value(grads[name]))
+	return nil
+}
+
+// Buffer is the device buffer of the value called name: its address, its
+// storage type and its element count.
+func (s *Steps) Buffer(name string) (ptr DevicePtr, dt graph.DType, n int, err error) {
+	v := s.x.g.Value(name)
+	if v == nil {
+		return 0, graph.InvalidDType, 0, fmt.Errorf("cuda: the executable has no value %s", name)
 	}
-	for _, v := range outs {
-		if v == nil {
-			return nil, errors.New("attention bench: an output of the composed graph is missing")
-		}
-		if err := d.Memset(x.bufs[v].ptr, 0xff, x.bufs[v].bytes()); err != nil {
-			return nil, err
-		}
+	buf, ok := s.x.bufs[v]
+	if !ok {
+		return 0, graph.InvalidDType, 0, fmt.Errorf("cuda: value %s has no device buffer", name)
 	}
-	if err := d.Memset(x.flag, 0, 4); err != nil {
-		return nil, err
+	return buf.ptr, buf.dt, buf.n, nil
+}
+
+// ClearKernelError resets the flag kernels report bad input in.
+func (s *Steps) ClearKernelError() error { return s.x.b.dev.Memset(s.x.flag, 0, 4) }
+
+// KernelError waits for the queued work and explains the error a kernel
+// reported since ClearKernelError (nil when none did).
+func (s *Steps) KernelError() error {
+	var code int32
+	if err := s.x.b.dev.CopyToHost(unsafe.Pointer(&code), s.x.flag, 4); err != nil {
+		return err
 	}
-	med, err := ab.timeLoop([]func() error{steps(0, fwdEnd), steps(fwdEnd, bwdStart), steps(bwdStart, len(x.steps))},
-		[]bool{true, false, true})
-	if err == nil {
-		var code int32
-		if err = d.CopyToHost(unsafe.Pointer(&code), x.flag, 4); err == nil && code != 0 {
-			err = x.kernelError(code)
-		}
+	if code != 0 {
+		return s.x.kernelError(code)
 	}
-	if err != nil {
-		if isOOM(err) {
-			t.Err = "out of memory while running: " + err.Error()
-		} else {
-			t.Err = err.Error()
-		}
-		return nil, nil
-	}
-	t.FwdMs, t.BwdMs = med[0], med[2]
-	used1, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
-	t.MeasuredBytes = used1 - used0
-	var res [][]uint16
-	for _, v := range outs {
-		buf := x.bufs[v]
-		if buf.dt != graph.BFloat16 || buf.n != ab.n {
-			return nil, fmt.Errorf("attention bench: %s is %v×%d on the device, want bfloat16×%d", v.Name, buf.dt, buf.n, ab.n)
-		}
-		h, err := ab.download(buf.ptr, buf.n)
-		if err != nil {
-			return nil, err
-		}
-		res = append(res, h)
-	}
-	return res, nil
+	return nil
+}
+
+// IsOutOfMemory reports whether err is (or wraps) a CUDA or cuBLAS
+// out-of-memory error.
+func IsOutOfMemory(err error) bool {
+	var ce *Error
+	return errors.As(err, &ce) && (ce.Name == "CUDA_ERROR_OUT_OF_MEMORY" || ce.Name == "CUBLAS_STATUS_ALLOC_FAILED")
 }
 
 // BenchWarmUp loads the flash kernels and creates cuBLAS's handle (with its
@@ -553,7 +94,7 @@ func (ab *AttnBench) runComposed(sh AttnShape, t *AttnTiming) ([][]uint16, error
 // neither.
 func (b *Backend) BenchWarmUp() error {
 	d := b.dev
-	if _, err := d.flashModule(); err != nil {
+	if _, err := d.flashKernels(); err != nil {
 		return err
 	}
 	tmp, err := d.Alloc(3 * 64 * 64 * 2)

@@ -64,11 +64,11 @@ var opsKernelNames = []string{
 type Backend struct {
 	dev  *Device
 	opts Options
-	ops  *Module
+	ops  *kernelSet // ops.cu
 
-	mu   sync.Mutex
-	fns  map[string]*Function
-	mods map[string]*Module // other kernel files, compiled on first use
+	// generated are the code generator's kernels (fused.go), by source.
+	genMu     sync.Mutex
+	generated map[string]*Function
 }
 
 // NewBackend opens the GPU and compiles the op kernels. On a machine without
@@ -98,12 +98,12 @@ func newBackend(opts Options) (*Backend, error) {
 	if opts.CubinCacheDir != "" {
 		dev.SetCubinCacheDir(opts.CubinCacheDir)
 	}
-	mod, err := dev.CompileFile(opsKernelFile, opsCompileOptions...)
+	ops, err := compileKernelSet(dev, opsKernelFile, opsCompileOptions...)
 	if err != nil {
 		dev.Close()
 		return nil, err
 	}
-	return &Backend{dev: dev, opts: opts, ops: mod, fns: map[string]*Function{}, mods: map[string]*Module{}}, nil
+	return &Backend{dev: dev, opts: opts, ops: ops}, nil
 }
 
 // Name is "cuda" (with the compute type when it is not float32).
@@ -121,36 +121,7 @@ func (b *Backend) Device() *Device { return b.dev }
 func (b *Backend) Close() error { return b.dev.Close() }
 
 // fn returns a kernel of ops.cu, looked up once.
-func (b *Backend) fn(name string) (*Function, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if f, ok := b.fns[name]; ok {
-		return f, nil
-	}
-	f, err := b.ops.Function(name)
-	if err != nil {
-		return nil, err
-	}
-	b.fns[name] = f
-	return f, nil
-}
-
-// module compiles another embedded kernel file once (the flash attention
-// kernels, for instance).
-func (b *Backend) module(file string, opts ...string) (*Module, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	key := file + "\x00" + strings.Join(opts, "\x00")
-	if m, ok := b.mods[key]; ok {
-		return m, nil
-	}
-	m, err := b.dev.CompileFile(file, opts...)
-	if err != nil {
-		return nil, err
-	}
-	b.mods[key] = m
-	return m, nil
-}
+func (b *Backend) fn(name string) (*Function, error) { return b.ops.fn(name, 0) }
 
 // buffer is a tensor on the device: where, in which element type, how many.
 type buffer struct {
@@ -294,7 +265,7 @@ func (x *executable) build() error {
 				}
 			}
 		}
-		run, err := lower(c)
+		run, err := lower.lower(c)
 		if err != nil {
 			return fmt.Errorf("cuda: node %s (%s): %w", n.Name, n.Op, err)
 		}

@@ -15,21 +15,65 @@ import (
 type flashPlan struct {
 	tensorCore bool
 	suffix     string // "bf16", "fp16", "fp32"
-	fwd        string
-	bwd        string // tensor-core main kernel (empty on the generic path)
-	fwdRows    int    // query rows per CTA (forward)
-	fwdThreads int
-	fwdSmem    int
-	bwdKeys    int // keys per CTA (tensor-core backward)
-	bwdThreads int
-	bwdSmem    int
-	genDQSmem  int
-	genKVSmem  int
+	// Kernel names: the forward; the backward's preprocessing (Dsum) and
+	// then its tensor-core main kernel and dQ conversion, or its generic
+	// dQ and dK/dV kernels (the others are empty).
+	fwd, bwdPre          string
+	bwd, bwdConvert      string
+	genBwdDQ, genBwdDKDV string
+	fwdRows              int // query rows per CTA (forward)
+	fwdThreads           int
+	fwdSmem              int
+	bwdKeys              int // keys per CTA (tensor-core backward)
+	bwdThreads           int
+	bwdSmem              int
+	genDQSmem            int
+	genKVSmem            int
 }
 
-// planFlash picks the kernels for dt and dim: bf16/fp16 with dim 64 or 128 run on
-// tensor cores (which need scale > 0); every other dim <= 256, float32 included,
-// runs on the generic CUDA-core path.
+// flashTile is a tensor-core kernel pair's tiling, exactly as
+// flash_attention.cu instantiates it: FLASH_FWD_TC(name, T, D, fwdWarps,
+// fwdKeys) and FLASH_BWD_TC(name, T, D, bwdRows, bwdWarps). Every launch
+// parameter and shared-memory size below follows from it; a test checks it
+// against the instantiations (and the byte counts of the file's header).
+type flashTile struct {
+	fwdWarps, fwdKeys int // forward: 16 query rows per warp; keys per K/V tile
+	bwdRows, bwdWarps int // backward: query rows per tile; 16 keys per warp
+}
+
+// flashTiles are the shipped tensor-core tiles, by head dim.
+var flashTiles = map[int]flashTile{
+	64:  {fwdWarps: 8, fwdKeys: 128, bwdRows: 128, bwdWarps: 8},
+	128: {fwdWarps: 4, fwdKeys: 64, bwdRows: 64, bwdWarps: 8},
+}
+
+// fwdSmem is the forward's dynamic shared memory: the Q tile and double-
+// buffered K and V tiles, 16-bit elements.
+func (t flashTile) fwdSmem(dim int) int { return (16*t.fwdWarps + 2*t.fwdKeys) * dim * 2 }
+
+// bwdSmem is the backward's: K and V tiles (bc keys), double-buffered Q and
+// dO tiles (16-bit), the dS tile, and double-buffered L and Dsum rows
+// (float32).
+func (t flashTile) bwdSmem(dim int) int {
+	bc, br := 16*t.bwdWarps, t.bwdRows
+	return 2*bc*dim*2 + 4*br*dim*2 + bc*br*2 + 4*br*4
+}
+
+// The generic (CUDA-core) kernels: 16 query or key rows per CTA of 128
+// threads; float32 K/V (or Q/dO) tiles of 64 rows with stride dim|1, plus
+// the CTA's own rows (and, for dK/dV, 64 floats of row sums).
+const (
+	flashGenericRows    = 16
+	flashGenericThreads = 128
+)
+
+func flashGenericFwdSmem(dim int) int  { return (64*(dim|1) + 16*dim) * 4 }
+func flashGenericDQSmem(dim int) int   { return (64*(dim|1) + 32*dim) * 4 }
+func flashGenericDKDVSmem(dim int) int { return (64*(dim|1) + 32*dim + 64) * 4 }
+
+// planFlash picks the kernels for dt and dim: bf16/fp16 with a head dim of
+// flashTiles run on tensor cores (which need scale > 0); every other dim <=
+// 256, float32 included, runs on the generic CUDA-core path.
 func planFlash(dt GemmType, dim int, scale float32) (flashPlan, error) {
 	var p flashPlan
 	switch dt {
@@ -45,88 +89,47 @@ func planFlash(dt GemmType, dim int, scale float32) (flashPlan, error) {
 	if dim < 1 || dim > 256 {
 		return p, fmt.Errorf("cuda: flash attention: head dim %d not supported (1..256)", dim)
 	}
-	if dt != GemmF32 && (dim == 64 || dim == 128) && scale > 0 {
+	p.bwdPre = "flash_bwd_pre_" + p.suffix
+	if t, ok := flashTiles[dim]; ok && dt != GemmF32 && scale > 0 {
 		p.tensorCore = true
 		p.fwd = fmt.Sprintf("flash_fwd_%s_d%d", p.suffix, dim)
 		p.bwd = fmt.Sprintf("flash_bwd_%s_d%d", p.suffix, dim)
-		// Tiles as shipped in flash_attention.cu (see its header table).
-		if dim == 64 {
-			p.fwdRows, p.fwdThreads, p.fwdSmem = 128, 256, (128+2*128)*64*2
-			br := 128
-			p.bwdKeys, p.bwdThreads = 128, 256
-			p.bwdSmem = 2*128*dim*2 + 4*br*dim*2 + 128*br*2 + 4*br*4
-		} else {
-			p.fwdRows, p.fwdThreads, p.fwdSmem = 64, 128, (64+2*64)*128*2
-			br := 64
-			p.bwdKeys, p.bwdThreads = 128, 256
-			p.bwdSmem = 2*128*dim*2 + 4*br*dim*2 + 128*br*2 + 4*br*4
-		}
+		p.bwdConvert = "flash_bwd_convert_" + p.suffix
+		p.fwdRows, p.fwdThreads, p.fwdSmem = 16*t.fwdWarps, 32*t.fwdWarps, t.fwdSmem(dim)
+		p.bwdKeys, p.bwdThreads, p.bwdSmem = 16*t.bwdWarps, 32*t.bwdWarps, t.bwdSmem(dim)
 		return p, nil
 	}
 	p.fwd = "flash_fwd_generic_" + p.suffix
-	p.fwdRows, p.fwdThreads = 16, 128
-	p.fwdSmem = (64*(dim|1) + 16*dim) * 4
-	p.genDQSmem = (64*(dim|1) + 32*dim) * 4
-	p.genKVSmem = (64*(dim|1) + 32*dim + 64) * 4
+	p.genBwdDQ, p.genBwdDKDV = "flash_bwd_generic_dq_"+p.suffix, "flash_bwd_generic_dkdv_"+p.suffix
+	p.fwdRows, p.fwdThreads = flashGenericRows, flashGenericThreads
+	p.fwdSmem = flashGenericFwdSmem(dim)
+	p.genDQSmem = flashGenericDQSmem(dim)
+	p.genKVSmem = flashGenericDKDVSmem(dim)
 	return p, nil
 }
 
-// flashModules caches the compiled flash_attention.cu per device.
-var flashModules struct {
-	mu  sync.Mutex
-	m   map[*Device]*flashModule
-	err map[*Device]error
+// flashKernels caches the compiled flash_attention.cu per device: FlashForward
+// and FlashBackward are Device API, with no Backend to hold it.
+var flashKernels struct {
+	mu sync.Mutex
+	m  map[*Device]*kernelSet
 }
 
-type flashModule struct {
-	mu   sync.Mutex
-	mod  *Module
-	fns  map[string]*Function
-	smem map[string]int
-}
-
-func (d *Device) flashModule() (*flashModule, error) {
-	flashModules.mu.Lock()
-	defer flashModules.mu.Unlock()
-	if fm, ok := flashModules.m[d]; ok {
-		return fm, nil
+func (d *Device) flashKernels() (*kernelSet, error) {
+	flashKernels.mu.Lock()
+	defer flashKernels.mu.Unlock()
+	if ks, ok := flashKernels.m[d]; ok {
+		return ks, nil
 	}
-	if flashModules.m == nil {
-		flashModules.m = map[*Device]*flashModule{}
-	}
-	mod, err := d.CompileFile("flash_attention.cu")
+	ks, err := compileKernelSet(d, "flash_attention.cu")
 	if err != nil {
 		return nil, err
 	}
-	fm := &flashModule{mod: mod, fns: map[string]*Function{}, smem: map[string]int{}}
-	flashModules.m[d] = fm
-	return fm, nil
-}
-
-// fn looks a kernel up and raises its dynamic shared memory limit to smem bytes.
-func (fm *flashModule) fn(d *Device, name string, smem int) (*Function, error) {
-	fm.mu.Lock()
-	defer fm.mu.Unlock()
-	f, ok := fm.fns[name]
-	if !ok {
-		var err error
-		if f, err = fm.mod.Function(name); err != nil {
-			return nil, err
-		}
-		fm.fns[name] = f
+	if flashKernels.m == nil {
+		flashKernels.m = map[*Device]*kernelSet{}
 	}
-	if smem > fm.smem[name] {
-		if smem > 48*1024 {
-			if lim := d.MaxSharedMemoryPerBlockOptin(); lim > 0 && smem > lim {
-				return nil, fmt.Errorf("cuda: %s needs %d bytes of shared memory, device allows %d", name, smem, lim)
-			}
-			if err := f.SetMaxDynamicSharedMemory(smem); err != nil {
-				return nil, err
-			}
-		}
-		fm.smem[name] = smem
-	}
-	return f, nil
+	flashKernels.m[d] = ks
+	return ks, nil
 }
 
 func checkFlashShape(bh, sq, sk, dim int) error {
@@ -160,11 +163,11 @@ func FlashForward(d *Device, dt GemmType, q, k, v, o, lse DevicePtr, bh, sq, sk,
 	if err != nil {
 		return err
 	}
-	fm, err := d.flashModule()
+	ks, err := d.flashKernels()
 	if err != nil {
 		return err
 	}
-	f, err := fm.fn(d, p.fwd, p.fwdSmem)
+	f, err := ks.fn(p.fwd, p.fwdSmem)
 	if err != nil {
 		return err
 	}
@@ -194,7 +197,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err != nil {
 		return err
 	}
-	fm, err := d.flashModule()
+	ks, err := d.flashKernels()
 	if err != nil {
 		return err
 	}
@@ -215,7 +218,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	rows := bh * sq
 	dsum := workspace
 	dqacc := workspace.Offset(((rows*4 + 255) / 256) * 256)
-	pre, err := fm.fn(d, "flash_bwd_pre_"+p.suffix, 0)
+	pre, err := ks.fn(p.bwdPre, 0)
 	if err != nil {
 		return err
 	}
@@ -225,11 +228,11 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, DevicePtr(0), int32(rows), int32(dim)); err != nil {
 			return err
 		}
-		fdq, err := fm.fn(d, "flash_bwd_generic_dq_"+p.suffix, p.genDQSmem)
+		fdq, err := ks.fn(p.genBwdDQ, p.genDQSmem)
 		if err != nil {
 			return err
 		}
-		fkv, err := fm.fn(d, "flash_bwd_generic_dkdv_"+p.suffix, p.genKVSmem)
+		fkv, err := ks.fn(p.genBwdDKDV, p.genKVSmem)
 		if err != nil {
 			return err
 		}
@@ -244,7 +247,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
 		return err
 	}
-	fb, err := fm.fn(d, p.bwd, p.bwdSmem)
+	fb, err := ks.fn(p.bwd, p.bwdSmem)
 	if err != nil {
 		return err
 	}
@@ -252,7 +255,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		uint32(p.bwdSmem), q, k, v, dO, lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal)); err != nil {
 		return err
 	}
-	conv, err := fm.fn(d, "flash_bwd_convert_"+p.suffix, 0)
+	conv, err := ks.fn(p.bwdConvert, 0)
 	if err != nil {
 		return err
 	}

@@ -338,9 +338,9 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 
 // ewFunction compiles (once per source) a generated kernel.
 func (b *Backend) ewFunction(src string) (*Function, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if f, ok := b.fns["\x00ew\x00"+src]; ok {
+	b.genMu.Lock()
+	defer b.genMu.Unlock()
+	if f, ok := b.generated[src]; ok {
 		return f, nil
 	}
 	m, err := b.dev.Compile("fused_ew.cu", src, ewCompileOptions...)
@@ -351,7 +351,10 @@ func (b *Backend) ewFunction(src string) (*Function, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.fns["\x00ew\x00"+src] = f
+	if b.generated == nil {
+		b.generated = map[string]*Function{}
+	}
+	b.generated[src] = f
 	return f, nil
 }
 

@@ -17,35 +17,83 @@ import (
 // caller's goroutine and goes through the public Device API.
 type lowerFn func(c *lowerCtx) (func() error, error)
 
-// lowerings is the one list of CUDA lowerings, keyed by op name; a test
+// scratchFn lists the per-node scratch buffers a lowering takes (with
+// takeScratch), in the order it takes them. It sees only the node's shapes,
+// the storage types the plan chose and the plan's options, so the memory plan
+// (which places the buffers) and the lowering (which takes them) agree.
+type scratchFn func(n *graph.Node, storage func(*graph.Value) graph.DType, opts PlanOptions) []scratchReq
+
+// scratchReq is a per-node scratch buffer, live only while the node runs.
+type scratchReq struct {
+	what  string // the buffer's purpose: the plan names it "<node>/<what>"
+	dt    graph.DType
+	shape graph.Shape
+}
+
+// lowering is everything the CUDA backend knows about one op: how to lower a
+// node of it, and the scratch buffers that lowering takes (nil: none).
+type lowering struct {
+	lower   lowerFn
+	scratch scratchFn
+}
+
+// lowerings is the one table of CUDA lowerings, keyed by op name; a test
 // checks that every op of the op table has one.
-var lowerings map[string]lowerFn
+var lowerings map[string]lowering
 
 func init() {
-	lowerings = map[string]lowerFn{
-		"Add": lowerBinary(opAdd), "Sub": lowerBinary(opSub), "Mul": lowerBinary(opMul),
-		"Div": lowerBinary(opDiv), "Pow": lowerBinary(opPow),
-		"Neg": lowerUnary(opNeg), "Sqrt": lowerUnary(opSqrt), "Reciprocal": lowerUnary(opRecip),
-		"Exp": lowerUnary(opExp), "Log": lowerUnary(opLog), "Sigmoid": lowerUnary(opSigmoid),
-		"Tanh": lowerUnary(opTanh), "Relu": lowerUnary(opRelu), "Erf": lowerUnary(opErf), "Abs": lowerUnary(opAbs),
-		"FusedElementwise": lowerFusedElementwise,
-		"Identity":         lowerAlias, "Reshape": lowerAlias, "Squeeze": lowerAlias, "Unsqueeze": lowerAlias,
-		"Cast": lowerCast, "Where": lowerWhere, "Equal": lowerEqual,
-		"Transpose": lowerTranspose, "Slice": lowerSlice, "Expand": lowerExpand, "Concat": lowerConcat,
-		"Gather": lowerGather, "GatherGrad": lowerGatherGrad, "Trilu": lowerTrilu,
-		"ReduceSum": lowerReduce, "ReduceMean": lowerReduce, "ReduceMax": lowerReduce,
-		"Softmax": lowerSoftmax(0), "LogSoftmax": lowerSoftmax(1), "SoftmaxGrad": lowerSoftmaxGrad,
-		"SoftmaxCrossEntropyLoss": lowerSCELoss, "SoftmaxCrossEntropyLossGrad": lowerSCELossGrad,
-		"MatMul": lowerMatMul, "Gemm": lowerGemm,
-		"FlashAttention": lowerFlashAttention, "FlashAttentionGrad": lowerFlashAttentionGrad,
-		"AdamW": lowerAdamW,
+	ew := func(f lowerFn) lowering { return lowering{lower: f} }
+	lowerings = map[string]lowering{
+		"Add": ew(lowerBinary(opAdd)), "Sub": ew(lowerBinary(opSub)), "Mul": ew(lowerBinary(opMul)),
+		"Div": ew(lowerBinary(opDiv)), "Pow": ew(lowerBinary(opPow)),
+		"Neg": ew(lowerUnary(opNeg)), "Sqrt": ew(lowerUnary(opSqrt)), "Reciprocal": ew(lowerUnary(opRecip)),
+		"Exp": ew(lowerUnary(opExp)), "Log": ew(lowerUnary(opLog)), "Sigmoid": ew(lowerUnary(opSigmoid)),
+		"Tanh": ew(lowerUnary(opTanh)), "Relu": ew(lowerUnary(opRelu)), "Erf": ew(lowerUnary(opErf)), "Abs": ew(lowerUnary(opAbs)),
+		"FusedElementwise": {lower: lowerFusedElementwise},
+		"Identity":         {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
+		"Cast": {lower: lowerCast}, "Where": {lower: lowerWhere}, "Equal": {lower: lowerEqual},
+		"Transpose": {lower: lowerTranspose}, "Slice": {lower: lowerSlice}, "Expand": {lower: lowerExpand}, "Concat": {lower: lowerConcat},
+		"Gather": {lower: lowerGather}, "GatherGrad": {lower: lowerGatherGrad}, "Trilu": {lower: lowerTrilu},
+		"ReduceSum":  {lower: lowerReduce, scratch: reduceScratch},
+		"ReduceMean": {lower: lowerReduce, scratch: reduceScratch},
+		"ReduceMax":  {lower: lowerReduce, scratch: reduceScratch},
+		"Softmax":    {lower: lowerSoftmax(0)}, "LogSoftmax": {lower: lowerSoftmax(1)}, "SoftmaxGrad": {lower: lowerSoftmaxGrad},
+		"SoftmaxCrossEntropyLoss":     {lower: lowerSCELoss, scratch: sceLossScratch},
+		"SoftmaxCrossEntropyLossGrad": {lower: lowerSCELossGrad},
+		"MatMul":                      {lower: lowerMatMul, scratch: gemmScratch},
+		"Gemm":                        {lower: lowerGemm, scratch: gemmScratch},
+		"FlashAttention":              {lower: lowerFlashAttention, scratch: attentionScratch},
+		"FlashAttentionGrad":          {lower: lowerFlashAttentionGrad, scratch: attentionScratch},
+		"AdamW":                       {lower: lowerAdamW},
 	}
 }
 
-// Supported reports whether the CUDA backend lowers op.
-func Supported(op string) bool {
-	_, ok := lowerings[op]
-	return ok
+// scratchFor lists the scratch buffers the lowering of n takes, in order
+// (none for an op without a lowering: the executor reports that).
+func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType, opts PlanOptions) []scratchReq {
+	if l, ok := lowerings[n.Op]; ok && l.scratch != nil {
+		return l.scratch(n, storage, opts)
+	}
+	return nil
+}
+
+// scratchList collects a scratchFn's buffers.
+type scratchList struct {
+	storage func(*graph.Value) graph.DType
+	reqs    []scratchReq
+}
+
+func (l *scratchList) add(what string, dt graph.DType, shape graph.Shape) {
+	l.reqs = append(l.reqs, scratchReq{what, dt, shape})
+}
+
+// cast adds the buffer "<what>.<gt>" holding value v converted to gt, when
+// the plan stores v in another type (mixed precision: a float32 weight
+// multiplied in bfloat16). gemmOperand and gemmResult take these.
+func (l *scratchList) cast(what string, v *graph.Value, gt graph.DType) {
+	if v != nil && l.storage(v) != gt {
+		l.add(what+"."+gt.String(), gt, v.Type.Shape)
+	}
 }
 
 // lowerCtx is what a lowering sees of the executable.
@@ -53,7 +101,7 @@ type lowerCtx struct {
 	x       *executable
 	n       *graph.Node
 	index   int      // the node's position: error codes are index+1
-	scratch []buffer // in scratchFor's order
+	scratch []buffer // in the order the op's scratchFn lists them
 	host    bool     // the run closure calls the public Device API (see lowerFn)
 }
 
@@ -66,7 +114,8 @@ func (c *lowerCtx) dev() *Device     { return c.x.b.dev }
 // hasIn reports whether optional input i is given.
 func (c *lowerCtx) hasIn(i int) bool { return i < len(c.n.Inputs) && c.n.Inputs[i] != nil }
 
-// takeScratch hands out the node's scratch buffers in scratchFor's order.
+// takeScratch hands out the node's scratch buffers in the order its
+// scratchFn lists them.
 func (c *lowerCtx) takeScratch() (buffer, error) {
 	if len(c.scratch) == 0 {
 		return buffer{}, errors.New("internal error: lowering wants more scratch than the plan gave")
@@ -152,21 +201,33 @@ func seq(fns ...func() error) func() error {
 
 func nop() error { return nil }
 
-// dtCode is a storage type's code in ops.cu (DT_*).
-func dtCode(dt graph.DType) int32 {
-	switch dt {
-	case graph.Float32:
-		return 0
-	case graph.Float64:
-		return 1
-	case graph.BFloat16:
-		return 2
-	case graph.Float16:
-		return 3
-	case graph.Int64:
-		return 4
+// kernelDTypes are the storage type codes of ops.cu: a type's code is its
+// index, and define names the #define holding it there (a test checks that
+// the two files agree, without a GPU).
+var kernelDTypes = [...]struct {
+	dt     graph.DType
+	define string
+}{
+	{graph.Float32, "DT_F32"}, {graph.Float64, "DT_F64"}, {graph.BFloat16, "DT_BF16"},
+	{graph.Float16, "DT_F16"}, {graph.Int64, "DT_I64"}, {graph.Bool, "DT_BOOL"},
+}
+
+// dtCodes maps each type of kernelDTypes to its code.
+var dtCodes = func() map[graph.DType]int32 {
+	m := map[graph.DType]int32{}
+	for i, k := range kernelDTypes {
+		m[k.dt] = int32(i)
 	}
-	return 5 // bool
+	return m
+}()
+
+// dtCode is a storage type's code in ops.cu (DT_*). Every graph dtype has
+// one (a test checks); anything else reads as bool.
+func dtCode(dt graph.DType) int32 {
+	if c, ok := dtCodes[dt]; ok {
+		return c
+	}
+	return dtCodes[graph.Bool]
 }
 
 func is16(dt graph.DType) bool { return dt == graph.BFloat16 || dt == graph.Float16 }
@@ -204,8 +265,20 @@ const (
 	opAbs
 	opWhere
 	opEqual
+	numEwOps // not an op: the number of op codes
 )
 
+// ewOpDefines names the #define of each op code in ops.cu (OP_*); a test
+// checks, without a GPU, that every one is defined there with the same value
+// and that ops.cu defines no other.
+var ewOpDefines = [numEwOps]string{
+	opCopy: "OP_COPY", opAdd: "OP_ADD", opSub: "OP_SUB", opMul: "OP_MUL", opDiv: "OP_DIV", opPow: "OP_POW",
+	opNeg: "OP_NEG", opSqrt: "OP_SQRT", opRecip: "OP_RECIP", opExp: "OP_EXP", opLog: "OP_LOG",
+	opSigmoid: "OP_SIGMOID", opTanh: "OP_TANH", opRelu: "OP_RELU", opErf: "OP_ERF", opAbs: "OP_ABS",
+	opWhere: "OP_WHERE", opEqual: "OP_EQUAL",
+}
+
+// maxRank matches MAXR in ops.cu: the most dims an ew kernel indexes.
 const maxRank = 6
 
 // operand is an input of an ew kernel: a buffer read at offset + Σ idx·stride

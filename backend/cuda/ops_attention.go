@@ -57,36 +57,53 @@ func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool 
 	return err == nil
 }
 
-// fusedAttentionScratch lists the fused lowering's scratch, in the order
-// lowerFused takes it: operands cast to the kernels' element type, the
-// backward's workspace, then outputs that are stored in another type.
-func fusedAttentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType) []scratchReq {
-	gt := gemmType(storage(n.Outputs[0]))
-	var out []scratchReq
-	cast := func(what string, v *graph.Value) {
-		if storage(v) != gt {
-			out = append(out, scratchReq{what + "." + gt.String(), gt, v.Type.Shape})
+// attentionScratch lists the scratch of FlashAttention(Grad)'s lowering: the
+// fused one's (operands cast to the kernels' element type, the backward's
+// workspace, then outputs stored in another type) or the composed one's
+// (operands cast to composedType, the scores, and for the backward dY's cast
+// and the score gradients, then outputs stored in another type).
+func attentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType, opts PlanOptions) []scratchReq {
+	l := scratchList{storage: storage}
+	grad := n.Op == "FlashAttentionGrad"
+	if !opts.ComposedAttention && fusedAttention(n, storage) {
+		gt := gemmType(storage(n.Outputs[0]))
+		names, outs := []string{"Q", "K", "V"}, []string{"Y"}
+		if grad {
+			names, outs = []string{"Q", "K", "V", "Y", "", "dY"}, []string{"dQ", "dK", "dV"}
 		}
-	}
-	names := []string{"Q", "K", "V"}
-	outs := []string{"Y"}
-	if n.Op == "FlashAttentionGrad" {
-		names = []string{"Q", "K", "V", "Y", "", "dY"}
-		outs = []string{"dQ", "dK", "dV"}
-	}
-	for i, name := range names {
-		if name != "" {
-			cast(name, n.Inputs[i])
+		for i, name := range names {
+			if name != "" {
+				l.cast(name, n.Inputs[i], gt)
+			}
 		}
+		if grad {
+			bh, sq, _, d, _, _, _ := attnDims(n)
+			l.add("workspace", graph.Bool, graph.Shape{FlashBackwardWorkspaceBytes(bh, sq, d)})
+		}
+		for i, name := range outs {
+			l.cast(name, n.Outputs[i], gt)
+		}
+		return l.reqs
 	}
-	if n.Op == "FlashAttentionGrad" {
-		bh, sq, _, d, _, _, _ := attnDims(n)
-		out = append(out, scratchReq{"workspace", graph.Bool, graph.Shape{FlashBackwardWorkspaceBytes(bh, sq, d)}})
+	bh, sq, sk, _, err := graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
+	if err != nil {
+		return nil
 	}
-	for i, name := range outs {
-		cast(name, n.Outputs[i])
+	gt := composedType(n.Op, storage(n.Outputs[0]))
+	for i, name := range []string{"Q", "K", "V"} {
+		l.cast(name, n.Inputs[i], gt)
 	}
-	return out
+	l.add("scores", gt, graph.Shape{bh, sq, sk})
+	if grad {
+		l.cast("dY", n.Inputs[5], gt)
+		l.add("dscores", gt, graph.Shape{bh, sq, sk})
+		for i, name := range []string{"dQ", "dK", "dV"} {
+			l.cast(name, n.Outputs[i], gt)
+		}
+	} else {
+		l.cast("Y", n.Outputs[0], gt)
+	}
+	return l.reqs
 }
 
 // lowerFused runs a node on FlashForward/FlashBackward.

@@ -22,6 +22,10 @@ func gemmTypeOf(dt graph.DType) (GemmType, error) {
 	return 0, fmt.Errorf("no cuBLAS GEMM for %v", dt)
 }
 
+// gemmF64Tile matches G64 in ops.cu: gemm_f64 computes tile×tile outputs
+// per block of tile×tile threads.
+const gemmF64Tile = 16
+
 // gemm returns a device-goroutine closure computing, for z < batch, on row-major buffers of
 // element type gt,
 //
@@ -43,7 +47,7 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 			return d.gemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
 		}, nil
 	}
-	const tile = 16
+	const tile = gemmF64Tile
 	gy := (m + tile - 1) / tile
 	if gy > 65535 {
 		return nil, fmt.Errorf("float64 GEMM with %d rows is too tall for the grid", m)
@@ -71,6 +75,17 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 		calls = append(calls, func() error { return l.run(d) })
 	}
 	return seq(calls...), nil
+}
+
+// gemmScratch: MatMul and Gemm multiply in gemmType of their output's
+// storage; an operand stored in another type is converted into scratch
+// first (gemmOperand).
+func gemmScratch(n *graph.Node, storage func(*graph.Value) graph.DType, _ PlanOptions) []scratchReq {
+	l := scratchList{storage: storage}
+	gt := gemmType(storage(n.Outputs[0]))
+	l.cast("A", n.Inputs[0], gt)
+	l.cast("B", n.Inputs[1], gt)
+	return l.reqs
 }
 
 // gemmOperand returns v's buffer in GEMM type gt: the buffer itself, or a

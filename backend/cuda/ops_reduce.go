@@ -120,6 +120,16 @@ func redDims(kept, keptS, red, redS []int64) []any {
 	return args
 }
 
+// reduceScratch: a reduction over too many rows for one pass writes
+// per-chunk partials, then sums them.
+func reduceScratch(n *graph.Node, storage func(*graph.Value) graph.DType, _ PlanOptions) []scratchReq {
+	rp, err := planReduce(n)
+	if err != nil || rp.chunks <= 1 {
+		return nil
+	}
+	return []scratchReq{{"partials", rp.accType(storage(n.Inputs[0])), graph.Shape{int(rp.chunks), int(rp.nout)}}}
+}
+
 func lowerReduce(c *lowerCtx) (func() error, error) {
 	rp, err := planReduce(c.n)
 	if err != nil {
@@ -226,6 +236,11 @@ func sceDivisor(n *graph.Node, rows int64) (float64, error) {
 	default:
 		return 0, fmt.Errorf("reduction %q not supported (mean, sum)", r)
 	}
+}
+
+// sceLossScratch: the loss sums float64 per-row losses in row order.
+func sceLossScratch(n *graph.Node, _ func(*graph.Value) graph.DType, _ PlanOptions) []scratchReq {
+	return []scratchReq{{"rowloss", graph.Float64, graph.Shape{n.Inputs[0].Type.Shape[0]}}}
 }
 
 func lowerSCELoss(c *lowerCtx) (func() error, error) {

@@ -179,7 +179,7 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 			}
 			p.values[out] = vp
 		}
-		for _, s := range scratchFor(n, storage, opts.ComposedAttention) {
+		for _, s := range scratchFor(n, storage, opts) {
 			p.scratch[i] = append(p.scratch[i], len(p.Tensors))
 			p.Tensors = append(p.Tensors, PlannedTensor{
 				Name: n.Name + "/" + s.what, Node: n.Name, Op: n.Op, DType: s.dt, Shape: s.shape.Clone(),
@@ -258,13 +258,6 @@ func chooseStorage(n *graph.Node, k int, compute graph.DType, updateSource bool,
 	return graph.BFloat16
 }
 
-// scratchReq is a per-node scratch buffer, live only while the node runs.
-type scratchReq struct {
-	what  string
-	dt    graph.DType
-	shape graph.Shape
-}
-
 // gemmType is the element type a GEMM producing storage type dt runs in
 // (cuBLAS takes A, B and C in one type; float64 uses our own kernel).
 func gemmType(dt graph.DType) graph.DType {
@@ -273,55 +266,6 @@ func gemmType(dt graph.DType) graph.DType {
 		return dt
 	}
 	return graph.Float32
-}
-
-// scratchFor lists the scratch buffers the lowering of n uses, in the order
-// the lowering takes them. It depends only on shapes and storage types, so
-// the planner and the executor agree on it.
-func scratchFor(n *graph.Node, storage func(*graph.Value) graph.DType, composedAttention bool) []scratchReq {
-	var out []scratchReq
-	cast := func(what string, v *graph.Value, gt graph.DType) {
-		if v != nil && storage(v) != gt {
-			out = append(out, scratchReq{what, gt, v.Type.Shape})
-		}
-	}
-	switch n.Op {
-	case "MatMul", "Gemm":
-		gt := gemmType(storage(n.Outputs[0]))
-		cast("A."+gt.String(), n.Inputs[0], gt)
-		cast("B."+gt.String(), n.Inputs[1], gt)
-	case "FlashAttention", "FlashAttentionGrad":
-		if !composedAttention && fusedAttention(n, storage) {
-			return fusedAttentionScratch(n, storage)
-		}
-		bh, sq, sk, _, err := graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
-		if err != nil {
-			return nil
-		}
-		gt := composedType(n.Op, storage(n.Outputs[0]))
-		for i, name := range []string{"Q", "K", "V"} {
-			cast(name+"."+gt.String(), n.Inputs[i], gt)
-		}
-		out = append(out, scratchReq{"scores", gt, graph.Shape{bh, sq, sk}})
-		if n.Op == "FlashAttentionGrad" {
-			cast("dY."+gt.String(), n.Inputs[5], gt)
-			out = append(out, scratchReq{"dscores", gt, graph.Shape{bh, sq, sk}})
-			for i, name := range []string{"dQ", "dK", "dV"} {
-				if o := n.Outputs[i]; storage(o) != gt {
-					out = append(out, scratchReq{name + "." + gt.String(), gt, o.Type.Shape})
-				}
-			}
-		} else if storage(n.Outputs[0]) != gt {
-			out = append(out, scratchReq{"Y." + gt.String(), gt, n.Outputs[0].Type.Shape})
-		}
-	case "SoftmaxCrossEntropyLoss":
-		out = append(out, scratchReq{"rowloss", graph.Float64, graph.Shape{n.Inputs[0].Type.Shape[0]}})
-	case "ReduceSum", "ReduceMean", "ReduceMax":
-		if rp, err := planReduce(n); err == nil && rp.chunks > 1 {
-			out = append(out, scratchReq{"partials", rp.accType(storage(n.Inputs[0])), graph.Shape{int(rp.chunks), int(rp.nout)}})
-		}
-	}
-	return out
 }
 
 // place assigns arena offsets: largest buffers first, each into the

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/bench"
 )
 
 func TestAttnFLOPs(t *testing.T) {
@@ -60,10 +61,10 @@ func TestParseTorchRowsAndTable(t *testing.T) {
 	}
 
 	// Our two rows for the same shape, as attnRows makes them.
-	res := &cuda.AttnResult{
-		Shape:    cuda.AttnShape{B: 4, H: 16, S: 4096, D: 128},
-		Fused:    cuda.AttnTiming{FwdMs: 1.8, BwdMs: 5.5, PlannedBytes: 700 << 20, MeasuredBytes: 704 << 20},
-		Composed: cuda.AttnTiming{FwdMs: 6, BwdMs: 16.5, PlannedBytes: 5 << 30, MeasuredBytes: 5 << 30},
+	res := &bench.AttnResult{
+		Shape:    bench.AttnShape{B: 4, H: 16, S: 4096, D: 128},
+		Fused:    bench.AttnTiming{FwdMs: 1.8, BwdMs: 5.5, PlannedBytes: 700 << 20, MeasuredBytes: 704 << 20},
+		Composed: bench.AttnTiming{FwdMs: 6, BwdMs: 16.5, PlannedBytes: 5 << 30, MeasuredBytes: 5 << 30},
 		Checked:  true, MaxAbsErr: [4]float64{0.0078125, 0.03, 0.05, 0.02}, MaxAbsRef: [4]float64{1, 2, 3, 4},
 	}
 	ours := attnRows(res, 20, "NVIDIA H200")
@@ -71,10 +72,10 @@ func TestParseTorchRowsAndTable(t *testing.T) {
 		t.Fatalf("attnRows: %+v", ours)
 	}
 	// A composed path that ran out of memory.
-	oom := &cuda.AttnResult{
-		Shape:    cuda.AttnShape{B: 16, H: 32, S: 1024, D: 64, Causal: true},
-		Fused:    cuda.AttnTiming{FwdMs: 1, BwdMs: 3},
-		Composed: cuda.AttnTiming{Err: "out of memory: needs 9 GiB by plan, 1 GiB free"},
+	oom := &bench.AttnResult{
+		Shape:    bench.AttnShape{B: 16, H: 32, S: 1024, D: 64, Causal: true},
+		Fused:    bench.AttnTiming{FwdMs: 1, BwdMs: 3},
+		Composed: bench.AttnTiming{Err: "out of memory: needs 9 GiB by plan, 1 GiB free"},
 	}
 	all := append(append(rows, ours...), attnRows(oom, 20, "NVIDIA H200")...)
 	var out bytes.Buffer

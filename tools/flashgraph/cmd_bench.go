@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/bench"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -153,10 +154,10 @@ func parseTorchRows(r io.Reader) ([]benchRow, error) {
 }
 
 // attnRows turns one of our results into its fused and composed rows.
-func attnRows(r *cuda.AttnResult, iters int, gpu string) []benchRow {
+func attnRows(r *bench.AttnResult, iters int, gpu string) []benchRow {
 	sh := r.Shape
 	f, b := attnFLOPs(sh.B, sh.H, sh.S, sh.D, sh.Causal)
-	mk := func(impl string, t cuda.AttnTiming) benchRow {
+	mk := func(impl string, t bench.AttnTiming) benchRow {
 		row := benchRow{Kind: "attention", Impl: impl, B: sh.B, H: sh.H, S: sh.S, D: sh.D, Causal: sh.Causal,
 			DType: "bfloat16", Iters: iters, GPU: gpu}
 		if t.PlannedBytes > 0 {
@@ -523,7 +524,7 @@ func deviceLine(d *cuda.Device) string {
 func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	t0 := time.Now()
-	ab, err := cuda.NewAttnBench(tokens*width, seed)
+	ab, err := bench.NewAttnBench(tokens*width, seed)
 	if err != nil {
 		return nil, fmt.Errorf("bench needs -device cuda: %w", err)
 	}
@@ -533,7 +534,7 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 	fmt.Fprintf(stderr, "bench: %s; inputs ready in %v\n", header, time.Since(t0).Round(time.Millisecond))
 	var rows []benchRow
 	for _, sh := range shapes {
-		as := cuda.AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
+		as := bench.AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
 		t1 := time.Now()
 		r, err := ab.Run(as, composed)
 		if err != nil {
@@ -580,7 +581,7 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 	return rows, nil
 }
 
-func timingText(t cuda.AttnTiming) string {
+func timingText(t bench.AttnTiming) string {
 	if t.Err != "" {
 		return firstLine(t.Err, 120)
 	}
