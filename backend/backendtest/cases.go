@@ -536,6 +536,7 @@ func opCases() []opCase {
 	}
 
 	cs = append(cs, attentionCases()...)
+	cs = append(cs, fusedCases()...)
 
 	// AdamW.
 	for _, ac := range []struct {

@@ -31,6 +31,10 @@ type driverAPI struct {
 	cuLaunchKernel                                   uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord     uintptr
 	cuEventSynchronize, cuEventElapsedTime           uintptr
+	// CUDA graphs (optional: without them every run launches kernel by kernel).
+	cuStreamBeginCapture, cuStreamEndCapture uintptr
+	cuGraphInstantiate, cuGraphLaunch        uintptr
+	cuGraphExecDestroy, cuGraphDestroy       uintptr
 
 	driverVersion int32
 }
@@ -92,6 +96,12 @@ func loadDriver() (*driverAPI, error) {
 				return nil, fmt.Errorf("cuda: %s: symbol cuEventElapsedTime_v2 not found", lib.name)
 			}
 		}
+		api.cuStreamBeginCapture = lib.optionalSymbol("cuStreamBeginCapture_v2")
+		api.cuStreamEndCapture = lib.optionalSymbol("cuStreamEndCapture")
+		api.cuGraphInstantiate = lib.optionalSymbol("cuGraphInstantiateWithFlags")
+		api.cuGraphLaunch = lib.optionalSymbol("cuGraphLaunch")
+		api.cuGraphExecDestroy = lib.optionalSymbol("cuGraphExecDestroy")
+		api.cuGraphDestroy = lib.optionalSymbol("cuGraphDestroy")
 		if err := api.check("cuInit", ccall(api.cuInit, 0)); err != nil {
 			return nil, fmt.Errorf("cuda: %s loaded but the driver could not start: %w", lib.name, err)
 		}
@@ -161,6 +171,9 @@ type Device struct {
 	smemOptin    int
 	reqs         chan func()
 	done         chan struct{}
+	// runMu serialises executables' runs: a run being captured into a CUDA
+	// graph must be the only work queued on the stream meanwhile.
+	runMu sync.Mutex
 	closed       atomic.Bool
 	closeOnce    sync.Once
 	closeErr     error

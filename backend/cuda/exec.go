@@ -170,6 +170,8 @@ type executable struct {
 	flag          DevicePtr // int32 error code kernels set (see ops.cu)
 	initBytes     int64
 	closed        bool
+	// Steps and updates replay as CUDA graphs after their first runs.
+	stepsGraph, updatesGraph replayer
 }
 
 // Compile plans memory, uploads the initializers and lowers every node.
@@ -356,10 +358,12 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 			return nil, fmt.Errorf("cuda: input %s: %w", v.Name, err)
 		}
 	}
+	d.runMu.Lock()
+	defer d.runMu.Unlock()
 	if err := d.Memset(x.flag, 0, 4); err != nil {
 		return nil, err
 	}
-	if err := x.runSteps(); err != nil {
+	if err := x.stepsGraph.run(d, x.runSteps); err != nil {
 		return nil, err
 	}
 	var code int32
@@ -377,6 +381,16 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 		}
 		res[v.Name] = t
 	}
+	if err := x.updatesGraph.run(d, x.applyUpdates); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// applyUpdates copies (converting where the types differ) every update
+// source over its initializer.
+func (x *executable) applyUpdates() error {
+	d := x.b.dev
 	for _, u := range x.updates {
 		var err error
 		if u.convert != nil {
@@ -385,10 +399,10 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 			err = d.CopyDeviceToDevice(u.to.ptr, u.from.ptr, u.to.bytes())
 		}
 		if err != nil {
-			return nil, fmt.Errorf("cuda: update of %s: %w", u.name, err)
+			return fmt.Errorf("cuda: update of %s: %w", u.name, err)
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // runSteps queues every step on the device's stream: consecutive device
@@ -527,7 +541,7 @@ func (x *executable) Close() error {
 }
 
 func (x *executable) free() error {
-	var errs []error
+	errs := []error{x.stepsGraph.release(x.b.dev), x.updatesGraph.release(x.b.dev)}
 	for _, p := range x.allocs {
 		errs = append(errs, x.b.dev.Free(p))
 	}

@@ -28,6 +28,9 @@ type ewProgram struct {
 	steps []graph.FusedStep
 	outs  []int    // the step each output holds
 	obufs []buffer // the outputs, contiguous
+	// narrow, when set, is each step's dtype: a bfloat16 or float16 step is
+	// rounded to it before later steps read it, as separate nodes would be.
+	narrow []graph.DType
 }
 
 // ctype is the C type a buffer holds.
@@ -316,6 +319,10 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		if err != nil {
 			return "", 0, 0, err
 		}
+		if s < len(p.narrow) && (p.narrow[s] == graph.BFloat16 || p.narrow[s] == graph.Float16) {
+			t, _ := ctype(p.narrow[s])
+			e = loadExpr(t, ct, storeExpr(t, ct, e))
+		}
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}
 	for i, s := range p.outs {
@@ -409,6 +416,9 @@ func lowerFusedElementwise(c *lowerCtx) (func() error, error) {
 		}
 	}
 	p := &ewProgram{shape: shape, steps: steps}
+	for _, t := range types {
+		p.narrow = append(p.narrow, t.DType)
+	}
 	for i, v := range n.Inputs {
 		p.ins = append(p.ins, broadcastOperand(c.in(i), v.Type.Shape, shape))
 	}

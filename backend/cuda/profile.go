@@ -40,6 +40,8 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	d := x.b.dev
+	d.runMu.Lock()
+	defer d.runMu.Unlock()
 	for _, v := range x.g.Inputs {
 		if err := upload(d, x.bufs[v], feeds[v.Name]); err != nil {
 			return nil, fmt.Errorf("cuda: input %s: %w", v.Name, err)

@@ -1,0 +1,83 @@
+package backendtest
+
+import (
+	"math"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// fusedCases check FusedElementwise: bodies like the ones fuse_elementwise
+// makes of a training step (SiLU·up, RMSNorm scaling, rsqrt of a mean, a
+// masked exponential), with broadcasting operands, several outputs, shapes
+// whose innermost axis allows 16-byte vectors and shapes that do not. The
+// reference applies each step's own definition in float64 and rounds its
+// result to the step's dtype, as a chain of separate nodes would.
+func fusedCases() []opCase {
+	var cs []opCase
+	add := func(name string, fn func(c *ctx)) { cs = append(cs, opCase{op: "FusedElementwise", name: name, fn: fn}) }
+	sigmoid := func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+	mul := func(x, y float64) float64 { return x * y }
+	fused := func(c *ctx, body string, outs []int64, ins ...*graph.Value) []*graph.Value {
+		return c.opN("FusedElementwise", graph.Attrs{"body": graph.Str(body), "outputs": graph.Ints(outs...)}, ins...)
+	}
+	for _, sh := range [][]int{{3, 5, 7}, {4, 16, 64}} {
+		add("silu_mul_"+shapeName(sh), func(c *ctx) {
+			x, rx := c.input(c.dt, normal, sh...)
+			u, ru := c.input(c.dt, normal, sh...)
+			ys := fused(c, "Sigmoid(i0);Mul(i0,t0);Mul(t1,i1)", []int64{2, 0}, x, u)
+			s := roundArr(c.dt, refUnary(rx, sigmoid))
+			c.expect(ys[0], refBinary(roundArr(c.dt, refBinary(rx, s, mul)), ru, mul))
+			c.expect(ys[1], s)
+		})
+	}
+	add("rmsnorm_scale_[4,6,16]_[4,6,1]_[16]", func(c *ctx) {
+		x, rx := c.input(c.dt, normal, 4, 6, 16)
+		r, rr := c.input(c.dt, positive, 4, 6, 1)
+		w, rw := c.input(c.dt, normal, 16)
+		ys := fused(c, "Mul(i0,i1);Mul(t0,i2)", []int64{0, 1}, x, r, w)
+		t0 := roundArr(c.dt, refBinary(rx, rr, mul))
+		c.expect(ys[0], t0)
+		c.expect(ys[1], refBinary(t0, rw, mul))
+	})
+	add("rsqrt_of_mean_[4,32,1]_[]", func(c *ctx) {
+		m, rm := c.input(c.dt, positive, 4, 32, 1)
+		e, re := c.input(c.dt, constGen(1e-5))
+		ys := fused(c, "Add(i0,i1);Sqrt(t0);Reciprocal(t1)", []int64{2}, m, e)
+		t1 := roundArr(c.dt, refUnary(roundArr(c.dt, refBinary(rm, re, func(x, y float64) float64 { return x + y })), math.Sqrt))
+		c.expect(ys[0], refUnary(t1, func(x float64) float64 { return 1 / x }))
+	})
+	add("where_exp_add_c[5,1]_x[5,8]_y[]_z[8]", func(c *ctx) {
+		cond, rc := c.input(graph.Bool, coin, 5, 1)
+		x, rx := c.input(c.dt, scaled(2, normal), 5, 8)
+		y, ry := c.input(c.dt, scaled(2, normal))
+		z, rz := c.input(c.dt, normal, 8)
+		ys := fused(c, "Where(i0,i1,i2);Exp(t0);Add(t1,i3)", []int64{2}, cond, x, y, z)
+		w := refMap(func(v []float64) float64 {
+			if v[0] != 0 {
+				return v[1]
+			}
+			return v[2]
+		}, rc, rx, ry)
+		c.expect(ys[0], refBinary(roundArr(c.dt, refUnary(w, math.Exp)), rz, func(a, b float64) float64 { return a + b }))
+	})
+	add("transposed_operand_[2,3,4,8]", func(c *ctx) {
+		// An operand that reaches the body through a Transpose node is read
+		// as its own (contiguous) tensor; the body sees values, not layouts.
+		x, rx := c.input(c.dt, normal, 2, 4, 3, 8)
+		xt := c.op("Transpose", graph.Attrs{"perm": graph.Ints(0, 2, 1, 3)}, x)
+		y, ry := c.input(c.dt, normal, 2, 3, 4, 8)
+		ys := fused(c, "Sub(i0,i1);Abs(t0);Neg(t1)", []int64{2}, xt, y)
+		rt := &arr{shape: []int{2, 3, 4, 8}, data: make([]float64, len(rx.data))}
+		for a := range 2 {
+			for b := range 3 {
+				for k := range 4 {
+					for d := range 8 {
+						rt.data[((a*3+b)*4+k)*8+d] = rx.data[((a*4+k)*3+b)*8+d]
+					}
+				}
+			}
+		}
+		c.expect(ys[0], refUnary(roundArr(c.dt, refBinary(rt, ry, func(a, b float64) float64 { return a - b })), func(a float64) float64 { return -math.Abs(a) }))
+	})
+	return cs
+}
