@@ -1,8 +1,9 @@
-// Package cpu is the reference executor: every op of the op table, on the
+// Package cpu is the host executor: every op of the op table, on the
 // host, in float32 and float64 (bfloat16 and float16 are held as float32
 // values already rounded to the narrow type; kernels compute in float32 and
-// the executor rounds their outputs). It is the living definition of each op:
-// other backends are checked against it.
+// the executor rounds their outputs). Its kernels are the fast executors of
+// the ops, not their definition: that is each op's Eval in the op table
+// (graph/eval.go), which the conformance suite checks these kernels against.
 //
 // Numerics, so that other backends know what to match:
 //   - float32 elementwise arithmetic (+ − × ÷, Neg, Abs, Relu, Reciprocal) is
