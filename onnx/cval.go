@@ -247,23 +247,6 @@ func cvalFromGraphTensor(t *graph.Tensor) *cval {
 	return c
 }
 
-// take builds a tensor of the given shape whose element k is c's element idx[k].
-func (c *cval) take(shape graph.Shape, idx []int) *cval {
-	out := &cval{dt: c.dt, shape: shape.Clone()}
-	if c.f != nil {
-		out.f = make([]float64, len(idx))
-		for k, j := range idx {
-			out.f[k] = c.f[j]
-		}
-	} else {
-		out.i = make([]int64, len(idx))
-		for k, j := range idx {
-			out.i[k] = c.i[j]
-		}
-	}
-	return out
-}
-
 // reshaped shares c's data under a new shape of the same size.
 func (c *cval) reshaped(shape graph.Shape) *cval {
 	return &cval{dt: c.dt, shape: shape.Clone(), f: c.f, i: c.i}
