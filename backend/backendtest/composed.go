@@ -45,9 +45,7 @@ func composedAttention(c *ctx) {
 	k, rk := c.x(b, h, s, d)
 	v, rv := c.x(b, h, s, d)
 	mask := c.b.Const("mask", c.dt, graph.Shape{s, s}, graph.CausalMask())
-	scores := c.b.MatMul(q, c.b.Transpose(k, 0, 1, 3, 2))
-	scores = c.b.Add(c.b.Mul(scores, c.b.Scalar(c.dt, scale)), mask)
-	y := c.b.MatMul(c.b.Softmax(scores, -1), v)
+	y := c.b.Attention(q, k, v, scale, mask).Out
 	ref, lse := refAttention(rq, rk, rv, scale, true)
 	c.expect(y, ref)
 	fused := c.opN("FlashAttention", graph.Attrs{"causal": graph.Int(1), "scale": graph.Float(scale)}, q, k, v)
