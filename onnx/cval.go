@@ -229,24 +229,6 @@ func (c *cval) literal() (graph.DType, []float64, error) {
 	return dt, data, nil
 }
 
-// cvalFromGraphTensor converts materialized initializer data.
-func cvalFromGraphTensor(t *graph.Tensor) *cval {
-	c := newCval(onnxType(t.DType), t.Shape)
-	for k := range t.Len() {
-		if c.f != nil {
-			c.f[k] = t.At(k)
-		} else {
-			switch {
-			case t.I64 != nil:
-				c.i[k] = t.I64[k]
-			case t.B != nil && t.B[k]:
-				c.i[k] = 1
-			}
-		}
-	}
-	return c
-}
-
 // reshaped shares c's data under a new shape of the same size.
 func (c *cval) reshaped(shape graph.Shape) *cval {
 	return &cval{dt: c.dt, shape: shape.Clone(), f: c.f, i: c.i}

@@ -39,12 +39,6 @@ type cpuBackend struct{}
 func (cpuBackend) Name() string { return "cpu" }
 func (cpuBackend) Close() error { return nil }
 
-// Supported reports whether the CPU backend has a kernel for op.
-func Supported(op string) bool {
-	_, ok := kernels[op]
-	return ok
-}
-
 // executable is a compiled graph. Values are numbered (slots) at Compile so
 // that a run indexes slices instead of maps.
 type executable struct {
