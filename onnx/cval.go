@@ -78,18 +78,8 @@ func (c *cval) set(k int, v float64) {
 }
 
 // truncInt converts like a C cast (toward zero), saturating instead of the
-// undefined behaviour of out-of-range conversions.
-func truncInt(v float64) int64 {
-	switch {
-	case math.IsNaN(v):
-		return 0
-	case v >= math.MaxInt64:
-		return math.MaxInt64
-	case v <= math.MinInt64:
-		return math.MinInt64
-	}
-	return int64(v)
-}
+// undefined behaviour of out-of-range conversions; NaN gives 0.
+func truncInt(v float64) int64 { return graph.SaturateInt64(v) }
 
 func roundTo(dt onnxpb.DataType, v float64) float64 {
 	switch dt {

@@ -259,47 +259,36 @@ func rawTensor(name string, dt DataType, dims []int64, raw []byte) *Tensor {
 	return &Tensor{Name: name, DataType: dt, Dims: append([]int64(nil), dims...), RawData: raw}
 }
 
-// rawLE is the data of a host tensor in graph's little-endian layout
+// rawLE is the data of a host vector in graph's little-endian layout
 // (graph.AppendLE), which is ONNX's raw_data layout for these types.
-func rawLE(t *graph.Tensor) []byte {
-	return graph.AppendLE(make([]byte, 0, t.Len()*t.DType.Size()), t)
+func rawLE(t graph.Tensor) []byte {
+	t.Shape = graph.Shape{max(len(t.F32), len(t.F64), len(t.I64), len(t.B))}
+	return graph.AppendLE(make([]byte, 0, t.Len()*t.DType.Size()), &t)
 }
-
-func vec(dt graph.DType, n int) *graph.Tensor { return &graph.Tensor{DType: dt, Shape: graph.Shape{n}} }
 
 // NewFloat32 makes a FLOAT tensor.
 func NewFloat32(name string, dims []int64, v []float32) *Tensor {
-	t := vec(graph.Float32, len(v))
-	t.F32 = v
-	return rawTensor(name, Float, dims, rawLE(t))
+	return rawTensor(name, Float, dims, rawLE(graph.Tensor{DType: graph.Float32, F32: v}))
 }
 
 // NewFloat64 makes a DOUBLE tensor.
 func NewFloat64(name string, dims []int64, v []float64) *Tensor {
-	t := vec(graph.Float64, len(v))
-	t.F64 = v
-	return rawTensor(name, Double, dims, rawLE(t))
+	return rawTensor(name, Double, dims, rawLE(graph.Tensor{DType: graph.Float64, F64: v}))
 }
 
 // NewFloat16 makes a FLOAT16 tensor, rounding each value.
 func NewFloat16(name string, dims []int64, v []float32) *Tensor {
-	t := vec(graph.Float16, len(v))
-	t.F32 = v
-	return rawTensor(name, Float16, dims, rawLE(t))
+	return rawTensor(name, Float16, dims, rawLE(graph.Tensor{DType: graph.Float16, F32: v}))
 }
 
 // NewBFloat16 makes a BFLOAT16 tensor, rounding each value.
 func NewBFloat16(name string, dims []int64, v []float32) *Tensor {
-	t := vec(graph.BFloat16, len(v))
-	t.F32 = v
-	return rawTensor(name, BFloat16, dims, rawLE(t))
+	return rawTensor(name, BFloat16, dims, rawLE(graph.Tensor{DType: graph.BFloat16, F32: v}))
 }
 
 // NewInt64 makes an INT64 tensor.
 func NewInt64(name string, dims []int64, v []int64) *Tensor {
-	t := vec(graph.Int64, len(v))
-	t.I64 = v
-	return rawTensor(name, Int64, dims, rawLE(t))
+	return rawTensor(name, Int64, dims, rawLE(graph.Tensor{DType: graph.Int64, I64: v}))
 }
 
 // NewInt32 makes an INT32 tensor.
@@ -313,7 +302,5 @@ func NewInt32(name string, dims []int64, v []int32) *Tensor {
 
 // NewBool makes a BOOL tensor, one byte per element.
 func NewBool(name string, dims []int64, v []bool) *Tensor {
-	t := vec(graph.Bool, len(v))
-	t.B = v
-	return rawTensor(name, Bool, dims, rawLE(t))
+	return rawTensor(name, Bool, dims, rawLE(graph.Tensor{DType: graph.Bool, B: v}))
 }
