@@ -1,6 +1,7 @@
-// Package backend defines what an executor of graphs provides. The CPU
-// backend (backend/cpu) is the specification every other backend is checked
-// against by the conformance suite (backend/backendtest).
+// Package backend defines what an executor of graphs provides. What each op
+// computes is specified once, by the Eval of its op table row (graph/eval.go);
+// the conformance suite (backend/backendtest) checks every backend, the CPU
+// backend included, against it.
 package backend
 
 import (

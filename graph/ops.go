@@ -35,6 +35,13 @@ type OpSpec struct {
 	// (defaults already filled in). in[i] is nil for an omitted optional input.
 	// consts gives the data of constant inputs (shape operands etc.), nil otherwise.
 	Infer func(in []*TensorType, attrs Attrs, consts []*Tensor) ([]TensorType, error)
+	// Eval is the op's meaning as executable float64 reference code (eval.go):
+	// the one definition the conformance suite checks backends against and
+	// constant folding runs. Elementwise ops give Map instead and get
+	// Eval applied at every broadcast position.
+	Eval EvalFunc
+	// Map is the scalar function of an elementwise op (nil for others).
+	Map *MapFunc
 }
 
 var ops = map[string]*OpSpec{}
@@ -43,6 +50,12 @@ var ops = map[string]*OpSpec{}
 func register(s *OpSpec) {
 	if _, dup := ops[s.Name]; dup {
 		panic("graph: op registered twice: " + s.Name) // programming error at init, not input
+	}
+	if s.Map != nil {
+		s.Eval = evalMap(s.Map)
+	}
+	if s.Eval == nil {
+		panic("graph: op has no Eval: " + s.Name) // programming error at init, not input
 	}
 	ops[s.Name] = s
 }
@@ -143,11 +156,8 @@ func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, er
 		return nil, nil, fmt.Errorf("unknown op %q", op)
 	}
 	lo, hi := s.Arity()
-	if len(inputs) < lo || (hi >= 0 && len(inputs) > hi) {
-		if hi == lo {
-			return nil, nil, fmt.Errorf("%s takes %d inputs, got %d", op, lo, len(inputs))
-		}
-		return nil, nil, fmt.Errorf("%s takes %d to %d inputs, got %d", op, lo, hi, len(inputs))
+	if err := checkArity(op, lo, hi, len(inputs)); err != nil {
+		return nil, nil, err
 	}
 	na, err := s.normalizeAttrs(attrs)
 	if err != nil {

@@ -1,6 +1,9 @@
 package graph
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // Elementwise ops: ONNX semantics, multidirectional broadcasting.
 
@@ -40,22 +43,65 @@ func inferSame(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 }
 
 func init() {
-	for _, op := range []struct{ name, doc string }{
-		{"Add", "A + B"}, {"Sub", "A - B"}, {"Mul", "A * B"}, {"Div", "A / B"}, {"Pow", "A ^ B"},
+	for _, op := range []struct {
+		name, doc string
+		f         func(a, b float64) float64
+		i         func(a, b int64) (int64, error)
+	}{
+		{"Add", "A + B", func(a, b float64) float64 { return a + b }, func(a, b int64) (int64, error) { return a + b, nil }},
+		{"Sub", "A - B", func(a, b float64) float64 { return a - b }, func(a, b int64) (int64, error) { return a - b, nil }},
+		{"Mul", "A * B", func(a, b float64) float64 { return a * b }, func(a, b int64) (int64, error) { return a * b, nil }},
+		{"Div", "A / B (int64: truncating, division by zero is an error)", func(a, b float64) float64 { return a / b },
+			func(a, b int64) (int64, error) {
+				if b == 0 {
+					return 0, errIntDivZero
+				}
+				return a / b, nil
+			}},
+		{"Pow", "A ^ B", math.Pow, func(a, b int64) (int64, error) { return IntPow(a, b), nil }},
 	} {
-		register(&OpSpec{Name: op.name, Doc: op.doc + ", broadcasting", Inputs: []string{"A", "B"}, Outputs: []string{"C"}, Infer: inferBroadcast})
+		register(&OpSpec{Name: op.name, Doc: op.doc + ", broadcasting", Inputs: []string{"A", "B"}, Outputs: []string{"C"}, Infer: inferBroadcast,
+			Map: &MapFunc{
+				Float: func(x []float64) float64 { return op.f(x[0], x[1]) },
+				Int:   func(x []int64) (int64, error) { return op.i(x[0], x[1]) },
+			}})
 	}
-	for _, op := range []struct{ name, doc string }{
-		{"Neg", "-X"}, {"Sqrt", "sqrt(X)"}, {"Reciprocal", "1 / X"}, {"Exp", "e^X"}, {"Log", "ln(X)"},
-		{"Sigmoid", "1 / (1 + e^-X)"}, {"Tanh", "tanh(X)"}, {"Relu", "max(X, 0)"}, {"Erf", "the error function of X"},
-		{"Abs", "|X|"},
+	for _, op := range []struct {
+		name, doc string
+		f         func(float64) float64
+	}{
+		{"Neg", "-X", func(x float64) float64 { return -x }},
+		{"Sqrt", "sqrt(X)", math.Sqrt},
+		{"Reciprocal", "1 / X", func(x float64) float64 { return 1 / x }},
+		{"Exp", "e^X", math.Exp},
+		{"Log", "ln(X)", math.Log},
+		{"Sigmoid", "1 / (1 + e^-X)", func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }},
+		{"Tanh", "tanh(X)", math.Tanh},
+		{"Relu", "max(X, 0)", func(x float64) float64 { return math.Max(x, 0) }},
+		{"Erf", "the error function of X", math.Erf},
+		{"Abs", "|X|", math.Abs},
 	} {
-		register(&OpSpec{Name: op.name, Doc: op.doc + ", elementwise", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferUnaryFloat})
+		register(&OpSpec{Name: op.name, Doc: op.doc + ", elementwise", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferUnaryFloat,
+			Map: &MapFunc{Float: func(x []float64) float64 { return op.f(x[0]) }}})
 	}
-	register(&OpSpec{Name: "Identity", Doc: "Y = X", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferSame})
+	register(&OpSpec{Name: "Identity", Doc: "Y = X", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferSame, Eval: evalCopy})
 	register(&OpSpec{
 		Name: "Where", Doc: "condition ? X : Y, broadcasting",
 		Inputs: []string{"condition", "X", "Y"}, Outputs: []string{"output"},
+		Map: &MapFunc{
+			Float: func(x []float64) float64 {
+				if x[0] != 0 {
+					return x[1]
+				}
+				return x[2]
+			},
+			Int: func(x []int64) (int64, error) {
+				if x[0] != 0 {
+					return x[1], nil
+				}
+				return x[2], nil
+			},
+		},
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if in[0].DType != Bool {
 				return nil, fmt.Errorf("condition must be bool, got %v", in[0].DType)
@@ -71,8 +117,8 @@ func init() {
 		},
 	})
 	register(&OpSpec{
-		Name: "Cast", Doc: "X converted to the dtype `to`",
-		Inputs: []string{"input"}, Outputs: []string{"output"},
+		Name: "Cast", Doc: "X converted to the dtype `to` (floats to int64 truncate toward zero, to bool: X != 0)",
+		Inputs: []string{"input"}, Outputs: []string{"output"}, Eval: evalCopy,
 		Attrs: []AttrSpec{{Name: "to", Kind: AttrString, Required: true}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			dt, err := ParseDType(a.String("to", ""))
@@ -85,6 +131,10 @@ func init() {
 	register(&OpSpec{
 		Name: "Equal", Doc: "A == B, broadcasting, bool result",
 		Inputs: []string{"A", "B"}, Outputs: []string{"C"},
+		Map: &MapFunc{
+			Float: func(x []float64) float64 { return b2f(x[0] == x[1]) },
+			Int:   func(x []int64) (int64, error) { return int64(b2f(x[0] == x[1])), nil },
+		},
 		Infer: func(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
 			t, err := inferBroadcast(in, a, c)
 			if err != nil {

@@ -51,7 +51,7 @@ func init() {
 	register(&OpSpec{
 		Name: "FlashAttention", Domain: DomainFlashgraph,
 		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale); a row with no visible key gives Y = 0, L = +inf",
-		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs,
+		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs, Eval: evalAttention,
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in); err != nil {
 				return nil, err
@@ -69,7 +69,7 @@ func init() {
 	register(&OpSpec{
 		Name: "FlashAttentionGrad", Domain: DomainFlashgraph,
 		Doc:    "dQ, dK, dV of FlashAttention from Q, K, V, Y, L and dY, recomputing P from L",
-		Inputs: []string{"Q", "K", "V", "Y", "L", "dY"}, Outputs: []string{"dQ", "dK", "dV"}, Attrs: attentionAttrs,
+		Inputs: []string{"Q", "K", "V", "Y", "L", "dY"}, Outputs: []string{"dQ", "dK", "dV"}, Attrs: attentionAttrs, Eval: evalAttentionGrad,
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if _, _, _, _, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
 				return nil, err
@@ -87,7 +87,7 @@ func init() {
 	register(&OpSpec{
 		Name: "SoftmaxGrad", Domain: DomainFlashgraph,
 		Doc:    "dX = Y·(dY − sum(dY·Y, axis)) for Y = Softmax(X, axis)",
-		Inputs: []string{"Y", "dY"}, Outputs: []string{"dX"},
+		Inputs: []string{"Y", "dY"}, Outputs: []string{"dX"}, Eval: evalSoftmaxGrad,
 		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(-1)}},
 		Infer: func(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
 			if !in[0].Equal(*in[1]) {
@@ -99,7 +99,7 @@ func init() {
 	register(&OpSpec{
 		Name: "SoftmaxCrossEntropyLossGrad", Domain: DomainFlashgraph,
 		Doc:    "dScores = dLoss·(softmax(scores) − onehot(labels)) / N (mean) of SoftmaxCrossEntropyLoss",
-		Inputs: []string{"dLoss", "scores", "labels"}, Outputs: []string{"dScores"},
+		Inputs: []string{"dLoss", "scores", "labels"}, Outputs: []string{"dScores"}, Eval: evalSCEGrad,
 		Attrs: []AttrSpec{{Name: "reduction", Kind: AttrString, Default: Str("mean")}},
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if in[0].Shape.Rank() != 0 {
@@ -114,7 +114,7 @@ func init() {
 	register(&OpSpec{
 		Name: "GatherGrad", Domain: DomainFlashgraph,
 		Doc:    "dData of Gather: zeros of data's shape with dY's slices added at indices (scatter-add)",
-		Inputs: []string{"dY", "indices"}, Outputs: []string{"dData"},
+		Inputs: []string{"dY", "indices"}, Outputs: []string{"dData"}, Eval: evalGatherGrad,
 		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(0)}, {Name: "shape", Kind: AttrInts, Required: true}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			shape := Shape{}
@@ -135,7 +135,7 @@ func init() {
 	register(&OpSpec{
 		Name: "AdamW", Domain: DomainFlashgraph,
 		Doc:    "one AdamW step (decoupled weight decay, bias correction at step t): param', m', v'",
-		Inputs: []string{"param", "grad", "m", "v", "lr", "step"}, Outputs: []string{"param_out", "m_out", "v_out"},
+		Inputs: []string{"param", "grad", "m", "v", "lr", "step"}, Outputs: []string{"param_out", "m_out", "v_out"}, Eval: evalAdamW,
 		Attrs: []AttrSpec{
 			{Name: "beta1", Kind: AttrFloat, Default: Float(0.9)}, {Name: "beta2", Kind: AttrFloat, Default: Float(0.95)},
 			{Name: "eps", Kind: AttrFloat, Default: Float(1e-8)}, {Name: "weight_decay", Kind: AttrFloat, Default: Float(0)},

@@ -37,7 +37,7 @@ func MatMulShape(a, b Shape) (Shape, error) {
 func init() {
 	register(&OpSpec{
 		Name: "MatMul", Doc: "A @ B with numpy batching and broadcasting",
-		Inputs: []string{"A", "B"}, Outputs: []string{"Y"},
+		Inputs: []string{"A", "B"}, Outputs: []string{"Y"}, Eval: evalMatMul,
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in); err != nil {
 				return nil, err
@@ -54,7 +54,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Gemm", Doc: "alpha·op(A)·op(B) + beta·C for 2-D A, B",
-		Inputs: []string{"A", "B", "C?"}, Outputs: []string{"Y"},
+		Inputs: []string{"A", "B", "C?"}, Outputs: []string{"Y"}, Eval: evalGemm,
 		Attrs: []AttrSpec{
 			{Name: "alpha", Kind: AttrFloat, Default: Float(1)}, {Name: "beta", Kind: AttrFloat, Default: Float(1)},
 			{Name: "transA", Kind: AttrInt, Default: Int(0)}, {Name: "transB", Kind: AttrInt, Default: Int(0)},

@@ -81,17 +81,20 @@ func init() {
 		{"ReduceMean", "mean"}, {"ReduceSum", "sum"}, {"ReduceMax", "max"},
 	} {
 		register(&OpSpec{Name: op.name, Doc: op.doc + " over axes (opset 18: axes is an input)",
-			Inputs: []string{"data", "axes?"}, Outputs: []string{"reduced"}, Attrs: reduceAttrs, Infer: inferReduce})
+			Inputs: []string{"data", "axes?"}, Outputs: []string{"reduced"}, Attrs: reduceAttrs, Infer: inferReduce,
+			Eval: evalReduce(op.doc)})
 	}
 	register(&OpSpec{Name: "Softmax", Doc: "exp(x - max) / sum along axis (opset 13 semantics)",
 		Inputs: []string{"input"}, Outputs: []string{"output"},
-		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(-1)}}, Infer: inferAxisSoftmax})
+		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(-1)}}, Infer: inferAxisSoftmax,
+		Eval: evalSoftmax(false)})
 	register(&OpSpec{Name: "LogSoftmax", Doc: "log of Softmax along axis",
 		Inputs: []string{"input"}, Outputs: []string{"output"},
-		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(-1)}}, Infer: inferAxisSoftmax})
+		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(-1)}}, Infer: inferAxisSoftmax,
+		Eval: evalSoftmax(true)})
 	register(&OpSpec{
 		Name: "SoftmaxCrossEntropyLoss", Doc: "mean (or sum) over rows of -log softmax(scores)[label]",
-		Inputs: []string{"scores", "labels"}, Outputs: []string{"output"},
+		Inputs: []string{"scores", "labels"}, Outputs: []string{"output"}, Eval: evalSCE,
 		Attrs: []AttrSpec{{Name: "reduction", Kind: AttrString, Default: Str("mean")}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in[:1]); err != nil {

@@ -145,7 +145,7 @@ func optInts(c *Tensor, present bool, what string) ([]int, error) {
 func init() {
 	register(&OpSpec{
 		Name: "Transpose", Doc: "permute the axes of X by perm",
-		Inputs: []string{"data"}, Outputs: []string{"transposed"},
+		Inputs: []string{"data"}, Outputs: []string{"transposed"}, Eval: evalTranspose,
 		Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			perm, err := TransposePerm(a, in[0].Shape.Rank())
@@ -161,7 +161,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Reshape", Doc: "same data, new shape (0 copies a dim, -1 infers one)",
-		Inputs: []string{"data", "shape"}, Outputs: []string{"reshaped"},
+		Inputs: []string{"data", "shape"}, Outputs: []string{"reshaped"}, Eval: evalCopy,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			target, err := constInts(c[1], "shape")
 			if err != nil {
@@ -176,7 +176,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Concat", Doc: "join inputs along axis",
-		Inputs: []string{"inputs..."}, Outputs: []string{"concat_result"},
+		Inputs: []string{"inputs..."}, Outputs: []string{"concat_result"}, Eval: evalConcat,
 		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Required: true}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			r := in[0].Shape.Rank()
@@ -202,7 +202,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Slice", Doc: "data[starts:ends:steps] on axes",
-		Inputs: []string{"data", "starts", "ends", "axes?", "steps?"}, Outputs: []string{"output"},
+		Inputs: []string{"data", "starts", "ends", "axes?", "steps?"}, Outputs: []string{"output"}, Eval: evalSlice,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			starts, err := constInts(c[1], "starts")
 			if err != nil {
@@ -229,7 +229,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Unsqueeze", Doc: "insert size-1 axes",
-		Inputs: []string{"data", "axes"}, Outputs: []string{"expanded"},
+		Inputs: []string{"data", "axes"}, Outputs: []string{"expanded"}, Eval: evalCopy,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			axes, err := constInts(c[1], "axes")
 			if err != nil {
@@ -259,7 +259,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Squeeze", Doc: "remove size-1 axes (all of them when axes is omitted)",
-		Inputs: []string{"data", "axes?"}, Outputs: []string{"squeezed"},
+		Inputs: []string{"data", "axes?"}, Outputs: []string{"squeezed"}, Eval: evalCopy,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			s := in[0].Shape
 			drop := make([]bool, s.Rank())
@@ -294,7 +294,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Expand", Doc: "broadcast input to shape",
-		Inputs: []string{"input", "shape"}, Outputs: []string{"output"},
+		Inputs: []string{"input", "shape"}, Outputs: []string{"output"}, Eval: evalExpand,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			target, err := constInts(c[1], "shape")
 			if err != nil {
@@ -309,7 +309,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Gather", Doc: "take slices of data along axis at int64 indices",
-		Inputs: []string{"data", "indices"}, Outputs: []string{"output"},
+		Inputs: []string{"data", "indices"}, Outputs: []string{"output"}, Eval: evalGather,
 		Attrs: []AttrSpec{{Name: "axis", Kind: AttrInt, Default: Int(0)}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			if in[1].DType != Int64 {
@@ -326,7 +326,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Trilu", Doc: "keep the upper (upper=1) or lower triangle of the last two axes, offset k",
-		Inputs: []string{"input", "k?"}, Outputs: []string{"output"},
+		Inputs: []string{"input", "k?"}, Outputs: []string{"output"}, Eval: evalTrilu,
 		Attrs: []AttrSpec{{Name: "upper", Kind: AttrInt, Default: Int(1)}},
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			if in[0].Shape.Rank() < 2 {

@@ -129,31 +129,3 @@ func (t *Tensor) Check() error {
 	}
 	return nil
 }
-
-// RoundBF16 rounds a float32 to the nearest bfloat16 (ties to even).
-func RoundBF16(f float32) float32 {
-	if f != f {
-		return f
-	}
-	b := math.Float32bits(f)
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b &^ 0xffff)
-}
-
-// RoundF16 rounds a float32 to the nearest IEEE half (ties to even), saturating to ±inf.
-func RoundF16(f float32) float32 {
-	if f != f || math.IsInf(float64(f), 0) {
-		return f
-	}
-	a := math.Abs(float64(f))
-	if a >= 65520 {
-		return float32(math.Copysign(math.Inf(1), float64(f)))
-	}
-	// Quantum: 2^(e-10) for normals, 2^-24 for subnormals.
-	e := math.Floor(math.Log2(a))
-	if a == 0 {
-		return f
-	}
-	q := math.Pow(2, max(e, -14)-10)
-	return float32(math.Copysign(math.RoundToEven(a/q)*q, float64(f)))
-}

@@ -112,13 +112,12 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 	k = m.Rename(m.rope("rope_k", k), scope+"/attn/k")
 
 	// Attention as exporters write it; the fusion pass matches exactly this.
-	s := m.MatMul(q, m.Transpose(k, 0, 1, 3, 2))               // [B, H, S, S]
-	s = m.Mul(s, m.Scalar(m.dt, 1/math.Sqrt(float64(D))))      // scale
-	s = m.Rename(m.Add(s, m.mask), scope+"/attn/scores")       // causal mask
-	p := m.Rename(m.Softmax(s, -1), scope+"/attn/probs")       // [B, H, S, S]
-	o := m.Rename(m.MatMul(p, v), scope+"/attn/o")             // [B, H, S, D]
-	o = m.Reshape(m.Transpose(o, 0, 2, 1, 3), B, S, H*D)       // [B, S, H·D]
-	o = m.Rename(m.MatMul(o, m.p(i, "wo")), scope+"/attn/out") // [B, S, dim]
+	att := m.Attention(q, k, v, 1/math.Sqrt(float64(D)), m.mask) // causal mask
+	m.Rename(att.Scores, scope+"/attn/scores")                   // [B, H, S, S]
+	m.Rename(att.Probs, scope+"/attn/probs")                     // [B, H, S, S]
+	o := m.Rename(att.Out, scope+"/attn/o")                      // [B, H, S, D]
+	o = m.Reshape(m.Transpose(o, 0, 2, 1, 3), B, S, H*D)         // [B, S, H·D]
+	o = m.Rename(m.MatMul(o, m.p(i, "wo")), scope+"/attn/out")   // [B, S, dim]
 	m.Pop()
 	x = m.Rename(m.Add(x, o), scope+"/resid_attn")
 

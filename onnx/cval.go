@@ -78,18 +78,8 @@ func (c *cval) set(k int, v float64) {
 }
 
 // truncInt converts like a C cast (toward zero), saturating instead of the
-// undefined behaviour of out-of-range conversions.
-func truncInt(v float64) int64 {
-	switch {
-	case math.IsNaN(v):
-		return 0
-	case v >= math.MaxInt64:
-		return math.MaxInt64
-	case v <= math.MinInt64:
-		return math.MinInt64
-	}
-	return int64(v)
-}
+// undefined behaviour of out-of-range conversions; NaN gives 0.
+func truncInt(v float64) int64 { return graph.SaturateInt64(v) }
 
 func roundTo(dt onnxpb.DataType, v float64) float64 {
 	switch dt {
@@ -227,41 +217,6 @@ func (c *cval) literal() (graph.DType, []float64, error) {
 		data[k] = float64(v)
 	}
 	return dt, data, nil
-}
-
-// cvalFromGraphTensor converts materialized initializer data.
-func cvalFromGraphTensor(t *graph.Tensor) *cval {
-	c := newCval(onnxType(t.DType), t.Shape)
-	for k := range t.Len() {
-		if c.f != nil {
-			c.f[k] = t.At(k)
-		} else {
-			switch {
-			case t.I64 != nil:
-				c.i[k] = t.I64[k]
-			case t.B != nil && t.B[k]:
-				c.i[k] = 1
-			}
-		}
-	}
-	return c
-}
-
-// take builds a tensor of the given shape whose element k is c's element idx[k].
-func (c *cval) take(shape graph.Shape, idx []int) *cval {
-	out := &cval{dt: c.dt, shape: shape.Clone()}
-	if c.f != nil {
-		out.f = make([]float64, len(idx))
-		for k, j := range idx {
-			out.f[k] = c.f[j]
-		}
-	} else {
-		out.i = make([]int64, len(idx))
-		for k, j := range idx {
-			out.i[k] = c.i[j]
-		}
-	}
-	return out
 }
 
 // reshaped shares c's data under a new shape of the same size.

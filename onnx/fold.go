@@ -15,6 +15,11 @@ import (
 // every op (computing in float64 and rounding once is exact for + − × ÷ and sqrt
 // of float32 operands), integer results wrap to their width and integer division
 // truncates toward zero, as ONNX Runtime's C++ kernels do.
+//
+// What an op computes is the op table's: an op that graph has is folded with
+// its row's scalar function (Map) or reference evaluation (Eval); only the
+// ONNX forms around it (attribute versions, element types graph lacks, Less,
+// Floor, ...) are written here.
 
 // folder evaluates one op; in[i] is nil for an omitted optional input.
 type folder func(c *opCtx, in []*cval) ([]*cval, error)
@@ -26,39 +31,82 @@ func init() {
 		"Constant": foldConstant, "ConstantOfShape": foldConstantOfShape, "Range": foldRange,
 		"Identity": func(_ *opCtx, in []*cval) ([]*cval, error) { return in[:1], nil },
 		"Cast":     foldCast, "Where": foldWhere, "Not": foldNot,
-		"Add": foldArith(func(a, b float64) float64 { return a + b }, func(a, b int64) (int64, error) { return a + b, nil }),
-		"Sub": foldArith(func(a, b float64) float64 { return a - b }, func(a, b int64) (int64, error) { return a - b, nil }),
-		"Mul": foldArith(func(a, b float64) float64 { return a * b }, func(a, b int64) (int64, error) { return a * b, nil }),
-		"Div": foldArith(func(a, b float64) float64 { return a / b }, func(a, b int64) (int64, error) {
-			if b == 0 {
-				return 0, errors.New("integer division by zero")
-			}
-			return a / b, nil
-		}),
+		"Add": foldArith(tableMap("Add")), "Sub": foldArith(tableMap("Sub")),
+		"Mul": foldArith(tableMap("Mul")), "Div": foldArith(tableMap("Div")),
 		"Pow":            foldPow,
-		"Equal":          foldCompare(func(a, b float64) bool { return a == b }, func(a, b int64) bool { return a == b }),
+		"Equal":          foldCompare(tableCompare(tableMap("Equal"))),
 		"Less":           foldCompare(func(a, b float64) bool { return a < b }, func(a, b int64) bool { return a < b }),
 		"Greater":        foldCompare(func(a, b float64) bool { return a > b }, func(a, b int64) bool { return a > b }),
 		"LessOrEqual":    foldCompare(func(a, b float64) bool { return a <= b }, func(a, b int64) bool { return a <= b }),
 		"GreaterOrEqual": foldCompare(func(a, b float64) bool { return a >= b }, func(a, b int64) bool { return a >= b }),
-		"Neg":            foldUnary(func(x float64) float64 { return -x }, true),
-		"Abs":            foldUnary(math.Abs, true),
-		"Relu":           foldUnary(func(x float64) float64 { return max(x, 0) }, true),
-		"Sqrt":           foldUnary(math.Sqrt, false),
-		"Reciprocal":     foldUnary(func(x float64) float64 { return 1 / x }, false),
-		"Exp":            foldUnary(math.Exp, false),
-		"Log":            foldUnary(math.Log, false),
+		"Neg":            foldUnary(tableUnary("Neg"), true),
+		"Abs":            foldUnary(tableUnary("Abs"), true),
+		"Relu":           foldUnary(tableUnary("Relu"), true),
+		"Sqrt":           foldUnary(tableUnary("Sqrt"), false),
+		"Reciprocal":     foldUnary(tableUnary("Reciprocal"), false),
+		"Exp":            foldUnary(tableUnary("Exp"), false),
+		"Log":            foldUnary(tableUnary("Log"), false),
 		"Sin":            foldUnary(math.Sin, false),
 		"Cos":            foldUnary(math.Cos, false),
-		"Tanh":           foldUnary(math.Tanh, false),
-		"Erf":            foldUnary(math.Erf, false),
-		"Sigmoid":        foldUnary(func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }, false),
+		"Tanh":           foldUnary(tableUnary("Tanh"), false),
+		"Erf":            foldUnary(tableUnary("Erf"), false),
+		"Sigmoid":        foldUnary(tableUnary("Sigmoid"), false),
 		"Floor":          foldUnary(math.Floor, false),
 		"Ceil":           foldUnary(math.Ceil, false),
 		"Gather":         foldGather, "Unsqueeze": foldUnsqueeze, "Squeeze": foldSqueeze,
 		"Concat": foldConcat, "Slice": foldSlice, "Reshape": foldReshape, "Expand": foldExpand,
 		"Transpose": foldTranspose, "Trilu": foldTrilu,
 	}
+}
+
+// tableMap is the op table's scalar function of an elementwise op. Every op
+// named here is elementwise in the table; a missing one is a programming
+// error found at init.
+func tableMap(op string) *graph.MapFunc {
+	s, ok := graph.LookupOp(op)
+	if !ok || s.Map == nil {
+		panic("onnx: op table has no elementwise " + op)
+	}
+	return s.Map
+}
+
+func tableUnary(op string) func(float64) float64 {
+	m := tableMap(op)
+	return func(x float64) float64 { return m.Float([]float64{x}) }
+}
+
+// tableCompare turns a table comparison (1 for true) into predicates.
+func tableCompare(m *graph.MapFunc) (func(a, b float64) bool, func(a, b int64) bool) {
+	return func(a, b float64) bool { return m.Float([]float64{a, b}) != 0 },
+		func(a, b int64) bool {
+			r, err := m.Int([]int64{a, b})
+			return err == nil && r != 0
+		}
+}
+
+// tensor gives the data as a graph tensor for the op table's Eval: float
+// types as float64, integer types and bool as int64; both hold every value
+// exactly.
+func (c *cval) tensor() *graph.Tensor {
+	if c.f != nil {
+		return &graph.Tensor{DType: graph.Float64, Shape: c.shape.Clone(), F64: c.f}
+	}
+	return &graph.Tensor{DType: graph.Int64, Shape: c.shape.Clone(), I64: c.i}
+}
+
+func intsTensor(v []int64) *graph.Tensor {
+	return &graph.Tensor{DType: graph.Int64, Shape: graph.Shape{len(v)}, I64: v}
+}
+
+// evalTable folds an op that moves data (Transpose, Gather, Slice, ...) with
+// the op table's Eval; the result keeps the element type dt of the data.
+func evalTable(c *opCtx, op string, attrs graph.Attrs, dt onnxpb.DataType, in ...*graph.Tensor) ([]*cval, error) {
+	outs, err := graph.Eval(op, attrs, in...)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	t := outs[0]
+	return []*cval{{dt: dt, shape: t.Shape, f: t.F64, i: t.I64}}, nil
 }
 
 // shapeOnly are ops whose result depends only on the static type of their input,
@@ -308,7 +356,7 @@ func sameType(c *opCtx, in ...*cval) error {
 	return nil
 }
 
-func foldArith(ff func(a, b float64) float64, fi func(a, b int64) (int64, error)) folder {
+func foldArith(m *graph.MapFunc) folder {
 	return func(c *opCtx, in []*cval) ([]*cval, error) {
 		a, b := in[0], in[1]
 		if err := sameType(c, a, b); err != nil {
@@ -322,12 +370,15 @@ func foldArith(ff func(a, b float64) float64, fi func(a, b int64) (int64, error)
 			return nil, err
 		}
 		out := newCval(a.dt, shape)
+		fx, ix := make([]float64, 2), make([]int64, 2)
 		for k := range out.n() {
 			if out.f != nil {
-				out.f[k] = roundTo(a.dt, ff(a.f[idx[0][k]], b.f[idx[1][k]]))
+				fx[0], fx[1] = a.f[idx[0][k]], b.f[idx[1][k]]
+				out.f[k] = roundTo(a.dt, m.Float(fx))
 				continue
 			}
-			v, err := fi(a.i[idx[0][k]], b.i[idx[1][k]])
+			ix[0], ix[1] = a.i[idx[0][k]], b.i[idx[1][k]]
+			v, err := m.Int(ix)
 			if err != nil {
 				return nil, c.errf("%v", err)
 			}
@@ -347,8 +398,10 @@ func foldPow(c *opCtx, in []*cval) ([]*cval, error) {
 		return nil, err
 	}
 	out := newCval(a.dt, shape)
+	pow, x := tableMap("Pow"), make([]float64, 2)
 	for k := range out.n() {
-		out.set(k, math.Pow(a.at(idx[0][k]), b.at(idx[1][k])))
+		x[0], x[1] = a.at(idx[0][k]), b.at(idx[1][k])
+		out.set(k, pow.Float(x))
 	}
 	return []*cval{out}, nil
 }
@@ -414,23 +467,14 @@ func foldWhere(c *opCtx, in []*cval) ([]*cval, error) {
 	if err := sameType(c, x, y); err != nil {
 		return nil, err
 	}
-	shape, idx, err := broadcastAll(c, cond, x, y)
-	if err != nil {
+	if _, _, err := broadcastAll(c, cond, x, y); err != nil {
 		return nil, err
 	}
-	out := newCval(x.dt, shape)
-	for k := range out.n() {
-		src, j := y, idx[2][k]
-		if cond.i[idx[0][k]] != 0 {
-			src, j = x, idx[1][k]
-		}
-		if out.f != nil {
-			out.f[k] = src.f[j]
-		} else {
-			out.i[k] = src.i[j]
-		}
+	condT := &graph.Tensor{DType: graph.Bool, Shape: cond.shape.Clone(), B: make([]bool, cond.n())}
+	for k, v := range cond.i {
+		condT.B[k] = v != 0
 	}
-	return []*cval{out}, nil
+	return evalTable(c, "Where", nil, x.dt, condT, x.tensor(), y.tensor())
 }
 
 func foldGather(c *opCtx, in []*cval) ([]*cval, error) {
@@ -444,31 +488,14 @@ func foldGather(c *opCtx, in []*cval) ([]*cval, error) {
 	if err != nil {
 		return nil, c.errf("%v", err)
 	}
-	idx, err := indices.ints()
-	if err != nil {
+	if _, err := indices.ints(); err != nil {
 		return nil, c.errf("indices: %v", err)
 	}
-	dim := data.shape[ax]
 	shape := append(append(data.shape[:ax].Clone(), indices.shape...), data.shape[ax+1:]...)
 	if shape.Numel() > maxFoldElems {
 		return nil, errTooBig
 	}
-	outer, inner := data.shape[:ax].Numel(), data.shape[ax+1:].Numel()
-	take := make([]int, 0, shape.Numel())
-	for o := range outer {
-		for _, j := range idx {
-			if j < -int64(dim) || j >= int64(dim) {
-				return nil, c.errf("index %d out of range for axis of size %d", j, dim)
-			}
-			if j < 0 {
-				j += int64(dim)
-			}
-			for i := range inner {
-				take = append(take, (o*dim+int(j))*inner+i)
-			}
-		}
-	}
-	return []*cval{data.take(shape, take)}, nil
+	return evalTable(c, "Gather", graph.Attrs{"axis": graph.Int(int64(ax))}, data.dt, data.tensor(), indices.tensor())
 }
 
 // axesOperand returns axes passed as an attribute (opsets before since) or as
@@ -591,23 +618,11 @@ func foldConcat(c *opCtx, in []*cval) ([]*cval, error) {
 		}
 		shape[ax] += v.shape[ax]
 	}
-	out := newCval(in[0].dt, shape)
-	outer := shape[:ax].Numel()
-	k := 0
-	for o := range outer {
-		for _, v := range in {
-			block := v.shape[ax:].Numel()
-			for j := range block {
-				if out.f != nil {
-					out.f[k] = v.f[o*block+j]
-				} else {
-					out.i[k] = v.i[o*block+j]
-				}
-				k++
-			}
-		}
+	ts := make([]*graph.Tensor, len(in))
+	for i, v := range in {
+		ts[i] = v.tensor()
 	}
-	return []*cval{out}, nil
+	return evalTable(c, "Concat", graph.Attrs{"axis": graph.Int(int64(ax))}, in[0].dt, ts...)
 }
 
 // sliceOperands reads Slice's starts, ends, axes and steps (attributes before
@@ -702,28 +717,14 @@ func foldSlice(c *opCtx, in []*cval) ([]*cval, error) {
 	if err != nil {
 		return nil, c.errf("%v", err)
 	}
-	sp, shape, err := graph.ResolveSlice(x.shape, toInts(starts), toInts(ends), toInts(axes), toInts(steps))
-	if err != nil {
+	if _, _, err := graph.ResolveSlice(x.shape, toInts(starts), toInts(ends), toInts(axes), toInts(steps)); err != nil {
 		return nil, c.errf("%v", err)
 	}
-	strides := x.shape.Strides()
-	idx := make([]int, 0, shape.Numel())
-	coord := make([]int, shape.Rank())
-	for range shape.Numel() {
-		j := 0
-		for a := range coord {
-			j += (sp.Start[a] + coord[a]*sp.Step[a]) * strides[a]
-		}
-		idx = append(idx, j)
-		for a := len(coord) - 1; a >= 0; a-- {
-			coord[a]++
-			if coord[a] < shape[a] {
-				break
-			}
-			coord[a] = 0
-		}
+	operands := []*graph.Tensor{x.tensor(), intsTensor(starts), intsTensor(ends), intsTensor(axes), nil}
+	if steps != nil {
+		operands[4] = intsTensor(steps)
 	}
-	return []*cval{x.take(shape, idx)}, nil
+	return evalTable(c, "Slice", nil, x.dt, operands...)
 }
 
 func foldReshape(c *opCtx, in []*cval) ([]*cval, error) {
@@ -762,7 +763,7 @@ func foldExpand(c *opCtx, in []*cval) ([]*cval, error) {
 	if s.Numel() > maxFoldElems {
 		return nil, errTooBig
 	}
-	return []*cval{in[0].take(s, broadcastIndex(in[0].shape, s))}, nil
+	return evalTable(c, "Expand", nil, in[0].dt, in[0].tensor(), intsTensor(target))
 }
 
 func foldTranspose(c *opCtx, in []*cval) ([]*cval, error) {
@@ -773,32 +774,7 @@ func foldTranspose(c *opCtx, in []*cval) ([]*cval, error) {
 	} else if ok {
 		attrs["perm"] = graph.Ints(perm...)
 	}
-	perm, err := graph.TransposePerm(attrs, x.shape.Rank())
-	if err != nil {
-		return nil, c.errf("%v", err)
-	}
-	shape := make(graph.Shape, len(perm))
-	for i, p := range perm {
-		shape[i] = x.shape[p]
-	}
-	strides := x.shape.Strides()
-	idx := make([]int, 0, x.n())
-	coord := make([]int, len(perm))
-	for range x.n() {
-		j := 0
-		for a, p := range perm {
-			j += coord[a] * strides[p]
-		}
-		idx = append(idx, j)
-		for a := len(coord) - 1; a >= 0; a-- {
-			coord[a]++
-			if coord[a] < shape[a] {
-				break
-			}
-			coord[a] = 0
-		}
-	}
-	return []*cval{x.take(shape, idx)}, nil
+	return evalTable(c, "Transpose", attrs, x.dt, x.tensor())
 }
 
 func foldTrilu(c *opCtx, in []*cval) ([]*cval, error) {
@@ -819,21 +795,5 @@ func foldTrilu(c *opCtx, in []*cval) ([]*cval, error) {
 	if r < 2 {
 		return nil, c.errf("input must have rank >= 2, got %v", x.shape)
 	}
-	rows, cols := x.shape[r-2], x.shape[r-1]
-	out := &cval{dt: x.dt, shape: x.shape.Clone(), f: slices.Clone(x.f), i: slices.Clone(x.i)}
-	for k0 := range x.n() {
-		i, j := int64(k0/cols%rows), int64(k0%cols)
-		keep := j-i >= k
-		if upper == 0 {
-			keep = j-i <= k
-		}
-		if !keep {
-			if out.f != nil {
-				out.f[k0] = 0
-			} else {
-				out.i[k0] = 0
-			}
-		}
-	}
-	return []*cval{out}, nil
+	return evalTable(c, "Trilu", graph.Attrs{"upper": graph.Int(upper)}, x.dt, x.tensor(), intsTensor([]int64{k}))
 }

@@ -2,7 +2,6 @@ package passes
 
 import (
 	"fmt"
-	"math"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -70,8 +69,8 @@ func (ce *constEval) compute(v *graph.Value, depth int) (*graph.Tensor, error) {
 	if depth >= maxConstDepth {
 		return nil, fmt.Errorf("%s is computed at run time (by node %s, %s)", v.Name, n.Name, n.Op)
 	}
-	fn, ok := constOps[n.Op]
-	if !ok || len(n.Outputs) != 1 {
+	spec, _ := graph.LookupOp(n.Op)
+	if !constOps[n.Op] || spec == nil || len(n.Outputs) != 1 {
 		return nil, fmt.Errorf("%s is computed at run time (by node %s, %s)", v.Name, n.Name, n.Op)
 	}
 	in := make([]*graph.Tensor, len(n.Inputs))
@@ -86,214 +85,17 @@ func (ce *constEval) compute(v *graph.Value, depth int) (*graph.Tensor, error) {
 		in[i] = t
 	}
 	out := graph.NewTensor(v.Type.DType, v.Type.Shape)
-	if err := fn(n, in, out); err != nil {
+	if err := spec.Eval(in, n.Attrs, []*graph.Tensor{out}); err != nil {
 		return nil, fmt.Errorf("evaluating %s (%s): %w", n.Name, n.Op, err)
 	}
 	return out, nil
 }
 
-type constOp func(n *graph.Node, in []*graph.Tensor, out *graph.Tensor) error
-
-var constOps map[string]constOp
-
-func init() {
-	elemUnary := func(f func(float64) float64) constOp {
-		return func(_ *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-			for i := range out.Len() {
-				out.Set(i, f(in[0].At(i)))
-			}
-			return nil
-		}
-	}
-	elemBinary := func(f func(a, b float64) float64) constOp {
-		return func(_ *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-			return broadcastEach(out.Shape, in, func(o int, x []int) {
-				out.Set(o, f(in[0].At(x[0]), in[1].At(x[1])))
-			})
-		}
-	}
-	copyData := func(_ *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-		for i := range out.Len() {
-			out.Set(i, in[0].At(i))
-		}
-		return nil
-	}
-	constOps = map[string]constOp{
-		"Identity": copyData, "Reshape": copyData, "Unsqueeze": copyData, "Squeeze": copyData,
-		"Cast":       copyData, // Set rounds/truncates to the target dtype
-		"Neg":        elemUnary(func(x float64) float64 { return -x }),
-		"Sqrt":       elemUnary(math.Sqrt),
-		"Reciprocal": elemUnary(func(x float64) float64 { return 1 / x }),
-		"Abs":        elemUnary(math.Abs),
-		"Add":        elemBinary(func(a, b float64) float64 { return a + b }),
-		"Sub":        elemBinary(func(a, b float64) float64 { return a - b }),
-		"Mul":        elemBinary(func(a, b float64) float64 { return a * b }),
-		"Div":        elemBinary(func(a, b float64) float64 { return a / b }),
-		"Equal": elemBinary(func(a, b float64) float64 {
-			if a == b {
-				return 1
-			}
-			return 0
-		}),
-		"Expand": func(_ *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-			return broadcastEach(out.Shape, in[:1], func(o int, x []int) { out.Set(o, in[0].At(x[0])) })
-		},
-		"Where": func(_ *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-			return broadcastEach(out.Shape, in, func(o int, x []int) {
-				if in[0].At(x[0]) != 0 {
-					out.Set(o, in[1].At(x[1]))
-				} else {
-					out.Set(o, in[2].At(x[2]))
-				}
-			})
-		},
-		"Trilu":     evalTrilu,
-		"Transpose": evalTranspose,
-		"Slice":     evalSlice,
-	}
-}
-
-// broadcastEach calls f for every element o of out (row-major) with the
-// offsets x[i] of the element of in[i] that broadcasts to it.
-func broadcastEach(out graph.Shape, in []*graph.Tensor, f func(o int, x []int)) error {
-	r := out.Rank()
-	strides := make([][]int, len(in))
-	for i, t := range in {
-		s, err := broadcastStrides(t.Shape, out)
-		if err != nil {
-			return err
-		}
-		strides[i] = s
-	}
-	idx := make([]int, r)
-	x := make([]int, len(in))
-	for o := range out.Numel() {
-		f(o, x)
-		// Odometer increment of idx, moving every input offset along.
-		for d := r - 1; d >= 0; d-- {
-			idx[d]++
-			for i := range x {
-				x[i] += strides[i][d]
-			}
-			if idx[d] < out[d] {
-				break
-			}
-			for i := range x {
-				x[i] -= strides[i][d] * idx[d]
-			}
-			idx[d] = 0
-		}
-	}
-	return nil
-}
-
-// broadcastStrides gives, for each axis of out, how far the offset into a
-// tensor of shape in moves (0 along broadcast axes).
-func broadcastStrides(in, out graph.Shape) ([]int, error) {
-	r := out.Rank()
-	if in.Rank() > r {
-		return nil, fmt.Errorf("shape %v does not broadcast to %v", in, out)
-	}
-	st := make([]int, r)
-	own := in.Strides()
-	off := r - in.Rank()
-	for d := range in {
-		switch in[d] {
-		case out[off+d]:
-			st[off+d] = own[d]
-		case 1:
-		default:
-			return nil, fmt.Errorf("shape %v does not broadcast to %v", in, out)
-		}
-	}
-	return st, nil
-}
-
-func evalTrilu(n *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-	k := 0
-	if len(in) > 1 && in[1] != nil {
-		if in[1].Len() != 1 {
-			return fmt.Errorf("k must be a scalar")
-		}
-		k = int(in[1].At(0))
-	}
-	upper := n.Attrs.Int("upper", 1) != 0
-	s := out.Shape
-	rows, cols := s[s.Rank()-2], s[s.Rank()-1]
-	for o := range out.Len() {
-		i, j := (o/cols)%rows, o%cols
-		keep := j-i <= k
-		if upper {
-			keep = j-i >= k
-		}
-		if keep {
-			out.Set(o, in[0].At(o))
-		}
-	}
-	return nil
-}
-
-func evalTranspose(n *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-	perm, err := graph.TransposePerm(n.Attrs, in[0].Shape.Rank())
-	if err != nil {
-		return err
-	}
-	// View the input through the permutation: output axis d walks input
-	// axis perm[d].
-	own := in[0].Shape.Strides()
-	st := make([]int, len(perm))
-	for d, p := range perm {
-		st[d] = own[p]
-	}
-	walkStrided(out.Shape, st, 0, func(o, x int) { out.Set(o, in[0].At(x)) })
-	return nil
-}
-
-func evalSlice(n *graph.Node, in []*graph.Tensor, out *graph.Tensor) error {
-	ints := func(i int) []int {
-		if i >= len(in) || in[i] == nil {
-			return nil
-		}
-		v := make([]int, in[i].Len())
-		for j := range v {
-			v[j] = int(in[i].At(j))
-		}
-		return v
-	}
-	spec, shape, err := graph.ResolveSlice(in[0].Shape, ints(1), ints(2), ints(3), ints(4))
-	if err != nil {
-		return err
-	}
-	if !shape.Equal(out.Shape) {
-		return fmt.Errorf("slice gives %v, node declares %v", shape, out.Shape)
-	}
-	own := in[0].Shape.Strides()
-	st := make([]int, len(own))
-	base := 0
-	for d := range own {
-		st[d] = own[d] * spec.Step[d]
-		base += own[d] * spec.Start[d]
-	}
-	walkStrided(out.Shape, st, base, func(o, x int) { out.Set(o, in[0].At(x)) })
-	return nil
-}
-
-// walkStrided calls f for every element o of shape with the input offset
-// base + Σ idx[d]·st[d].
-func walkStrided(shape graph.Shape, st []int, base int, f func(o, x int)) {
-	r := shape.Rank()
-	idx := make([]int, r)
-	x := base
-	for o := range shape.Numel() {
-		f(o, x)
-		for d := r - 1; d >= 0; d-- {
-			idx[d]++
-			x += st[d]
-			if idx[d] < shape[d] {
-				break
-			}
-			x -= st[d] * idx[d]
-			idx[d] = 0
-		}
-	}
+// constOps are the ops constant evaluation runs (with the op table's
+// reference Eval): those that scale and mask expressions are built from.
+var constOps = map[string]bool{
+	"Identity": true, "Reshape": true, "Unsqueeze": true, "Squeeze": true, "Cast": true,
+	"Neg": true, "Sqrt": true, "Reciprocal": true, "Abs": true,
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Equal": true,
+	"Expand": true, "Where": true, "Trilu": true, "Transpose": true, "Slice": true,
 }

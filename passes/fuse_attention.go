@@ -480,3 +480,25 @@ func (e *Edit) untranspose(kt *graph.Value) (*graph.Value, error) {
 	perm[r-2], perm[r-1] = perm[r-1], perm[r-2]
 	return e.Op("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, kt)
 }
+
+// broadcastStrides gives, for each axis of out, how far the offset into a
+// tensor of shape in moves (0 along broadcast axes).
+func broadcastStrides(in, out graph.Shape) ([]int, error) {
+	r := out.Rank()
+	if in.Rank() > r {
+		return nil, fmt.Errorf("shape %v does not broadcast to %v", in, out)
+	}
+	st := make([]int, r)
+	own := in.Strides()
+	off := r - in.Rank()
+	for d := range in {
+		switch in[d] {
+		case out[off+d]:
+			st[off+d] = own[d]
+		case 1:
+		default:
+			return nil, fmt.Errorf("shape %v does not broadcast to %v", in, out)
+		}
+	}
+	return st, nil
+}

@@ -281,6 +281,13 @@ func (c attnCase) build(t *testing.T, dt graph.DType) *graph.Graph {
 	x := q
 	for l := range c.layers {
 		b.Push(fmt.Sprintf("l%d", l))
+		if c.scale == "mul" && c.k == "t" && mask != nil && !c.noops {
+			// The canonical spelling, as the model writes it: the shared
+			// builder.
+			x = b.Attention(x, k, v, invSqrtD, mask).Out
+			b.Pop()
+			continue
+		}
 		qq, kk := x, k
 		switch c.scale {
 		case "q":

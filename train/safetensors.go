@@ -103,38 +103,11 @@ func WriteSafetensors(w io.Writer, ts *Tensors) error {
 	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(hj)))
 	bw.Write(lenBuf[:])
 	bw.Write(hj)
-	var buf [8]byte
+	var buf []byte
 	for _, n := range names {
-		t := ts.Tensors[n]
-		for i := range t.Len() {
-			var b []byte
-			switch t.DType {
-			case graph.Float32:
-				binary.LittleEndian.PutUint32(buf[:], math.Float32bits(t.F32[i]))
-				b = buf[:4]
-			case graph.BFloat16:
-				// Held as float32 already rounded to bfloat16: the top half is exact.
-				binary.LittleEndian.PutUint16(buf[:], uint16(math.Float32bits(t.F32[i])>>16))
-				b = buf[:2]
-			case graph.Float16:
-				binary.LittleEndian.PutUint16(buf[:], f32ToF16(t.F32[i]))
-				b = buf[:2]
-			case graph.Float64:
-				binary.LittleEndian.PutUint64(buf[:], math.Float64bits(t.F64[i]))
-				b = buf[:8]
-			case graph.Int64:
-				binary.LittleEndian.PutUint64(buf[:], uint64(t.I64[i]))
-				b = buf[:8]
-			case graph.Bool:
-				buf[0] = 0
-				if t.B[i] {
-					buf[0] = 1
-				}
-				b = buf[:1]
-			}
-			if _, err := bw.Write(b); err != nil {
-				return fmt.Errorf("safetensors: %w", err)
-			}
+		buf = graph.AppendLE(buf[:0], ts.Tensors[n])
+		if _, err := bw.Write(buf); err != nil {
+			return fmt.Errorf("safetensors: %w", err)
 		}
 	}
 	if err := bw.Flush(); err != nil {
@@ -204,7 +177,9 @@ func ReadSafetensors(data []byte) (*Tensors, error) {
 		}
 		spans = append(spans, span{name, b, en})
 		t := graph.NewTensor(dt, graph.Shape(e.Shape))
-		decode(t, body[b:en])
+		if err := graph.DecodeLE(t, body[b:en]); err != nil {
+			return nil, fmt.Errorf("safetensors: tensor %s: %w", name, err)
+		}
 		ts.Tensors[name] = t
 	}
 	// The data must be exactly the tensors, back to back: a gap or an
@@ -239,66 +214,6 @@ func ReadSafetensorsFile(path string) (*Tensors, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return ts, nil
-}
-
-func decode(t *graph.Tensor, b []byte) {
-	le := binary.LittleEndian
-	for i := range t.Len() {
-		switch t.DType {
-		case graph.Float32:
-			t.F32[i] = math.Float32frombits(le.Uint32(b[4*i:]))
-		case graph.BFloat16:
-			t.F32[i] = math.Float32frombits(uint32(le.Uint16(b[2*i:])) << 16)
-		case graph.Float16:
-			t.F32[i] = f16ToF32(le.Uint16(b[2*i:]))
-		case graph.Float64:
-			t.F64[i] = math.Float64frombits(le.Uint64(b[8*i:]))
-		case graph.Int64:
-			t.I64[i] = int64(le.Uint64(b[8*i:]))
-		case graph.Bool:
-			t.B[i] = b[i] != 0
-		}
-	}
-}
-
-// f32ToF16 encodes a float32 that is already a float16 value (the host
-// representation of Float16 tensors), so no rounding is needed here.
-func f32ToF16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	a := math.Abs(float64(f))
-	switch {
-	case f != f:
-		return sign | 0x7e00
-	case math.IsInf(float64(f), 0) || a >= 65520:
-		return sign | 0x7c00
-	case a == 0:
-		return sign
-	case a < 1.0/16384: // subnormal: multiples of 2^-24
-		return sign | uint16(math.RoundToEven(a*(1<<24)))
-	}
-	exp := int((b>>23)&0xff) - 127 + 15
-	mant := (b >> 13) & 0x3ff
-	return sign | uint16(exp)<<10 | uint16(mant)
-}
-
-func f16ToF32(h uint16) float32 {
-	sign := 1.0
-	if h&0x8000 != 0 {
-		sign = -1
-	}
-	exp := int(h>>10) & 0x1f
-	mant := float64(h & 0x3ff)
-	switch exp {
-	case 0:
-		return float32(sign * mant * math.Pow(2, -24))
-	case 0x1f:
-		if mant != 0 {
-			return float32(math.NaN())
-		}
-		return float32(sign * math.Inf(1))
-	}
-	return float32(sign * (1 + mant/1024) * math.Pow(2, float64(exp-15)))
 }
 
 // WriteFileAtomic writes a file so that path holds either its old content or

@@ -118,22 +118,6 @@ func TestSafetensorsRoundTrip(t *testing.T) {
 	}
 }
 
-// TestSafetensorsHalfEncoding checks the 16-bit encodings bit by bit against
-// values worked out by hand.
-func TestSafetensorsHalfEncoding(t *testing.T) {
-	for _, c := range []struct {
-		f    float32
-		bits uint16
-	}{{1, 0x3c00}, {-2, 0xc000}, {65504, 0x7bff}, {float32(math.Pow(2, -24)), 0x0001}, {float32(math.Pow(2, -14)), 0x0400}, {0.5, 0x3800}, {float32(math.Inf(1)), 0x7c00}} {
-		if got := f32ToF16(c.f); got != c.bits {
-			t.Errorf("f32ToF16(%v) = %#04x, want %#04x", c.f, got, c.bits)
-		}
-		if got := f16ToF32(c.bits); got != c.f {
-			t.Errorf("f16ToF32(%#04x) = %v, want %v", c.bits, got, c.f)
-		}
-	}
-}
-
 func TestSafetensorsCorrupt(t *testing.T) {
 	good := encode(t, sampleTensors())
 	// Every truncation is an error, never a panic.

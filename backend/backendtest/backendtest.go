@@ -2,7 +2,8 @@
 // of the op table on small random graphs, the gradient and optimizer ops,
 // FlashAttention against a naive S×S attention, the composed attention block
 // and a small model and training step. Results are compared element by
-// element with an independent float64 reference written here (ref.go), as
+// element with the op table's float64 reference (each op's Eval, run through
+// graph.Eval; ref.go adapts it to the suite's arrays), as
 // |got − ref| ≤ atol + rtol·|ref|, after running with PoisonOutputs so that
 // an element a kernel forgets to write shows up as NaN.
 //
@@ -356,16 +357,6 @@ func (c *ctx) op(op string, attrs graph.Attrs, ins ...*graph.Value) *graph.Value
 
 func (c *ctx) opN(op string, attrs graph.Attrs, ins ...*graph.Value) []*graph.Value {
 	return c.b.OpN(op, attrs, ins...)
-}
-
-// roundArr rounds reference data to dt, for values that a graph holds in dt
-// before the next op reads them.
-func roundArr(dt graph.DType, a *arr) *arr {
-	out := &arr{shape: a.shape, data: make([]float64, len(a.data))}
-	for i, v := range a.data {
-		out.data[i] = roundTo(dt, v)
-	}
-	return out
 }
 
 // tensorFrom turns reference data into a tensor of dt (a feed made from a

@@ -45,10 +45,8 @@ func composedAttention(c *ctx) {
 	k, rk := c.x(b, h, s, d)
 	v, rv := c.x(b, h, s, d)
 	mask := c.b.Const("mask", c.dt, graph.Shape{s, s}, graph.CausalMask())
-	scores := c.b.MatMul(q, c.b.Transpose(k, 0, 1, 3, 2))
-	scores = c.b.Add(c.b.Mul(scores, c.b.Scalar(c.dt, scale)), mask)
-	y := c.b.MatMul(c.b.Softmax(scores, -1), v)
-	ref, lse, _ := refAttention(rq, rk, rv, scale, true)
+	y := c.b.Attention(q, k, v, scale, mask).Out
+	ref, lse := refAttention(rq, rk, rv, scale, true)
 	c.expect(y, ref)
 	fused := c.opN("FlashAttention", graph.Attrs{"causal": graph.Int(1), "scale": graph.Float(scale)}, q, k, v)
 	c.expect(fused[0], ref)
@@ -104,20 +102,19 @@ func modelForward(c *ctx) {
 	loss := B.Op("SoftmaxCrossEntropyLoss", nil, logits, labels)
 
 	// Reference, op by op.
-	add := func(a, b *arr) *arr { return refBinary(a, b, func(x, y float64) float64 { return x + y }) }
-	mul := func(a, b *arr) *arr { return refBinary(a, b, func(x, y float64) float64 { return x * y }) }
+	add := func(a, b *arr) *arr { return refElem("Add", a, b) }
+	mul := func(a, b *arr) *arr { return refElem("Mul", a, b) }
 	rx := add(refGather(rEmb, rTok, 0), rPos)
-	rxc := refBinary(rx, refReduce(rx, []int{-1}, true, "mean"), func(x, y float64) float64 { return x - y })
+	rxc := refElem("Sub", rx, refReduce(rx, []int{-1}, true, "mean"))
 	rvar := refReduce(mul(rxc, rxc), []int{-1}, true, "mean")
-	rh := refBinary(rxc, refUnary(rvar, func(v float64) float64 { return math.Sqrt(v + 1e-5) }),
-		func(x, y float64) float64 { return x / y })
+	rh := refElem("Div", rxc, mapArr(rvar, func(v float64) float64 { return math.Sqrt(v + 1e-5) }))
 	rh = add(mul(rh, rGamma), rBeta)
 	rsplit := func(t *arr) *arr { return refTranspose(reshaped(t, bsz, seq, heads, hd), []int{0, 2, 1, 3}) }
-	ratt, _, _ := refAttention(rsplit(refMatMul(rh, rWq)), rsplit(refMatMul(rh, rWk)), rsplit(refMatMul(rh, rWv)), scale, true)
+	ratt, _ := refAttention(rsplit(refMatMul(rh, rWq)), rsplit(refMatMul(rh, rWk)), rsplit(refMatMul(rh, rWv)), scale, true)
 	rmerged := reshaped(refTranspose(ratt, []int{0, 2, 1, 3}), bsz, seq, dm)
 	rx2 := add(rx, refMatMul(rmerged, rWo))
 	ru := add(refMatMul(rx2, rW1), rB1)
-	rgelu := refUnary(ru, func(v float64) float64 { return v * 0.5 * (1 + math.Erf(v/math.Sqrt2)) })
+	rgelu := mapArr(ru, func(v float64) float64 { return v * 0.5 * (1 + math.Erf(v/math.Sqrt2)) })
 	rx3 := add(rx2, refMatMul(rgelu, rW2))
 	rlogits := refMatMul(reshaped(rx3, bsz*seq, dm), rWout)
 	c.expect(logits, rlogits)

@@ -52,14 +52,14 @@ func TestRefAttentionGradFiniteDifference(t *testing.T) {
 		dy := randArr(r, 2, 5, 3)
 		const scale = 0.7
 		loss := func() float64 {
-			y, _, _ := refAttention(q, k, v, scale, causal)
+			y, _ := refAttention(q, k, v, scale, causal)
 			return dot(y, dy)
 		}
 		dq, dk, dv := refAttentionGrad(q, k, v, dy, scale, causal)
 		fdCheck(t, "dQ", q, loss, dq)
 		fdCheck(t, "dK", k, loss, dk)
 		fdCheck(t, "dV", v, loss, dv)
-		y, lse, _ := refAttention(q, k, v, scale, causal)
+		y, lse := refAttention(q, k, v, scale, causal)
 		dq2, dk2, dv2 := refAttentionGradFrom(q, k, v, y, lse, dy, scale, causal)
 		for _, p := range [][2]*arr{{dq, dq2}, {dk, dk2}, {dv, dv2}} {
 			for i := range p[0].data {
@@ -76,7 +76,7 @@ func TestRefAttentionIsSoftmaxOfMaskedScores(t *testing.T) {
 	q := &arr{[]int{1, 2, 1}, []float64{1, 2}}
 	k := &arr{[]int{1, 2, 1}, []float64{3, 4}}
 	v := &arr{[]int{1, 2, 1}, []float64{5, 6}}
-	y, lse, _ := refAttention(q, k, v, 1, true)
+	y, lse := refAttention(q, k, v, 1, true)
 	p0 := math.Exp(6) / (math.Exp(6) + math.Exp(8))
 	want := []float64{5, p0*5 + (1-p0)*6}
 	for i := range want {
@@ -167,4 +167,48 @@ func TestRefMatMulExamples(t *testing.T) {
 	if !slices.Equal(got.shape, []int{2, 3, 2, 2}) || got.at(1, 2, 1, 0) != 2*b.at(2, 1, 0) {
 		t.Errorf("batched matmul: shape %v, [1,2,1,0] = %v", got.shape, got.at(1, 2, 1, 0))
 	}
+}
+
+// refAttentionGrad differentiates attention by hand, from the full P (the
+// textbook softmax backward, not FlashAttentionGrad's recomputation from L):
+// dV = Pᵀ·dY, dP = dY·Vᵀ, dS = P∘(dP − rowsum(dP∘P)), dQ = scale·dS·K,
+// dK = scale·dSᵀ·Q. q is [H, Sq, D], k and v [H, Sk, D].
+func refAttentionGrad(q, k, v, dy *arr, scale float64, causal bool) (dq, dk, dv *arr) {
+	heads, sq, d, sk := q.shape[0], q.shape[1], q.shape[2], k.shape[1]
+	// P = softmax over keys of the masked scaled scores.
+	s := refMatMul(q, refTranspose(k, []int{0, 2, 1}))
+	for h := range heads {
+		for i := range sq {
+			for j := range sk {
+				s.data[(h*sq+i)*sk+j] *= scale
+				if causal && j > i {
+					s.data[(h*sq+i)*sk+j] = math.Inf(-1)
+				}
+			}
+		}
+	}
+	p := refSoftmax(s, -1, false)
+	dq, dk, dv = newArr(q.shape...), newArr(k.shape...), newArr(v.shape...)
+	for h := range heads {
+		for i := range sq {
+			dp := make([]float64, sk)
+			var rs float64
+			for j := range sk {
+				for t := range d {
+					dp[j] += dy.data[(h*sq+i)*d+t] * v.data[(h*sk+j)*d+t]
+				}
+				rs += dp[j] * p.data[(h*sq+i)*sk+j]
+			}
+			for j := range sk {
+				pij := p.data[(h*sq+i)*sk+j]
+				ds := pij * (dp[j] - rs)
+				for t := range d {
+					dv.data[(h*sk+j)*d+t] += pij * dy.data[(h*sq+i)*d+t]
+					dq.data[(h*sq+i)*d+t] += scale * ds * k.data[(h*sk+j)*d+t]
+					dk.data[(h*sk+j)*d+t] += scale * ds * q.data[(h*sq+i)*d+t]
+				}
+			}
+		}
+	}
+	return dq, dk, dv
 }

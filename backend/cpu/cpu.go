@@ -1,8 +1,9 @@
-// Package cpu is the reference executor: every op of the op table, on the
+// Package cpu is the host executor: every op of the op table, on the
 // host, in float32 and float64 (bfloat16 and float16 are held as float32
 // values already rounded to the narrow type; kernels compute in float32 and
-// the executor rounds their outputs). It is the living definition of each op:
-// other backends are checked against it.
+// the executor rounds their outputs). Its kernels are the fast executors of
+// the ops, not their definition: that is each op's Eval in the op table
+// (graph/eval.go), which the conformance suite checks these kernels against.
 //
 // Numerics, so that other backends know what to match:
 //   - float32 elementwise arithmetic (+ − × ÷, Neg, Abs, Relu, Reciprocal) is
@@ -37,12 +38,6 @@ type cpuBackend struct{}
 
 func (cpuBackend) Name() string { return "cpu" }
 func (cpuBackend) Close() error { return nil }
-
-// Supported reports whether the CPU backend has a kernel for op.
-func Supported(op string) bool {
-	_, ok := kernels[op]
-	return ok
-}
 
 // executable is a compiled graph. Values are numbered (slots) at Compile so
 // that a run indexes slices instead of maps.

@@ -30,7 +30,7 @@ func binaryKernel(op binOp) kernel {
 		case stF64:
 			binaryFloat(op, c.F64, a.F64, b.F64, p)
 		case stI64:
-			return binaryInt(op, c.I64, a.I64, b.I64, p)
+			return binaryInt(n.Op, c.I64, a.I64, b.I64, p)
 		default:
 			return errDType(c.DType)
 		}
@@ -76,52 +76,30 @@ func binaryFloat[T float](op binOp, c, a, b []T, p *bplan) {
 	})
 }
 
-func binaryInt(op binOp, c, a, b []int64, p *bplan) error {
+// binaryInt applies the op table's int64 form of the op (wrapping,
+// truncating division, an error on division by zero): integer arithmetic is
+// rare and small here (shape computations), so it runs the definition itself.
+func binaryInt(op string, c, a, b []int64, p *bplan) error {
+	spec, ok := graph.LookupOp(op)
+	if !ok || spec.Map == nil || spec.Map.Int == nil {
+		return fmt.Errorf("%s has no int64 form", op)
+	}
 	sa, sb := p.inner(0), p.inner(1)
 	var err error
+	x := make([]int64, 2)
 	p.walk(0, p.n, func(o, cnt int, offs []int) {
 		ia, ib := offs[0], offs[1]
 		for i := range cnt {
-			x, y := a[ia], b[ib]
-			var z int64
-			switch op {
-			case opAdd:
-				z = x + y
-			case opSub:
-				z = x - y
-			case opMul:
-				z = x * y
-			case opDiv:
-				if y == 0 {
-					err = fmt.Errorf("integer division by zero")
-					z = 0
-				} else {
-					z = x / y
-				}
-			case opPow:
-				z = intPow(x, y)
+			x[0], x[1] = a[ia], b[ib]
+			z, e := spec.Map.Int(x)
+			if e != nil && err == nil {
+				err = e
 			}
 			c[o+i] = z
 			ia, ib = ia+sa, ib+sb
 		}
 	})
 	return err
-}
-
-// intPow is x^y for y >= 0; negative exponents give the integer part of the
-// real result (0 unless |x| == 1).
-func intPow(x, y int64) int64 {
-	if y < 0 {
-		return int64(math.Pow(float64(x), float64(y)))
-	}
-	r := int64(1)
-	for ; y > 0; y >>= 1 {
-		if y&1 == 1 {
-			r *= x
-		}
-		x *= x
-	}
-	return r
 }
 
 type unOp uint8

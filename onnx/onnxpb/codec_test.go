@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
 )
 
 // sampleModel exercises every field the codec models.
@@ -378,8 +380,8 @@ func TestTensorData(t *testing.T) {
 	}
 	// Every binary16 value survives float32 and back.
 	for h := range 1 << 16 {
-		f := Float16ToFloat32(uint16(h))
-		back := Float32ToFloat16(f)
+		f := graph.F16ToFloat32(uint16(h))
+		back := graph.F16FromFloat32(f)
 		if math.IsNaN(float64(f)) {
 			if back&0x7c00 != 0x7c00 || back&0x3ff == 0 {
 				t.Fatalf("NaN %#x came back as %#x", h, back)
@@ -391,7 +393,7 @@ func TestTensorData(t *testing.T) {
 		}
 	}
 	// Rounding: halfway between 1 and the next binary16 goes to even (1); above goes up.
-	if Float32ToFloat16(1+1.0/2048) != 0x3c00 || Float32ToFloat16(1+1.0/2048+1.0/65536) != 0x3c01 || Float32ToFloat16(70000) != 0x7c00 {
+	if graph.F16FromFloat32(1+1.0/2048) != 0x3c00 || graph.F16FromFloat32(1+1.0/2048+1.0/65536) != 0x3c01 || graph.F16FromFloat32(70000) != 0x7c00 {
 		t.Fatal("binary16 rounding")
 	}
 

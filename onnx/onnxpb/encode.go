@@ -12,11 +12,6 @@ func Encode(m *Model) []byte {
 	return appendModel(nil, m)
 }
 
-// EncodeTensor serializes one TensorProto.
-func EncodeTensor(t *Tensor) []byte {
-	return appendTensor(nil, t)
-}
-
 func putVarint(b []byte, num protowire.Number, v uint64) []byte {
 	b = protowire.AppendTag(b, num, protowire.VarintType)
 	return protowire.AppendVarint(b, v)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+
+	"github.com/flashgraph/flashgraph/graph"
 )
 
 // NumElements is the product of the tensor's dims (1 for a scalar). Negative dims
@@ -80,9 +82,9 @@ func (t *Tensor) Float32s() ([]float32, error) {
 		}
 		return out, nil
 	case Float16, BFloat16:
-		conv := Float16ToFloat32
+		conv := graph.F16ToFloat32
 		if t.DataType == BFloat16 {
-			conv = BFloat16ToFloat32
+			conv = graph.BF16ToFloat32
 		}
 		p, err := t.payload(len(t.Int32Data))
 		if err != nil {
@@ -251,130 +253,42 @@ func (t *Tensor) Bools() ([]bool, error) {
 	return out, nil
 }
 
-// Float16ToFloat32 widens IEEE 754 binary16 bits exactly, including subnormals,
-// infinities and NaN payloads.
-func Float16ToFloat32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // inf or NaN: keep the payload in the top mantissa bits
-		return math.Float32frombits(sign | 0xff<<23 | man<<13)
-	case exp != 0: // normal: rebias 15 → 127
-		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-	case man == 0:
-		return math.Float32frombits(sign)
-	}
-	// Subnormal: value is man × 2⁻²⁴, exactly representable as a float32.
-	f := float32(man) * (1.0 / (1 << 24))
-	if sign != 0 {
-		f = -f
-	}
-	return f
-}
-
-// Float32ToFloat16 rounds to the nearest binary16, ties to even; overflow gives
-// infinity and NaN stays NaN.
-func Float32ToFloat16(f float32) uint16 {
-	b := math.Float32bits(f)
-	sign := uint16(b>>16) & 0x8000
-	exp := int32(b>>23) & 0xff
-	man := b & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00 | uint16(man>>13) // quiet NaN, payload kept where it fits
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	if e >= 0x1f {
-		return sign | 0x7c00
-	}
-	if e <= 0 {
-		// Subnormal or zero in binary16: shift the full significand into place.
-		if e < -10 {
-			return sign
-		}
-		m := man | 0x800000
-		shift := uint32(14 - e)
-		half := uint32(1) << (shift - 1)
-		r := m >> shift
-		rem := m & (1<<shift - 1)
-		if rem > half || (rem == half && r&1 == 1) {
-			r++
-		}
-		return sign | uint16(r)
-	}
-	r := uint32(e)<<10 | man>>13
-	rem := man & 0x1fff
-	if rem > 0x1000 || (rem == 0x1000 && r&1 == 1) {
-		r++ // a carry into the exponent is the correct rounding (up to inf)
-	}
-	return sign | uint16(r)
-}
-
-// BFloat16ToFloat32 widens bfloat16 bits exactly.
-func BFloat16ToFloat32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
-
-// Float32ToBFloat16 rounds to the nearest bfloat16, ties to even; NaN stays NaN.
-func Float32ToBFloat16(f float32) uint16 {
-	b := math.Float32bits(f)
-	if b&0x7fffffff > 0x7f800000 {
-		return uint16(b>>16) | 0x40
-	}
-	b += 0x7fff + (b>>16)&1
-	return uint16(b >> 16)
-}
-
 // Constructors for tensors in the layout ONNX tools write: raw_data, little endian.
 
 func rawTensor(name string, dt DataType, dims []int64, raw []byte) *Tensor {
 	return &Tensor{Name: name, DataType: dt, Dims: append([]int64(nil), dims...), RawData: raw}
 }
 
+// rawLE is the data of a host vector in graph's little-endian layout
+// (graph.AppendLE), which is ONNX's raw_data layout for these types.
+func rawLE(t graph.Tensor) []byte {
+	t.Shape = graph.Shape{max(len(t.F32), len(t.F64), len(t.I64), len(t.B))}
+	return graph.AppendLE(make([]byte, 0, t.Len()*t.DType.Size()), &t)
+}
+
 // NewFloat32 makes a FLOAT tensor.
 func NewFloat32(name string, dims []int64, v []float32) *Tensor {
-	raw := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(raw[4*i:], math.Float32bits(x))
-	}
-	return rawTensor(name, Float, dims, raw)
+	return rawTensor(name, Float, dims, rawLE(graph.Tensor{DType: graph.Float32, F32: v}))
 }
 
 // NewFloat64 makes a DOUBLE tensor.
 func NewFloat64(name string, dims []int64, v []float64) *Tensor {
-	raw := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(raw[8*i:], math.Float64bits(x))
-	}
-	return rawTensor(name, Double, dims, raw)
+	return rawTensor(name, Double, dims, rawLE(graph.Tensor{DType: graph.Float64, F64: v}))
 }
 
 // NewFloat16 makes a FLOAT16 tensor, rounding each value.
 func NewFloat16(name string, dims []int64, v []float32) *Tensor {
-	raw := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(raw[2*i:], Float32ToFloat16(x))
-	}
-	return rawTensor(name, Float16, dims, raw)
+	return rawTensor(name, Float16, dims, rawLE(graph.Tensor{DType: graph.Float16, F32: v}))
 }
 
 // NewBFloat16 makes a BFLOAT16 tensor, rounding each value.
 func NewBFloat16(name string, dims []int64, v []float32) *Tensor {
-	raw := make([]byte, 2*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint16(raw[2*i:], Float32ToBFloat16(x))
-	}
-	return rawTensor(name, BFloat16, dims, raw)
+	return rawTensor(name, BFloat16, dims, rawLE(graph.Tensor{DType: graph.BFloat16, F32: v}))
 }
 
 // NewInt64 makes an INT64 tensor.
 func NewInt64(name string, dims []int64, v []int64) *Tensor {
-	raw := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(raw[8*i:], uint64(x))
-	}
-	return rawTensor(name, Int64, dims, raw)
+	return rawTensor(name, Int64, dims, rawLE(graph.Tensor{DType: graph.Int64, I64: v}))
 }
 
 // NewInt32 makes an INT32 tensor.
@@ -388,11 +302,5 @@ func NewInt32(name string, dims []int64, v []int32) *Tensor {
 
 // NewBool makes a BOOL tensor, one byte per element.
 func NewBool(name string, dims []int64, v []bool) *Tensor {
-	raw := make([]byte, len(v))
-	for i, x := range v {
-		if x {
-			raw[i] = 1
-		}
-	}
-	return rawTensor(name, Bool, dims, raw)
+	return rawTensor(name, Bool, dims, rawLE(graph.Tensor{DType: graph.Bool, B: v}))
 }
