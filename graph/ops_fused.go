@@ -162,6 +162,7 @@ func init() {
 			{Name: "body", Kind: AttrString, Required: true},
 			{Name: "outputs", Kind: AttrInts, Required: true},
 		},
+		Eval:  evalFused,
 		Infer: func(in []*TensorType, attrs Attrs, _ []*Tensor) ([]TensorType, error) {
 			steps, err := FusedBody(attrs["body"].S, len(in))
 			if err != nil {
@@ -192,4 +193,39 @@ func init() {
 			return res, nil
 		},
 	})
+}
+
+// evalFused is the body's meaning: each step evaluated by its own op's
+// reference (rounded to the step's dtype, as a node's value is), the listed
+// steps copied out.
+func evalFused(in []*Tensor, attrs Attrs, out []*Tensor) error {
+	steps, err := FusedBody(attrs["body"].S, len(in))
+	if err != nil {
+		return err
+	}
+	res := make([]*Tensor, len(steps))
+	for k, s := range steps {
+		args := make([]*Tensor, len(s.Args))
+		for j, a := range s.Args {
+			if a.Step {
+				args[j] = res[a.Index]
+			} else {
+				args[j] = in[a.Index]
+			}
+		}
+		r, err := Eval(s.Op, Attrs{}, args...)
+		if err != nil {
+			return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
+		}
+		res[k] = r[0]
+	}
+	for k, o := range attrs["outputs"].Ints {
+		if o < 0 || int(o) >= len(res) || k >= len(out) {
+			return fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, len(res))
+		}
+		for i := range out[k].Len() {
+			out[k].Set(i, res[o].At(i))
+		}
+	}
+	return nil
 }

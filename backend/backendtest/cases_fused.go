@@ -15,8 +15,8 @@ import (
 func fusedCases() []opCase {
 	var cs []opCase
 	add := func(name string, fn func(c *ctx)) { cs = append(cs, opCase{op: "FusedElementwise", name: name, fn: fn}) }
-	sigmoid := func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
-	mul := func(x, y float64) float64 { return x * y }
+	// rnd rounds a step's reference result to the case's dtype.
+	rnd := func(c *ctx, a *arr) *arr { return mapArr(a, func(v float64) float64 { return roundTo(c.dt, v) }) }
 	fused := func(c *ctx, body string, outs []int64, ins ...*graph.Value) []*graph.Value {
 		return c.opN("FusedElementwise", graph.Attrs{"body": graph.Str(body), "outputs": graph.Ints(outs...)}, ins...)
 	}
@@ -25,8 +25,8 @@ func fusedCases() []opCase {
 			x, rx := c.input(c.dt, normal, sh...)
 			u, ru := c.input(c.dt, normal, sh...)
 			ys := fused(c, "Sigmoid(i0);Mul(i0,t0);Mul(t1,i1)", []int64{2, 0}, x, u)
-			s := roundArr(c.dt, refUnary(rx, sigmoid))
-			c.expect(ys[0], refBinary(roundArr(c.dt, refBinary(rx, s, mul)), ru, mul))
+			s := rnd(c, refElem("Sigmoid", rx))
+			c.expect(ys[0], refElem("Mul", rnd(c, refElem("Mul", rx, s)), ru))
 			c.expect(ys[1], s)
 		})
 	}
@@ -35,16 +35,16 @@ func fusedCases() []opCase {
 		r, rr := c.input(c.dt, positive, 4, 6, 1)
 		w, rw := c.input(c.dt, normal, 16)
 		ys := fused(c, "Mul(i0,i1);Mul(t0,i2)", []int64{0, 1}, x, r, w)
-		t0 := roundArr(c.dt, refBinary(rx, rr, mul))
+		t0 := rnd(c, refElem("Mul", rx, rr))
 		c.expect(ys[0], t0)
-		c.expect(ys[1], refBinary(t0, rw, mul))
+		c.expect(ys[1], refElem("Mul", t0, rw))
 	})
 	add("rsqrt_of_mean_[4,32,1]_[]", func(c *ctx) {
 		m, rm := c.input(c.dt, positive, 4, 32, 1)
 		e, re := c.input(c.dt, constGen(1e-5))
 		ys := fused(c, "Add(i0,i1);Sqrt(t0);Reciprocal(t1)", []int64{2}, m, e)
-		t1 := roundArr(c.dt, refUnary(roundArr(c.dt, refBinary(rm, re, func(x, y float64) float64 { return x + y })), math.Sqrt))
-		c.expect(ys[0], refUnary(t1, func(x float64) float64 { return 1 / x }))
+		t1 := rnd(c, refElem("Sqrt", rnd(c, refElem("Add", rm, re))))
+		c.expect(ys[0], mapArr(t1, func(x float64) float64 { return 1 / x }))
 	})
 	add("where_exp_add_c[5,1]_x[5,8]_y[]_z[8]", func(c *ctx) {
 		cond, rc := c.input(graph.Bool, coin, 5, 1)
@@ -52,13 +52,17 @@ func fusedCases() []opCase {
 		y, ry := c.input(c.dt, scaled(2, normal))
 		z, rz := c.input(c.dt, normal, 8)
 		ys := fused(c, "Where(i0,i1,i2);Exp(t0);Add(t1,i3)", []int64{2}, cond, x, y, z)
-		w := refMap(func(v []float64) float64 {
-			if v[0] != 0 {
-				return v[1]
+		w := newArr(5, 8)
+		for i := range 5 {
+			for j := range 8 {
+				if rc.data[i] != 0 {
+					w.data[i*8+j] = rx.data[i*8+j]
+				} else {
+					w.data[i*8+j] = ry.data[0]
+				}
 			}
-			return v[2]
-		}, rc, rx, ry)
-		c.expect(ys[0], refBinary(roundArr(c.dt, refUnary(w, math.Exp)), rz, func(a, b float64) float64 { return a + b }))
+		}
+		c.expect(ys[0], refElem("Add", rnd(c, mapArr(w, math.Exp)), rz))
 	})
 	add("transposed_operand_[2,3,4,8]", func(c *ctx) {
 		// An operand that reaches the body through a Transpose node is read
@@ -77,7 +81,7 @@ func fusedCases() []opCase {
 				}
 			}
 		}
-		c.expect(ys[0], refUnary(roundArr(c.dt, refBinary(rt, ry, func(a, b float64) float64 { return a - b })), func(a float64) float64 { return -math.Abs(a) }))
+		c.expect(ys[0], mapArr(rnd(c, refElem("Sub", rt, ry)), func(a float64) float64 { return -math.Abs(a) }))
 	})
 	return cs
 }
