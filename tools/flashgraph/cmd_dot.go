@@ -25,7 +25,7 @@ func runDot(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var text string
-	if pf.fuse || pf.passList != "" {
+	if pf.fuse.on || pf.passList != "" {
 		after, err := pf.compileGraph(fs, g, stderr)
 		if err != nil {
 			return err

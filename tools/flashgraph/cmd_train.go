@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
 
@@ -34,7 +35,7 @@ and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). C
 finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
 the batch sampling.`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
-	fuse := fs.Bool("fuse", true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
+	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
 	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
@@ -126,7 +127,16 @@ the batch sampling.`, stderr)
 	fmt.Fprintf(stderr, "data: %s: %d files (%d skipped), %s train / %s validation bytes, read in %v\n",
 		src, corpus.Files, corpus.Skip, trainBytes(int64(len(corpus.Train))), trainBytes(int64(len(corpus.Val))), time.Since(t0).Round(time.Millisecond))
 
-	gs, err := train.BuildGraphs(cfg, *fuse, h)
+	if fuse.require {
+		built, err := model.Build(cfg)
+		if err != nil {
+			return err
+		}
+		if err := passes.RequireFused(built); err != nil {
+			return fmt.Errorf("-fuse=require: %w", err)
+		}
+	}
+	gs, err := train.BuildGraphs(cfg, fuse.on, h)
 	if err != nil {
 		return err
 	}
@@ -182,7 +192,7 @@ the batch sampling.`, stderr)
 		return err
 	}
 	res, err := train.Run(ctx, be, corpus, train.Options{
-		Config: cfg, Fuse: *fuse, Hyper: h, EvalEvery: *evalEvery,
+		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready,
 	})
@@ -191,7 +201,7 @@ the batch sampling.`, stderr)
 	}
 	if len(res.Losses) > 0 {
 		p := filepath.Join(*out, "loss.png")
-		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d bytes", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[*fuse], res.Step, cfg.Batch, cfg.Seq)
+		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d bytes", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[fuse.on], res.Step, cfg.Batch, cfg.Seq)
 		if err := train.PlotLosses(p, title, res.Losses, res.Val); err != nil {
 			return err
 		}
