@@ -7,7 +7,9 @@ FUZZTIME ?= 10s
 
 # The main job on the CPU with the embedded defaults: build the tiny model,
 # compile it with the attention fusion, write text + DOT, train a short run.
+# The first build downloads the modules and compiles for about a minute.
 run:
+	@echo "make run: building flashgraph (the first time takes about a minute), then training tiny on the CPU"
 	$(GO) run ./tools/flashgraph train -out out
 
 # gofmt check, go vet, every unit test, and a short run of each fuzz target.
@@ -32,7 +34,7 @@ fuzz:
 build:
 	$(GO) build -o flashgraph ./tools/flashgraph
 
-# Everything the GPU machine runs, built here (it has no Go): see GPU.md.
+# Everything a GPU machine without Go runs, built here: see docs/GPU.md.
 gpu:
 	mkdir -p .gpu
 	$(GO) build -o .gpu/flashgraph ./tools/flashgraph

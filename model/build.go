@@ -38,6 +38,13 @@ type builder struct {
 	params map[string]*graph.Value
 
 	mask, cos, sin *graph.Value
+
+	// attend computes layer i's attention output [B, H, S, D] from its q,
+	// k, v (after the norms and RoPE); nil: causal attention over the
+	// sequence, as exporters write it (the training graph). The decoding
+	// graphs of decode.go put the cache in here.
+	attend func(i int, q, k, v *graph.Value) *graph.Value
+	kv     []*graph.Value // the keys and values a decoding graph outputs
 }
 
 func (m *builder) build() (*graph.Graph, error) {
@@ -46,18 +53,7 @@ func (m *builder) build() (*graph.Graph, error) {
 	tokens := m.Input("tokens", graph.Int64, B, S)
 	targets := m.Input("targets", graph.Int64, B, S)
 
-	// Every parameter is declared up front in checkpoint order, so the
-	// graph's param list reads like the safetensors file.
-	m.params = map[string]*graph.Value{}
-	for k, p := range c.Params() {
-		var init graph.Init
-		if strings.HasSuffix(p.Name, "norm") {
-			init = graph.Ones()
-		} else {
-			init = graph.Normal(c.initStd(p.Name), c.paramSeed(k))
-		}
-		m.params[p.Name] = m.Param(p.Name, m.dt, p.Shape, init)
-	}
+	m.declareParams()
 	m.mask = m.Const("causal_mask", m.dt, graph.Shape{S, S}, graph.CausalMask())
 	m.cos = m.Const("rope_cos", m.dt, graph.Shape{S, c.HeadDim}, graph.RopeCos(RopeTheta))
 	m.sin = m.Const("rope_sin", m.dt, graph.Shape{S, c.HeadDim}, graph.RopeSin(RopeTheta))
@@ -79,6 +75,22 @@ func (m *builder) build() (*graph.Graph, error) {
 
 	m.Output(loss, logits)
 	return m.Build()
+}
+
+// declareParams declares every parameter up front in checkpoint order, so
+// the graph's param list reads like the safetensors file.
+func (m *builder) declareParams() {
+	c := m.cfg
+	m.params = map[string]*graph.Value{}
+	for k, p := range c.Params() {
+		var init graph.Init
+		if strings.HasSuffix(p.Name, "norm") {
+			init = graph.Ones()
+		} else {
+			init = graph.Normal(c.initStd(p.Name), c.paramSeed(k))
+		}
+		m.params[p.Name] = m.Param(p.Name, m.dt, p.Shape, init)
+	}
 }
 
 // p returns layer i's parameter called name.
@@ -111,13 +123,14 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 	q = m.Rename(m.rope("rope_q", q), scope+"/attn/q")
 	k = m.Rename(m.rope("rope_k", k), scope+"/attn/k")
 
-	// Attention as exporters write it; the fusion pass matches exactly this.
-	att := m.Attention(q, k, v, 1/math.Sqrt(float64(D)), m.mask) // causal mask
-	m.Rename(att.Scores, scope+"/attn/scores")                   // [B, H, S, S]
-	m.Rename(att.Probs, scope+"/attn/probs")                     // [B, H, S, S]
-	o := m.Rename(att.Out, scope+"/attn/o")                      // [B, H, S, D]
-	o = m.Reshape(m.Transpose(o, 0, 2, 1, 3), B, S, H*D)         // [B, S, H·D]
-	o = m.Rename(m.MatMul(o, m.p(i, "wo")), scope+"/attn/out")   // [B, S, dim]
+	var o *graph.Value
+	if m.attend != nil {
+		o = m.attend(i, q, k, v)
+	} else {
+		o = m.causalAttention(scope, q, k, v, m.mask)
+	}
+	o = m.Reshape(m.Transpose(o, 0, 2, 1, 3), B, S, H*D)       // [B, S, H·D]
+	o = m.Rename(m.MatMul(o, m.p(i, "wo")), scope+"/attn/out") // [B, S, dim]
 	m.Pop()
 	x = m.Rename(m.Add(x, o), scope+"/resid_attn")
 
@@ -129,6 +142,16 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 	y := m.Rename(m.MatMul(m.Mul(act, up), m.p(i, "w_down")), scope+"/mlp/out")
 	m.Pop()
 	return m.Rename(m.Add(x, y), scope+"/resid_mlp")
+}
+
+// causalAttention is softmax(q·kᵀ/√D + mask)·v as exporters write it; the
+// fusion pass matches exactly this. mask is added to the scores [B, H, Sq, Sk].
+func (m *builder) causalAttention(scope string, q, k, v, mask *graph.Value) *graph.Value {
+	// Attention as exporters write it; the fusion pass matches exactly this.
+	att := m.Attention(q, k, v, 1/math.Sqrt(float64(m.cfg.HeadDim)), mask) // causal mask
+	m.Rename(att.Scores, scope+"/attn/scores")                             // [B, H, Sq, Sk]
+	m.Rename(att.Probs, scope+"/attn/probs")                               // [B, H, Sq, Sk]
+	return m.Rename(att.Out, scope+"/attn/o")                              // [B, H, Sq, D]
 }
 
 // rmsnorm is x · 1/sqrt(mean(x², last axis) + eps) · w, in elementary ops.

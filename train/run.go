@@ -40,6 +40,13 @@ type Options struct {
 	Log io.Writer
 	Bar bool
 
+	// Ready, when set, is called once the run is set up (the step compiled,
+	// the checkpoint restored) and before the first step. The CLI makes its
+	// folders and writes its files there, so that a run that cannot start (a
+	// mismatched or missing checkpoint, a model that does not compile)
+	// leaves the output folder as it was.
+	Ready func(t *Trainer) error
+
 	// OnStep, when set, is called after every step; tests use it to stop a
 	// run at a given step through the context.
 	OnStep func(step int64, loss float64)
@@ -110,16 +117,25 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if opts.CkptDir == "" {
 			return nil, fmt.Errorf("train: -resume needs a checkpoint folder (-ckpt)")
 		}
-		p, _, err := LatestCheckpoint(opts.CkptDir)
+		p, step, err := LatestCheckpoint(opts.CkptDir)
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
 		if p == "" {
 			return nil, fmt.Errorf("train: -resume: no checkpoint in %s", opts.CkptDir)
 		}
+		// A resumed run trains up to -steps in all; a checkpoint already
+		// there has nothing left to do, and doing nothing quietly reads as
+		// if -resume were broken.
+		if step >= opts.Hyper.Steps {
+			return nil, fmt.Errorf("train: -resume: the newest checkpoint (%s) is at step %d, which already reaches -steps %d: nothing to train. To continue, raise -steps (e.g. -resume -steps %d); the schedule then stretches to the new total", p, step, opts.Hyper.Steps, 2*step)
+		}
 		resumeFrom = p
 	}
 
+	if log != nil {
+		fmt.Fprintf(log, "compiling the training step on %s...\n", be.Name())
+	}
 	tr, err := NewTrainer(be, opts.Config, opts.Fuse, opts.Hyper, corpus)
 	if err != nil {
 		return nil, err
@@ -158,8 +174,10 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	}
 	res.StartStep = tr.StepsDone()
 	total := opts.Hyper.Steps
-	if tr.StepsDone() >= total && log != nil {
-		fmt.Fprintf(log, "note: the checkpoint is at step %d, which already reaches -steps %d: nothing to train (raise -steps to continue)\n", tr.StepsDone(), total)
+	if opts.Ready != nil {
+		if err := opts.Ready(tr); err != nil {
+			return nil, err
+		}
 	}
 	if !tr.HasVal() && log != nil {
 		fmt.Fprintf(log, "note: the validation split has %d bytes, too few for a window of %d: no validation\n", len(corpus.Val), opts.Config.Seq+1)

@@ -78,9 +78,9 @@ func TestCompileIsByteIdenticalAcrossProcesses(t *testing.T) {
 
 func TestCompileFuseExplains(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "f.txt")
-	_, stderr := runCLI(t, "compile", "-fuse", "-explain", "-config", "small", "-o", out)
-	if n := strings.Count(stderr, ": fused into "); n != 4 {
-		t.Fatalf("want 4 fused Softmax lines, got %d:\n%s", n, stderr)
+	stdout, _ := runCLI(t, "compile", "-fuse", "-explain", "-config", "small", "-o", out)
+	if n := strings.Count(stdout, ": fused into "); n != 4 {
+		t.Fatalf("want 4 fused Softmax lines, got %d:\n%s", n, stdout)
 	}
 	data, _ := os.ReadFile(out)
 	g, err := graph.Parse(string(data))

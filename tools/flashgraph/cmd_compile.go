@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -19,20 +20,36 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("compile", "[FILE]",
 		"Builds the model of -config (or reads FILE: canonical text or .onnx), runs the pass pipeline\n"+
 			"(-fuse: attention fusion; without it the graph is byte-identical to the graph as built)\n"+
-			"and writes the canonical text to -o (or stdout), an .onnx model when -o ends in .onnx.", stderr)
-	mf := addModelFlags(fs, "small", true)
+			"and writes the canonical text to -o (or stdout), an .onnx model when -o ends in .onnx.\n"+
+			"With -explain or -plan the report is the output: it goes to stdout and the graph text\n"+
+			"only where -o says (-o - : the graph on stdout, the report on stderr).", stderr)
+	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, true)
-	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); default stdout")
+	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); \"-\": stdout; default stdout unless -explain or -plan")
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")
 	plan := fs.Bool("plan", false, "print the device memory plan: peak activation memory and the largest tensors")
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
+	// The graph text goes to stdout when asked for (-o -) or when no report
+	// was asked for; a report then goes to stderr, otherwise to stdout.
+	graphToStdout := *out == "-" || (*out == "" && !pf.explain && !*plan)
+	report := stdout
+	if graphToStdout {
+		report = stderr
+	}
+	for _, o := range []struct{ flag, path string }{{"-o", *out}, {"-dot", *dot}} {
+		if o.path != "-" {
+			if err := checkOutputFile(o.flag, o.path); err != nil {
+				return err
+			}
+		}
+	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	g, err = pf.compileGraph(fs, g, stderr)
+	g, err = pf.compileGraph(fs, g, report)
 	if err != nil {
 		return err
 	}
@@ -42,7 +59,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if mf.bf16 {
 			compute = graph.BFloat16
 		}
-		if err := printPlan(stderr, g, compute); err != nil {
+		if err := printPlan(report, g, compute); err != nil {
 			return err
 		}
 	}
@@ -56,9 +73,11 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	switch {
-	case *out == "":
+	case graphToStdout:
 		_, err = io.WriteString(stdout, graph.Format(g))
 		return err
+	case *out == "":
+		return nil
 	case strings.EqualFold(filepath.Ext(*out), ".onnx"):
 		b, err := onnx.ExportBytes(g)
 		if err != nil {
@@ -70,10 +89,25 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	}
 }
 
+// checkOutputFile refuses an output path that names a folder before any work
+// is done (the rename at the end would fail with a message about a temp file).
+func checkOutputFile(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s %s: is a folder; give a file name (for example %s)", flag, path, filepath.Join(path, "graph.txt"))
+	}
+	return nil
+}
+
 // writeFileAtomic writes the output file of flag through a temp file and a
 // rename, so that a failed write never leaves half a file where a good one
 // was. Errors name the flag and the file, not the temp file.
 func writeFileAtomic(flag, path string, data []byte) error {
+	if err := checkOutputFile(flag, path); err != nil {
+		return err
+	}
 	err := train.WriteFileAtomic(path, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err

@@ -14,7 +14,7 @@ func runDot(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("dot", "[FILE]",
 		"Writes the Graphviz DOT diagram of the model of -config (or of FILE). With -fuse, the graph\n"+
 			"before and after the fusion pipeline side by side. Render with: dot -Tsvg graph.dot -o graph.svg", stderr)
-	mf := addModelFlags(fs, "tiny", true)
+	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, false)
 	out := fs.String("o", "", "output file (default stdout)")
 	if err := parseFlags(fs, args, 1); err != nil {
@@ -25,7 +25,7 @@ func runDot(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	var text string
-	if pf.fuse || pf.passList != "" {
+	if pf.fuse.on || pf.passList != "" {
 		after, err := pf.compileGraph(fs, g, stderr)
 		if err != nil {
 			return err

@@ -29,7 +29,9 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 		"Builds the model of -config, computes loss, logits and the gradient of every parameter on\n"+
 			"-device, runs the same model in PyTorch (tools/reference/torch_model.py) on the same weights\n"+
 			"and batch, and prints the relative error of each (max |ours - torch| / max |torch|).\n"+
-			"Fails when the loss differs by more than -loss-tol or any tensor by more than -tol.", stderr)
+			"Fails when the loss differs by more than -loss-tol or any tensor by more than -tol.\n"+
+			"Unlike the other commands it defaults to -config small and -device cuda: it is a check of\n"+
+			"the GPU path at a size where rounding differences show, run on the GPU machine.", stderr)
 	mf := addModelFlags(fs, "small", false)
 	fuse := fs.Bool("fuse", false, "compile with the attention fusion (torch then uses SDPA)")
 	device := fs.String("device", "cuda", "where to run ours: cpu, cuda or auto (-dtype bf16 runs mixed precision on CUDA; torch then runs bfloat16)")

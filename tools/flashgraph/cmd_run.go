@@ -22,9 +22,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		"Compiles the model of -config (or FILE) and runs its forward pass once on random inputs\n"+
 			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs); prints the\n"+
 			"loss and a summary of every output.", stderr)
-	mf := addModelFlags(fs, "tiny", true)
+	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, true)
-	device := fs.String("device", "auto", "where to run: cpu, cuda, or auto (CUDA when present)")
+	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
@@ -45,6 +45,16 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	defer be.Close()
+	// A forward pass of a large model takes minutes on a CPU: say so before
+	// going quiet.
+	flops := matmulFLOPs(g)
+	what := fmt.Sprintf("run: forward pass of %s (%s of matrix products) on %s", g.Name, formatFLOP(flops), be.Name())
+	if be.Name() == "cpu" {
+		if d, _, err := estimateCPUTime(flops); err == nil {
+			what += ", roughly " + roughDuration(d) + " on this CPU"
+		}
+	}
+	fmt.Fprintln(stderr, what+"...")
 	t0 := time.Now()
 	exe, err := be.Compile(g, backend.Options{})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
 
@@ -33,8 +34,8 @@ graph.txt and graph.dot (the forward graph), train_graph.txt (the training step)
 and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
 finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
 the batch sampling.`, stderr)
-	mf := addModelFlags(fs, "tiny", false)
-	fuse := fs.Bool("fuse", true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
+	mf := addModelFlags(fs, defaultConfig, false)
+	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
 	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
@@ -48,7 +49,8 @@ the batch sampling.`, stderr)
 	ckptEvery := fs.Int64("ckpt-every", 100, "checkpoint every N steps, besides the end (0: only at the end)")
 	keepEvery := fs.Int64("keep-every", 0, "also keep the checkpoints of steps that are multiples of N (0: keep only the newest)")
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt (same config and flags: continues bit for bit)")
-	device := fs.String("device", "cpu", "where to train: cpu, cuda, or auto (cuda when available, else cpu)")
+	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
+	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -92,14 +94,13 @@ the batch sampling.`, stderr)
 	case ckptDir == "":
 		ckptDir = filepath.Join(*out, "ckpt")
 	}
-	// Both folders are made now, so that a bad path fails before the data
-	// is read and the model compiled, not at the first checkpoint.
+	// Nothing is created or written until the run is set up: a run that
+	// fails to start (bad flags, no CUDA, a mismatched or missing
+	// checkpoint, not enough memory) leaves -out as it was. Paths that
+	// cannot become folders are refused now, before the data is read.
 	for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
-		if d.dir == "" {
-			continue
-		}
-		if err := os.MkdirAll(d.dir, 0o755); err != nil {
-			return fmt.Errorf("%s: %w", d.flag, err)
+		if err := checkFolderPath(d.flag, d.dir); err != nil {
+			return err
 		}
 	}
 
@@ -126,21 +127,44 @@ the batch sampling.`, stderr)
 	fmt.Fprintf(stderr, "data: %s: %d files (%d skipped), %s train / %s validation bytes, read in %v\n",
 		src, corpus.Files, corpus.Skip, trainBytes(int64(len(corpus.Train))), trainBytes(int64(len(corpus.Val))), time.Since(t0).Round(time.Millisecond))
 
-	// The graphs are written before training, so that they are there to
-	// look at while a long run trains.
-	gs, err := train.BuildGraphs(cfg, *fuse, h)
-	if err != nil {
-		return err
+	if fuse.require {
+		built, err := model.Build(cfg)
+		if err != nil {
+			return err
+		}
+		if err := passes.RequireFused(built); err != nil {
+			return fmt.Errorf("-fuse=require: %w", err)
+		}
 	}
-	files, err := writeTrainGraphs(*out, gs)
+	gs, err := train.BuildGraphs(cfg, fuse.on, h)
 	if err != nil {
 		return err
 	}
 	ops := gs.Forward.CountOps()
 	fmt.Fprintf(stderr, "model: %s, %s params, %s; forward %d nodes (%d FlashAttention, %d Softmax), training step %d nodes\n",
 		cfg.Name, trainCount(model.ParamCount(cfg)), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))
+	// The training step and the evaluation graph (its own copy of the
+	// weights) are both resident.
+	compute := graph.Float32
+	if mf.bf16 {
+		compute = graph.BFloat16
+	}
+	need, err := planNeed(compute, []*graph.Graph{gs.Step.Graph, gs.Forward}, []map[string]string{gs.Step.Updates, nil})
+	if err != nil {
+		return err
+	}
+	if err := checkMemory(stderr, be, need, fmt.Sprintf("training %s at %d×%d tokens", cfg.Name, cfg.Batch, cfg.Seq), *force); err != nil {
+		return err
+	}
 	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
+	if be.Name() == "cpu" {
+		stepFLOPs := matmulFLOPs(gs.Step.Graph)
+		if d, rate, err := estimateCPUTime(stepFLOPs * float64(h.Steps)); err == nil {
+			fmt.Fprintf(stderr, "time: %s per step on a CPU that multiplies at ~%.0f GFLOP/s: %d steps take roughly %s (the progress lines give the measured ETA)\n",
+				formatFLOP(stepFLOPs), rate/1e9, h.Steps, roughDuration(d))
+		}
+	}
 
 	// The first Ctrl-C asks the loop to stop after the step in flight and
 	// save; restoring the default handler then lets a second one kill the
@@ -152,17 +176,32 @@ the batch sampling.`, stderr)
 		stop()
 	}()
 
+	// The folders are made and the graphs written once the run is set up,
+	// and before it trains, so that they are there to look at during a long run.
+	var files []string
+	ready := func(*train.Trainer) error {
+		for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
+			if d.dir == "" {
+				continue
+			}
+			if err := os.MkdirAll(d.dir, 0o755); err != nil {
+				return fmt.Errorf("%s: %w", d.flag, err)
+			}
+		}
+		files, err = writeTrainGraphs(*out, gs)
+		return err
+	}
 	res, err := train.Run(ctx, be, corpus, train.Options{
-		Config: cfg, Fuse: *fuse, Hyper: h, EvalEvery: *evalEvery,
+		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
-		Log: stderr, Bar: train.IsTerminal(stderr),
+		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready,
 	})
 	if err != nil {
 		return err
 	}
 	if len(res.Losses) > 0 {
 		p := filepath.Join(*out, "loss.png")
-		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d bytes", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[*fuse], res.Step, cfg.Batch, cfg.Seq)
+		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d bytes", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[fuse.on], res.Step, cfg.Batch, cfg.Seq)
 		if err := train.PlotLosses(p, title, res.Losses, res.Val); err != nil {
 			return err
 		}
@@ -172,12 +211,33 @@ the batch sampling.`, stderr)
 	return nil
 }
 
-// writeTrainGraphs writes the forward graph (text and DOT) and the training
-// step's text into dir.
-func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+// checkFolderPath refuses a folder path that cannot become a folder: an
+// existing file, or a path below one. It creates nothing.
+func checkFolderPath(flag, dir string) error {
+	if dir == "" {
+		return nil
 	}
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		if err == nil {
+			if !st.IsDir() {
+				if p == filepath.Clean(dir) {
+					return fmt.Errorf("%s %s: is a file, not a folder", flag, dir)
+				}
+				return fmt.Errorf("%s %s: %s is a file, not a folder", flag, dir, p)
+			}
+			return nil
+		}
+		// Not there (or below a file: ENOTDIR): look at the parent.
+		if parent := filepath.Dir(p); parent == p {
+			return nil
+		}
+	}
+}
+
+// writeTrainGraphs writes the forward graph (text and DOT) and the training
+// step's text into dir, each atomically.
+func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
 	dot, err := graph.WriteDOT(gs.Forward)
 	if err != nil {
 		return nil, err
@@ -189,7 +249,7 @@ func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
 		{"train_graph.txt", graph.Format(gs.Step.Graph)},
 	} {
 		p := filepath.Join(dir, f.name)
-		if err := os.WriteFile(p, []byte(f.text), 0o644); err != nil {
+		if err := writeFileAtomic("-out", p, []byte(f.text)); err != nil {
 			return nil, err
 		}
 		files = append(files, p)

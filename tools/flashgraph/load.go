@@ -12,6 +12,18 @@ import (
 	"github.com/flashgraph/flashgraph/onnx"
 )
 
+// The defaults every command shares, so that `compile`, `dot`, `run`,
+// `train` and `generate` with no flags talk about the same model on the same
+// device. tiny builds, compiles and trains in seconds on any machine; the CPU
+// is the reference backend and gives the same numbers everywhere (a GPU run
+// is asked for with -device cuda or auto). parity and bench compare against
+// PyTorch on a GPU and default to -device cuda (parity to -config small,
+// where the comparison means something); their help says so.
+const (
+	defaultConfig = "tiny"
+	defaultDevice = "cpu"
+)
+
 // modelFlags are the flags that choose a graph: a file, or a model config
 // with overrides.
 type modelFlags struct {

@@ -63,17 +63,53 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	if err := c.run(args[1:], stdout, stderr); err != nil {
+	// Help that was asked for is the command's output: it goes to stdout
+	// (so that `flashgraph train -h | less` works); usage printed because of
+	// a bad flag stays on stderr.
+	errOut := stderr
+	if asksHelp(args[1:]) {
+		errOut = stdout
+	}
+	if err := c.run(args[1:], stdout, errOut); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		if errors.Is(err, errUsage) {
 			return 2
 		}
-		fmt.Fprintf(stderr, "flashgraph %s: %v\n", c.name, err)
+		fmt.Fprintf(stderr, "flashgraph %s: %s\n", c.name, errorText(c.name, err))
 		return 1
 	}
 	return 0
+}
+
+// asksHelp reports whether the flags (before the first positional argument)
+// ask for help.
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		if a == "--" || !strings.HasPrefix(a, "-") {
+			return false
+		}
+		switch a {
+		case "-h", "-help", "--h", "--help":
+			return true
+		}
+	}
+	return false
+}
+
+// errorText is err's message without a leading "name: ": packages prefix
+// their errors with their own name (train, passes, ...), and when that is the
+// command's name too the line would read "flashgraph train: train: ...".
+func errorText(name string, err error) string {
+	msg := err.Error()
+	for {
+		rest, ok := strings.CutPrefix(msg, name+": ")
+		if !ok {
+			return msg
+		}
+		msg = rest
+	}
 }
 
 // newFlags makes a FlagSet whose usage text names the command and its arguments.

@@ -4,14 +4,53 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/passes"
 )
 
+// fuseMode is the value of -fuse: off, on, or required. It is a boolean flag
+// (-fuse, -fuse=true, -fuse=false) that also takes "require": fuse, and fail
+// naming every attention Softmax the fusion left composed, and why.
+type fuseMode struct{ on, require bool }
+
+func (f *fuseMode) String() string {
+	switch {
+	case f == nil || !f.on:
+		return "false"
+	case f.require:
+		return "require"
+	}
+	return "true"
+}
+
+func (f *fuseMode) Set(s string) error {
+	if s == "require" {
+		f.on, f.require = true, true
+		return nil
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return fmt.Errorf("want true, false or require")
+	}
+	f.on, f.require = b, false
+	return nil
+}
+
+// IsBoolFlag lets -fuse stand alone, like a bool flag.
+func (f *fuseMode) IsBoolFlag() bool { return true }
+
+// addFuseFlag adds -fuse with its default and what it does.
+func addFuseFlag(fs *flag.FlagSet, def bool, what string) *fuseMode {
+	f := &fuseMode{on: def}
+	fs.Var(f, "fuse", what+"; -fuse=require: also fail, naming every attention Softmax left unfused and why")
+	return f
+}
+
 // passFlags choose and observe the pass pipeline.
 type passFlags struct {
-	fuse      bool
+	fuse      *fuseMode
 	passList  string
 	dumpAfter string
 	dumpDir   string
@@ -20,7 +59,7 @@ type passFlags struct {
 
 func addPassFlags(fs *flag.FlagSet, withExplain bool) *passFlags {
 	p := &passFlags{}
-	fs.BoolVar(&p.fuse, "fuse", false, "run the fusion pipeline (canonicalize, fuse_attention, dce); off: the graph stays byte-identical to the graph as built")
+	p.fuse = addFuseFlag(fs, false, "run the fusion pipeline (canonicalize, fuse_attention, dce); off: the graph stays byte-identical to the graph as built")
 	fs.StringVar(&p.passList, "passes", "", "comma-separated passes to run instead of the default pipeline (known: "+joinNames(passes.Names())+"; \"none\" runs none)")
 	fs.StringVar(&p.dumpAfter, "dump-after", "", "comma-separated pass names (or \"all\") after which to write the graph's text and DOT into -dump-dir")
 	fs.StringVar(&p.dumpDir, "dump-dir", "dump", "directory for -dump-after files")
@@ -43,7 +82,7 @@ func joinNames(names []string) string {
 
 // pipeline returns the pipeline the flags select.
 func (p *passFlags) pipeline(fs *flag.FlagSet) (passes.Pipeline, error) {
-	pl := passes.Default(p.fuse)
+	pl := passes.Default(p.fuse.on)
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "passes" })
 	if set {
@@ -69,6 +108,11 @@ func (p *passFlags) compileGraph(fs *flag.FlagSet, g *graph.Graph, w io.Writer) 
 	out, err := pl.Run(g, log)
 	if err != nil {
 		return nil, err
+	}
+	if p.fuse.require {
+		if err := passes.RequireFusedLog(g, log); err != nil {
+			return nil, fmt.Errorf("-fuse=require: %w", err)
+		}
 	}
 	if p.explain {
 		fmt.Fprintf(w, "pipeline %s: %s\n", pl.Name, joinNames(pl.PassNames()))

@@ -107,7 +107,7 @@ func TestTrainCLIErrors(t *testing.T) {
 		{[]string{"-wd", "-0.1"}, "-wd must be at least 0"},
 		{[]string{"-eval-every", "-1"}, "-eval-every must be at least 0"},
 		{[]string{"-ckpt-every", "-1"}, "-ckpt-every must be at least 0"},
-		{[]string{"-ckpt", filepath.Join(data, "ckpt")}, "-ckpt: mkdir " + data + ": not a directory"},
+		{[]string{"-ckpt", filepath.Join(data, "ckpt")}, "-ckpt " + filepath.Join(data, "ckpt") + ": " + data + " is a file, not a folder"},
 	} {
 		var stdout, stderr bytes.Buffer
 		args := tinyTrainArgs(data, t.TempDir(), "2", append([]string{"-fuse=false"}, c.args...)...)

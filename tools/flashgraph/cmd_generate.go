@@ -1,0 +1,104 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/flashgraph/flashgraph/generate"
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/train"
+)
+
+func init() {
+	register(&command{name: "generate", summary: "write text with a trained checkpoint (KV-cached decoding)", run: runGenerate})
+}
+
+func runGenerate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("generate", "", `Continues -prompt with the model of a training checkpoint and prints the prompt and the
+new bytes to stdout as they come. The prompt runs once through the prefill graph (attention
+fused into FlashAttention); every new byte runs through the decode graph, which reads the
+keys and values of the earlier positions from a KV cache. Prompt and new bytes must fit in
+the context the model was trained with (its -seq). -temperature 0 is greedy decoding.`, stderr)
+	ckpt := fs.String("ckpt", filepath.Join("out", "ckpt"), "a checkpoint file, or a folder: its newest checkpoint (train's default folder)")
+	prompt := fs.String("prompt", "\n", "the text to continue (bytes)")
+	maxNew := fs.Int("max-new", 0, "new bytes to write (0: up to the end of the model's context)")
+	temperature := fs.Float64("temperature", 0, "sampling temperature (0: greedy, the most likely byte every time)")
+	topK := fs.Int("top-k", 0, "sample only among the k most likely bytes (0: all)")
+	seed := fs.Uint64("seed", 0, "seed of the sampling")
+	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
+	dtype := fs.String("dtype", "", "compute type: float32 or float64 (default: the checkpoint's); float64 on both sides makes a token-for-token comparison with PyTorch immune to rounding")
+	if err := parseFlags(fs, args, 0); err != nil {
+		return err
+	}
+	path := *ckpt
+	if st, err := os.Stat(path); err != nil {
+		return fmt.Errorf("-ckpt: %w (train writes checkpoints into -out's ckpt/ folder)", err)
+	} else if st.IsDir() {
+		p, _, err := train.LatestCheckpoint(path)
+		if err != nil {
+			return fmt.Errorf("-ckpt: %w", err)
+		}
+		if p == "" {
+			return fmt.Errorf("-ckpt %s: no checkpoint in the folder", path)
+		}
+		path = p
+	}
+	cfg, weights, err := generate.FromCheckpoint(path)
+	if err != nil {
+		return err
+	}
+	if *dtype != "" {
+		dt, err := graph.ParseDType(*dtype)
+		if err != nil || (dt != graph.Float32 && dt != graph.Float64) {
+			return fmt.Errorf("-dtype %q: want float32 or float64", *dtype)
+		}
+		cfg.DType = dt
+		for name, w := range weights {
+			c := graph.NewTensor(dt, w.Shape)
+			for i := range w.Len() {
+				c.Set(i, w.At(i))
+			}
+			weights[name] = c
+		}
+	}
+	tokens := make([]int64, len(*prompt))
+	for i := range len(*prompt) {
+		tokens[i] = int64((*prompt)[i])
+	}
+	n := *maxNew
+	if n == 0 {
+		n = cfg.Seq - len(tokens) + 1
+	}
+	if n < 1 || len(tokens)+n-1 > cfg.Seq {
+		return fmt.Errorf("a %d-byte prompt and -max-new %d need %d positions; %s was trained with a context of %d (-seq)", len(tokens), n, len(tokens)+n, cfg.Name, cfg.Seq)
+	}
+	be, note, err := resolveDevice(*device, false)
+	if err != nil {
+		return err
+	}
+	defer be.Close()
+	if note != "" {
+		fmt.Fprintln(stderr, note)
+	}
+	fmt.Fprintf(stderr, "generate: %s from %s, %d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, n, len(tokens), be.Name())
+	out := bufio.NewWriter(stdout)
+	out.WriteString(*prompt)
+	t0 := time.Now()
+	_, st, err := generate.Generate(be, cfg, weights, tokens, n, generate.Sampling{Temperature: *temperature, TopK: *topK, Seed: *seed},
+		func(t int64) {
+			out.WriteByte(byte(t))
+			out.Flush()
+		})
+	out.WriteString("\n")
+	out.Flush()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "generated %d bytes in %v: prefill of %d in %v, %.1f tokens/s decoding (compile %v)\n",
+		st.NewTokens, time.Since(t0).Round(time.Millisecond), st.PromptTokens, st.Prefill.Round(time.Microsecond), st.TokensPerSec(), st.Compile.Round(time.Millisecond))
+	return nil
+}
