@@ -506,6 +506,38 @@ __device__ void reduce_cols_impl(RED_PARAMS)
     }
 }
 
+// reduce_rows_warp: one warp per output element, for rows of at most a few
+// thousand elements read at one stride (the reduced dims merged into one: rr
+// is 1). Lanes stride over the row and combine with shuffles, in a fixed
+// order; no shared memory and no block barrier per row, which is what made a
+// block per 768- or 64-element row slow.
+template <typename A>
+__device__ void reduce_rows_warp_impl(RED_PARAMS)
+{
+    RED_ARRAYS
+    const int lane = threadIdx.x & 31;
+    const i64 nwarps = ((i64)gridDim.x * blockDim.x) >> 5;
+    const i64 stride = rs[0];
+    for (i64 o = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5; o < nout; o += nwarps) {
+        const i64 base = kept_offset(o, kr, kd, ks);
+        A acc = (op == 2) ? -tinf<A>() : (A)0;
+        for (i64 r = lane; r < count; r += 32) {
+            A v = ld<A>(x, xdt, base + r * stride);
+            acc = (op == 2) ? nanmax(acc, v) : acc + v;
+        }
+#pragma unroll
+        for (int m = 16; m > 0; m >>= 1) {
+            A other = __shfl_xor_sync(0xffffffffu, acc, m);
+            acc = (op == 2) ? nanmax(acc, other) : acc + other;
+        }
+        if (lane == 0) {
+            st<A>(y, ydt, o, op == 2 ? acc : acc / (A)div);
+        }
+    }
+}
+
+extern "C" __global__ void reduce_rows_warp_f64(RED_PARAMS) { reduce_rows_warp_impl<double>(RED_ARGS); }
+extern "C" __global__ void reduce_rows_warp_f32(RED_PARAMS) { reduce_rows_warp_impl<float>(RED_ARGS); }
 extern "C" __global__ void reduce_rows_f64(RED_PARAMS) { reduce_rows_impl<double>(RED_ARGS); }
 extern "C" __global__ void reduce_rows_f32(RED_PARAMS) { reduce_rows_impl<float>(RED_ARGS); }
 extern "C" __global__ void reduce_cols_f64(RED_PARAMS) { reduce_cols_impl<double>(RED_ARGS); }

@@ -14,7 +14,9 @@ import (
 // result to the step's dtype, as a chain of separate nodes would.
 func fusedCases() []opCase {
 	var cs []opCase
-	add := func(name string, fn func(c *ctx)) { cs = append(cs, opCase{op: "FusedElementwise", name: name, fn: fn}) }
+	add := func(name string, fn func(c *ctx)) {
+		cs = append(cs, opCase{op: "FusedElementwise", name: name, fn: fn})
+	}
 	// rnd rounds a step's reference result to the case's dtype.
 	rnd := func(c *ctx, a *arr) *arr { return mapArr(a, func(v float64) float64 { return roundTo(c.dt, v) }) }
 	fused := func(c *ctx, body string, outs []int64, ins ...*graph.Value) []*graph.Value {

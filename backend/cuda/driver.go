@@ -164,16 +164,16 @@ type Device struct {
 	ordinal int
 	dev     int32
 
-	name         string
-	ccMajor      int
-	ccMinor      int
-	smCount      int
-	smemOptin    int
-	reqs         chan func()
-	done         chan struct{}
+	name      string
+	ccMajor   int
+	ccMinor   int
+	smCount   int
+	smemOptin int
+	reqs      chan func()
+	done      chan struct{}
 	// runMu serialises executables' runs: a run being captured into a CUDA
 	// graph must be the only work queued on the stream meanwhile.
-	runMu sync.Mutex
+	runMu        sync.Mutex
 	closed       atomic.Bool
 	closeOnce    sync.Once
 	closeErr     error

@@ -27,7 +27,12 @@ type ewProgram struct {
 	ins   []operand   // read through strides over shape
 	steps []graph.FusedStep
 	outs  []int    // the step each output holds
-	obufs []buffer // the outputs, contiguous
+	obufs []buffer // the outputs
+	// ostrides, when set, place output k at offset ooff[k] with strides
+	// ostrides[k] over shape (a slice of a larger tensor: Concat); nil
+	// means contiguous.
+	ostrides [][]int64
+	ooff     []int64
 	// narrow, when set, is each step's dtype: a bfloat16 or float16 step is
 	// rounded to it before later steps read it, as separate nodes would be.
 	narrow []graph.DType
@@ -151,7 +156,9 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	for _, o := range p.ins {
 		strides = append(strides, o.strides)
 	}
-	strides = append(strides, contiguousStrides(p.shape)) // the outputs
+	for k := range p.obufs {
+		strides = append(strides, p.outStrides(k))
+	}
 	dims, strides = coalesce(dims, strides)
 	r := len(dims)
 
@@ -204,9 +211,15 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			ok = false
 		}
 	}
-	for _, b := range p.obufs {
-		if !aligned(b, 0, vec) {
+	for k, b := range p.obufs {
+		s := strides[len(p.ins)+k]
+		if s[r-1] != 1 || !aligned(b, p.outOff(k), vec) {
 			ok = false
+		}
+		for j := 0; j < r-1; j++ {
+			if s[j]%int64(vec) != 0 {
+				ok = false
+			}
 		}
 	}
 	if !ok || n < int64(vec) {
@@ -255,6 +268,17 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			offType[k] = "unsigned"
 		}
 	}
+	outOffType := make([]string, len(p.obufs))
+	for k := range p.obufs {
+		last := p.outOff(k)
+		for j := 0; j < r; j++ {
+			last += (dims[j] - 1) * strides[len(p.ins)+k][j]
+		}
+		outOffType[k] = "unsigned long long"
+		if idx == "unsigned" && last < 1<<31 {
+			outOffType[k] = "unsigned"
+		}
+	}
 	w("    for (%s base = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; base < %dull; base += (%s)gridDim.x * blockDim.x * %d) {\n",
 		idx, idx, vec, n, idx, vec)
 	// Coordinates of base, innermost last.
@@ -285,6 +309,13 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		}
 	}
 	for i, t := range otypes {
+		terms := []string{fmt.Sprintf("%du", p.outOff(i))}
+		for j := 0; j < r; j++ {
+			if s := strides[len(p.ins)+i][j]; s != 0 {
+				terms = append(terms, fmt.Sprintf("(%s)c%d * %du", outOffType[i], j, s))
+			}
+		}
+		w("        const %s q%d = %s;\n", outOffType[i], i, strings.Join(terms, " + "))
 		if vec > 1 {
 			w("        __align__(16) %s w%d[%d];\n", t, i, vec)
 		}
@@ -329,14 +360,14 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		if vec > 1 {
 			w("            w%d[e] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
 		} else {
-			w("            out%d[base] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+			w("            out%d[q%d] = %s;\n", i, i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
 		}
 	}
 	w("        }\n")
 	if vec > 1 {
 		for i := range otypes {
 			sz := p.obufs[i].dt.Size()
-			w("        *reinterpret_cast<%s*>(out%d + base) = *reinterpret_cast<const %s*>(w%d);\n", vecType(vec*sz), i, vecType(vec*sz), i)
+			w("        *reinterpret_cast<%s*>(out%d + q%d) = *reinterpret_cast<const %s*>(w%d);\n", vecType(vec*sz), i, i, vecType(vec*sz), i)
 		}
 	}
 	w("    }\n}\n")
@@ -453,4 +484,20 @@ func generatedEw(op int32, kernel string, out buffer, shape graph.Shape, ops []o
 		st.Args = append(st.Args, graph.FusedOperand{Index: i})
 	}
 	return &ewProgram{shape: shape, ins: ops, steps: []graph.FusedStep{st}, outs: []int{0}, obufs: []buffer{out}}
+}
+
+// outStrides are output k's strides over the program's shape.
+func (p *ewProgram) outStrides(k int) []int64 {
+	if k < len(p.ostrides) && p.ostrides[k] != nil {
+		return p.ostrides[k]
+	}
+	return contiguousStrides(p.shape)
+}
+
+// outOff is output k's offset in elements.
+func (p *ewProgram) outOff(k int) int64 {
+	if k < len(p.ooff) {
+		return p.ooff[k]
+	}
+	return 0
 }

@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -76,5 +77,32 @@ func TestGeneratedEwLeavesIntegerWork(t *testing.T) {
 	}
 	if generatedEw(opAdd, "ew_f32", f32, sh, []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}) == nil {
 		t.Error("float32 Add did not go to the generator")
+	}
+}
+
+// An output written into a slice of a larger tensor (Concat) is addressed
+// through its strides, and vectorised only when the slice keeps vectors
+// aligned.
+func TestEwProgramStridedOutput(t *testing.T) {
+	copyStep := []graph.FusedStep{{Op: "Identity", Args: []graph.FusedOperand{{Index: 0}}}}
+	for _, tc := range []struct {
+		at, cols, row int64
+		vec           int
+	}{{0, 32, 64, 8}, {32, 32, 64, 8}, {3, 32, 64, 1}, {0, 30, 60, 1}} {
+		in := buffer{ptr: 0x1000, dt: graph.BFloat16, n: int(4 * tc.cols)}
+		out := buffer{ptr: 0x8000, dt: graph.BFloat16, n: int(4 * tc.row)}
+		p := &ewProgram{shape: graph.Shape{4, int(tc.cols)}, ins: []operand{{buf: in, strides: []int64{tc.cols, 1}}},
+			steps: copyStep, outs: []int{0}, obufs: []buffer{out}, ostrides: [][]int64{{tc.row, 1}}, ooff: []int64{tc.at}}
+		src, _, vec, err := p.generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if vec != tc.vec {
+			t.Errorf("at %d cols %d row %d: vec %d, want %d", tc.at, tc.cols, tc.row, vec, tc.vec)
+		}
+		want := fmt.Sprintf("const unsigned q0 = %du + (unsigned)c0 * %du", tc.at, tc.row)
+		if !strings.Contains(src, want) {
+			t.Errorf("at %d: want %q in\n%s", tc.at, want, src)
+		}
 	}
 }

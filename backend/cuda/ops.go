@@ -544,7 +544,18 @@ func lowerConcat(c *lowerCtx) (func() error, error) {
 	var at int64
 	for i, v := range c.n.Inputs {
 		cols := int64(v.Type.Shape[ax]) * inner
-		if cols > 0 && outer > 0 {
+		if cols > 0 && outer > 0 && out.dt.IsFloat() && c.in(i).dt.IsFloat() {
+			// Float data: a generated copy into the output's slice.
+			p := &ewProgram{shape: graph.Shape{int(outer), int(cols)},
+				ins:   []operand{{buf: c.in(i), strides: []int64{cols, 1}}},
+				steps: []graph.FusedStep{{Op: "Identity", Args: []graph.FusedOperand{{Index: 0}}}},
+				outs:  []int{0}, obufs: []buffer{out}, ostrides: [][]int64{{row, 1}}, ooff: []int64{at}}
+			f, err := c.lowerEwProgram(p)
+			if err != nil {
+				return nil, err
+			}
+			fns = append(fns, f)
+		} else if cols > 0 && outer > 0 {
 			f, err := c.kernel("copy2d", c.gridFor(outer*cols, 256), [3]uint32{256, 1, 1},
 				outer, cols, out.ptr.Offset(int(at)*out.dt.Size()), dtCode(out.dt), row, c.in(i).ptr, dtCode(c.in(i).dt), cols)
 			if err != nil {

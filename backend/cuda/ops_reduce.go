@@ -90,6 +90,10 @@ func planReduce(n *graph.Node) (reducePlan, error) {
 	return rp, nil
 }
 
+// warpRowMax is the longest row reduce_rows_warp takes: beyond it a block
+// per row keeps more loads in flight.
+const warpRowMax = 4096
+
 func prod(d []int64) int64 {
 	p := int64(1)
 	for _, x := range d {
@@ -153,6 +157,10 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	if rp.rows {
 		args := append([]any{rp.op, div, rp.nout, rp.count, rp.count, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
 			redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)
+		if len(rp.red) == 1 && rp.count <= warpRowMax {
+			// A warp per row: 8 rows per 256-thread block.
+			return c.kernel("reduce_rows_warp"+suffix, c.gridFor((rp.nout+7)/8, 1), [3]uint32{256, 1, 1}, args...)
+		}
 		return c.kernel("reduce_rows"+suffix, rowGrid(rp.nout), rowBlock(rp.count), args...)
 	}
 	block := [3]uint32{256, 1, 1}

@@ -392,6 +392,8 @@ func TestExecKernelErrors(t *testing.T) {
 		ta, tb := graph.NewTensor(dt, graph.Shape{2, 1, 2, 1, 2, 1, 2}), graph.NewTensor(dt, graph.Shape{1, 2, 1, 2, 1, 2, 1})
 		for i := range ta.Len() {
 			ta.Set(i, float64(i))
+		}
+		for i := range tb.Len() {
 			tb.Set(i, float64(100*i))
 		}
 		out, err := exe.Run(map[string]*graph.Tensor{"a": ta, "b": tb})

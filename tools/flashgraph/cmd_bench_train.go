@@ -56,6 +56,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	steps := fs.Int("steps", 30, "timed steps")
 	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
 	top := fs.Int("top", 20, "with -profile: how many of the slowest nodes to list")
+	profileOut := fs.String("profile-out", "", "with -profile: also write every node's time (node, op, ms) as TSV to FILE")
 	torchPy := fs.String("torch", "python3", `python3 with PyTorch ("" skips PyTorch)`)
 	reference := fs.String("reference", "tools/reference/train_bench.py", "path of the PyTorch training-step script")
 	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile")
@@ -107,6 +108,19 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	printTrainTable(stdout, rows)
 	if prof != nil {
 		printProfile(stdout, prof, *top)
+		if *profileOut != "" {
+			err := train.WriteFileAtomic(*profileOut, func(w io.Writer) error {
+				for _, t := range prof {
+					if _, err := fmt.Fprintf(w, "%s\t%s\t%.4f\n", t.Node, t.Op, t.Ms); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				return fmt.Errorf("-profile-out: %w", err)
+			}
+		}
 	}
 	if *jsonOut != "" {
 		return train.WriteFileAtomic(*jsonOut, func(w io.Writer) error {
