@@ -839,7 +839,9 @@ __device__ void adamw_impl(i64 n, const void* p, int pdt, const void* g, int gdt
         T vi = b2 * ld<T>(v, vdt, i) + omb2 * gi * gi;
         T mh = mi / bc1;
         T vh = vi / bc2;
-        st<T>(po, podt, i, pi - lr * (mh / ((T)sqrt((double)vh) + eps) + wd * pi));
+        // sqrt of T: IEEE sqrt is correctly rounded in float as in double,
+        // so sqrtf gives what rounding the double root gave, at float speed.
+        st<T>(po, podt, i, pi - lr * (mh / (sqrt(vh) + eps) + wd * pi));
         st<T>(mo, modt, i, mi);
         st<T>(vo, vodt, i, vi);
     }

@@ -2,6 +2,7 @@ package passes
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -77,6 +78,7 @@ func (FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		return nil, errNilGraph
 	}
 	c := g.Clone()
+	remat := rematerialize(c, log)
 	owner := map[*graph.Value]*ewGroup{} // value -> the group whose member made it
 	groupOf := map[*graph.Node]*ewGroup{}
 	var groups []*ewGroup
@@ -97,11 +99,36 @@ func (FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 				break
 			}
 		}
-		// Every other group n reads from must run before n: close it.
+		// Other open groups n reads from that could take n too are merged
+		// into the target (none of them has been read outside yet, so the
+		// merged group can still run at its last member); every other group
+		// n reads from must run before n: close it.
 		for _, v := range n.Inputs {
-			if gr := owner[v]; gr != nil && gr != target {
-				gr.closed = true
+			gr := owner[v]
+			if gr == nil || gr == target {
+				continue
 			}
+			if target != nil && !gr.closed && gr.shape.Equal(target.shape) && gr.dt == target.dt &&
+				len(gr.members)+len(target.members) < fuseMaxSteps && len(gr.inputs)+len(target.inputs)+len(n.Inputs) <= fuseMaxInputs {
+				for _, m := range gr.members {
+					groupOf[m] = target
+					owner[m.Outputs[0]] = target
+				}
+				target.members = append(target.members, gr.members...)
+				for in := range gr.inputs {
+					if owner[in] != target {
+						target.inputs[in] = true
+					}
+				}
+				for in := range target.inputs {
+					if owner[in] == target {
+						delete(target.inputs, in)
+					}
+				}
+				gr.members, gr.closed = nil, true
+				continue
+			}
+			gr.closed = true
 		}
 		if !ok {
 			continue
@@ -125,12 +152,18 @@ func (FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	for _, v := range c.Outputs {
 		isOut[v] = true
 	}
+	pos := make(map[*graph.Node]int, len(c.Nodes))
+	for i, n := range c.Nodes {
+		pos[n] = i
+	}
 	fusedAt := map[*graph.Node]*graph.Node{} // last member -> the fused node
 	fusedCount := 0
 	for _, gr := range groups {
 		if len(gr.members) < 2 {
 			continue
 		}
+		// Merged groups interleave: the body follows the graph's order.
+		slices.SortFunc(gr.members, func(a, b *graph.Node) int { return pos[a] - pos[b] })
 		fn, err := buildFused(gr, groupOf, uses, isOut)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", PassFuseElementwise, err)
@@ -148,7 +181,7 @@ func (FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 					gr.shape, len(fn.Inputs), len(fn.Outputs))})
 		}
 	}
-	if fusedCount == 0 {
+	if fusedCount == 0 && remat == 0 {
 		return g, nil
 	}
 	nodes := make([]*graph.Node, 0, len(c.Nodes))
@@ -217,4 +250,155 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 	}
 	fn.Attrs = graph.Attrs{"body": graph.Str(graph.FormatFusedBody(steps)), "outputs": graph.Ints(outIdx...)}
 	return fn, nil
+}
+
+// Rematerialisation. A training step keeps forward values alive until the
+// backward reads them; an elementwise value (a SiLU, a sigmoid, a normalised
+// activation) is as cheap to compute again from the values it came from as to
+// read back, and keeping it costs a whole activation per layer. When every
+// late reader of such a value is itself an elementwise op of the same shape
+// (so that the copy fuses into the reader's kernel), and what the value is
+// computed from is alive at each reader anyway, each reader gets its own copy
+// of the producing ops, placed just before it, and the original dies with the
+// forward. This is what torch.compile's min-cut partitioner decides for
+// pointwise ops; here it is a local rule.
+const (
+	rematGap   = 32 // a reader at least this many nodes later is "late"
+	rematDepth = 3  // producers copied along one chain at most
+)
+
+// rematerialize rewrites c in place and returns how many values it stopped
+// keeping.
+func rematerialize(c *graph.Graph, log *Log) int {
+	pos := make(map[*graph.Node]int, len(c.Nodes))
+	for i, n := range c.Nodes {
+		pos[n] = i
+	}
+	uses := c.Uses()
+	lastUse := map[*graph.Value]int{}
+	for v, us := range uses {
+		for _, u := range us {
+			lastUse[v] = max(lastUse[v], pos[u])
+		}
+	}
+	for _, v := range c.Outputs {
+		lastUse[v] = len(c.Nodes)
+	}
+	fusibleProducer := func(v *graph.Value) *graph.Node {
+		if v.Producer == nil {
+			return nil
+		}
+		if ok, _ := fusibleNode(v.Producer); !ok {
+			return nil
+		}
+		return v.Producer
+	}
+	// anchorNear: u is not elementwise-made and is read at or shortly before
+	// position at (reading it at `at` stretches its life by less than the
+	// gap, where keeping the rematerialised value would stretch another's
+	// across the whole backward).
+	anchorNear := func(u *graph.Value, at int) bool {
+		return u.Producer == nil || fusibleProducer(u) == nil && lastUse[u] >= at-rematGap
+	}
+	// canRemat: v can be computed again at position at from values alive there.
+	var canRemat func(v *graph.Value, at, depth int) bool
+	canRemat = func(v *graph.Value, at, depth int) bool {
+		p := fusibleProducer(v)
+		if p == nil || depth > rematDepth {
+			return false
+		}
+		for _, u := range p.Inputs {
+			if anchorNear(u, at) {
+				continue // an input, initializer, or an anchor alive near `at`
+			}
+			if !canRemat(u, at, depth+1) {
+				return false
+			}
+		}
+		return true
+	}
+	type job struct {
+		v      *graph.Value
+		reader *graph.Node
+	}
+	var jobs []job
+	count := 0
+	var saved int64
+	for _, n := range c.Nodes {
+		if ok, _ := fusibleNode(n); !ok {
+			continue
+		}
+		v := n.Outputs[0]
+		if lastUse[v] == len(c.Nodes) {
+			continue // a graph output is kept anyway
+		}
+		var late []*graph.Node
+		all := true
+		for _, u := range uses[v] {
+			if pos[u]-pos[n] < rematGap {
+				continue
+			}
+			ok, _ := fusibleNode(u)
+			if !ok || !u.Outputs[0].Type.Shape.Equal(v.Type.Shape) || u.Outputs[0].Type.DType != v.Type.DType || !canRemat(v, pos[u], 1) {
+				all = false
+				break
+			}
+			late = append(late, u)
+		}
+		if !all || len(late) == 0 {
+			continue
+		}
+		for _, u := range late {
+			jobs = append(jobs, job{v, u})
+		}
+		count++
+		saved += int64(v.Type.Shape.Numel()) * int64(v.Type.DType.Size())
+	}
+	if len(jobs) == 0 {
+		return 0
+	}
+	// Copies go in just before their reader; a reader with several
+	// rematerialised inputs shares copies of common producers.
+	before := map[*graph.Node][]*graph.Node{}
+	copies := map[*graph.Node]map[*graph.Value]*graph.Value{}
+	var clone func(v *graph.Value, reader *graph.Node) *graph.Value
+	clone = func(v *graph.Value, reader *graph.Node) *graph.Value {
+		if copies[reader] == nil {
+			copies[reader] = map[*graph.Value]*graph.Value{}
+		}
+		if cv, ok := copies[reader][v]; ok {
+			return cv
+		}
+		p := v.Producer
+		cn := &graph.Node{Name: "remat/" + reader.Name + "/" + p.Name, Op: p.Op, Attrs: p.Attrs.Clone()}
+		for _, u := range p.Inputs {
+			if !anchorNear(u, pos[reader]) {
+				u = clone(u, reader)
+			}
+			cn.Inputs = append(cn.Inputs, u)
+		}
+		cv := &graph.Value{Name: "remat/" + reader.Name + "/" + v.Name, Type: v.Type, Kind: graph.Intermediate, Producer: cn}
+		cn.Outputs = []*graph.Value{cv}
+		before[reader] = append(before[reader], cn)
+		copies[reader][v] = cv
+		return cv
+	}
+	for _, j := range jobs {
+		cv := clone(j.v, j.reader)
+		for i, in := range j.reader.Inputs {
+			if in == j.v {
+				j.reader.Inputs[i] = cv
+			}
+		}
+	}
+	nodes := make([]*graph.Node, 0, len(c.Nodes)+len(jobs))
+	for _, n := range c.Nodes {
+		nodes = append(nodes, before[n]...)
+		nodes = append(nodes, n)
+	}
+	c.Nodes = nodes
+	if log != nil {
+		log.Infof(PassFuseElementwise, "recomputed %d elementwise values in their late readers instead of keeping them (%d bytes)", count, saved)
+	}
+	return count
 }
