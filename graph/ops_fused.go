@@ -162,7 +162,7 @@ func init() {
 			{Name: "body", Kind: AttrString, Required: true},
 			{Name: "outputs", Kind: AttrInts, Required: true},
 		},
-		Eval:  evalFused,
+		Eval: evalFused,
 		Infer: func(in []*TensorType, attrs Attrs, _ []*Tensor) ([]TensorType, error) {
 			steps, err := FusedBody(attrs["body"].S, len(in))
 			if err != nil {
