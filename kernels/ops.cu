@@ -749,6 +749,7 @@ __device__ void gather_grad_impl(i64 outer, i64 dim, i64 inner, i64 nidx, const 
                                  void* dx, int dxdt, int* flag, int code)
 {
     __shared__ i64 sidx[256];
+    __shared__ unsigned smask[8];
     const i64 a = blockIdx.x;
     const i64 q0 = (i64)blockIdx.z * blockDim.x * GG_PER;
     for (i64 p = blockIdx.y; p < outer; p += gridDim.y) {
@@ -773,21 +774,33 @@ __device__ void gather_grad_impl(i64 outer, i64 dim, i64 inner, i64 nidx, const 
                 }
                 sidx[t] = v;
             }
+            if (threadIdx.x < 8) {
+                smask[threadIdx.x] = 0;
+            }
             __syncthreads();
-            i64 cn = nidx - c0 < 256 ? nidx - c0 : 256;
-            for (i64 t = 0; t < cn; t++) {
-                if (sidx[t] != a) {
-                    continue; // uniform across the block: every thread reads the same entry
+            // Which of the 256 entries are row a, as a bit mask, so that the
+            // walk below visits only the matches (in index order) instead of
+            // testing every entry one after another.
+            for (int t = threadIdx.x; t < 256; t += blockDim.x) {
+                if (sidx[t] == a) {
+                    atomicOr(&smask[t >> 5], 1u << (t & 31));
                 }
-                i64 row = (p * nidx + c0 + t) * inner;
+            }
+            __syncthreads();
+            for (int w = 0; w < 8; w++) {
+                for (unsigned bits = smask[w]; bits != 0; bits &= bits - 1) {
+                    const i64 t = w * 32 + __ffs(bits) - 1;
+                    const i64 row = (p * nidx + c0 + t) * inner;
 #pragma unroll
-                for (int k = 0; k < GG_PER; k++) {
-                    i64 q = q0 + (i64)k * blockDim.x + threadIdx.x;
-                    if (q < inner) {
-                        acc[k] += ld<T>(dy, dydt, row + q);
+                    for (int k = 0; k < GG_PER; k++) {
+                        i64 q = q0 + (i64)k * blockDim.x + threadIdx.x;
+                        if (q < inner) {
+                            acc[k] += ld<T>(dy, dydt, row + q);
+                        }
                     }
                 }
             }
+            __syncthreads(); // smask and sidx are rewritten for the next chunk
         }
 #pragma unroll
         for (int k = 0; k < GG_PER; k++) {
@@ -855,6 +868,55 @@ __device__ void adamw_impl(i64 n, const void* p, int pdt, const void* g, int gdt
     n, p, pdt, g, gdt, m, mdt, v, vdt, lrp, lrdt, stepp, stepdt, po, podt, mo, modt, vo, vodt, b1, b2, eps, wd, flag, code
 
 extern "C" __global__ void adamw_f32(ADAMW_PARAMS) { adamw_impl<float>(ADAMW_ARGS); }
+
+// adamw_vec4_f32: adamw_f32's arithmetic, four elements per thread with
+// 16-byte loads and stores, for float32 parameters and state (the gradient
+// float32, bfloat16 or float16) whose buffers are 16-byte aligned and whose
+// length is a multiple of 4. n is the element count.
+extern "C" __global__ void adamw_vec4_f32(i64 n, const float4* p, const void* g, int gdt, const float4* m,
+                                          const float4* v, const void* lrp, int lrdt, const void* stepp, int stepdt,
+                                          float4* po, float4* mo, float4* vo, double b1d, double b2d, double epsd,
+                                          double wdd, int* flag, int code)
+{
+    double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
+    if (!(t >= 1.0)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            set_flag(flag, code);
+        }
+    }
+    const float b1 = (float)b1d, b2 = (float)b2d, eps = (float)epsd, wd = (float)wdd, lr = (float)lrd;
+    const float omb1 = (float)(1.0 - b1d), omb2 = (float)(1.0 - b2d);
+    const float bc1 = (float)(1.0 - pow(b1d, t)), bc2 = (float)(1.0 - pow(b2d, t));
+    const i64 n4 = n / 4;
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n4; i += (i64)gridDim.x * blockDim.x) {
+        float gs[4];
+        if (gdt == DT_F32) {
+            float4 q = ((const float4*)g)[i];
+            gs[0] = q.x, gs[1] = q.y, gs[2] = q.z, gs[3] = q.w;
+        } else {
+            uint2 q = ((const uint2*)g)[i];
+            u16 hs[4] = {(u16)(q.x & 0xffffu), (u16)(q.x >> 16), (u16)(q.y & 0xffffu), (u16)(q.y >> 16)};
+            for (int k = 0; k < 4; k++) {
+                gs[k] = gdt == DT_BF16 ? bf2f(hs[k]) : h2f(hs[k]);
+            }
+        }
+        float4 pv = p[i], mv = m[i], vv = v[i];
+        float ps[4] = {pv.x, pv.y, pv.z, pv.w}, ms[4] = {mv.x, mv.y, mv.z, mv.w}, vs[4] = {vv.x, vv.y, vv.z, vv.w};
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            float mi = b1 * ms[k] + omb1 * gs[k];
+            float vi = b2 * vs[k] + omb2 * gs[k] * gs[k];
+            float mh = mi / bc1;
+            float vh = vi / bc2;
+            ps[k] = ps[k] - lr * (mh / (sqrtf(vh) + eps) + wd * ps[k]);
+            ms[k] = mi;
+            vs[k] = vi;
+        }
+        po[i] = make_float4(ps[0], ps[1], ps[2], ps[3]);
+        mo[i] = make_float4(ms[0], ms[1], ms[2], ms[3]);
+        vo[i] = make_float4(vs[0], vs[1], vs[2], vs[3]);
+    }
+}
 extern "C" __global__ void adamw_f64(ADAMW_PARAMS) { adamw_impl<double>(ADAMW_ARGS); }
 
 // ---------------------------------------------------------------- composed attention

@@ -55,7 +55,7 @@ var opsKernelNames = []string{
 	"ew_f32", "ew_f64", "ew_i64", "copy2d", "trilu",
 	"reduce_rows_f32", "reduce_rows_f64", "reduce_rows_warp_f32", "reduce_rows_warp_f64", "reduce_cols_f32", "reduce_cols_f64",
 	"softmax_f64", "softmax_grad_f64", "sce_rows_f64", "sum_scalar", "sce_grad_f64",
-	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_f64",
+	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_vec4_f32", "adamw_f64",
 	"attn_softmax_f64", "attn_probs_f64", "attn_dscores_f64", "gemm_f64",
 }
 

@@ -647,12 +647,42 @@ func lowerGatherGrad(c *lowerCtx) (func() error, error) {
 
 // ---------------------------------------------------------------- AdamW
 
+// adamwVec4Args are adamw_vec4_f32's arguments when the update qualifies:
+// float32 parameter and state, n a multiple of 4, every buffer aligned for
+// its vector loads.
+func adamwVec4Args(c *lowerCtx, n int64) ([]any, bool) {
+	if n%4 != 0 {
+		return nil, false
+	}
+	aligned := func(b buffer, bytes int64) bool { return int64(b.ptr)%bytes == 0 }
+	for _, b := range []buffer{c.in(0), c.in(2), c.in(3), c.out(0), c.out(1), c.out(2)} {
+		if b.dt != graph.Float32 || !aligned(b, 16) {
+			return nil, false
+		}
+	}
+	g := c.in(1)
+	switch {
+	case g.dt == graph.Float32 && aligned(g, 16):
+	case is16(g.dt) && aligned(g, 8):
+	default:
+		return nil, false
+	}
+	a := c.n.Attrs
+	return []any{n, c.in(0).ptr, g.ptr, dtCode(g.dt), c.in(2).ptr, c.in(3).ptr, c.in(4).ptr, dtCode(c.in(4).dt),
+		c.in(5).ptr, dtCode(c.in(5).dt), c.out(0).ptr, c.out(1).ptr, c.out(2).ptr,
+		a.Float("beta1", 0.9), a.Float("beta2", 0.95), a.Float("eps", 1e-8), a.Float("weight_decay", 0),
+		c.flag(), c.code()}, true
+}
+
 func lowerAdamW(c *lowerCtx) (func() error, error) {
 	n := int64(c.n.Inputs[0].Type.Shape.Numel())
 	if n == 0 {
 		return nop, nil
 	}
 	p := c.in(0)
+	if args, ok := adamwVec4Args(c, n); ok {
+		return c.kernel("adamw_vec4_f32", c.gridFor(n/4, 256), [3]uint32{256, 1, 1}, args...)
+	}
 	k := "adamw_f32"
 	if p.dt == graph.Float64 {
 		k = "adamw_f64"
