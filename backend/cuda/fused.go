@@ -374,25 +374,27 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	return sb.String(), n, vec, nil
 }
 
-// ewFunction compiles (once per source) a generated kernel.
-func (b *Backend) ewFunction(src string) (*Function, error) {
+// generatedFunction compiles (once per source) a generated kernel and
+// returns its entry point.
+func (b *Backend) generatedFunction(src, entry string) (*Function, error) {
 	b.genMu.Lock()
 	defer b.genMu.Unlock()
-	if f, ok := b.generated[src]; ok {
+	key := entry + "\x00" + src
+	if f, ok := b.generated[key]; ok {
 		return f, nil
 	}
-	m, err := b.dev.Compile("fused_ew.cu", src, ewCompileOptions...)
+	m, err := b.dev.Compile("generated_"+entry+".cu", src, ewCompileOptions...)
 	if err != nil {
-		return nil, fmt.Errorf("generated elementwise kernel: %w\n%s", err, src)
+		return nil, fmt.Errorf("generated kernel: %w\n%s", err, src)
 	}
-	f, err := m.Function("ew")
+	f, err := m.Function(entry)
 	if err != nil {
 		return nil, err
 	}
 	if b.generated == nil {
 		b.generated = map[string]*Function{}
 	}
-	b.generated[src] = f
+	b.generated[key] = f
 	return f, nil
 }
 
@@ -405,7 +407,7 @@ func (c *lowerCtx) lowerEwProgram(p *ewProgram) (func() error, error) {
 	if n == 0 {
 		return nop, nil
 	}
-	f, err := c.x.b.ewFunction(src)
+	f, err := c.x.b.generatedFunction(src, "ew")
 	if err != nil {
 		return nil, err
 	}

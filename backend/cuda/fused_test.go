@@ -106,3 +106,31 @@ func TestEwProgramStridedOutput(t *testing.T) {
 		}
 	}
 }
+
+// Row reductions: lanes per row and vector width follow the row length and
+// alignment; the accumulator is float only when 16-bit data is involved.
+func TestRowReduceProgram(t *testing.T) {
+	for _, tc := range []struct {
+		dt         graph.DType
+		cols       int64
+		addr       DevicePtr
+		lanes, vec int
+		acc        string
+	}{
+		{graph.BFloat16, 768, 0x1000, 32, 8, "float"},
+		{graph.BFloat16, 64, 0x1000, 8, 8, "float"},
+		{graph.Float32, 768, 0x1000, 32, 4, "double"},
+		{graph.Float32, 768, 0x1004, 32, 1, "double"},
+		{graph.Float32, 7, 0x1000, 4, 1, "double"},
+		{graph.Float64, 1, 0x1000, 1, 1, "double"},
+	} {
+		p := &rowReduceProgram{x: buffer{ptr: tc.addr, dt: tc.dt}, y: buffer{ptr: 0x9000, dt: tc.dt}, rows: 100, cols: tc.cols, divisor: tc.cols}
+		src, lanes, err := p.generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lanes != tc.lanes || !strings.Contains(src, fmt.Sprintf("vector %d,", tc.vec)) || !strings.Contains(src, tc.acc+" a = ") {
+			t.Errorf("%v cols %d at %#x: lanes %d, want %d, vector %d, acc %s:\n%s", tc.dt, tc.cols, tc.addr, lanes, tc.lanes, tc.vec, tc.acc, src)
+		}
+	}
+}

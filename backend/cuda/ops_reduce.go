@@ -157,6 +157,9 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	if rp.mean {
 		div = float64(rp.count)
 	}
+	if f, err := c.lowerRowReduceGenerated(rp, x, y); f != nil || err != nil {
+		return f, err
+	}
 	if rp.rows {
 		args := append([]any{rp.op, div, rp.nout, rp.count, rp.count, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
 			redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)

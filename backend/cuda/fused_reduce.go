@@ -1,0 +1,130 @@
+package cuda
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Generated row reductions: a ReduceSum/Mean/Max over the last axis of a
+// contiguous float tensor becomes a kernel specialised to the row length and
+// dtypes. Each row is read by a segment of lanes of one warp with 16-byte
+// loads, fully unrolled (the row length is a constant), and combined with
+// shuffles in a fixed order; short rows share a warp (a 64-element row takes
+// 8 lanes). The generic kernels walk a row one element per lane per step
+// with a dtype switch in the loop, which kept one load in flight per warp.
+
+// rowReduceProgram is one generated row reduction.
+type rowReduceProgram struct {
+	x, y    buffer
+	rows    int64
+	cols    int64
+	op      int32 // 0 sum, 2 max
+	divisor int64 // 1, or cols for a mean
+}
+
+func (p *rowReduceProgram) generate() (src string, lanes int, err error) {
+	xt, err := ctype(p.x.dt)
+	if err != nil {
+		return "", 0, err
+	}
+	yt, err := ctype(p.y.dt)
+	if err != nil {
+		return "", 0, err
+	}
+	// The accumulator: float when a 16-bit type is involved, double
+	// otherwise (as reduceSuffix picks for the generic kernels).
+	acc := "double"
+	if is16(p.x.dt) || is16(p.y.dt) {
+		acc = "float"
+	}
+	size := p.x.dt.Size()
+	vec := 16 / size
+	if p.cols%int64(vec) != 0 || int64(p.x.ptr)%16 != 0 {
+		vec = 1
+	}
+	lanes = 1
+	for lanes < 32 && int64(lanes*2*vec) <= p.cols {
+		lanes *= 2
+	}
+	iters := (p.cols + int64(lanes*vec) - 1) / int64(lanes*vec)
+	ident, combine := "(" + acc + ")0", "a + b"
+	if p.op == 2 {
+		// NaN wins, as in the generic kernels' nanmax.
+		ident = "-__int_as_float(0x7f800000)"
+		if acc == "double" {
+			ident = "-__longlong_as_double(0x7ff0000000000000LL)"
+		}
+		combine = "(b > a || b != b || a != a) ? (a != a ? a : b) : a"
+	}
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
+	w("// rows %d x %d, %s -> %s, op %d, vector %d, %d lanes per row\n", p.rows, p.cols, xt, yt, p.op, vec, lanes)
+	w("__device__ __forceinline__ %s combine(%s a, %s b) { return %s; }\n", acc, acc, acc, combine)
+	w("extern \"C\" __global__ void __launch_bounds__(256) red(const %s* __restrict__ x, %s* __restrict__ y)\n{\n", xt, yt)
+	w("    const unsigned lane = threadIdx.x %% %du;\n", lanes)
+	w("    const unsigned long long warp = (blockIdx.x * 256ull + threadIdx.x) / 32;\n")
+	w("    const unsigned long long warps = gridDim.x * 256ull / 32;\n")
+	w("    const unsigned seg = (threadIdx.x %% 32) / %du;\n", lanes)
+	// Every lane of a warp runs the same iterations, so the shuffles always
+	// have the whole warp; rows past the end contribute nothing.
+	w("    for (unsigned long long r0 = warp * %d; r0 < %dull; r0 += warps * %d) {\n", 32/lanes, p.rows, 32/lanes)
+	w("        const unsigned long long row = r0 + seg;\n")
+	w("        const bool valid = row < %dull;\n", p.rows)
+	w("        %s a = %s;\n", acc, ident)
+	w("        if (valid) {\n")
+	w("            const %s* xr = x + row * %dull;\n", xt, p.cols)
+	w("#pragma unroll\n            for (int it = 0; it < %d; it++) {\n", iters)
+	w("                const unsigned col = (it * %du + lane) * %du;\n", lanes, vec)
+	w("                if (col < %du) {\n", p.cols)
+	if vec > 1 {
+		w("                    __align__(16) %s v[%d];\n", xt, vec)
+		w("                    *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(xr + col);\n")
+		w("#pragma unroll\n                    for (int e = 0; e < %d; e++) {\n", vec)
+		w("                        a = combine(a, %s);\n", loadExpr(xt, acc, "v[e]"))
+		w("                    }\n")
+	} else {
+		w("                    a = combine(a, %s);\n", loadExpr(xt, acc, "xr[col]"))
+	}
+	w("                }\n            }\n        }\n")
+	w("#pragma unroll\n        for (int m = %d; m > 0; m >>= 1) {\n", lanes/2)
+	w("            a = combine(a, __shfl_xor_sync(0xffffffffu, a, m));\n        }\n")
+	result := "a"
+	if p.divisor != 1 {
+		result = fmt.Sprintf("a / (%s)%d", acc, p.divisor)
+	}
+	w("        if (valid && lane == 0) {\n            y[row] = %s;\n        }\n    }\n}\n", storeExpr(yt, acc, result))
+	return sb.String(), lanes, nil
+}
+
+// lowerRowReduceGenerated returns the generated kernel for rp when it is a
+// reduction over the last axis of a contiguous float tensor, or nil.
+func (c *lowerCtx) lowerRowReduceGenerated(rp reducePlan, x, y buffer) (func() error, error) {
+	if !rp.rows || len(rp.red) != 1 || rp.redS[0] != 1 || !x.dt.IsFloat() || !y.dt.IsFloat() {
+		return nil, nil
+	}
+	// Rows must follow each other: the kept dims merge into one of stride
+	// count (or there is one row).
+	if rp.nout > 1 && (len(rp.kept) != 1 || rp.keptS[0] != rp.count) {
+		return nil, nil
+	}
+	p := &rowReduceProgram{x: x, y: y, rows: rp.nout, cols: rp.count, op: rp.op, divisor: 1}
+	if rp.mean {
+		p.divisor = rp.count
+	}
+	src, lanes, err := p.generate()
+	if err != nil {
+		return nil, err
+	}
+	f, err := c.x.b.generatedFunction(src, "red")
+	if err != nil {
+		return nil, err
+	}
+	rowsPerBlock := int64(256 / lanes)
+	l, err := newRawLaunch(f, c.gridFor((rp.nout+rowsPerBlock-1)/rowsPerBlock, 1), [3]uint32{256, 1, 1}, 0, x.ptr, y.ptr)
+	if err != nil {
+		return nil, err
+	}
+	d := c.dev()
+	return func() error { return l.run(d) }, nil
+}
