@@ -47,7 +47,7 @@ func (p *rowReduceProgram) generate() (src string, lanes int, err error) {
 		lanes *= 2
 	}
 	iters := (p.cols + int64(lanes*vec) - 1) / int64(lanes*vec)
-	ident, combine := "(" + acc + ")0", "a + b"
+	ident, combine := "("+acc+")0", "a + b"
 	if p.op == 2 {
 		// NaN wins, as in the generic kernels' nanmax.
 		ident = "-__int_as_float(0x7f800000)"
