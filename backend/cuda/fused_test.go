@@ -134,3 +134,28 @@ func TestRowReduceProgram(t *testing.T) {
 		}
 	}
 }
+
+// Column reductions: a thread per 16-byte column group, the block's other
+// lanes along rows, a grid of row chunks by column tiles.
+func TestColReduceProgram(t *testing.T) {
+	for _, tc := range []struct {
+		dt                graph.DType
+		rows, cols, clen  int64
+		grid0, grid1, blk uint32
+		vec               int
+	}{
+		{graph.BFloat16, 8192, 768, 16, 512, 1, 192, 8},
+		{graph.BFloat16, 98304, 64, 96, 1024, 1, 256, 8},
+		{graph.Float32, 100, 3000, 100, 1, 3, 256, 4},
+		{graph.Float64, 10, 5, 10, 1, 1, 255, 1},
+	} {
+		p := &colReduceProgram{x: buffer{ptr: 0x1000, dt: tc.dt}, y: buffer{ptr: 0x9000, dt: tc.dt}, rows: tc.rows, cols: tc.cols, clen: tc.clen, divisor: 1}
+		src, grid, block, err := p.generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if grid[0] != tc.grid0 || grid[1] != tc.grid1 || block[0] != tc.blk || block[0] > 256 || !strings.Contains(src, fmt.Sprintf("vector %d,", tc.vec)) {
+			t.Errorf("%v [%d,%d]/%d: grid %v block %v, want %d,%d / %d, vector %d:\n%s", tc.dt, tc.rows, tc.cols, tc.clen, grid, block, tc.grid0, tc.grid1, tc.blk, tc.vec, src)
+		}
+	}
+}

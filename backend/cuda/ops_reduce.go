@@ -17,6 +17,7 @@ type reducePlan struct {
 	kept, keptS []int64 // kept dims and their input strides, coalesced
 	red, redS   []int64 // reduced dims and strides, coalesced
 	rows        bool    // a block per output (the innermost input axis is reduced)
+	colsContig  bool    // [count, nout] row-major over float data: generated column kernels
 	chunks      int64   // cols: blocks along the reduced range (>1: two passes)
 	clen        int64   // cols: reduced elements per chunk
 }
@@ -81,7 +82,15 @@ func planReduce(n *graph.Node) (reducePlan, error) {
 	}
 	rp.rows = rp.redS[len(rp.redS)-1] == 1 && rp.count > 1
 	rp.chunks, rp.clen = 1, rp.count
-	if !rp.rows && rp.count >= 128 {
+	// A float tensor [count, nout] reduced over its leading axes goes to the
+	// generated column kernels, which pick their own chunks.
+	rp.colsContig = !rp.rows && n.Inputs[0].Type.DType.IsFloat() && len(rp.red) == 1 && rp.redS[0] == rp.nout &&
+		len(rp.kept) == 1 && rp.keptS[0] == 1
+	if rp.colsContig {
+		rp.chunks = colChunks(rp.count)
+		rp.clen = (rp.count + rp.chunks - 1) / rp.chunks
+		rp.chunks = (rp.count + rp.clen - 1) / rp.clen
+	} else if !rp.rows && rp.count >= 128 {
 		// About a million threads, each summing at least 8 elements: the
 		// loads of one thread depend on nothing, but a thread walks its chunk
 		// serially, so many short chunks keep enough of them in flight (64
@@ -159,6 +168,9 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	}
 	if f, err := c.lowerRowReduceGenerated(rp, x, y); f != nil || err != nil {
 		return f, err
+	}
+	if rp.colsContig && x.dt.IsFloat() && y.dt.IsFloat() {
+		return c.lowerColReduceGenerated(rp, x, y)
 	}
 	if rp.rows {
 		args := append([]any{rp.op, div, rp.nout, rp.count, rp.count, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
