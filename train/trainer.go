@@ -31,6 +31,10 @@ type Hyper struct {
 	Beta1       float64 `json:"beta1"`        // 0: passes.DefaultBeta1
 	Beta2       float64 `json:"beta2"`        // 0: passes.DefaultBeta2
 	DataSeed    uint64  `json:"data_seed"`    // batch sampling seed
+	// NoFuseElementwise keeps the training step's elementwise ops as single
+	// nodes when attention is fused (the fuse_elementwise pass off). It
+	// changes how the step runs, and on narrow types its rounding.
+	NoFuseElementwise bool `json:"no_fuse_elementwise,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -63,7 +67,7 @@ func BuildGraphs(cfg model.Config, fuse bool, h Hyper) (*Graphs, error) {
 	if err != nil {
 		return nil, err
 	}
-	if fuse {
+	if fuse && !h.NoFuseElementwise {
 		// Elementwise fusion runs on the finished step (it has no gradient
 		// rules); it changes how the step runs, not what it computes.
 		if ts.Graph, err = (passes.FuseElementwise{}).Run(ts.Graph, nil); err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -52,6 +53,8 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	batch := fs.Int("batch", 0, "batch size (0: the config's)")
 	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
+	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
+	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	steps := fs.Int("steps", 30, "timed steps")
 	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
@@ -68,7 +71,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *batch < 0 || *warmup < 0 || *steps < 1 || *top < 0 {
+	if *batch < 0 || *warmup < 0 || *steps < 1 || *top < 0 || *curve < 0 {
 		return errors.New("-batch and -warmup must be at least 0, -steps at least 1, -top at least 0")
 	}
 	if *batch > 0 {
@@ -92,7 +95,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bench -train needs -device cuda: %v", err)
 	}
 
-	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, *fuse, *warmup, *steps, *profile)
+	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, *fuse, !*fuseEW, *warmup, *steps, *profile)
 	if err != nil {
 		return err
 	}
@@ -106,6 +109,11 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	printTrainTable(stdout, rows)
+	if *curve > 0 {
+		if err := compareCurves(stdout, stderr, cfg, bf16, *curve); err != nil {
+			return err
+		}
+	}
 	if prof != nil {
 		printProfile(stdout, prof, *top)
 		if *profileOut != "" {
@@ -139,7 +147,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 // benchOurTrainStep compiles cfg's training step on the GPU and times
 // Trainer.Step (the loop `train` runs: upload the batch, run, read the
 // loss back) over random bytes.
-func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
+func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
 	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
 	be, err := newCUDABackend(bf16)
 	if err != nil {
@@ -152,21 +160,15 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse bool, warm
 	}
 	d := cb.Device()
 	row.GPU = d.Name()
-	// Random bytes: the data does not change the step's time, and the bench
-	// must not depend on a corpus being present.
-	rng := rand.New(rand.NewPCG(1, 2))
-	data := make([]byte, max(1<<20, 4*cfg.Batch*(cfg.Seq+1)))
-	for i := range data {
-		data[i] = byte(rng.IntN(256))
-	}
-	corpus := &train.Corpus{Source: "random bytes", Train: data, Val: data[:len(data)/8]}
-	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1}
+	corpus := benchCorpus(cfg)
+	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1,
+		NoFuseElementwise: noFuseEW}
 	free0, _, err := d.MemInfo()
 	if err != nil {
 		return row, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
-		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, d.Name())
+	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
+		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, d.Name())
 	t0 := time.Now()
 	tr, err := train.NewTrainer(be, cfg, fuse, hyper, corpus)
 	if err != nil {
@@ -302,4 +304,57 @@ func printProfile(w io.Writer, times []cuda.NodeTime, top int) {
 		fmt.Fprintf(tw, "%s\t%s\t%.3f\t\n", t.Node, t.Op, t.Ms)
 	}
 	tw.Flush()
+}
+
+// benchCorpus is random bytes: the data does not change the step's time,
+// and the bench must not depend on a corpus being present.
+func benchCorpus(cfg model.Config) *train.Corpus {
+	rng := rand.New(rand.NewPCG(1, 2))
+	data := make([]byte, max(1<<20, 4*cfg.Batch*(cfg.Seq+1)))
+	for i := range data {
+		data[i] = byte(rng.IntN(256))
+	}
+	return &train.Corpus{Source: "random bytes", Train: data, Val: data[:len(data)/8]}
+}
+
+// compareCurves trains cfg for steps steps twice from the same weights and
+// batches, with and without elementwise fusion (attention fused in both),
+// and prints how far the loss curves are apart.
+func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps int) error {
+	curves := make([][]float64, 2)
+	for k, noEW := range []bool{false, true} {
+		be, err := newCUDABackend(bf16)
+		if err != nil {
+			return err
+		}
+		h := train.Hyper{LR: 1e-3, MinLR: 1e-4, Warmup: int64(min(20, steps/10)), Steps: int64(steps), WeightDecay: 0.1, DataSeed: 1,
+			NoFuseElementwise: noEW}
+		tr, err := train.NewTrainer(be, cfg, true, h, benchCorpus(cfg))
+		if err != nil {
+			be.Close()
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: loss curve %d/2 (fuse-elementwise=%v), %d steps\n", k+1, !noEW, steps)
+		for range steps {
+			if _, err := tr.Step(); err != nil {
+				tr.Close()
+				be.Close()
+				return err
+			}
+		}
+		curves[k] = tr.Losses()
+		tr.Close()
+		be.Close()
+	}
+	worst, at := 0.0, 0
+	for i := range curves[0] {
+		rel := math.Abs(curves[0][i]-curves[1][i]) / math.Max(math.Abs(curves[1][i]), 1e-30)
+		if rel > worst {
+			worst, at = rel, i+1
+		}
+	}
+	n := len(curves[0])
+	fmt.Fprintf(stdout, "\nloss curves, %s %s, %d steps, fused vs unfused elementwise: max relative difference %.3g (step %d); final loss %.6f vs %.6f\n",
+		cfg.Name, map[bool]string{true: "bf16", false: "f32"}[bf16], n, worst, at, curves[0][n-1], curves[1][n-1])
+	return nil
 }
