@@ -164,12 +164,14 @@ type executable struct {
 	// shapeOperands are consts whose data Compile read (Reshape's shape,
 	// Slice's starts, ...): changing them would not change the compiled code.
 	shapeOperands map[*graph.Value]bool
-	steps         []step
-	outputs       []*graph.Value
-	updates       []update
-	flag          DevicePtr // int32 error code kernels set (see ops.cu)
-	initBytes     int64
-	closed        bool
+	// sharedZeros are zero consts reading another's buffer (see build).
+	sharedZeros map[*graph.Value]bool
+	steps       []step
+	outputs     []*graph.Value
+	updates     []update
+	flag        DevicePtr // int32 error code kernels set (see ops.cu)
+	initBytes   int64
+	closed      bool
 	// Steps and updates replay as CUDA graphs after their first runs.
 	stepsGraph, updatesGraph replayer
 }
@@ -185,7 +187,7 @@ func (b *Backend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	x := &executable{b: b, g: g, opts: opts, plan: plan, bufs: map[*graph.Value]buffer{},
-		inits: map[string]*graph.Value{}, shapeOperands: map[*graph.Value]bool{}}
+		inits: map[string]*graph.Value{}, shapeOperands: map[*graph.Value]bool{}, sharedZeros: map[*graph.Value]bool{}}
 	if err := x.build(); err != nil {
 		x.free()
 		return nil, err
@@ -220,7 +222,23 @@ func (x *executable) build() error {
 		}
 		x.bufs[v] = buf
 	}
+	// Zero constants of one type share one buffer: autodiff pads slice
+	// gradients with them (48 of 12 MiB each in the gpt2 step). An update or
+	// SetInitializer gives a const its own buffer first.
+	updated := map[string]bool{}
+	for _, to := range x.opts.Updates {
+		updated[to] = true
+	}
+	zeros := map[string]buffer{}
 	for _, v := range x.g.Initializers() {
+		shareable := v.Kind == graph.Const && v.Init != nil && v.Init.Fn == "zeros" && !updated[v.Name]
+		key := v.Type.String()
+		if buf, ok := zeros[key]; ok && shareable {
+			x.bufs[v] = buf
+			x.inits[v.Name] = v
+			x.sharedZeros[v] = true
+			continue
+		}
 		t, err := v.Init.Materialize(v.Type)
 		if err != nil {
 			return fmt.Errorf("cuda: initializer %s: %w", v.Name, err)
@@ -235,6 +253,9 @@ func (x *executable) build() error {
 		x.bufs[v] = buf
 		x.inits[v.Name] = v
 		x.initBytes += int64(buf.bytes())
+		if shareable {
+			zeros[key] = buf
+		}
 	}
 	for _, n := range x.g.Nodes {
 		for _, v := range n.Outputs {
@@ -501,6 +522,12 @@ func (x *executable) SetInitializer(name string, t *graph.Tensor) error {
 	if err := t.Check(); err != nil {
 		return fmt.Errorf("cuda: initializer %s: %w", name, err)
 	}
+	if x.sharedZeros[v] || v.Kind == graph.Const && v.Init != nil && v.Init.Fn == "zeros" && x.zerosShared(v) {
+		if err := t.Check(); err == nil && allZero(t) {
+			return nil // it holds that already
+		}
+		return fmt.Errorf("cuda: initializer %s is a zeros constant sharing its buffer with others of its type in the executable; recompile to change it", name)
+	}
 	if x.shapeOperands[v] {
 		old, err := v.Init.Materialize(v.Type)
 		if err != nil || !sameData(old, t) {
@@ -692,4 +719,23 @@ func sameData(a, b *graph.Tensor) bool {
 		}
 	}
 	return slices.Equal(a.I64, b.I64) // int64 beyond 2^53 compare exactly
+}
+
+// zerosShared reports whether another const reads v's buffer.
+func (x *executable) zerosShared(v *graph.Value) bool {
+	for o := range x.sharedZeros {
+		if x.bufs[o].ptr == x.bufs[v].ptr {
+			return true
+		}
+	}
+	return false
+}
+
+func allZero(t *graph.Tensor) bool {
+	for i := range t.Len() {
+		if v := t.At(i); v != 0 || math.Signbit(v) {
+			return false
+		}
+	}
+	return true
 }

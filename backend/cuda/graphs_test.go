@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend"
@@ -71,4 +72,57 @@ func abs(v float64) float64 {
 		return -v
 	}
 	return v
+}
+
+// Zero constants of one type share one buffer; setting one to anything but
+// zeros is refused, naming it, since the others read the same memory.
+func TestZeroConstsShareABuffer(t *testing.T) {
+	gpu(t)
+	be, err := newBackend(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer be.Close()
+	b := graph.NewBuilder("zeros")
+	x := b.Input("x", graph.Float32, 64)
+	z1 := b.Const("z1", graph.Float32, graph.Shape{64}, graph.Zeros())
+	z2 := b.Const("z2", graph.Float32, graph.Shape{64}, graph.Zeros())
+	b.Output(b.Add(b.Add(x, z1), z2))
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := be.Compile(g, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	xe := exe.(*executable)
+	if xe.bufs[g.Value("z1")].ptr != xe.bufs[g.Value("z2")].ptr {
+		t.Error("two zeros constants of one type have separate buffers")
+	}
+	if st := exe.Stats(); st.InitializerBytes != 64*4 {
+		t.Errorf("initializer bytes %d, want %d (one shared buffer)", st.InitializerBytes, 64*4)
+	}
+	feed := graph.NewTensor(graph.Float32, graph.Shape{64})
+	for i := range 64 {
+		feed.Set(i, float64(i))
+	}
+	out, err := exe.Run(map[string]*graph.Tensor{"x": feed})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 64 {
+		if got := out[g.Outputs[0].Name].At(i); got != float64(i) {
+			t.Fatalf("element %d = %v, want %d", i, got, i)
+		}
+	}
+	if err := exe.SetInitializer("z2", graph.NewTensor(graph.Float32, graph.Shape{64})); err != nil {
+		t.Errorf("setting zeros to zeros: %v", err)
+	}
+	ones := graph.NewTensor(graph.Float32, graph.Shape{64})
+	ones.Set(3, 1)
+	if err := exe.SetInitializer("z1", ones); err == nil || !strings.Contains(err.Error(), "z1") || !strings.Contains(err.Error(), "sharing") {
+		t.Errorf("setting a shared zeros constant: %v", err)
+	}
 }
