@@ -11,10 +11,6 @@ import (
 // PassFuseElementwise names the elementwise fusion.
 const PassFuseElementwise = "fuse_elementwise"
 
-func init() {
-	Register(PassFuseElementwise, func() Pass { return FuseElementwise{} })
-}
-
 // FuseElementwise groups chains and trees of elementwise ops that compute
 // tensors of one shape into FusedElementwise nodes, so that a backend that
 // generates code reads each input and writes each needed result once, with
@@ -159,6 +155,11 @@ func (FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	fusedAt := map[*graph.Node]*graph.Node{} // last member -> the fused node
 	fusedCount := 0
 	for _, gr := range groups {
+		if len(gr.members) == 1 && log != nil {
+			n := gr.members[0]
+			log.Add(Event{Pass: PassFuseElementwise, Kind: Refused, Rule: "elementwise_group", Node: n.Name, Op: n.Op,
+				Reason: loneReason(n, uses)})
+		}
 		if len(gr.members) < 2 {
 			continue
 		}
@@ -401,4 +402,24 @@ func rematerialize(c *graph.Graph, log *Log) int {
 		log.Infof(PassFuseElementwise, "recomputed %d elementwise values in their late readers instead of keeping them (%d bytes)", count, saved)
 	}
 	return count
+}
+
+// loneReason says why an elementwise node stayed alone: what feeds it and
+// what reads it are not elementwise ops of its shape (or the group it could
+// join was already read by something else).
+func loneReason(n *graph.Node, uses map[*graph.Value][]*graph.Node) string {
+	var readers []string
+	seen := map[string]bool{}
+	for _, u := range uses[n.Outputs[0]] {
+		if !seen[u.Op] {
+			seen[u.Op] = true
+			readers = append(readers, u.Op)
+		}
+	}
+	slices.Sort(readers)
+	if len(readers) == 0 {
+		readers = []string{"no node (a graph output)"}
+	}
+	return fmt.Sprintf("no elementwise op of shape %v feeds it in an open group or reads it first; read by %s",
+		n.Outputs[0].Type.Shape, strings.Join(readers, ", "))
 }

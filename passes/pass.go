@@ -64,6 +64,8 @@ func init() {
 	Register(PassCanonicalize, Canonicalize)
 	Register(PassFuseAttention, FuseAttention)
 	Register(PassDCE, func() Pass { return DCE{} })
+	// Not in Default: it runs on finished training steps (no gradient rules).
+	Register(PassFuseElementwise, func() Pass { return FuseElementwise{} })
 }
 
 // Names returns the registered pass names in registration order.
