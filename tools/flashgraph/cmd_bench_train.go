@@ -371,6 +371,6 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	n := len(curves[0])
 	fmt.Fprintf(stdout, "\nloss curves, %s %s, %d steps on a repeated random text, fused vs unfused elementwise: max relative difference %.3g (step %d); loss at steps 1, %d, %d: %.4f %.4f %.4f vs %.4f %.4f %.4f\n",
 		cfg.Name, map[bool]string{true: "bf16", false: "f32"}[bf16], n, worst, at, n/2, n,
-		curves[0][0], curves[0][n/2-1], curves[0][n-1], curves[1][0], curves[1][n/2-1], curves[1][n-1])
+		curves[0][0], curves[0][max(0, n/2-1)], curves[0][n-1], curves[1][0], curves[1][max(0, n/2-1)], curves[1][n-1])
 	return nil
 }
