@@ -3,7 +3,7 @@ GO ?= go
 export CGO_ENABLED ?= 0
 FUZZTIME ?= 10s
 
-.PHONY: run test fmt vet unit fuzz build gpu clean
+.PHONY: run test fmt vet unit fuzz fuzz-long build gpu clean
 
 # The main job on the CPU with the embedded defaults: build the tiny model,
 # compile it with the attention fusion, write text + DOT, train a short run.
@@ -28,6 +28,24 @@ fuzz:
 	$(GO) test ./onnx -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 	$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 	$(GO) test ./train -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
+
+# Not in CI (hours on a small machine): every parser fuzzed to FUZZ_LONG_EXECS
+# executions (10^6), each line giving its executions per second, then the
+# training run killed 50 times. Logs in out/fuzz-long/. See docs/RELIABILITY.md.
+FUZZ_LONG_EXECS ?= 1000000
+FUZZ_LONG_TARGETS = ./graph:FuzzParse ./onnx:FuzzImport ./onnx/onnxpb:FuzzDecode \
+	./train:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists
+fuzz-long:
+	@mkdir -p out/fuzz-long
+	@for t in $(FUZZ_LONG_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; log=out/fuzz-long/$$fn.log; start=$$(date +%s); \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_LONG_EXECS)x -fuzzminimizetime 2s >$$log 2>&1 \
+			|| { tail -40 $$log; echo "$$fn FAILED (log: $$log)"; exit 1; }; \
+		secs=$$(( $$(date +%s) - start )); \
+		execs=$$(grep -o 'execs: [0-9]*' $$log | tail -1 | cut -d' ' -f2); \
+		echo "$$fn: $$execs executions in $$secs s, $$(( execs / (secs > 0 ? secs : 1) )) execs/s, 0 crashes"; \
+	done
+	FLASHGRAPH_STRESS_KILLS=50 $(GO) test ./train -run '^TestTrainKillStress$$' -count=1 -v
 
 build:
 	$(GO) build -o flashgraph ./tools/flashgraph
