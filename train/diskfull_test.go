@@ -36,6 +36,7 @@ func (f *enospcAfter) Write(p []byte) (int, error) {
 // checkpoint (no partial file), and it loads with the data it was saved with.
 func checkDiskFullOutcome(t *testing.T, dir, msg string, size int) {
 	t.Helper()
+	t.Logf("the failed save says: %s", msg)
 	prev := CheckpointPath(dir, 1)
 	for _, want := range []string{"no room for the checkpoint", "previous checkpoint " + prev + " (step 1) is untouched", "-resume continues from it"} {
 		if !strings.Contains(msg, want) {
