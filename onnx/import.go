@@ -75,7 +75,8 @@ func ImportWith(path string, opts Options) (*graph.Graph, error) {
 		return nil, fmt.Errorf("onnx: %w", err)
 	}
 	if st, err := os.Stat(path); err == nil {
-		// The file, plus tensor data that external files brought in.
+		// The file plus its initializers' data, so that data kept in external
+		// files counts (inline data counts twice: the budget errs generous).
 		opts.size = int(st.Size()) + modelSize(m)
 	}
 	if opts.Name == "" && m.Graph != nil && m.Graph.Name == "" {

@@ -179,7 +179,7 @@ func TestFoldMissingInput(t *testing.T) {
 const maxImportTime = 100 * time.Millisecond
 
 // TestImportCorpusTime holds every FuzzImport input (seeds and the checked-in
-// corpus) to 100 ms. Each input runs several times and its fastest run is its
+// corpus, plus the files in FLASHGRAPH_IMPORT_CORPUS when set) to 100 ms. Each input runs several times and its fastest run is its
 // cost: a shared machine adds scheduling noise, never speed. The slowest input
 // is logged, so `go test -v -run ImportCorpusTime ./onnx` shows the margin.
 func TestImportCorpusTime(t *testing.T) {
@@ -188,6 +188,11 @@ func TestImportCorpusTime(t *testing.T) {
 		inputs["seed#"+strconv.Itoa(i)] = b
 	}
 	files, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzImport", "*"))
+	if dir := os.Getenv("FLASHGRAPH_IMPORT_CORPUS"); dir != "" {
+		// Also a corpus the fuzzer grew, e.g. $(go env GOCACHE)/fuzz/<module>/onnx/FuzzImport.
+		more, _ := filepath.Glob(filepath.Join(dir, "*"))
+		files = append(files, more...)
+	}
 	for _, p := range files {
 		b, err := readCorpusFile(p)
 		if err != nil {
