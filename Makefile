@@ -3,7 +3,7 @@ GO ?= go
 export CGO_ENABLED ?= 0
 FUZZTIME ?= 10s
 
-.PHONY: run test fmt vet unit fuzz build gpu clean
+.PHONY: run test fmt vet unit fuzz fuzz-long build gpu clean
 
 # The main job on the CPU with the embedded defaults: build the tiny model,
 # compile it with the attention fusion, write text + DOT, train a short run.
@@ -30,6 +30,29 @@ fuzz:
 	$(GO) test ./onnx -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 	$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 	$(GO) test ./train -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
+
+# Not in CI: every parser fuzzed for FUZZ_LONG (10^6 executions; a time such
+# as 60s also works), each line giving the executions per second over the
+# fuzzing time, then the training run killed 50 times. Logs in out/fuzz-long/.
+# See docs/RELIABILITY.md.
+FUZZ_LONG ?= 1000000x
+FUZZ_LONG_TARGETS = ./graph:FuzzParse ./onnx:FuzzImport ./onnx/onnxpb:FuzzDecode \
+	./train:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists
+fuzz-long:
+	@mkdir -p out/fuzz-long
+	@for t in $(FUZZ_LONG_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; log=out/fuzz-long/$$fn.log; \
+		$(GO) test $$pkg -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZ_LONG) -fuzzminimizetime 100x >$$log 2>&1 \
+			|| { tail -40 $$log; echo "$$fn FAILED (log: $$log)"; exit 1; }; \
+		grep 'execs:' $$log | tail -1 | awk -v fn=$$fn '{ \
+			e = $$3; sub(",", "", e); t = 0; \
+			if (match(e, /[0-9]+h/)) t += substr(e, RSTART, RLENGTH-1) * 3600; \
+			if (match(e, /[0-9]+m/)) t += substr(e, RSTART, RLENGTH-1) * 60; \
+			if (match(e, /[0-9]+s/)) t += substr(e, RSTART, RLENGTH-1); \
+			n = $$5; sub(",", "", n); \
+			printf "%-22s %9d executions in %6d s: %6.0f execs/s, 0 crashes\n", fn, n, t, n / (t > 0 ? t : 1) }'; \
+	done
+	FLASHGRAPH_STRESS_KILLS=50 $(GO) test ./train -run '^TestTrainKillStress$$' -count=1 -v
 
 build:
 	$(GO) build -o flashgraph ./tools/flashgraph

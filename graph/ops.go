@@ -167,7 +167,8 @@ func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, er
 	consts := make([]*Tensor, len(inputs))
 	for i, v := range inputs {
 		if v == nil {
-			if i < lo {
+			// Required inputs, and every element of a variadic list, must be present.
+			if i < lo || (hi < 0 && i >= len(s.Inputs)-1) {
 				return nil, nil, fmt.Errorf("%s input %d (%s) is required", op, i, s.inputName(i))
 			}
 			continue

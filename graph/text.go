@@ -301,7 +301,17 @@ type parser struct {
 	pos  int
 	g    *Graph
 	vals map[string]*Value
+	// initElems counts the elements the initializers declare: a recipe is a
+	// few bytes of text for any number of elements, materialised later.
+	initElems int
 }
+
+// MaxInitElements bounds the elements all initializers of a parsed graph may
+// declare together: 2^34, 64 GiB as float32, beyond any model this project
+// trains. A recipe such as normal(...) costs the same few bytes of text for
+// any shape, so without this bound a one-line file could ask whoever compiles
+// or runs it for terabytes (each tensor alone may declare up to 2^48).
+const MaxInitElements = 1 << 34
 
 func (p *parser) errf(format string, args ...any) error {
 	return &ParseError{File: p.file, Line: p.line, Msg: fmt.Sprintf(format, args...)}
@@ -472,6 +482,10 @@ func (p *parser) leaf(kw string) error {
 		}
 		if err := in.check(t); err != nil {
 			return p.errf("%s %s: %v", kw, formatName(name), err)
+		}
+		// Shapes passed Check, so each count is at most 2^48: no overflow.
+		if p.initElems += t.Shape.Numel(); p.initElems > MaxInitElements {
+			return p.errf("%s %s: the initializers declare %d elements so far, over the limit of %d (graph.MaxInitElements)", kw, formatName(name), p.initElems, MaxInitElements)
 		}
 		v.Init = &in
 		if kw == "param" {

@@ -20,10 +20,6 @@ type cval struct {
 	i     []int64   // integer types (wrapped to dt's width) and BOOL (0 or 1)
 }
 
-// maxFoldElems bounds what constant folding may create, so that a hostile or
-// unusual model cannot make us materialize an enormous literal.
-const maxFoldElems = 1 << 22
-
 func isFloatType(dt onnxpb.DataType) bool {
 	switch dt {
 	case onnxpb.Float, onnxpb.Double, onnxpb.Float16, onnxpb.BFloat16:

@@ -229,10 +229,10 @@ func shapeFrom(c *opCtx, v *cval, what string) (graph.Shape, error) {
 			return nil, c.errf("%s %v has a bad dimension", what, ints)
 		}
 		s[i] = int(d)
-		n *= d
-		if n > maxFoldElems {
+		if d > 0 && n > int64(c.foldCap())/d {
 			return nil, errTooBig
 		}
+		n *= d
 	}
 	return s, nil
 }
@@ -273,7 +273,7 @@ func foldRange(c *opCtx, in []*cval) ([]*cval, error) {
 		return nil, c.errf("delta is 0")
 	}
 	n := math.Ceil((limit - start) / delta)
-	if n > maxFoldElems {
+	if n > float64(c.foldCap()) {
 		return nil, errTooBig
 	}
 	count := int(max(n, 0))
@@ -337,7 +337,7 @@ func broadcastAll(c *opCtx, in ...*cval) (graph.Shape, [][]int, error) {
 	if err != nil {
 		return nil, nil, c.errf("%v", err)
 	}
-	if out.Numel() > maxFoldElems {
+	if c.foldTooBig(out) {
 		return nil, nil, errTooBig
 	}
 	idx := make([][]int, len(in))
@@ -492,7 +492,7 @@ func foldGather(c *opCtx, in []*cval) ([]*cval, error) {
 		return nil, c.errf("indices: %v", err)
 	}
 	shape := append(append(data.shape[:ax].Clone(), indices.shape...), data.shape[ax+1:]...)
-	if shape.Numel() > maxFoldElems {
+	if c.foldTooBig(shape) {
 		return nil, errTooBig
 	}
 	return evalTable(c, "Gather", graph.Attrs{"axis": graph.Int(int64(ax))}, data.dt, data.tensor(), indices.tensor())
@@ -617,6 +617,9 @@ func foldConcat(c *opCtx, in []*cval) ([]*cval, error) {
 			}
 		}
 		shape[ax] += v.shape[ax]
+	}
+	if c.foldTooBig(shape) {
+		return nil, errTooBig
 	}
 	ts := make([]*graph.Tensor, len(in))
 	for i, v := range in {
@@ -752,7 +755,7 @@ func foldExpand(c *opCtx, in []*cval) ([]*cval, error) {
 		return nil, c.errf("shape: %v", err)
 	}
 	for _, d := range target {
-		if d < 0 || d > maxFoldElems {
+		if d < 0 || d > math.MaxInt32 {
 			return nil, c.errf("bad shape %v", target)
 		}
 	}
@@ -760,7 +763,7 @@ func foldExpand(c *opCtx, in []*cval) ([]*cval, error) {
 	if err != nil {
 		return nil, c.errf("%v", err)
 	}
-	if s.Numel() > maxFoldElems {
+	if c.foldTooBig(s) {
 		return nil, errTooBig
 	}
 	return evalTable(c, "Expand", nil, in[0].dt, in[0].tensor(), intsTensor(target))

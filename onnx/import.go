@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -37,6 +38,12 @@ type Options struct {
 	Dims map[string]int
 	// Name overrides the graph's name (default: the ONNX graph's name).
 	Name string
+	// MaxFoldElems bounds the elements constant folding may create in this
+	// import; 0 means max(FoldFloor, FoldPerByte × the model's size in bytes).
+	// See limits.go.
+	MaxFoldElems int
+
+	size int // the serialized model's size in bytes, when known
 }
 
 // MaxOpset is the newest default-domain opset whose semantics this importer knows.
@@ -67,6 +74,11 @@ func ImportWith(path string, opts Options) (*graph.Graph, error) {
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
 	}
+	if st, err := os.Stat(path); err == nil {
+		// The file plus its initializers' data, so that data kept in external
+		// files counts (inline data counts twice: the budget errs generous).
+		opts.size = int(st.Size()) + modelSize(m)
+	}
 	if opts.Name == "" && m.Graph != nil && m.Graph.Name == "" {
 		opts.Name = strings.TrimSuffix(filepath.Base(path), filepath.Ext(path))
 	}
@@ -79,12 +91,16 @@ func ImportWith(path string, opts Options) (*graph.Graph, error) {
 
 // ImportBytes decodes and imports a serialized model. Tensors stored in external
 // files are refused: without a path there is no directory to resolve them in.
-func ImportBytes(b []byte) (*graph.Graph, error) {
+func ImportBytes(b []byte) (*graph.Graph, error) { return ImportBytesWith(b, Options{}) }
+
+// ImportBytesWith is ImportBytes with options.
+func ImportBytesWith(b []byte, opts Options) (*graph.Graph, error) {
 	m, err := onnxpb.Decode(b)
 	if err != nil {
 		return nil, fmt.Errorf("onnx: %w", err)
 	}
-	return ImportModel(m, Options{})
+	opts.size = len(b)
+	return ImportModel(m, opts)
 }
 
 // ImportModel converts a decoded model.
@@ -131,16 +147,22 @@ type importer struct {
 	inits    []*entry // initializers and constants that may become graph values
 	nextSeq  int
 	consumed map[string]bool // ONNX names read by a node or listed as graph outputs
+	fold     *foldBudget     // what constant folding may still create
 }
 
 func newImporter(m *onnxpb.Model, opts Options) (*importer, error) {
 	if m.Graph == nil {
 		return nil, errors.New("onnx: model has no graph")
 	}
+	size := opts.size
+	if size == 0 {
+		size = modelSize(m)
+	}
 	im := &importer{
 		m: m, opts: opts, env: map[string]*entry{}, vinfo: map[string]*onnxpb.ValueInfo{},
 		values: graph.NewNamer(nil), nodes: graph.NewNamer(nil),
 		faithful: m.ProducerName == Producer,
+		fold:     newFoldBudget(opts, size),
 	}
 	var ok bool
 	if im.opset, ok = m.Opset(""); !ok {
@@ -227,6 +249,7 @@ func (im *importer) initializers() error {
 		if err != nil {
 			return fmt.Errorf("onnx: initializer: %w", err)
 		}
+		im.fold.known(c)
 		e := &entry{name: t.Name, seq: i}
 		kind, recipe := meta(t.MetadataProps, metaKind), meta(t.MetadataProps, metaInit)
 		param := kind == "param" || (kind == "" && looksTrainable(c))
@@ -366,6 +389,10 @@ func (im *importer) staticType(vi *onnxpb.ValueInfo) (graph.TensorType, error) {
 			return graph.TensorType{}, fmt.Errorf("dimension %d is unknown; flashgraph needs static shapes", i)
 		}
 	}
+	if err := shape.Check(); err != nil {
+		// Size and Shape fold from it: an element count that overflows must not.
+		return graph.TensorType{}, err
+	}
 	return graph.TensorType{DType: dt, Shape: shape}, nil
 }
 
@@ -470,9 +497,23 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 			return ctx.errf("output %q is defined twice", o)
 		}
 	}
+	if err := ctx.checkFoldInputs(); err != nil {
+		return err
+	}
 	ctx.out = make([]*entry, len(n.Output))
 	if err := ctx.dispatch(); err != nil {
+		if errors.Is(err, errTooBig) {
+			// An op that can only be folded, with no budget left to fold it.
+			return ctx.errf("%v", im.fold.exceeded())
+		}
 		return err
+	}
+	for _, e := range ctx.out {
+		if e != nil && e.c != nil {
+			if err := im.fold.add(e.c); err != nil {
+				return ctx.errf("%v", err)
+			}
+		}
 	}
 	for i, o := range n.Output {
 		e := ctx.out[i]

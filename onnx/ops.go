@@ -67,7 +67,7 @@ func (c *opCtx) dispatch() error {
 				in[i] = e.c
 			}
 		}
-		outs, err := f(c, in)
+		outs, err := c.fold(f, in)
 		switch {
 		case err == nil:
 			return c.folded(outs)

@@ -1,6 +1,7 @@
 package train
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -8,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -111,7 +113,7 @@ func SaveCheckpoint(dir string, step int64, ts *Tensors, keepEvery int64) (strin
 		return WriteSafetensors(w, ts)
 	})
 	if err != nil {
-		return "", fmt.Errorf("checkpoint %s: %w", path, err)
+		return "", fmt.Errorf("checkpoint %s: %w; %s", path, err, previousCheckpoint(dir, step, err))
 	}
 	steps, err := ListCheckpoints(dir)
 	if err != nil {
@@ -130,6 +132,25 @@ func SaveCheckpoint(dir string, step int64, ts *Tensors, keepEvery int64) (strin
 		}
 	}
 	return path, nil
+}
+
+// previousCheckpoint says, after a failed save of step, what a resumed run
+// would start from. A save writes a temporary file and renames it only once
+// complete, so a failure (a full disk above all) never touches the checkpoint
+// before it.
+func previousCheckpoint(dir string, step int64, failure error) string {
+	var msg string
+	if errors.Is(failure, syscall.ENOSPC) || errors.Is(failure, syscall.EFBIG) {
+		msg = fmt.Sprintf("no room for the checkpoint in %s (free space there); ", dir)
+	}
+	p, s, err := LatestCheckpoint(dir)
+	switch {
+	case err != nil:
+		return msg + fmt.Sprintf("could not list earlier checkpoints: %v", err)
+	case p == "" || s >= step:
+		return msg + fmt.Sprintf("there is no earlier checkpoint in %s", dir)
+	}
+	return msg + fmt.Sprintf("the previous checkpoint %s (step %d) is untouched and -resume continues from it", p, s)
 }
 
 // LoadCheckpoint reads a checkpoint and checks it is one of ours.

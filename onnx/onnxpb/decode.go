@@ -579,6 +579,12 @@ func decodeAttribute(b []byte, base int, a *Attribute, depth int) error {
 	if a.Type == AttrUndefined {
 		a.Type = seen
 	}
+	// A TENSOR or GRAPH attribute carries its value in a message field; without
+	// it (and without a reference to a function attribute) it has no value at
+	// all, which no reader of T or G should have to check for.
+	if a.RefAttrName == "" && ((a.Type == AttrTensor && a.T == nil) || (a.Type == AttrGraph && a.G == nil)) {
+		return &DecodeError{Offset: base, Err: fmt.Errorf("attribute %q of type %v has no value", a.Name, a.Type)}
+	}
 	return nil
 }
 
