@@ -28,7 +28,12 @@ const PassFuseElementwise = "fuse_elementwise"
 // read outside it (or are graph outputs) become the fused node's outputs,
 // keeping their names; the rest exist only inside the kernel. Groups of one
 // op stay as they are.
-type FuseElementwise struct{}
+type FuseElementwise struct {
+	// NoRemat turns rematerialisation off (see rematerialize): for a
+	// backend whose elementwise work is bound by arithmetic, not memory
+	// traffic, computing a transcendental twice costs more than keeping it.
+	NoRemat bool
+}
 
 // Name is "fuse_elementwise".
 func (FuseElementwise) Name() string { return PassFuseElementwise }
@@ -69,12 +74,15 @@ func fusibleNode(n *graph.Node) (bool, string) {
 }
 
 // Run returns g itself when no group has two ops.
-func (FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
+func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if g == nil {
 		return nil, errNilGraph
 	}
 	c := g.Clone()
-	remat := rematerialize(c, log)
+	remat := 0
+	if !f.NoRemat {
+		remat = rematerialize(c, log)
+	}
 	owner := map[*graph.Value]*ewGroup{} // value -> the group whose member made it
 	groupOf := map[*graph.Node]*ewGroup{}
 	var groups []*ewGroup

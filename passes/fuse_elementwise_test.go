@@ -61,6 +61,15 @@ func TestFuseElementwiseKeepsTheStepBitExact(t *testing.T) {
 		if !strings.Contains(log.String(), "recomputed") {
 			t.Errorf("%v: no value was rematerialised:\n%s", dt, log)
 		}
+		// NoRemat fuses the same way and copies nothing.
+		log2 := &Log{}
+		kept, err := (FuseElementwise{NoRemat: true}).Run(ts.Graph, log2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(log2.String(), "recomputed") || strings.Contains(graph.Format(kept), "remat/") {
+			t.Errorf("%v: NoRemat still recomputed values", dt)
+		}
 		// The text format carries the bodies: the fused graph round-trips.
 		text := graph.Format(fused)
 		back, err := graph.Parse(text)

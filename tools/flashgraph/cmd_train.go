@@ -137,7 +137,7 @@ the batch sampling.`, stderr)
 			return fmt.Errorf("-fuse=require: %w", err)
 		}
 	}
-	gs, err := train.BuildGraphs(cfg, fuse.on, h)
+	gs, err := train.BuildGraphsFor(be, cfg, fuse.on, h)
 	if err != nil {
 		return err
 	}
