@@ -80,6 +80,7 @@ func init() {
 		{"Relu", "max(X, 0)", func(x float64) float64 { return math.Max(x, 0) }},
 		{"Erf", "the error function of X", math.Erf},
 		{"Abs", "|X|", math.Abs},
+		{"Softplus", "ln(1 + e^X)", softplus},
 	} {
 		register(&OpSpec{Name: op.name, Doc: op.doc + ", elementwise", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferUnaryFloat,
 			Map: &MapFunc{Float: func(x []float64) float64 { return op.f(x[0]) }}})
@@ -144,4 +145,14 @@ func init() {
 			return t, nil
 		},
 	})
+}
+
+// softplus is ln(1 + e^x) in the form whose exponential cannot overflow:
+// for x > 0 it is x + ln(1 + e^-x), where e^-x < 1 (and log1p keeps the tiny
+// term exact), so large x gives x rather than +Inf.
+func softplus(x float64) float64 {
+	if x > 0 {
+		return x + math.Log1p(math.Exp(-x))
+	}
+	return math.Log1p(math.Exp(x))
 }

@@ -27,7 +27,7 @@ var FusibleElementwise = map[string]bool{
 	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true,
 	"Neg": true, "Sqrt": true, "Reciprocal": true, "Exp": true, "Log": true,
 	"Sigmoid": true, "Tanh": true, "Relu": true, "Erf": true, "Abs": true,
-	"Where": true,
+	"Softplus": true, "Where": true,
 }
 
 // FusedOperand is one operand of a body step: input Index of the node, or

@@ -28,7 +28,7 @@ func init() {
 		"Expand": direct("Expand"), "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
 		"LayerNormalization": importLayerNorm, "Gelu": importGelu, "Attention": importAttention,
 	}
-	for _, op := range []string{"Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Relu", "Erf", "Abs"} {
+	for _, op := range []string{"Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Relu", "Erf", "Abs", "Softplus"} {
 		handlers[op] = direct(op)
 	}
 }

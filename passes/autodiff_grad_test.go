@@ -84,6 +84,7 @@ func gradCases() []gradCase {
 		{"Tanh", []gcInput{in("x", anyReal, 2, 3)}, op("Tanh", nil)},
 		{"Relu", []gcInput{in("x", awayZero, 3, 4)}, op("Relu", nil)},
 		{"Erf", []gcInput{in("x", anyReal, 2, 3)}, op("Erf", nil)},
+		{"Softplus", []gcInput{in("x", anyReal, 2, 3)}, op("Softplus", nil)},
 		{"Identity", []gcInput{in("x", anyReal, 2, 3)}, op("Identity", nil)},
 		{"CastSame", []gcInput{in("x", anyReal, 2, 3)}, op("Cast", graph.Attrs{"to": graph.Str("float64")})},
 		{"MatMul2D", []gcInput{in("a", anyReal, 3, 4), in("b", anyReal, 4, 5)}, op("MatMul", nil)},

@@ -89,6 +89,10 @@ var gradRules = map[string]gradRule{
 		g := e.op("Exp", nil, e.op("Neg", nil, e.op("Mul", nil, x, x)))
 		return e.op("Mul", nil, dy, e.op("Mul", nil, g, e.scalar(dt, 2/math.Sqrt(math.Pi))))
 	})},
+	// d ln(1+e^x)/dx = e^x/(1+e^x) = sigmoid(x).
+	"Softplus": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
+		return e.op("Mul", nil, dy, e.op("Sigmoid", nil, x))
+	})},
 	"Identity": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value { return dy })},
 	"Cast": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
 		if x.Type.DType == dy.Type.DType {

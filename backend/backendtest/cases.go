@@ -69,6 +69,7 @@ func opCases() []opCase {
 		{"Neg", normal}, {"Sqrt", positive}, {"Reciprocal", awayFromZero}, {"Exp", scaled(3, normal)},
 		{"Log", positive}, {"Sigmoid", scaled(5, normal)}, {"Tanh", scaled(3, normal)}, {"Relu", normal},
 		{"Erf", scaled(2, normal)}, {"Abs", normal},
+		{"Softplus", scaled(30, normal)}, // both branches, and e^x past float32's range
 	}
 	for _, uo := range unOps {
 		for _, sh := range [][]int{{17}, {3, 5, 7}, {2, 3, 4, 5}, {}} {

@@ -191,6 +191,38 @@ func unaryFloat[T float](op unOp, y, x []T) {
 	})
 }
 
+// tableUnaryKernel runs a float unary op from its op-table definition
+// (graph.MapFunc.Float): float64 math rounded once to the output's storage,
+// as unaryKernel does for its transcendentals. An op without a hand-written
+// loop (Softplus) needs only an entry in kernels.
+func tableUnaryKernel(op string) kernel {
+	return func(n *graph.Node, in, out []*graph.Tensor) error {
+		spec, ok := graph.LookupOp(op)
+		if !ok || spec.Map == nil || spec.Map.Float == nil {
+			return fmt.Errorf("%s has no float definition in the op table", op)
+		}
+		switch storageOf(out[0].DType) {
+		case stF32:
+			mapUnary(spec.Map.Float, out[0].F32, in[0].F32)
+		case stF64:
+			mapUnary(spec.Map.Float, out[0].F64, in[0].F64)
+		default:
+			return errDType(out[0].DType)
+		}
+		return nil
+	}
+}
+
+func mapUnary[T float](f func([]float64) float64, y, x []T) {
+	parallelFor(len(y), grain, func(lo, hi int) {
+		arg := make([]float64, 1)
+		for i, v := range x[lo:hi] {
+			arg[0] = float64(v)
+			y[lo+i] = T(f(arg))
+		}
+	})
+}
+
 // sigmoid avoids exp overflow for large |x| by using the form whose
 // exponential is at most 1.
 func sigmoid(x float64) float64 {

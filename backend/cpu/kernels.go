@@ -26,7 +26,7 @@ func init() {
 		"Neg": unaryKernel(uNeg), "Sqrt": unaryKernel(uSqrt), "Reciprocal": unaryKernel(uRecip),
 		"Exp": unaryKernel(uExp), "Log": unaryKernel(uLog), "Sigmoid": unaryKernel(uSigmoid),
 		"Tanh": unaryKernel(uTanh), "Relu": unaryKernel(uRelu), "Erf": unaryKernel(uErf),
-		"Abs":              unaryKernel(uAbs),
+		"Abs": unaryKernel(uAbs), "Softplus": tableUnaryKernel("Softplus"),
 		"FusedElementwise": fusedKernel,
 		"Identity":         identityKernel, "Where": whereKernel, "Cast": castKernel, "Equal": equalKernel,
 		// matmul.go

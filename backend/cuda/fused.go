@@ -97,6 +97,10 @@ func ewExpr(op string, ct string, a []string) (string, error) {
 		return f("erf") + "(" + a[0] + ")", nil
 	case "Abs":
 		return f("fabs") + "(" + a[0] + ")", nil
+	case "Softplus":
+		// max(x,0) + ln(1 + e^-|x|): the exponential is at most 1, so large
+		// x gives x, not +Inf (the op table's form).
+		return f("fmax") + "(" + a[0] + ", " + zero + ") + " + f("log1p") + "(" + f("exp") + "(-" + f("fabs") + "(" + a[0] + ")))", nil
 	case "Where":
 		return "(" + a[0] + ") ? " + a[1] + " : " + a[2], nil
 	case "Identity":
@@ -486,6 +490,29 @@ func generatedEw(op int32, kernel string, out buffer, shape graph.Shape, ops []o
 		st.Args = append(st.Args, graph.FusedOperand{Index: i})
 	}
 	return &ewProgram{shape: shape, ins: ops, steps: []graph.FusedStep{st}, outs: []int{0}, obufs: []buffer{out}}
+}
+
+// lowerGenerated lowers a node of a float elementwise op that has generated
+// code (an ewExpr case) and no ops.cu op code: the node becomes a program of
+// one step, as generatedEw makes for the ops that have both.
+func lowerGenerated(op string) lowerFn {
+	return func(c *lowerCtx) (func() error, error) {
+		shape := c.n.Outputs[0].Type.Shape
+		st := graph.FusedStep{Op: op}
+		p := &ewProgram{shape: shape, outs: []int{0}, obufs: []buffer{c.out(0)}}
+		if !c.out(0).dt.IsFloat() {
+			return nil, fmt.Errorf("%s has no CUDA code for %v", op, c.out(0).dt)
+		}
+		for i, v := range c.n.Inputs {
+			if !c.in(i).dt.IsFloat() {
+				return nil, fmt.Errorf("%s has no CUDA code for input %d of %v", op, i, c.in(i).dt)
+			}
+			p.ins = append(p.ins, broadcastOperand(c.in(i), v.Type.Shape, shape))
+			st.Args = append(st.Args, graph.FusedOperand{Index: i})
+		}
+		p.steps = []graph.FusedStep{st}
+		return c.lowerEwProgram(p)
+	}
 }
 
 // outStrides are output k's strides over the program's shape.

@@ -49,6 +49,7 @@ func init() {
 		"Neg": ew(lowerUnary(opNeg)), "Sqrt": ew(lowerUnary(opSqrt)), "Reciprocal": ew(lowerUnary(opRecip)),
 		"Exp": ew(lowerUnary(opExp)), "Log": ew(lowerUnary(opLog)), "Sigmoid": ew(lowerUnary(opSigmoid)),
 		"Tanh": ew(lowerUnary(opTanh)), "Relu": ew(lowerUnary(opRelu)), "Erf": ew(lowerUnary(opErf)), "Abs": ew(lowerUnary(opAbs)),
+		"Softplus":         ew(lowerGenerated("Softplus")),
 		"FusedElementwise": {lower: lowerFusedElementwise},
 		"Identity":         {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
 		"Cast": {lower: lowerCast}, "Where": {lower: lowerWhere}, "Equal": {lower: lowerEqual},
