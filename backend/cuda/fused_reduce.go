@@ -49,20 +49,10 @@ func (p *rowReduceProgram) generate() (src string, lanes int, err error) {
 		lanes *= 2
 	}
 	iters := (p.cols + int64(lanes*vec) - 1) / int64(lanes*vec)
-	ident, combine := "("+acc+")0", "a + b"
-	if p.op == 2 {
-		// NaN wins, as in the generic kernels' nanmax.
-		ident = "-__int_as_float(0x7f800000)"
-		if acc == "double" {
-			ident = "-__longlong_as_double(0x7ff0000000000000LL)"
-		}
-		combine = "(b > a || b != b || a != a) ? (a != a ? a : b) : a"
-	}
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
 	w("// rows %d x %d, %s -> %s, op %d, vector %d, %d lanes per row\n", p.rows, p.cols, xt, yt, p.op, vec, lanes)
-	w("__device__ __forceinline__ %s combine(%s a, %s b) { return %s; }\n", acc, acc, acc, combine)
+	ident := reducePreamble(&sb, p.op, acc)
 	w("extern \"C\" __global__ void __launch_bounds__(256) red(const %s* __restrict__ x, %s* __restrict__ y)\n{\n", xt, yt)
 	w("    const unsigned lane = threadIdx.x %% %du;\n", lanes)
 	w("    const unsigned long long warp = (blockIdx.x * 256ull + threadIdx.x) / 32;\n")
@@ -175,19 +165,10 @@ func (p *colReduceProgram) generate() (src string, grid, block [3]uint32, err er
 	chunks := (p.rows + p.clen - 1) / p.clen
 	grid = [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
 	block = [3]uint32{uint32(tx * ty), 1, 1}
-	ident, combine := "("+acc+")0", "a + b"
-	if p.op == 2 {
-		ident = "-__int_as_float(0x7f800000)"
-		if acc == "double" {
-			ident = "-__longlong_as_double(0x7ff0000000000000LL)"
-		}
-		combine = "(b > a || b != b || a != a) ? (a != a ? a : b) : a"
-	}
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
 	w("// columns of [%d, %d] in chunks of %d rows, %s -> %s, op %d, vector %d, block %dx%d\n", p.rows, p.cols, p.clen, xt, yt, p.op, vec, tx, ty)
-	w("__device__ __forceinline__ %s combine(%s a, %s b) { return %s; }\n", acc, acc, acc, combine)
+	ident := reducePreamble(&sb, p.op, acc)
 	w("extern \"C\" __global__ void __launch_bounds__(256) cols(const %s* __restrict__ x, %s* __restrict__ y)\n{\n", xt, yt)
 	w("    __shared__ %s sh[%d];\n", acc, tx*ty*int64(vec))
 	w("    const unsigned tx = threadIdx.x %% %du, ty = threadIdx.x / %du;\n", tx, tx)
@@ -267,4 +248,21 @@ func (c *lowerCtx) lowerColReduceGenerated(rp reducePlan, x, y buffer) (func() e
 		return nil, err
 	}
 	return seq(first, second), nil
+}
+
+// reducePreamble writes the includes and the combine function of a
+// generated reduction (a sum, or for op 2 a max in which NaN wins, as in the
+// generic kernels' nanmax) and returns the identity element's expression.
+func reducePreamble(sb *strings.Builder, op int32, acc string) (ident string) {
+	ident, combine := "("+acc+")0", "a + b"
+	if op == 2 {
+		ident = "-__int_as_float(0x7f800000)"
+		if acc == "double" {
+			ident = "-__longlong_as_double(0x7ff0000000000000LL)"
+		}
+		combine = "(b > a || b != b || a != a) ? (a != a ? a : b) : a"
+	}
+	fmt.Fprintf(sb, "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
+	fmt.Fprintf(sb, "__device__ __forceinline__ %s combine(%s a, %s b) { return %s; }\n", acc, acc, acc, combine)
+	return ident
 }
