@@ -35,6 +35,10 @@ type Hyper struct {
 	// nodes when attention is fused (the fuse_elementwise pass off). It
 	// changes how the step runs, and on narrow types its rounding.
 	NoFuseElementwise bool `json:"no_fuse_elementwise,omitempty"`
+	// Recompute recomputes each layer's forward in the backward instead of
+	// keeping its activations (passes.Recompute): less memory for more
+	// arithmetic. On the CPU the step computes the same bits either way.
+	Recompute bool `json:"recompute,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -79,6 +83,14 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 	})
 	if err != nil {
 		return nil, err
+	}
+	if h.Recompute {
+		// Before the elementwise fusion: recompute reads the forward and
+		// backward scopes of single ops, and the recomputed chains then fuse
+		// like the rest of the backward.
+		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, nil); err != nil {
+			return nil, err
+		}
 	}
 	if fuse && !h.NoFuseElementwise {
 		// Elementwise fusion runs on the finished step (it has no gradient
