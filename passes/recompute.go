@@ -222,7 +222,7 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		}
 		insertBefore[first] = append(insertBefore[first], cloned...)
 		done++
-		log.Infof(PassRecompute, "layers.%d: recomputes %d of its %d forward nodes (%d bytes of values at graph dtypes) before %s; %d backward reads rewired",
+		log.Infof(PassRecompute, "layers.%d: recomputes %d of its %d forward nodes (their values: %d bytes at graph dtypes) before %s; %d backward reads rewired",
 			l, len(cloned), len(fwd), savedBytes, c.Nodes[first].Name, rewired)
 	}
 	if done == 0 {

@@ -50,6 +50,9 @@ func (h Hyper) Schedule() Schedule {
 type Graphs struct {
 	Forward *graph.Graph      // the model's forward graph, fused when asked
 	Step    *passes.TrainStep // forward + backward + AdamW of Forward
+	// Log holds what the passes on the step reported (recompute says per
+	// layer what it recomputes); nil when none ran.
+	Log *passes.Log
 }
 
 // BuildGraphs builds cfg's forward graph, fuses its attention when fuse is
@@ -84,11 +87,13 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 	if err != nil {
 		return nil, err
 	}
+	var log *passes.Log
 	if h.Recompute {
 		// Before the elementwise fusion: recompute reads the forward and
 		// backward scopes of single ops, and the recomputed chains then fuse
 		// like the rest of the backward.
-		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, nil); err != nil {
+		log = &passes.Log{}
+		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, log); err != nil {
 			return nil, err
 		}
 	}
@@ -99,7 +104,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 			return nil, err
 		}
 	}
-	return &Graphs{Forward: fwd, Step: ts}, nil
+	return &Graphs{Forward: fwd, Step: ts, Log: log}, nil
 }
 
 // Trainer holds a compiled training step and the run's position. It is the

@@ -142,6 +142,9 @@ the batch sampling.`, stderr)
 	if err != nil {
 		return err
 	}
+	for _, e := range gs.Log.Filter(passes.PassRecompute, passes.Info) {
+		fmt.Fprintln(stderr, e)
+	}
 	ops := gs.Forward.CountOps()
 	fmt.Fprintf(stderr, "model: %s, %s params, %s; forward %d nodes (%d FlashAttention, %d Softmax), training step %d nodes\n",
 		cfg.Name, trainCount(model.ParamCount(cfg)), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))

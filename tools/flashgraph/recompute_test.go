@@ -22,7 +22,10 @@ func TestTrainCLIRecompute(t *testing.T) {
 		if rc {
 			args = append(args, "-recompute")
 		}
-		runCLI(t, args...)
+		_, stderr := runCLI(t, args...)
+		if got := strings.Contains(stderr, "recompute: info: layers.1: recomputes "); got != rc {
+			t.Errorf("recompute=%v: stderr tells what was recomputed: %v\n%s", rc, got, stderr)
+		}
 		ts, step, err := train.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000004.safetensors"))
 		if err != nil || step != 4 {
 			t.Fatalf("recompute=%v: checkpoint step %d, %v", rc, step, err)
