@@ -126,6 +126,14 @@ func TestRecomputeKeepsTheStepBitExact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The recomputed chains fuse like the rest. The elementwise pass's
+		// own rematerialisation has nothing left to do: it copies values
+		// read late in the backward, and after recompute every backward
+		// read of a layer's activation is of a clone made just before the
+		// layer's backward.
+		if n := fused.CountOps()["FusedElementwise"]; n < 20 {
+			t.Errorf("%v: only %d FusedElementwise nodes after recompute", dt, n)
+		}
 		if err := graph.Verify(fused); err != nil {
 			t.Fatal(err)
 		}
