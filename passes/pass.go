@@ -64,7 +64,9 @@ func init() {
 	Register(PassCanonicalize, Canonicalize)
 	Register(PassFuseAttention, FuseAttention)
 	Register(PassDCE, func() Pass { return DCE{} })
-	// Not in Default: it runs on finished training steps (no gradient rules).
+	// Not in Default: these run on finished training steps (recompute reads
+	// autodiff's scopes; fused nodes have no gradient rules), recompute first.
+	Register(PassRecompute, func() Pass { return Recompute{} })
 	Register(PassFuseElementwise, func() Pass { return FuseElementwise{} })
 }
 

@@ -35,6 +35,10 @@ type Hyper struct {
 	// nodes when attention is fused (the fuse_elementwise pass off). It
 	// changes how the step runs, and on narrow types its rounding.
 	NoFuseElementwise bool `json:"no_fuse_elementwise,omitempty"`
+	// Recompute recomputes each layer's forward in the backward instead of
+	// keeping its activations (passes.Recompute): less memory for more
+	// arithmetic. On the CPU the step computes the same bits either way.
+	Recompute bool `json:"recompute,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -46,6 +50,9 @@ func (h Hyper) Schedule() Schedule {
 type Graphs struct {
 	Forward *graph.Graph      // the model's forward graph, fused when asked
 	Step    *passes.TrainStep // forward + backward + AdamW of Forward
+	// Log holds what the passes on the step reported (recompute says per
+	// layer what it recomputes); nil when none ran.
+	Log *passes.Log
 }
 
 // BuildGraphs builds cfg's forward graph, fuses its attention when fuse is
@@ -80,6 +87,16 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 	if err != nil {
 		return nil, err
 	}
+	var log *passes.Log
+	if h.Recompute {
+		// Before the elementwise fusion: recompute reads the forward and
+		// backward scopes of single ops, and the recomputed chains then fuse
+		// like the rest of the backward.
+		log = &passes.Log{}
+		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, log); err != nil {
+			return nil, err
+		}
+	}
 	if fuse && !h.NoFuseElementwise {
 		// Elementwise fusion runs on the finished step (it has no gradient
 		// rules); it changes how the step runs, not what it computes.
@@ -87,7 +104,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 			return nil, err
 		}
 	}
-	return &Graphs{Forward: fwd, Step: ts}, nil
+	return &Graphs{Forward: fwd, Step: ts, Log: log}, nil
 }
 
 // Trainer holds a compiled training step and the run's position. It is the

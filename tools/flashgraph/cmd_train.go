@@ -37,6 +37,7 @@ the batch sampling.`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
+	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward instead of keeping its activations: less memory (see compile -plan), more arithmetic; the same bits on the CPU")
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
 	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
@@ -81,7 +82,7 @@ the batch sampling.`, stderr)
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute}
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -140,6 +141,9 @@ the batch sampling.`, stderr)
 	gs, err := train.BuildGraphsFor(be, cfg, fuse.on, h)
 	if err != nil {
 		return err
+	}
+	for _, e := range gs.Log.Filter(passes.PassRecompute, passes.Info) {
+		fmt.Fprintln(stderr, e)
 	}
 	ops := gs.Forward.CountOps()
 	fmt.Fprintf(stderr, "model: %s, %s params, %s; forward %d nodes (%d FlashAttention, %d Softmax), training step %d nodes\n",

@@ -34,5 +34,23 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 		return fmt.Errorf("memory plan of the training step: %w", err)
 	}
 	fmt.Fprintf(w, "memory plan of %s (training step):\n", g.Name)
-	return tp.Report(w, 5)
+	if err := tp.Report(w, 5); err != nil {
+		return err
+	}
+	// What train -recompute saves: the same step with each layer's forward
+	// recomputed in the backward.
+	rc, err := (passes.Recompute{}).Run(ts.Graph, nil)
+	if err != nil {
+		return fmt.Errorf("recomputing training step for the plan: %w", err)
+	}
+	if rc == ts.Graph {
+		return nil
+	}
+	rp, err := cuda.PlanMemoryWith(rc, cuda.PlanOptions{Compute: compute, Updates: ts.Updates})
+	if err != nil {
+		return fmt.Errorf("memory plan of the recomputing training step: %w", err)
+	}
+	fmt.Fprintf(w, "with train -recompute: activation arena %s (peak live %s at %s), %.0f%% of the above\n",
+		cuda.FormatBytes(rp.PeakBytes), cuda.FormatBytes(rp.LiveBytes), rp.PeakNode, 100*float64(rp.PeakBytes)/float64(tp.PeakBytes))
+	return nil
 }
