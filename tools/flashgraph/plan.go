@@ -29,11 +29,26 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 	if err != nil {
 		return fmt.Errorf("training graph for the plan: %w", err)
 	}
-	tp, err := cuda.PlanMemoryWith(ts.Graph, cuda.PlanOptions{Compute: compute, Updates: ts.Updates})
+	// The step as `train -device cuda` runs it: a fused graph's step has its
+	// elementwise chains fused too (train.BuildGraphsFor).
+	fusedEW := false
+	for _, n := range g.Nodes {
+		if n.Op == "FlashAttention" {
+			fusedEW = true
+			break
+		}
+	}
+	stepGraph := ts.Graph
+	if fusedEW {
+		if stepGraph, err = (passes.FuseElementwise{}).Run(ts.Graph, nil); err != nil {
+			return fmt.Errorf("training graph for the plan: %w", err)
+		}
+	}
+	tp, err := cuda.PlanMemoryWith(stepGraph, cuda.PlanOptions{Compute: compute, Updates: ts.Updates})
 	if err != nil {
 		return fmt.Errorf("memory plan of the training step: %w", err)
 	}
-	fmt.Fprintf(w, "memory plan of %s (training step):\n", g.Name)
+	fmt.Fprintf(w, "memory plan of %s (training step%s):\n", g.Name, map[bool]string{true: ", elementwise chains fused as on CUDA", false: ""}[fusedEW])
 	if err := tp.Report(w, 5); err != nil {
 		return err
 	}
@@ -45,6 +60,11 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 	}
 	if rc == ts.Graph {
 		return nil
+	}
+	if fusedEW {
+		if rc, err = (passes.FuseElementwise{}).Run(rc, nil); err != nil {
+			return fmt.Errorf("recomputing training step for the plan: %w", err)
+		}
 	}
 	rp, err := cuda.PlanMemoryWith(rc, cuda.PlanOptions{Compute: compute, Updates: ts.Updates})
 	if err != nil {
