@@ -20,6 +20,8 @@ import (
 // all for the usual [0,1,3,2], a [0,2,1,3] for GPT-2's [0,2,3,1]); Kᵀ fed
 // already transposed (a value laid out [.., D, S]) gets a Transpose inserted.
 //
+// The rules are rooted at o's MatMul and match upwards from it, so no user
+// of the Softmax is searched for; their log lines are about the Softmax.
 // The rules refuse, with the reason, whatever would change the meaning: a
 // mask that is not exactly causal, probs or scores read by anything else,
 // softmax over another axis, a scale that is not a constant scalar,

@@ -267,8 +267,7 @@ func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
 	// reported: the nodes some root's firing or refusal was about; a later
 	// root's refusals about the same node are dropped (one report a node).
 	reported := map[*graph.Node]bool{}
-	var refusals []Event
-	var about []*graph.Node
+	var refusals []reportEvent
 	for _, n := range st.g.Nodes {
 		if st.removed[n] {
 			continue
@@ -294,8 +293,7 @@ func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
 				continue
 			}
 			seen[r.about] = true
-			refusals = append(refusals, r.Event)
-			about = append(about, r.about)
+			refusals = append(refusals, r)
 		}
 		for a := range seen {
 			reported[a] = true
@@ -304,10 +302,7 @@ func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
 	if p.ExplainOp != "" {
 		for _, n := range st.g.Nodes {
 			if n.Op == p.ExplainOp && !st.removed[n] && !reported[n] {
-				for _, r := range st.explain(p, n) {
-					refusals = append(refusals, r.Event)
-					about = append(about, r.about)
-				}
+				refusals = append(refusals, st.explain(p, n)...)
 			}
 		}
 	}
@@ -316,14 +311,10 @@ func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
 	for i, n := range st.g.Nodes {
 		pos[n] = i
 	}
-	idx := make([]int, len(refusals))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortStableFunc(idx, func(a, b int) int { return pos[about[a]] - pos[about[b]] })
+	slices.SortStableFunc(refusals, func(a, b reportEvent) int { return pos[a.about] - pos[b.about] })
 	out := make([]Event, len(refusals))
-	for i, j := range idx {
-		out[i] = refusals[j]
+	for i, r := range refusals {
+		out[i] = r.Event
 	}
 	return out
 }
