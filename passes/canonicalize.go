@@ -28,7 +28,8 @@ import (
 //
 // The rules are scoped to the attention cone (the scale/mask chain feeding
 // the Softmax of an attention candidate, its scores MatMul and the
-// scale/transpose chains of that MatMul's operands). Moving a scale changes
+// scale/transpose chains of that MatMul's operands), which is derived from
+// fuse_attention's patterns (attentionScope). Moving a scale changes
 // rounding by an ulp, which is worth it where it enables the fusion and
 // pointless elsewhere; and a graph without attention comes out of the
 // fusion pipeline byte-identical. (An attention that fuse_attention then
@@ -37,7 +38,7 @@ import (
 
 // Canonicalize returns the canonicalisation pass.
 func Canonicalize() Pass {
-	return &RulePass{PassName: PassCanonicalize, Rules: canonicalRules, Scope: attentionCone}
+	return &RulePass{PassName: PassCanonicalize, Rules: canonicalRules, Scope: attentionScope(attentionRules)}
 }
 
 // canonicalRules is the table; order matters only in that the first rule
@@ -214,85 +215,175 @@ func isIdentityPerm(p []int64) bool {
 	return true
 }
 
-// attentionCone returns the nodes canonicalisation may touch: walking up
-// from each attention candidate's Softmax through the scale/mask chain to
-// the scores MatMul, and from that MatMul's operands through transposes and
-// constant scalings. A candidate is a Softmax over the last axis of a rank 3
-// or 4 tensor whose probs some MatMul(probs, V) reads: a classifier head
-// Softmax(x·W·c) is not one and keeps its spelling.
-func attentionCone(g *graph.Graph) func(*graph.Node) bool {
-	cone := map[*graph.Node]bool{}
-	memo := map[*graph.Value]bool{}
-	isConst := func(v *graph.Value) bool { return isConstExpr(v, 0, memo) }
-	var operand func(v *graph.Value, depth int)
-	operand = func(v *graph.Value, depth int) {
-		n := v.Producer
-		if n == nil || depth > 6 || cone[n] {
-			return
-		}
-		switch n.Op {
-		case "Transpose", "Identity":
-			cone[n] = true
-			operand(n.Inputs[0], depth+1)
-		case "Mul", "Div":
-			for i, in := range n.Inputs {
-				if other := n.Inputs[1-i]; isConst(other) && !isConst(in) {
-					cone[n] = true
-					operand(in, depth+1)
+// The scope is derived from the fusion rules' patterns (patternShape): from
+// each node a fusion rule is rooted at, up to the node it reports about
+// (MatMul(probs, V) to its Softmax), then along the score chain through
+// the ops the patterns have there, to the op whose operands are leaves (the
+// scores MatMul) and from there up its operands. On top of the patterns'
+// ops it accepts what canonicalize turns into them (below): a second fusion
+// rooted elsewhere gets its scope from its own patterns.
+var (
+	// spelledAs: ops canonicalize rewrites into a chain op of the patterns.
+	spelledAs = map[string]string{"Div": "Mul"}
+	// dropped may sit on any edge of the score chain (canonicalize removes
+	// the no-op ones); between the probs and the root only no-op ones are
+	// looked through.
+	dropped = map[string]bool{"Identity": true, "Cast": true}
+	// operandMoves: on the scores MatMul's operands canonicalize merges
+	// transposes and moves constant scales out (to the chain's scale Mul).
+	operandMoves = map[string]bool{"Transpose": true, "Identity": true}
+)
+
+// maxScopeDepth bounds each walk (chains are a few nodes long).
+const maxScopeDepth = 6
+
+// patternShape is what the fusion patterns look like walked down from
+// their root.
+type patternShape struct {
+	root, report string
+	// chain maps an op on the way from the reported node to the leaves'
+	// op to the argument positions that continue the chain.
+	chain map[string][]int
+	// ends are the ops whose arguments are all leaves (MatMul(q, kt)).
+	ends map[string]bool
+}
+
+// shapeOf derives the shape of the rules rooted at root that report about
+// another node (fuse_attention's table).
+func shapeOf(rules []Rule) patternShape {
+	sh := patternShape{chain: map[string][]int{}, ends: map[string]bool{}}
+	var walk func(p *Pattern)
+	walk = func(p *Pattern) {
+		leaves := true
+		for i, a := range p.Args {
+			if a.Op == "" {
+				continue
+			}
+			leaves = false
+			pos := []int{i}
+			if commutative[p.Op] && len(p.Args) == 2 {
+				pos = []int{0, 1}
+			}
+			for _, j := range pos {
+				if !slices.Contains(sh.chain[p.Op], j) {
+					sh.chain[p.Op] = append(sh.chain[p.Op], j)
 				}
+			}
+			walk(a)
+		}
+		if leaves {
+			sh.ends[p.Op] = true
+		}
+	}
+	for i := range rules {
+		r := &rules[i]
+		rep := r.reportPattern()
+		if rep == nil {
+			continue
+		}
+		sh.root, sh.report = r.Root, rep.Op
+		for _, a := range rep.Args {
+			if a.Op != "" {
+				walk(a)
 			}
 		}
 	}
-	var scores func(v *graph.Value, depth int)
-	scores = func(v *graph.Value, depth int) {
-		n := v.Producer
-		if n == nil || depth > 6 || cone[n] {
-			return
-		}
-		switch n.Op {
-		case "MatMul":
-			cone[n] = true
-			operand(n.Inputs[0], 0)
-			operand(n.Inputs[1], 0)
-		case "Cast", "Identity":
-			cone[n] = true
-			scores(n.Inputs[0], depth+1)
-		case "Mul", "Div", "Add", "Sub", "Where":
-			cone[n] = true
-			for _, in := range n.Inputs {
-				if !isConst(in) {
-					scores(in, depth+1)
+	return sh
+}
+
+// attentionScope returns canonicalize's scope for the fusion rules: the
+// nodes their patterns walk through (with canonicalize's spellings), from
+// every root whose reported node is an attention candidate: a Softmax over
+// the last axis of a rank 3 or 4 tensor (a classifier head
+// Softmax(x·W·c) read by no MatMul(probs, V) is not one and keeps its
+// spelling).
+func attentionScope(rules []Rule) func(g *graph.Graph) func(*graph.Node) bool {
+	sh := shapeOf(rules)
+	return func(g *graph.Graph) func(*graph.Node) bool {
+		in := map[*graph.Node]bool{}
+		memo := map[*graph.Value]bool{}
+		isConst := func(v *graph.Value) bool { return isConstExpr(v, 0, memo) }
+		var operand func(v *graph.Value, depth int)
+		operand = func(v *graph.Value, depth int) {
+			n := v.Producer
+			if n == nil || depth > maxScopeDepth || in[n] {
+				return
+			}
+			if operandMoves[n.Op] {
+				in[n] = true
+				operand(n.Inputs[0], depth+1)
+				return
+			}
+			if n.Op == "Mul" || spelledAs[n.Op] == "Mul" {
+				for i, x := range n.Inputs {
+					if other := n.Inputs[1-i]; isConst(other) && !isConst(x) {
+						in[n] = true
+						operand(x, depth+1)
+					}
 				}
 			}
 		}
+		var chain func(v *graph.Value, depth int)
+		chain = func(v *graph.Value, depth int) {
+			n := v.Producer
+			if n == nil || depth > maxScopeDepth || in[n] {
+				return
+			}
+			op := n.Op
+			if s, ok := spelledAs[op]; ok {
+				op = s
+			}
+			switch {
+			case sh.ends[op]:
+				in[n] = true
+				for _, x := range n.Inputs {
+					operand(x, 0)
+				}
+			case dropped[op]:
+				in[n] = true
+				chain(n.Inputs[0], depth+1)
+			case len(sh.chain[op]) > 0:
+				in[n] = true
+				pos := sh.chain[op]
+				if op != n.Op { // a spelling: its arguments are not in the pattern's order
+					pos = []int{0, 1}
+				}
+				for _, i := range pos {
+					if i < len(n.Inputs) && !isConst(n.Inputs[i]) {
+						chain(n.Inputs[i], depth+1)
+					}
+				}
+			}
+		}
+		for _, n := range g.Nodes {
+			if n.Op != sh.root || len(n.Inputs) == 0 {
+				continue
+			}
+			// the reported node may reach the root through no-op casts and identities.
+			var between []*graph.Node
+			p := n.Inputs[0]
+			for p.Producer != nil && len(between) < 4 && dropped[p.Producer.Op] && p.Type.DType == p.Producer.Inputs[0].Type.DType {
+				between = append(between, p.Producer)
+				p = p.Producer.Inputs[0]
+			}
+			rep := p.Producer
+			if rep == nil || rep.Op != sh.report || in[rep] {
+				continue
+			}
+			r := rep.Outputs[0].Type.Shape.Rank()
+			if a, err := graph.NormAxis(int(rep.Attrs.Int("axis", -1)), r); err != nil || a != r-1 || (r != 3 && r != 4) {
+				continue
+			}
+			in[rep] = true // marks the candidate as walked
+			for _, b := range between {
+				in[b] = true
+			}
+			for _, x := range rep.Inputs {
+				chain(x, 0)
+			}
+		}
+		return func(n *graph.Node) bool { return in[n] }
 	}
-	for _, n := range g.Nodes {
-		if n.Op != "MatMul" {
-			continue
-		}
-		// probs may reach the MatMul through no-op casts and identities.
-		var between []*graph.Node
-		p := n.Inputs[0]
-		for p.Producer != nil && len(between) < 4 && (p.Producer.Op == "Identity" ||
-			p.Producer.Op == "Cast" && p.Type.DType == p.Producer.Inputs[0].Type.DType) {
-			between = append(between, p.Producer)
-			p = p.Producer.Inputs[0]
-		}
-		sm := p.Producer
-		if sm == nil || sm.Op != "Softmax" || cone[sm] {
-			continue
-		}
-		r := sm.Outputs[0].Type.Shape.Rank()
-		if a, err := graph.NormAxis(int(sm.Attrs.Int("axis", -1)), r); err != nil || a != r-1 || (r != 3 && r != 4) {
-			continue
-		}
-		cone[sm] = true // marks the candidate as walked
-		for _, b := range between {
-			cone[b] = true
-		}
-		scores(sm.Inputs[0], 0)
-	}
-	return func(n *graph.Node) bool { return cone[n] }
 }
 
 // isConstExpr reports whether v is a const or computed from consts only by

@@ -20,6 +20,8 @@ import (
 // all for the usual [0,1,3,2], a [0,2,1,3] for GPT-2's [0,2,3,1]); Kᵀ fed
 // already transposed (a value laid out [.., D, S]) gets a Transpose inserted.
 //
+// The rules are rooted at o's MatMul and match upwards from it, so no user
+// of the Softmax is searched for; their log lines are about the Softmax.
 // The rules refuse, with the reason, whatever would change the meaning: a
 // mask that is not exactly causal, probs or scores read by anything else,
 // softmax over another axis, a scale that is not a constant scalar,
@@ -45,7 +47,10 @@ const MaskThreshold = -1e4
 // FuseAttention returns the attention fusion pass. Every Softmax of the
 // graph gets a log line: the firing, or the first refusal's reason.
 func FuseAttention() Pass {
-	return &RulePass{PassName: PassFuseAttention, Rules: attentionRules, ExplainOp: "Softmax"}
+	return &RulePass{
+		PassName: PassFuseAttention, Rules: attentionRules,
+		ExplainOp: "Softmax", Unreached: []Cond{{Name: "softmax over the last axis", Check: softmaxLastAxis}, probsUnreached},
+	}
 }
 
 // Captures shared by the rules:
@@ -56,41 +61,48 @@ func FuseAttention() Pass {
 //	mask | cond, fill  the additive mask, or Where's condition and fill value
 //	masked         the mask's output
 //	post_scale, post_scaled  an optional Mul by a constant after the mask
-//	probs          the Softmax output (the root)
+//	probs          the Softmax output (what the log lines are about)
+//	v              the right operand of the root MatMul(probs, V)
 func qkScaled() *Pattern {
 	return Maybe("Mul", Op("MatMul", Any("q"), Any("kt")).As("scores"), Any("scale")).As("scaled")
 }
 
-func softmaxOf(masked *Pattern) *Pattern {
-	return Op("Softmax", Maybe("Mul", masked.As("masked"), Any("post_scale")).As("post_scaled")).As("probs")
+// probsTimesV is the root of every attention rule: MatMul(Softmax(x), V)
+// with x the scores after masked (an optional Mul by a constant).
+func probsTimesV(masked *Pattern) *Pattern {
+	return Op("MatMul", softmaxOf(Maybe("Mul", masked.As("masked"), Any("post_scale")).As("post_scaled")), Any("v"))
 }
 
-// attentionRules: tried in order at every Softmax; the first whose pattern
-// matches and whose conditions hold fires.
+func softmaxOf(x *Pattern) *Pattern { return Op("Softmax", x).As("probs") }
+
+// attentionRules: tried in order at every MatMul; the first whose pattern
+// matches and whose conditions hold fires. Their log lines are about the
+// Softmax; a Softmax no MatMul(probs, V) matched through is explained by
+// matching its part of the patterns (FuseAttention's Unreached).
 var attentionRules = []Rule{
 	{
-		Name: "attention_add_mask", Root: "Softmax",
-		Pattern: softmaxOf(Op("Add", qkScaled(), Any("mask"))),
+		Name: "attention_add_mask", Root: "MatMul", Report: "probs",
+		Pattern: probsTimesV(Op("Add", qkScaled(), Any("mask"))),
 		Where:   attentionConds(additiveMask),
 		Rewrite: fuseAttention,
 	},
 	{
 		// Where(keep, scores, fill): true keeps a score.
-		Name: "attention_where_keep", Root: "Softmax",
-		Pattern: softmaxOf(Op("Where", Any("cond"), qkScaled(), Any("fill"))),
+		Name: "attention_where_keep", Root: "MatMul", Report: "probs",
+		Pattern: probsTimesV(Op("Where", Any("cond"), qkScaled(), Any("fill"))),
 		Where:   attentionConds(whereMask(true)),
 		Rewrite: fuseAttention,
 	},
 	{
 		// Where(masked_out, fill, scores): true fills.
-		Name: "attention_where_fill", Root: "Softmax",
-		Pattern: softmaxOf(Op("Where", Any("cond"), Any("fill"), qkScaled())),
+		Name: "attention_where_fill", Root: "MatMul", Report: "probs",
+		Pattern: probsTimesV(Op("Where", Any("cond"), Any("fill"), qkScaled())),
 		Where:   attentionConds(whereMask(false)),
 		Rewrite: fuseAttention,
 	},
 	{
-		Name: "attention_no_mask", Root: "Softmax",
-		Pattern: Op("Softmax", qkScaled()).As("probs"),
+		Name: "attention_no_mask", Root: "MatMul", Report: "probs",
+		Pattern: Op("MatMul", softmaxOf(qkScaled()), Any("v")),
 		Where:   attentionConds(Cond{Name: "no mask", Check: func(m *Match) string { m.Set("causal", false); return "" }}),
 		Rewrite: fuseAttention,
 	},
@@ -110,7 +122,7 @@ func attentionConds(mask Cond) []Cond {
 }
 
 func softmaxLastAxis(m *Match) string {
-	axis := m.Root.Attrs.Int("axis", -1)
+	axis := m.Node("probs").Attrs.Int("axis", -1)
 	r := m.Value("probs").Type.Shape.Rank()
 	a, err := graph.NormAxis(int(axis), r)
 	if err != nil {
@@ -122,38 +134,42 @@ func softmaxLastAxis(m *Match) string {
 	return ""
 }
 
+// probsFeedPV: the root MatMul(probs, V) must be the only reader of probs.
 func probsFeedPV(m *Match) string {
 	p := m.Value("probs")
 	if m.IsOutput(p) {
 		return "probs are a graph output"
 	}
-	users := m.Users(p)
-	if len(users) == 0 {
-		return "probs are unused"
+	if m.Value("v") == p {
+		return fmt.Sprintf("probs are the right operand of node %s, want MatMul(probs, V)", m.Root.Name)
 	}
-	var pv *graph.Node
-	for _, u := range users {
-		if u.Op == "MatMul" && u.Inputs[0] == p && u.Inputs[1] != p && pv == nil {
-			pv = u
+	for _, u := range m.Users(p) {
+		if u != m.Root {
+			return fmt.Sprintf("probs also used by node %s", u.Name)
 		}
 	}
-	if pv == nil {
+	return ""
+}
+
+// probsUnreached says why no MatMul(probs, V) matched through a Softmax
+// whose part of the pattern matches: nothing reads probs that way.
+var probsUnreached = Cond{
+	Name: "probs feed MatMul(probs, V)",
+	Check: func(m *Match) string {
+		p := m.Value("probs")
+		if m.IsOutput(p) {
+			return "probs are a graph output"
+		}
+		users := m.Users(p)
+		if len(users) == 0 {
+			return "probs are unused"
+		}
 		u := users[0]
 		if u.Op == "MatMul" {
 			return fmt.Sprintf("probs are the right operand of node %s, want MatMul(probs, V)", u.Name)
 		}
 		return fmt.Sprintf("probs feed node %s (%s), not MatMul(probs, V): dropout or any other op between Softmax and the second MatMul is not fused", u.Name, u.Op)
-	}
-	for _, u := range users {
-		if u != pv {
-			return fmt.Sprintf("probs also used by node %s", u.Name)
-		}
-	}
-	if len(users) > 1 {
-		return fmt.Sprintf("probs also used by node %s", pv.Name)
-	}
-	m.Set("pv", pv)
-	return ""
+	},
 }
 
 // chainPrivate: the fused kernel never materialises the scores, so a
@@ -225,8 +241,8 @@ func constantScales(m *Match) string {
 
 func attentionShapes(m *Match) string {
 	q, kt, scores := m.Value("q"), m.Value("kt"), m.Value("scores")
-	pv := m.Get("pv").(*graph.Node)
-	v := pv.Inputs[1]
+	pv := m.Root
+	v := m.Value("v")
 	r := q.Type.Shape.Rank()
 	if r != 3 && r != 4 {
 		return fmt.Sprintf("Q %s is rank %d: FlashAttention takes [B,H,S,D] or [BH,S,D]", q.Name, r)
@@ -430,10 +446,9 @@ func scanMask(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) mas
 }
 
 func fuseAttention(m *Match, e *Edit) error {
-	pv := m.Get("pv").(*graph.Node)
-	// Q and K are defined before the softmax, V before its MatMul: the new
-	// nodes go right before that MatMul.
-	e.Before(pv)
+	pv := m.Root
+	// Q and K are defined before the softmax, V before the root MatMul: the
+	// new nodes go right before the root (the Edit's default place).
 	k, err := e.untranspose(m.Value("kt"))
 	if err != nil {
 		return err
@@ -443,7 +458,7 @@ func fuseAttention(m *Match, e *Edit) error {
 		causal = 1
 	}
 	scale := m.Get("attn_scale").(float64)
-	fa, err := e.OpN("FlashAttention", graph.Attrs{"causal": graph.Int(causal), "scale": graph.Float(scale)}, m.Value("q"), k, pv.Inputs[1])
+	fa, err := e.OpN("FlashAttention", graph.Attrs{"causal": graph.Int(causal), "scale": graph.Float(scale)}, m.Value("q"), k, m.Value("v"))
 	if err != nil {
 		return err
 	}

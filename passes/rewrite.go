@@ -103,6 +103,31 @@ type Rule struct {
 	// Rewrite builds the replacement through e. An error refuses the
 	// rewrite (nothing is applied) with the error as the reason.
 	Rewrite func(m *Match, e *Edit) error
+	// Report, when set, names the capture whose producing node the log
+	// lines are about instead of the root (fuse_attention is rooted at the
+	// P·V MatMul but explains each Softmax).
+	Report string
+}
+
+// reportPattern returns the sub-pattern of r that captures r.Report (nil
+// when r reports at its root).
+func (r *Rule) reportPattern() *Pattern {
+	if r.Report == "" {
+		return nil
+	}
+	var find func(p *Pattern) *Pattern
+	find = func(p *Pattern) *Pattern {
+		if p.Bind == r.Report && p.Op != "" && !p.Optional {
+			return p
+		}
+		for _, a := range p.Args {
+			if f := find(a); f != nil {
+				return f
+			}
+		}
+		return nil
+	}
+	return find(r.Pattern)
 }
 
 // check validates a rule table entry.
@@ -130,7 +155,13 @@ func (r *Rule) check() error {
 		}
 		return nil
 	}
-	return walk(r.Pattern)
+	if err := walk(r.Pattern); err != nil {
+		return err
+	}
+	if r.Report != "" && r.reportPattern() == nil {
+		return fmt.Errorf("rule %s: pattern %v captures no op node as %s", r.Name, r.Pattern, r.Report)
+	}
+	return nil
 }
 
 // maxMatchesPerRule bounds how many pattern matches (operand orders,
@@ -146,8 +177,12 @@ type RulePass struct {
 	// tried only at nodes it accepts (nodes outside are not refusals).
 	Scope func(g *graph.Graph) func(*graph.Node) bool
 	// ExplainOp: every node of this op gets a log line even when no rule's
-	// pattern matched it (fuse_attention: every Softmax is explained).
+	// pattern matched it (fuse_attention: every Softmax is explained). A
+	// node that no match reached is matched against the rules' Report
+	// sub-patterns: their deepest miss is the reason, or, when one matches,
+	// the first reason Unreached gives (why no root above it matched).
 	ExplainOp string
+	Unreached []Cond
 	// MaxSweeps bounds the fixpoint iteration (0: 16); reaching it is an
 	// error, since it means two rules undo each other.
 	MaxSweeps int
@@ -223,19 +258,22 @@ func (p *RulePass) Run(g *graph.Graph, log *Log) (out *graph.Graph, err error) {
 }
 
 // sweep tries the rules once at every node in order, logging firings to
-// st.log and returning the refusals.
+// st.log and returning the refusals, ordered by the node they are about.
 func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
 	var inScope func(*graph.Node) bool
 	if p.Scope != nil {
 		inScope = p.Scope(st.g)
 	}
-	var refusals []Event
+	// reported: the nodes some root's firing or refusal was about; a later
+	// root's refusals about the same node are dropped (one report a node).
+	reported := map[*graph.Node]bool{}
+	var refusals []reportEvent
 	for _, n := range st.g.Nodes {
 		if st.removed[n] {
 			continue
 		}
 		rules := byRoot[n.Op]
-		if len(rules) == 0 && n.Op != p.ExplainOp {
+		if len(rules) == 0 {
 			continue
 		}
 		if inScope != nil && !inScope(n) {
@@ -246,11 +284,39 @@ func (st *rewriteState) sweep(p *RulePass, byRoot map[string][]*Rule) []Event {
 			return nil
 		}
 		if ev != nil {
-			st.log.Add(*ev)
+			st.log.Add(ev.Event)
+			reported[ev.about] = true
 		}
-		refusals = append(refusals, refused...)
+		seen := map[*graph.Node]bool{}
+		for _, r := range refused {
+			if reported[r.about] && !seen[r.about] {
+				continue
+			}
+			seen[r.about] = true
+			refusals = append(refusals, r)
+		}
+		for a := range seen {
+			reported[a] = true
+		}
 	}
-	return refusals
+	if p.ExplainOp != "" {
+		for _, n := range st.g.Nodes {
+			if n.Op == p.ExplainOp && !st.removed[n] && !reported[n] {
+				refusals = append(refusals, st.explain(p, n)...)
+			}
+		}
+	}
+	// Refusals in the order of the nodes they are about.
+	pos := make(map[*graph.Node]int, len(st.g.Nodes))
+	for i, n := range st.g.Nodes {
+		pos[n] = i
+	}
+	slices.SortStableFunc(refusals, func(a, b reportEvent) int { return pos[a.about] - pos[b.about] })
+	out := make([]Event, len(refusals))
+	for i, r := range refusals {
+		out[i] = r.Event
+	}
+	return out
 }
 
 // anyRoot reports whether some node of g is in scope and is a rule's root
@@ -297,9 +363,15 @@ func checkOrder(g *graph.Graph) error {
 	return nil
 }
 
+// reportEvent is an event and the node it is about.
+type reportEvent struct {
+	Event
+	about *graph.Node
+}
+
 // apply tries rules at n: it returns the firing event, or the refusals.
-func (st *rewriteState) apply(p *RulePass, n *graph.Node, rules []*Rule) (*Event, []Event) {
-	var refusals []Event
+func (st *rewriteState) apply(p *RulePass, n *graph.Node, rules []*Rule) (*reportEvent, []reportEvent) {
+	var refusals []reportEvent
 	best := missInfo{depth: -1}
 	for _, r := range rules {
 		res := st.try(r, n)
@@ -308,24 +380,65 @@ func (st *rewriteState) apply(p *RulePass, n *graph.Node, rules []*Rule) (*Event
 			return res.fired, nil
 		}
 		if res.refusal != "" {
-			refusals = append(refusals, Event{Pass: p.PassName, Kind: Refused, Rule: r.Name, Node: n.Name, Op: n.Op, Reason: res.refusal})
+			refusals = append(refusals, reportEvent{Event{Pass: p.PassName, Kind: Refused, Rule: r.Name, Node: res.about.Name, Op: res.about.Op, Reason: res.refusal}, res.about})
 		} else {
 			best.merge(res.miss)
 		}
 	}
 	if len(refusals) == 0 && n.Op == p.ExplainOp {
-		why := best.String()
-		if why == "" {
-			why = "no rule for this node"
-		}
-		refusals = append(refusals, Event{Pass: p.PassName, Kind: Refused, Node: n.Name, Op: n.Op, Reason: why})
+		refusals = append(refusals, noRuleMatched(p, n, best))
 	}
 	return nil, refusals
 }
 
+func noRuleMatched(p *RulePass, n *graph.Node, best missInfo) reportEvent {
+	why := best.String()
+	if why == "" {
+		why = "no rule for this node"
+	}
+	return reportEvent{Event{Pass: p.PassName, Kind: Refused, Node: n.Name, Op: n.Op, Reason: why}, n}
+}
+
+// explain says why no match reached n (an ExplainOp node): the deepest
+// miss of the rules' Report sub-patterns at n, or, for each rule whose
+// sub-pattern matches, the first reason p.Unreached gives.
+func (st *rewriteState) explain(p *RulePass, n *graph.Node) []reportEvent {
+	var refusals []reportEvent
+	best := missInfo{depth: -1}
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		sub := r.reportPattern()
+		if sub == nil || sub.Op != n.Op {
+			continue
+		}
+		mt := &matcher{binds: map[string]*graph.Value{}, miss: missInfo{depth: -1}}
+		why := ""
+		matched := mt.match(sub, n.Outputs[0], 0, func() bool {
+			m := &Match{Rule: r, Root: n, vals: maps.Clone(mt.binds), st: st, notes: map[string]any{}}
+			for _, c := range p.Unreached {
+				if why = c.Check(m); why != "" {
+					return true
+				}
+			}
+			why = "no " + r.Root + " above it matched " + r.Pattern.String()
+			return true
+		})
+		if matched {
+			refusals = append(refusals, reportEvent{Event{Pass: p.PassName, Kind: Refused, Rule: r.Name, Node: n.Name, Op: n.Op, Reason: why}, n})
+		} else {
+			best.merge(mt.miss)
+		}
+	}
+	if len(refusals) == 0 {
+		refusals = append(refusals, noRuleMatched(p, n, best))
+	}
+	return refusals
+}
+
 type tryResult struct {
-	fired   *Event
-	refusal string // the first refusal reason when the pattern matched
+	fired   *reportEvent
+	refusal string      // the first refusal reason when the pattern matched
+	about   *graph.Node // the node the first refusal is about
 	miss    missInfo
 }
 
@@ -338,9 +451,13 @@ func (st *rewriteState) try(r *Rule, root *graph.Node) tryResult {
 	mt.match(r.Pattern, root.Outputs[0], 0, func() bool {
 		tries++
 		m := &Match{Rule: r, Root: root, vals: maps.Clone(mt.binds), st: st, notes: map[string]any{}}
+		about := root
+		if r.Report != "" {
+			about = m.Node(r.Report)
+		}
 		refuse := func(why string) bool {
 			if res.refusal == "" {
-				res.refusal = why
+				res.refusal, res.about = why, about
 			}
 			return tries >= maxMatchesPerRule
 		}
@@ -361,7 +478,7 @@ func (st *rewriteState) try(r *Rule, root *graph.Node) tryResult {
 			return refuse(why)
 		}
 		e.commit()
-		res.fired = &Event{Kind: Fired, Rule: r.Name, Node: root.Name, Op: root.Op, Result: e.result, Detail: e.detail}
+		res.fired = &reportEvent{Event{Kind: Fired, Rule: r.Name, Node: about.Name, Op: about.Op, Result: e.result, Detail: e.detail}, about}
 		return true
 	})
 	res.miss = mt.miss
