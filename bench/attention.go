@@ -62,13 +62,11 @@ func UnfusedAttentionGraph(sh AttnShape) (g *graph.Graph, grads map[string]strin
 	for i, name := range attnInputs {
 		in[i] = b.Input(name, dt, sh.B, sh.H, sh.S, sh.D)
 	}
-	s := b.MatMul(in[0], b.Transpose(in[1], 0, 1, 3, 2))
-	s = b.Mul(s, b.Scalar(dt, 1/math.Sqrt(float64(sh.D))))
+	var mask *graph.Value
 	if sh.Causal {
-		s = b.Add(s, b.Const("causal_mask", dt, graph.Shape{sh.S, sh.S}, graph.CausalMask()))
+		mask = b.Const("causal_mask", dt, graph.Shape{sh.S, sh.S}, graph.CausalMask())
 	}
-	p := b.Softmax(s, -1)
-	o := b.Rename(b.MatMul(p, in[2]), attnOut)
+	o := b.Rename(b.Attention(in[0], in[1], in[2], 1/math.Sqrt(float64(sh.D)), mask).Out, attnOut)
 	b.Push(attnLossScope)
 	loss := b.Rename(b.ReduceSum(b.Mul(o, in[3]), false), "loss")
 	b.Pop()

@@ -53,11 +53,17 @@ the batch sampling.`, stderr)
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt (same config and flags: continues bit for bit)")
 	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
 	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
+	df := addDistFlags(fs)
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	cfg, err := mf.modelConfig()
 	if err != nil {
+		return err
+	}
+	// Data parallel flags and environment: one rank runs on, several are
+	// checked and then refused until NCCL is wired into the loop.
+	if _, err := df.config(os.Getenv, *device, cfg.Batch); err != nil {
 		return err
 	}
 	peak := *lr

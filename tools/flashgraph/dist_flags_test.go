@@ -1,0 +1,74 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The data parallel flags are checked before anything is read or written, and
+// a job of several ranks is refused with a message that says why, rather than
+// training one rank's worth and pretending it was data parallel.
+func TestTrainDistFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"-gpus", "0"}, []string{"-gpus must be at least 1"}},
+		{[]string{"-gpus", "2", "-rank", "1"}, []string{"either -gpus, or -rank and -world-size"}},
+		{[]string{"-world-size", "2", "-rank", "2", "-device", "cuda"}, []string{"rank 2 is outside [0, 2)"}},
+		{[]string{"-world-size", "2", "-master-port", "0", "-device", "cuda"}, []string{"master port 0"}},
+		{[]string{"-world-size", "2", "-device", "cpu"}, []string{"drop -device cpu"}},
+		{[]string{"-world-size", "3", "-batch", "8", "-device", "cuda"}, []string{"global batch 8 does not split evenly over 3 ranks"}},
+		{[]string{"-world-size", "2", "-rank", "1", "-master-addr", "10.0.0.1", "-device", "cuda"}, []string{"rank 1/2 (local 1) via 10.0.0.1:29500", "not wired into the training loop"}},
+		{[]string{"-gpus", "2", "-device", "cuda"}, []string{"rank 0/2", "not wired into the training loop"}},
+	} {
+		out := filepath.Join(t.TempDir(), "out")
+		args := append([]string{"train", "-out", out}, tc.args...)
+		code, _, stderr := runCode(args...)
+		if code == 0 {
+			t.Errorf("%v: exit 0, want an error", tc.args)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%v: stderr does not contain %q:\n%s", tc.args, w, stderr)
+			}
+		}
+		if _, err := os.Stat(out); err == nil {
+			t.Errorf("%v: a refused run created -out", tc.args)
+		}
+	}
+}
+
+// The torchrun variables are read too, and flags override them.
+func TestTrainDistEnv(t *testing.T) {
+	t.Setenv("RANK", "x")
+	if code, _, stderr := runCode("train", "-out", filepath.Join(t.TempDir(), "o")); code == 0 || !strings.Contains(stderr, `RANK="x" is not an integer`) {
+		t.Errorf("RANK=x: exit %d\n%s", code, stderr)
+	}
+	t.Setenv("RANK", "1")
+	t.Setenv("WORLD_SIZE", "4")
+	t.Setenv("MASTER_ADDR", "host0")
+	t.Setenv("MASTER_PORT", "1234")
+	if code, _, stderr := runCode("train", "-device", "cuda", "-batch", "8", "-out", filepath.Join(t.TempDir(), "o")); code == 0 || !strings.Contains(stderr, "rank 1/4 (local 1) via host0:1234") {
+		t.Errorf("torchrun environment: exit %d\n%s", code, stderr)
+	}
+	if code, _, stderr := runCode("train", "-device", "cuda", "-batch", "8", "-rank", "3", "-master-port", "999", "-out", filepath.Join(t.TempDir(), "o")); code == 0 || !strings.Contains(stderr, "rank 3/4 (local 3) via host0:999") {
+		t.Errorf("flags over the environment: exit %d\n%s", code, stderr)
+	}
+}
+
+// A world of one, from the environment as torchrun sets it for one process,
+// is the ordinary single-process run.
+func TestTrainDistWorldOfOneTrains(t *testing.T) {
+	t.Setenv("RANK", "0")
+	t.Setenv("WORLD_SIZE", "1")
+	data := trainData(t)
+	out := filepath.Join(t.TempDir(), "out")
+	runCLI(t, tinyTrainArgs(data, out, "2", "-world-size", "1")...)
+	if _, err := os.Stat(filepath.Join(out, "loss.png")); err != nil {
+		t.Errorf("the run wrote no loss plot: %v", err)
+	}
+}
