@@ -54,6 +54,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
+	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
 	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	steps := fs.Int("steps", 30, "timed steps")
@@ -95,7 +96,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("bench -train needs -device cuda: %v", err)
 	}
 
-	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, *fuse, !*fuseEW, *warmup, *steps, *profile)
+	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, *fuse, !*fuseEW, *recompute, *warmup, *steps, *profile)
 	if err != nil {
 		return err
 	}
@@ -147,7 +148,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 // benchOurTrainStep compiles cfg's training step on the GPU and times
 // Trainer.Step (the loop `train` runs: upload the batch, run, read the
 // loss back) over random bytes.
-func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
+func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW, recompute bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
 	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
 	be, err := newCUDABackend(bf16)
 	if err != nil {
@@ -162,13 +163,13 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW 
 	row.GPU = d.Name()
 	corpus := benchCorpus(cfg)
 	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1,
-		NoFuseElementwise: noFuseEW}
+		NoFuseElementwise: noFuseEW, Recompute: recompute}
 	free0, _, err := d.MemInfo()
 	if err != nil {
 		return row, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
-		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, d.Name())
+	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
+		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, d.Name())
 	t0 := time.Now()
 	tr, err := train.NewTrainer(be, cfg, fuse, hyper, corpus)
 	if err != nil {
