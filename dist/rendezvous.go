@@ -56,6 +56,8 @@ type Group struct {
 
 	conns   map[int]net.Conn // rank 0: every other rank; others: rank 0 only
 	failed  chan error       // receives the first failure, then stays quiet
+	causeMu sync.Mutex
+	cause   error // the first failure seen, which every report repeats
 	closing atomic.Bool
 	mu      sync.Mutex // serialises writes of control messages
 	wg      sync.WaitGroup
@@ -375,6 +377,16 @@ func (g *Group) watch(r int, conn net.Conn) {
 	default:
 		fail = fmt.Errorf("dist: rank %d (%s) went away without closing: it died or its host is unreachable (%v)", r, conn.RemoteAddr(), err)
 	}
+	// The first failure is the cause. Rank 0 records it before passing it
+	// on (the others exit when they hear of it, and their connections
+	// ending must not replace it), and delivers it only after passing it on
+	// (a caller that exits on it must not cut the message off).
+	g.causeMu.Lock()
+	if g.cause == nil {
+		g.cause = fail
+	}
+	fail = g.cause
+	g.causeMu.Unlock()
 	if g.Rank == 0 {
 		g.broadcastAbort(r, fail)
 	}
