@@ -27,7 +27,11 @@ const PassFuseElementwise = "fuse_elementwise"
 // and everything that reads it comes later. Values a group computes that are
 // read outside it (or are graph outputs) become the fused node's outputs,
 // keeping their names; the rest exist only inside the kernel. Groups of one
-// op stay as they are.
+// op stay as they are. An op that reads values of two open groups that could
+// both take it merges them (neither has been read outside yet).
+//
+// Before grouping, cheap elementwise values that are kept only for late
+// elementwise readers are recomputed next to those readers (rematerialize).
 type FuseElementwise struct {
 	// NoRemat turns rematerialisation off (see rematerialize): for a
 	// backend whose elementwise work is bound by arithmetic, not memory
