@@ -92,19 +92,29 @@ func compileOn(t *testing.T, be backend.Backend, g *graph.Graph, opts backend.Op
 }
 
 // TestExecTrainingMatchesCPU: 20 AdamW steps of the tiny model in float32 on
-// the GPU and on the CPU reference, unfused (cuBLAS + row kernels) and fused
-// (FlashAttention kernels): every step's loss and the final weights agree to
+// the GPU and on the CPU reference, unfused (cuBLAS + row kernels), fused
+// (FlashAttention kernels) and fused with the step's elementwise chains fused
+// too (FusedElementwise kernels, values recomputed in the backward, as train
+// builds the step for CUDA): every step's loss and the final weights agree to
 // 1e-4 relative.
 func TestExecTrainingMatchesCPU(t *testing.T) {
 	be := newTestBackend(t, Options{})
 	defer be.Close()
-	for _, fuse := range []bool{false, true} {
-		name := "unfused"
-		if fuse {
-			name = "fused"
-		}
+	for _, variant := range []string{"unfused", "fused", "fused+elementwise"} {
+		fuse := variant != "unfused"
+		name := variant
 		t.Run(name, func(t *testing.T) {
 			ts, cfg := tinyTraining(t, fuse)
+			if variant == "fused+elementwise" {
+				g, err := (passes.FuseElementwise{}).Run(ts.Graph, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.CountOps()["FusedElementwise"] == 0 {
+					t.Fatal("fuse_elementwise left no FusedElementwise node")
+				}
+				ts.Graph = g
+			}
 			opts := backend.Options{Updates: ts.Updates}
 			ref := compileOn(t, cpu.New(), ts.Graph, opts)
 			gpu := compileOn(t, be, ts.Graph, opts)
