@@ -121,7 +121,16 @@ func AppendLE(dst []byte, t *Tensor) []byte {
 		case Float32:
 			dst = le.AppendUint32(dst, math.Float32bits(t.F32[i]))
 		case BFloat16:
-			dst = le.AppendUint16(dst, BF16FromFloat32(t.F32[i]))
+			// A value held rounded has a zero lower half: its top half is
+			// the bfloat16, NaN payloads included (BF16FromFloat32 would
+			// quiet a signalling NaN read from a checkpoint, and the
+			// checkpoint would not survive a rewrite bit for bit).
+			b := math.Float32bits(t.F32[i])
+			h := uint16(b >> 16)
+			if b&0xffff != 0 {
+				h = BF16FromFloat32(t.F32[i])
+			}
+			dst = le.AppendUint16(dst, h)
 		case Float16:
 			dst = le.AppendUint16(dst, F16FromFloat32(t.F32[i]))
 		case Float64:

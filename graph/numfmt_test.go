@@ -95,3 +95,18 @@ func TestRoundF16MatchesArithmetic(t *testing.T) {
 		}
 	}
 }
+
+// A bfloat16 tensor encodes its held values exactly, signalling NaN payloads
+// included (a checkpoint read and written back keeps its bits); a float32
+// value that is not a bfloat16 is rounded.
+func TestAppendLEBF16KeepsHeldBits(t *testing.T) {
+	x := NewTensor(BFloat16, Shape{3})
+	x.F32[0] = math.Float32frombits(0x7f810000) // a signalling NaN, as read from a file
+	x.F32[1] = math.Float32frombits(0xbf800000) // -1
+	x.F32[2] = math.Float32frombits(0x3f808001) // not a bfloat16: rounds up to 0x3f81
+	b := AppendLE(nil, x)
+	got := []uint16{uint16(b[0]) | uint16(b[1])<<8, uint16(b[2]) | uint16(b[3])<<8, uint16(b[4]) | uint16(b[5])<<8}
+	if want := []uint16{0x7f81, 0xbf80, 0x3f81}; !slices.Equal(got, want) {
+		t.Errorf("AppendLE bf16 = %#x, want %#x", got, want)
+	}
+}
