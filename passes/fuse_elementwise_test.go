@@ -1,12 +1,9 @@
 package passes
 
 import (
-	"math/rand/v2"
 	"strings"
 	"testing"
 
-	"github.com/flashgraph/flashgraph/backend"
-	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
@@ -80,46 +77,8 @@ func TestFuseElementwiseKeepsTheStepBitExact(t *testing.T) {
 			t.Fatal("Parse(Format(fused)) differs from fused")
 		}
 
-		feeds := map[string]*graph.Tensor{}
-		r := rand.New(rand.NewPCG(1, uint64(dt)))
-		for _, in := range ts.Graph.Inputs {
-			x := graph.NewTensor(in.Type.DType, in.Type.Shape)
-			for i := range x.Len() {
-				switch {
-				case in.Type.DType == graph.Int64:
-					x.Set(i, float64(r.IntN(256)))
-				case in.Name == ts.Step:
-					x.Set(i, 1)
-				default:
-					x.Set(i, 1e-3)
-				}
-			}
-			feeds[in.Name] = x
-		}
-		run := func(g *graph.Graph) map[string]*graph.Tensor {
-			exe, err := cpu.New().Compile(g, backend.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer exe.Close()
-			out, err := exe.Run(feeds)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return out
-		}
-		want, got := run(ts.Graph), run(fused)
-		if len(got) != len(want) {
-			t.Fatalf("%d outputs, want %d", len(got), len(want))
-		}
-		for name, w := range want {
-			g := got[name]
-			for i := range w.Len() {
-				if g.At(i) != w.At(i) {
-					t.Fatalf("%v: output %s[%d] = %v, unfused %v", dt, name, i, g.At(i), w.At(i))
-				}
-			}
-		}
+		feeds := stepFeeds(ts, uint64(dt))
+		sameOutputs(t, dt.String()+" fuse_elementwise", fzCPU(t, fused, feeds), fzCPU(t, ts.Graph, feeds))
 	}
 }
 

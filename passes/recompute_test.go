@@ -5,25 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgraph/flashgraph/backend"
-	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
 )
-
-// runStep runs g on the CPU with feeds and returns every output.
-func runStep(t *testing.T, g *graph.Graph, feeds map[string]*graph.Tensor) map[string]*graph.Tensor {
-	t.Helper()
-	exe, err := cpu.New().Compile(g, backend.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer exe.Close()
-	out, err := exe.Run(feeds)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
 
 // stepFeeds are random tokens and targets, a small learning rate and step 1.
 func stepFeeds(ts *TrainStep, seed uint64) map[string]*graph.Tensor {
@@ -62,7 +45,7 @@ func sameOutputs(t *testing.T, what string, got, want map[string]*graph.Tensor) 
 		}
 		for i := range w.Len() {
 			if g.At(i) != w.At(i) {
-				t.Fatalf("%s: output %s[%d] = %v, without recomputation %v", what, name, i, g.At(i), w.At(i))
+				t.Fatalf("%s: output %s[%d] = %v, reference %v", what, name, i, g.At(i), w.At(i))
 			}
 		}
 	}
@@ -119,8 +102,8 @@ func TestRecomputeKeepsTheStepBitExact(t *testing.T) {
 		}
 
 		feeds := stepFeeds(ts, uint64(dt))
-		want := runStep(t, ts.Graph, feeds)
-		sameOutputs(t, dt.String()+" recompute", runStep(t, rc, feeds), want)
+		want := fzCPU(t, ts.Graph, feeds)
+		sameOutputs(t, dt.String()+" recompute", fzCPU(t, rc, feeds), want)
 
 		fused, err := (FuseElementwise{}).Run(rc, nil)
 		if err != nil {
@@ -137,7 +120,7 @@ func TestRecomputeKeepsTheStepBitExact(t *testing.T) {
 		if err := graph.Verify(fused); err != nil {
 			t.Fatal(err)
 		}
-		sameOutputs(t, dt.String()+" recompute+fuse_elementwise", runStep(t, fused, feeds), want)
+		sameOutputs(t, dt.String()+" recompute+fuse_elementwise", fzCPU(t, fused, feeds), want)
 	}
 }
 
