@@ -367,32 +367,17 @@ func (x *executable) planOutputs() error {
 func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tensor, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.closed {
-		return nil, errors.New("cuda: run of a closed executable")
-	}
-	if err := backend.CheckFeeds(x.g, feeds); err != nil {
-		return nil, fmt.Errorf("cuda: %w", err)
-	}
 	d := x.b.dev
-	for _, v := range x.g.Inputs {
-		if err := upload(d, x.bufs[v], feeds[v.Name]); err != nil {
-			return nil, fmt.Errorf("cuda: input %s: %w", v.Name, err)
-		}
-	}
 	d.runMu.Lock()
 	defer d.runMu.Unlock()
-	if err := d.Memset(x.flag, 0, 4); err != nil {
+	if err := x.start("run", feeds); err != nil {
 		return nil, err
 	}
 	if err := x.stepsGraph.run(d, x.runSteps); err != nil {
 		return nil, err
 	}
-	var code int32
-	if err := d.CopyToHost(unsafe.Pointer(&code), x.flag, 4); err != nil {
-		return nil, fmt.Errorf("cuda: running graph %s: %w", x.g.Name, err)
-	}
-	if code != 0 {
-		return nil, x.kernelError(code)
+	if err := x.kernelFlag(); err != nil {
+		return nil, err
 	}
 	res := make(map[string]*graph.Tensor, len(x.outputs))
 	for _, v := range x.outputs {
@@ -406,6 +391,38 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 		return nil, err
 	}
 	return res, nil
+}
+
+// start checks and uploads the feeds of a run and clears the kernels' error
+// flag. The caller holds x.mu and the device's runMu: the uploads go on the
+// stream, which another executable may be capturing.
+func (x *executable) start(what string, feeds map[string]*graph.Tensor) error {
+	if x.closed {
+		return fmt.Errorf("cuda: %s of a closed executable", what)
+	}
+	if err := backend.CheckFeeds(x.g, feeds); err != nil {
+		return fmt.Errorf("cuda: %w", err)
+	}
+	d := x.b.dev
+	for _, v := range x.g.Inputs {
+		if err := upload(d, x.bufs[v], feeds[v.Name]); err != nil {
+			return fmt.Errorf("cuda: input %s: %w", v.Name, err)
+		}
+	}
+	return d.Memset(x.flag, 0, 4)
+}
+
+// kernelFlag waits for the queued work and returns the error a kernel
+// reported through the flag, if any.
+func (x *executable) kernelFlag() error {
+	var code int32
+	if err := x.b.dev.CopyToHost(unsafe.Pointer(&code), x.flag, 4); err != nil {
+		return fmt.Errorf("cuda: running graph %s: %w", x.g.Name, err)
+	}
+	if code != 0 {
+		return x.kernelError(code)
+	}
+	return nil
 }
 
 // applyUpdates copies (converting where the types differ) every update

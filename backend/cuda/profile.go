@@ -1,12 +1,10 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"unsafe"
 
-	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -33,21 +31,10 @@ type Profiler interface {
 func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.closed {
-		return nil, errors.New("cuda: profile of a closed executable")
-	}
-	if err := backend.CheckFeeds(x.g, feeds); err != nil {
-		return nil, fmt.Errorf("cuda: %w", err)
-	}
 	d := x.b.dev
 	d.runMu.Lock()
 	defer d.runMu.Unlock()
-	for _, v := range x.g.Inputs {
-		if err := upload(d, x.bufs[v], feeds[v.Name]); err != nil {
-			return nil, fmt.Errorf("cuda: input %s: %w", v.Name, err)
-		}
-	}
-	if err := d.Memset(x.flag, 0, 4); err != nil {
+	if err := x.start("profile", feeds); err != nil {
 		return nil, err
 	}
 	events := make([]uintptr, len(x.steps)+1)
@@ -132,12 +119,8 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
-	var code int32
-	if err := d.CopyToHost(unsafe.Pointer(&code), x.flag, 4); err != nil {
+	if err := x.kernelFlag(); err != nil {
 		return nil, err
-	}
-	if code != 0 {
-		return nil, x.kernelError(code)
 	}
 	return times, nil
 }
