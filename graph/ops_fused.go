@@ -20,6 +20,18 @@ import (
 // if it were a node of its own; the node's outputs are the listed steps, in
 // order. A backend without code generation runs the body op by op (the CPU
 // backend does), so a fused graph means exactly what the unfused one did.
+//
+// A body may hold one reduction step (FusibleReduce: ReduceSum, ReduceMean)
+// over the axes of the node's `axes` attribute (keepdims from `keepdims`,
+// default 1), so that a row reduction, the elementwise chain that feeds it
+// and the elementwise work on its result run as one kernel:
+//
+//	body    = "Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4)"
+//	axes    = [-1]
+//	outputs = [0,4,5]
+//
+// Steps before the reduction have the shape it reduces, steps after it the
+// reduced shape; each step still follows its op's own rules.
 
 // FusibleElementwise are the ops a body may use: elementwise and without
 // attributes, so a step is fully written as Op(operands).
@@ -29,6 +41,10 @@ var FusibleElementwise = map[string]bool{
 	"Sigmoid": true, "Tanh": true, "Relu": true, "Erf": true, "Abs": true,
 	"Softplus": true, "Where": true,
 }
+
+// FusibleReduce are the reductions a body may end a chain with (one per
+// body); the node's axes and keepdims attributes are the step's.
+var FusibleReduce = map[string]bool{"ReduceSum": true, "ReduceMean": true}
 
 // FusedOperand is one operand of a body step: input Index of the node, or
 // the result of step Index.
@@ -77,14 +93,19 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 		return nil, fmt.Errorf("empty body")
 	}
 	var steps []FusedStep
+	reductions := 0
 	for k, text := range strings.Split(body, ";") {
 		open := strings.IndexByte(text, '(')
 		if open <= 0 || !strings.HasSuffix(text, ")") {
 			return nil, fmt.Errorf("step %d %q: want Op(operands)", k, text)
 		}
 		op := text[:open]
-		if !FusibleElementwise[op] {
-			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops without attributes)", k, op)
+		if FusibleReduce[op] {
+			if reductions++; reductions > 1 {
+				return nil, fmt.Errorf("step %d: a body holds at most one reduction", k)
+			}
+		} else if !FusibleElementwise[op] {
+			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops without attributes, and one ReduceSum or ReduceMean)", k, op)
 		}
 		s := FusedStep{Op: op}
 		for _, a := range strings.Split(text[open+1:len(text)-1], ",") {
@@ -105,6 +126,9 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 			s.Args = append(s.Args, o)
 		}
 		lo, hi := ops[op].Arity()
+		if FusibleReduce[op] {
+			lo, hi = 1, 1 // the axes come from the node's attributes
+		}
 		if len(s.Args) < lo || (hi >= 0 && len(s.Args) > hi) {
 			return nil, fmt.Errorf("step %d: %s takes %d operands, got %d", k, op, lo, len(s.Args))
 		}
@@ -113,9 +137,23 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 	return steps, nil
 }
 
+// FusedReduceOperands are what a body's reduction step passes its op besides
+// the reduced value: the axes as the op's constant input, and the attributes
+// (keepdims), both from the fused node's attributes.
+func FusedReduceOperands(attrs Attrs) (*Tensor, Attrs, error) {
+	a, ok := attrs["axes"]
+	if !ok || len(a.Ints) == 0 {
+		return nil, nil, fmt.Errorf("a body with a reduction needs the axes attribute")
+	}
+	axes := NewTensor(Int64, Shape{len(a.Ints)})
+	copy(axes.I64, a.Ints)
+	return axes, Attrs{"keepdims": Int(attrs.Int("keepdims", 1))}, nil
+}
+
 // FusedTypes returns the type of every step of a body over inputs of types
-// in, each inferred by its op's table row.
-func FusedTypes(steps []FusedStep, in []TensorType) ([]TensorType, error) {
+// in, each inferred by its op's table row; attrs are the fused node's (a
+// reduction step takes its axes and keepdims from them).
+func FusedTypes(steps []FusedStep, in []TensorType, attrs Attrs) ([]TensorType, error) {
 	types := make([]TensorType, len(steps))
 	for k, s := range steps {
 		args := make([]*TensorType, len(s.Args))
@@ -126,7 +164,19 @@ func FusedTypes(steps []FusedStep, in []TensorType) ([]TensorType, error) {
 				args[j] = &in[a.Index]
 			}
 		}
-		outs, err := ops[s.Op].Infer(args, Attrs{}, make([]*Tensor, len(args)))
+		consts := make([]*Tensor, len(args))
+		stepAttrs := Attrs{}
+		if FusibleReduce[s.Op] {
+			axes, ra, err := FusedReduceOperands(attrs)
+			if err != nil {
+				return nil, fmt.Errorf("step %d (%s): %w", k, s.Op, err)
+			}
+			at := axes.Type()
+			args = append(args, &at)
+			consts = append(consts, axes)
+			stepAttrs = ra
+		}
+		outs, err := ops[s.Op].Infer(args, stepAttrs, consts)
 		if err != nil {
 			return nil, fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}
@@ -156,11 +206,13 @@ func FusedBody(body string, nIn int) ([]FusedStep, error) {
 func init() {
 	register(&OpSpec{
 		Name: "FusedElementwise", Domain: DomainFlashgraph,
-		Doc:    "the listed steps of an elementwise body (Op(operands);... over inputs iK and steps tK), computed in one pass",
+		Doc:    "the listed steps of an elementwise body (Op(operands);... over inputs iK and steps tK; at most one ReduceSum/ReduceMean step over the axes attribute), computed in one pass",
 		Inputs: []string{"X..."}, Outputs: []string{"Y..."},
 		Attrs: []AttrSpec{
 			{Name: "body", Kind: AttrString, Required: true},
 			{Name: "outputs", Kind: AttrInts, Required: true},
+			{Name: "axes", Kind: AttrInts},
+			{Name: "keepdims", Kind: AttrInt}, // absent: 1, as for ReduceSum
 		},
 		Eval: evalFused,
 		Infer: func(in []*TensorType, attrs Attrs, _ []*Tensor) ([]TensorType, error) {
@@ -175,7 +227,7 @@ func init() {
 				}
 				it[i] = *t
 			}
-			types, err := FusedTypes(steps, it)
+			types, err := FusedTypes(steps, it, attrs)
 			if err != nil {
 				return nil, fmt.Errorf("body: %w", err)
 			}
@@ -213,7 +265,15 @@ func evalFused(in []*Tensor, attrs Attrs, out []*Tensor) error {
 				args[j] = in[a.Index]
 			}
 		}
-		r, err := Eval(s.Op, Attrs{}, args...)
+		stepAttrs := Attrs{}
+		if FusibleReduce[s.Op] {
+			axes, ra, err := FusedReduceOperands(attrs)
+			if err != nil {
+				return err
+			}
+			args, stepAttrs = append(args, axes), ra
+		}
+		r, err := Eval(s.Op, stepAttrs, args...)
 		if err != nil {
 			return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}

@@ -30,8 +30,18 @@ const PassFuseElementwise = "fuse_elementwise"
 // op stay as they are. An op that reads values of two open groups that could
 // both take it merges them (neither has been read outside yet).
 //
+// A row reduction (ReduceSum or ReduceMean over the last axis) joins the
+// group that made its operand, as that group's one reduction: from then on
+// the group has the reduced shape, so the elementwise ops on the reduced
+// values (an RMSNorm's eps, square root and reciprocal; the backward's
+// scaling of a row sum) join it too, and the whole chain becomes one kernel
+// that never writes the reduced operand. A group with a reduction merges
+// with no other.
+//
 // Before grouping, cheap elementwise values that are kept only for late
-// elementwise readers are recomputed next to those readers (rematerialize).
+// elementwise readers are recomputed next to those readers (rematerialize),
+// and an Expand read only by elementwise ops that broadcast anyway is
+// bypassed (foldExpands).
 type FuseElementwise struct {
 	// NoRemat turns rematerialisation off (see rematerialize): for a
 	// backend whose elementwise work is bound by arithmetic, not memory
@@ -55,6 +65,10 @@ type ewGroup struct {
 	members []*graph.Node
 	inputs  map[*graph.Value]bool // external inputs
 	closed  bool
+	// reduce is the group's reduction member (nil: none); from it on the
+	// group's shape is the reduced one.
+	reduce *graph.Node
+	axes   []int64
 }
 
 // fusibleNode reports whether n may be a group member, or why not.
@@ -77,27 +91,70 @@ func fusibleNode(n *graph.Node) (bool, string) {
 	return true, ""
 }
 
+// fusibleReduce reports whether n is a reduction a group may end with: a
+// ReduceSum or ReduceMean of a float tensor over its last axis only (the
+// generated kernels reduce rows), with constant axes. It returns the axes.
+func fusibleReduce(n *graph.Node) ([]int64, bool) {
+	if !graph.FusibleReduce[n.Op] || len(n.Inputs) != 2 || n.Inputs[0] == nil || n.Inputs[1] == nil {
+		return nil, false
+	}
+	x, a := n.Inputs[0], n.Inputs[1]
+	if !x.Type.DType.IsFloat() || x.Type.Shape.Numel() == 0 || x.Type.Shape.Rank() == 0 ||
+		n.Attrs.Int("noop_with_empty_axes", 0) != 0 {
+		return nil, false
+	}
+	if a.Kind != graph.Const || a.Init == nil || a.Type.DType != graph.Int64 {
+		return nil, false
+	}
+	t, err := a.Init.Materialize(a.Type)
+	if err != nil || len(t.I64) != 1 {
+		return nil, false
+	}
+	r := int64(x.Type.Shape.Rank())
+	if ax := t.I64[0]; ax != -1 && ax != r-1 {
+		return nil, false
+	}
+	if x.Type.Shape[r-1] < 2 {
+		return nil, false // reducing an axis of one element is a copy
+	}
+	return []int64{-1}, true
+}
+
 // Run returns g itself when no group has two ops.
 func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if g == nil {
 		return nil, errNilGraph
 	}
 	c := g.Clone()
-	remat := 0
+	rewritten := 0
 	if !f.NoRemat {
-		remat = rematerialize(c, log)
+		rewritten = rematerialize(c, log)
 	}
+	rewritten += foldExpands(c, log)
 	owner := map[*graph.Value]*ewGroup{} // value -> the group whose member made it
 	groupOf := map[*graph.Node]*ewGroup{}
 	var groups []*ewGroup
 	for _, n := range c.Nodes {
 		ok, _ := fusibleNode(n)
+		axes, isReduce := fusibleReduce(n)
 		var target *ewGroup
-		if ok {
+		if isReduce {
+			// A reduction joins the open group that made its operand (one
+			// without a reduction yet), or starts a group of its own.
+			ok = true
+			x := n.Inputs[0]
+			if gr := owner[x]; gr != nil && !gr.closed && gr.reduce == nil && gr.shape.Equal(x.Type.Shape) &&
+				gr.dt == x.Type.DType && len(gr.members) < fuseMaxSteps {
+				target = gr
+			}
+		} else if ok {
 			out := n.Outputs[0].Type
 			for _, v := range n.Inputs {
 				gr := owner[v]
 				if gr == nil || gr.closed || !gr.shape.Equal(out.Shape) || gr.dt != out.DType {
+					continue
+				}
+				if gr.reduce != nil && !readsOnlyReduced(n, gr, owner) {
 					continue
 				}
 				if len(gr.members) >= fuseMaxSteps || len(gr.inputs)+len(n.Inputs) > fuseMaxInputs {
@@ -116,7 +173,10 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			if gr == nil || gr == target {
 				continue
 			}
-			if target != nil && !gr.closed && gr.shape.Equal(target.shape) && gr.dt == target.dt &&
+			// A group with a reduction takes in an open group of its
+			// reduced shape (those ops run after the row is reduced);
+			// two reductions never meet in one group.
+			if target != nil && !gr.closed && gr.reduce == nil && !isReduce && gr.shape.Equal(target.shape) && gr.dt == target.dt &&
 				len(gr.members)+len(target.members) < fuseMaxSteps && len(gr.inputs)+len(target.inputs)+len(n.Inputs) <= fuseMaxInputs {
 				for _, m := range gr.members {
 					groupOf[m] = target
@@ -146,7 +206,14 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			groups = append(groups, target)
 		}
 		target.members = append(target.members, n)
-		for _, v := range n.Inputs {
+		operands := n.Inputs
+		if isReduce {
+			// The axes become the fused node's attribute.
+			operands = n.Inputs[:1]
+			target.reduce, target.axes = n, axes
+			target.shape = n.Outputs[0].Type.Shape
+		}
+		for _, v := range operands {
 			if owner[v] != target {
 				target.inputs[v] = true
 			}
@@ -194,7 +261,7 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 					gr.shape, len(fn.Inputs), len(fn.Outputs))})
 		}
 	}
-	if fusedCount == 0 && remat == 0 {
+	if fusedCount == 0 && rewritten == 0 {
 		return g, nil
 	}
 	nodes := make([]*graph.Node, 0, len(c.Nodes))
@@ -226,7 +293,11 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 	steps := make([]graph.FusedStep, len(gr.members))
 	for k, m := range gr.members {
 		s := graph.FusedStep{Op: m.Op}
-		for _, v := range m.Inputs {
+		operands := m.Inputs
+		if m == gr.reduce {
+			operands = m.Inputs[:1]
+		}
+		for _, v := range operands {
 			if j, ok := step[v]; ok {
 				s.Args = append(s.Args, graph.FusedOperand{Step: true, Index: j})
 				continue
@@ -262,6 +333,10 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 		return nil, fmt.Errorf("group at %s computes nothing that is read", gr.members[0].Name)
 	}
 	fn.Attrs = graph.Attrs{"body": graph.Str(graph.FormatFusedBody(steps)), "outputs": graph.Ints(outIdx...)}
+	if gr.reduce != nil {
+		fn.Attrs["axes"] = graph.Ints(gr.axes...)
+		fn.Attrs["keepdims"] = graph.Int(gr.reduce.Attrs.Int("keepdims", 1))
+	}
 	return fn, nil
 }
 
@@ -434,4 +509,94 @@ func loneReason(n *graph.Node, uses map[*graph.Value][]*graph.Node) string {
 	}
 	return fmt.Sprintf("no elementwise op of shape %v feeds it in an open group or reads it first; read by %s",
 		n.Outputs[0].Type.Shape, strings.Join(readers, ", "))
+}
+
+// readsOnlyReduced reports whether elementwise n may join gr, a group with a
+// reduction: it reads none of the values gr computed before its reduction
+// (those have the unreduced shape; a generated kernel has them only while
+// it walks a row).
+func readsOnlyReduced(n *graph.Node, gr *ewGroup, owner map[*graph.Value]*ewGroup) bool {
+	after := false
+	before := map[*graph.Value]bool{}
+	for _, m := range gr.members {
+		if m == gr.reduce {
+			after = true
+			continue
+		}
+		if !after {
+			before[m.Outputs[0]] = true
+		}
+	}
+	for _, v := range n.Inputs {
+		if owner[v] == gr && before[v] {
+			return false
+		}
+	}
+	return true
+}
+
+// foldExpands bypasses Expand nodes whose every reader is a fusible
+// elementwise op that gives the Expand's shape with the unexpanded operand
+// too (broadcasting does the Expand's work): the readers read the Expand's
+// input, and the Expand, unread, goes. It returns how many went. An Expand
+// that is a graph output stays.
+func foldExpands(c *graph.Graph, log *Log) int {
+	uses := c.Uses()
+	isOut := map[*graph.Value]bool{}
+	for _, v := range c.Outputs {
+		isOut[v] = true
+	}
+	dropped := map[*graph.Node]bool{}
+	for _, n := range c.Nodes {
+		if n.Op != "Expand" || len(n.Inputs) == 0 || n.Inputs[0] == nil || isOut[n.Outputs[0]] {
+			continue
+		}
+		y, x := n.Outputs[0], n.Inputs[0]
+		readers := uses[y]
+		if len(readers) == 0 {
+			continue
+		}
+		ok := true
+		for _, u := range readers {
+			if fine, _ := fusibleNode(u); !fine || !u.Outputs[0].Type.Shape.Equal(y.Type.Shape) ||
+				!broadcastsTo(u, y, x, y.Type.Shape) {
+				ok = false
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		for _, u := range readers {
+			for i, in := range u.Inputs {
+				if in == y {
+					u.Inputs[i] = x
+				}
+			}
+		}
+		dropped[n] = true
+		if log != nil {
+			log.Add(Event{Pass: PassFuseElementwise, Kind: Fired, Rule: "expand_to_broadcast", Node: n.Name, Op: n.Op,
+				Detail: fmt.Sprintf("%d elementwise readers broadcast %v to %v themselves", len(readers), x.Type.Shape, y.Type.Shape)})
+		}
+	}
+	if len(dropped) == 0 {
+		return 0
+	}
+	c.Nodes = slices.DeleteFunc(c.Nodes, func(n *graph.Node) bool { return dropped[n] })
+	return len(dropped)
+}
+
+// broadcastsTo reports whether u's operands, with x read in place of y,
+// still broadcast to shape.
+func broadcastsTo(u *graph.Node, y, x *graph.Value, shape graph.Shape) bool {
+	var shapes []graph.Shape
+	for _, in := range u.Inputs {
+		if in == y {
+			in = x
+		}
+		shapes = append(shapes, in.Type.Shape)
+	}
+	got, err := graph.Broadcast(shapes...)
+	return err == nil && got.Equal(shape)
 }

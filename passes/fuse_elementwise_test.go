@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -83,16 +84,17 @@ func TestFuseElementwiseKeepsTheStepBitExact(t *testing.T) {
 }
 
 // Groups follow values: ops of one shape that feed each other fuse, a value
-// read by a non-elementwise node leaves the group as an output, an op of
-// another shape starts its own group, and a lone op stays as it is.
+// read by a non-elementwise node leaves the group as an output, a row
+// reduction ends the group's chain and the ops on its result join it, and a
+// lone op stays as it is.
 func TestFuseElementwiseGroups(t *testing.T) {
 	b := graph.NewBuilder("groups")
 	x := b.Input("x", graph.Float32, 4, 8)
 	w := b.Input("w", graph.Float32, 8)
 	s := b.Sigmoid(x)
 	y := b.Mul(b.Mul(x, s), w)                                  // one group: Sigmoid, Mul, Mul
-	r := b.ReduceSum(y, true, 1)                                // reads y: y is an output of the group
-	z := b.Add(b.Neg(r), b.Scalar(graph.Float32, 1))            // [4,1]: another group
+	r := b.ReduceSum(y, true, 1)                                // a row reduction of y joins the group
+	z := b.Add(b.Neg(r), b.Scalar(graph.Float32, 1))            // [4,1]: after the reduction, joins too
 	lone := b.Op("Exp", nil, b.MatMul(y, b.Transpose(y, 1, 0))) // a single Exp stays
 	b.Output(z, lone)
 	g, err := b.Build()
@@ -111,13 +113,32 @@ func TestFuseElementwiseGroups(t *testing.T) {
 			bodies = append(bodies, n.Attrs["body"].S)
 		}
 	}
-	want := []string{"Sigmoid(i0);Mul(i0,t0);Mul(t1,i1)", "Neg(i0);Add(t0,i1)"}
+	want := []string{"Sigmoid(i0);Mul(i0,t0);Mul(t1,i1);ReduceSum(t2);Neg(t3);Add(t4,i2)"}
 	if strings.Join(bodies, " | ") != strings.Join(want, " | ") {
 		t.Errorf("bodies %q, want %q", bodies, want)
 	}
-	if ops["Exp"] != 1 || ops["Sigmoid"] != 0 || ops["Neg"] != 0 {
+	if ops["Exp"] != 1 || ops["Sigmoid"] != 0 || ops["Neg"] != 0 || ops["ReduceSum"] != 0 {
 		t.Errorf("ops after fusion: %v", ops)
 	}
+	for _, n := range fused.Nodes {
+		if n.Op != "FusedElementwise" {
+			continue
+		}
+		// y (read by the MatMul) and z (the output) leave the kernel; the
+		// reduction's axes and keepdims move onto the node.
+		if o, a := n.Attrs["outputs"].Ints, n.Attrs["axes"].Ints; !slices.Equal(o, []int64{2, 5}) || !slices.Equal(a, []int64{-1}) ||
+			n.Attrs.Int("keepdims", -1) != 1 {
+			t.Errorf("outputs %v axes %v keepdims %d, want [2 5] [-1] 1", o, a, n.Attrs.Int("keepdims", -1))
+		}
+	}
+	feeds := map[string]*graph.Tensor{"x": graph.NewTensor(graph.Float32, graph.Shape{4, 8}), "w": graph.NewTensor(graph.Float32, graph.Shape{8})}
+	for i := range 32 {
+		feeds["x"].Set(i, float64(i%7)/3-1)
+	}
+	for i := range 8 {
+		feeds["w"].Set(i, float64(i)/4-0.5)
+	}
+	sameOutputs(t, "groups", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
 	// Nothing to fuse: the graph comes back as it is (byte-identical).
 	b2 := graph.NewBuilder("lone")
 	b2.Output(b2.Op("Exp", nil, b2.Input("x", graph.Float32, 3)))
@@ -125,4 +146,54 @@ func TestFuseElementwiseGroups(t *testing.T) {
 	if out, err := (FuseElementwise{}).Run(g2, nil); err != nil || out != g2 {
 		t.Errorf("a graph with no group of two changed (err %v)", err)
 	}
+}
+
+// What a reduction does not take: a reduction over another axis than the
+// last stays a node of its own (and closes the group it reads), an op that
+// reads a value from before a group's reduction does not join that group,
+// and an Expand read by elementwise ops that broadcast anyway is bypassed.
+func TestFuseElementwiseReductionLimits(t *testing.T) {
+	b := graph.NewBuilder("limits")
+	x := b.Input("x", graph.Float32, 4, 8)
+	e := b.Input("e", graph.Float32, 4, 8)
+	sq := b.Mul(x, x)
+	col := b.ReduceSum(b.Op("Exp", nil, x), true, 0) // over the first axis: stays
+	m := b.ReduceMean(sq, true, 1)                   // joins sq's group
+	inv := b.Reciprocal(b.Sqrt(m))                   // joins after the reduction
+	big := b.Op("Expand", nil, inv, b.Ints(4, 8))    // bypassed: Mul broadcasts itself
+	y := b.Mul(b.Add(sq, e), big)                    // reads sq from before the reduction: a group of its own
+	b.Output(col, y)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &Log{}
+	fused, err := (FuseElementwise{}).Run(g, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bodies []string
+	ops := map[string]int{}
+	for _, n := range fused.Nodes {
+		ops[n.Op]++
+		if n.Op == "FusedElementwise" {
+			bodies = append(bodies, n.Attrs["body"].S)
+		}
+	}
+	want := []string{"Mul(i0,i0);ReduceMean(t0);Sqrt(t1);Reciprocal(t2)", "Add(i0,i1);Mul(t0,i2)"}
+	if strings.Join(bodies, " | ") != strings.Join(want, " | ") {
+		t.Errorf("bodies %q, want %q", bodies, want)
+	}
+	if ops["ReduceSum"] != 1 || ops["Expand"] != 0 || ops["Exp"] != 1 {
+		t.Errorf("ops after fusion: %v", ops)
+	}
+	if !strings.Contains(log.String(), "expand_to_broadcast") {
+		t.Errorf("the log does not say the Expand was bypassed:\n%s", log)
+	}
+	feeds := map[string]*graph.Tensor{"x": graph.NewTensor(graph.Float32, graph.Shape{4, 8}), "e": graph.NewTensor(graph.Float32, graph.Shape{4, 8})}
+	for i := range 32 {
+		feeds["x"].Set(i, float64(i%5)/2+0.25)
+		feeds["e"].Set(i, float64(i%3)-1)
+	}
+	sameOutputs(t, "limits", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
 }

@@ -85,5 +85,49 @@ func fusedCases() []opCase {
 		}
 		c.expect(ys[0], mapArr(rnd(c, refElem("Sub", rt, ry)), func(a float64) float64 { return -math.Abs(a) }))
 	})
+	// Bodies with a row reduction (axes [-1]): the element steps, the
+	// reduction and the row steps after it, as fuse_elementwise makes of an
+	// RMSNorm forward and a norm backward's row sum.
+	red := func(c *ctx, op string, keepdims int, x *arr) *arr {
+		return rnd(c, ref(op, graph.Attrs{"keepdims": graph.Int(int64(keepdims))}, f64(x), i64(-1)))
+	}
+	fusedRed := func(c *ctx, body string, keepdims int64, outs []int64, ins ...*graph.Value) []*graph.Value {
+		return c.opN("FusedElementwise", graph.Attrs{"body": graph.Str(body), "outputs": graph.Ints(outs...),
+			"axes": graph.Ints(-1), "keepdims": graph.Int(keepdims)}, ins...)
+	}
+	for _, sh := range [][]int{{4, 6, 64}, {3, 2, 768}, {5, 40}} {
+		add("rmsnorm_rows_"+shapeName(sh), func(c *ctx) {
+			x, rx := c.input(c.dt, normal, sh...)
+			y, ry := c.input(c.dt, normal, sh...)
+			e, re := c.input(c.dt, constGen(1e-5))
+			ys := fusedRed(c, "Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4)", 1, []int64{0, 4, 5}, x, y, e)
+			t0 := rnd(c, refElem("Add", rx, ry))
+			t2 := red(c, "ReduceMean", 1, rnd(c, refElem("Mul", t0, t0)))
+			t4 := rnd(c, refElem("Sqrt", rnd(c, refElem("Add", t2, re))))
+			c.expect(ys[0], t0)
+			c.expect(ys[1], t4)
+			c.expect(ys[2], mapArr(t4, func(v float64) float64 { return 1 / v }))
+		})
+	}
+	add("norm_backward_rowsum_[4,6,48]_[48]_[4,6,1]", func(c *ctx) {
+		g, rg := c.input(c.dt, normal, 4, 6, 48)
+		w, rw := c.input(c.dt, normal, 48)
+		r, rr := c.input(c.dt, positive, 4, 6, 1)
+		// A row step before the reduction (r·r), as merged groups give.
+		ys := fusedRed(c, "Mul(i2,i2);Mul(i0,i1);ReduceSum(t1);Mul(t2,t0);Neg(t3)", 1, []int64{4, 1}, g, w, r)
+		t0 := rnd(c, refElem("Mul", rr, rr))
+		t1 := rnd(c, refElem("Mul", rg, rw))
+		t3 := rnd(c, refElem("Mul", red(c, "ReduceSum", 1, t1), t0))
+		c.expect(ys[0], mapArr(t3, func(v float64) float64 { return -v }))
+		c.expect(ys[1], t1)
+	})
+	add("rows_keepdims0_[5,7]_[5]", func(c *ctx) {
+		x, rx := c.input(c.dt, scaled(0.5, normal), 5, 7)
+		y, ry := c.input(c.dt, normal, 5)
+		ys := fusedRed(c, "Exp(i0);ReduceSum(t0);Mul(t1,i1)", 0, []int64{2, 0}, x, y)
+		t0 := rnd(c, refElem("Exp", rx))
+		c.expect(ys[0], rnd(c, refElem("Mul", red(c, "ReduceSum", 0, t0), ry)))
+		c.expect(ys[1], t0)
+	})
 	return cs
 }

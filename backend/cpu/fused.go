@@ -23,7 +23,7 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	for i, t := range in {
 		inTypes[i] = t.Type()
 	}
-	types, err := graph.FusedTypes(steps, inTypes)
+	types, err := graph.FusedTypes(steps, inTypes, n.Attrs)
 	if err != nil {
 		return err
 	}
@@ -31,7 +31,9 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	if len(outIdx) != len(out) {
 		return fmt.Errorf("%d outputs listed, %d given", len(outIdx), len(out))
 	}
-	if oneShape(types, out) {
+	// A body with a reduction holds each step whole (the reduction needs
+	// its entire operand); the reduction runs on ReduceSum/Mean's kernel.
+	if !hasReduction(steps) && oneShape(types, out) {
 		return fusedChunked(n, steps, types, outIdx, in, out)
 	}
 	// Steps that are outputs compute straight into them.
@@ -61,6 +63,13 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 				return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 			}
 		}
+		if graph.FusibleReduce[s.Op] {
+			axes, _, err := graph.FusedReduceOperands(n.Attrs)
+			if err != nil {
+				return err
+			}
+			args = append(args, axes) // keepdims: the node's attribute
+		}
 		if err := kernels[s.Op](n, args, []*graph.Tensor{t}); err != nil {
 			return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}
@@ -84,6 +93,15 @@ func copyTensor(dst, src *graph.Tensor) {
 }
 
 // oneShape reports whether every step and output has out[0]'s shape.
+func hasReduction(steps []graph.FusedStep) bool {
+	for _, s := range steps {
+		if graph.FusibleReduce[s.Op] {
+			return true
+		}
+	}
+	return false
+}
+
 func oneShape(types []graph.TensorType, out []*graph.Tensor) bool {
 	if len(out) == 0 {
 		return false

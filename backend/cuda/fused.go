@@ -442,9 +442,14 @@ func lowerFusedElementwise(c *lowerCtx) (func() error, error) {
 	for i, v := range n.Inputs {
 		inTypes[i] = v.Type
 	}
-	types, err := graph.FusedTypes(steps, inTypes)
+	types, err := graph.FusedTypes(steps, inTypes, n.Attrs)
 	if err != nil {
 		return nil, err
+	}
+	for _, st := range steps {
+		if graph.FusibleReduce[st.Op] {
+			return lowerFusedRows(c, steps, types)
+		}
 	}
 	shape := n.Outputs[0].Type.Shape
 	for k, t := range types {

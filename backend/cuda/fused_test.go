@@ -159,3 +159,62 @@ func TestColReduceProgram(t *testing.T) {
 		}
 	}
 }
+
+// The row generator: an RMSNorm forward in bfloat16 reads 16-byte vectors
+// with a warp per 768-element row and writes the residual per element and
+// the rsqrt per row; a float32 operand halves the vector; a row length that
+// does not split into vectors, or a misaligned operand, reads one element
+// at a time; short rows share a warp.
+func TestRowProgramGenerate(t *testing.T) {
+	buf := func(dt graph.DType, addr DevicePtr, s graph.Shape) buffer {
+		return buffer{ptr: addr, dt: dt, n: s.Numel()}
+	}
+	fwd, err := graph.ParseFusedBody("Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4)", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prog := func(full graph.Shape, xdt graph.DType, xaddr DevicePtr, edt graph.DType) *rowProgram {
+		red := append(full[:len(full)-1:len(full)-1], 1)
+		p := &rowProgram{full: full, steps: fwd, red: 2, mean: true, rowLevel: []bool{false, false, true, true, true, true},
+			outs: []int{0, 4, 5}}
+		x, y, e := buf(xdt, xaddr, full), buf(xdt, 0x20000, full), buf(edt, 0x30000, graph.Shape{})
+		p.eIns = []operand{broadcastOperand(x, full, full), broadcastOperand(y, full, full), {buf: e}}
+		p.rIns = []operand{{buf: x}, {buf: y}, broadcastOperand(e, graph.Shape{}, red)}
+		p.obufs = []buffer{buf(xdt, 0x40000, full), buf(xdt, 0x50000, red), buf(xdt, 0x60000, red)}
+		return p
+	}
+	cases := []struct {
+		name        string
+		p           *rowProgram
+		vec, lanes  int
+		rows        int64
+		mustContain []string
+	}{
+		{"bf16 rows of 768", prog(graph.Shape{8, 1024, 768}, graph.BFloat16, 0x10000, graph.BFloat16), 8, 32, 8192,
+			[]string{"uint4", "a / (float)768", "__shfl_xor_sync(0xffffffffu, a, 16, 32)", "out1[row]", "out0 + q + col"}},
+		{"bf16 with a float32 output", func() *rowProgram {
+			p := prog(graph.Shape{8, 1024, 768}, graph.BFloat16, 0x10000, graph.Float32)
+			p.obufs[0].dt = graph.Float32
+			return p
+		}(), 4, 32, 8192, []string{"uint2", "uint4"}},
+		{"f64 rows of 64", prog(graph.Shape{6, 64}, graph.Float64, 0x10000, graph.Float64), 2, 32, 6, []string{"double a = 0", "a / (double)64"}},
+		{"rows of 64 bf16 share a warp", prog(graph.Shape{3, 5, 64}, graph.BFloat16, 0x10000, graph.BFloat16), 8, 8, 15,
+			[]string{"% 8u", "__shfl_xor_sync(0xffffffffu, a, 4, 8)"}},
+		{"odd row length", prog(graph.Shape{4, 7}, graph.Float32, 0x10000, graph.Float32), 1, 4, 4, []string{"in0[e0 + col * 1ull]"}},
+		{"misaligned input", prog(graph.Shape{4, 64}, graph.Float32, 0x10004, graph.Float32), 1, 32, 4, nil},
+	}
+	for _, tc := range cases {
+		src, rows, lanes, err := tc.p.generate()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !strings.Contains(src, fmt.Sprintf("vector %d, %d lanes per row", tc.vec, tc.lanes)) || rows != tc.rows || lanes != tc.lanes {
+			t.Errorf("%s: rows %d lanes %d, want %d rows, vector %d, %d lanes\n%s", tc.name, rows, lanes, tc.rows, tc.vec, tc.lanes, src)
+		}
+		for _, s := range tc.mustContain {
+			if !strings.Contains(src, s) {
+				t.Errorf("%s: source lacks %q\n%s", tc.name, s, src)
+			}
+		}
+	}
+}
