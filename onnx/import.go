@@ -8,8 +8,9 @@
 // Unsqueeze → Concat → Reshape chains, masks built with ConstantOfShape, Range,
 // Trilu, ...) is evaluated at import and becomes a constant. A few standard ops
 // outside our table are rewritten into table ops with the same meaning
-// (LayerNormalization, Gelu, Split, Attention → FlashAttention). Anything else
-// is refused with the op, its opset and the node's name: never approximated.
+// (LayerNormalization, RMSNormalization, Gelu, Split, Attention →
+// FlashAttention). Anything else is refused with the op, its opset and the
+// node's name: never approximated.
 //
 // Export writes a model that onnx.checker accepts and ONNX Runtime runs; what
 // ONNX cannot say exactly (float64 attribute values, initializer recipes, param

@@ -405,6 +405,47 @@ func TestLayerNormAndGelu(t *testing.T) {
 	closeTo(t, "gelu tanh", out["gelu_tanh"], gt, graph.Shape{2, 3, 4}, 1e-12)
 }
 
+// RMSNormalization (opset 23) becomes table ops with the spec's numbers,
+// over the axes from axis on; a stash_type other than the input's is refused.
+func TestRMSNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 1))
+	x := randTensor(rng, graph.Float64, 2, 3, 4)
+	scale := randTensor(rng, graph.Float64, 3, 4)
+	in := []*onnxpb.ValueInfo{vi("x", onnxpb.Double, 2, 3, 4)}
+	inits := []*onnxpb.Tensor{onnxpb.NewFloat64("scale", []int64{3, 4}, scale.F64), onnxpb.NewFloat64("scale_last", []int64{4}, scale.F64[:4])}
+	m := modelOf(23, in, inits, []string{"rms", "rms_last"},
+		nd("RMSNormalization", []string{"x", "scale"}, []string{"rms"}, aInt("axis", 1), aFloat("epsilon", 1e-3), aInt("stash_type", int64(onnxpb.Double))),
+		nd("RMSNormalization", []string{"x", "scale_last"}, []string{"rms_last"}, aInt("stash_type", int64(onnxpb.Double))),
+	)
+	_, out := importAndRun(t, m, map[string]*graph.Tensor{"x": x})
+	// want normalizes rows of n values (eps is a float attribute: float32).
+	want := func(n int, eps float64, sc []float64) []float64 {
+		var y []float64
+		for r := range len(data(x)) / n {
+			row := data(x)[r*n : r*n+n]
+			ms := 0.0
+			for _, v := range row {
+				ms += v * v / float64(n)
+			}
+			for i, v := range row {
+				y = append(y, v/math.Sqrt(ms+float64(float32(eps)))*sc[i])
+			}
+		}
+		return y
+	}
+	closeTo(t, "rmsnorm axis 1", out["rms"], want(12, 1e-3, scale.F64), graph.Shape{2, 3, 4}, 1e-12)
+	closeTo(t, "rmsnorm last axis", out["rms_last"], want(4, 1e-5, scale.F64[:4]), graph.Shape{2, 3, 4}, 1e-12)
+
+	bad := modelOf(23, in, inits, []string{"y"}, nd("RMSNormalization", []string{"x", "scale"}, []string{"y"}, aInt("axis", 1)))
+	if _, err := ImportModel(bad, Options{}); err == nil || !strings.Contains(err.Error(), "stash_type") {
+		t.Errorf("float stash_type on a double input: %v", err)
+	}
+	old := modelOf(22, in, inits, []string{"y"}, nd("RMSNormalization", []string{"x", "scale"}, []string{"y"}, aInt("stash_type", int64(onnxpb.Double))))
+	if _, err := ImportModel(old, Options{}); err == nil || !strings.Contains(err.Error(), "does not exist before opset 23") {
+		t.Errorf("RMSNormalization at opset 22: %v", err)
+	}
+}
+
 // Opset-23 Attention (default scale 1/sqrt(head_dim), causal) becomes
 // FlashAttention and computes softmax(scale·QKᵀ + mask)·V.
 func TestAttentionImport(t *testing.T) {

@@ -26,7 +26,8 @@ func init() {
 		"Transpose":               importTranspose, "Reshape": importReshape, "Concat": importConcat,
 		"Slice": importSlice, "Unsqueeze": importUnsqueeze, "Squeeze": importSqueeze,
 		"Expand": direct("Expand"), "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
-		"LayerNormalization": importLayerNorm, "Gelu": importGelu, "Attention": importAttention,
+		"LayerNormalization": importLayerNorm, "RMSNormalization": importRMSNorm,
+		"Gelu": importGelu, "Attention": importAttention,
 	}
 	for _, op := range []string{"Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Relu", "Erf", "Abs", "Softplus"} {
 		handlers[op] = direct(op)
@@ -39,7 +40,7 @@ func init() {
 var introduced = map[string]int64{
 	"Expand": 8, "Where": 9, "Erf": 9, "ConstantOfShape": 9, "Range": 11,
 	"SoftmaxCrossEntropyLoss": 12, "LessOrEqual": 12, "GreaterOrEqual": 12,
-	"Trilu": 14, "LayerNormalization": 17, "Gelu": 20, "Attention": 23,
+	"Trilu": 14, "LayerNormalization": 17, "Gelu": 20, "Attention": 23, "RMSNormalization": 23,
 }
 
 func (c *opCtx) dispatch() error {
@@ -666,40 +667,10 @@ func importSplit(c *opCtx) error {
 // importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that
 // defines it: normalize over the axes from axis on, then scale and shift.
 func importLayerNorm(c *opCtx) error {
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return err
-	}
-	eps, err := c.attrFloat("epsilon", 1e-5)
-	if err != nil {
-		return err
-	}
-	stash, err := c.attrInt("stash_type", int64(onnxpb.Float))
-	if err != nil {
-		return err
-	}
 	if c.outputUsed(1) || c.outputUsed(2) {
 		return c.errf("the Mean and InvStdDev outputs are not supported")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	// stash_type is the precision of the statistics; the rewrite computes them
-	// in the input's type, so the two must agree.
-	if onnxType(x.Type.DType) != onnxpb.DataType(stash) {
-		return c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType)
-	}
-	r := x.Type.Shape.Rank()
-	a, err := graph.NormAxis(int(axis), r)
-	if err != nil {
-		return c.errf("%v", err)
-	}
-	var ax []int64
-	for i := a; i < r; i++ {
-		ax = append(ax, int64(i))
-	}
-	axes, err := c.ints("axes", ax)
+	x, axes, eps, err := normInputs(c)
 	if err != nil {
 		return err
 	}
@@ -758,6 +729,85 @@ func importLayerNorm(c *opCtx) error {
 		return err
 	}
 	_, err = c.emit("Add", nil, y, bias)
+	return err
+}
+
+// normInputs reads what LayerNormalization and RMSNormalization share: the
+// input X, the axes from the axis attribute to the last (as an operand of
+// ReduceMean), epsilon, and a stash_type the rewrite can honour.
+func normInputs(c *opCtx) (x, axes *graph.Value, eps float64, err error) {
+	axis, err := c.attrInt("axis", -1)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if eps, err = c.attrFloat("epsilon", 1e-5); err != nil {
+		return nil, nil, 0, err
+	}
+	stash, err := c.attrInt("stash_type", int64(onnxpb.Float))
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if x, err = c.need(0); err != nil {
+		return nil, nil, 0, err
+	}
+	// stash_type is the precision of the statistics; the rewrite computes them
+	// in the input's type, so the two must agree.
+	if onnxType(x.Type.DType) != onnxpb.DataType(stash) {
+		return nil, nil, 0, c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType)
+	}
+	r := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), r)
+	if err != nil {
+		return nil, nil, 0, c.errf("%v", err)
+	}
+	var ax []int64
+	for i := a; i < r; i++ {
+		ax = append(ax, int64(i))
+	}
+	axes, err = c.ints("axes", ax)
+	return x, axes, eps, err
+}
+
+// importRMSNorm writes RMSNormalization (opset 23) as the ONNX function that
+// defines it: X · 1/√(mean(X²) + ε) over the axes from axis on, times scale.
+func importRMSNorm(c *opCtx) error {
+	x, axes, eps, err := normInputs(c)
+	if err != nil {
+		return err
+	}
+	scale, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	xx, err := c.sub("Mul", nil, x, x)
+	if err != nil {
+		return err
+	}
+	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, xx, axes)
+	if err != nil {
+		return err
+	}
+	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
+	if err != nil {
+		return err
+	}
+	mse, err := c.sub("Add", nil, ms, epsV)
+	if err != nil {
+		return err
+	}
+	rms, err := c.sub("Sqrt", nil, mse)
+	if err != nil {
+		return err
+	}
+	inv, err := c.sub("Reciprocal", nil, rms)
+	if err != nil {
+		return err
+	}
+	nrm, err := c.sub("Mul", nil, x, inv)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Mul", nil, nrm, scale)
 	return err
 }
 

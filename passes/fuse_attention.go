@@ -3,6 +3,7 @@ package passes
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -325,6 +326,9 @@ func checkAdditiveMask(m *Match, mask *graph.Value, mult float64, sq, sk int) ma
 	}
 	t, err := m.Const(mask)
 	if err != nil {
+		if why := runtimeMask("mask", mask, sk); why != "" {
+			return maskVerdict{why: why}
+		}
 		return maskVerdict{why: "mask " + err.Error()}
 	}
 	return scanMask([]*graph.Tensor{t}, sq, sk, func(x []float64) float64 { return x[0] * mult })
@@ -341,6 +345,9 @@ func whereMask(keepIfTrue bool) Cond {
 			vd := m.Memo(key, func() any {
 				c, err := m.Const(cond)
 				if err != nil {
+					if why := runtimeMask("mask condition", cond, sk); why != "" {
+						return maskVerdict{why: why}
+					}
 					return maskVerdict{why: "mask condition " + err.Error()}
 				}
 				f, err := m.Const(fill)
@@ -363,60 +370,104 @@ func whereMask(keepIfTrue bool) Cond {
 	}
 }
 
-// scanMask checks an additive mask given as eff(elements of ts) over every
-// [.., sq, sk] slice of the broadcast of ts (broadcast rows and columns are
-// read at stride 0, so a [S] or [1, S] mask is checked as the matrix it
-// broadcasts to). Positions j > i (strictly above the diagonal, top-left
-// aligned as FlashAttention's causal flag) must all be masked values or all
-// be 0; every other position must be exactly 0.
-func scanMask(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) maskVerdict {
+// maskView reads an additive mask given as eff(elements of ts) as the
+// [sq, sk] matrices of its broadcast (broadcast rows and columns are read at
+// stride 0, so a [S] or [1, S] mask is checked as the matrix it broadcasts
+// to).
+type maskView struct {
+	ts      []*graph.Tensor
+	strides [][]int
+	lead    graph.Shape // the broadcast's dims before the last two
+	sq, sk  int
+	eff     func(x []float64) float64
+}
+
+func newMaskView(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) (*maskView, string) {
 	shapes := make([]graph.Shape, len(ts))
 	for i, t := range ts {
 		shapes[i] = t.Shape
 	}
 	view, err := graph.Broadcast(shapes...)
 	if err != nil {
-		return maskVerdict{why: "mask " + err.Error()}
+		return nil, "mask " + err.Error()
 	}
 	for view.Rank() < 2 {
 		view = append(graph.Shape{1}, view...)
 	}
 	r := view.Rank()
 	if (view[r-2] != 1 && view[r-2] != sq) || (view[r-1] != 1 && view[r-1] != sk) {
-		return maskVerdict{why: fmt.Sprintf("mask shape %v does not fit scores [.., %d, %d]", view, sq, sk)}
+		return nil, fmt.Sprintf("mask shape %v does not fit scores [.., %d, %d]", view, sq, sk)
 	}
 	view = view.Clone()
 	view[r-2], view[r-1] = sq, sk
-	strides := make([][]int, len(ts))
+	mv := &maskView{ts: ts, strides: make([][]int, len(ts)), lead: view[:r-2], sq: sq, sk: sk, eff: eff}
 	for i, t := range ts {
-		if strides[i], err = broadcastStrides(t.Shape, view); err != nil {
-			return maskVerdict{why: "mask " + err.Error()}
+		if mv.strides[i], err = broadcastStrides(t.Shape, view); err != nil {
+			return nil, "mask " + err.Error()
 		}
 	}
-	lead := view[:r-2]
-	masked, zero := 0, 0
-	var zeroAt [2]int
-	base := make([]int, len(ts))
-	x := make([]float64, len(ts))
-	idx := make([]int, len(lead))
-	for range lead.Numel() {
-		for t := range ts {
+	return mv, ""
+}
+
+// each calls f with every [sq, sk] matrix of effective mask values (row
+// major), stopping at the first non-empty reason f returns, which it returns.
+func (mv *maskView) each(f func(e []float64) string) string {
+	r := len(mv.lead) + 2
+	e := make([]float64, mv.sq*mv.sk)
+	base := make([]int, len(mv.ts))
+	x := make([]float64, len(mv.ts))
+	idx := make([]int, len(mv.lead))
+	for range mv.lead.Numel() {
+		for t := range mv.ts {
 			base[t] = 0
-			for d := range lead {
-				base[t] += idx[d] * strides[t][d]
+			for d := range mv.lead {
+				base[t] += idx[d] * mv.strides[t][d]
 			}
 		}
+		for i := range mv.sq {
+			for j := range mv.sk {
+				for t, tt := range mv.ts {
+					x[t] = tt.At(base[t] + i*mv.strides[t][r-2] + j*mv.strides[t][r-1])
+				}
+				e[i*mv.sk+j] = mv.eff(x)
+			}
+		}
+		if why := f(e); why != "" {
+			return why
+		}
+		for d := len(idx) - 1; d >= 0; d-- {
+			if idx[d]++; idx[d] < mv.lead[d] {
+				break
+			}
+			idx[d] = 0
+		}
+	}
+	return ""
+}
+
+// isMaskValue: v stands for −inf (−inf included, NaN not).
+func isMaskValue(v float64) bool { return v <= MaskThreshold }
+
+// scanMask checks an additive mask given as eff(elements of ts) over every
+// [.., sq, sk] slice of its broadcast. Positions j > i (strictly above the
+// diagonal, top-left aligned as FlashAttention's causal flag) must all be
+// masked values or all be 0; every other position must be exactly 0.
+func scanMask(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) maskVerdict {
+	mv, why := newMaskView(ts, sq, sk, eff)
+	if why != "" {
+		return maskVerdict{why: why}
+	}
+	masked, zero := 0, 0
+	var zeroAt [2]int
+	below := [2]int{-1, -1} // the first masked position on or below the diagonal
+	why = mv.each(func(e []float64) string {
 		for i := range sq {
 			for j := range sk {
-				for t, tt := range ts {
-					x[t] = tt.At(base[t] + i*strides[t][r-2] + j*strides[t][r-1])
-				}
-				v := eff(x)
-				isMask := v <= MaskThreshold // −inf included, NaN not
+				v := e[i*sk+j]
 				switch {
 				case math.IsNaN(v):
-					return maskVerdict{why: fmt.Sprintf("mask has NaN at [%d,%d]", i, j)}
-				case j > i && isMask:
+					return fmt.Sprintf("mask has NaN at [%d,%d]", i, j)
+				case j > i && isMaskValue(v):
 					masked++
 				case j > i && v == 0:
 					if zero == 0 {
@@ -424,25 +475,125 @@ func scanMask(ts []*graph.Tensor, sq, sk int, eff func(x []float64) float64) mas
 					}
 					zero++
 				case j > i:
-					return maskVerdict{why: fmt.Sprintf("mask value %s at [%d,%d] does not stand for −inf (causal masks need −inf or ≤ %g)", graph.FormatFloat(v), i, j, MaskThreshold)}
-				case isMask:
-					return maskVerdict{why: fmt.Sprintf("mask is not causal: it masks [%d,%d], on or below the diagonal", i, j)}
+					return fmt.Sprintf("mask value %s at [%d,%d] does not stand for −inf (causal masks need −inf or ≤ %g)", graph.FormatFloat(v), i, j, MaskThreshold)
+				case isMaskValue(v):
+					below = [2]int{i, j}
+					return "masks on or below the diagonal"
 				case v != 0:
-					return maskVerdict{why: fmt.Sprintf("mask is not causal: it adds %s at [%d,%d] (a bias, not a mask)", graph.FormatFloat(v), i, j)}
+					return fmt.Sprintf("mask is not causal: it adds %s at [%d,%d] (a bias, not a mask)", graph.FormatFloat(v), i, j)
 				}
 			}
 		}
-		for d := len(idx) - 1; d >= 0; d-- {
-			if idx[d]++; idx[d] < lead[d] {
-				break
-			}
-			idx[d] = 0
-		}
+		return ""
+	})
+	if below[0] >= 0 {
+		return maskVerdict{why: mv.notCausal(below[0], below[1])}
+	}
+	if why != "" {
+		return maskVerdict{why: why}
 	}
 	if masked > 0 && zero > 0 {
 		return maskVerdict{why: fmt.Sprintf("mask is not causal: [%d,%d] above the diagonal is not masked", zeroAt[0], zeroAt[1])}
 	}
 	return maskVerdict{causal: masked > 0}
+}
+
+// notCausal says what a mask that masks [i0,j0], on or below the diagonal
+// (the first such position), is instead, when it is one of the masks models
+// use that FlashAttention's causal flag cannot express: a sliding window
+// (Mistral: each query sees only its last w keys) or a padding mask (the
+// same keys masked for every query). Fusing either as causal would let
+// queries see keys the model hides.
+func (mv *maskView) notCausal(i0, j0 int) string {
+	// Row-major, a window of w keys first masks [w, 0].
+	if w := i0 - j0; j0 == 0 && w >= 1 && mv.matches(func(i, j int) bool { return j > i || i-j >= w }) {
+		return fmt.Sprintf("mask is a sliding window of %d keys, not causal: query i sees keys i-%d..i only ([%d,%d] is masked); FlashAttention's causal flag has no window", w, w-1, i0, j0)
+	}
+	var keys []int // masked keys of the first matrix
+	first := true
+	perKey := mv.each(func(e []float64) string {
+		for j := range mv.sk {
+			col := isMaskValue(e[j])
+			for i := range mv.sq {
+				if v := e[i*mv.sk+j]; isMaskValue(v) != col || (!col && v != 0) {
+					return "differs between queries"
+				}
+			}
+			if first && col {
+				keys = append(keys, j)
+			}
+		}
+		first = false
+		return ""
+	}) == ""
+	if perKey {
+		return fmt.Sprintf("mask is a padding mask, not causal: it masks the same keys for every query (keys %s of the first [%d,%d] matrix); FlashAttention takes no mask input, only a causal flag", fmtKeys(keys), mv.sq, mv.sk)
+	}
+	return fmt.Sprintf("mask is not causal: it masks [%d,%d], on or below the diagonal", i0, j0)
+}
+
+// fmtKeys lists key indices, the first 8 of a long list.
+func fmtKeys(keys []int) string {
+	if len(keys) > 8 {
+		return fmt.Sprintf("%v … (%d in all)", keys[:8], len(keys))
+	}
+	return fmt.Sprint(keys)
+}
+
+// matches reports whether every matrix of the mask masks exactly where
+// masked(i, j) says and is 0 everywhere else.
+func (mv *maskView) matches(masked func(i, j int) bool) bool {
+	return mv.each(func(e []float64) string {
+		for i := range mv.sq {
+			for j := range mv.sk {
+				v := e[i*mv.sk+j]
+				if isMaskValue(v) != masked(i, j) || (!masked(i, j) && v != 0) {
+					return "differs"
+				}
+			}
+		}
+		return ""
+	}) == ""
+}
+
+// runtimeMask says why a mask read from graph inputs is not fused: it is a
+// padding mask (one value per key: [.., 1, Sk] or [Sk]) or another mask
+// computed at run time, and FlashAttention has only its causal flag. It is
+// "" when the mask reads no graph input (another reason applies).
+func runtimeMask(what string, mask *graph.Value, sk int) string {
+	ins := graphInputsOf(mask)
+	if len(ins) == 0 {
+		return ""
+	}
+	kind := "a mask computed at run time"
+	s := mask.Type.Shape
+	if r := s.Rank(); sk > 1 && r >= 1 && s[r-1] == sk && (r == 1 || s[r-2] == 1) {
+		kind = "a padding mask (one value per key)"
+	}
+	return fmt.Sprintf("%s %s %v is %s, read from graph input %s: FlashAttention takes no mask input, only a causal flag", what, mask.Name, s, kind, strings.Join(ins, ", "))
+}
+
+// graphInputsOf lists the graph inputs v is computed from, in the order
+// found (bounded: masks are a few ops deep).
+func graphInputsOf(v *graph.Value) []string {
+	var out []string
+	seen := map[*graph.Value]bool{}
+	stack := []*graph.Value{v}
+	for len(stack) > 0 && len(seen) < 256 {
+		x := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if x == nil || seen[x] {
+			continue
+		}
+		seen[x] = true
+		if x.Kind == graph.Input {
+			out = append(out, x.Name)
+		}
+		if x.Producer != nil {
+			stack = append(stack, x.Producer.Inputs...)
+		}
+	}
+	return out
 }
 
 func fuseAttention(m *Match, e *Edit) error {

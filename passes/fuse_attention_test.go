@@ -1,6 +1,7 @@
 package passes
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -176,7 +177,7 @@ func literalMask(b *graph.Builder, dt graph.DType, name string, value func(i, j 
 }
 
 var refusalCases = []refusalCase{
-	{"banded_mask", "mask is not causal: it masks [3,0], on or below the diagonal", func(b *graph.Builder, a fzAttn) []*graph.Value {
+	{"banded_mask", "mask is a sliding window of 3 keys, not causal: query i sees keys i-2..i only ([3,0] is masked)", func(b *graph.Builder, a fzAttn) []*graph.Value {
 		m := literalMask(b, a.dt, "band", func(i, j int) float64 {
 			if j > i || i-j > 2 {
 				return math.Inf(-1)
@@ -194,11 +195,26 @@ var refusalCases = []refusalCase{
 		})
 		return []*graph.Value{b.MatMul(b.Softmax(b.Add(a.scores(b), m), -1), a.v)}
 	}},
-	{"padding_mask_input", "mask pad is a graph input, not a constant", func(b *graph.Builder, a fzAttn) []*graph.Value {
+	{"padding_mask_input", "mask pad [2,1,1,8] is a padding mask (one value per key), read from graph input pad", func(b *graph.Builder, a fzAttn) []*graph.Value {
 		pad := b.Input("pad", a.dt, fzB, 1, 1, fzS)
 		return []*graph.Value{b.MatMul(b.Softmax(b.Add(a.scores(b), pad), -1), a.v)}
 	}},
-	{"padding_mask_const", "mask is not causal: it masks [6,6], on or below the diagonal", func(b *graph.Builder, a fzAttn) []*graph.Value {
+	{"padding_mask_from_ids", "mask Mul_0 [2,1,1,8] is a padding mask (one value per key), read from graph input attention_mask", func(b *graph.Builder, a fzAttn) []*graph.Value {
+		// BERT's: (1 − attention_mask[:, None, None, :]) · −1e9.
+		am := b.Input("attention_mask", a.dt, fzB, fzS)
+		pad := b.Mul(b.Sub(b.Scalar(a.dt, 1), b.Reshape(am, fzB, 1, 1, fzS)), b.Scalar(a.dt, -1e9))
+		return []*graph.Value{b.MatMul(b.Softmax(b.Add(a.scores(b), pad), -1), a.v)}
+	}},
+	{"padding_mask_where_input", "mask condition keep [2,1,1,8] is a padding mask (one value per key), read from graph input keep", func(b *graph.Builder, a fzAttn) []*graph.Value {
+		keep := b.Input("keep", graph.Bool, fzB, 1, 1, fzS)
+		s := b.Op("Where", nil, keep, a.scores(b), b.Scalar(a.dt, math.Inf(-1)))
+		return []*graph.Value{b.MatMul(b.Softmax(s, -1), a.v)}
+	}},
+	{"mask_input_per_query", "mask bias [2,1,8,8] is a mask computed at run time, read from graph input bias", func(b *graph.Builder, a fzAttn) []*graph.Value {
+		bias := b.Input("bias", a.dt, fzB, 1, fzS, fzS)
+		return []*graph.Value{b.MatMul(b.Softmax(b.Add(a.scores(b), bias), -1), a.v)}
+	}},
+	{"padding_mask_const", "mask is a padding mask, not causal: it masks the same keys for every query (keys [6 7] of the first [8,8] matrix)", func(b *graph.Builder, a fzAttn) []*graph.Value {
 		d := make([]float64, fzS)
 		d[fzS-2], d[fzS-1] = math.Inf(-1), math.Inf(-1)
 		pad := b.Const("pad", a.dt, graph.Shape{1, 1, 1, fzS}, graph.Literal(d...))
@@ -507,5 +523,127 @@ func TestRulePanicIsAnError(t *testing.T) {
 	}
 	if graph.Format(g) != before {
 		t.Error("the input graph changed")
+	}
+}
+
+// TestSlidingWindowNeverFusedAsCausal: a sliding-window mask (Mistral's:
+// query i sees keys i-w+1..i) is causal plus more masking below the
+// diagonal. Fused as plain causal it would let queries see keys the model
+// hides, so for every window shorter than the sequence, in each spelling
+// exporters use, the Softmax stays, the explanation names the sliding
+// window, and the pipeline's graph computes what the model does. A window
+// of the whole sequence (or more) hides nothing below the diagonal: it is
+// exactly causal and fuses.
+func TestSlidingWindowNeverFusedAsCausal(t *testing.T) {
+	spellings := map[string]func(b *graph.Builder, a fzAttn, w int) *graph.Value{
+		// Add of a literal: −inf, or HF's large negative.
+		"add_inf": func(b *graph.Builder, a fzAttn, w int) *graph.Value {
+			m := literalMask(b, a.dt, "window", func(i, j int) float64 {
+				if j > i || i-j >= w {
+					return math.Inf(-1)
+				}
+				return 0
+			})
+			return b.Add(a.scores(b), m)
+		},
+		"add_1e9": func(b *graph.Builder, a fzAttn, w int) *graph.Value {
+			m := literalMask(b, a.dt, "window", func(i, j int) float64 {
+				if j > i || i-j >= w {
+					return -1e9
+				}
+				return 0
+			})
+			return b.Add(a.scores(b), m)
+		},
+		// The exporters' form: triu(full(−inf), 1) + tril(full(−inf), −w).
+		"add_trilu": func(b *graph.Builder, a fzAttn, w int) *graph.Value {
+			full := b.Const("neg_inf", a.dt, graph.Shape{fzS, fzS}, graph.Fill(math.Inf(-1)))
+			upper := b.Op("Trilu", graph.Attrs{"upper": graph.Int(1)}, full, b.Scalar(graph.Int64, 1))
+			lower := b.Op("Trilu", graph.Attrs{"upper": graph.Int(0)}, full, b.Scalar(graph.Int64, float64(-w)))
+			return b.Add(a.scores(b), b.Add(upper, lower))
+		},
+		// Where(keep, scores, −inf) with keep the band.
+		"where_keep": func(b *graph.Builder, a fzAttn, w int) *graph.Value {
+			keep := make([]float64, fzS*fzS)
+			for i := range fzS {
+				for j := range fzS {
+					if j <= i && i-j < w {
+						keep[i*fzS+j] = 1
+					}
+				}
+			}
+			cond := b.Const("keep", graph.Bool, graph.Shape{fzS, fzS}, graph.Literal(keep...))
+			return b.Op("Where", nil, cond, a.scores(b), b.Scalar(a.dt, math.Inf(-1)))
+		},
+	}
+	for name, spell := range spellings {
+		for w := 1; w <= fzS+1; w++ {
+			t.Run(fmt.Sprintf("%s/window_%d", name, w), func(t *testing.T) {
+				dt := graph.Float64
+				b := graph.NewBuilder("window")
+				a := fzAttnInputs(b, dt)
+				a.scale = b.Scalar(dt, 1/math.Sqrt(fzD))
+				b.Output(b.MatMul(b.Softmax(spell(b, a, w), -1), a.v))
+				g, err := b.Build()
+				if err != nil {
+					t.Fatal(err)
+				}
+				fused, log := fzRun(t, Default(true), g)
+				xs := ExplainLog(g, log)
+				if len(xs) != 1 {
+					t.Fatalf("%d explanations", len(xs))
+				}
+				if w >= fzS {
+					if fa := fzNodes(fused, "FlashAttention"); len(fa) != 1 || fa[0].Attrs.Int("causal", 0) != 1 {
+						t.Errorf("a window of %d keys over %d is causal and should fuse: %v", w, fzS, xs[0])
+					}
+				} else {
+					if n := fzCount(fused, "FlashAttention"); n != 0 {
+						t.Fatalf("sliding window of %d keys fused into %d FlashAttention:\n%s", w, n, log)
+					}
+					if want := fmt.Sprintf("sliding window of %d keys", w); xs[0].Fused || !strings.Contains(xs[0].Reason, want) {
+						t.Errorf("explanation %q does not say %q", xs[0], want)
+					}
+				}
+				fzSameOutputs(t, g, fused, dt)
+			})
+		}
+	}
+}
+
+// TestFuseGQARepeatKV: grouped-query attention as exporters write LLaMA's
+// repeat_kv (K, V [B,Hkv,S,D] → Unsqueeze → Expand [B,Hkv,n,S,D] →
+// Reshape [B,H,S,D]) fuses, with FlashAttention reading the expanded K and V
+// (it takes equal head counts for Q, K and V; the Expand and Reshape stay),
+// and computes what the unfused graph does.
+func TestFuseGQARepeatKV(t *testing.T) {
+	const hkv = 1 // all fzH query heads share one kv head (MQA, the extreme of GQA; the fixtures have 2 of 4)
+	for _, dt := range []graph.DType{graph.Float64, graph.Float32} {
+		b := graph.NewBuilder("gqa")
+		q := b.Input("q", dt, fzB, fzH, fzS, fzD)
+		repeat := func(name string) *graph.Value {
+			x := b.Input(name, dt, fzB, hkv, fzS, fzD)
+			u := b.Reshape(x, fzB, hkv, 1, fzS, fzD)
+			e := b.Op("Expand", nil, u, b.Const(name+"_shape", graph.Int64, graph.Shape{5}, graph.LiteralInts(fzB, hkv, fzH/hkv, fzS, fzD)))
+			return b.Reshape(e, fzB, fzH, fzS, fzD)
+		}
+		k, v := repeat("k"), repeat("v")
+		mask := b.Const("mask", dt, graph.Shape{fzS, fzS}, graph.CausalMask())
+		b.Output(b.Attention(q, k, v, 1/math.Sqrt(fzD), mask).Out)
+		g, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		fused, log := fzRun(t, Default(true), g)
+		fa := fzNodes(fused, "FlashAttention")
+		if len(fa) != 1 || fa[0].Attrs.Int("causal", 0) != 1 || fzCount(fused, "Softmax") != 0 {
+			t.Fatalf("%v: GQA attention not fused as causal:\n%s", dt, log)
+		}
+		for i, want := range []*graph.Value{k, v} {
+			if got := fa[0].Inputs[1+i]; got.Name != want.Name || !got.Type.Shape.Equal(graph.Shape{fzB, fzH, fzS, fzD}) {
+				t.Errorf("%v: FlashAttention input %d is %s %v, want the repeated %s", dt, 1+i, got.Name, got.Type.Shape, want.Name)
+			}
+		}
+		fzSameOutputs(t, g, fused, dt)
 	}
 }
