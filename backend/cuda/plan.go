@@ -156,6 +156,7 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	}
 	uses := g.Uses()
 	storage := func(v *graph.Value) graph.DType { return p.values[v].storage }
+	readUntil := adamwRunEnds(g)
 
 	for i, n := range g.Nodes {
 		for _, in := range n.Inputs {
@@ -186,13 +187,14 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 				Bytes: bytesOf(s.dt, s.shape), First: i, Last: i, Scratch: true,
 			})
 		}
-		// Reads extend the live range of the buffer read (through aliases).
+		// Reads extend the live range of the buffer read (through aliases);
+		// an AdamW node reads until its run's grouped launch ends.
 		for _, in := range n.Inputs {
 			if in == nil {
 				continue
 			}
 			if vp := p.values[rootOf(in)]; vp.kind == placeArena {
-				p.Tensors[vp.tensor].Last = max(p.Tensors[vp.tensor].Last, i)
+				p.Tensors[vp.tensor].Last = max(p.Tensors[vp.tensor].Last, readUntil[i])
 			}
 		}
 	}
