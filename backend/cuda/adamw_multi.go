@@ -280,42 +280,60 @@ func (x *executable) groupAdamWSteps() error {
 	if !multiAdamWEnabled() {
 		return nil
 	}
+	runs, err := x.adamwRuns()
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		if err := x.groupAdamWRun(r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// adamwRun is a run of consecutive qualifying AdamW steps, [from, to), and
+// its launches (groupAdamW).
+type adamwRun struct {
+	from, to int
+	members  []*adamwMember
+	launches [][]int
+}
+
+// adamwRuns finds the runs whose nodes share launches.
+func (x *executable) adamwRuns() ([]adamwRun, error) {
 	if len(x.steps) != len(x.g.Nodes) {
-		return errors.New("internal error: AdamW grouping needs one step per node")
+		return nil, errors.New("internal error: AdamW grouping needs one step per node")
 	}
 	qualifies := func(i int) bool {
 		st := &x.steps[i]
 		return st.node == x.g.Nodes[i] && st.node.Op == "AdamW" && st.dev != nil && x.adamwMemberOf(i).refusal() == ""
 	}
+	var runs []adamwRun
 	for i := 0; i < len(x.steps); {
 		if !qualifies(i) {
 			i++
 			continue
 		}
-		j := i + 1
-		for j < len(x.steps) && qualifies(j) {
-			j++
+		r := adamwRun{from: i, to: i + 1}
+		for r.to < len(x.steps) && qualifies(r.to) {
+			r.to++
 		}
-		if j-i > 1 {
-			if err := x.groupAdamWRun(i, j); err != nil {
-				return err
-			}
+		i = r.to
+		for k := r.from; k < r.to; k++ {
+			r.members = append(r.members, x.adamwMemberOf(k))
 		}
-		i = j
+		r.launches = groupAdamW(r.members)
+		if len(r.launches) < len(r.members) { // else nothing shares a launch
+			runs = append(runs, r)
+		}
 	}
-	return nil
+	return runs, nil
 }
 
-// groupAdamWRun groups steps [from, to).
-func (x *executable) groupAdamWRun(from, to int) error {
-	run := make([]*adamwMember, 0, to-from)
-	for i := from; i < to; i++ {
-		run = append(run, x.adamwMemberOf(i))
-	}
-	launches := groupAdamW(run)
-	if len(launches) == len(run) {
-		return nil // nothing shares a launch
-	}
+// groupAdamWRun replaces the launches of one run's steps.
+func (x *executable) groupAdamWRun(r adamwRun) error {
+	from, to, run, launches := r.from, r.to, r.members, r.launches
 	d := x.b.dev
 	var queued []func() error
 	for _, members := range launches {

@@ -8,7 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/train"
@@ -328,33 +331,28 @@ func TestAdamWGroupsGPT2Step(t *testing.T) {
 		t.Fatal(err)
 	}
 	x := &executable{g: g, plan: plan, bufs: fakeBuffers(g, plan)}
-	var run []*adamwMember
-	first := -1
-	for i, n := range g.Nodes {
-		if n.Op != "AdamW" {
-			continue
+	adam := 0
+	for _, n := range g.Nodes {
+		x.steps = append(x.steps, step{node: n, dev: nop})
+		if n.Op == "AdamW" {
+			adam++
+			if why := x.adamwMemberOf(len(x.steps) - 1).refusal(); why != "" {
+				t.Fatalf("node %s does not qualify: %s", n.Name, why)
+			}
 		}
-		if first < 0 {
-			first = i
-		}
-		if i != first+len(run) {
-			t.Fatalf("AdamW node %s at %d is not next to the others (first at %d)", n.Name, i, first)
-		}
-		a := x.adamwMemberOf(i)
-		if why := a.refusal(); why != "" {
-			t.Fatalf("node %s does not qualify: %s", n.Name, why)
-		}
-		run = append(run, a)
 	}
-	launches := groupAdamW(run)
-	checkLaunches(t, run, launches)
-	var sizes []int
-	for _, l := range launches {
-		sizes = append(sizes, len(l))
+	runs, err := x.adamwRuns()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Logf("%d AdamW nodes in %d launches of %v nodes; arena %s", len(run), len(launches), sizes, FormatBytes(plan.PeakBytes))
-	if len(launches) != 1 {
-		t.Errorf("%d launches for %d AdamW nodes, want 1", len(launches), len(run))
+	if len(runs) != 1 || len(runs[0].members) != adam {
+		t.Fatalf("%d runs for %d AdamW nodes, want one with all", len(runs), adam)
+	}
+	r := runs[0]
+	checkLaunches(t, r.members, r.launches)
+	t.Logf("%d AdamW nodes in %d launches; arena %s", adam, len(r.launches), FormatBytes(plan.PeakBytes))
+	if len(r.launches) != 1 {
+		t.Errorf("%d launches for %d AdamW nodes, want 1", len(r.launches), adam)
 	}
 }
 
@@ -425,4 +423,409 @@ func fakeBuffers(g *graph.Graph, plan *Plan) map[*graph.Value]buffer {
 		}
 	}
 	return bufs
+}
+
+// ---------------------------------------------------------------- on the device
+
+// adamwCase is a graph of AdamW nodes over float32 params of odd sizes, each
+// gradient computed on the device (Neg of an input, so stored in the
+// compute type), weight decay alternating, the nodes after the float64 one
+// with another beta1; the float64 node in the middle launches on its own
+// and splits the run in two.
+type adamwCase struct {
+	g        *graph.Graph
+	updates  map[string]string
+	sizes    []int
+	f64At    int      // index of the float64 node among the AdamW nodes
+	params   []string // each node's param, in node order
+	grouped  int      // nodes the executor should group
+	launches int      // grouped launches it should make
+}
+
+func newAdamWCase(t *testing.T) *adamwCase {
+	t.Helper()
+	c := &adamwCase{sizes: []int{1, 3, 64, 768, 4097, 5, 4096, 768, 2, 64, 1027}, f64At: 5, updates: map[string]string{}}
+	b := graph.NewBuilder("adamw_multi")
+	lr := b.Input("lr", graph.Float32)
+	step := b.Input("step", graph.Float32)
+	dtOf := func(i int) graph.DType {
+		if i == c.f64At {
+			return graph.Float64
+		}
+		return graph.Float32
+	}
+	name := func(s string, i int) string { return s + string(rune('a'+i)) }
+	// The gradients first, then the AdamW nodes one after another, as
+	// passes.TrainingGraph orders them.
+	var grads []*graph.Value
+	for i, n := range c.sizes {
+		grads = append(grads, b.Neg(b.Input(name("x", i), dtOf(i), n)))
+	}
+	for i, n := range c.sizes {
+		dt := dtOf(i)
+		p := b.Param(name("p", i), dt, graph.Shape{n}, graph.Normal(0.5, i+1))
+		m := b.Const(name("m", i), dt, graph.Shape{n}, graph.Normal(0.1, 100+i))
+		v := b.Const(name("v", i), dt, graph.Shape{n}, graph.Fill(1e-3))
+		attrs := graph.Attrs{"weight_decay": graph.Float(float64(i%2) * 0.1)}
+		if i > c.f64At {
+			attrs["beta1"] = graph.Float(0.8)
+		}
+		outs := b.OpN("AdamW", attrs, p, grads[i], m, v, lr, step)
+		for k, target := range []string{p.Name, m.Name, v.Name} {
+			b.Output(b.Rename(outs[k], target+".next"))
+			c.updates[target+".next"] = target
+		}
+		c.params = append(c.params, p.Name)
+	}
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.g = g
+	// Before the float64 node: one run, one key; after it: one run, one key.
+	c.grouped, c.launches = len(c.sizes)-1, 2
+	return c
+}
+
+// feeds are run k's gradients (bfloat16 values, so that every compute type
+// holds them exactly and the CPU sees the same gradient), lr and step.
+func (c *adamwCase) feeds(k int, step float32) map[string]*graph.Tensor {
+	rng := rand.New(rand.NewPCG(uint64(k), 5))
+	f := map[string]*graph.Tensor{}
+	for _, v := range c.g.Inputs {
+		tt := graph.NewTensor(v.Type.DType, v.Type.Shape)
+		for i := range tt.Len() {
+			tt.Set(i, float64(BF16ToFloat32(BF16FromFloat32(float32(rng.NormFloat64())))))
+		}
+		f[v.Name] = tt
+	}
+	f["lr"].Set(0, 1e-2)
+	f["step"].Set(0, float64(step))
+	return f
+}
+
+// TestAdamWCaseOnCPU runs the device tests' graph on the CPU reference, so
+// that the graph and its feeds are known good before device time is spent.
+func TestAdamWCaseOnCPU(t *testing.T) {
+	c := newAdamWCase(t)
+	ref := compileOn(t, cpu.New(), c.g, backend.Options{Updates: c.updates})
+	for k := 1; k <= 2; k++ {
+		out, err := ref.Run(c.feeds(k, float32(k)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(out) != 0 {
+			t.Errorf("run %d returned %d outputs; every output is an update", k, len(out))
+		}
+	}
+	for _, p := range c.params {
+		now, err := ref.Initializer(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		init := c.g.Values()[p].Init
+		was, err := init.Materialize(c.g.Values()[p].Type)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sameData(now, was) {
+			t.Errorf("param %s did not change in two AdamW steps", p)
+		}
+	}
+}
+
+// TestAdamWCaseGroups: how the executor will group the device tests'
+// graph, worked out on its memory plan without a GPU: the float64 node
+// splits the float32 nodes into two runs of one launch each.
+func TestAdamWCaseGroups(t *testing.T) {
+	c := newAdamWCase(t)
+	for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
+		plan, err := PlanMemoryWith(c.g, PlanOptions{Compute: compute, Updates: c.updates})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := &executable{g: c.g, plan: plan, bufs: fakeBuffers(c.g, plan)}
+		for _, n := range c.g.Nodes {
+			x.steps = append(x.steps, step{node: n, dev: nop})
+		}
+		runs, err := x.adamwRuns()
+		if err != nil {
+			t.Fatal(err)
+		}
+		grouped, launches := 0, 0
+		for _, r := range runs {
+			checkLaunches(t, r.members, r.launches)
+			for _, l := range r.launches {
+				if len(l) > 1 {
+					grouped += len(l)
+					launches++
+				}
+			}
+			if r.members[0].g.dt != compute {
+				t.Errorf("%v: gradients stored as %v", compute, r.members[0].g.dt)
+			}
+		}
+		if grouped != c.grouped || launches != c.launches {
+			t.Errorf("%v: %d nodes in %d grouped launches, want %d in %d", compute, grouped, launches, c.grouped, c.launches)
+		}
+	}
+}
+
+// stateOf downloads every param and moment of an executable.
+func stateOf(t *testing.T, exe backend.Executable, c *adamwCase) map[string]*graph.Tensor {
+	t.Helper()
+	st := map[string]*graph.Tensor{}
+	for _, target := range c.updates {
+		v, err := exe.Initializer(target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st[target] = v
+	}
+	return st
+}
+
+// TestAdamWMultiMatchesPerNode: the grouped launches give the per-node
+// kernels' bits, run after run (the first run plain, then captured and
+// replayed as a CUDA graph), in float32 and in mixed precision (bfloat16
+// gradients), and the CPU reference's values to float32 rounding; the
+// profiler still sees every AdamW node.
+func TestAdamWMultiMatchesPerNode(t *testing.T) {
+	for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
+		t.Run(compute.String(), func(t *testing.T) {
+			be := newTestBackend(t, Options{Compute: compute})
+			defer be.Close()
+			c := newAdamWCase(t)
+			opts := backend.Options{Updates: c.updates}
+			t.Setenv("FLASHGRAPH_CUDA_MULTI_ADAMW", "0")
+			single := compileOn(t, be, c.g, opts)
+			t.Setenv("FLASHGRAPH_CUDA_MULTI_ADAMW", "1")
+			grouped := compileOn(t, be, c.g, opts)
+			ref := compileOn(t, cpu.New(), c.g, opts)
+			gx, sx := grouped.(*executable), single.(*executable)
+			if gx.adamwGrouped != c.grouped || gx.adamwLaunches != c.launches {
+				t.Fatalf("grouped %d nodes in %d launches, want %d in %d", gx.adamwGrouped, gx.adamwLaunches, c.grouped, c.launches)
+			}
+			if sx.adamwGrouped != 0 {
+				t.Fatalf("FLASHGRAPH_CUDA_MULTI_ADAMW=0 still grouped %d nodes", sx.adamwGrouped)
+			}
+			for k := 1; k <= 4; k++ {
+				feeds := c.feeds(k, float32(k))
+				before := stateOf(t, ref, c)
+				for _, exe := range []backend.Executable{grouped, single, ref} {
+					if _, err := exe.Run(feeds); err != nil {
+						t.Fatalf("run %d: %v", k, err)
+					}
+				}
+				got, want, cpuNow := stateOf(t, grouped, c), stateOf(t, single, c), stateOf(t, ref, c)
+				for name, w := range want {
+					for i := range w.Len() {
+						a, b := got[name].At(i), w.At(i)
+						if math.Float64bits(a) != math.Float64bits(b) {
+							t.Fatalf("run %d: %s[%d] grouped %v, per node %v", k, name, i, a, b)
+						}
+					}
+					if k > 1 {
+						continue // the CPU's state may differ in last bits from here on
+					}
+					// Float32 rounding: a few units in the last place of the
+					// result and of the value it updates.
+					u := 4 * math.Pow(2, -24)
+					if w.DType == graph.Float64 {
+						u = 4 * math.Pow(2, -53)
+					}
+					for i := range w.Len() {
+						a, r, old := w.At(i), cpuNow[name].At(i), before[name].At(i)
+						if math.Abs(a-r) > u*(math.Abs(r)+math.Abs(old)) {
+							t.Fatalf("run 1: %s[%d] = %v on the device, %v on the CPU (was %v)", name, i, a, r, old)
+						}
+					}
+				}
+			}
+			if be.dev.graphsEnabled() && (gx.stepsGraph.off != nil || gx.stepsGraph.exec == 0) {
+				t.Errorf("the grouped steps are not replayed as a CUDA graph: %v", gx.stepsGraph.off)
+			}
+			times, err := gx.Profile(c.feeds(9, 9))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range ByOp(times) {
+				if o.Op == "AdamW" {
+					if o.Nodes != len(c.sizes) || !(o.Ms > 0) {
+						t.Errorf("profile: %d AdamW nodes taking %v ms, want %d nodes and some time", o.Nodes, o.Ms, len(c.sizes))
+					}
+					t.Logf("profile: %d AdamW nodes, %.3f ms", o.Nodes, o.Ms)
+				}
+			}
+		})
+	}
+}
+
+// TestAdamWMultiStepFlag: a step below 1 is still reported, naming the
+// first AdamW node (as the per-node kernels did), and the executable keeps
+// working.
+func TestAdamWMultiStepFlag(t *testing.T) {
+	be := newTestBackend(t, Options{})
+	defer be.Close()
+	c := newAdamWCase(t)
+	t.Setenv("FLASHGRAPH_CUDA_MULTI_ADAMW", "1")
+	exe := compileOn(t, be, c.g, backend.Options{Updates: c.updates})
+	if exe.(*executable).adamwLaunches == 0 {
+		t.Fatal("nothing was grouped")
+	}
+	var first string
+	for _, n := range c.g.Nodes {
+		if n.Op == "AdamW" {
+			first = n.Name
+			break
+		}
+	}
+	for k := 1; k <= 3; k++ { // the third run replays a CUDA graph
+		_, err := exe.Run(c.feeds(k, 0))
+		if err == nil || !strings.Contains(err.Error(), "step must be >= 1") || !strings.Contains(err.Error(), "node "+first+" (AdamW)") {
+			t.Errorf("run %d at step 0: %v; want the step error naming node %s", k, err, first)
+		}
+	}
+	if _, err := exe.Run(c.feeds(4, 1)); err != nil {
+		t.Errorf("step 1 after bad steps: %v", err)
+	}
+}
+
+// TestAdamWMultiKernelUnaligned: the plan aligns every buffer, so the
+// scalar path of adamw_multi_f32 (segments not aligned for 16-byte access)
+// is launched here by hand, next to aligned segments with tails, against
+// adamw_f32 on the same buffers, bit for bit.
+func TestAdamWMultiKernelUnaligned(t *testing.T) {
+	be := newTestBackend(t, Options{})
+	defer be.Close()
+	d := be.dev
+	multi, err := be.fn("adamw_multi_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	single, err := be.fn("adamw_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var frees []DevicePtr
+	defer func() {
+		for _, p := range frees {
+			d.Free(p)
+		}
+	}()
+	alloc := func(bytes int) DevicePtr {
+		p, err := d.Alloc(bytes + 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frees = append(frees, p)
+		return p
+	}
+	// put stores vals as dt at byte offset off of a fresh allocation.
+	put := func(vals []float32, dt graph.DType, off int) DevicePtr {
+		tt := graph.NewTensor(graph.Float32, graph.Shape{len(vals)})
+		copy(tt.F32, vals)
+		p := alloc(len(vals) * dt.Size()).Offset(off)
+		if err := upload(d, buffer{ptr: p, dt: dt, n: len(vals)}, tt); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	lr := put([]float32{3e-3}, graph.Float32, 0)
+	step := put([]float32{5}, graph.Float32, 0)
+	flag := alloc(4)
+	if err := d.Memset(flag, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	for _, gdt := range []graph.DType{graph.Float32, graph.BFloat16} {
+		var ms []*adamwMember
+		var refs [][3]DevicePtr
+		// Segments 0, 4 and 8 are aligned (the vector path, with a tail
+		// in 4097), the others are not.
+		for i, n := range []int{1, 3, 64, 768, 4097, 4096, 5, 7, 2048} {
+			off, goff := 4*(i%4), gdt.Size()*(i%4)
+			rnd := func(scale float64, pos bool) []float32 {
+				v := make([]float32, n)
+				for k := range v {
+					v[k] = float32(rng.NormFloat64() * scale)
+					if pos {
+						v[k] = float32(math.Abs(float64(v[k])))
+					}
+				}
+				return v
+			}
+			a := &adamwMember{node: i, hyper: adamwHyper{beta1: 0.9, beta2: 0.95, eps: 1e-8, wd: float64(i%2) * 0.1}}
+			a.p = buffer{ptr: put(rnd(0.5, false), graph.Float32, off), dt: graph.Float32, n: n}
+			a.g = buffer{ptr: put(rnd(1, false), gdt, goff), dt: gdt, n: n}
+			a.m = buffer{ptr: put(rnd(0.1, false), graph.Float32, off), dt: graph.Float32, n: n}
+			a.v = buffer{ptr: put(rnd(0.01, true), graph.Float32, 0), dt: graph.Float32, n: n}
+			a.po = buffer{ptr: alloc(4 * n).Offset(off), dt: graph.Float32, n: n}
+			a.mo = buffer{ptr: alloc(4 * n), dt: graph.Float32, n: n}
+			a.vo = buffer{ptr: alloc(4 * n).Offset(off), dt: graph.Float32, n: n}
+			a.lr = buffer{ptr: lr, dt: graph.Float32, n: 1}
+			a.step = buffer{ptr: step, dt: graph.Float32, n: 1}
+			ms = append(ms, a)
+			refs = append(refs, [3]DevicePtr{alloc(4 * n), alloc(4 * n), alloc(4 * n)})
+		}
+		segs, blocks, err := adamwTable(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var vec int
+		for _, s := range segs {
+			vec += int(s.vec)
+		}
+		if vec == 0 || vec == len(segs) {
+			t.Fatalf("%v: %d of %d segments take the vector path; the test wants both paths", gdt, vec, len(segs))
+		}
+		raw := encodeAdamwTable(segs)
+		table := alloc(len(raw))
+		if err := d.CopyToDevice(table, unsafe.Pointer(&raw[0]), len(raw)); err != nil {
+			t.Fatal(err)
+		}
+		err = d.Launch(multi, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{adamwMultiBlock, 1, 1}, 0,
+			table, int32(len(segs)), dtCode(gdt), lr, dtCode(graph.Float32), step, dtCode(graph.Float32),
+			0.9, 0.95, 1e-8, flag, int32(7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range ms {
+			err := d.Launch(single, [3]uint32{3, 1, 1}, [3]uint32{128, 1, 1}, 0, int64(a.p.n),
+				a.p.ptr, dtCode(graph.Float32), a.g.ptr, dtCode(gdt), a.m.ptr, dtCode(graph.Float32), a.v.ptr, dtCode(graph.Float32),
+				lr, dtCode(graph.Float32), step, dtCode(graph.Float32),
+				refs[i][0], dtCode(graph.Float32), refs[i][1], dtCode(graph.Float32), refs[i][2], dtCode(graph.Float32),
+				0.9, 0.95, 1e-8, a.hyper.wd, flag, int32(8))
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		tt := graph.TensorType{DType: graph.Float32}
+		for i, a := range ms {
+			tt.Shape = graph.Shape{a.p.n}
+			for k, out := range []buffer{a.po, a.mo, a.vo} {
+				got, err := download(d, out, tt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, err := download(d, buffer{ptr: refs[i][k], dt: graph.Float32, n: a.p.n}, tt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for e := range got.F32 {
+					if math.Float32bits(got.F32[e]) != math.Float32bits(want.F32[e]) {
+						t.Fatalf("%v segment %d (n=%d, vec=%d) output %d element %d: %v, adamw_f32 %v",
+							gdt, i, a.p.n, segs[i].vec, k, e, got.F32[e], want.F32[e])
+					}
+				}
+			}
+		}
+	}
+	var code int32
+	if err := d.CopyToHost(unsafe.Pointer(&code), flag, 4); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Errorf("flag %d at step 5", code)
+	}
 }
