@@ -213,18 +213,23 @@ func groupAdamW(run []*adamwMember) [][]int {
 }
 
 // adamwRunEnds gives, for each node, the last node index until which its
-// inputs are read: its own index, or for an AdamW node the last of the run
-// of consecutive AdamW nodes it is in. The memory plan keeps inputs live
-// that long, so that no output of a run is placed over an input of the same
-// run and the executor can update the whole run in one launch (for gpt2 the
-// arena does not grow: the optimizer's outputs fit beside the gradients).
+// inputs are read when the executor groups AdamW runs: its own index, or for
+// an AdamW node the last of the run of consecutive AdamW nodes it is in. The
+// memory plan keeps inputs live that long where that costs nothing (see
+// PlanMemoryWith), so that no output of a run lies over an input of the same
+// run and the run is one launch. Nil when g has no run of two AdamW nodes.
 func adamwRunEnds(g *graph.Graph) []int {
 	ends := make([]int, len(g.Nodes))
+	runs := false
 	for i := len(g.Nodes) - 1; i >= 0; i-- {
 		ends[i] = i
 		if g.Nodes[i].Op == "AdamW" && i+1 < len(g.Nodes) && g.Nodes[i+1].Op == "AdamW" {
 			ends[i] = ends[i+1]
+			runs = true
 		}
+	}
+	if !runs {
+		return nil
 	}
 	return ends
 }

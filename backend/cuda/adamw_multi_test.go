@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"regexp"
@@ -310,9 +311,11 @@ func TestAdamWSegLayoutMatchesKernel(t *testing.T) {
 
 // TestAdamWGroupsGPT2Step: the gpt2 training step as train builds it for
 // CUDA, planned in mixed precision with its updates: every AdamW node
-// qualifies, they form one run, and since the plan keeps the run's inputs
-// live to its end (adamwRunEnds), no output lies over another node's input
-// and the run is one launch.
+// qualifies and they form one run. Without recompute the arena's peak is in
+// the backward, the plan keeps the run's inputs live to its end for free
+// (adamwRunEnds), and the run is one launch. With recompute the optimizer's
+// outputs are the peak: the plan keeps its smaller arena and the launches
+// are layered around the memory it reuses.
 func TestAdamWGroupsGPT2Step(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and plans the gpt2 step")
@@ -321,41 +324,57 @@ func TestAdamWGroupsGPT2Step(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, err := train.BuildGraphs(cfg, true, train.Hyper{WeightDecay: 0.1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := gs.Step.Graph
-	plan, err := PlanMemoryWith(g, PlanOptions{Compute: graph.BFloat16, Updates: gs.Step.Updates})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := &executable{g: g, plan: plan, bufs: fakeBuffers(g, plan)}
-	adam := 0
-	for _, n := range g.Nodes {
-		x.steps = append(x.steps, step{node: n, dev: nop})
-		if n.Op == "AdamW" {
-			adam++
-			if why := x.adamwMemberOf(len(x.steps) - 1).refusal(); why != "" {
-				t.Fatalf("node %s does not qualify: %s", n.Name, why)
+	for _, recompute := range []bool{false, true} {
+		gs, err := train.BuildGraphs(cfg, true, train.Hyper{WeightDecay: 0.1, Recompute: recompute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := gs.Step.Graph
+		opts := PlanOptions{Compute: graph.BFloat16, Updates: gs.Step.Updates}
+		plan, err := PlanMemoryWith(g, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain, err := planMemory(g, opts, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if plan.PeakBytes > plain.PeakBytes {
+			t.Errorf("recompute=%v: arena %d bytes, %d without keeping AdamW inputs live", recompute, plan.PeakBytes, plain.PeakBytes)
+		}
+		x := &executable{g: g, plan: plan, bufs: fakeBuffers(g, plan)}
+		adam := 0
+		for _, n := range g.Nodes {
+			x.steps = append(x.steps, step{node: n, dev: nop})
+			if n.Op == "AdamW" {
+				adam++
+				if why := x.adamwMemberOf(len(x.steps) - 1).refusal(); why != "" {
+					t.Fatalf("node %s does not qualify: %s", n.Name, why)
+				}
 			}
 		}
-	}
-	runs, err := x.adamwRuns()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(runs) != 1 || len(runs[0].members) != adam {
-		t.Fatalf("%d runs for %d AdamW nodes, want one with all", len(runs), adam)
-	}
-	r := runs[0]
-	checkLaunches(t, r.members, r.launches)
-	t.Logf("%d AdamW nodes in %d launches; arena %s", adam, len(r.launches), FormatBytes(plan.PeakBytes))
-	if len(r.launches) != 1 {
-		t.Errorf("%d launches for %d AdamW nodes, want 1", len(r.launches), adam)
+		runs, err := x.adamwRuns()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(runs) != 1 || len(runs[0].members) != adam {
+			t.Fatalf("recompute=%v: %d runs for %d AdamW nodes, want one with all", recompute, len(runs), adam)
+		}
+		r := runs[0]
+		checkLaunches(t, r.members, r.launches)
+		var sizes []int
+		for _, l := range r.launches {
+			sizes = append(sizes, len(l))
+		}
+		t.Logf("recompute=%v: %d AdamW nodes in %d launches of %v; arena %s", recompute, adam, len(r.launches), sizes, FormatBytes(plan.PeakBytes))
+		if !recompute && len(r.launches) != 1 {
+			t.Errorf("%d launches for %d AdamW nodes, want 1", len(r.launches), adam)
+		}
 	}
 }
 
+// TestAdamWRunEnds: the runs of consecutive AdamW nodes, and the plan that
+// keeps their inputs live to the run's end unless that grows the arena.
 func TestAdamWRunEnds(t *testing.T) {
 	b := graph.NewBuilder("runs")
 	lr := b.Input("lr", graph.Float32)
@@ -371,23 +390,45 @@ func TestAdamWRunEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if got := adamwRunEnds(g); got != nil {
+		t.Errorf("Neg AdamW Neg AdamW: ends %v, want nil (no run of two)", got)
+	}
 	// Move the second Neg before the first AdamW: Neg Neg AdamW AdamW.
 	g.Nodes[1], g.Nodes[2] = g.Nodes[2], g.Nodes[1]
-	if got, want := adamwRunEnds(g), []int{0, 1, 3, 3}; !slices.Equal(got, want) {
-		t.Errorf("Neg Neg AdamW AdamW: ends %v, want %v", got, want)
+	ends := adamwRunEnds(g)
+	if want := []int{0, 1, 3, 3}; !slices.Equal(ends, want) {
+		t.Fatalf("Neg Neg AdamW AdamW: ends %v, want %v", ends, want)
 	}
-	plan, err := PlanMemoryWith(g, PlanOptions{})
+	grouped, err := planMemory(g, PlanOptions{}, ends)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, pt := range plan.Tensors {
+	for _, pt := range grouped.Tensors {
 		if pt.Op == "Neg" && pt.Last != 3 {
 			t.Errorf("gradient %s is live until node %d, want 3 (the run's last AdamW)", pt.Name, pt.Last)
 		}
 	}
-	g.Nodes[1], g.Nodes[2] = g.Nodes[2], g.Nodes[1] // Neg AdamW Neg AdamW
-	if got, want := adamwRunEnds(g), []int{0, 1, 2, 3}; !slices.Equal(got, want) {
-		t.Errorf("Neg AdamW Neg AdamW: ends %v, want %v", got, want)
+	plain, err := planMemory(g, PlanOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chosen, err := PlanMemoryWith(g, PlanOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := grouped
+	if plain.PeakBytes < grouped.PeakBytes {
+		want = plain
+	}
+	lasts := func(p *Plan) []int {
+		var l []int
+		for _, pt := range p.Tensors {
+			l = append(l, pt.Last)
+		}
+		return l
+	}
+	if chosen.PeakBytes != want.PeakBytes || !slices.Equal(lasts(chosen), lasts(want)) {
+		t.Errorf("PlanMemoryWith chose an arena of %d bytes; grouped %d, plain %d", chosen.PeakBytes, grouped.PeakBytes, plain.PeakBytes)
 	}
 }
 
@@ -432,20 +473,32 @@ func fakeBuffers(g *graph.Graph, plan *Plan) map[*graph.Value]buffer {
 // compute type), weight decay alternating, the nodes after the float64 one
 // with another beta1; the float64 node in the middle launches on its own
 // and splits the run in two.
+//
+// A roomy case first squares a large input: the arena's peak is there, the
+// plan keeps the gradients live through each run for free, and each run is
+// one launch. In a tight case the optimizer's outputs are the peak, the plan
+// reuses early gradients' memory for later outputs, and the runs' launches
+// are layered around that reuse (the order the device tests check).
 type adamwCase struct {
-	g        *graph.Graph
-	updates  map[string]string
-	sizes    []int
-	f64At    int      // index of the float64 node among the AdamW nodes
-	params   []string // each node's param, in node order
-	grouped  int      // nodes the executor should group
-	launches int      // grouped launches it should make
+	g       *graph.Graph
+	updates map[string]string
+	sizes   []int
+	f64At   int      // index of the float64 node among the AdamW nodes
+	params  []string // each node's param, in node order
+	roomy   bool
 }
 
-func newAdamWCase(t *testing.T) *adamwCase {
+// The roomy case's grouping: the two float32 runs, one launch each.
+const adamwRoomyGrouped, adamwRoomyLaunches = 10, 2
+
+func newAdamWCase(t *testing.T, roomy bool) *adamwCase {
 	t.Helper()
-	c := &adamwCase{sizes: []int{1, 3, 64, 768, 4097, 5, 4096, 768, 2, 64, 1027}, f64At: 5, updates: map[string]string{}}
+	c := &adamwCase{sizes: []int{1, 3, 64, 768, 4097, 5, 4096, 768, 2, 64, 1027}, f64At: 5, updates: map[string]string{}, roomy: roomy}
 	b := graph.NewBuilder("adamw_multi")
+	if roomy {
+		big := b.Input("big", graph.Float32, 1<<18)
+		b.Output(b.Rename(b.ReduceSum(b.Mul(big, big), false, 0), "bigsum"))
+	}
 	lr := b.Input("lr", graph.Float32)
 	step := b.Input("step", graph.Float32)
 	dtOf := func(i int) graph.DType {
@@ -482,8 +535,6 @@ func newAdamWCase(t *testing.T) *adamwCase {
 		t.Fatal(err)
 	}
 	c.g = g
-	// Before the float64 node: one run, one key; after it: one run, one key.
-	c.grouped, c.launches = len(c.sizes)-1, 2
 	return c
 }
 
@@ -507,15 +558,15 @@ func (c *adamwCase) feeds(k int, step float32) map[string]*graph.Tensor {
 // TestAdamWCaseOnCPU runs the device tests' graph on the CPU reference, so
 // that the graph and its feeds are known good before device time is spent.
 func TestAdamWCaseOnCPU(t *testing.T) {
-	c := newAdamWCase(t)
+	c := newAdamWCase(t, true)
 	ref := compileOn(t, cpu.New(), c.g, backend.Options{Updates: c.updates})
 	for k := 1; k <= 2; k++ {
 		out, err := ref.Run(c.feeds(k, float32(k)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(out) != 0 {
-			t.Errorf("run %d returned %d outputs; every output is an update", k, len(out))
+		if len(out) != 1 || out["bigsum"] == nil {
+			t.Errorf("run %d returned %d outputs; want bigsum alone (the rest are updates)", k, len(out))
 		}
 	}
 	for _, p := range c.params {
@@ -535,38 +586,46 @@ func TestAdamWCaseOnCPU(t *testing.T) {
 }
 
 // TestAdamWCaseGroups: how the executor will group the device tests'
-// graph, worked out on its memory plan without a GPU: the float64 node
-// splits the float32 nodes into two runs of one launch each.
+// graphs, worked out on their memory plans without a GPU.
 func TestAdamWCaseGroups(t *testing.T) {
-	c := newAdamWCase(t)
-	for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
-		plan, err := PlanMemoryWith(c.g, PlanOptions{Compute: compute, Updates: c.updates})
-		if err != nil {
-			t.Fatal(err)
-		}
-		x := &executable{g: c.g, plan: plan, bufs: fakeBuffers(c.g, plan)}
-		for _, n := range c.g.Nodes {
-			x.steps = append(x.steps, step{node: n, dev: nop})
-		}
-		runs, err := x.adamwRuns()
-		if err != nil {
-			t.Fatal(err)
-		}
-		grouped, launches := 0, 0
-		for _, r := range runs {
-			checkLaunches(t, r.members, r.launches)
-			for _, l := range r.launches {
-				if len(l) > 1 {
-					grouped += len(l)
-					launches++
+	for _, roomy := range []bool{true, false} {
+		c := newAdamWCase(t, roomy)
+		for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
+			plan, err := PlanMemoryWith(c.g, PlanOptions{Compute: compute, Updates: c.updates})
+			if err != nil {
+				t.Fatal(err)
+			}
+			x := &executable{g: c.g, plan: plan, bufs: fakeBuffers(c.g, plan)}
+			for _, n := range c.g.Nodes {
+				x.steps = append(x.steps, step{node: n, dev: nop})
+			}
+			runs, err := x.adamwRuns()
+			if err != nil {
+				t.Fatal(err)
+			}
+			grouped, launches, layered := 0, 0, false
+			for _, r := range runs {
+				checkLaunches(t, r.members, r.launches)
+				for _, l := range r.launches {
+					if len(l) > 1 {
+						grouped += len(l)
+						launches++
+					}
+				}
+				if len(r.launches) > 1 && r.members[0].key() == r.members[len(r.members)-1].key() {
+					layered = true // one key, yet more than one launch: ordered around reuse
+				}
+				if r.members[0].g.dt != compute {
+					t.Errorf("%v: gradients stored as %v", compute, r.members[0].g.dt)
 				}
 			}
-			if r.members[0].g.dt != compute {
-				t.Errorf("%v: gradients stored as %v", compute, r.members[0].g.dt)
+			t.Logf("roomy=%v %v: %d runs, %d nodes in %d grouped launches, arena %s", roomy, compute, len(runs), grouped, launches, FormatBytes(plan.PeakBytes))
+			switch {
+			case roomy && (grouped != adamwRoomyGrouped || launches != adamwRoomyLaunches):
+				t.Errorf("roomy %v: %d nodes in %d grouped launches, want %d in %d", compute, grouped, launches, adamwRoomyGrouped, adamwRoomyLaunches)
+			case !roomy && (!layered || launches == 0):
+				t.Errorf("tight %v: %d grouped launches, layered %v; the case should exercise the ordering", compute, launches, layered)
 			}
-		}
-		if grouped != c.grouped || launches != c.launches {
-			t.Errorf("%v: %d nodes in %d grouped launches, want %d in %d", compute, grouped, launches, c.grouped, c.launches)
 		}
 	}
 }
@@ -591,11 +650,15 @@ func stateOf(t *testing.T, exe backend.Executable, c *adamwCase) map[string]*gra
 // gradients), and the CPU reference's values to float32 rounding; the
 // profiler still sees every AdamW node.
 func TestAdamWMultiMatchesPerNode(t *testing.T) {
-	for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
-		t.Run(compute.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		compute graph.DType
+		roomy   bool
+	}{{graph.Float32, true}, {graph.BFloat16, true}, {graph.Float32, false}, {graph.BFloat16, false}} {
+		compute := tc.compute
+		t.Run(fmt.Sprintf("%v/roomy=%v", compute, tc.roomy), func(t *testing.T) {
 			be := newTestBackend(t, Options{Compute: compute})
 			defer be.Close()
-			c := newAdamWCase(t)
+			c := newAdamWCase(t, tc.roomy)
 			opts := backend.Options{Updates: c.updates}
 			t.Setenv("FLASHGRAPH_CUDA_MULTI_ADAMW", "0")
 			single := compileOn(t, be, c.g, opts)
@@ -603,8 +666,10 @@ func TestAdamWMultiMatchesPerNode(t *testing.T) {
 			grouped := compileOn(t, be, c.g, opts)
 			ref := compileOn(t, cpu.New(), c.g, opts)
 			gx, sx := grouped.(*executable), single.(*executable)
-			if gx.adamwGrouped != c.grouped || gx.adamwLaunches != c.launches {
-				t.Fatalf("grouped %d nodes in %d launches, want %d in %d", gx.adamwGrouped, gx.adamwLaunches, c.grouped, c.launches)
+			if c.roomy && (gx.adamwGrouped != adamwRoomyGrouped || gx.adamwLaunches != adamwRoomyLaunches) ||
+				gx.adamwLaunches == 0 {
+				t.Fatalf("grouped %d nodes in %d launches (roomy %v: want %d in %d)", gx.adamwGrouped, gx.adamwLaunches,
+					c.roomy, adamwRoomyGrouped, adamwRoomyLaunches)
 			}
 			if sx.adamwGrouped != 0 {
 				t.Fatalf("FLASHGRAPH_CUDA_MULTI_ADAMW=0 still grouped %d nodes", sx.adamwGrouped)
@@ -667,7 +732,7 @@ func TestAdamWMultiMatchesPerNode(t *testing.T) {
 func TestAdamWMultiStepFlag(t *testing.T) {
 	be := newTestBackend(t, Options{})
 	defer be.Close()
-	c := newAdamWCase(t)
+	c := newAdamWCase(t, true)
 	t.Setenv("FLASHGRAPH_CUDA_MULTI_ADAMW", "1")
 	exe := compileOn(t, be, c.g, backend.Options{Updates: c.updates})
 	if exe.(*executable).adamwLaunches == 0 {
