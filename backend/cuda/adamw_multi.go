@@ -17,15 +17,19 @@ import (
 // updates the AdamW nodes of a run of consecutive AdamW steps that share
 // what the kernel takes as scalars (gradient type, lr and step buffers,
 // beta1, beta2, eps) with one launch of adamw_multi_f32, which reads a
-// device table with one segment per node. The graph keeps its nodes; only
-// how they launch changes, and the results are bit-identical to the
-// per-node kernels (same float32 arithmetic in the same order).
+// device table with one segment per node (weight decay is per segment).
+// The graph keeps its nodes; only how they launch changes, and the results
+// are bit-identical to the per-node kernels (same float32 arithmetic in the
+// same order). Nodes that do not qualify (float64, empty, odd overlaps; see
+// refusal) launch on their own and end a run.
 //
 // Nodes whose buffers overlap (one writes what another reads or writes, as
 // when the memory plan puts a later node's output where an earlier node's
 // gradient was) must keep their order: each node goes into a later launch
 // than every earlier node it conflicts with, so the launches of a run are
-// layers, and a launch never holds two nodes whose order matters.
+// layers, and a launch never holds two nodes whose order matters. The memory
+// plan avoids such overlaps where it costs no arena (PlanMemoryWith): gpt2's
+// step is one launch, with -recompute a few.
 //
 // FLASHGRAPH_CUDA_MULTI_ADAMW=0 launches every AdamW node on its own (to
 // compare, and for per-node profiles).
