@@ -920,7 +920,7 @@ extern "C" __global__ void adamw_vec4_f32(i64 n, const float4* p, const void* g,
 extern "C" __global__ void adamw_f64(ADAMW_PARAMS) { adamw_impl<double>(ADAMW_ARGS); }
 
 // adamw_multi_f32: the updates of many AdamW nodes in one launch (the
-// executor groups the nodes of a training step that share hyperparameters,
+// executor groups the nodes of a training step that share beta1, beta2, eps,
 // gradient type and lr/step inputs; see backend/cuda/adamw_multi.go). Each
 // node is one segment of a device table; segment s owns the blocks from
 // its block0 to the next segment's, and each thread of those blocks updates
