@@ -919,6 +919,129 @@ extern "C" __global__ void adamw_vec4_f32(i64 n, const float4* p, const void* g,
 }
 extern "C" __global__ void adamw_f64(ADAMW_PARAMS) { adamw_impl<double>(ADAMW_ARGS); }
 
+// adamw_multi_f32: the updates of many AdamW nodes in one launch (the
+// executor groups the nodes of a training step that share beta1, beta2, eps,
+// gradient type and lr/step inputs; see backend/cuda/adamw_multi.go). Each
+// node is one segment of a device table; segment s owns the blocks from
+// its block0 to the next segment's, and each thread of those blocks updates
+// four consecutive elements: with 16-byte loads and stores where the segment's
+// buffers are aligned for them (vec), element by element otherwise and in
+// the last, partial group of a segment. The arithmetic and its order are
+// adamw_impl<float>'s and adamw_vec4_f32's, so the results are bit-identical.
+// The layout of adamw_seg is written out in adamw_multi.go (adamwSegFields).
+struct adamw_seg {
+    const float* p;
+    const void* g;
+    const float* m;
+    const float* v;
+    float* po;
+    float* mo;
+    float* vo;
+    i64 n;      // elements
+    i64 block0; // the segment's first block
+    double wd;  // the node's weight_decay
+    i64 vec;    // 1: p, m, v, po, mo, vo 16-byte aligned, g 16 (float32) or 8 (16-bit)
+};
+
+extern "C" __global__ void adamw_multi_f32(const adamw_seg* segs, int nseg, int gdt, const void* lrp, int lrdt,
+                                           const void* stepp, int stepdt, double b1d, double b2d, double epsd,
+                                           int* flag, int code)
+{
+    double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
+    if (!(t >= 1.0)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            set_flag(flag, code);
+        }
+    }
+    // The segment of this block: the last whose block0 is <= blockIdx.x
+    // (block0 rises with s and segs[0].block0 is 0).
+    const i64 b = blockIdx.x;
+    int lo = 0, hi = nseg - 1;
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (segs[mid].block0 <= b) {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    // The bias corrections once per block: two double pows per thread of
+    // four elements would cost a tenth of the memory time.
+    __shared__ float bcs[2];
+    if (threadIdx.x == 0) {
+        bcs[0] = (float)(1.0 - pow(b1d, t));
+        bcs[1] = (float)(1.0 - pow(b2d, t));
+    }
+    __syncthreads();
+    const adamw_seg s = segs[lo];
+    const i64 i0 = ((b - s.block0) * (i64)blockDim.x + threadIdx.x) * 4;
+    if (i0 >= s.n) {
+        return;
+    }
+    const int cnt = s.n - i0 < 4 ? (int)(s.n - i0) : 4;
+    const float b1 = (float)b1d, b2 = (float)b2d, eps = (float)epsd, wd = (float)s.wd, lr = (float)lrd;
+    const float omb1 = (float)(1.0 - b1d), omb2 = (float)(1.0 - b2d);
+    const float bc1 = bcs[0], bc2 = bcs[1];
+    float gs[4], ps[4], ms[4], vs[4];
+    const bool vec = s.vec != 0 && cnt == 4;
+    if (vec) {
+        const i64 q4 = i0 / 4;
+        if (gdt == DT_F32) {
+            float4 q = ((const float4*)s.g)[q4];
+            gs[0] = q.x, gs[1] = q.y, gs[2] = q.z, gs[3] = q.w;
+        } else {
+            uint2 q = ((const uint2*)s.g)[q4];
+            u16 hs[4] = {(u16)(q.x & 0xffffu), (u16)(q.x >> 16), (u16)(q.y & 0xffffu), (u16)(q.y >> 16)};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                gs[k] = gdt == DT_BF16 ? bf2f(hs[k]) : h2f(hs[k]);
+            }
+        }
+        float4 pv = ((const float4*)s.p)[q4], mv = ((const float4*)s.m)[q4], vv = ((const float4*)s.v)[q4];
+        ps[0] = pv.x, ps[1] = pv.y, ps[2] = pv.z, ps[3] = pv.w;
+        ms[0] = mv.x, ms[1] = mv.y, ms[2] = mv.z, ms[3] = mv.w;
+        vs[0] = vv.x, vs[1] = vv.y, vs[2] = vv.z, vs[3] = vv.w;
+    } else {
+        // Unrolled with constant indices, so the arrays stay in registers.
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k < cnt) {
+                gs[k] = ld<float>(s.g, gdt, i0 + k);
+                ps[k] = s.p[i0 + k];
+                ms[k] = s.m[i0 + k];
+                vs[k] = s.v[i0 + k];
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        if (k < cnt) {
+            float mi = b1 * ms[k] + omb1 * gs[k];
+            float vi = b2 * vs[k] + omb2 * gs[k] * gs[k];
+            float mh = mi / bc1;
+            float vh = vi / bc2;
+            ps[k] = ps[k] - lr * (mh / (sqrtf(vh) + eps) + wd * ps[k]);
+            ms[k] = mi;
+            vs[k] = vi;
+        }
+    }
+    if (vec) {
+        const i64 q4 = i0 / 4;
+        ((float4*)s.po)[q4] = make_float4(ps[0], ps[1], ps[2], ps[3]);
+        ((float4*)s.mo)[q4] = make_float4(ms[0], ms[1], ms[2], ms[3]);
+        ((float4*)s.vo)[q4] = make_float4(vs[0], vs[1], vs[2], vs[3]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            if (k < cnt) {
+                s.po[i0 + k] = ps[k];
+                s.mo[i0 + k] = ms[k];
+                s.vo[i0 + k] = vs[k];
+            }
+        }
+    }
+}
+
 // ---------------------------------------------------------------- composed attention
 //
 // The unfused lowering of FlashAttention(Grad) when the fused kernels do not

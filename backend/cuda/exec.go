@@ -55,7 +55,7 @@ var opsKernelNames = []string{
 	"ew_f32", "ew_f64", "ew_i64", "copy2d", "trilu",
 	"reduce_rows_f32", "reduce_rows_f64", "reduce_rows_warp_f32", "reduce_rows_warp_f64", "reduce_cols_f32", "reduce_cols_f64",
 	"softmax_f64", "softmax_grad_f64", "sce_rows_f64", "sum_scalar", "sce_grad_f64",
-	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_vec4_f32", "adamw_f64",
+	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_vec4_f32", "adamw_f64", "adamw_multi_f32",
 	"attn_softmax_f64", "attn_probs_f64", "attn_dscores_f64", "gemm_f64",
 }
 
@@ -174,6 +174,9 @@ type executable struct {
 	closed      bool
 	// Steps and updates replay as CUDA graphs after their first runs.
 	stepsGraph, updatesGraph replayer
+	// adamwGrouped AdamW nodes run in adamwLaunches grouped launches
+	// (adamw_multi.go).
+	adamwGrouped, adamwLaunches int
 }
 
 // Compile plans memory, uploads the initializers and lowers every node.
@@ -298,6 +301,9 @@ func (x *executable) build() error {
 			st.dev, st.run = run, func() error { return d.do(run) }
 		}
 		x.steps = append(x.steps, st)
+	}
+	if err := x.groupAdamWSteps(); err != nil {
+		return err
 	}
 	return x.planOutputs()
 }

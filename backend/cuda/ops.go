@@ -668,11 +668,20 @@ func adamwVec4Args(c *lowerCtx, n int64) ([]any, bool) {
 	default:
 		return nil, false
 	}
-	a := c.n.Attrs
+	h := adamwHyperOf(c.n.Attrs)
 	return []any{n, c.in(0).ptr, g.ptr, dtCode(g.dt), c.in(2).ptr, c.in(3).ptr, c.in(4).ptr, dtCode(c.in(4).dt),
 		c.in(5).ptr, dtCode(c.in(5).dt), c.out(0).ptr, c.out(1).ptr, c.out(2).ptr,
-		a.Float("beta1", 0.9), a.Float("beta2", 0.95), a.Float("eps", 1e-8), a.Float("weight_decay", 0),
-		c.flag(), c.code()}, true
+		h.beta1, h.beta2, h.eps, h.wd, c.flag(), c.code()}, true
+}
+
+// adamwHyper are an AdamW node's attributes, defaults filled in as the op
+// table has them. The per-node and the grouped kernels (adamw_multi.go)
+// read them from here.
+type adamwHyper struct{ beta1, beta2, eps, wd float64 }
+
+func adamwHyperOf(a graph.Attrs) adamwHyper {
+	return adamwHyper{beta1: a.Float("beta1", 0.9), beta2: a.Float("beta2", 0.95), eps: a.Float("eps", 1e-8),
+		wd: a.Float("weight_decay", 0)}
 }
 
 func lowerAdamW(c *lowerCtx) (func() error, error) {
@@ -688,7 +697,7 @@ func lowerAdamW(c *lowerCtx) (func() error, error) {
 	if p.dt == graph.Float64 {
 		k = "adamw_f64"
 	}
-	a := c.n.Attrs
+	h := adamwHyperOf(c.n.Attrs)
 	args := []any{n}
 	for i := range 6 {
 		args = append(args, c.in(i).ptr, dtCode(c.in(i).dt))
@@ -696,7 +705,6 @@ func lowerAdamW(c *lowerCtx) (func() error, error) {
 	for i := range 3 {
 		args = append(args, c.out(i).ptr, dtCode(c.out(i).dt))
 	}
-	args = append(args, a.Float("beta1", 0.9), a.Float("beta2", 0.95), a.Float("eps", 1e-8), a.Float("weight_decay", 0),
-		c.flag(), c.code())
+	args = append(args, h.beta1, h.beta2, h.eps, h.wd, c.flag(), c.code())
 	return c.kernel(k, c.gridFor(n, 256), [3]uint32{256, 1, 1}, args...)
 }

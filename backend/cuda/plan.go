@@ -113,10 +113,35 @@ const arenaAlign = 256
 func PlanMemory(g *graph.Graph) (*Plan, error) { return PlanMemoryWith(g, PlanOptions{}) }
 
 // PlanMemoryWith plans g for the lowering opts describes.
+//
+// Where it costs no arena bytes, the plan keeps the inputs of each run of
+// consecutive AdamW nodes live to the run's end, so that no output of the run
+// lies over an input of it and the executor updates the run in one launch
+// (adamw_multi.go). Where that would grow the arena (a recomputing step,
+// whose peak is the optimizer's outputs), inputs die at their node as usual
+// and the executor orders the run's launches around the reuse.
 func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	if g == nil {
 		return nil, errors.New("memory plan: nil graph")
 	}
+	ends := adamwRunEnds(g)
+	if ends == nil {
+		return planMemory(g, opts, nil)
+	}
+	grouped, err := planMemory(g, opts, ends)
+	if err != nil {
+		return nil, err
+	}
+	plain, err := planMemory(g, opts, nil)
+	if err != nil || plain.PeakBytes < grouped.PeakBytes {
+		return plain, err
+	}
+	return grouped, nil
+}
+
+// planMemory plans g; an input of node i is read until node readUntil[i]
+// (nil: until node i).
+func planMemory(g *graph.Graph, opts PlanOptions, readUntil []int) (*Plan, error) {
 	compute := opts.Compute
 	if compute == graph.InvalidDType {
 		compute = graph.Float32
@@ -187,12 +212,16 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 			})
 		}
 		// Reads extend the live range of the buffer read (through aliases).
+		until := i
+		if readUntil != nil {
+			until = readUntil[i]
+		}
 		for _, in := range n.Inputs {
 			if in == nil {
 				continue
 			}
 			if vp := p.values[rootOf(in)]; vp.kind == placeArena {
-				p.Tensors[vp.tensor].Last = max(p.Tensors[vp.tensor].Last, i)
+				p.Tensors[vp.tensor].Last = max(p.Tensors[vp.tensor].Last, until)
 			}
 		}
 	}
