@@ -160,7 +160,12 @@ func (p *colReduceProgram) generate() (src string, grid, block [3]uint32, err er
 		vec = 1
 	}
 	groups := p.cols / int64(vec)
-	tx := min(groups, 256)
+	// At most a warp of column groups per block, the other lanes along
+	// rows: a pass over few rows and many columns (the partials) then still
+	// has at least 8 lanes per column, where a block as wide as the columns
+	// walked every row of its chunk serially (one block summing 512 partial
+	// rows took ~40 µs of a 768-column norm gradient).
+	tx := min(groups, 32)
 	ty := max(1, 256/tx)
 	chunks := (p.rows + p.clen - 1) / p.clen
 	grid = [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
@@ -199,12 +204,13 @@ func (p *colReduceProgram) generate() (src string, grid, block [3]uint32, err er
 }
 
 // colChunks is how many row chunks the first pass of a generated column
-// reduction over count rows uses (1: a single pass).
+// reduction over count rows uses (1: a single pass). At most 128: the second
+// pass walks the partials with 8 or more lanes per column, 16 rows a lane.
 func colChunks(count int64) int64 {
 	if count < 64 {
 		return 1
 	}
-	return min((count+15)/16, 1024)
+	return min((count+15)/16, 128)
 }
 
 // lowerColReduceGenerated lowers a reduction over the leading axes of a

@@ -144,9 +144,10 @@ func TestColReduceProgram(t *testing.T) {
 		grid0, grid1, blk uint32
 		vec               int
 	}{
-		{graph.BFloat16, 8192, 768, 16, 512, 1, 192, 8},
-		{graph.BFloat16, 98304, 64, 96, 1024, 1, 256, 8},
-		{graph.Float32, 100, 3000, 100, 1, 3, 256, 4},
+		{graph.BFloat16, 8192, 768, 64, 128, 3, 256, 8},
+		{graph.BFloat16, 98304, 64, 768, 128, 1, 256, 8},
+		{graph.Float32, 128, 768, 128, 1, 6, 256, 4}, // the partials of the first row
+		{graph.Float32, 100, 3000, 100, 1, 24, 256, 4},
 		{graph.Float64, 10, 5, 10, 1, 1, 255, 1},
 	} {
 		p := &colReduceProgram{x: buffer{ptr: 0x1000, dt: tc.dt}, y: buffer{ptr: 0x9000, dt: tc.dt}, rows: tc.rows, cols: tc.cols, clen: tc.clen, divisor: 1}
