@@ -32,6 +32,14 @@ import (
 //
 // Steps before the reduction have the shape it reduces, steps after it the
 // reduced shape; each step still follows its op's own rules.
+//
+// Index steps (FusibleIndex) move values between positions instead of
+// computing them: Slice<axis,start,end>(x) is x[start:end] along axis, and
+// Concat<axis>(a,b,...) joins along axis, the ONNX ops with those operands.
+// They let a kernel read a rotate-half (RoPE) or its gradient through
+// index arithmetic instead of materialised slices and concatenations:
+//
+//	body = "Slice<3,32,64>(i0);Neg(t0);Slice<3,0,32>(i0);Concat<3>(t1,t2);Mul(t3,i1)"
 
 // FusibleElementwise are the ops a body may use: elementwise and without
 // attributes, so a step is fully written as Op(operands).
@@ -41,6 +49,10 @@ var FusibleElementwise = map[string]bool{
 	"Sigmoid": true, "Tanh": true, "Relu": true, "Erf": true, "Abs": true,
 	"Softplus": true, "Where": true,
 }
+
+// FusibleIndex are the index steps a body may use, with their integer
+// parameters written in <...>: Slice<axis,start,end> and Concat<axis>.
+var FusibleIndex = map[string]int{"Slice": 3, "Concat": 1}
 
 // FusibleReduce are the reductions a body may end a chain with (one per
 // body); the node's axes and keepdims attributes are the step's.
@@ -60,10 +72,12 @@ func (o FusedOperand) String() string {
 	return "i" + strconv.Itoa(o.Index)
 }
 
-// FusedStep is one step of a body.
+// FusedStep is one step of a body. Params are an index step's <...>
+// integers (nil for the others).
 type FusedStep struct {
-	Op   string
-	Args []FusedOperand
+	Op     string
+	Params []int64
+	Args   []FusedOperand
 }
 
 // FormatFusedBody writes steps in the body syntax ParseFusedBody reads.
@@ -74,6 +88,16 @@ func FormatFusedBody(steps []FusedStep) string {
 			sb.WriteByte(';')
 		}
 		sb.WriteString(s.Op)
+		if s.Params != nil {
+			sb.WriteByte('<')
+			for j, v := range s.Params {
+				if j > 0 {
+					sb.WriteByte(',')
+				}
+				sb.WriteString(strconv.FormatInt(v, 10))
+			}
+			sb.WriteByte('>')
+		}
 		sb.WriteByte('(')
 		for j, a := range s.Args {
 			if j > 0 {
@@ -100,14 +124,37 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 			return nil, fmt.Errorf("step %d %q: want Op(operands)", k, text)
 		}
 		op := text[:open]
-		if FusibleReduce[op] {
+		var params []int64
+		if lt := strings.IndexByte(op, '<'); lt >= 0 {
+			if !strings.HasSuffix(op, ">") {
+				return nil, fmt.Errorf("step %d %q: want Op<integers>(operands)", k, text)
+			}
+			for _, f := range strings.Split(op[lt+1:len(op)-1], ",") {
+				v, err := strconv.ParseInt(f, 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("step %d %q: parameter %q is not an integer", k, text, f)
+				}
+				params = append(params, v)
+			}
+			op = op[:lt]
+		}
+		if want, ok := FusibleIndex[op]; ok {
+			if len(params) != want {
+				return nil, fmt.Errorf("step %d: %s takes %d parameters in <...>, got %d", k, op, want, len(params))
+			}
+		} else if params != nil {
+			return nil, fmt.Errorf("step %d: %s takes no <...> parameters", k, op)
+		}
+		if _, ok := FusibleIndex[op]; ok {
+			// an index step
+		} else if FusibleReduce[op] {
 			if reductions++; reductions > 1 {
 				return nil, fmt.Errorf("step %d: a body holds at most one reduction", k)
 			}
 		} else if !FusibleElementwise[op] {
 			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops without attributes, and one ReduceSum or ReduceMean)", k, op)
 		}
-		s := FusedStep{Op: op}
+		s := FusedStep{Op: op, Params: params}
 		for _, a := range strings.Split(text[open+1:len(text)-1], ",") {
 			if len(a) < 2 || (a[0] != 'i' && a[0] != 't') {
 				return nil, fmt.Errorf("step %d: operand %q: want iN (input) or tN (step)", k, a)
@@ -126,8 +173,11 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 			s.Args = append(s.Args, o)
 		}
 		lo, hi := ops[op].Arity()
-		if FusibleReduce[op] {
+		switch {
+		case FusibleReduce[op]:
 			lo, hi = 1, 1 // the axes come from the node's attributes
+		case op == "Slice":
+			lo, hi = 1, 1 // starts, ends and axis are the parameters
 		}
 		if len(s.Args) < lo || (hi >= 0 && len(s.Args) > hi) {
 			return nil, fmt.Errorf("step %d: %s takes %d operands, got %d", k, op, lo, len(s.Args))
@@ -150,6 +200,31 @@ func FusedReduceOperands(attrs Attrs) (*Tensor, Attrs, error) {
 	return axes, Attrs{"keepdims": Int(attrs.Int("keepdims", 1))}, nil
 }
 
+// FusedStepOperands are what step s passes its op besides its operands:
+// constant inputs appended after them (a reduction's axes; a Slice's
+// starts, ends and axes) and the op's attributes (keepdims from the node's
+// attributes; a Concat's axis).
+func FusedStepOperands(s FusedStep, nodeAttrs Attrs) ([]*Tensor, Attrs, error) {
+	ints := func(v ...int64) *Tensor {
+		t := NewTensor(Int64, Shape{len(v)})
+		copy(t.I64, v)
+		return t
+	}
+	switch {
+	case FusibleReduce[s.Op]:
+		axes, ra, err := FusedReduceOperands(nodeAttrs)
+		if err != nil {
+			return nil, nil, err
+		}
+		return []*Tensor{axes}, ra, nil
+	case s.Op == "Slice":
+		return []*Tensor{ints(s.Params[1]), ints(s.Params[2]), ints(s.Params[0])}, Attrs{}, nil
+	case s.Op == "Concat":
+		return nil, Attrs{"axis": Int(s.Params[0])}, nil
+	}
+	return nil, Attrs{}, nil
+}
+
 // FusedTypes returns the type of every step of a body over inputs of types
 // in, each inferred by its op's table row; attrs are the fused node's (a
 // reduction step takes its axes and keepdims from them).
@@ -165,16 +240,14 @@ func FusedTypes(steps []FusedStep, in []TensorType, attrs Attrs) ([]TensorType, 
 			}
 		}
 		consts := make([]*Tensor, len(args))
-		stepAttrs := Attrs{}
-		if FusibleReduce[s.Op] {
-			axes, ra, err := FusedReduceOperands(attrs)
-			if err != nil {
-				return nil, fmt.Errorf("step %d (%s): %w", k, s.Op, err)
-			}
-			at := axes.Type()
+		extra, stepAttrs, err := FusedStepOperands(s, attrs)
+		if err != nil {
+			return nil, fmt.Errorf("step %d (%s): %w", k, s.Op, err)
+		}
+		for _, e := range extra {
+			at := e.Type()
 			args = append(args, &at)
-			consts = append(consts, axes)
-			stepAttrs = ra
+			consts = append(consts, e)
 		}
 		outs, err := ops[s.Op].Infer(args, stepAttrs, consts)
 		if err != nil {
@@ -265,15 +338,11 @@ func evalFused(in []*Tensor, attrs Attrs, out []*Tensor) error {
 				args[j] = in[a.Index]
 			}
 		}
-		stepAttrs := Attrs{}
-		if FusibleReduce[s.Op] {
-			axes, ra, err := FusedReduceOperands(attrs)
-			if err != nil {
-				return err
-			}
-			args, stepAttrs = append(args, axes), ra
+		extra, stepAttrs, err := FusedStepOperands(s, attrs)
+		if err != nil {
+			return err
 		}
-		r, err := Eval(s.Op, stepAttrs, args...)
+		r, err := Eval(s.Op, stepAttrs, append(args, extra...)...)
 		if err != nil {
 			return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}

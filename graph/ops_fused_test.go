@@ -17,18 +17,55 @@ func TestParseFusedBodyErrors(t *testing.T) {
 		{"Neg(i0,i1)", "takes 1 operands, got 2"},
 		{"Mul(i0,i01)", "bad index"},
 		{"Mul(i0,i1);;Neg(t0)", "step 1"},
+		{"ReduceSum(i0);ReduceMean(t0)", "at most one reduction"},
+		{"ReduceSum(i0,i1)", "takes 1 operands, got 2"},
+		{"Slice<3,0>(i0)", "Slice takes 3 parameters"},
+		{"Slice<3,0,x>(i0)", `parameter "x" is not an integer`},
+		{"Mul<1>(i0,i1)", "Mul takes no <...> parameters"},
+		{"Concat<1(i0,i1)", "want Op<integers>(operands)"},
 	} {
 		_, err := ParseFusedBody(tc.body, 2)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("body %q: error %v, want %q", tc.body, err, tc.want)
 		}
 	}
-	steps, err := ParseFusedBody("Sigmoid(i0);Mul(i0,t0);Where(i1,t1,i0)", 2)
+	for _, body := range []string{"Sigmoid(i0);Mul(i0,t0);Where(i1,t1,i0)", "Slice<3,-2,64>(i0);Neg(t0);Concat<-1>(t1,i1);ReduceSum(t2)"} {
+		steps, err := ParseFusedBody(body, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := FormatFusedBody(steps); got != body {
+			t.Errorf("FormatFusedBody = %q, want %q", got, body)
+		}
+	}
+}
+
+// A body's index steps and reduction mean their ops: a rotate-half written
+// with Slice and Concat steps, reduced over the last axis, evaluates to the
+// same values as the ops applied one by one.
+func TestFusedIndexAndReduceEval(t *testing.T) {
+	x := NewTensor(Float64, Shape{2, 4})
+	for i := range 8 {
+		x.Set(i, float64(i+1))
+	}
+	attrs := Attrs{"body": Str("Slice<1,2,4>(i0);Neg(t0);Slice<1,0,2>(i0);Concat<1>(t1,t2);Mul(t3,t3);ReduceSum(t4)"),
+		"outputs": Ints(3, 5), "axes": Ints(-1), "keepdims": Int(0)}
+	out, err := Eval("FusedElementwise", attrs, x)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := FormatFusedBody(steps); got != "Sigmoid(i0);Mul(i0,t0);Where(i1,t1,i0)" {
-		t.Errorf("FormatFusedBody = %q", got)
+	rot := []float64{-3, -4, 1, 2, -7, -8, 5, 6}
+	for i, want := range rot {
+		if got := out[0].At(i); got != want {
+			t.Errorf("rotate-half[%d] = %v, want %v", i, got, want)
+		}
+	}
+	if !out[1].Shape.Equal(Shape{2}) || out[1].At(0) != 30 || out[1].At(1) != 174 {
+		t.Errorf("row sums of squares %v %v, want [2] 30 174", out[1].Shape, []float64{out[1].At(0), out[1].At(1)})
+	}
+	if _, err := Eval("FusedElementwise", Attrs{"body": Str("ReduceSum(i0)"), "outputs": Ints(0)}, x); err == nil ||
+		!strings.Contains(err.Error(), "axes attribute") {
+		t.Errorf("a reduction without axes: error %v", err)
 	}
 }
 

@@ -227,6 +227,7 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	for _, v := range c.Outputs {
 		isOut[v] = true
 	}
+	absorbIndexChains(groups, groupOf, owner, uses, isOut, log)
 	pos := make(map[*graph.Node]int, len(c.Nodes))
 	for i, n := range c.Nodes {
 		pos[n] = i
@@ -294,8 +295,15 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 	for k, m := range gr.members {
 		s := graph.FusedStep{Op: m.Op}
 		operands := m.Inputs
-		if m == gr.reduce {
+		switch {
+		case m == gr.reduce:
 			operands = m.Inputs[:1]
+		case m.Op == "Slice":
+			axis, start, end, _ := sliceParams(m)
+			s.Params, operands = []int64{axis, start, end}, m.Inputs[:1]
+		case m.Op == "Concat":
+			axis, _ := concatAxis(m)
+			s.Params = []int64{axis}
 		}
 		for _, v := range operands {
 			if j, ok := step[v]; ok {
@@ -599,4 +607,250 @@ func broadcastsTo(u *graph.Node, y, x *graph.Value, shape graph.Shape) bool {
 	}
 	got, err := graph.Broadcast(shapes...)
 	return err == nil && got.Equal(shape)
+}
+
+// Index chains. A rotate-half (RoPE: Concat(Neg(Slice(x)), Slice(x))) and
+// its gradient (Slices of a product, Concats with zeros) move values
+// between positions; as separate nodes each writes a tensor that the next
+// reads once. absorbIndexChains takes such a chain into the elementwise
+// group that reads it: the group's kernel computes a Slice as a read at an
+// offset and a Concat as a choice by position, recomputing the chain's
+// elementwise ops at the positions the Concat and Slices select. A chain
+// member is absorbed only when everything that reads it is in the group
+// (nothing else needs its tensor), and an elementwise group only when it
+// feeds index ops alone (so that absorbing it copies no real work).
+
+// sliceParams returns a Slice node's axis, start and end (normalised, step
+// 1, one axis, constant bounds), or ok false.
+func sliceParams(n *graph.Node) (axis, start, end int64, ok bool) {
+	if n.Op != "Slice" || len(n.Inputs) < 3 || n.Inputs[0] == nil {
+		return 0, 0, 0, false
+	}
+	x := n.Inputs[0].Type
+	one := func(i int) (int64, bool) {
+		if i >= len(n.Inputs) || n.Inputs[i] == nil {
+			return 0, false
+		}
+		v := n.Inputs[i]
+		if v.Kind != graph.Const || v.Init == nil || v.Type.DType != graph.Int64 {
+			return 0, false
+		}
+		t, err := v.Init.Materialize(v.Type)
+		if err != nil || len(t.I64) != 1 {
+			return 0, false
+		}
+		return t.I64[0], true
+	}
+	s, ok1 := one(1)
+	e, ok2 := one(2)
+	a, ok3 := int64(0), true
+	if len(n.Inputs) > 3 && n.Inputs[3] != nil {
+		a, ok3 = one(3)
+	}
+	if len(n.Inputs) > 4 && n.Inputs[4] != nil {
+		if st, ok := one(4); !ok || st != 1 {
+			return 0, 0, 0, false
+		}
+	}
+	if !ok1 || !ok2 || !ok3 || !x.DType.IsFloat() {
+		return 0, 0, 0, false
+	}
+	ax, err := graph.NormAxis(int(a), x.Shape.Rank())
+	if err != nil {
+		return 0, 0, 0, false
+	}
+	_, out, err := graph.ResolveSlice(x.Shape, []int{int(s)}, []int{int(e)}, []int{ax}, nil)
+	if err != nil || out.Numel() == 0 {
+		return 0, 0, 0, false
+	}
+	d := int64(x.Shape[ax])
+	if s < 0 {
+		s += d
+	}
+	s = max(0, min(s, d))
+	return int64(ax), s, s + int64(out[ax]), true
+}
+
+// concatAxis returns a Concat node's normalised axis, or ok false.
+func concatAxis(n *graph.Node) (int64, bool) {
+	if n.Op != "Concat" || len(n.Inputs) == 0 {
+		return 0, false
+	}
+	for _, v := range n.Inputs {
+		if v == nil || !v.Type.DType.IsFloat() {
+			return 0, false
+		}
+	}
+	ax, err := graph.NormAxis(int(n.Attrs.Int("axis", 0)), n.Outputs[0].Type.Shape.Rank())
+	if err != nil {
+		return 0, false
+	}
+	return int64(ax), true
+}
+
+func isIndexNode(n *graph.Node) bool {
+	if _, _, _, ok := sliceParams(n); ok {
+		return true
+	}
+	_, ok := concatAxis(n)
+	return ok
+}
+
+// absorbIndexChains moves index chains into the groups that read them (see
+// above), rewriting groupOf and owner; absorbed groups are left empty.
+func absorbIndexChains(groups []*ewGroup, groupOf map[*graph.Node]*ewGroup, owner map[*graph.Value]*ewGroup,
+	uses map[*graph.Value][]*graph.Node, isOut map[*graph.Value]bool, log *Log) {
+	// A unit is an elementwise group or a lone index node.
+	type unit struct {
+		members []*graph.Node
+		gr      *ewGroup // nil for an index node
+	}
+	unitOf := func(n *graph.Node) *unit {
+		if gr := groupOf[n]; gr != nil {
+			if len(gr.members) == 0 || gr.reduce != nil {
+				return nil
+			}
+			return &unit{members: gr.members, gr: gr}
+		}
+		if isIndexNode(n) && groupOf[n] == nil {
+			return &unit{members: []*graph.Node{n}}
+		}
+		return nil
+	}
+	key := func(u *unit) *graph.Node { return u.members[0] }
+	for _, f := range groups {
+		if len(f.members) == 0 || f.reduce != nil {
+			continue
+		}
+		inF := map[*graph.Node]bool{}
+		for _, m := range f.members {
+			inF[m] = true
+		}
+		// Every unit reachable backwards from f through index nodes and
+		// the groups that feed them.
+		cand := map[*graph.Node]*unit{}
+		var frontier []*graph.Value
+		for v := range f.inputs {
+			frontier = append(frontier, v)
+		}
+		for len(frontier) > 0 {
+			v := frontier[len(frontier)-1]
+			frontier = frontier[:len(frontier)-1]
+			if v == nil || v.Producer == nil || inF[v.Producer] {
+				continue
+			}
+			u := unitOf(v.Producer)
+			if u == nil || cand[key(u)] != nil || u.gr == f {
+				continue
+			}
+			if u.gr != nil && !feedsOnlyIndex(u.members, uses) {
+				continue
+			}
+			cand[key(u)] = u
+			for _, m := range u.members {
+				frontier = append(frontier, m.Inputs...)
+			}
+		}
+		if len(cand) == 0 {
+			continue
+		}
+		// Keep only units whose every reader is in f or another kept unit.
+		for changed := true; changed; {
+			changed = false
+			in := map[*graph.Node]bool{}
+			for _, u := range cand {
+				for _, m := range u.members {
+					in[m] = true
+				}
+			}
+			for k, u := range cand {
+				keep := true
+				for _, m := range u.members {
+					if isOut[m.Outputs[0]] {
+						keep = false
+					}
+					for _, r := range uses[m.Outputs[0]] {
+						if !inF[r] && !in[r] {
+							keep = false
+						}
+					}
+				}
+				if !keep {
+					delete(cand, k)
+					changed = true
+				}
+			}
+		}
+		index := 0
+		steps := len(f.members)
+		for _, u := range cand {
+			if u.gr == nil {
+				index++
+			}
+			steps += len(u.members)
+		}
+		if index == 0 || steps > fuseMaxSteps {
+			continue
+		}
+		// The group's inputs after absorbing: what the members read that no
+		// member makes, minus the constant operands of Slices (they become
+		// parameters).
+		member := map[*graph.Node]bool{}
+		all := slices.Clone(f.members)
+		for _, u := range cand {
+			all = append(all, u.members...)
+		}
+		for _, m := range all {
+			member[m] = true
+		}
+		inputs := map[*graph.Value]bool{}
+		for _, m := range all {
+			operands := m.Inputs
+			if m.Op == "Slice" {
+				operands = m.Inputs[:1]
+			}
+			for _, v := range operands {
+				if v.Producer == nil || !member[v.Producer] {
+					inputs[v] = true
+				}
+			}
+		}
+		if len(inputs) > fuseMaxInputs {
+			continue
+		}
+		var absorbed []string
+		for _, u := range cand {
+			for _, m := range u.members {
+				groupOf[m] = f
+				owner[m.Outputs[0]] = f
+				absorbed = append(absorbed, m.Name)
+			}
+			if u.gr != nil {
+				u.gr.members, u.gr.closed = nil, true
+			}
+		}
+		f.members, f.inputs = all, inputs
+		if log != nil {
+			slices.Sort(absorbed)
+			log.Add(Event{Pass: PassFuseElementwise, Kind: Fired, Rule: "index_chain", Node: f.members[0].Name, Op: f.members[0].Op,
+				Detail: fmt.Sprintf("%d nodes read through index arithmetic: %s", len(absorbed), strings.Join(absorbed, ", "))})
+		}
+	}
+}
+
+// feedsOnlyIndex reports whether the values of an elementwise group that
+// leave it are read by index nodes only.
+func feedsOnlyIndex(members []*graph.Node, uses map[*graph.Value][]*graph.Node) bool {
+	in := map[*graph.Node]bool{}
+	for _, m := range members {
+		in[m] = true
+	}
+	for _, m := range members {
+		for _, r := range uses[m.Outputs[0]] {
+			if !in[r] && !isIndexNode(r) {
+				return false
+			}
+		}
+	}
+	return true
 }

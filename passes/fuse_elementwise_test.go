@@ -53,6 +53,14 @@ func TestFuseElementwiseKeepsTheStepBitExact(t *testing.T) {
 		if counts["FusedElementwise"] < 20 {
 			t.Fatalf("%v: only %d FusedElementwise nodes in the tiny step", dt, counts["FusedElementwise"])
 		}
+		// RoPE's rotate-half and its gradient are read through index
+		// arithmetic, the norms' row reductions run in their groups, and
+		// no Expand is left for a broadcast.
+		if counts["Slice"]+counts["Concat"]+counts["Neg"]+counts["ReduceMean"]+counts["Expand"] != 0 ||
+			!strings.Contains(log.String(), "index_chain") {
+			t.Errorf("%v: left unfused: %d Slice, %d Concat, %d Neg, %d ReduceMean, %d Expand", dt,
+				counts["Slice"], counts["Concat"], counts["Neg"], counts["ReduceMean"], counts["Expand"])
+		}
 		if len(fused.Nodes) >= len(ts.Graph.Nodes) {
 			t.Errorf("%v: %d nodes after fusion, %d before", dt, len(fused.Nodes), len(ts.Graph.Nodes))
 		}

@@ -129,5 +129,49 @@ func fusedCases() []opCase {
 		c.expect(ys[0], rnd(c, refElem("Mul", red(c, "ReduceSum", 0, t0), ry)))
 		c.expect(ys[1], t0)
 	})
+	// Bodies with index steps, as fuse_elementwise absorbs a rotate-half
+	// (RoPE) and its gradient: the Slices and Concats are positions, the
+	// elementwise steps under them are computed where they select.
+	slice := func(a *arr, axis, start, end int) *arr {
+		return ref("Slice", nil, f64(a), i64(start), i64(end), i64(axis))
+	}
+	concat := func(axis int, xs ...*arr) *arr {
+		ts := make([]*graph.Tensor, len(xs))
+		for i, x := range xs {
+			ts[i] = f64(x)
+		}
+		return ref("Concat", graph.Attrs{"axis": graph.Int(int64(axis))}, ts...)
+	}
+	add("rope_rotate_half_[2,3,5,8]", func(c *ctx) {
+		x, rx := c.input(c.dt, normal, 2, 3, 5, 8)
+		cos, rc := c.input(c.dt, normal, 5, 8)
+		sin, rs := c.input(c.dt, normal, 5, 8)
+		ys := fused(c, "Slice<3,0,4>(i0);Slice<3,4,8>(i0);Neg(t1);Concat<3>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)", []int64{6}, x, cos, sin)
+		rot := concat(3, rnd(c, mapArr(slice(rx, 3, 4, 8), func(v float64) float64 { return -v })), slice(rx, 3, 0, 4))
+		c.expect(ys[0], rnd(c, refElem("Add", rnd(c, refElem("Mul", rx, rc)), rnd(c, refElem("Mul", rot, rs)))))
+	})
+	add("rope_gradient_[2,3,5,8]", func(c *ctx) {
+		g, rg := c.input(c.dt, normal, 2, 3, 5, 8)
+		sin, rs := c.input(c.dt, normal, 5, 8)
+		cos, rc := c.input(c.dt, normal, 5, 8)
+		z0, rz0 := c.input(c.dt, constGen(0), 2, 3, 5, 4)
+		z1, rz1 := c.input(c.dt, constGen(0), 2, 3, 5, 4)
+		ys := fused(c, "Mul(i0,i1);Mul(i0,i2);Slice<3,0,4>(t0);Slice<3,4,8>(t0);Neg(t2);Concat<3>(i3,t4);Concat<3>(t3,i4);Add(t1,t5);Add(t7,t6)",
+			[]int64{8, 0}, g, sin, cos, z0, z1)
+		m := rnd(c, refElem("Mul", rg, rs))
+		t5 := concat(3, rz0, mapArr(slice(m, 3, 0, 4), func(v float64) float64 { return -v }))
+		t6 := concat(3, slice(m, 3, 4, 8), rz1)
+		t7 := rnd(c, refElem("Add", rnd(c, refElem("Mul", rg, rc)), t5))
+		c.expect(ys[0], rnd(c, refElem("Add", t7, t6)))
+		c.expect(ys[1], m)
+	})
+	add("concat_three_[4,3]_[4,1]_[4,2]_axis1", func(c *ctx) {
+		a, ra := c.input(c.dt, normal, 4, 3)
+		b, rb := c.input(c.dt, normal, 4, 1)
+		d, rd := c.input(c.dt, normal, 4, 2)
+		w, rw := c.input(c.dt, normal, 6)
+		ys := fused(c, "Exp(i1);Concat<1>(i0,t0,i2);Mul(t1,i3)", []int64{2}, a, b, d, w)
+		c.expect(ys[0], rnd(c, refElem("Mul", concat(1, ra, rnd(c, mapArr(rb, math.Exp)), rd), rw)))
+	})
 	return cs
 }

@@ -33,7 +33,7 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	}
 	// A body with a reduction holds each step whole (the reduction needs
 	// its entire operand); the reduction runs on ReduceSum/Mean's kernel.
-	if !hasReduction(steps) && oneShape(types, out) {
+	if !wholeSteps(steps) && oneShape(types, out) {
 		return fusedChunked(n, steps, types, outIdx, in, out)
 	}
 	// Steps that are outputs compute straight into them.
@@ -63,14 +63,17 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 				return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 			}
 		}
-		if graph.FusibleReduce[s.Op] {
-			axes, _, err := graph.FusedReduceOperands(n.Attrs)
-			if err != nil {
-				return err
-			}
-			args = append(args, axes) // keepdims: the node's attribute
+		// A reduction or index step takes constant operands and attributes
+		// of its own (the reduction's axes and keepdims come from n).
+		extra, stepAttrs, err := graph.FusedStepOperands(s, n.Attrs)
+		if err != nil {
+			return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}
-		if err := kernels[s.Op](n, args, []*graph.Tensor{t}); err != nil {
+		stepNode := n
+		if len(stepAttrs) > 0 && !graph.FusibleReduce[s.Op] {
+			stepNode = &graph.Node{Name: n.Name, Op: s.Op, Attrs: stepAttrs}
+		}
+		if err := kernels[s.Op](stepNode, append(args, extra...), []*graph.Tensor{t}); err != nil {
 			return fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}
 		roundNarrow(t)
@@ -93,9 +96,11 @@ func copyTensor(dst, src *graph.Tensor) {
 }
 
 // oneShape reports whether every step and output has out[0]'s shape.
-func hasReduction(steps []graph.FusedStep) bool {
+// wholeSteps: a body with a reduction or an index step (whose operands
+// have other shapes than the outputs) runs step by step, each step whole.
+func wholeSteps(steps []graph.FusedStep) bool {
 	for _, s := range steps {
-		if graph.FusibleReduce[s.Op] {
+		if _, index := graph.FusibleIndex[s.Op]; index || graph.FusibleReduce[s.Op] {
 			return true
 		}
 	}

@@ -451,6 +451,11 @@ func lowerFusedElementwise(c *lowerCtx) (func() error, error) {
 			return lowerFusedRows(c, steps, types)
 		}
 	}
+	for _, st := range steps {
+		if _, ok := graph.FusibleIndex[st.Op]; ok {
+			return lowerFusedIndex(c, steps, types)
+		}
+	}
 	shape := n.Outputs[0].Type.Shape
 	for k, t := range types {
 		if !t.Shape.Equal(shape) {

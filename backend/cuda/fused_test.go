@@ -219,3 +219,55 @@ func TestRowProgramGenerate(t *testing.T) {
 		}
 	}
 }
+
+// Bodies with index steps: a rotate-half reads the other half of the row at
+// a shifted coordinate under a branch on the position, and its gradient
+// recomputes the product under each Concat at the positions it selects;
+// shared zero constants are not read.
+func TestIndexProgramGenerate(t *testing.T) {
+	shape := graph.Shape{2, 3, 16, 64}
+	gen := func(body string, ins []graph.Shape, zero []bool, outs []int) string {
+		steps, err := graph.ParseFusedBody(body, len(ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []graph.TensorType
+		p := &indexProgram{shape: shape, steps: steps, inShapes: ins, zero: zero, outs: outs}
+		for _, s := range ins {
+			in = append(in, graph.TensorType{DType: graph.Float32, Shape: s})
+			p.ins = append(p.ins, buffer{ptr: 0x1000, dt: graph.Float32, n: s.Numel()})
+		}
+		if p.types, err = graph.FusedTypes(steps, in, nil); err != nil {
+			t.Fatal(err)
+		}
+		for range outs {
+			p.obufs = append(p.obufs, buffer{ptr: 0x9000, dt: graph.BFloat16, n: shape.Numel()})
+		}
+		src, n, err := p.generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != int64(shape.Numel()) {
+			t.Errorf("%d elements, want %d", n, shape.Numel())
+		}
+		return src
+	}
+	fwd := gen("Slice<3,0,32>(i0);Slice<3,32,64>(i0);Neg(t1);Concat<3>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)",
+		[]graph.Shape{shape, {16, 64}, {16, 64}}, []bool{false, false, false}, []int{6})
+	for _, s := range []string{"if (c3 < 32u)", "(c3 + 32u)", "(c3 - 32u)", "out0[i] = __float2bfloat16_rn"} {
+		if !strings.Contains(fwd, s) {
+			t.Errorf("rotate-half: source lacks %q\n%s", s, fwd)
+		}
+	}
+	half := graph.Shape{2, 3, 16, 32}
+	bwd := gen("Mul(i0,i1);Mul(i0,i2);Slice<3,0,32>(t0);Slice<3,32,64>(t0);Neg(t2);Concat<3>(i3,t4);Concat<3>(t3,i4);Add(t1,t5);Add(t7,t6)",
+		[]graph.Shape{shape, {16, 64}, {16, 64}, half, half}, []bool{false, false, false, true, true}, []int{8})
+	if strings.Contains(bwd, "in3[") || strings.Contains(bwd, "in4[") {
+		t.Errorf("gradient: zero constants are read\n%s", bwd)
+	}
+	// The product i0·i1 is computed at the shifted positions inside the
+	// branches (the sliced halves), not only at the thread's own.
+	if strings.Count(bwd, "in1[") != 2 || !strings.Contains(bwd, "in1[0ull + (unsigned long long)(c2) * 64ull + (unsigned long long)((c3 + 32u))") {
+		t.Errorf("gradient: the product under the Concats is not read at the shifted positions\n%s", bwd)
+	}
+}
