@@ -1,0 +1,330 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/kernels"
+)
+
+// flashSM90Kernels are every entry point of flash_attention_sm90.cu.
+var flashSM90AllKernels = []string{
+	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit",
+	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit",
+}
+
+// TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
+// where it is installed (no GPU needed; NVRTC 12.0 or newer), checks that
+// every entry point is in the cubin, and logs ptxas's resource report
+// (registers, spill bytes per kernel; "wgmma ... serialized" warnings mean
+// the compiler had to wait on each wgmma and the kernel will be slow).
+func TestFlashSM90Compile(t *testing.T) {
+	nv, err := loadNVRTC()
+	if err != nil {
+		t.Skip(err)
+	}
+	if strings.HasPrefix(nv.version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	}
+	src, err := kernels.Source(flashSM90File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cubin, log, err := nv.compile(flashSM90File, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NVRTC %s, sm_90a, ptxas -v:\n%s", nv.version, log)
+	for _, k := range flashSM90AllKernels {
+		if !bytes.Contains(cubin, []byte(k+"\x00")) {
+			t.Errorf("cubin has no kernel %s", k)
+		}
+	}
+	if strings.Contains(log, "serializ") {
+		t.Errorf("ptxas serialized wgmma (see the log above): the kernel would be correct but slow")
+	}
+}
+
+func TestFlashSM90Pick(t *testing.T) {
+	for _, c := range []struct {
+		maj, mnr int
+		dt       GemmType
+		dim      int
+		scale    float32
+		env      string
+		want     string
+	}{
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "1", "flash_fwd_sm90_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "0", ""},
+		{9, 0, GemmBF16, 128, 0.1, "", ""},   // opt-in for now
+		{8, 0, GemmBF16, 128, 0.1, "1", ""},  // not Hopper: FA2
+		{10, 0, GemmBF16, 128, 0.1, "1", ""}, // sm_90a cubins run on 9.0 only
+		{9, 0, GemmBF16, 80, 0.1, "1", ""},   // no such head dim
+		{9, 0, GemmF32, 128, 0.1, "1", ""},
+		{9, 0, GemmBF16, 128, -1, "1", ""}, // tensor-core kernels need scale > 0
+	} {
+		got, err := flashSM90Pick(c.maj, c.mnr, c.dt, c.dim, c.scale, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("flashSM90Pick(%d.%d, %v, d%d, %g, %q) = %q, %v; want %q", c.maj, c.mnr, c.dt, c.dim, c.scale, c.env, got, err, c.want)
+		}
+	}
+	if _, err := flashSM90Pick(9, 0, GemmBF16, 128, 0.1, "yes"); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
+		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90Env, err)
+	}
+	if got := flashSM90Smem(128); got != 164864 {
+		t.Errorf("d128 smem %d, want 164864 (the .cu header)", got)
+	}
+	if got := flashSM90Smem(64); got != 82944 {
+		t.Errorf("d64 smem %d, want 82944 (the .cu header)", got)
+	}
+}
+
+// flashForwardRef is the float64 forward (O, its magnitudes, LSE) of
+// flashReference, without the backward's cost.
+func flashForwardRef(q, k, v []float64, bh, sq, sk, dim int, scale float64, causal bool) (o, oMag, lse []float64) {
+	o, oMag, lse = make([]float64, bh*sq*dim), make([]float64, bh*sq*dim), make([]float64, bh*sq)
+	p := make([]float64, sk)
+	for b := range bh {
+		Q, K, V := q[b*sq*dim:], k[b*sk*dim:], v[b*sk*dim:]
+		for i := range sq {
+			n := sk
+			if causal {
+				n = min(sk, i+1)
+			}
+			m := math.Inf(-1)
+			for j := range n {
+				s := 0.0
+				for c := range dim {
+					s += Q[i*dim+c] * K[j*dim+c]
+				}
+				p[j] = s * scale
+				m = math.Max(m, p[j])
+			}
+			sum := 0.0
+			for j := range n {
+				p[j] = math.Exp(p[j] - m)
+				sum += p[j]
+			}
+			lse[b*sq+i] = m + math.Log(sum)
+			oi, om := o[(b*sq+i)*dim:], oMag[(b*sq+i)*dim:]
+			for j := range n {
+				w := p[j] / sum
+				for c := range dim {
+					oi[c] += w * V[j*dim+c]
+					om[c] += w * math.Abs(V[j*dim+c])
+				}
+			}
+		}
+	}
+	return o, oMag, lse
+}
+
+// flashSM90Where says where the out-of-tolerance elements of an [bh, sq,
+// dim] result lie, to tell a wrong descriptor or fragment from a wrong mask:
+// by 64-column half, by warpgroup (query row % 128 < 64), by row % 8, by
+// whether the row's keys span one 128-key tile or more, and how many are NaN.
+func flashSM90Where(got, ref, mag []float64, bh, sq, sk, dim int, causal bool, frac, rtol float64) string {
+	var half [2]int
+	var wg [2]int
+	var r8 [8]int
+	var oneTile, moreTiles, nan, bad int
+	for i := range ref {
+		lim := rtol * math.Abs(ref[i])
+		if mag != nil {
+			lim += frac * mag[i]
+		}
+		if math.Abs(got[i]-ref[i]) <= lim {
+			continue
+		}
+		bad++
+		if math.IsNaN(got[i]) {
+			nan++
+		}
+		row, col := (i/dim)%sq, i%dim
+		half[col/64%2]++
+		wg[row%128/64]++
+		r8[row%8]++
+		keys := sk
+		if causal {
+			keys = min(sk, row+1)
+		}
+		if keys <= 128 {
+			oneTile++
+		} else {
+			moreTiles++
+		}
+	}
+	if bad == 0 {
+		return "none bad"
+	}
+	return fmt.Sprintf("%d bad: columns 0-63 %d, 64-127 %d; warpgroup 0 %d, 1 %d; by row%%8 %v; rows seeing <=128 keys %d, more %d; NaN %d",
+		bad, half[0], half[1], wg[0], wg[1], r8, oneTile, moreTiles, nan)
+}
+
+// TestFlashSM90GPU checks the Hopper forward (every kernel variant) against the
+// float64 reference with the FA2 test's tolerances (TestFlashAttentionGPU),
+// O and LSE, over sequence lengths around the 128-row/128-key tiles, Sq != Sk,
+// causal or not. A failure names the kernel and the shape and says where the
+// bad elements are; LSE depends on S = Q·Kᵀ alone, so "LSE ok, O bad" points
+// at P·V (P's fragments or V's descriptor), "LSE bad" at Q·Kᵀ or the mask.
+func TestFlashSM90GPU(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	d.SetCubinCacheDir(t.TempDir())
+	type tol struct{ frac, rtol, l2 float64 }
+	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
+	type shape struct{ sq, sk int }
+	var shapes []shape
+	for _, s := range []int{1, 17, 64, 127, 128, 129, 1000, 2048} {
+		shapes = append(shapes, shape{s, s})
+	}
+	shapes = append(shapes, shape{77, 300}, shape{300, 77}, shape{129, 1000}, shape{1000, 129}, shape{1, 257}, shape{200, 1})
+	rng := rand.New(rand.NewPCG(90, 1))
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, sh := range shapes {
+				for _, causal := range []bool{false, true} {
+					bh := 2
+					if sh.sq*sh.sk > 1<<20 {
+						bh = 1
+					}
+					name := fmt.Sprintf("%v/d%d/sq%d/sk%d/causal%v", dt, dim, sh.sq, sh.sk, causal)
+					t.Run(name, func(t *testing.T) {
+						nq, nk := bh*sh.sq*dim, bh*sh.sk*dim
+						gen := func(n int) []float64 {
+							x := make([]float64, n)
+							for i := range x {
+								x[i] = rng.NormFloat64()
+							}
+							return x
+						}
+						q, qh := flashUpload(t, d, dt, gen(nq))
+						k, kh := flashUpload(t, d, dt, gen(nk))
+						v, vh := flashUpload(t, d, dt, gen(nk))
+						scale := float32(1 / math.Sqrt(float64(dim)))
+						ref, refMag, refLSE := flashForwardRef(qh, kh, vh, bh, sh.sq, sh.sk, dim, float64(scale), causal)
+						tl := tols[dt]
+						variants := []bool{false}
+						if dim == 128 {
+							variants = append(variants, true)
+						}
+						for _, vsplit := range variants {
+							kname := flashSM90Name(dt, dim, vsplit)
+							o := flashAlloc(t, d, nq, 2)
+							lse := flashAlloc(t, d, bh*sh.sq, 4)
+							if err := flashForwardSM90(d, kname, q, k, v, o, lse, bh, sh.sq, sh.sk, dim, scale, causal); err != nil {
+								t.Fatalf("%s: %v", kname, err)
+							}
+							if err := d.Synchronize(); err != nil {
+								t.Fatalf("%s: %v", kname, err)
+							}
+							got := flashDownload(t, d, dt, o, nq)
+							gotLSE := flashDownload(t, d, GemmF32, lse, bh*sh.sq)
+							errO := flashCheck("O", got, ref, refMag, tl.frac, 0, tl.rtol, tl.l2)
+							errL := flashCheck("LSE", gotLSE, refLSE, nil, 0, 1e-3, 2e-5, 1e-5)
+							if errO != nil {
+								t.Errorf("%s: %v [%s] (LSE %s)", kname, errO,
+									flashSM90Where(got, ref, refMag, bh, sh.sq, sh.sk, dim, causal, tl.frac, tl.rtol),
+									map[bool]string{true: "ok", false: "also bad"}[errL == nil])
+							}
+							if errL != nil {
+								t.Errorf("%s: %v", kname, errL)
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// TestFlashSM90Dispatch checks that FlashForward runs the sm90 kernel when
+// FlashSM90Env=1 (its output is bit-identical to a direct launch) and FA2
+// when it is 0 (FA2 rounds differently, so some element differs).
+func TestFlashSM90Dispatch(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	const bh, s, dim = 2, 300, 128
+	rng := rand.New(rand.NewPCG(3, 4))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	n := bh * s * dim
+	q, _ := flashUpload(t, d, GemmBF16, gen(n))
+	k, _ := flashUpload(t, d, GemmBF16, gen(n))
+	v, _ := flashUpload(t, d, GemmBF16, gen(n))
+	run := func(env string, direct bool) []float64 {
+		t.Setenv(FlashSM90Env, env)
+		o := flashAlloc(t, d, n, 2)
+		lse := flashAlloc(t, d, bh*s, 4)
+		var err error
+		if direct {
+			err = flashForwardSM90(d, flashSM90Name(GemmBF16, dim, false), q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+		} else {
+			err = FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return flashDownload(t, d, GemmBF16, o, n)
+	}
+	direct, on, off := run("0", true), run("1", false), run("0", false)
+	same := func(a, b []float64) bool {
+		for i := range a {
+			if a[i] != b[i] && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
+				return false
+			}
+		}
+		return true
+	}
+	if !same(direct, on) {
+		t.Errorf("%s=1: FlashForward's output differs from the sm90 kernel's", FlashSM90Env)
+	}
+	if same(direct, off) {
+		t.Errorf("%s=0: FlashForward's output is bit-identical to the sm90 kernel's; FA2 did not run?", FlashSM90Env)
+	}
+	t.Setenv(FlashSM90Env, "on")
+	if err := FlashForward(d, GemmBF16, q, k, v, q, q, bh, s, s, dim, 0.088, true); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
+		t.Errorf("%s=on: got %v, want an error naming the variable", FlashSM90Env, err)
+	}
+}
+
+// TestFlashSM90Resources prints each sm90 kernel's registers and local
+// (spill) bytes as the driver reports them for the loaded cubin.
+func TestFlashSM90Resources(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	ks, err := d.flashSM90Kernels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range flashSM90AllKernels {
+		f, err := ks.fn(name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := f.Attributes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
+		if a.MaxThreadsPerBlock < flashSM90Threads {
+			t.Errorf("%s: at most %d threads per block, the launch uses %d", name, a.MaxThreadsPerBlock, flashSM90Threads)
+		}
+	}
+}

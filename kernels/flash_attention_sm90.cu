@@ -1,0 +1,446 @@
+// flash_attention_sm90.cu: FlashAttention forward for Hopper (sm_90a): wgmma.
+//
+// Compiled at run time by NVRTC for sm_90a only (wgmma needs the "a" target);
+// backend/cuda/flash_sm90.go picks it on compute capability 9.0 and falls back
+// to flash_attention.cu (FA2, mma.sync) elsewhere. It includes no header: the
+// 16-bit element types travel as raw bits and are converted with PTX cvt.
+//
+// Same contract as flash_fwd_<T>_d<D> of flash_attention.cu: Q, O are [BH, Sq, D];
+// K, V are [BH, Sk, D], contiguous; LSE is float32 [BH, Sq] (natural log). Causal
+// masking is top-left aligned (key j visible to query i iff j <= i, also when
+// Sq != Sk). A row that sees no key gets O = 0, LSE = +inf. Requires scale > 0
+// (row maxima are taken on raw scores).
+//
+// Entry points (T in {bf16, fp16}, D in {64, 128}):
+//   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
+//   flash_fwd_sm90_<T>_d128_vsplit(...)   the same, O += P·V as two n64 halves
+//     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
+//     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
+//
+// Design (version 1): one CTA = 128 query rows = two consumer warpgroups of 64
+// rows each; all 256 threads load tiles with cp.async (no TMA, no producer
+// warpgroup yet) into 128-byte-swizzled shared memory, K and V double-buffered:
+// the loads of tile j+1 are in flight while tile j is computed.
+//   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
+//   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
+//   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
+//   packed to 16 bits is the A fragment layout), B = V read N-major
+//   (imm-trans-b = 1) from the same row layout K uses.
+//
+// Shared memory tiles: a tile of ROWS rows × D columns (16-bit) is stored as D/64
+// column blocks of ROWS rows × 128 bytes; inside a block, 16-byte chunk c of row
+// r sits at chunk c ^ (r & 7). Every block starts on a 1024-byte boundary, so
+// this is exactly the hardware's 128-byte swizzle ("Swizzle<3,4,3>") that the
+// wgmma descriptors below declare (swizzle mode 1).
+//   K-major operand (Q as A, K as B): 8-row core groups 1024 bytes apart (SBO);
+//   the leading byte offset is unused for swizzled K-major layouts (set to 16);
+//   k-step kk (16 columns) starts at block kk/4, byte offset (kk%4)*32.
+//   N-major operand (V as B): rows are k (keys), 16 keys = two 8-row groups
+//   1024 bytes apart (SBO); the 64-column blocks along N are ROWS*128 bytes
+//   apart (LBO); k-step kk starts at byte offset kk*16*128.
+
+namespace fa90 {
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int BR = 128;  // query rows per CTA (two warpgroups of 64)
+constexpr int BC = 128;  // keys per K/V tile
+constexpr int NT = 256;  // threads per CTA
+
+__device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// Two floats to packed 16-bit values, lo in the low half (cvt puts its first
+// source in the upper half).
+template <bool F16> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<false>(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <> __device__ __forceinline__ u32 pack2<true>(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// 2^x on the SFU (ex2.approx.ftz: <= 2 ulp, 2^-inf = +0).
+__device__ __forceinline__ float fexp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 16-byte async copy global->shared; bytes past src_bytes are zero-filled.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (cp.async lands
+// there) visible to the async proxy that wgmma reads through; a barrier must
+// follow before other threads' wgmmas read them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of r across this point: wgmma
+// writes its accumulators (and reads its A registers) asynchronously, so every
+// use must stay after wgmma_wait.
+template <int N> __device__ __forceinline__ void reg_fence(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence_u(u32* r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor: start address, leading and stride byte
+// offsets (each >> 4, 14 bits), swizzle mode 1 = 128 bytes (bits 62-63); base
+// offset 0 since every swizzle block starts on a 1024-byte boundary.
+__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte chunk c of row r in a ROWS-row tile (see the header).
+template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
+  return (u32)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// Loads rows [row0, row0+ROWS) of a [nvalid, D] matrix into a tile; rows >=
+// nvalid are zero-filled. Consecutive threads copy consecutive 16-byte chunks
+// of a row, so the global reads coalesce.
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile(u32 dst, const u16* src, int row0, int nvalid, int tid) {
+  constexpr int CH = D / 8;
+  static_assert((ROWS * CH) % NT == 0, "tile load split");
+#pragma unroll
+  for (int it = 0; it < ROWS * CH / NT; it++) {
+    const int idx = tid + it * NT;
+    const int r = idx / CH, c = idx % CH;
+    const int gr = row0 + r;
+    const bool ok = gr < nvalid;
+    cp_async16(dst + tile_off<ROWS>(r, c), src + (size_t)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
+  }
+}
+
+// ---------------------------------------------------------------- wgmma wrappers
+// (operand lists written out: inline asm takes no loops)
+
+// d[0..63] (+)= A·B, m64n128k16, A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_n128_bf16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// d[0..31] += A·B, m64n64k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n64_bf16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// d[0..63] += A·B, m64n128k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n128_bf16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// d[0..63] (+)= A·B, m64n128k16, A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_n128_fp16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// d[0..31] += A·B, m64n64k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n64_fp16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// d[0..63] += A·B, m64n128k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n128_fp16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+template <bool F16> struct Wg;
+template <> struct Wg<false> {
+  static __device__ __forceinline__ void ss128(float* d, u64 a, u64 b, int acc) { wgmma_ss_n128_bf16(d, a, b, acc); }
+  static __device__ __forceinline__ void rs64(float* d, const u32* a, u64 b) { wgmma_rs_n64_bf16(d, a, b); }
+  static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_bf16(d, a, b); }
+};
+template <> struct Wg<true> {
+  static __device__ __forceinline__ void ss128(float* d, u64 a, u64 b, int acc) { wgmma_ss_n128_fp16(d, a, b, acc); }
+  static __device__ __forceinline__ void rs64(float* d, const u32* a, u64 b) { wgmma_rs_n64_fp16(d, a, b); }
+  static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_fp16(d, a, b); }
+};
+
+// The forward. Warpgroup wg (threads 128wg..128wg+127) owns query rows
+// q0+64wg..+63; inside it warp w owns 16 rows, and a thread holds, like
+// mma.sync's accumulator, rows g and g+8 (g = lane/4) and, per 8-column block
+// nt, columns 8nt+2t and 8nt+2t+1 (t = lane%4): s[4nt+e] is row g+8(e>>1),
+// column 8nt+2t+(e&1). O accumulates in o[] the same way over D columns.
+template <bool F16, int D, bool VSPLIT>
+__device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
+                                    const u16* __restrict__ V, u16* __restrict__ O,
+                                    float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
+                                    int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  constexpr int QBYTES = BR * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ = sbase;
+  const u32 sK0 = sQ + QBYTES;             // K tiles of stages 0 and 1
+  const u32 sV0 = sK0 + 2 * KVBYTES;       // V tiles of stages 0 and 1
+
+  const int bh = blockIdx.x;
+  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;  // heavy blocks first
+  const int q0 = qb * BR;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int wrow0 = q0 + wg * 64 + (warp & 3) * 16;  // first query row of this warp
+  const u16* Qb = Q + (size_t)bh * Sq * D;
+  const u16* Kb = K + (size_t)bh * Sk * D;
+  const u16* Vb = V + (size_t)bh * Sk * D;
+
+  const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;  // >= 1: Sk >= 1
+  const float c = scale * kLog2e;
+
+  load_tile<BR, D>(sQ, Qb, q0, Sq, tid);
+  load_tile<BC, D>(sK0, Kb, 0, Sk, tid);
+  load_tile<BC, D>(sV0, Vb, 0, Sk, tid);
+  cp_async_commit();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+  float m[2] = {-inf_f(), -inf_f()};
+  float l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < ntiles; j++) {
+    const int stage = j & 1;
+    const u32 sK = sK0 + stage * KVBYTES, sV = sV0 + stage * KVBYTES;
+    const int kbase = j * BC;
+    if (j + 1 < ntiles) {
+      // The other stage was last read by tile j-1, which every thread finished
+      // before the barrier that ended its iteration.
+      load_tile<BC, D>(sK0 + (stage ^ 1) * KVBYTES, Kb, kbase + BC, Sk, tid);
+      load_tile<BC, D>(sV0 + (stage ^ 1) * KVBYTES, Vb, kbase + BC, Sk, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // all but the newest group: tile j (and Q) landed
+    fence_proxy_async();
+    __syncthreads();
+
+    // S = Q·K_jᵀ for this warpgroup's 64 rows.
+    float s[BC / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const u64 da = make_desc(sQ + (kk >> 2) * BR * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
+      const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+      Wg<F16>::ss128(s, da, db, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<BC / 2>(s);
+
+    const bool need_mask = (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
+    if (need_mask) {
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int col = kbase + nt * 8 + 2 * t + (e & 1);
+          const int row = wrow0 + g + (e >> 1) * 8;
+          if (col >= Sk || (causal && col > row)) s[4 * nt + e] = -inf_f();
+        }
+      }
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = -inf_f();
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float mnew = fmaxf(m[r], mx);
+      const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
+      const float mc = muse * c;
+      const float alpha = fexp2(m[r] * c - mc);
+      m[r] = mnew;
+      float rs = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < BC / 8; nt++) {
+        const float p0 = fexp2(fmaf(s[4 * nt + 2 * r], c, -mc));
+        const float p1 = fexp2(fmaf(s[4 * nt + 2 * r + 1], c, -mc));
+        s[4 * nt + 2 * r] = p0;
+        s[4 * nt + 2 * r + 1] = p1;
+        rs += p0 + p1;
+      }
+      l[r] = l[r] * alpha + rs;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        o[4 * dt + 2 * r] *= alpha;
+        o[4 * dt + 2 * r + 1] *= alpha;
+      }
+    }
+
+    // P as the A operand: k-step kk covers S columns 16kk..16kk+15, i.e. the
+    // 8-column blocks 2kk (A registers 0, 1) and 2kk+1 (A registers 2, 3).
+    u32 p[BC / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+      p[kk][0] = pack2<F16>(s[8 * kk + 0], s[8 * kk + 1]);
+      p[kk][1] = pack2<F16>(s[8 * kk + 2], s[8 * kk + 3]);
+      p[kk][2] = pack2<F16>(s[8 * kk + 4], s[8 * kk + 5]);
+      p[kk][3] = pack2<F16>(s[8 * kk + 6], s[8 * kk + 7]);
+    }
+
+    // O += P·V_j.
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BC / 16; kk++) {
+      if constexpr (D == 64 || VSPLIT) {
+        // One n64 product per 64-column block of V: the leading byte offset
+        // (between blocks along N) is never used.
+#pragma unroll
+        for (int nb = 0; nb < D / 64; nb++)
+          Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, BC * 128, 1024));
+      } else {
+        Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<D / 2>(o);
+    reg_fence_u<BC / 4>(&p[0][0]);
+    __syncthreads();  // every warpgroup is done with stage j before it is refilled
+  }
+  cp_async_wait<0>();
+
+  u16* Ob = O + (size_t)bh * Sq * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float lsum = l[r];
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+    const int row = wrow0 + g + r * 8;
+    const bool ok = lsum > 0.f;
+    const float inv = ok ? 1.f / lsum : 0.f;
+    if (row < Sq) {
+      u16* orow = Ob + (size_t)row * D + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++)
+        *reinterpret_cast<u32*>(orow + dt * 8) = pack2<F16>(o[4 * dt + 2 * r] * inv, o[4 * dt + 2 * r + 1] * inv);
+      if (t == 0) LSE[(size_t)bh * Sq + row] = ok ? m[r] * scale + logf(lsum) : inf_f();
+    }
+  }
+}
+
+}  // namespace fa90
+
+#define FA90_FWD(name, F16, D, VSPLIT)                                                              \
+  extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                         \
+      name(const unsigned short* q, const unsigned short* k, const unsigned short* v,               \
+           unsigned short* o, float* lse, int BH, int Sq, int Sk, float scale, int causal) {        \
+    fa90::fwd<F16, D, VSPLIT>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                          \
+  }
+
+FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64, false)
+FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128, false)
+FA90_FWD(flash_fwd_sm90_bf16_d128_vsplit, false, 128, true)
+FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, false)
+FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, false)
+FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, true)
