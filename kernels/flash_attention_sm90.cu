@@ -14,6 +14,9 @@
 // Entry points (T in {bf16, fp16}, D in {64, 128}):
 //   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
 //   flash_fwd_sm90_<T>_d128_vsplit(...)   the same, O += P·V as two n64 halves
+//   flash_fwd_sm90_<T>_d128_vswap(...)    the same, V's descriptor offsets swapped
+//     (the two variants are for the GPU test only: they tell which reading of
+//     the N-major descriptor's byte offsets the hardware has, see VMode)
 //     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
 //     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
 //
@@ -37,7 +40,10 @@
 //   k-step kk (16 columns) starts at block kk/4, byte offset (kk%4)*32.
 //   N-major operand (V as B): rows are k (keys), 16 keys = two 8-row groups
 //   1024 bytes apart (SBO); the 64-column blocks along N are ROWS*128 bytes
-//   apart (LBO); k-step kk starts at byte offset kk*16*128.
+//   apart (LBO); k-step kk starts at byte offset kk*16*128. (That is our
+//   reading of the PTX ISA's N-major swizzled layout; d64, a single block along
+//   N, and the d128 _vsplit variant put 1024 in both offsets and so do not
+//   depend on it.)
 
 namespace fa90 {
 
@@ -268,7 +274,15 @@ template <> struct Wg<true> {
 // mma.sync's accumulator, rows g and g+8 (g = lane/4) and, per 8-column block
 // nt, columns 8nt+2t and 8nt+2t+1 (t = lane%4): s[4nt+e] is row g+8(e>>1),
 // column 8nt+2t+(e&1). O accumulates in o[] the same way over D columns.
-template <bool F16, int D, bool VSPLIT>
+// How O += P·V addresses V (an N-major B operand); see the header.
+enum VMode {
+  kVBlocks = 0,  // one n<D> product; 64-column blocks LBO apart, 8-key groups SBO apart
+  kVSplit = 1,   // one n64 product per 64-column block: only the 8-key group
+                 // stride is used, and both offsets hold it
+  kVSwap = 2,    // as kVBlocks with LBO and SBO exchanged
+};
+
+template <bool F16, int D, int VMODE>
 __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
                                     const u16* __restrict__ V, u16* __restrict__ O,
                                     float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
@@ -392,12 +406,12 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < BC / 16; kk++) {
-      if constexpr (D == 64 || VSPLIT) {
-        // One n64 product per 64-column block of V: the leading byte offset
-        // (between blocks along N) is never used.
+      if constexpr (D == 64 || VMODE == kVSplit) {
 #pragma unroll
         for (int nb = 0; nb < D / 64; nb++)
-          Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, BC * 128, 1024));
+          Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, 1024, 1024));
+      } else if constexpr (VMODE == kVSwap) {
+        Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, BC * 128));
       } else {
         Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
       }
@@ -431,16 +445,18 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
 
 }  // namespace fa90
 
-#define FA90_FWD(name, F16, D, VSPLIT)                                                              \
+#define FA90_FWD(name, F16, D, VMODE)                                                               \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                         \
       name(const unsigned short* q, const unsigned short* k, const unsigned short* v,               \
            unsigned short* o, float* lse, int BH, int Sq, int Sk, float scale, int causal) {        \
-    fa90::fwd<F16, D, VSPLIT>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                          \
+    fa90::fwd<F16, D, VMODE>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                          \
   }
 
-FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64, false)
-FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128, false)
-FA90_FWD(flash_fwd_sm90_bf16_d128_vsplit, false, 128, true)
-FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, false)
-FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, false)
-FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, true)
+FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_bf16_d128_vsplit, false, 128, fa90::kVSplit)
+FA90_FWD(flash_fwd_sm90_bf16_d128_vswap, false, 128, fa90::kVSwap)
+FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, fa90::kVSplit)
+FA90_FWD(flash_fwd_sm90_fp16_d128_vswap, true, 128, fa90::kVSwap)

@@ -32,8 +32,10 @@ const (
 func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 + 1024 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
-// none); vsplit picks the variant that does O += P·V as n64 halves (d128).
-func flashSM90Name(dt GemmType, dim int, vsplit bool) string {
+// none). variant "" is the one FlashForward runs; for d128 the GPU test also
+// runs "vsplit" (O += P·V as n64 halves) and "vswap" (V's descriptor offsets
+// exchanged), which tell a wrong V descriptor apart from other faults.
+func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
 	case GemmBF16:
@@ -47,8 +49,11 @@ func flashSM90Name(dt GemmType, dim int, vsplit bool) string {
 		return ""
 	}
 	name := fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
-	if vsplit && dim == 128 {
-		name += "_vsplit"
+	if variant != "" {
+		if dim != 128 {
+			return ""
+		}
+		name += "_" + variant
 	}
 	return name
 }
@@ -68,7 +73,7 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, en
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
 	}
-	return flashSM90Name(dt, dim, false), nil
+	return flashSM90Name(dt, dim, ""), nil
 }
 
 // flashSM90Kernels caches the compiled flash_attention_sm90.cu per device.

@@ -11,10 +11,10 @@ import (
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
-// flashSM90Kernels are every entry point of flash_attention_sm90.cu.
+// flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
 var flashSM90AllKernels = []string{
-	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit",
-	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit",
+	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit", "flash_fwd_sm90_bf16_d128_vswap",
+	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit", "flash_fwd_sm90_fp16_d128_vswap",
 }
 
 // TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
@@ -187,6 +187,12 @@ func TestFlashSM90GPU(t *testing.T) {
 	}
 	shapes = append(shapes, shape{77, 300}, shape{300, 77}, shape{129, 1000}, shape{1000, 129}, shape{1, 257}, shape{200, 1})
 	rng := rand.New(rand.NewPCG(90, 1))
+	runs, fails := map[string]int{}, map[string]int{}
+	defer func() {
+		for _, k := range flashSM90AllKernels {
+			t.Logf("%-34s %3d of %3d shapes failed", k, fails[k], runs[k])
+		}
+	}()
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
 			for _, sh := range shapes {
@@ -211,12 +217,13 @@ func TestFlashSM90GPU(t *testing.T) {
 						scale := float32(1 / math.Sqrt(float64(dim)))
 						ref, refMag, refLSE := flashForwardRef(qh, kh, vh, bh, sh.sq, sh.sk, dim, float64(scale), causal)
 						tl := tols[dt]
-						variants := []bool{false}
+						variants := []string{""}
 						if dim == 128 {
-							variants = append(variants, true)
+							variants = append(variants, "vsplit", "vswap")
 						}
-						for _, vsplit := range variants {
-							kname := flashSM90Name(dt, dim, vsplit)
+						for _, variant := range variants {
+							kname := flashSM90Name(dt, dim, variant)
+							runs[kname]++
 							o := flashAlloc(t, d, nq, 2)
 							lse := flashAlloc(t, d, bh*sh.sq, 4)
 							if err := flashForwardSM90(d, kname, q, k, v, o, lse, bh, sh.sq, sh.sk, dim, scale, causal); err != nil {
@@ -229,6 +236,9 @@ func TestFlashSM90GPU(t *testing.T) {
 							gotLSE := flashDownload(t, d, GemmF32, lse, bh*sh.sq)
 							errO := flashCheck("O", got, ref, refMag, tl.frac, 0, tl.rtol, tl.l2)
 							errL := flashCheck("LSE", gotLSE, refLSE, nil, 0, 1e-3, 2e-5, 1e-5)
+							if errO != nil || errL != nil {
+								fails[kname]++
+							}
 							if errO != nil {
 								t.Errorf("%s: %v [%s] (LSE %s)", kname, errO,
 									flashSM90Where(got, ref, refMag, bh, sh.sq, sh.sk, dim, causal, tl.frac, tl.rtol),
@@ -272,7 +282,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		lse := flashAlloc(t, d, bh*s, 4)
 		var err error
 		if direct {
-			err = flashForwardSM90(d, flashSM90Name(GemmBF16, dim, false), q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+			err = flashForwardSM90(d, flashSM90Name(GemmBF16, dim, ""), q, k, v, o, lse, bh, s, s, dim, 0.088, true)
 		} else {
 			err = FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
 		}
