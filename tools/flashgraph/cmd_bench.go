@@ -291,6 +291,42 @@ func printAttnTable(w io.Writer, shapes []benchShape, rows []benchRow) {
 	}
 }
 
+// printSM90Table writes the forward TFLOP/s of FA2 ("fused"), the Hopper
+// kernel ("fused-sm90") and cuDNN, and the Hopper kernel's speed over each.
+func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
+	by := map[attnKey]benchRow{}
+	for _, r := range rows {
+		if r.Kind == "attention" {
+			by[attnKey{r.Impl, r.S, r.D, r.Causal}] = r
+		}
+	}
+	fmt.Fprintln(w, "forward, FA2 (fused) vs Hopper wgmma (fused-sm90, kernels/flash_attention_sm90.cu) vs cuDNN; TFLOP/s and sm90's speed ratios:")
+	fmt.Fprintf(w, "%4s %6s %2s | %6s %6s %6s | %8s %8s\n", "D", "S", "c", "fa2", "sm90", "cudnn", "sm90/fa2", "sm90/cd")
+	var notes []string
+	for _, sh := range shapes {
+		c := 0
+		if sh.Causal {
+			c = 1
+		}
+		fa2, r90, cd := by[attnKey{"fused", sh.S, sh.D, sh.Causal}], by[attnKey{"fused-sm90", sh.S, sh.D, sh.Causal}], by[attnKey{"torch-cudnn", sh.S, sh.D, sh.Causal}]
+		fmt.Fprintf(w, "%4d %6d %2d |", sh.D, sh.S, c)
+		for _, r := range []benchRow{fa2, r90, cd} {
+			if r.FwdTFLOPs != nil {
+				fmt.Fprintf(w, " %6.1f", *r.FwdTFLOPs)
+			} else {
+				fmt.Fprintf(w, " %6s", "-")
+			}
+		}
+		fmt.Fprintf(w, " | %8s %8s\n", ratio(fa2.FwdMs, r90.FwdMs), ratio(cd.FwdMs, r90.FwdMs))
+		if r90.Error != nil {
+			notes = append(notes, fmt.Sprintf("  fused-sm90 D=%d S=%d causal=%v: %s", sh.D, sh.S, sh.Causal, firstLine(*r90.Error, 160)))
+		}
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+}
+
 func isOOMText(s string) bool {
 	s = strings.ToLower(s)
 	return strings.Contains(s, "out of memory") || strings.Contains(s, "out_of_memory")
@@ -391,7 +427,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"with SoftmaxGrad) and PyTorch SDPA (FLASH, cuDNN, EFFICIENT; tools/reference/sdpa_bench.py\n"+
 			"run as a subprocess). Shapes keep B·S and H·D fixed. Prints one table of TFLOP/s, ratios,\n"+
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
-			"(model small, fused vs unfused attention).", stderr)
+			"(model small, fused vs unfused attention). -sm90 also times the Hopper forward\n"+
+			"(kernels/flash_attention_sm90.cu) beside FA2 and prints their forward table.", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
@@ -410,6 +447,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	memory := fs.Bool("memory", false, "also run the training-step memory table (model small, fused vs unfused)")
 	memShapesFlag := fs.String("memory-shapes", "4096:8,16384:8,16384:16", "S:B pairs of the -memory table")
 	seed := fs.Uint64("seed", 1, "seed of the random inputs")
+	sm90 := fs.Bool("sm90", false, "time the fused path twice per shape, forward on FA2 (\"fused\") and on the Hopper\n"+
+		"wgmma kernel (\"fused-sm90\", "+cuda.FlashSM90Env+"=1; the backward stays FA2), and print both\n"+
+		"forwards beside cuDNN's (needs a compute capability 9.0 GPU)")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -477,7 +517,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	var rows []benchRow
 	if *attention {
-		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *composed, *seed,
+		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *composed, *sm90, *seed,
 			*torchPy, *reference, *torchBackends)
 		rows = append(rows, r...)
 		if err != nil {
@@ -521,9 +561,22 @@ func deviceLine(d *cuda.Device) string {
 	return s
 }
 
-func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed bool,
+func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed, sm90 bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	t0 := time.Now()
+	if sm90 {
+		// FlashForward reads the variable at each call: "fused" runs with it
+		// 0, "fused-sm90" with it 1; the caller's value comes back at the end.
+		old, had := os.LookupEnv(cuda.FlashSM90Env)
+		defer func() {
+			if had {
+				os.Setenv(cuda.FlashSM90Env, old)
+			} else {
+				os.Unsetenv(cuda.FlashSM90Env)
+			}
+		}()
+		os.Setenv(cuda.FlashSM90Env, "0")
+	}
 	ab, err := bench.NewAttnBench(tokens*width, seed)
 	if err != nil {
 		return nil, fmt.Errorf("bench needs -device cuda: %w", err)
@@ -543,6 +596,19 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		}
 		rows = append(rows, attnRows(r, iters, gpu)...)
 		fmt.Fprintf(stderr, "bench: %v: fused %s, composed %s (%v)\n", as, timingText(r.Fused), timingText(r.Composed), time.Since(t1).Round(time.Millisecond))
+		if sm90 {
+			os.Setenv(cuda.FlashSM90Env, "1")
+			r90, err := ab.Run(as, false)
+			os.Setenv(cuda.FlashSM90Env, "0")
+			if err != nil {
+				ab.Close()
+				return rows, fmt.Errorf("%v (sm90): %w", as, err)
+			}
+			row := attnRows(r90, iters, gpu)[0]
+			row.Impl = "fused-sm90"
+			rows = append(rows, row)
+			fmt.Fprintf(stderr, "bench: %v: fused-sm90 %s\n", as, timingText(r90.Fused))
+		}
 		if r.Checked {
 			fmt.Fprintf(stderr, "bench:   max|fused-composed| O %.2g dQ %.2g dK %.2g dV %.2g (max|composed| %.3g %.3g %.3g %.3g)\n",
 				r.MaxAbsErr[0], r.MaxAbsErr[1], r.MaxAbsErr[2], r.MaxAbsErr[3], r.MaxAbsRef[0], r.MaxAbsRef[1], r.MaxAbsRef[2], r.MaxAbsRef[3])
@@ -572,6 +638,9 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		}
 	}
 	printAttnTable(stdout, shapes, rows)
+	if sm90 {
+		printSM90Table(stdout, shapes, rows)
+	}
 	fmt.Fprintln(stdout, "fused: FlashForward/FlashBackward (kernels/flash_attention.cu). composed: the unfused graph (MatMul(Q,Kᵀ), Mul scale,")
 	fmt.Fprintln(stdout, "Add causal mask, Softmax, MatMul; backward by autodiff: Transpose, MatMul, SoftmaxGrad, Mul) run by the CUDA executor's")
 	fmt.Fprintln(stdout, "own lowering (kernels/ops.cu + cuBLAS); its bwd excludes the loss and dO seed, its memory includes them.")
