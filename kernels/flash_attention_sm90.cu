@@ -19,11 +19,17 @@
 //     the N-major descriptor's byte offsets the hardware has, see VMode)
 //     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
 //     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
+//   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
+//     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see fwd_ws;
+//     grid (BH, ceil(Sq/128)), block 288 (two consumer warpgroups, one
+//     producer warp), dynamic smem 64 bytes more: d64 83008, d128 164928.
 //
-// Design (version 1): one CTA = 128 query rows = two consumer warpgroups of 64
-// rows each; all 256 threads load tiles with cp.async (no TMA, no producer
-// warpgroup yet) into 128-byte-swizzled shared memory, K and V double-buffered:
-// the loads of tile j+1 are in flight while tile j is computed.
+// Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
+// K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
+// Version 1 (flash_fwd_sm90_<T>_d<D>): all 256 threads load with cp.async, the
+// loads of tile j+1 in flight while tile j is computed, a CTA barrier per
+// tile. Version 2 (flash_fwd_sm90_tma_*): a producer warp loads with TMA
+// through an mbarrier ring and the consumer warpgroups run unsynchronised.
 //   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
 //   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
 //   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
@@ -269,11 +275,6 @@ template <> struct Wg<true> {
   static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_fp16(d, a, b); }
 };
 
-// The forward. Warpgroup wg (threads 128wg..128wg+127) owns query rows
-// q0+64wg..+63; inside it warp w owns 16 rows, and a thread holds, like
-// mma.sync's accumulator, rows g and g+8 (g = lane/4) and, per 8-column block
-// nt, columns 8nt+2t and 8nt+2t+1 (t = lane%4): s[4nt+e] is row g+8(e>>1),
-// column 8nt+2t+(e&1). O accumulates in o[] the same way over D columns.
 // How O += P·V addresses V (an N-major B operand); see the header.
 enum VMode {
   kVBlocks = 0,  // one n<D> product; 64-column blocks LBO apart, 8-key groups SBO apart
@@ -282,6 +283,136 @@ enum VMode {
   kVSwap = 2,    // as kVBlocks with LBO and SBO exchanged
 };
 
+// The pieces both forwards share. A consumer warpgroup owns 64 query rows;
+// inside it warp w owns 16, and a thread holds, like mma.sync's accumulator,
+// rows g and g+8 (g = lane/4) and, per 8-column block nt, columns 8nt+2t and
+// 8nt+2t+1 (t = lane%4): s[4nt+e] is row g+8(e>>1), column 8nt+2t+(e&1). O
+// accumulates in o[] the same way over D columns.
+
+// s = Q·Kᵀ for the warpgroup's 64 rows: sQw is the Q tile's base plus the
+// warpgroup's row offset (rows*128 bytes into each 64-column block of a BR-row
+// tile), sK a BC-row K tile. Waits for the product.
+template <bool F16, int D>
+__device__ __forceinline__ void qk_product(float* s, u32 sQw, u32 sK) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u64 da = make_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    Wg<F16>::ss128(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  reg_fence<BC / 2>(s);
+}
+
+// Masks keys >= Sk and, when causal, keys above the diagonal, to -inf.
+__device__ __forceinline__ void mask_scores(float* s, int kbase, int Sk, int wrow0, int g, int t, int causal) {
+  if ((kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0)) {
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int col = kbase + nt * 8 + 2 * t + (e & 1);
+        const int row = wrow0 + g + (e >> 1) * 8;
+        if (col >= Sk || (causal && col > row)) s[4 * nt + e] = -inf_f();
+      }
+    }
+  }
+}
+
+// Online softmax of one tile (c = scale·log2e): updates the row maxima m and
+// sums l, rescales o, and turns s into P (unnormalised), packed as the A
+// fragments of P·V: k-step kk covers S columns 16kk..16kk+15, i.e. the
+// 8-column blocks 2kk (registers 0, 1) and 2kk+1 (registers 2, 3).
+template <bool F16, int D>
+__device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float* l, float c, u32 (*p)[4]) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float mx = -inf_f();
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[r], mx);
+    const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
+    const float mc = muse * c;
+    const float alpha = fexp2(m[r] * c - mc);
+    m[r] = mnew;
+    float rs = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) {
+      const float p0 = fexp2(fmaf(s[4 * nt + 2 * r], c, -mc));
+      const float p1 = fexp2(fmaf(s[4 * nt + 2 * r + 1], c, -mc));
+      s[4 * nt + 2 * r] = p0;
+      s[4 * nt + 2 * r + 1] = p1;
+      rs += p0 + p1;
+    }
+    l[r] = l[r] * alpha + rs;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++) {
+      o[4 * dt + 2 * r] *= alpha;
+      o[4 * dt + 2 * r + 1] *= alpha;
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+    p[kk][0] = pack2<F16>(s[8 * kk + 0], s[8 * kk + 1]);
+    p[kk][1] = pack2<F16>(s[8 * kk + 2], s[8 * kk + 3]);
+    p[kk][2] = pack2<F16>(s[8 * kk + 4], s[8 * kk + 5]);
+    p[kk][3] = pack2<F16>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+// o += P·V for a BC-row V tile sV. Waits for the product.
+template <bool F16, int D, int VMODE>
+__device__ __forceinline__ void pv_product(float* o, u32 (*p)[4], u32 sV) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+    if constexpr (D == 64 || VMODE == kVSplit) {
+#pragma unroll
+      for (int nb = 0; nb < D / 64; nb++)
+        Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, 1024, 1024));
+    } else if constexpr (VMODE == kVSwap) {
+      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, BC * 128));
+    } else {
+      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  reg_fence<D / 2>(o);
+  reg_fence_u<BC / 4>(&p[0][0]);
+}
+
+// O = o / l and LSE = m·scale + ln(l) for the thread's rows; a row that saw no
+// key (l = 0) gets O = 0, LSE = +inf. Rows >= Sq are not stored.
+template <bool F16, int D>
+__device__ __forceinline__ void store_rows(const float* o, const float* m, const float* l, u16* Ob, float* LSEb,
+                                           int wrow0, int Sq, int g, int t, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float lsum = l[r];
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+    const int row = wrow0 + g + r * 8;
+    const bool ok = lsum > 0.f;
+    const float inv = ok ? 1.f / lsum : 0.f;
+    if (row < Sq) {
+      u16* orow = Ob + (size_t)row * D + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++)
+        *reinterpret_cast<u32*>(orow + dt * 8) = pack2<F16>(o[4 * dt + 2 * r] * inv, o[4 * dt + 2 * r + 1] * inv);
+      if (t == 0) LSEb[row] = ok ? m[r] * scale + logf(lsum) : inf_f();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- version 1: cp.async
+//
+// 256 threads = two consumer warpgroups, which also load: all threads copy
+// tile j+1 with cp.async while tile j is computed; a CTA barrier per tile.
 template <bool F16, int D, int VMODE>
 __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
                                     const u16* __restrict__ V, u16* __restrict__ O,
@@ -292,8 +423,8 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
   const u32 sQ = sbase;
-  const u32 sK0 = sQ + QBYTES;             // K tiles of stages 0 and 1
-  const u32 sV0 = sK0 + 2 * KVBYTES;       // V tiles of stages 0 and 1
+  const u32 sK0 = sQ + QBYTES;        // K tiles of stages 0 and 1
+  const u32 sV0 = sK0 + 2 * KVBYTES;  // V tiles of stages 0 and 1
 
   const int bh = blockIdx.x;
   const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;  // heavy blocks first
@@ -323,7 +454,6 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
 
   for (int j = 0; j < ntiles; j++) {
     const int stage = j & 1;
-    const u32 sK = sK0 + stage * KVBYTES, sV = sV0 + stage * KVBYTES;
     const int kbase = j * BC;
     if (j + 1 < ntiles) {
       // The other stage was last read by tile j-1, which every thread finished
@@ -336,111 +466,147 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
     fence_proxy_async();
     __syncthreads();
 
-    // S = Q·K_jᵀ for this warpgroup's 64 rows.
     float s[BC / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      const u64 da = make_desc(sQ + (kk >> 2) * BR * 128 + wg * 64 * 128 + (kk & 3) * 32, 16, 1024);
-      const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
-      Wg<F16>::ss128(s, da, db, kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence<BC / 2>(s);
-
-    const bool need_mask = (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
-    if (need_mask) {
-#pragma unroll
-      for (int nt = 0; nt < BC / 8; nt++) {
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          const int col = kbase + nt * 8 + 2 * t + (e & 1);
-          const int row = wrow0 + g + (e >> 1) * 8;
-          if (col >= Sk || (causal && col > row)) s[4 * nt + e] = -inf_f();
-        }
-      }
-    }
-
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-      float mx = -inf_f();
-#pragma unroll
-      for (int nt = 0; nt < BC / 8; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float mnew = fmaxf(m[r], mx);
-      const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
-      const float mc = muse * c;
-      const float alpha = fexp2(m[r] * c - mc);
-      m[r] = mnew;
-      float rs = 0.f;
-#pragma unroll
-      for (int nt = 0; nt < BC / 8; nt++) {
-        const float p0 = fexp2(fmaf(s[4 * nt + 2 * r], c, -mc));
-        const float p1 = fexp2(fmaf(s[4 * nt + 2 * r + 1], c, -mc));
-        s[4 * nt + 2 * r] = p0;
-        s[4 * nt + 2 * r + 1] = p1;
-        rs += p0 + p1;
-      }
-      l[r] = l[r] * alpha + rs;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        o[4 * dt + 2 * r] *= alpha;
-        o[4 * dt + 2 * r + 1] *= alpha;
-      }
-    }
-
-    // P as the A operand: k-step kk covers S columns 16kk..16kk+15, i.e. the
-    // 8-column blocks 2kk (A registers 0, 1) and 2kk+1 (A registers 2, 3).
+    qk_product<F16, D>(s, sQ + wg * 64 * 128, sK0 + stage * KVBYTES);
+    mask_scores(s, kbase, Sk, wrow0, g, t, causal);
     u32 p[BC / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++) {
-      p[kk][0] = pack2<F16>(s[8 * kk + 0], s[8 * kk + 1]);
-      p[kk][1] = pack2<F16>(s[8 * kk + 2], s[8 * kk + 3]);
-      p[kk][2] = pack2<F16>(s[8 * kk + 4], s[8 * kk + 5]);
-      p[kk][3] = pack2<F16>(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-
-    // O += P·V_j.
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < BC / 16; kk++) {
-      if constexpr (D == 64 || VMODE == kVSplit) {
-#pragma unroll
-        for (int nb = 0; nb < D / 64; nb++)
-          Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, 1024, 1024));
-      } else if constexpr (VMODE == kVSwap) {
-        Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, BC * 128));
-      } else {
-        Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
-      }
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
-    reg_fence<D / 2>(o);
-    reg_fence_u<BC / 4>(&p[0][0]);
+    softmax_tile<F16, D>(s, o, m, l, c, p);
+    pv_product<F16, D, VMODE>(o, p, sV0 + stage * KVBYTES);
     __syncthreads();  // every warpgroup is done with stage j before it is refilled
   }
   cp_async_wait<0>();
+  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+}
 
-  u16* Ob = O + (size_t)bh * Sq * D;
+// ---------------------------------------------------------------- version 2: TMA, warp-specialised
+//
+// 288 threads: warps 0-7 are two consumer warpgroups (query rows q0+64cw..,
+// cw = warp/4), warp 8 is the producer, one thread of which issues every copy:
+// the Q tile once, then K_j and V_j into a two-stage ring with TMA
+// (cp.async.bulk.tensor, 128-byte swizzle: the same tile layout as version 1).
+// mbarriers: barQ and fullK/fullV[stage] complete when the copies' bytes have
+// landed (expect_tx); empty[stage] when all 256 consumer threads have finished
+// with the stage. The consumers never wait on each other, so one warpgroup's
+// softmax overlaps the other's wgmma. No setmaxnreg: 288 threads leave 224
+// registers per thread, enough for a consumer.
+//
+// The tensor maps are 3-D (D, S, BH) views of Q, K, V (innermost first) with
+// a box of 64 × 128 × 1 elements: rows past S read as zeros, never as the next
+// head's rows.
+
+struct __align__(64) TmaMap {
+  u64 v[16];
+};
+
+constexpr int WS_THREADS = 288;
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Waits until the phase with the given parity of bar has completed.
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "MBAR_WAIT_LOOP:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra MBAR_WAIT_LOOP;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// One TMA box (64 columns × 128 rows of one head) into shared memory at dst,
+// completing on bar.
+__device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, int col, int row, int head, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(head), "r"(bar)
+      : "memory");
+}
+
+template <bool F16, int D>
+__device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+                                       float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  constexpr int QBYTES = BR * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ = sbase;
+  const u32 sK0 = sQ + QBYTES;
+  const u32 sV0 = sK0 + 2 * KVBYTES;
+  const u32 bars = sV0 + 2 * KVBYTES;  // 7 mbarriers of 8 bytes
+  const u32 barQ = bars, fullK0 = bars + 8, fullV0 = bars + 24, empty0 = bars + 40;
+
+  const int bh = blockIdx.x;
+  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+  const int q0 = qb * BR;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;
+
+  if (tid == 0) {
+    mbar_init(barQ, 1);
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    float lsum = l[r];
-    lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
-    lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
-    const int row = wrow0 + g + r * 8;
-    const bool ok = lsum > 0.f;
-    const float inv = ok ? 1.f / lsum : 0.f;
-    if (row < Sq) {
-      u16* orow = Ob + (size_t)row * D + 2 * t;
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++)
-        *reinterpret_cast<u32*>(orow + dt * 8) = pack2<F16>(o[4 * dt + 2 * r] * inv, o[4 * dt + 2 * r + 1] * inv);
-      if (t == 0) LSE[(size_t)bh * Sq + row] = ok ? m[r] * scale + logf(lsum) : inf_f();
+    for (int st = 0; st < 2; st++) {
+      mbar_init(fullK0 + 8 * st, 1);
+      mbar_init(fullV0 + 8 * st, 1);
+      mbar_init(empty0 + 8 * st, 256);
     }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
+  __syncthreads();
+
+  if (warp == 8) {  // producer
+    if (lane == 0) {
+      mbar_expect_tx(barQ, QBYTES);
+#pragma unroll
+      for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BR * 128, tq, blk * 64, q0, bh, barQ);
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        if (j >= 2) mbar_wait(empty0 + 8 * st, ((j >> 1) - 1) & 1);  // tile j-2 released
+        mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
+        mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
+      }
+    }
+    return;
+  }
+
+  // consumers
+  const int cw = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
+  const float c = scale * kLog2e;
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+  float m[2] = {-inf_f(), -inf_f()};
+  float l[2] = {0.f, 0.f};
+
+  mbar_wait(barQ, 0);
+  for (int j = 0; j < ntiles; j++) {
+    const int st = j & 1;
+    const u32 parity = (j >> 1) & 1;
+    float s[BC / 2];
+    mbar_wait(fullK0 + 8 * st, parity);
+    qk_product<F16, D>(s, sQ + cw * 64 * 128, sK0 + st * KVBYTES);
+    mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
+    u32 p[BC / 16][4];
+    softmax_tile<F16, D>(s, o, m, l, c, p);
+    mbar_wait(fullV0 + 8 * st, parity);
+    pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
+    mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
+  }
+  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
 }
 
 }  // namespace fa90
@@ -460,3 +626,16 @@ FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, fa90::kVBlocks)
 FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, fa90::kVBlocks)
 FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, fa90::kVSplit)
 FA90_FWD(flash_fwd_sm90_fp16_d128_vswap, true, 128, fa90::kVSwap)
+
+#define FA90_FWD_WS(name, F16, D)                                                                    \
+  extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
+           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
+           int Sk, float scale, int causal) {                                                       \
+    fa90::fwd_ws<F16, D>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                         \
+  }
+
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64)
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,6 +16,7 @@ import (
 var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit", "flash_fwd_sm90_bf16_d128_vswap",
 	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit", "flash_fwd_sm90_fp16_d128_vswap",
+	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 }
 
 // TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
@@ -58,8 +60,10 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "1", "flash_fwd_sm90_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_tma_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "tma", "flash_fwd_sm90_tma_fp16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{9, 0, GemmBF16, 128, 0.1, "", ""},   // opt-in for now
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},  // not Hopper: FA2
@@ -81,6 +85,22 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	if got := flashSM90Smem(64); got != 82944 {
 		t.Errorf("d64 smem %d, want 82944 (the .cu header)", got)
+	}
+	if got := flashSM90TMASmem(128); got != 164928 {
+		t.Errorf("d128 TMA smem %d, want 164928 (the .cu header)", got)
+	}
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, v := range []string{"", "tma", "vsplit", "vswap"} {
+				name := flashSM90Name(dt, dim, v)
+				if (dim == 64 && (v == "vsplit" || v == "vswap")) != (name == "") {
+					t.Errorf("flashSM90Name(%v, %d, %q) = %q", dt, dim, v, name)
+				}
+				if name != "" && !slices.Contains(flashSM90AllKernels, name) {
+					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
+				}
+			}
+		}
 	}
 }
 
@@ -217,7 +237,7 @@ func TestFlashSM90GPU(t *testing.T) {
 						scale := float32(1 / math.Sqrt(float64(dim)))
 						ref, refMag, refLSE := flashForwardRef(qh, kh, vh, bh, sh.sq, sh.sk, dim, float64(scale), causal)
 						tl := tols[dt]
-						variants := []string{""}
+						variants := []string{"", "tma"}
 						if dim == 128 {
 							variants = append(variants, "vsplit", "vswap")
 						}
@@ -255,9 +275,10 @@ func TestFlashSM90GPU(t *testing.T) {
 	}
 }
 
-// TestFlashSM90Dispatch checks that FlashForward runs the sm90 kernel when
-// FlashSM90Env=1 (its output is bit-identical to a direct launch) and FA2
-// when it is 0 (FA2 rounds differently, so some element differs).
+// TestFlashSM90Dispatch checks that FlashForward runs the kernel that
+// FlashSM90Env names (its output is bit-identical to a direct launch of that
+// kernel) and FA2 when it is 0 (FA2 tiles keys by 64 for d128, so its
+// rounding differs and some element of 76800 differs).
 func TestFlashSM90Dispatch(t *testing.T) {
 	d := gpu(t)
 	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
@@ -276,13 +297,13 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	q, _ := flashUpload(t, d, GemmBF16, gen(n))
 	k, _ := flashUpload(t, d, GemmBF16, gen(n))
 	v, _ := flashUpload(t, d, GemmBF16, gen(n))
-	run := func(env string, direct bool) []float64 {
+	run := func(env, kernel string) []float64 {
 		t.Setenv(FlashSM90Env, env)
 		o := flashAlloc(t, d, n, 2)
 		lse := flashAlloc(t, d, bh*s, 4)
 		var err error
-		if direct {
-			err = flashForwardSM90(d, flashSM90Name(GemmBF16, dim, ""), q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+		if kernel != "" {
+			err = flashForwardSM90(d, kernel, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
 		} else {
 			err = FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
 		}
@@ -291,7 +312,6 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		}
 		return flashDownload(t, d, GemmBF16, o, n)
 	}
-	direct, on, off := run("0", true), run("1", false), run("0", false)
 	same := func(a, b []float64) bool {
 		for i := range a {
 			if a[i] != b[i] && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
@@ -300,11 +320,16 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		}
 		return true
 	}
-	if !same(direct, on) {
-		t.Errorf("%s=1: FlashForward's output differs from the sm90 kernel's", FlashSM90Env)
-	}
-	if same(direct, off) {
-		t.Errorf("%s=0: FlashForward's output is bit-identical to the sm90 kernel's; FA2 did not run?", FlashSM90Env)
+	fa2 := run("0", "")
+	for _, c := range []struct{ env, variant string }{{"1", flashSM90Default}, {"tma", "tma"}, {"cpasync", ""}} {
+		kernel := flashSM90Name(GemmBF16, dim, c.variant)
+		direct, via := run("0", kernel), run(c.env, "")
+		if !same(direct, via) {
+			t.Errorf("%s=%s: FlashForward's output differs from %s's", FlashSM90Env, c.env, kernel)
+		}
+		if same(direct, fa2) {
+			t.Errorf("%s=0: FlashForward's output is bit-identical to %s's; did FA2 run?", FlashSM90Env, kernel)
+		}
 	}
 	t.Setenv(FlashSM90Env, "on")
 	if err := FlashForward(d, GemmBF16, q, k, v, q, q, bh, s, s, dim, 0.088, true); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
@@ -333,8 +358,12 @@ func TestFlashSM90Resources(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
-		if a.MaxThreadsPerBlock < flashSM90Threads {
-			t.Errorf("%s: at most %d threads per block, the launch uses %d", name, a.MaxThreadsPerBlock, flashSM90Threads)
+		threads := flashSM90Threads
+		if strings.HasPrefix(name, "flash_fwd_sm90_tma_") {
+			threads = flashSM90TMAThreads
+		}
+		if a.MaxThreadsPerBlock < threads {
+			t.Errorf("%s: at most %d threads per block, the launch uses %d", name, a.MaxThreadsPerBlock, threads)
 		}
 	}
 }

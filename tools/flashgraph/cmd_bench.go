@@ -291,8 +291,13 @@ func printAttnTable(w io.Writer, shapes []benchShape, rows []benchRow) {
 	}
 }
 
+// sm90Variants are the Hopper forwards -sm90 times: the row name and the
+// value of cuda.FlashSM90Env that selects each.
+var sm90Variants = []struct{ impl, env string }{{"fused-sm90", "tma"}, {"fused-sm90cp", "cpasync"}}
+
 // printSM90Table writes the forward TFLOP/s of FA2 ("fused"), the Hopper
-// kernel ("fused-sm90") and cuDNN, and the Hopper kernel's speed over each.
+// kernels (TMA "fused-sm90", cp.async "fused-sm90cp") and cuDNN, and the TMA
+// kernel's speed over FA2 and cuDNN.
 func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
 	by := map[attnKey]benchRow{}
 	for _, r := range rows {
@@ -300,17 +305,19 @@ func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
 			by[attnKey{r.Impl, r.S, r.D, r.Causal}] = r
 		}
 	}
-	fmt.Fprintln(w, "forward, FA2 (fused) vs Hopper wgmma (fused-sm90, kernels/flash_attention_sm90.cu) vs cuDNN; TFLOP/s and sm90's speed ratios:")
-	fmt.Fprintf(w, "%4s %6s %2s | %6s %6s %6s | %8s %8s\n", "D", "S", "c", "fa2", "sm90", "cudnn", "sm90/fa2", "sm90/cd")
+	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused), Hopper wgmma (kernels/flash_attention_sm90.cu: sm90 = TMA + producer warp,")
+	fmt.Fprintln(w, "sm90cp = cp.async), cuDNN; then sm90's speed over FA2 and cuDNN:")
+	fmt.Fprintf(w, "%4s %6s %2s | %6s %6s %6s %6s | %8s %8s\n", "D", "S", "c", "fa2", "sm90", "sm90cp", "cudnn", "sm90/fa2", "sm90/cd")
 	var notes []string
 	for _, sh := range shapes {
 		c := 0
 		if sh.Causal {
 			c = 1
 		}
-		fa2, r90, cd := by[attnKey{"fused", sh.S, sh.D, sh.Causal}], by[attnKey{"fused-sm90", sh.S, sh.D, sh.Causal}], by[attnKey{"torch-cudnn", sh.S, sh.D, sh.Causal}]
+		get := func(impl string) benchRow { return by[attnKey{impl, sh.S, sh.D, sh.Causal}] }
+		fa2, r90, cd := get("fused"), get("fused-sm90"), get("torch-cudnn")
 		fmt.Fprintf(w, "%4d %6d %2d |", sh.D, sh.S, c)
-		for _, r := range []benchRow{fa2, r90, cd} {
+		for _, r := range []benchRow{fa2, r90, get("fused-sm90cp"), cd} {
 			if r.FwdTFLOPs != nil {
 				fmt.Fprintf(w, " %6.1f", *r.FwdTFLOPs)
 			} else {
@@ -318,8 +325,10 @@ func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
 			}
 		}
 		fmt.Fprintf(w, " | %8s %8s\n", ratio(fa2.FwdMs, r90.FwdMs), ratio(cd.FwdMs, r90.FwdMs))
-		if r90.Error != nil {
-			notes = append(notes, fmt.Sprintf("  fused-sm90 D=%d S=%d causal=%v: %s", sh.D, sh.S, sh.Causal, firstLine(*r90.Error, 160)))
+		for _, v := range sm90Variants {
+			if r := get(v.impl); r.Error != nil {
+				notes = append(notes, fmt.Sprintf("  %s D=%d S=%d causal=%v: %s", v.impl, sh.D, sh.S, sh.Causal, firstLine(*r.Error, 160)))
+			}
 		}
 	}
 	for _, n := range notes {
@@ -427,7 +436,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"with SoftmaxGrad) and PyTorch SDPA (FLASH, cuDNN, EFFICIENT; tools/reference/sdpa_bench.py\n"+
 			"run as a subprocess). Shapes keep B·S and H·D fixed. Prints one table of TFLOP/s, ratios,\n"+
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
-			"(model small, fused vs unfused attention). -sm90 also times the Hopper forward\n"+
+			"(model small, fused vs unfused attention). -sm90 also times the Hopper forwards\n"+
 			"(kernels/flash_attention_sm90.cu) beside FA2 and prints their forward table.", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
@@ -447,9 +456,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	memory := fs.Bool("memory", false, "also run the training-step memory table (model small, fused vs unfused)")
 	memShapesFlag := fs.String("memory-shapes", "4096:8,16384:8,16384:16", "S:B pairs of the -memory table")
 	seed := fs.Uint64("seed", 1, "seed of the random inputs")
-	sm90 := fs.Bool("sm90", false, "time the fused path twice per shape, forward on FA2 (\"fused\") and on the Hopper\n"+
-		"wgmma kernel (\"fused-sm90\", "+cuda.FlashSM90Env+"=1; the backward stays FA2), and print both\n"+
-		"forwards beside cuDNN's (needs a compute capability 9.0 GPU)")
+	sm90 := fs.Bool("sm90", false, "time the fused path three times per shape, its forward on FA2 (\"fused\") and on\n"+
+		"the Hopper wgmma kernels (\"fused-sm90\": TMA, "+cuda.FlashSM90Env+"=tma; \"fused-sm90cp\": cp.async,\n"+
+		cuda.FlashSM90Env+"=cpasync; the backward stays FA2), and print the forwards beside cuDNN's\n"+
+		"(needs a compute capability 9.0 GPU)")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -596,18 +606,21 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		}
 		rows = append(rows, attnRows(r, iters, gpu)...)
 		fmt.Fprintf(stderr, "bench: %v: fused %s, composed %s (%v)\n", as, timingText(r.Fused), timingText(r.Composed), time.Since(t1).Round(time.Millisecond))
-		if sm90 {
-			os.Setenv(cuda.FlashSM90Env, "1")
+		for _, v := range sm90Variants {
+			if !sm90 {
+				break
+			}
+			os.Setenv(cuda.FlashSM90Env, v.env)
 			r90, err := ab.Run(as, false)
 			os.Setenv(cuda.FlashSM90Env, "0")
 			if err != nil {
 				ab.Close()
-				return rows, fmt.Errorf("%v (sm90): %w", as, err)
+				return rows, fmt.Errorf("%v (%s): %w", as, v.impl, err)
 			}
 			row := attnRows(r90, iters, gpu)[0]
-			row.Impl = "fused-sm90"
+			row.Impl = v.impl
 			rows = append(rows, row)
-			fmt.Fprintf(stderr, "bench: %v: fused-sm90 %s\n", as, timingText(r90.Fused))
+			fmt.Fprintf(stderr, "bench: %v: %s %s\n", as, v.impl, timingText(r90.Fused))
 		}
 		if r.Checked {
 			fmt.Fprintf(stderr, "bench:   max|fused-composed| O %.2g dQ %.2g dK %.2g dV %.2g (max|composed| %.3g %.3g %.3g %.3g)\n",
