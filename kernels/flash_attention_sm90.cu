@@ -21,8 +21,9 @@
 //     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
 //   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
 //     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see fwd_ws;
-//     grid (BH, ceil(Sq/128)), block 288 (two consumer warpgroups, one
-//     producer warp), dynamic smem 64 bytes more: d64 83008, d128 164928.
+//   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
+//     grid (BH, ceil(Sq/128)), block 384 (two consumer warpgroups, one
+//     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -321,12 +322,11 @@ __device__ __forceinline__ void mask_scores(float* s, int kbase, int Sk, int wro
   }
 }
 
-// Online softmax of one tile (c = scale·log2e): updates the row maxima m and
-// sums l, rescales o, and turns s into P (unnormalised), packed as the A
-// fragments of P·V: k-step kk covers S columns 16kk..16kk+15, i.e. the
-// 8-column blocks 2kk (registers 0, 1) and 2kk+1 (registers 2, 3).
-template <bool F16, int D>
-__device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float* l, float c, u32 (*p)[4]) {
+// Online softmax of one tile (c = scale·log2e), first half: updates the row
+// maxima m and sums l, turns s into P (unnormalised, float) and returns in
+// alpha the factor by which o must be rescaled; o itself is not touched, so a
+// P·V product may still be accumulating into it.
+__device__ __forceinline__ void softmax_rows(float* s, float* m, float* l, float c, float* alpha) {
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     float mx = -inf_f();
@@ -337,7 +337,7 @@ __device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float
     const float mnew = fmaxf(m[r], mx);
     const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
     const float mc = muse * c;
-    const float alpha = fexp2(m[r] * c - mc);
+    alpha[r] = fexp2(m[r] * c - mc);
     m[r] = mnew;
     float rs = 0.f;
 #pragma unroll
@@ -348,12 +348,21 @@ __device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float
       s[4 * nt + 2 * r + 1] = p1;
       rs += p0 + p1;
     }
-    l[r] = l[r] * alpha + rs;
+    l[r] = l[r] * alpha[r] + rs;
+  }
+}
+
+// Second half: rescales o by alpha and packs P as the A fragments of P·V:
+// k-step kk covers S columns 16kk..16kk+15, i.e. the 8-column blocks 2kk
+// (registers 0, 1) and 2kk+1 (registers 2, 3).
+template <bool F16, int D>
+__device__ __forceinline__ void rescale_pack(const float* s, float* o, const float* alpha, u32 (*p)[4]) {
 #pragma unroll
-    for (int dt = 0; dt < D / 8; dt++) {
-      o[4 * dt + 2 * r] *= alpha;
-      o[4 * dt + 2 * r + 1] *= alpha;
-    }
+  for (int dt = 0; dt < D / 8; dt++) {
+    o[4 * dt + 0] *= alpha[0];
+    o[4 * dt + 1] *= alpha[0];
+    o[4 * dt + 2] *= alpha[1];
+    o[4 * dt + 3] *= alpha[1];
   }
 #pragma unroll
   for (int kk = 0; kk < BC / 16; kk++) {
@@ -362,6 +371,41 @@ __device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float
     p[kk][2] = pack2<F16>(s[8 * kk + 4], s[8 * kk + 5]);
     p[kk][3] = pack2<F16>(s[8 * kk + 6], s[8 * kk + 7]);
   }
+}
+
+template <bool F16, int D>
+__device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float* l, float c, u32 (*p)[4]) {
+  float alpha[2];
+  softmax_rows(s, m, l, c, alpha);
+  rescale_pack<F16, D>(s, o, alpha, p);
+}
+
+// Issues s = Q·Kᵀ (see qk_product) without waiting for it.
+template <bool F16, int D>
+__device__ __forceinline__ void qk_issue(float* s, u32 sQw, u32 sK) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u64 da = make_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    Wg<F16>::ss128(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+}
+
+// Issues o += P·V (see pv_product) without waiting for it.
+template <bool F16, int D>
+__device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+    if constexpr (D == 64) {
+      Wg<F16>::rs64(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, 1024));
+    } else {
+      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
+    }
+  }
+  wgmma_commit();
 }
 
 // o += P·V for a BC-row V tile sV. Waits for the product.
@@ -480,15 +524,17 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
 
 // ---------------------------------------------------------------- version 2: TMA, warp-specialised
 //
-// 288 threads: warps 0-7 are two consumer warpgroups (query rows q0+64cw..,
-// cw = warp/4), warp 8 is the producer, one thread of which issues every copy:
+// 384 threads: warps 0-7 are two consumer warpgroups (query rows q0+64cw..,
+// cw = warp/4), warps 8-11 the producer warpgroup, one thread of which issues
+// every copy:
 // the Q tile once, then K_j and V_j into a two-stage ring with TMA
 // (cp.async.bulk.tensor, 128-byte swizzle: the same tile layout as version 1).
 // mbarriers: barQ and fullK/fullV[stage] complete when the copies' bytes have
 // landed (expect_tx); empty[stage] when all 256 consumer threads have finished
 // with the stage. The consumers never wait on each other, so one warpgroup's
-// softmax overlaps the other's wgmma. No setmaxnreg: 288 threads leave 224
-// registers per thread, enough for a consumer.
+// softmax overlaps the other's wgmma. setmaxnreg gives the producer 24
+// registers a thread and the consumers 240 (the launch bound leaves 168 at
+// entry; ptxas rounds the block to whole warpgroups).
 //
 // The tensor maps are 3-D (D, S, BH) views of Q, K, V (innermost first) with
 // a box of 64 × 128 × 1 elements: rows past S read as zeros, never as the next
@@ -498,7 +544,7 @@ struct __align__(64) TmaMap {
   u64 v[16];
 };
 
-constexpr int WS_THREADS = 288;
+constexpr int WS_THREADS = 384;
 
 __device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -528,7 +574,7 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, int col, in
       : "memory");
 }
 
-template <bool F16, int D>
+template <bool F16, int D, bool PIPE>
 __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -560,8 +606,9 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
   }
   __syncthreads();
 
-  if (warp == 8) {  // producer
-    if (lane == 0) {
+  if (warp >= 8) {  // producer warpgroup: one thread issues every copy
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
       mbar_expect_tx(barQ, QBYTES);
 #pragma unroll
       for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BR * 128, tq, blk * 64, q0, bh, barQ);
@@ -578,10 +625,8 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
           tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
       }
     }
-    return;
-  }
-
-  // consumers
+  } else {  // consumer warpgroups
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
   const int cw = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
   const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
@@ -593,20 +638,62 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
   float l[2] = {0.f, 0.f};
 
   mbar_wait(barQ, 0);
-  for (int j = 0; j < ntiles; j++) {
-    const int st = j & 1;
-    const u32 parity = (j >> 1) & 1;
+  const u32 sQw = sQ + cw * 64 * 128;
+  if constexpr (!PIPE) {
+    for (int j = 0; j < ntiles; j++) {
+      const int st = j & 1;
+      const u32 parity = (j >> 1) & 1;
+      float s[BC / 2];
+      mbar_wait(fullK0 + 8 * st, parity);
+      qk_product<F16, D>(s, sQw, sK0 + st * KVBYTES);
+      mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
+      u32 p[BC / 16][4];
+      softmax_tile<F16, D>(s, o, m, l, c, p);
+      mbar_wait(fullV0 + 8 * st, parity);
+      pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
+      mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
+    }
+  } else {
+    // Software pipeline inside the warpgroup: S_{j+1} = Q·K_{j+1}ᵀ and
+    // O += P_j·V_j are in flight together; the softmax of S_{j+1} (which
+    // leaves o alone) runs while P_j·V_j still accumulates, and o is rescaled
+    // and P_{j+1} packed only once that product is done.
     float s[BC / 2];
-    mbar_wait(fullK0 + 8 * st, parity);
-    qk_product<F16, D>(s, sQ + cw * 64 * 128, sK0 + st * KVBYTES);
-    mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
     u32 p[BC / 16][4];
+    mbar_wait(fullK0, 0);
+    qk_product<F16, D>(s, sQw, sK0);
+    mask_scores(s, 0, Sk, wrow0, g, t, causal);
     softmax_tile<F16, D>(s, o, m, l, c, p);
-    mbar_wait(fullV0 + 8 * st, parity);
-    pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
-    mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
+    for (int j = 0; j < ntiles; j++) {
+      const int st = j & 1;
+      const bool next = j + 1 < ntiles;
+      if (next) {
+        mbar_wait(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
+        qk_issue<F16, D>(s, sQw, sK0 + (st ^ 1) * KVBYTES);
+      }
+      mbar_wait(fullV0 + 8 * st, (j >> 1) & 1);
+      pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
+      if (next) {
+        wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
+        reg_fence<BC / 2>(s);
+        mask_scores(s, (j + 1) * BC, Sk, wrow0, g, t, causal);
+        float alpha[2];
+        softmax_rows(s, m, l, c, alpha);
+        wgmma_wait<0>();
+        reg_fence<D / 2>(o);
+        reg_fence_u<BC / 4>(&p[0][0]);
+        mbar_arrive(empty0 + 8 * st);
+        rescale_pack<F16, D>(s, o, alpha, p);
+      } else {
+        wgmma_wait<0>();
+        reg_fence<D / 2>(o);
+        reg_fence_u<BC / 4>(&p[0][0]);
+        mbar_arrive(empty0 + 8 * st);
+      }
+    }
   }
   store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+  }
 }
 
 }  // namespace fa90
@@ -627,15 +714,19 @@ FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, fa90::kVBlocks)
 FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, fa90::kVSplit)
 FA90_FWD(flash_fwd_sm90_fp16_d128_vswap, true, 128, fa90::kVSwap)
 
-#define FA90_FWD_WS(name, F16, D)                                                                    \
+#define FA90_FWD_WS(name, F16, D, PIPE)                                                              \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ws<F16, D>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                         \
+    fa90::fwd_ws<F16, D, PIPE>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                   \
   }
 
-FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64)
-FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128)
-FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64)
-FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128)
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64, false)
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128, false)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64, false)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128, false)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d64, false, 64, true)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)

@@ -18,9 +18,10 @@ const flashSM90File = "flash_attention_sm90.cu"
 
 // FlashSM90Env selects the Hopper forward on a compute capability 9.0 device
 // for bf16/fp16 with head dim 64 or 128: "tma" runs the TMA, warp-specialised
-// kernel, "cpasync" the one whose consumer warps load with cp.async, "1" the
-// default of the two (flashSM90Default); "0" or unset keeps FA2. It is opt-in
-// until the kernels have been checked and timed on an H200.
+// kernel, "tmapipe" the same with Q·Kᵀ of the next tile overlapping P·V of
+// this one, "cpasync" the one whose consumer warps load with cp.async, "1" the
+// default (flashSM90Default); "0" or unset keeps FA2. It is opt-in until the
+// kernels have been checked and timed on an H200.
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
 // flashSM90Default is the kernel FlashSM90Env=1 selects.
@@ -33,7 +34,7 @@ const (
 	flashSM90Rows       = 128
 	flashSM90Keys       = 128
 	flashSM90Threads    = 256
-	flashSM90TMAThreads = 288
+	flashSM90TMAThreads = 384
 )
 
 // flashSM90Smem is the forward's dynamic shared memory: the Q tile, two K and
@@ -44,7 +45,8 @@ func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 +
 func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
-// none). variant "tma" is the TMA kernel, "" the cp.async one; for d128 the
+// none). variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
+// "" the cp.async one; for d128 the
 // GPU test also runs "vsplit" (cp.async, O += P·V as n64 halves) and "vswap"
 // (cp.async, V's descriptor offsets exchanged), which tell a wrong V
 // descriptor apart from other faults.
@@ -61,8 +63,8 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	if dim != 64 && dim != 128 {
 		return ""
 	}
-	if variant == "tma" {
-		return fmt.Sprintf("flash_fwd_sm90_tma_%s_d%d", suffix, dim)
+	if variant == "tma" || variant == "tmapipe" {
+		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 	}
 	name := fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
 	if variant != "" {
@@ -85,11 +87,11 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, en
 		return "", nil
 	case "1":
 		variant = flashSM90Default
-	case "tma":
-		variant = "tma"
+	case "tma", "tmapipe":
+		variant = env
 	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma or cpasync (a Hopper forward), 1 (the default one, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 (the default one, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -129,7 +131,7 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(name, "flash_fwd_sm90_tma_") {
+	if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 		return flashForwardSM90TMA(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	smem := flashSM90Smem(dim)

@@ -17,6 +17,7 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit", "flash_fwd_sm90_bf16_d128_vswap",
 	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit", "flash_fwd_sm90_fp16_d128_vswap",
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
+	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
 }
 
 // TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
@@ -91,7 +92,7 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"", "tma", "vsplit", "vswap"} {
+			for _, v := range []string{"", "tma", "tmapipe", "vsplit", "vswap"} {
 				name := flashSM90Name(dt, dim, v)
 				if (dim == 64 && (v == "vsplit" || v == "vswap")) != (name == "") {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q", dt, dim, v, name)
@@ -237,7 +238,7 @@ func TestFlashSM90GPU(t *testing.T) {
 						scale := float32(1 / math.Sqrt(float64(dim)))
 						ref, refMag, refLSE := flashForwardRef(qh, kh, vh, bh, sh.sq, sh.sk, dim, float64(scale), causal)
 						tl := tols[dt]
-						variants := []string{"", "tma"}
+						variants := []string{"", "tma", "tmapipe"}
 						if dim == 128 {
 							variants = append(variants, "vsplit", "vswap")
 						}
@@ -359,7 +360,7 @@ func TestFlashSM90Resources(t *testing.T) {
 		}
 		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
 		threads := flashSM90Threads
-		if strings.HasPrefix(name, "flash_fwd_sm90_tma_") {
+		if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 			threads = flashSM90TMAThreads
 		}
 		if a.MaxThreadsPerBlock < threads {
