@@ -676,14 +676,20 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
       if (next) {
         wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
         reg_fence<BC / 2>(s);
-        mask_scores(s, (j + 1) * BC, Sk, wrow0, g, t, causal);
+        // The softmax works on a copy: ptxas serializes every wgmma (C7515)
+        // when ordinary instructions write a wgmma accumulator (s) while
+        // another wgmma group (P_j·V_j) is still in flight.
+        float pr[BC / 2];
+#pragma unroll
+        for (int i = 0; i < BC / 2; i++) pr[i] = s[i];
+        mask_scores(pr, (j + 1) * BC, Sk, wrow0, g, t, causal);
         float alpha[2];
-        softmax_rows(s, m, l, c, alpha);
+        softmax_rows(pr, m, l, c, alpha);
         wgmma_wait<0>();
         reg_fence<D / 2>(o);
         reg_fence_u<BC / 4>(&p[0][0]);
         mbar_arrive(empty0 + 8 * st);
-        rescale_pack<F16, D>(s, o, alpha, p);
+        rescale_pack<F16, D>(pr, o, alpha, p);
       } else {
         wgmma_wait<0>();
         reg_fence<D / 2>(o);
