@@ -532,9 +532,11 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
 // mbarriers: barQ and fullK/fullV[stage] complete when the copies' bytes have
 // landed (expect_tx); empty[stage] when all 256 consumer threads have finished
 // with the stage. The consumers never wait on each other, so one warpgroup's
-// softmax overlaps the other's wgmma. setmaxnreg gives the producer 24
-// registers a thread and the consumers 240 (the launch bound leaves 168 at
-// entry; ptxas rounds the block to whole warpgroups).
+// softmax overlaps the other's wgmma. Registers: the launch bound leaves 168
+// a thread (65536 / 384); setmaxnreg moves them from the producer (24) to the
+// consumers (240). With NVRTC 12.4's ptxas the consumer code still stays
+// within R0-R167, but only with setmaxnreg does the pipelined variant compile
+// without spills and serialized wgmmas (TestFlashSM90Compile checks).
 //
 // The tensor maps are 3-D (D, S, BH) views of Q, K, V (innermost first) with
 // a box of 64 × 128 × 1 elements: rows past S read as zeros, never as the next
@@ -555,15 +557,32 @@ __device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
 __device__ __forceinline__ void mbar_arrive(u32 bar) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
-// Waits until the phase with the given parity of bar has completed.
-__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
+  u32 done;
   asm volatile(
-      "{\n.reg .pred done;\n"
-      "MBAR_WAIT_LOOP:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra MBAR_WAIT_LOOP;\n}\n" ::"r"(bar),
-      "r"(parity)
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
       : "memory");
+  return done != 0;
+}
+// Waits until the phase with the given parity of bar has completed. With
+// WATCH, after 2^26 failed tries (seconds: each try waits a while in
+// hardware) an arrival or a copy was lost: the kernel traps, so the launch
+// fails with an error instead of hanging. The pipelined consumers wait
+// without the watch: its counter alone makes ptxas spill them.
+template <bool WATCH = true>
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  if constexpr (WATCH) {
+    for (u32 n = 0; !mbar_try(bar, parity);) {
+      if (++n == (1u << 26)) __trap();
+    }
+  } else {
+    while (!mbar_try(bar, parity)) {
+    }
+  }
 }
 // One TMA box (64 columns × 128 rows of one head) into shared memory at dst,
 // completing on bar.
@@ -626,7 +645,7 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
       }
     }
   } else {  // consumer warpgroups
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
   const int cw = warp >> 2;
   const int g = lane >> 2, t = lane & 3;
   const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
@@ -660,7 +679,7 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
     // and P_{j+1} packed only once that product is done.
     float s[BC / 2];
     u32 p[BC / 16][4];
-    mbar_wait(fullK0, 0);
+    mbar_wait<false>(fullK0, 0);
     qk_product<F16, D>(s, sQw, sK0);
     mask_scores(s, 0, Sk, wrow0, g, t, causal);
     softmax_tile<F16, D>(s, o, m, l, c, p);
@@ -668,10 +687,10 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
       const int st = j & 1;
       const bool next = j + 1 < ntiles;
       if (next) {
-        mbar_wait(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
+        mbar_wait<false>(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
         qk_issue<F16, D>(s, sQw, sK0 + (st ^ 1) * KVBYTES);
       }
-      mbar_wait(fullV0 + 8 * st, (j >> 1) & 1);
+      mbar_wait<false>(fullV0 + 8 * st, (j >> 1) & 1);
       pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
       if (next) {
         wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
