@@ -29,8 +29,10 @@
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
 // Version 1 (flash_fwd_sm90_<T>_d<D>): all 256 threads load with cp.async, the
 // loads of tile j+1 in flight while tile j is computed, a CTA barrier per
-// tile. Version 2 (flash_fwd_sm90_tma_*): a producer warp loads with TMA
-// through an mbarrier ring and the consumer warpgroups run unsynchronised.
+// tile. Version 2 (flash_fwd_sm90_tma_*): a producer warpgroup (one thread of
+// it) loads with TMA through an mbarrier ring and the consumer warpgroups run
+// unsynchronised. Version 3 (flash_fwd_sm90_tmapipe_*): version 2 with Q·Kᵀ
+// of the next tile in flight while P·V of this one runs.
 //   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
 //   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
 //   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
@@ -646,78 +648,78 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
     }
   } else {  // consumer warpgroups
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-  const int cw = warp >> 2;
-  const int g = lane >> 2, t = lane & 3;
-  const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
-  const float c = scale * kLog2e;
-  float o[D / 2];
+    const int cw = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
+    const float c = scale * kLog2e;
+    float o[D / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-  float m[2] = {-inf_f(), -inf_f()};
-  float l[2] = {0.f, 0.f};
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float m[2] = {-inf_f(), -inf_f()};
+    float l[2] = {0.f, 0.f};
 
-  mbar_wait(barQ, 0);
-  const u32 sQw = sQ + cw * 64 * 128;
-  if constexpr (!PIPE) {
-    for (int j = 0; j < ntiles; j++) {
-      const int st = j & 1;
-      const u32 parity = (j >> 1) & 1;
+    mbar_wait(barQ, 0);
+    const u32 sQw = sQ + cw * 64 * 128;
+    if constexpr (!PIPE) {
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        const u32 parity = (j >> 1) & 1;
+        float s[BC / 2];
+        mbar_wait(fullK0 + 8 * st, parity);
+        qk_product<F16, D>(s, sQw, sK0 + st * KVBYTES);
+        mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
+        u32 p[BC / 16][4];
+        softmax_tile<F16, D>(s, o, m, l, c, p);
+        mbar_wait(fullV0 + 8 * st, parity);
+        pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
+        mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
+      }
+    } else {
+      // Software pipeline inside the warpgroup: S_{j+1} = Q·K_{j+1}ᵀ and
+      // O += P_j·V_j are in flight together; the softmax of S_{j+1} (which
+      // leaves o alone) runs while P_j·V_j still accumulates, and o is rescaled
+      // and P_{j+1} packed only once that product is done.
       float s[BC / 2];
-      mbar_wait(fullK0 + 8 * st, parity);
-      qk_product<F16, D>(s, sQw, sK0 + st * KVBYTES);
-      mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
       u32 p[BC / 16][4];
+      mbar_wait<false>(fullK0, 0);
+      qk_product<F16, D>(s, sQw, sK0);
+      mask_scores(s, 0, Sk, wrow0, g, t, causal);
       softmax_tile<F16, D>(s, o, m, l, c, p);
-      mbar_wait(fullV0 + 8 * st, parity);
-      pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
-      mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
-    }
-  } else {
-    // Software pipeline inside the warpgroup: S_{j+1} = Q·K_{j+1}ᵀ and
-    // O += P_j·V_j are in flight together; the softmax of S_{j+1} (which
-    // leaves o alone) runs while P_j·V_j still accumulates, and o is rescaled
-    // and P_{j+1} packed only once that product is done.
-    float s[BC / 2];
-    u32 p[BC / 16][4];
-    mbar_wait<false>(fullK0, 0);
-    qk_product<F16, D>(s, sQw, sK0);
-    mask_scores(s, 0, Sk, wrow0, g, t, causal);
-    softmax_tile<F16, D>(s, o, m, l, c, p);
-    for (int j = 0; j < ntiles; j++) {
-      const int st = j & 1;
-      const bool next = j + 1 < ntiles;
-      if (next) {
-        mbar_wait<false>(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
-        qk_issue<F16, D>(s, sQw, sK0 + (st ^ 1) * KVBYTES);
-      }
-      mbar_wait<false>(fullV0 + 8 * st, (j >> 1) & 1);
-      pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
-      if (next) {
-        wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
-        reg_fence<BC / 2>(s);
-        // The softmax works on a copy: ptxas serializes every wgmma (C7515)
-        // when ordinary instructions write a wgmma accumulator (s) while
-        // another wgmma group (P_j·V_j) is still in flight.
-        float pr[BC / 2];
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        const bool next = j + 1 < ntiles;
+        if (next) {
+          mbar_wait<false>(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
+          qk_issue<F16, D>(s, sQw, sK0 + (st ^ 1) * KVBYTES);
+        }
+        mbar_wait<false>(fullV0 + 8 * st, (j >> 1) & 1);
+        pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
+        if (next) {
+          wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
+          reg_fence<BC / 2>(s);
+          // The softmax works on a copy: ptxas serializes every wgmma (C7515)
+          // when ordinary instructions write a wgmma accumulator (s) while
+          // another wgmma group (P_j·V_j) is still in flight.
+          float pr[BC / 2];
 #pragma unroll
-        for (int i = 0; i < BC / 2; i++) pr[i] = s[i];
-        mask_scores(pr, (j + 1) * BC, Sk, wrow0, g, t, causal);
-        float alpha[2];
-        softmax_rows(pr, m, l, c, alpha);
-        wgmma_wait<0>();
-        reg_fence<D / 2>(o);
-        reg_fence_u<BC / 4>(&p[0][0]);
-        mbar_arrive(empty0 + 8 * st);
-        rescale_pack<F16, D>(pr, o, alpha, p);
-      } else {
-        wgmma_wait<0>();
-        reg_fence<D / 2>(o);
-        reg_fence_u<BC / 4>(&p[0][0]);
-        mbar_arrive(empty0 + 8 * st);
+          for (int i = 0; i < BC / 2; i++) pr[i] = s[i];
+          mask_scores(pr, (j + 1) * BC, Sk, wrow0, g, t, causal);
+          float alpha[2];
+          softmax_rows(pr, m, l, c, alpha);
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&p[0][0]);
+          mbar_arrive(empty0 + 8 * st);
+          rescale_pack<F16, D>(pr, o, alpha, p);
+        } else {
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&p[0][0]);
+          mbar_arrive(empty0 + 8 * st);
+        }
       }
     }
-  }
-  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+    store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
   }
 }
 
