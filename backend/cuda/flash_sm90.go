@@ -201,18 +201,6 @@ func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 	if err != nil {
 		return err
 	}
-	// Three 16-word maps, the first on a 64-byte boundary.
-	buf := make([]uint64, 3*16+8)
-	off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
-	maps := buf[off : off+48]
-	for i, t := range []struct {
-		ptr  DevicePtr
-		rows int
-	}{{q, sq}, {k, sk}, {v, sk}} {
-		if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&maps[16*i]), t.ptr, bh, t.rows, dim); err != nil {
-			return fmt.Errorf("cuda: %s: %w", name, err)
-		}
-	}
 	slots, err := packArgs([]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
 	if err != nil {
 		return err
@@ -221,7 +209,21 @@ func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 	err = d.do(func() error {
 		var pin runtime.Pinner
 		defer pin.Unpin()
+		// Three 16-word maps, the first on a 64-byte boundary (the encoder
+		// requires it). Encoded here, on the device's thread with its context
+		// current, like every other driver call.
+		buf := make([]uint64, 3*16+8)
 		pin.Pin(&buf[0])
+		off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
+		maps := buf[off : off+48]
+		for i, t := range []struct {
+			ptr  DevicePtr
+			rows int
+		}{{q, sq}, {k, sk}, {v, sk}} {
+			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&maps[16*i]), t.ptr, bh, t.rows, dim); err != nil {
+				return err
+			}
+		}
 		pin.Pin(&slots[0])
 		params := make([]uintptr, 3+len(slots))
 		for i := range 3 {
