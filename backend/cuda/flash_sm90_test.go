@@ -396,3 +396,104 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		t.Errorf("%s=on: got %v, want an error naming the variable", FlashSM90Env, err)
 	}
 }
+
+// TestFlashSM90Speed times the forward on bench-sized bf16 problems (B·S =
+// 16k tokens, H·D = 2048, S = 4096: what `flashgraph bench -sm90` runs, less
+// PyTorch) for FA2 and every sm90 kernel, logs TFLOP/s, and checks each sm90
+// output against FA2's (relative L2 error at most 1e-2, the bf16 tolerance
+// of TestFlashAttentionGPU): the correctness test stops at S = 2048.
+func TestFlashSM90Speed(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	const tokens, width, s, iters = 16384, 2048, 4096, 10
+	for _, dim := range []int{64, 128} {
+		bh := tokens / s * (width / dim)
+		n := bh * s * dim
+		host := make([]uint16, n)
+		var in [3]DevicePtr
+		for i := range in {
+			x := uint32(dim + i)
+			for j := range host {
+				x = x*1664525 + 1013904223
+				host[j] = BF16FromFloat32(float32(int32(x)>>20) / 1024) // in [-2, 2)
+			}
+			p, err := Upload(d, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Free(p) })
+			in[i] = p
+		}
+		o := flashAlloc(t, d, n, 2)
+		lse := flashAlloc(t, d, bh*s, 4)
+		scale := float32(1 / math.Sqrt(float64(dim)))
+		for _, causal := range []bool{false, true} {
+			flops := 4 * float64(bh) * s * s * float64(dim)
+			if causal {
+				flops /= 2
+			}
+			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
+			var fa2 []float64
+			for _, variant := range []string{"fa2", "", "tma", "tmapipe"} {
+				t.Setenv(FlashSM90Env, "0")
+				launch := func() error {
+					if variant == "fa2" {
+						return FlashForward(d, GemmBF16, in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
+					}
+					return flashForwardSM90(d, flashSM90Name(GemmBF16, dim, variant), in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
+				}
+				label := map[string]string{"fa2": "fa2", "": "cpasync", "tma": "tma", "tmapipe": "tmapipe"}[variant]
+				ms, err := timeFlash(d, launch, iters)
+				if err != nil {
+					t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
+					continue
+				}
+				line += fmt.Sprintf(" %s %.1f", label, flops/(ms*1e-3)/1e12)
+				got := flashDownload(t, d, GemmBF16, o, n)
+				if variant == "fa2" {
+					fa2 = got
+					continue
+				}
+				if fa2 != nil {
+					if err := flashCheck("O vs FA2", got, fa2, nil, 0, math.Inf(1), 0, 1e-2); err != nil {
+						t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
+					}
+				}
+			}
+			t.Log(line)
+		}
+	}
+}
+
+// timeFlash runs launch once to warm up, then iters times between two
+// events, and returns the mean milliseconds per launch.
+func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
+	if err := launch(); err != nil {
+		return 0, err
+	}
+	start, err := d.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := d.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	if err := d.Record(start); err != nil {
+		return 0, err
+	}
+	for range iters {
+		if err := launch(); err != nil {
+			return 0, err
+		}
+	}
+	if err := d.Record(end); err != nil {
+		return 0, err
+	}
+	ms, err := d.ElapsedMs(start, end)
+	return float64(ms) / float64(iters), err
+}
