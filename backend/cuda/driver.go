@@ -35,6 +35,8 @@ type driverAPI struct {
 	cuStreamBeginCapture, cuStreamEndCapture uintptr
 	cuGraphInstantiate, cuGraphLaunch        uintptr
 	cuGraphExecDestroy, cuGraphDestroy       uintptr
+	// TMA tensor maps (optional: CUDA 12 drivers on; flash_sm90.go).
+	cuTensorMapEncodeTiled uintptr
 
 	driverVersion int32
 }
@@ -102,6 +104,7 @@ func loadDriver() (*driverAPI, error) {
 		api.cuGraphLaunch = lib.optionalSymbol("cuGraphLaunch")
 		api.cuGraphExecDestroy = lib.optionalSymbol("cuGraphExecDestroy")
 		api.cuGraphDestroy = lib.optionalSymbol("cuGraphDestroy")
+		api.cuTensorMapEncodeTiled = lib.optionalSymbol("cuTensorMapEncodeTiled")
 		if err := api.check("cuInit", ccall(api.cuInit, 0)); err != nil {
 			return nil, fmt.Errorf("cuda: %s loaded but the driver could not start: %w", lib.name, err)
 		}

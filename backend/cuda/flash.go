@@ -154,10 +154,16 @@ func b2i(b bool) int32 {
 
 // FlashForward computes O = softmax(scale·Q·Kᵀ [causal mask])·V and LSE (natural
 // log, float32 [bh, sq]) on the device's stream. A query that sees no key gets
-// O = 0 and LSE = +inf.
+// O = 0 and LSE = +inf. On an sm_90 device the Hopper kernel may run instead of
+// FA2 (see FlashSM90Env).
 func FlashForward(d *Device, dt GemmType, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	if err := checkFlashShape(bh, sq, sk, dim); err != nil {
 		return err
+	}
+	if name, err := flashSM90Choice(d, dt, dim, scale); err != nil {
+		return err
+	} else if name != "" {
+		return flashForwardSM90(d, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	p, err := planFlash(dt, dim, scale)
 	if err != nil {

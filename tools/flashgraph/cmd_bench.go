@@ -291,6 +291,64 @@ func printAttnTable(w io.Writer, shapes []benchShape, rows []benchRow) {
 	}
 }
 
+// sm90Variants are the Hopper forwards -sm90 times: the row name, the table
+// column and the value of cuda.FlashSM90Env that selects each.
+var sm90Variants = []struct{ impl, column, env string }{
+	{"fused-sm90", "tma", "tma"},
+	{"fused-sm90pipe", "pipe", "tmapipe"},
+	{"fused-sm90cp", "cpasync", "cpasync"},
+}
+
+// printSM90Table writes the forward TFLOP/s of FA2 ("fused"), each Hopper
+// kernel of sm90Variants and cuDNN, and the fastest Hopper kernel's speed
+// over FA2 and over cuDNN.
+func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
+	by := map[attnKey]benchRow{}
+	for _, r := range rows {
+		if r.Kind == "attention" {
+			by[attnKey{r.Impl, r.S, r.D, r.Causal}] = r
+		}
+	}
+	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused); Hopper wgmma kernels/flash_attention_sm90.cu: tma = TMA + producer warpgroup,")
+	fmt.Fprintln(w, "pipe = tma with Q·Kᵀ of the next tile overlapping P·V, cpasync = no producer; cuDNN; then the best sm90's speed over FA2 and cuDNN:")
+	fmt.Fprintf(w, "%4s %6s %2s | %6s", "D", "S", "c", "fa2")
+	for _, v := range sm90Variants {
+		fmt.Fprintf(w, " %7s", v.column)
+	}
+	fmt.Fprintf(w, " %6s | %8s %8s\n", "cudnn", "best/fa2", "best/cd")
+	var notes []string
+	for _, sh := range shapes {
+		c := 0
+		if sh.Causal {
+			c = 1
+		}
+		get := func(impl string) benchRow { return by[attnKey{impl, sh.S, sh.D, sh.Causal}] }
+		tf := func(r benchRow, width int) string {
+			if r.FwdTFLOPs != nil {
+				return fmt.Sprintf("%*.1f", width, *r.FwdTFLOPs)
+			}
+			return fmt.Sprintf("%*s", width, "-")
+		}
+		fa2, cd := get("fused"), get("torch-cudnn")
+		fmt.Fprintf(w, "%4d %6d %2d | %s", sh.D, sh.S, c, tf(fa2, 6))
+		var best *float64
+		for _, v := range sm90Variants {
+			r := get(v.impl)
+			fmt.Fprintf(w, " %s", tf(r, 7))
+			if r.FwdMs != nil && (best == nil || *r.FwdMs < *best) {
+				best = r.FwdMs
+			}
+			if r.Error != nil {
+				notes = append(notes, fmt.Sprintf("  %s D=%d S=%d causal=%v: %s", v.impl, sh.D, sh.S, sh.Causal, firstLine(*r.Error, 160)))
+			}
+		}
+		fmt.Fprintf(w, " %s | %8s %8s\n", tf(cd, 6), ratio(fa2.FwdMs, best), ratio(cd.FwdMs, best))
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+}
+
 func isOOMText(s string) bool {
 	s = strings.ToLower(s)
 	return strings.Contains(s, "out of memory") || strings.Contains(s, "out_of_memory")
@@ -391,7 +449,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"with SoftmaxGrad) and PyTorch SDPA (FLASH, cuDNN, EFFICIENT; tools/reference/sdpa_bench.py\n"+
 			"run as a subprocess). Shapes keep B·S and H·D fixed. Prints one table of TFLOP/s, ratios,\n"+
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
-			"(model small, fused vs unfused attention).", stderr)
+			"(model small, fused vs unfused attention). -sm90 also times the Hopper forwards\n"+
+			"(kernels/flash_attention_sm90.cu) beside FA2 and prints their forward table.", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
@@ -410,6 +469,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	memory := fs.Bool("memory", false, "also run the training-step memory table (model small, fused vs unfused)")
 	memShapesFlag := fs.String("memory-shapes", "4096:8,16384:8,16384:16", "S:B pairs of the -memory table")
 	seed := fs.Uint64("seed", 1, "seed of the random inputs")
+	sm90 := fs.Bool("sm90", false, "time the fused path once more per Hopper forward, its forward on FA2 (\"fused\") and on\n"+
+		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pipe, fused-sm90cp:\n"+
+		cuda.FlashSM90Env+"=tma, tmapipe, cpasync; the backward stays FA2), and print the forwards beside\n"+
+		"cuDNN's (needs a compute capability 9.0 GPU)")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -477,7 +540,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	var rows []benchRow
 	if *attention {
-		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *composed, *seed,
+		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *composed, *sm90, *seed,
 			*torchPy, *reference, *torchBackends)
 		rows = append(rows, r...)
 		if err != nil {
@@ -521,9 +584,22 @@ func deviceLine(d *cuda.Device) string {
 	return s
 }
 
-func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed bool,
+func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed, sm90 bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	t0 := time.Now()
+	if sm90 {
+		// FlashForward reads the variable at each call: "fused" runs with it
+		// 0, "fused-sm90" with it 1; the caller's value comes back at the end.
+		old, had := os.LookupEnv(cuda.FlashSM90Env)
+		defer func() {
+			if had {
+				os.Setenv(cuda.FlashSM90Env, old)
+			} else {
+				os.Unsetenv(cuda.FlashSM90Env)
+			}
+		}()
+		os.Setenv(cuda.FlashSM90Env, "0")
+	}
 	ab, err := bench.NewAttnBench(tokens*width, seed)
 	if err != nil {
 		return nil, fmt.Errorf("bench needs -device cuda: %w", err)
@@ -543,6 +619,22 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		}
 		rows = append(rows, attnRows(r, iters, gpu)...)
 		fmt.Fprintf(stderr, "bench: %v: fused %s, composed %s (%v)\n", as, timingText(r.Fused), timingText(r.Composed), time.Since(t1).Round(time.Millisecond))
+		for _, v := range sm90Variants {
+			if !sm90 {
+				break
+			}
+			os.Setenv(cuda.FlashSM90Env, v.env)
+			r90, err := ab.Run(as, false)
+			os.Setenv(cuda.FlashSM90Env, "0")
+			if err != nil {
+				ab.Close()
+				return rows, fmt.Errorf("%v (%s): %w", as, v.impl, err)
+			}
+			row := attnRows(r90, iters, gpu)[0]
+			row.Impl = v.impl
+			rows = append(rows, row)
+			fmt.Fprintf(stderr, "bench: %v: %s %s\n", as, v.impl, timingText(r90.Fused))
+		}
 		if r.Checked {
 			fmt.Fprintf(stderr, "bench:   max|fused-composed| O %.2g dQ %.2g dK %.2g dV %.2g (max|composed| %.3g %.3g %.3g %.3g)\n",
 				r.MaxAbsErr[0], r.MaxAbsErr[1], r.MaxAbsErr[2], r.MaxAbsErr[3], r.MaxAbsRef[0], r.MaxAbsRef[1], r.MaxAbsRef[2], r.MaxAbsRef[3])
@@ -572,6 +664,9 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		}
 	}
 	printAttnTable(stdout, shapes, rows)
+	if sm90 {
+		printSM90Table(stdout, shapes, rows)
+	}
 	fmt.Fprintln(stdout, "fused: FlashForward/FlashBackward (kernels/flash_attention.cu). composed: the unfused graph (MatMul(Q,Kᵀ), Mul scale,")
 	fmt.Fprintln(stdout, "Add causal mask, Softmax, MatMul; backward by autodiff: Transpose, MatMul, SoftmaxGrad, Mul) run by the CUDA executor's")
 	fmt.Fprintln(stdout, "own lowering (kernels/ops.cu + cuBLAS); its bwd excludes the loss and dO seed, its memory includes them.")

@@ -1,0 +1,244 @@
+package cuda
+
+// Launcher for kernels/flash_attention_sm90.cu: the Hopper (sm_90a, wgmma)
+// FlashAttention forward. Same layout, masking and LSE contract as
+// FlashForward's FA2 kernels (flash.go); FlashForward runs it instead of FA2
+// when flashSM90Pick says so.
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+const flashSM90File = "flash_attention_sm90.cu"
+
+// FlashSM90Env selects the Hopper forward on a compute capability 9.0 device
+// for bf16/fp16 with head dim 64 or 128: "tma" runs the TMA, warp-specialised
+// kernel, "tmapipe" the same with Q·Kᵀ of the next tile overlapping P·V of
+// this one, "cpasync" the one whose consumer warps load with cp.async, "1" the
+// default (flashSM90Default); "0" or unset keeps FA2. It is opt-in until the
+// kernels have been checked and timed on an H200.
+const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
+
+// flashSM90Default is the kernel FlashSM90Env=1 selects.
+const flashSM90Default = "tma"
+
+// The sm90 forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
+// consumer warpgroups owns 128 query rows; K/V tiles of 128 keys,
+// double-buffered. The TMA kernel adds one producer warp.
+const (
+	flashSM90Rows       = 128
+	flashSM90Keys       = 128
+	flashSM90Threads    = 256
+	flashSM90TMAThreads = 384
+)
+
+// flashSM90Smem is the forward's dynamic shared memory: the Q tile, two K and
+// two V tiles (16-bit), and 1024 bytes to align the start to a swizzle block;
+// the TMA kernel adds 64 bytes of mbarriers.
+func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 + 1024 }
+
+func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
+
+// flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
+// none). variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
+// "" the cp.async one; for d128 the
+// GPU test also runs "vsplit" (cp.async, O += P·V as n64 halves) and "vswap"
+// (cp.async, V's descriptor offsets exchanged), which tell a wrong V
+// descriptor apart from other faults.
+func flashSM90Name(dt GemmType, dim int, variant string) string {
+	var suffix string
+	switch dt {
+	case GemmBF16:
+		suffix = "bf16"
+	case GemmF16:
+		suffix = "fp16"
+	default:
+		return ""
+	}
+	if dim != 64 && dim != 128 {
+		return ""
+	}
+	if variant == "tma" || variant == "tmapipe" {
+		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
+	}
+	name := fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
+	if variant != "" {
+		if dim != 128 {
+			return ""
+		}
+		name += "_" + variant
+	}
+	return name
+}
+
+// flashSM90Pick says which sm90 forward kernel FlashForward runs ("" for
+// FA2): only when env (the value of FlashSM90Env) asks for it, the device is
+// compute capability 9.0 (the cubin is sm_90a) and the kernel exists for dt
+// and dim; scale must be positive, as for FA2's tensor-core kernels.
+func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
+	variant := ""
+	switch env {
+	case "", "0":
+		return "", nil
+	case "1":
+		variant = flashSM90Default
+	case "tma", "tmapipe":
+		variant = env
+	case "cpasync":
+	default:
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 (the default one, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+	}
+	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
+		return "", nil
+	}
+	return flashSM90Name(dt, dim, variant), nil
+}
+
+// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device.
+var flashSM90Kernels struct {
+	mu sync.Mutex
+	m  map[*Device]*kernelSet
+}
+
+func (d *Device) flashSM90Kernels() (*kernelSet, error) {
+	flashSM90Kernels.mu.Lock()
+	defer flashSM90Kernels.mu.Unlock()
+	if ks, ok := flashSM90Kernels.m[d]; ok {
+		return ks, nil
+	}
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+	}
+	ks, err := compileKernelSet(d, flashSM90File)
+	if err != nil {
+		return nil, err
+	}
+	if flashSM90Kernels.m == nil {
+		flashSM90Kernels.m = map[*Device]*kernelSet{}
+	}
+	flashSM90Kernels.m[d] = ks
+	return ks, nil
+}
+
+// flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
+func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	ks, err := d.flashSM90Kernels()
+	if err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
+		return flashForwardSM90TMA(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+	}
+	smem := flashSM90Smem(dim)
+	f, err := ks.fn(name, smem)
+	if err != nil {
+		return err
+	}
+	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
+	block := [3]uint32{flashSM90Threads, 1, 1}
+	return d.Launch(f, grid, block, uint32(smem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
+}
+
+// flashSM90Choice is flashSM90Pick for d and the environment.
+func flashSM90Choice(d *Device, dt GemmType, dim int, scale float32) (string, error) {
+	maj, mnr := d.ComputeCapability()
+	return flashSM90Pick(maj, mnr, dt, dim, scale, os.Getenv(FlashSM90Env))
+}
+
+// CUtensorMap enums (cuda.h) used here.
+const (
+	tensorMapDataTypeUint16 = 1
+	tensorMapSwizzle128B    = 3
+	tensorMapL2Promote128B  = 2
+)
+
+// tensorMapArgs are cuTensorMapEncodeTiled's array arguments, kept on the heap
+// so they can be pinned while the driver reads them.
+type tensorMapArgs struct {
+	dims    [3]uint64
+	strides [2]uint64
+	box     [3]uint32
+	elem    [3]uint32
+}
+
+// encodeFlashTensorMap writes into dst (128 bytes, 64-byte aligned) the TMA
+// map of a [bh, rows, dim] 16-bit tensor at ptr as flash_attention_sm90.cu
+// reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × 128 × 1
+// elements with the 128-byte swizzle; reads past rows give zeros.
+func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim int) error {
+	if api.cuTensorMapEncodeTiled == 0 {
+		return fmt.Errorf("cuda: the driver has no cuTensorMapEncodeTiled (the sm90 TMA forward needs a CUDA 12 driver)")
+	}
+	if ptr%16 != 0 {
+		return fmt.Errorf("cuda: sm90 TMA forward: tensor at %#x is not 16-byte aligned", uint64(ptr))
+	}
+	a := &tensorMapArgs{
+		dims:    [3]uint64{uint64(dim), uint64(rows), uint64(bh)},
+		strides: [2]uint64{uint64(dim * 2), uint64(rows * dim * 2)},
+		box:     [3]uint32{64, flashSM90Rows, 1},
+		elem:    [3]uint32{1, 1, 1},
+	}
+	var pin runtime.Pinner
+	pin.Pin(a)
+	defer pin.Unpin()
+	return api.check("cuTensorMapEncodeTiled", ccall(api.cuTensorMapEncodeTiled, uintptr(dst), tensorMapDataTypeUint16, 3,
+		uintptr(ptr), uintptr(unsafe.Pointer(&a.dims[0])), uintptr(unsafe.Pointer(&a.strides[0])),
+		uintptr(unsafe.Pointer(&a.box[0])), uintptr(unsafe.Pointer(&a.elem[0])),
+		0 /* no interleave */, tensorMapSwizzle128B, tensorMapL2Promote128B, 0 /* out of bounds: zeros */))
+}
+
+// flashForwardSM90TMA launches a TMA kernel: its first three parameters are
+// the tensor maps of Q, K and V, passed by value (128 bytes each), which
+// Launch's 8-byte argument slots cannot carry, so the launch is done here.
+func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	smem := flashSM90TMASmem(dim)
+	f, err := ks.fn(name, smem)
+	if err != nil {
+		return err
+	}
+	slots, err := packArgs([]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+	if err != nil {
+		return err
+	}
+	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
+	err = d.do(func() error {
+		var pin runtime.Pinner
+		defer pin.Unpin()
+		// Three 16-word maps, the first on a 64-byte boundary (the encoder
+		// requires it). Encoded here, on the device's thread with its context
+		// current, like every other driver call.
+		buf := make([]uint64, 3*16+8)
+		pin.Pin(&buf[0])
+		off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
+		maps := buf[off : off+48]
+		for i, t := range []struct {
+			ptr  DevicePtr
+			rows int
+		}{{q, sq}, {k, sk}, {v, sk}} {
+			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&maps[16*i]), t.ptr, bh, t.rows, dim); err != nil {
+				return err
+			}
+		}
+		pin.Pin(&slots[0])
+		params := make([]uintptr, 3+len(slots))
+		for i := range 3 {
+			params[i] = uintptr(unsafe.Pointer(&maps[16*i]))
+		}
+		for i := range slots {
+			params[3+i] = uintptr(unsafe.Pointer(&slots[i]))
+		}
+		pin.Pin(&params[0])
+		return d.api.check("cuLaunchKernel", ccall(d.api.cuLaunchKernel, f.h,
+			uintptr(grid[0]), uintptr(grid[1]), 1, flashSM90TMAThreads, 1, 1,
+			uintptr(smem), d.stream, uintptr(unsafe.Pointer(&params[0])), 0))
+	})
+	if err != nil {
+		return fmt.Errorf("cuda: Launch %s grid %v smem %d: %w", name, grid, smem, err)
+	}
+	return nil
+}

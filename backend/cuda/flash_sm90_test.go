@@ -1,0 +1,499 @@
+package cuda
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/kernels"
+)
+
+// flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
+var flashSM90AllKernels = []string{
+	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit", "flash_fwd_sm90_bf16_d128_vswap",
+	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit", "flash_fwd_sm90_fp16_d128_vswap",
+	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
+	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
+}
+
+// TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
+// where it is installed (no GPU needed; NVRTC 12.0 or newer), checks that
+// every entry point is in the cubin, and logs ptxas's resource report
+// (registers, spill bytes per kernel; "wgmma ... serialized" warnings mean
+// the compiler had to wait on each wgmma and the kernel will be slow).
+func TestFlashSM90Compile(t *testing.T) {
+	nv, err := loadNVRTC()
+	if err != nil {
+		t.Skip(err)
+	}
+	if strings.HasPrefix(nv.version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	}
+	src, err := kernels.Source(flashSM90File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cubin, log, err := nv.compile(flashSM90File, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("NVRTC %s, sm_90a, ptxas -v:\n%s", nv.version, log)
+	for _, k := range flashSM90AllKernels {
+		if !bytes.Contains(cubin, []byte(k+"\x00")) {
+			t.Errorf("cubin has no kernel %s", k)
+		}
+	}
+	if strings.Contains(log, "serializ") {
+		t.Errorf("ptxas serialized wgmma (see the log above): the kernel would be correct but slow")
+	}
+	if m := regexp.MustCompile(`[1-9][0-9]* bytes spill stores`).FindString(log); m != "" {
+		t.Errorf("ptxas spilled registers (%s, see the log above): the kernel would be correct but slow", m)
+	}
+}
+
+func TestFlashSM90Pick(t *testing.T) {
+	for _, c := range []struct {
+		maj, mnr int
+		dt       GemmType
+		dim      int
+		scale    float32
+		env      string
+		want     string
+	}{
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_tma_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "tma", "flash_fwd_sm90_tma_fp16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
+		{9, 0, GemmBF16, 128, 0.1, "0", ""},
+		{9, 0, GemmBF16, 128, 0.1, "", ""},   // opt-in for now
+		{8, 0, GemmBF16, 128, 0.1, "1", ""},  // not Hopper: FA2
+		{10, 0, GemmBF16, 128, 0.1, "1", ""}, // sm_90a cubins run on 9.0 only
+		{9, 0, GemmBF16, 80, 0.1, "1", ""},   // no such head dim
+		{9, 0, GemmF32, 128, 0.1, "1", ""},
+		{9, 0, GemmBF16, 128, -1, "1", ""}, // tensor-core kernels need scale > 0
+	} {
+		got, err := flashSM90Pick(c.maj, c.mnr, c.dt, c.dim, c.scale, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("flashSM90Pick(%d.%d, %v, d%d, %g, %q) = %q, %v; want %q", c.maj, c.mnr, c.dt, c.dim, c.scale, c.env, got, err, c.want)
+		}
+	}
+	if _, err := flashSM90Pick(9, 0, GemmBF16, 128, 0.1, "yes"); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
+		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90Env, err)
+	}
+	if got := flashSM90Smem(128); got != 164864 {
+		t.Errorf("d128 smem %d, want 164864 (the .cu header)", got)
+	}
+	if got := flashSM90Smem(64); got != 82944 {
+		t.Errorf("d64 smem %d, want 82944 (the .cu header)", got)
+	}
+	if got := flashSM90TMASmem(128); got != 164928 {
+		t.Errorf("d128 TMA smem %d, want 164928 (the .cu header)", got)
+	}
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, v := range []string{"", "tma", "tmapipe", "vsplit", "vswap"} {
+				name := flashSM90Name(dt, dim, v)
+				if (dim == 64 && (v == "vsplit" || v == "vswap")) != (name == "") {
+					t.Errorf("flashSM90Name(%v, %d, %q) = %q", dt, dim, v, name)
+				}
+				if name != "" && !slices.Contains(flashSM90AllKernels, name) {
+					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
+				}
+			}
+		}
+	}
+}
+
+// flashForwardRef is the float64 forward (O, its magnitudes, LSE) of
+// flashReference, without the backward's cost.
+func flashForwardRef(q, k, v []float64, bh, sq, sk, dim int, scale float64, causal bool) (o, oMag, lse []float64) {
+	o, oMag, lse = make([]float64, bh*sq*dim), make([]float64, bh*sq*dim), make([]float64, bh*sq)
+	p := make([]float64, sk)
+	for b := range bh {
+		Q, K, V := q[b*sq*dim:], k[b*sk*dim:], v[b*sk*dim:]
+		for i := range sq {
+			n := sk
+			if causal {
+				n = min(sk, i+1)
+			}
+			m := math.Inf(-1)
+			for j := range n {
+				s := 0.0
+				for c := range dim {
+					s += Q[i*dim+c] * K[j*dim+c]
+				}
+				p[j] = s * scale
+				m = math.Max(m, p[j])
+			}
+			sum := 0.0
+			for j := range n {
+				p[j] = math.Exp(p[j] - m)
+				sum += p[j]
+			}
+			lse[b*sq+i] = m + math.Log(sum)
+			oi, om := o[(b*sq+i)*dim:], oMag[(b*sq+i)*dim:]
+			for j := range n {
+				w := p[j] / sum
+				for c := range dim {
+					oi[c] += w * V[j*dim+c]
+					om[c] += w * math.Abs(V[j*dim+c])
+				}
+			}
+		}
+	}
+	return o, oMag, lse
+}
+
+// flashSM90Where says where the out-of-tolerance elements of an [bh, sq,
+// dim] result lie, to tell a wrong descriptor or fragment from a wrong mask:
+// by 64-column half, by warpgroup (query row % 128 < 64), by row % 8, by
+// whether the row's keys span one 128-key tile or more, and how many are NaN.
+func flashSM90Where(got, ref, mag []float64, bh, sq, sk, dim int, causal bool, frac, rtol float64) string {
+	var half [2]int
+	var wg [2]int
+	var r8 [8]int
+	var oneTile, moreTiles, nan, bad int
+	for i := range ref {
+		lim := rtol * math.Abs(ref[i])
+		if mag != nil {
+			lim += frac * mag[i]
+		}
+		if math.Abs(got[i]-ref[i]) <= lim {
+			continue
+		}
+		bad++
+		if math.IsNaN(got[i]) {
+			nan++
+		}
+		row, col := (i/dim)%sq, i%dim
+		half[col/64%2]++
+		wg[row%128/64]++
+		r8[row%8]++
+		keys := sk
+		if causal {
+			keys = min(sk, row+1)
+		}
+		if keys <= 128 {
+			oneTile++
+		} else {
+			moreTiles++
+		}
+	}
+	if bad == 0 {
+		return "none bad"
+	}
+	return fmt.Sprintf("%d bad: columns 0-63 %d, 64-127 %d; warpgroup 0 %d, 1 %d; by row%%8 %v; rows seeing <=128 keys %d, more %d; NaN %d",
+		bad, half[0], half[1], wg[0], wg[1], r8, oneTile, moreTiles, nan)
+}
+
+// TestFlashSM90Resources prints each sm90 kernel's registers and local
+// (spill) bytes as the driver reports them for the loaded cubin.
+func TestFlashSM90Resources(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	ks, err := d.flashSM90Kernels()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range flashSM90AllKernels {
+		f, err := ks.fn(name, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := f.Attributes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
+		threads := flashSM90Threads
+		if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
+			threads = flashSM90TMAThreads
+		}
+		if a.MaxThreadsPerBlock < threads {
+			t.Errorf("%s: at most %d threads per block, the launch uses %d", name, a.MaxThreadsPerBlock, threads)
+		}
+	}
+}
+
+// TestFlashSM90GPU checks the Hopper forwards against the float64 reference
+// with the FA2 test's tolerances (TestFlashAttentionGPU), O and LSE, over
+// sequence lengths around the 128-row/128-key tiles, Sq != Sk, causal or not.
+// Kernel families run one after another, the cp.async ones first: a kernel
+// that faults leaves the context unusable, and the families before it have
+// reported by then. A failure names the kernel and the shape and says where
+// the bad elements are; LSE depends on S = Q·Kᵀ alone, so "LSE ok, O bad"
+// points at P·V (P's fragments or V's descriptor), "LSE bad" at Q·Kᵀ, the
+// mask or the loads.
+func TestFlashSM90GPU(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	d.SetCubinCacheDir(t.TempDir())
+	type tol struct{ frac, rtol, l2 float64 }
+	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
+	type shape struct{ sq, sk int }
+	var shapes []shape
+	for _, s := range []int{1, 17, 64, 127, 128, 129, 1000, 2048} {
+		shapes = append(shapes, shape{s, s})
+	}
+	shapes = append(shapes, shape{77, 300}, shape{300, 77}, shape{129, 1000}, shape{1000, 129}, shape{1, 257}, shape{200, 1})
+
+	// The problems, each uploaded and solved in float64 once.
+	type problem struct {
+		name                string
+		dt                  GemmType
+		bh, sq, sk, dim     int
+		causal              bool
+		scale               float32
+		q, k, v             DevicePtr
+		ref, refMag, refLSE []float64
+	}
+	var problems []problem
+	rng := rand.New(rand.NewPCG(90, 1))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, sh := range shapes {
+				for _, causal := range []bool{false, true} {
+					p := problem{name: fmt.Sprintf("%v/d%d/sq%d/sk%d/causal%v", dt, dim, sh.sq, sh.sk, causal),
+						dt: dt, bh: 2, sq: sh.sq, sk: sh.sk, dim: dim, causal: causal, scale: float32(1 / math.Sqrt(float64(dim)))}
+					if sh.sq*sh.sk > 1<<20 {
+						p.bh = 1
+					}
+					var qh, kh, vh []float64
+					p.q, qh = flashUpload(t, d, dt, gen(p.bh*p.sq*dim))
+					p.k, kh = flashUpload(t, d, dt, gen(p.bh*p.sk*dim))
+					p.v, vh = flashUpload(t, d, dt, gen(p.bh*p.sk*dim))
+					p.ref, p.refMag, p.refLSE = flashForwardRef(qh, kh, vh, p.bh, p.sq, p.sk, dim, float64(p.scale), causal)
+					problems = append(problems, p)
+				}
+			}
+		}
+	}
+
+	runs, fails := map[string]int{}, map[string]int{}
+	defer func() {
+		for _, k := range flashSM90AllKernels {
+			t.Logf("%-34s %3d of %3d shapes failed", k, fails[k], runs[k])
+		}
+	}()
+	for _, fam := range []struct{ label, variant string }{
+		{"cpasync", ""}, {"cpasync-vsplit", "vsplit"}, {"cpasync-vswap", "vswap"}, {"tma", "tma"}, {"tmapipe", "tmapipe"},
+	} {
+		t.Run(fam.label, func(t *testing.T) {
+			for _, p := range problems {
+				kname := flashSM90Name(p.dt, p.dim, fam.variant)
+				if kname == "" {
+					continue // vsplit and vswap exist for d128 only
+				}
+				t.Run(p.name, func(t *testing.T) {
+					runs[kname]++
+					nq := p.bh * p.sq * p.dim
+					o := flashAlloc(t, d, nq, 2)
+					lse := flashAlloc(t, d, p.bh*p.sq, 4)
+					if err := flashForwardSM90(d, kname, p.q, p.k, p.v, o, lse, p.bh, p.sq, p.sk, p.dim, p.scale, p.causal); err != nil {
+						fails[kname]++
+						t.Fatalf("%s: %v", kname, err)
+					}
+					if err := d.Synchronize(); err != nil {
+						fails[kname]++
+						t.Fatalf("%s: %v", kname, err)
+					}
+					tl := tols[p.dt]
+					got := flashDownload(t, d, p.dt, o, nq)
+					gotLSE := flashDownload(t, d, GemmF32, lse, p.bh*p.sq)
+					errO := flashCheck("O", got, p.ref, p.refMag, tl.frac, 0, tl.rtol, tl.l2)
+					errL := flashCheck("LSE", gotLSE, p.refLSE, nil, 0, 1e-3, 2e-5, 1e-5)
+					if errO != nil || errL != nil {
+						fails[kname]++
+					}
+					if errO != nil {
+						t.Errorf("%s: %v [%s] (LSE %s)", kname, errO,
+							flashSM90Where(got, p.ref, p.refMag, p.bh, p.sq, p.sk, p.dim, p.causal, tl.frac, tl.rtol),
+							map[bool]string{true: "ok", false: "also bad"}[errL == nil])
+					}
+					if errL != nil {
+						t.Errorf("%s: %v", kname, errL)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestFlashSM90Dispatch checks that FlashForward runs the kernel that
+// FlashSM90Env names (its output is bit-identical to a direct launch of that
+// kernel) and FA2 when it is 0 (FA2 tiles keys by 64 for d128, so its
+// rounding differs and some element of 76800 differs).
+func TestFlashSM90Dispatch(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	const bh, s, dim = 2, 300, 128
+	rng := rand.New(rand.NewPCG(3, 4))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	n := bh * s * dim
+	q, _ := flashUpload(t, d, GemmBF16, gen(n))
+	k, _ := flashUpload(t, d, GemmBF16, gen(n))
+	v, _ := flashUpload(t, d, GemmBF16, gen(n))
+	run := func(env, kernel string) []float64 {
+		t.Setenv(FlashSM90Env, env)
+		o := flashAlloc(t, d, n, 2)
+		lse := flashAlloc(t, d, bh*s, 4)
+		var err error
+		if kernel != "" {
+			err = flashForwardSM90(d, kernel, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+		} else {
+			err = FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return flashDownload(t, d, GemmBF16, o, n)
+	}
+	same := func(a, b []float64) bool {
+		for i := range a {
+			if a[i] != b[i] && !(math.IsNaN(a[i]) && math.IsNaN(b[i])) {
+				return false
+			}
+		}
+		return true
+	}
+	fa2 := run("0", "")
+	for _, c := range []struct{ env, variant string }{{"1", flashSM90Default}, {"tma", "tma"}, {"cpasync", ""}} {
+		kernel := flashSM90Name(GemmBF16, dim, c.variant)
+		direct, via := run("0", kernel), run(c.env, "")
+		if !same(direct, via) {
+			t.Errorf("%s=%s: FlashForward's output differs from %s's", FlashSM90Env, c.env, kernel)
+		}
+		if same(direct, fa2) {
+			t.Errorf("%s=0: FlashForward's output is bit-identical to %s's; did FA2 run?", FlashSM90Env, kernel)
+		}
+	}
+	t.Setenv(FlashSM90Env, "on")
+	if err := FlashForward(d, GemmBF16, q, k, v, q, q, bh, s, s, dim, 0.088, true); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
+		t.Errorf("%s=on: got %v, want an error naming the variable", FlashSM90Env, err)
+	}
+}
+
+// TestFlashSM90Speed times the forward on bench-sized bf16 problems (B·S =
+// 16k tokens, H·D = 2048, S = 4096: what `flashgraph bench -sm90` runs, less
+// PyTorch) for FA2 and every sm90 kernel, logs TFLOP/s, and checks each sm90
+// output against FA2's (relative L2 error at most 1e-2, the bf16 tolerance
+// of TestFlashAttentionGPU): the correctness test stops at S = 2048.
+func TestFlashSM90Speed(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	const tokens, width, s, iters = 16384, 2048, 4096, 10
+	for _, dim := range []int{64, 128} {
+		bh := tokens / s * (width / dim)
+		n := bh * s * dim
+		host := make([]uint16, n)
+		var in [3]DevicePtr
+		for i := range in {
+			x := uint32(dim + i)
+			for j := range host {
+				x = x*1664525 + 1013904223
+				host[j] = BF16FromFloat32(float32(int32(x)>>20) / 1024) // in [-2, 2)
+			}
+			p, err := Upload(d, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Free(p) })
+			in[i] = p
+		}
+		o := flashAlloc(t, d, n, 2)
+		lse := flashAlloc(t, d, bh*s, 4)
+		scale := float32(1 / math.Sqrt(float64(dim)))
+		for _, causal := range []bool{false, true} {
+			flops := 4 * float64(bh) * s * s * float64(dim)
+			if causal {
+				flops /= 2
+			}
+			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
+			var fa2 []float64
+			for _, variant := range []string{"fa2", "", "tma", "tmapipe"} {
+				t.Setenv(FlashSM90Env, "0")
+				launch := func() error {
+					if variant == "fa2" {
+						return FlashForward(d, GemmBF16, in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
+					}
+					return flashForwardSM90(d, flashSM90Name(GemmBF16, dim, variant), in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
+				}
+				label := map[string]string{"fa2": "fa2", "": "cpasync", "tma": "tma", "tmapipe": "tmapipe"}[variant]
+				ms, err := timeFlash(d, launch, iters)
+				if err != nil {
+					t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
+					continue
+				}
+				line += fmt.Sprintf(" %s %.1f", label, flops/(ms*1e-3)/1e12)
+				got := flashDownload(t, d, GemmBF16, o, n)
+				if variant == "fa2" {
+					fa2 = got
+					continue
+				}
+				if fa2 != nil {
+					if err := flashCheck("O vs FA2", got, fa2, nil, 0, math.Inf(1), 0, 1e-2); err != nil {
+						t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
+					}
+				}
+			}
+			t.Log(line)
+		}
+	}
+}
+
+// timeFlash runs launch once to warm up, then iters times between two
+// events, and returns the mean milliseconds per launch.
+func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
+	if err := launch(); err != nil {
+		return 0, err
+	}
+	start, err := d.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := d.NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	if err := d.Record(start); err != nil {
+		return 0, err
+	}
+	for range iters {
+		if err := launch(); err != nil {
+			return 0, err
+		}
+	}
+	if err := d.Record(end); err != nil {
+		return 0, err
+	}
+	ms, err := d.ElapsedMs(start, end)
+	return float64(ms) / float64(iters), err
+}

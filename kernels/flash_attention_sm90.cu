@@ -1,0 +1,759 @@
+// flash_attention_sm90.cu: FlashAttention forward for Hopper (sm_90a): wgmma.
+//
+// Compiled at run time by NVRTC for sm_90a only (wgmma needs the "a" target);
+// backend/cuda/flash_sm90.go picks it on compute capability 9.0 and falls back
+// to flash_attention.cu (FA2, mma.sync) elsewhere. It includes no header: the
+// 16-bit element types travel as raw bits and are converted with PTX cvt.
+//
+// Same contract as flash_fwd_<T>_d<D> of flash_attention.cu: Q, O are [BH, Sq, D];
+// K, V are [BH, Sk, D], contiguous; LSE is float32 [BH, Sq] (natural log). Causal
+// masking is top-left aligned (key j visible to query i iff j <= i, also when
+// Sq != Sk). A row that sees no key gets O = 0, LSE = +inf. Requires scale > 0
+// (row maxima are taken on raw scores).
+//
+// Entry points (T in {bf16, fp16}, D in {64, 128}):
+//   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
+//   flash_fwd_sm90_<T>_d128_vsplit(...)   the same, O += P·V as two n64 halves
+//   flash_fwd_sm90_<T>_d128_vswap(...)    the same, V's descriptor offsets swapped
+//     (the two variants are for the GPU test only: they tell which reading of
+//     the N-major descriptor's byte offsets the hardware has, see VMode)
+//     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
+//     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
+//   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
+//     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see fwd_ws;
+//   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
+//     grid (BH, ceil(Sq/128)), block 384 (two consumer warpgroups, one
+//     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
+//
+// Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
+// K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
+// Version 1 (flash_fwd_sm90_<T>_d<D>): all 256 threads load with cp.async, the
+// loads of tile j+1 in flight while tile j is computed, a CTA barrier per
+// tile. Version 2 (flash_fwd_sm90_tma_*): a producer warpgroup (one thread of
+// it) loads with TMA through an mbarrier ring and the consumer warpgroups run
+// unsynchronised. Version 3 (flash_fwd_sm90_tmapipe_*): version 2 with Q·Kᵀ
+// of the next tile in flight while P·V of this one runs.
+//   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
+//   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
+//   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
+//   packed to 16 bits is the A fragment layout), B = V read N-major
+//   (imm-trans-b = 1) from the same row layout K uses.
+//
+// Shared memory tiles: a tile of ROWS rows × D columns (16-bit) is stored as D/64
+// column blocks of ROWS rows × 128 bytes; inside a block, 16-byte chunk c of row
+// r sits at chunk c ^ (r & 7). Every block starts on a 1024-byte boundary, so
+// this is exactly the hardware's 128-byte swizzle ("Swizzle<3,4,3>") that the
+// wgmma descriptors below declare (swizzle mode 1).
+//   K-major operand (Q as A, K as B): 8-row core groups 1024 bytes apart (SBO);
+//   the leading byte offset is unused for swizzled K-major layouts (set to 16);
+//   k-step kk (16 columns) starts at block kk/4, byte offset (kk%4)*32.
+//   N-major operand (V as B): rows are k (keys), 16 keys = two 8-row groups
+//   1024 bytes apart (SBO); the 64-column blocks along N are ROWS*128 bytes
+//   apart (LBO); k-step kk starts at byte offset kk*16*128. (That is our
+//   reading of the PTX ISA's N-major swizzled layout; d64, a single block along
+//   N, and the d128 _vsplit variant put 1024 in both offsets and so do not
+//   depend on it.)
+
+namespace fa90 {
+
+typedef unsigned int u32;
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int BR = 128;  // query rows per CTA (two warpgroups of 64)
+constexpr int BC = 128;  // keys per K/V tile
+constexpr int NT = 256;  // threads per CTA
+
+__device__ __forceinline__ float inf_f() { return __int_as_float(0x7f800000); }
+
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+  return static_cast<u32>(__cvta_generic_to_shared(p));
+}
+
+// Two floats to packed 16-bit values, lo in the low half (cvt puts its first
+// source in the upper half).
+template <bool F16> __device__ __forceinline__ u32 pack2(float lo, float hi);
+template <> __device__ __forceinline__ u32 pack2<false>(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <> __device__ __forceinline__ u32 pack2<true>(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+// 2^x on the SFU (ex2.approx.ftz: <= 2 ulp, 2^-inf = +0).
+__device__ __forceinline__ float fexp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// 16-byte async copy global->shared; bytes past src_bytes are zero-filled.
+__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+// Makes this thread's generic-proxy writes to shared memory (cp.async lands
+// there) visible to the async proxy that wgmma reads through; a barrier must
+// follow before other threads' wgmmas read them.
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// Keeps the compiler from moving reads or writes of r across this point: wgmma
+// writes its accumulators (and reads its A registers) asynchronously, so every
+// use must stay after wgmma_wait.
+template <int N> __device__ __forceinline__ void reg_fence(float* r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence_u(u32* r) {
+#pragma unroll
+  for (int i = 0; i < N; i++) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// Shared-memory matrix descriptor: start address, leading and stride byte
+// offsets (each >> 4, 14 bits), swizzle mode 1 = 128 bytes (bits 62-63); base
+// offset 0 since every swizzle block starts on a 1024-byte boundary.
+__device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
+  return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
+         ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
+}
+
+// Byte offset of 16-byte chunk c of row r in a ROWS-row tile (see the header).
+template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
+  return (u32)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// Loads rows [row0, row0+ROWS) of a [nvalid, D] matrix into a tile; rows >=
+// nvalid are zero-filled. Consecutive threads copy consecutive 16-byte chunks
+// of a row, so the global reads coalesce.
+template <int ROWS, int D>
+__device__ __forceinline__ void load_tile(u32 dst, const u16* src, int row0, int nvalid, int tid) {
+  constexpr int CH = D / 8;
+  static_assert((ROWS * CH) % NT == 0, "tile load split");
+#pragma unroll
+  for (int it = 0; it < ROWS * CH / NT; it++) {
+    const int idx = tid + it * NT;
+    const int r = idx / CH, c = idx % CH;
+    const int gr = row0 + r;
+    const bool ok = gr < nvalid;
+    cp_async16(dst + tile_off<ROWS>(r, c), src + (size_t)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
+  }
+}
+
+// ---------------------------------------------------------------- wgmma wrappers
+// (operand lists written out: inline asm takes no loops)
+
+// d[0..63] (+)= A·B, m64n128k16, A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_n128_bf16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// d[0..31] += A·B, m64n64k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n64_bf16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// d[0..63] += A·B, m64n128k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n128_bf16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// d[0..63] (+)= A·B, m64n128k16, A and B K-major in shared memory.
+__device__ __forceinline__ void wgmma_ss_n128_fp16(float* d, u64 da, u64 db, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(da), "l"(db), "r"(accumulate));
+}
+
+// d[0..31] += A·B, m64n64k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n64_fp16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+// d[0..63] += A·B, m64n128k16, A from registers (a[0..3]), B N-major in shared memory.
+__device__ __forceinline__ void wgmma_rs_n128_fp16(float* d, const u32* a, u64 db) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+      "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+      "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+      "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+      "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}, {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+}
+
+template <bool F16> struct Wg;
+template <> struct Wg<false> {
+  static __device__ __forceinline__ void ss128(float* d, u64 a, u64 b, int acc) { wgmma_ss_n128_bf16(d, a, b, acc); }
+  static __device__ __forceinline__ void rs64(float* d, const u32* a, u64 b) { wgmma_rs_n64_bf16(d, a, b); }
+  static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_bf16(d, a, b); }
+};
+template <> struct Wg<true> {
+  static __device__ __forceinline__ void ss128(float* d, u64 a, u64 b, int acc) { wgmma_ss_n128_fp16(d, a, b, acc); }
+  static __device__ __forceinline__ void rs64(float* d, const u32* a, u64 b) { wgmma_rs_n64_fp16(d, a, b); }
+  static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_fp16(d, a, b); }
+};
+
+// How O += P·V addresses V (an N-major B operand); see the header.
+enum VMode {
+  kVBlocks = 0,  // one n<D> product; 64-column blocks LBO apart, 8-key groups SBO apart
+  kVSplit = 1,   // one n64 product per 64-column block: only the 8-key group
+                 // stride is used, and both offsets hold it
+  kVSwap = 2,    // as kVBlocks with LBO and SBO exchanged
+};
+
+// The pieces both forwards share. A consumer warpgroup owns 64 query rows;
+// inside it warp w owns 16, and a thread holds, like mma.sync's accumulator,
+// rows g and g+8 (g = lane/4) and, per 8-column block nt, columns 8nt+2t and
+// 8nt+2t+1 (t = lane%4): s[4nt+e] is row g+8(e>>1), column 8nt+2t+(e&1). O
+// accumulates in o[] the same way over D columns.
+
+// s = Q·Kᵀ for the warpgroup's 64 rows: sQw is the Q tile's base plus the
+// warpgroup's row offset (rows*128 bytes into each 64-column block of a BR-row
+// tile), sK a BC-row K tile. Waits for the product.
+template <bool F16, int D>
+__device__ __forceinline__ void qk_product(float* s, u32 sQw, u32 sK) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u64 da = make_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    Wg<F16>::ss128(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  reg_fence<BC / 2>(s);
+}
+
+// Masks keys >= Sk and, when causal, keys above the diagonal, to -inf.
+__device__ __forceinline__ void mask_scores(float* s, int kbase, int Sk, int wrow0, int g, int t, int causal) {
+  if ((kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0)) {
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int col = kbase + nt * 8 + 2 * t + (e & 1);
+        const int row = wrow0 + g + (e >> 1) * 8;
+        if (col >= Sk || (causal && col > row)) s[4 * nt + e] = -inf_f();
+      }
+    }
+  }
+}
+
+// Online softmax of one tile (c = scale·log2e), first half: updates the row
+// maxima m and sums l, turns s into P (unnormalised, float) and returns in
+// alpha the factor by which o must be rescaled; o itself is not touched, so a
+// P·V product may still be accumulating into it.
+__device__ __forceinline__ void softmax_rows(float* s, float* m, float* l, float c, float* alpha) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float mx = -inf_f();
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) mx = fmaxf(mx, fmaxf(s[4 * nt + 2 * r], s[4 * nt + 2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[r], mx);
+    const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
+    const float mc = muse * c;
+    alpha[r] = fexp2(m[r] * c - mc);
+    m[r] = mnew;
+    float rs = 0.f;
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) {
+      const float p0 = fexp2(fmaf(s[4 * nt + 2 * r], c, -mc));
+      const float p1 = fexp2(fmaf(s[4 * nt + 2 * r + 1], c, -mc));
+      s[4 * nt + 2 * r] = p0;
+      s[4 * nt + 2 * r + 1] = p1;
+      rs += p0 + p1;
+    }
+    l[r] = l[r] * alpha[r] + rs;
+  }
+}
+
+// Second half: rescales o by alpha and packs P as the A fragments of P·V:
+// k-step kk covers S columns 16kk..16kk+15, i.e. the 8-column blocks 2kk
+// (registers 0, 1) and 2kk+1 (registers 2, 3).
+template <bool F16, int D>
+__device__ __forceinline__ void rescale_pack(const float* s, float* o, const float* alpha, u32 (*p)[4]) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++) {
+    o[4 * dt + 0] *= alpha[0];
+    o[4 * dt + 1] *= alpha[0];
+    o[4 * dt + 2] *= alpha[1];
+    o[4 * dt + 3] *= alpha[1];
+  }
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+    p[kk][0] = pack2<F16>(s[8 * kk + 0], s[8 * kk + 1]);
+    p[kk][1] = pack2<F16>(s[8 * kk + 2], s[8 * kk + 3]);
+    p[kk][2] = pack2<F16>(s[8 * kk + 4], s[8 * kk + 5]);
+    p[kk][3] = pack2<F16>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <bool F16, int D>
+__device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float* l, float c, u32 (*p)[4]) {
+  float alpha[2];
+  softmax_rows(s, m, l, c, alpha);
+  rescale_pack<F16, D>(s, o, alpha, p);
+}
+
+// Issues s = Q·Kᵀ (see qk_product) without waiting for it.
+template <bool F16, int D>
+__device__ __forceinline__ void qk_issue(float* s, u32 sQw, u32 sK) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u64 da = make_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    Wg<F16>::ss128(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+}
+
+// Issues o += P·V (see pv_product) without waiting for it.
+template <bool F16, int D>
+__device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+    if constexpr (D == 64) {
+      Wg<F16>::rs64(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, 1024));
+    } else {
+      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
+    }
+  }
+  wgmma_commit();
+}
+
+// o += P·V for a BC-row V tile sV. Waits for the product.
+template <bool F16, int D, int VMODE>
+__device__ __forceinline__ void pv_product(float* o, u32 (*p)[4], u32 sV) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+    if constexpr (D == 64 || VMODE == kVSplit) {
+#pragma unroll
+      for (int nb = 0; nb < D / 64; nb++)
+        Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, 1024, 1024));
+    } else if constexpr (VMODE == kVSwap) {
+      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, BC * 128));
+    } else {
+      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  reg_fence<D / 2>(o);
+  reg_fence_u<BC / 4>(&p[0][0]);
+}
+
+// O = o / l and LSE = m·scale + ln(l) for the thread's rows; a row that saw no
+// key (l = 0) gets O = 0, LSE = +inf. Rows >= Sq are not stored.
+template <bool F16, int D>
+__device__ __forceinline__ void store_rows(const float* o, const float* m, const float* l, u16* Ob, float* LSEb,
+                                           int wrow0, int Sq, int g, int t, float scale) {
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float lsum = l[r];
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+    const int row = wrow0 + g + r * 8;
+    const bool ok = lsum > 0.f;
+    const float inv = ok ? 1.f / lsum : 0.f;
+    if (row < Sq) {
+      u16* orow = Ob + (size_t)row * D + 2 * t;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++)
+        *reinterpret_cast<u32*>(orow + dt * 8) = pack2<F16>(o[4 * dt + 2 * r] * inv, o[4 * dt + 2 * r + 1] * inv);
+      if (t == 0) LSEb[row] = ok ? m[r] * scale + logf(lsum) : inf_f();
+    }
+  }
+}
+
+// ---------------------------------------------------------------- version 1: cp.async
+//
+// 256 threads = two consumer warpgroups, which also load: all threads copy
+// tile j+1 with cp.async while tile j is computed; a CTA barrier per tile.
+template <bool F16, int D, int VMODE>
+__device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
+                                    const u16* __restrict__ V, u16* __restrict__ O,
+                                    float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
+                                    int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  constexpr int QBYTES = BR * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ = sbase;
+  const u32 sK0 = sQ + QBYTES;        // K tiles of stages 0 and 1
+  const u32 sV0 = sK0 + 2 * KVBYTES;  // V tiles of stages 0 and 1
+
+  const int bh = blockIdx.x;
+  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;  // heavy blocks first
+  const int q0 = qb * BR;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int wg = warp >> 2;
+  const int g = lane >> 2, t = lane & 3;
+  const int wrow0 = q0 + wg * 64 + (warp & 3) * 16;  // first query row of this warp
+  const u16* Qb = Q + (size_t)bh * Sq * D;
+  const u16* Kb = K + (size_t)bh * Sk * D;
+  const u16* Vb = V + (size_t)bh * Sk * D;
+
+  const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;  // >= 1: Sk >= 1
+  const float c = scale * kLog2e;
+
+  load_tile<BR, D>(sQ, Qb, q0, Sq, tid);
+  load_tile<BC, D>(sK0, Kb, 0, Sk, tid);
+  load_tile<BC, D>(sV0, Vb, 0, Sk, tid);
+  cp_async_commit();
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+  float m[2] = {-inf_f(), -inf_f()};
+  float l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < ntiles; j++) {
+    const int stage = j & 1;
+    const int kbase = j * BC;
+    if (j + 1 < ntiles) {
+      // The other stage was last read by tile j-1, which every thread finished
+      // before the barrier that ended its iteration.
+      load_tile<BC, D>(sK0 + (stage ^ 1) * KVBYTES, Kb, kbase + BC, Sk, tid);
+      load_tile<BC, D>(sV0 + (stage ^ 1) * KVBYTES, Vb, kbase + BC, Sk, tid);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();  // all but the newest group: tile j (and Q) landed
+    fence_proxy_async();
+    __syncthreads();
+
+    float s[BC / 2];
+    qk_product<F16, D>(s, sQ + wg * 64 * 128, sK0 + stage * KVBYTES);
+    mask_scores(s, kbase, Sk, wrow0, g, t, causal);
+    u32 p[BC / 16][4];
+    softmax_tile<F16, D>(s, o, m, l, c, p);
+    pv_product<F16, D, VMODE>(o, p, sV0 + stage * KVBYTES);
+    __syncthreads();  // every warpgroup is done with stage j before it is refilled
+  }
+  cp_async_wait<0>();
+  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+}
+
+// ---------------------------------------------------------------- version 2: TMA, warp-specialised
+//
+// 384 threads: warps 0-7 are two consumer warpgroups (query rows q0+64cw..,
+// cw = warp/4), warps 8-11 the producer warpgroup, one thread of which issues
+// every copy:
+// the Q tile once, then K_j and V_j into a two-stage ring with TMA
+// (cp.async.bulk.tensor, 128-byte swizzle: the same tile layout as version 1).
+// mbarriers: barQ and fullK/fullV[stage] complete when the copies' bytes have
+// landed (expect_tx); empty[stage] when all 256 consumer threads have finished
+// with the stage. The consumers never wait on each other, so one warpgroup's
+// softmax overlaps the other's wgmma. Registers: the launch bound leaves 168
+// a thread (65536 / 384); setmaxnreg moves them from the producer (24) to the
+// consumers (240). With NVRTC 12.4's ptxas the consumer code still stays
+// within R0-R167, but only with setmaxnreg does the pipelined variant compile
+// without spills and serialized wgmmas (TestFlashSM90Compile checks).
+//
+// The tensor maps are 3-D (D, S, BH) views of Q, K, V (innermost first) with
+// a box of 64 × 128 × 1 elements: rows past S read as zeros, never as the next
+// head's rows.
+
+struct __align__(64) TmaMap {
+  u64 v[16];
+};
+
+constexpr int WS_THREADS = 384;
+
+__device__ __forceinline__ void mbar_init(u32 bar, u32 count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(u32 bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(u32 bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ bool mbar_try(u32 bar, u32 parity) {
+  u32 done;
+  asm volatile(
+      "{\n.reg .pred p;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, p;\n}\n"
+      : "=r"(done)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return done != 0;
+}
+// Waits until the phase with the given parity of bar has completed. With
+// WATCH, after 2^26 failed tries (seconds: each try waits a while in
+// hardware) an arrival or a copy was lost: the kernel traps, so the launch
+// fails with an error instead of hanging. The pipelined consumers wait
+// without the watch: its counter alone makes ptxas spill them.
+template <bool WATCH = true>
+__device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
+  if constexpr (WATCH) {
+    for (u32 n = 0; !mbar_try(bar, parity);) {
+      if (++n == (1u << 26)) __trap();
+    }
+  } else {
+    while (!mbar_try(bar, parity)) {
+    }
+  }
+}
+// One TMA box (64 columns × 128 rows of one head) into shared memory at dst,
+// completing on bar.
+__device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, int col, int row, int head, u32 bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(head), "r"(bar)
+      : "memory");
+}
+
+template <bool F16, int D, bool PIPE>
+__device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+                                       float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  constexpr int QBYTES = BR * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ = sbase;
+  const u32 sK0 = sQ + QBYTES;
+  const u32 sV0 = sK0 + 2 * KVBYTES;
+  const u32 bars = sV0 + 2 * KVBYTES;  // 7 mbarriers of 8 bytes
+  const u32 barQ = bars, fullK0 = bars + 8, fullV0 = bars + 24, empty0 = bars + 40;
+
+  const int bh = blockIdx.x;
+  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+  const int q0 = qb * BR;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;
+
+  if (tid == 0) {
+    mbar_init(barQ, 1);
+#pragma unroll
+    for (int st = 0; st < 2; st++) {
+      mbar_init(fullK0 + 8 * st, 1);
+      mbar_init(fullV0 + 8 * st, 1);
+      mbar_init(empty0 + 8 * st, 256);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warp >= 8) {  // producer warpgroup: one thread issues every copy
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    if (warp == 8 && lane == 0) {
+      mbar_expect_tx(barQ, QBYTES);
+#pragma unroll
+      for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BR * 128, tq, blk * 64, q0, bh, barQ);
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        if (j >= 2) mbar_wait(empty0 + 8 * st, ((j >> 1) - 1) & 1);  // tile j-2 released
+        mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
+        mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
+      }
+    }
+  } else {  // consumer warpgroups
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    const int cw = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
+    const float c = scale * kLog2e;
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float m[2] = {-inf_f(), -inf_f()};
+    float l[2] = {0.f, 0.f};
+
+    mbar_wait(barQ, 0);
+    const u32 sQw = sQ + cw * 64 * 128;
+    if constexpr (!PIPE) {
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        const u32 parity = (j >> 1) & 1;
+        float s[BC / 2];
+        mbar_wait(fullK0 + 8 * st, parity);
+        qk_product<F16, D>(s, sQw, sK0 + st * KVBYTES);
+        mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
+        u32 p[BC / 16][4];
+        softmax_tile<F16, D>(s, o, m, l, c, p);
+        mbar_wait(fullV0 + 8 * st, parity);
+        pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
+        mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
+      }
+    } else {
+      // Software pipeline inside the warpgroup: S_{j+1} = Q·K_{j+1}ᵀ and
+      // O += P_j·V_j are in flight together; the softmax of S_{j+1} (which
+      // leaves o alone) runs while P_j·V_j still accumulates, and o is rescaled
+      // and P_{j+1} packed only once that product is done.
+      float s[BC / 2];
+      u32 p[BC / 16][4];
+      mbar_wait<false>(fullK0, 0);
+      qk_product<F16, D>(s, sQw, sK0);
+      mask_scores(s, 0, Sk, wrow0, g, t, causal);
+      softmax_tile<F16, D>(s, o, m, l, c, p);
+      for (int j = 0; j < ntiles; j++) {
+        const int st = j & 1;
+        const bool next = j + 1 < ntiles;
+        if (next) {
+          mbar_wait<false>(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
+          qk_issue<F16, D>(s, sQw, sK0 + (st ^ 1) * KVBYTES);
+        }
+        mbar_wait<false>(fullV0 + 8 * st, (j >> 1) & 1);
+        pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
+        if (next) {
+          wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
+          reg_fence<BC / 2>(s);
+          // The softmax works on a copy: ptxas serializes every wgmma (C7515)
+          // when ordinary instructions write a wgmma accumulator (s) while
+          // another wgmma group (P_j·V_j) is still in flight.
+          float pr[BC / 2];
+#pragma unroll
+          for (int i = 0; i < BC / 2; i++) pr[i] = s[i];
+          mask_scores(pr, (j + 1) * BC, Sk, wrow0, g, t, causal);
+          float alpha[2];
+          softmax_rows(pr, m, l, c, alpha);
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&p[0][0]);
+          mbar_arrive(empty0 + 8 * st);
+          rescale_pack<F16, D>(pr, o, alpha, p);
+        } else {
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&p[0][0]);
+          mbar_arrive(empty0 + 8 * st);
+        }
+      }
+    }
+    store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+  }
+}
+
+}  // namespace fa90
+
+#define FA90_FWD(name, F16, D, VMODE)                                                               \
+  extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                         \
+      name(const unsigned short* q, const unsigned short* k, const unsigned short* v,               \
+           unsigned short* o, float* lse, int BH, int Sq, int Sk, float scale, int causal) {        \
+    fa90::fwd<F16, D, VMODE>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                          \
+  }
+
+FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_bf16_d128_vsplit, false, 128, fa90::kVSplit)
+FA90_FWD(flash_fwd_sm90_bf16_d128_vswap, false, 128, fa90::kVSwap)
+FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, fa90::kVBlocks)
+FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, fa90::kVSplit)
+FA90_FWD(flash_fwd_sm90_fp16_d128_vswap, true, 128, fa90::kVSwap)
+
+#define FA90_FWD_WS(name, F16, D, PIPE)                                                              \
+  extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
+           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
+           int Sk, float scale, int causal) {                                                       \
+    fa90::fwd_ws<F16, D, PIPE>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                   \
+  }
+
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64, false)
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128, false)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64, false)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128, false)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d64, false, 64, true)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
+FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
