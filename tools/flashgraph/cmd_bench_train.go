@@ -55,7 +55,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
 	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
-	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves")
+	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also the unfused step in f32: the noise bf16 rounding alone makes)")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	steps := fs.Int("steps", 30, "timed steps")
 	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
@@ -337,20 +337,32 @@ func learnableCorpus(cfg model.Config) *train.Corpus {
 // batches, with and without elementwise fusion (attention fused in both),
 // and prints how far the loss curves are apart.
 func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps int) error {
-	curves := make([][]float64, 2)
-	for k, noEW := range []bool{false, true} {
-		be, err := newCUDABackend(bf16)
+	// The runs: elementwise fusion on and off in the benchmark's precision
+	// and, for bf16, the unfused step in float32 too: how far bf16 rounding
+	// alone moves the curve is the noise the fused curve is judged against.
+	type run struct {
+		name string
+		noEW bool
+		bf16 bool
+	}
+	runs := []run{{"fused", false, bf16}, {"unfused", true, bf16}}
+	if bf16 {
+		runs = append(runs, run{"unfused f32", true, false})
+	}
+	curves := make([][]float64, len(runs))
+	for k, r := range runs {
+		be, err := newCUDABackend(r.bf16)
 		if err != nil {
 			return err
 		}
 		h := train.Hyper{LR: 1e-3, MinLR: 1e-4, Warmup: int64(min(20, steps/10)), Steps: int64(steps), WeightDecay: 0.1, DataSeed: 1,
-			NoFuseElementwise: noEW}
+			NoFuseElementwise: r.noEW}
 		tr, err := train.NewTrainer(be, cfg, true, h, learnableCorpus(cfg))
 		if err != nil {
 			be.Close()
 			return err
 		}
-		fmt.Fprintf(stderr, "bench: loss curve %d/2 (fuse-elementwise=%v), %d steps\n", k+1, !noEW, steps)
+		fmt.Fprintf(stderr, "bench: loss curve %d/%d (%s), %d steps\n", k+1, len(runs), r.name, steps)
 		for range steps {
 			if _, err := tr.Step(); err != nil {
 				tr.Close()
@@ -362,16 +374,25 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 		tr.Close()
 		be.Close()
 	}
-	worst, at := 0.0, 0
-	for i := range curves[0] {
-		rel := math.Abs(curves[0][i]-curves[1][i]) / math.Max(math.Abs(curves[1][i]), 1e-30)
-		if rel > worst {
-			worst, at = rel, i+1
-		}
-	}
+	prec := map[bool]string{true: "bf16", false: "f32"}[bf16]
 	n := len(curves[0])
-	fmt.Fprintf(stdout, "\nloss curves, %s %s, %d steps on a repeated random text, fused vs unfused elementwise: max relative difference %.3g (step %d); loss at steps 1, %d, %d: %.4f %.4f %.4f vs %.4f %.4f %.4f\n",
-		cfg.Name, map[bool]string{true: "bf16", false: "f32"}[bf16], n, worst, at, n/2, n,
-		curves[0][0], curves[0][max(0, n/2-1)], curves[0][n-1], curves[1][0], curves[1][max(0, n/2-1)], curves[1][n-1])
+	fmt.Fprintf(stdout, "\nloss curves, %s %s, %d steps on a repeated random text (relative differences per step)\n", cfg.Name, prec, n)
+	fmt.Fprintf(stdout, "%28s  %12s %5s  %12s  %s\n", "pair", "max rel", "step", "mean rel", "loss at steps 1, n/2, n")
+	pair := func(name string, a, b []float64) {
+		worst, at, sum := 0.0, 0, 0.0
+		for i := range a {
+			rel := math.Abs(a[i]-b[i]) / math.Max(math.Abs(b[i]), 1e-30)
+			sum += rel
+			if rel > worst {
+				worst, at = rel, i+1
+			}
+		}
+		fmt.Fprintf(stdout, "%28s  %12.3g %5d  %12.3g  %.4f %.4f %.4f vs %.4f %.4f %.4f\n", name, worst, at, sum/float64(len(a)),
+			a[0], a[max(0, n/2-1)], a[n-1], b[0], b[max(0, n/2-1)], b[n-1])
+	}
+	pair("fused vs unfused "+prec, curves[0], curves[1])
+	if bf16 {
+		pair("unfused bf16 vs f32 (noise)", curves[1], curves[2])
+	}
 	return nil
 }
