@@ -36,6 +36,11 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	if !wholeSteps(steps) && oneShape(types, out) {
 		return fusedChunked(n, steps, types, outIdx, in, out)
 	}
+	if wholeSteps(steps) {
+		if ok, err := fusedRows(n, steps, types, outIdx, in, out); ok || err != nil {
+			return err
+		}
+	}
 	// Steps that are outputs compute straight into them.
 	res := make([]*graph.Tensor, len(steps))
 	written := map[int64]int{}
@@ -97,7 +102,8 @@ func copyTensor(dst, src *graph.Tensor) {
 
 // oneShape reports whether every step and output has out[0]'s shape.
 // wholeSteps: a body with a reduction or an index step (whose operands
-// have other shapes than the outputs) runs step by step, each step whole.
+// have other shapes than the outputs) runs over chunks of rows (fusedRows)
+// where it can, otherwise step by step, each step whole.
 func wholeSteps(steps []graph.FusedStep) bool {
 	for _, s := range steps {
 		if _, index := graph.FusibleIndex[s.Op]; index || graph.FusibleReduce[s.Op] {

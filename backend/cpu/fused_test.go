@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"math"
 	"runtime"
 	"testing"
 
@@ -66,3 +67,90 @@ func TestFusedElementwiseDoesNotMaterialiseSteps(t *testing.T) {
 }
 
 func roundF32(v float64) float64 { return float64(float32(v)) }
+
+// Bodies with a row reduction or last-axis index steps run over chunks of
+// rows: the result equals the op-by-op reference bit for bit, and a run
+// allocates about its outputs, not a tensor per step.
+func TestFusedRowsChunks(t *testing.T) {
+	const rows, cols = 512, 256 // 512 KiB per float32 tensor
+	for _, tc := range []struct {
+		name, body string
+		outs       []int64
+		attrs      graph.Attrs
+		ins        []graph.Shape
+		outShapes  int // elements written per output, summed
+	}{
+		{"rmsnorm", "Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4)", []int64{0, 5},
+			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{2, rows / 2, cols}, {2, rows / 2, cols}, {}}, rows*cols + rows},
+		{"norm backward", "Mul(i2,i2);Mul(i0,i1);ReduceSum(t1);Mul(t2,t0);Neg(t3)", []int64{4},
+			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{rows, cols}, {cols}, {rows, 1}}, rows},
+		{"rotate-half", "Slice<2,0,128>(i0);Slice<2,128,256>(i0);Neg(t1);Concat<2>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)", []int64{6},
+			graph.Attrs{}, []graph.Shape{{4, rows / 4, cols}, {rows / 4, cols}, {rows / 4, cols}}, rows * cols},
+	} {
+		b := graph.NewBuilder("rows")
+		var ins []*graph.Value
+		feeds := map[string]*graph.Tensor{}
+		for i, s := range tc.ins {
+			name := string(rune('a' + i))
+			ins = append(ins, b.Input(name, graph.Float32, s...))
+			f := graph.NewTensor(graph.Float32, s)
+			for j := range f.Len() {
+				f.Set(j, float64((j*7+i*3)%101)/50-1+float64(i))
+			}
+			feeds[name] = f
+		}
+		attrs := graph.Attrs{"body": graph.Str(tc.body), "outputs": graph.Ints(tc.outs...)}
+		for k, v := range tc.attrs {
+			attrs[k] = v
+		}
+		ys := b.OpN("FusedElementwise", attrs, ins...)
+		b.Output(ys...)
+		g, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, err := New().Compile(g, backend.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := exe.Run(feeds); err != nil {
+			t.Fatal(err)
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		got, err := exe.Run(feeds)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if alloc, limit := after.TotalAlloc-before.TotalAlloc, uint64(4*tc.outShapes)*3/2+(256<<10); alloc > limit {
+			// One step materialised whole would be rows·cols·4 = 512 KiB.
+			t.Errorf("%s: a run allocated %d bytes, the outputs hold %d", tc.name, alloc, 4*tc.outShapes)
+		}
+		var args []*graph.Tensor
+		for i := range tc.ins {
+			args = append(args, feeds[string(rune('a'+i))])
+		}
+		want, err := graph.Eval("FusedElementwise", attrs, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, y := range ys {
+			if !sameBitsF32(got[y.Name], want[k]) {
+				t.Errorf("%s: output %d differs from the op-by-op reference", tc.name, k)
+			}
+		}
+	}
+}
+
+func sameBitsF32(a, b *graph.Tensor) bool {
+	if a == nil || b == nil || a.Len() != b.Len() {
+		return false
+	}
+	for i := range a.Len() {
+		if math.Float64bits(a.At(i)) != math.Float64bits(b.At(i)) {
+			return false
+		}
+	}
+	return true
+}

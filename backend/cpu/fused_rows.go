@@ -1,0 +1,225 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// fusedRows runs a body with a row reduction (over the last axis, keepdims)
+// or with index steps on the last axis over chunks of whole rows: every
+// step and input is seen as [rows, last] (last = its own last dimension, 1
+// for a reduced value), so the elementwise steps broadcast as they would on
+// whole tensors, a Slice or Concat moves values within each row, and the
+// reduction sums each row in the order the whole-tensor kernel does. The
+// result is the same bit for bit, and no step is materialised at full size.
+// It reports false, doing nothing, when the body does not have that form.
+func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, outIdx []int64, in, out []*graph.Tensor) (bool, error) {
+	if len(out) == 0 {
+		return false, nil
+	}
+	full := out[0].Shape
+	for _, s := range steps {
+		if graph.FusibleReduce[s.Op] {
+			a := s.Args[0]
+			full = types[a.Index].Shape
+			if !a.Step {
+				full = in[a.Index].Shape
+			}
+		}
+	}
+	r := full.Rank()
+	if r < 1 {
+		return false, nil
+	}
+	lead := full[:r-1]
+	if axes := n.Attrs["axes"].Ints; len(axes) > 0 && (len(axes) != 1 || (axes[0] != -1 && axes[0] != int64(r-1)) || n.Attrs.Int("keepdims", 1) == 0) {
+		return false, nil
+	}
+	// lastOf is a shape's last dimension when its leading ones are lead's.
+	lastOf := func(s graph.Shape) (int, bool) {
+		if s.Rank() != r || !s[:r-1].Equal(lead) {
+			return 0, false
+		}
+		return s[r-1], true
+	}
+	stepLast := make([]int, len(steps))
+	maxLast := 1
+	for k, s := range steps {
+		if _, index := graph.FusibleIndex[s.Op]; index && s.Params[0] != int64(r-1) && s.Params[0] != -1 {
+			return false, nil
+		}
+		l, ok := lastOf(types[k].Shape)
+		if !ok {
+			return false, nil
+		}
+		stepLast[k] = l
+		maxLast = max(maxLast, l)
+	}
+	// Inputs, padded to rank r, broadcast over the leading axes.
+	inLast := make([]int, len(in))
+	inStr := make([][]int, len(in))
+	inFull := make([]bool, len(in))
+	for i, t := range in {
+		if t.Shape.Rank() > r {
+			return false, nil
+		}
+		p := make(graph.Shape, r)
+		for j := range p {
+			p[j] = 1
+		}
+		copy(p[r-t.Shape.Rank():], t.Shape)
+		for j := range r - 1 {
+			if p[j] != 1 && p[j] != lead[j] {
+				return false, nil
+			}
+		}
+		inLast[i] = p[r-1]
+		inFull[i] = p[:r-1].Equal(lead)
+		inStr[i] = broadcastStrides(p[:r-1], lead)
+		for j := range inStr[i] {
+			inStr[i][j] *= inLast[i]
+		}
+		maxLast = max(maxLast, inLast[i])
+	}
+	outOf := map[int64]int{}
+	for k, o := range outIdx {
+		if o < 0 || int(o) >= len(steps) {
+			return false, fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, len(steps))
+		}
+		if _, dup := outOf[o]; !dup {
+			outOf[o] = k
+		}
+	}
+	// Each step's operands and attributes, on [rows, last] tensors.
+	stepNodes := make([]*graph.Node, len(steps))
+	extras := make([][]*graph.Tensor, len(steps))
+	for k, s := range steps {
+		stepNodes[k] = n
+		switch {
+		case graph.FusibleReduce[s.Op]:
+			stepNodes[k] = &graph.Node{Name: n.Name, Op: s.Op, Attrs: graph.Attrs{"keepdims": graph.Int(1)}}
+			extras[k] = []*graph.Tensor{ints64(-1)}
+		case s.Op == "Slice":
+			extras[k] = []*graph.Tensor{ints64(s.Params[1]), ints64(s.Params[2]), ints64(-1)}
+		case s.Op == "Concat":
+			stepNodes[k] = &graph.Node{Name: n.Name, Op: s.Op, Attrs: graph.Attrs{"axis": graph.Int(-1)}}
+		}
+	}
+	rows := lead.Numel()
+	chunkRows := max(1, fusedChunk/maxLast)
+	nChunks := (rows + chunkRows - 1) / chunkRows
+	var firstErr error
+	var mu sync.Mutex
+	fail := func(err error) {
+		mu.Lock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		mu.Unlock()
+	}
+	parallelFor(nChunks, 1, func(c0, c1 int) {
+		scratch := make([]*graph.Tensor, len(steps))
+		gathered := make([]*graph.Tensor, len(in))
+		for c := c0; c < c1; c++ {
+			r0 := c * chunkRows
+			m := min(chunkRows, rows-r0)
+			rowsOf := func(t *graph.Tensor, last int) *graph.Tensor {
+				v := sliceView(t, r0*last, m*last)
+				v.Shape = graph.Shape{m, last}
+				return v
+			}
+			ins := make([]*graph.Tensor, len(in))
+			for i, t := range in {
+				switch {
+				case t.Len() == 1:
+					ins[i] = &graph.Tensor{DType: t.DType, Shape: graph.Shape{}, F32: t.F32, F64: t.F64, I64: t.I64, B: t.B}
+				case inFull[i]:
+					ins[i] = rowsOf(t, inLast[i])
+				default:
+					if gathered[i] == nil || gathered[i].Len() != m*inLast[i] {
+						gathered[i] = graph.NewTensor(t.DType, graph.Shape{m, inLast[i]})
+					}
+					gatherRows(gathered[i], t, inStr[i], lead, r0, m, inLast[i])
+					ins[i] = gathered[i]
+				}
+			}
+			res := make([]*graph.Tensor, len(steps))
+			for k, s := range steps {
+				args := make([]*graph.Tensor, 0, len(s.Args)+3)
+				for _, op := range s.Args {
+					if op.Step {
+						args = append(args, res[op.Index])
+					} else {
+						args = append(args, ins[op.Index])
+					}
+				}
+				var t *graph.Tensor
+				if o, ok := outOf[int64(k)]; ok {
+					t = rowsOf(out[o], stepLast[k])
+				} else {
+					if scratch[k] == nil || scratch[k].Len() != m*stepLast[k] {
+						scratch[k] = graph.NewTensor(types[k].DType, graph.Shape{m, stepLast[k]})
+					}
+					t = scratch[k]
+				}
+				if err := kernels[s.Op](stepNodes[k], append(args, extras[k]...), []*graph.Tensor{t}); err != nil {
+					fail(fmt.Errorf("step %d (%s): %w", k, s.Op, err))
+					return
+				}
+				roundNarrow(t)
+				res[k] = t
+			}
+			for k, o := range outIdx {
+				if outOf[o] != k {
+					copyTensor(rowsOf(out[k], stepLast[o]), res[o])
+				}
+			}
+		}
+	})
+	return true, firstErr
+}
+
+func ints64(v ...int64) *graph.Tensor {
+	t := graph.NewTensor(graph.Int64, graph.Shape{len(v)})
+	copy(t.I64, v)
+	return t
+}
+
+// gatherRows copies rows [r0, r0+m) of src, broadcast over the leading
+// axes lead (rowStrides: element offset of each leading index), into dst
+// [m, last].
+func gatherRows(dst, src *graph.Tensor, rowStrides []int, lead graph.Shape, r0, m, last int) {
+	idx := make([]int, lead.Rank())
+	rem := r0
+	for d := lead.Rank() - 1; d >= 0; d-- {
+		idx[d] = rem % lead[d]
+		rem /= lead[d]
+	}
+	off := 0
+	for d, i := range idx {
+		off += i * rowStrides[d]
+	}
+	for row := range m {
+		switch {
+		case dst.F32 != nil:
+			copy(dst.F32[row*last:(row+1)*last], src.F32[off:off+last])
+		case dst.F64 != nil:
+			copy(dst.F64[row*last:(row+1)*last], src.F64[off:off+last])
+		case dst.I64 != nil:
+			copy(dst.I64[row*last:(row+1)*last], src.I64[off:off+last])
+		case dst.B != nil:
+			copy(dst.B[row*last:(row+1)*last], src.B[off:off+last])
+		}
+		for d := lead.Rank() - 1; d >= 0; d-- {
+			idx[d]++
+			off += rowStrides[d]
+			if idx[d] < lead[d] {
+				break
+			}
+			off -= idx[d] * rowStrides[d]
+			idx[d] = 0
+		}
+	}
+}
