@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"fmt"
 	"math"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -142,14 +143,18 @@ func fusedCases() []opCase {
 		}
 		return ref("Concat", graph.Attrs{"axis": graph.Int(int64(axis))}, ts...)
 	}
-	add("rope_rotate_half_[2,3,5,8]", func(c *ctx) {
-		x, rx := c.input(c.dt, normal, 2, 3, 5, 8)
-		cos, rc := c.input(c.dt, normal, 5, 8)
-		sin, rs := c.input(c.dt, normal, 5, 8)
-		ys := fused(c, "Slice<3,0,4>(i0);Slice<3,4,8>(i0);Neg(t1);Concat<3>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)", []int64{6}, x, cos, sin)
-		rot := concat(3, rnd(c, mapArr(slice(rx, 3, 4, 8), func(v float64) float64 { return -v })), slice(rx, 3, 0, 4))
-		c.expect(ys[0], rnd(c, refElem("Add", rnd(c, refElem("Mul", rx, rc)), rnd(c, refElem("Mul", rot, rs)))))
-	})
+	for _, d := range []int{8, 16} { // 16: whole 16-byte vectors of bf16 on each side of the cut
+		h := d / 2
+		add(fmt.Sprintf("rope_rotate_half_[2,3,5,%d]", d), func(c *ctx) {
+			x, rx := c.input(c.dt, normal, 2, 3, 5, d)
+			cos, rc := c.input(c.dt, normal, 5, d)
+			sin, rs := c.input(c.dt, normal, 5, d)
+			body := fmt.Sprintf("Slice<3,0,%d>(i0);Slice<3,%d,%d>(i0);Neg(t1);Concat<3>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)", h, h, d)
+			ys := fused(c, body, []int64{6}, x, cos, sin)
+			rot := concat(3, rnd(c, mapArr(slice(rx, 3, h, d), func(v float64) float64 { return -v })), slice(rx, 3, 0, h))
+			c.expect(ys[0], rnd(c, refElem("Add", rnd(c, refElem("Mul", rx, rc)), rnd(c, refElem("Mul", rot, rs)))))
+		})
+	}
 	add("rope_gradient_[2,3,5,8]", func(c *ctx) {
 		g, rg := c.input(c.dt, normal, 2, 3, 5, 8)
 		sin, rs := c.input(c.dt, normal, 5, 8)

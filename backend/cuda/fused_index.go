@@ -17,6 +17,12 @@ import (
 // are computed at the positions it selects (each once per position: values
 // are kept by the coordinates they were computed at). Operands that are
 // shared all-zero constants (the padding of a Slice's gradient) are not read.
+//
+// Where every cut along the last axis (Slice starts, Concat pieces) and
+// every operand's last dimension is a multiple of a 16-byte vector, a
+// thread takes a vector of consecutive elements along the last axis: its
+// branches are the same for all of them, and each operand is one 16-byte
+// load. Every value is an array of vec elements in registers.
 
 // indexProgram is one generated kernel of a body with index steps.
 type indexProgram struct {
@@ -28,6 +34,7 @@ type indexProgram struct {
 	zero     []bool // input k is a zeros constant: reads give 0
 	outs     []int
 	obufs    []buffer
+	vec      int // elements per thread along the last axis (1: one)
 }
 
 // indexGen writes the body of one thread.
@@ -92,8 +99,14 @@ func (g *indexGen) value(a graph.FusedOperand, coords []string) (string, error) 
 
 func (g *indexGen) input(k int, coords []string) (string, error) {
 	p := g.p
+	name := fmt.Sprintf("v%d", g.n)
+	g.n++
+	vec := p.vec
 	if p.zero[k] {
-		return "(" + g.ct + ")0", nil
+		g.line("%s %s[%d];", g.ct, name, vec)
+		g.line("#pragma unroll")
+		g.line("for (int e = 0; e < %d; e++) { %s[e] = (%s)0; }", vec, name, g.ct)
+		return name, nil
 	}
 	s := p.inShapes[k]
 	st := contiguousStrides(s)
@@ -107,9 +120,25 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("v%d", g.n)
-	g.n++
-	g.line("const %s %s = %s;", g.ct, name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, strings.Join(terms, " + "))))
+	off := strings.Join(terms, " + ")
+	// Along the last axis the operand either varies (a vector load at the
+	// vector's first element) or is broadcast (one load for all).
+	varies := len(coords) > 0 && coords[len(coords)-1] != "0" && s[len(s)-1] != 1
+	g.line("%s %s[%d];", g.ct, name, vec)
+	switch {
+	case !varies:
+		g.line("{ const %s x = %s;", g.ct, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
+		g.line("#pragma unroll")
+		g.line("for (int e = 0; e < %d; e++) { %s[e] = x; } }", vec, name)
+	case vec == 1:
+		g.line("%s[0] = %s;", name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
+	default:
+		vt := vecType(vec * p.ins[k].dt.Size())
+		g.line("{ __align__(16) %s raw[%d];", t, vec)
+		g.line("*reinterpret_cast<%s*>(raw) = *reinterpret_cast<const %s*>(in%d + %s);", vt, vt, k, off)
+		g.line("#pragma unroll")
+		g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; } }", vec, name, loadExpr(t, g.ct, "raw[e]"))
+	}
 	return name, nil
 }
 
@@ -135,7 +164,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		axis := int(st.Params[0])
 		name := fmt.Sprintf("v%d", g.n)
 		g.n++
-		g.line("%s %s;", g.ct, name)
+		g.line("%s %s[%d];", g.ct, name, g.p.vec)
 		off := int64(0)
 		for j, a := range st.Args {
 			size := int64(g.shapeOf(a)[axis])
@@ -159,7 +188,8 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			g.line("%s = %s;", name, v)
+			g.line("#pragma unroll")
+			g.line("for (int e = 0; e < %d; e++) { %s[e] = %s[e]; }", g.p.vec, name, v)
 			g.memo = g.memo[:len(g.memo)-1]
 			g.depth--
 			g.line("}")
@@ -173,7 +203,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		ops[j] = v
+		ops[j] = v + "[e]"
 	}
 	e, err := ewExpr(st.Op, g.ct, ops)
 	if err != nil {
@@ -185,7 +215,9 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 	}
 	name := fmt.Sprintf("v%d", g.n)
 	g.n++
-	g.line("const %s %s = %s;", g.ct, name, e)
+	g.line("%s %s[%d];", g.ct, name, p.vec)
+	g.line("#pragma unroll")
+	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }", p.vec, name, e)
 	return name, nil
 }
 
@@ -217,6 +249,9 @@ func (p *indexProgram) generate() (string, int64, error) {
 		otypes[i] = t
 		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
 	}
+	if p.vec < 1 {
+		p.vec = 1
+	}
 	idx := "unsigned"
 	if n >= 1<<31 {
 		idx = "unsigned long long"
@@ -236,9 +271,9 @@ func (p *indexProgram) generate() (string, int64, error) {
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
 	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	w("// %v, %d inputs, %d steps with index steps, %d outputs\n", p.shape, len(p.ins), len(p.steps), len(p.obufs))
+	w("// %v, %d inputs, %d steps with index steps, %d outputs, vector %d\n", p.shape, len(p.ins), len(p.steps), len(p.obufs), p.vec)
 	w("extern \"C\" __global__ void __launch_bounds__(256) ix(%s)\n{\n", strings.Join(params, ", "))
-	w("    for (%s i = blockIdx.x * (%s)blockDim.x + threadIdx.x; i < %dull; i += (%s)gridDim.x * blockDim.x) {\n", idx, idx, n, idx)
+	w("    for (%s i = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; i < %dull; i += (%s)gridDim.x * blockDim.x * %d) {\n", idx, idx, p.vec, n, idx, p.vec)
 	w("        %s rem = i;\n", idx)
 	for j := r - 1; j >= 0; j-- {
 		if j > 0 {
@@ -249,7 +284,14 @@ func (p *indexProgram) generate() (string, int64, error) {
 	}
 	sb.WriteString(g.sb.String())
 	for i, v := range vals {
-		w("        out%d[i] = %s;\n", i, storeExpr(otypes[i], g.ct, v))
+		if p.vec == 1 {
+			w("        out%d[i] = %s;\n", i, storeExpr(otypes[i], g.ct, v+"[0]"))
+			continue
+		}
+		vt := vecType(p.vec * p.obufs[i].dt.Size())
+		w("        { __align__(16) %s o[%d];\n", otypes[i], p.vec)
+		w("#pragma unroll\n        for (int e = 0; e < %d; e++) { o[e] = %s; }\n", p.vec, storeExpr(otypes[i], g.ct, v+"[e]"))
+		w("        *reinterpret_cast<%s*>(out%d + i) = *reinterpret_cast<const %s*>(o); }\n", vt, i, vt)
 	}
 	w("    }\n}\n")
 	return sb.String(), n, nil
@@ -260,7 +302,11 @@ func (p *indexProgram) generate() (string, int64, error) {
 func lowerFusedIndex(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorType) (func() error, error) {
 	n := c.n
 	shape := n.Outputs[0].Type.Shape
-	p := &indexProgram{shape: shape, steps: steps, types: types}
+	inShapes := make([]graph.Shape, len(n.Inputs))
+	for i, v := range n.Inputs {
+		inShapes[i] = v.Type.Shape
+	}
+	p := &indexProgram{shape: shape, steps: normalizeIndexSteps(steps, types, inShapes), types: types}
 	for k, o := range n.Attrs["outputs"].Ints {
 		if !types[o].Shape.Equal(shape) {
 			return nil, fmt.Errorf("output %d is %v, output 0 %v: a generated kernel writes one shape", k, types[o].Shape, shape)
@@ -275,6 +321,7 @@ func lowerFusedIndex(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorT
 		p.zero = append(p.zero, v.Kind == graph.Const && v.Init != nil && v.Init.Fn == "zeros" &&
 			(c.x.sharedZeros[v] || c.x.zerosShared(v)))
 	}
+	p.vec = p.vectorWidth()
 	src, count, err := p.generate()
 	if err != nil {
 		return nil, err
@@ -293,10 +340,112 @@ func lowerFusedIndex(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorT
 	for _, b := range p.obufs {
 		args = append(args, b.ptr)
 	}
-	l, err := newRawLaunch(f, c.gridFor(count, 256), [3]uint32{256, 1, 1}, 0, args...)
+	l, err := newRawLaunch(f, c.gridFor(count/int64(p.vec), 256), [3]uint32{256, 1, 1}, 0, args...)
 	if err != nil {
 		return nil, err
 	}
 	d := c.dev()
 	return func() error { return l.run(d) }, nil
+}
+
+// vectorWidth is the elements a thread takes along the last axis: 16 bytes
+// of the widest operand when every cut along the last axis and every last
+// dimension that varies is a multiple of it and the buffers are aligned;
+// otherwise 1.
+func (p *indexProgram) vectorWidth() int {
+	r := p.shape.Rank()
+	if r == 0 {
+		return 1
+	}
+	size := 1
+	for _, b := range p.ins {
+		size = max(size, b.dt.Size())
+	}
+	for _, b := range p.obufs {
+		size = max(size, b.dt.Size())
+	}
+	vec := int64(16 / size)
+	ok := int64(p.shape[r-1])%vec == 0
+	last := func(s graph.Shape) int64 {
+		if s.Rank() == 0 {
+			return 1
+		}
+		return int64(s[s.Rank()-1])
+	}
+	for _, st := range p.steps {
+		switch st.Op {
+		case "Slice":
+			if st.Params[0] == int64(r-1) && st.Params[1]%vec != 0 {
+				ok = false
+			}
+		case "Concat":
+			if st.Params[0] == int64(r-1) {
+				for _, a := range st.Args {
+					var s graph.Shape
+					if a.Step {
+						s = p.types[a.Index].Shape
+					} else {
+						s = p.inShapes[a.Index]
+					}
+					if last(s)%vec != 0 {
+						ok = false
+					}
+				}
+			}
+		}
+	}
+	for _, t := range p.types {
+		if l := last(t.Shape); l != 1 && l%vec != 0 {
+			ok = false
+		}
+	}
+	for k, b := range p.ins {
+		if l := last(p.inShapes[k]); l != 1 && (l%vec != 0 || int64(b.ptr)%int64(vec*int64(b.dt.Size())) != 0) {
+			ok = false
+		}
+	}
+	for _, b := range p.obufs {
+		if int64(b.ptr)%(vec*int64(b.dt.Size())) != 0 {
+			ok = false
+		}
+	}
+	if !ok {
+		return 1
+	}
+	return int(vec)
+}
+
+// normalizeIndexSteps returns steps with the index steps' axes made
+// non-negative and a Slice's start resolved as ONNX does (negative counts
+// from the end, clamped to the axis), as the generator reads them.
+func normalizeIndexSteps(steps []graph.FusedStep, types []graph.TensorType, inShapes []graph.Shape) []graph.FusedStep {
+	out := make([]graph.FusedStep, len(steps))
+	for k, st := range steps {
+		out[k] = st
+		if _, ok := graph.FusibleIndex[st.Op]; !ok {
+			continue
+		}
+		a := st.Args[0]
+		shape := types[k].Shape
+		if st.Op == "Slice" {
+			if a.Step {
+				shape = types[a.Index].Shape
+			} else {
+				shape = inShapes[a.Index]
+			}
+		}
+		params := append([]int64(nil), st.Params...)
+		if params[0] < 0 {
+			params[0] += int64(shape.Rank())
+		}
+		if st.Op == "Slice" && params[0] >= 0 && int(params[0]) < shape.Rank() {
+			d := int64(shape[params[0]])
+			if params[1] < 0 {
+				params[1] += d
+			}
+			params[1] = max(0, min(params[1], d))
+		}
+		out[k].Params = params
+	}
+	return out
 }

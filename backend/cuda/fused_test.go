@@ -259,6 +259,35 @@ func TestIndexProgramGenerate(t *testing.T) {
 			t.Errorf("rotate-half: source lacks %q\n%s", s, fwd)
 		}
 	}
+	// Widths: bfloat16 with cuts at multiples of 8 moves 16-byte vectors; a
+	// cut inside a vector, or a float32 operand, narrows it.
+	width := func(body string, ins []graph.Shape, dt graph.DType) int {
+		steps, err := graph.ParseFusedBody(body, len(ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []graph.TensorType
+		p := &indexProgram{shape: shape, steps: steps, inShapes: ins, zero: make([]bool, len(ins)), outs: []int{len(steps) - 1},
+			obufs: []buffer{{ptr: 0x9000, dt: graph.BFloat16}}}
+		for _, s := range ins {
+			in = append(in, graph.TensorType{DType: graph.Float32, Shape: s})
+			p.ins = append(p.ins, buffer{ptr: 0x1000, dt: dt, n: s.Numel()})
+		}
+		if p.types, err = graph.FusedTypes(steps, in, nil); err != nil {
+			t.Fatal(err)
+		}
+		return p.vectorWidth()
+	}
+	rope := "Slice<3,0,32>(i0);Slice<3,32,64>(i0);Neg(t1);Concat<3>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)"
+	if w := width(rope, []graph.Shape{shape, {16, 64}, {16, 64}}, graph.BFloat16); w != 8 {
+		t.Errorf("bf16 rotate-half: vector %d, want 8", w)
+	}
+	if w := width(rope, []graph.Shape{shape, {16, 64}, {16, 64}}, graph.Float32); w != 4 {
+		t.Errorf("f32 rotate-half: vector %d, want 4", w)
+	}
+	if w := width("Slice<3,4,64>(i0);Slice<3,0,4>(i0);Concat<3>(t0,t1)", []graph.Shape{shape}, graph.BFloat16); w != 1 {
+		t.Errorf("a cut at 4 in bf16: vector %d, want 1", w)
+	}
 	half := graph.Shape{2, 3, 16, 32}
 	bwd := gen("Mul(i0,i1);Mul(i0,i2);Slice<3,0,32>(t0);Slice<3,32,64>(t0);Neg(t2);Concat<3>(i3,t4);Concat<3>(t3,i4);Add(t1,t5);Add(t7,t6)",
 		[]graph.Shape{shape, {16, 64}, {16, 64}, half, half}, []bool{false, false, false, true, true}, []int{8})
