@@ -258,8 +258,8 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			}
 			log.Add(Event{Pass: PassFuseElementwise, Kind: Fired, Rule: "elementwise_group", Node: gr.members[0].Name,
 				Op: gr.members[0].Op, Result: fn.Name,
-				Detail: fmt.Sprintf("%d ops (%s) over %v, %d inputs, %d outputs", len(gr.members), strings.Join(ops, " "),
-					gr.shape, len(fn.Inputs), len(fn.Outputs))})
+				Detail: fmt.Sprintf("%d ops (%s) over %s, %d inputs, %d outputs", len(gr.members), strings.Join(ops, " "),
+					groupShape(gr), len(fn.Inputs), len(fn.Outputs))})
 		}
 	}
 	if fusedCount == 0 && rewritten == 0 {
@@ -719,7 +719,9 @@ func absorbIndexChains(groups []*ewGroup, groupOf map[*graph.Node]*ewGroup, owne
 	}
 	key := func(u *unit) *graph.Node { return u.members[0] }
 	for _, f := range groups {
-		if len(f.members) == 0 || f.reduce != nil {
+		// A group that itself only feeds index nodes is taken, with its
+		// own index inputs, by the group that reads those.
+		if len(f.members) == 0 || f.reduce != nil || feedsOnlyIndex(f.members, uses) {
 			continue
 		}
 		inF := map[*graph.Node]bool{}
@@ -853,4 +855,13 @@ func feedsOnlyIndex(members []*graph.Node, uses map[*graph.Value][]*graph.Node) 
 		}
 	}
 	return true
+}
+
+// groupShape says what a group computes over: its shape, or for a group
+// with a reduction the reduced operand's shape and the result's.
+func groupShape(gr *ewGroup) string {
+	if gr.reduce == nil {
+		return gr.shape.String()
+	}
+	return fmt.Sprintf("%v reduced to %v", gr.reduce.Inputs[0].Type.Shape, gr.reduce.Outputs[0].Type.Shape)
 }
