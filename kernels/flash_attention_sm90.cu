@@ -13,10 +13,6 @@
 //
 // Entry points (T in {bf16, fp16}, D in {64, 128}):
 //   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
-//   flash_fwd_sm90_<T>_d128_vsplit(...)   the same, O += P·V as two n64 halves
-//   flash_fwd_sm90_<T>_d128_vswap(...)    the same, V's descriptor offsets swapped
-//     (the two variants are for the GPU test only: they tell which reading of
-//     the N-major descriptor's byte offsets the hardware has, see VMode)
 //     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
 //     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
 //   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
@@ -49,10 +45,10 @@
 //   k-step kk (16 columns) starts at block kk/4, byte offset (kk%4)*32.
 //   N-major operand (V as B): rows are k (keys), 16 keys = two 8-row groups
 //   1024 bytes apart (SBO); the 64-column blocks along N are ROWS*128 bytes
-//   apart (LBO); k-step kk starts at byte offset kk*16*128. (That is our
-//   reading of the PTX ISA's N-major swizzled layout; d64, a single block along
-//   N, and the d128 _vsplit variant put 1024 in both offsets and so do not
-//   depend on it.)
+//   apart (LBO); k-step kk starts at byte offset kk*16*128. (The H200 confirmed
+//   this reading of the PTX ISA's N-major swizzled layout: d128 with LBO and
+//   SBO exchanged fails every shape, and d128 as two n64 products, which does
+//   not depend on it, agrees.)
 
 namespace fa90 {
 
@@ -278,14 +274,6 @@ template <> struct Wg<true> {
   static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_fp16(d, a, b); }
 };
 
-// How O += P·V addresses V (an N-major B operand); see the header.
-enum VMode {
-  kVBlocks = 0,  // one n<D> product; 64-column blocks LBO apart, 8-key groups SBO apart
-  kVSplit = 1,   // one n64 product per 64-column block: only the 8-key group
-                 // stride is used, and both offsets hold it
-  kVSwap = 2,    // as kVBlocks with LBO and SBO exchanged
-};
-
 // The pieces both forwards share. A consumer warpgroup owns 64 query rows;
 // inside it warp w owns 16, and a thread holds, like mma.sync's accumulator,
 // rows g and g+8 (g = lane/4) and, per 8-column block nt, columns 8nt+2t and
@@ -411,22 +399,9 @@ __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
 }
 
 // o += P·V for a BC-row V tile sV. Waits for the product.
-template <bool F16, int D, int VMODE>
+template <bool F16, int D>
 __device__ __forceinline__ void pv_product(float* o, u32 (*p)[4], u32 sV) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BC / 16; kk++) {
-    if constexpr (D == 64 || VMODE == kVSplit) {
-#pragma unroll
-      for (int nb = 0; nb < D / 64; nb++)
-        Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, 1024, 1024));
-    } else if constexpr (VMODE == kVSwap) {
-      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, BC * 128));
-    } else {
-      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
-    }
-  }
-  wgmma_commit();
+  pv_issue<F16, D>(o, p, sV);
   wgmma_wait<0>();
   reg_fence<D / 2>(o);
   reg_fence_u<BC / 4>(&p[0][0]);
@@ -459,7 +434,7 @@ __device__ __forceinline__ void store_rows(const float* o, const float* m, const
 //
 // 256 threads = two consumer warpgroups, which also load: all threads copy
 // tile j+1 with cp.async while tile j is computed; a CTA barrier per tile.
-template <bool F16, int D, int VMODE>
+template <bool F16, int D>
 __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
                                     const u16* __restrict__ V, u16* __restrict__ O,
                                     float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
@@ -517,7 +492,7 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
     mask_scores(s, kbase, Sk, wrow0, g, t, causal);
     u32 p[BC / 16][4];
     softmax_tile<F16, D>(s, o, m, l, c, p);
-    pv_product<F16, D, VMODE>(o, p, sV0 + stage * KVBYTES);
+    pv_product<F16, D>(o, p, sV0 + stage * KVBYTES);
     __syncthreads();  // every warpgroup is done with stage j before it is refilled
   }
   cp_async_wait<0>();
@@ -671,7 +646,7 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
         u32 p[BC / 16][4];
         softmax_tile<F16, D>(s, o, m, l, c, p);
         mbar_wait(fullV0 + 8 * st, parity);
-        pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
+        pv_product<F16, D>(o, p, sV0 + st * KVBYTES);
         mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
       }
     } else {
@@ -725,21 +700,17 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 
 }  // namespace fa90
 
-#define FA90_FWD(name, F16, D, VMODE)                                                               \
+#define FA90_FWD(name, F16, D)                                                                      \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                         \
       name(const unsigned short* q, const unsigned short* k, const unsigned short* v,               \
            unsigned short* o, float* lse, int BH, int Sq, int Sk, float scale, int causal) {        \
-    fa90::fwd<F16, D, VMODE>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                          \
+    fa90::fwd<F16, D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                                  \
   }
 
-FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_bf16_d128_vsplit, false, 128, fa90::kVSplit)
-FA90_FWD(flash_fwd_sm90_bf16_d128_vswap, false, 128, fa90::kVSwap)
-FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, fa90::kVSplit)
-FA90_FWD(flash_fwd_sm90_fp16_d128_vswap, true, 128, fa90::kVSwap)
+FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64)
+FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128)
+FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64)
+FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128)
 
 #define FA90_FWD_WS(name, F16, D, PIPE)                                                              \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \

@@ -16,15 +16,17 @@ import (
 
 const flashSM90File = "flash_attention_sm90.cu"
 
-// FlashSM90Env selects the Hopper forward on a compute capability 9.0 device
-// for bf16/fp16 with head dim 64 or 128: "tma" runs the TMA, warp-specialised
-// kernel, "tmapipe" the same with Q·Kᵀ of the next tile overlapping P·V of
-// this one, "cpasync" the one whose consumer warps load with cp.async, "1" the
-// default (flashSM90Default); "0" or unset keeps FA2. It is opt-in until the
-// kernels have been checked and timed on an H200.
+// FlashSM90Env chooses the forward on a compute capability 9.0 device for
+// bf16/fp16 with head dim 64 or 128. Unset, "1" or "tma": the TMA,
+// warp-specialised Hopper kernel (flashSM90Default; checked and timed on an
+// H200, about 1.6x FA2 at D=128, S=4096); "tmapipe": the same with Q·Kᵀ of the
+// next tile overlapping P·V of this one; "cpasync": the one whose consumer
+// warps load with cp.async; "0": FA2. Other devices, dtypes and head dims
+// always run FA2. FlashBackward stays FA2; it reads the LSE that every
+// forward writes the same way (natural log, +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
-// flashSM90Default is the kernel FlashSM90Env=1 selects.
+// flashSM90Default is the kernel FlashSM90Env selects when unset or "1".
 const flashSM90Default = "tma"
 
 // The sm90 forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
@@ -45,11 +47,8 @@ func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 +
 func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
-// none). variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
-// "" the cp.async one; for d128 the
-// GPU test also runs "vsplit" (cp.async, O += P·V as n64 halves) and "vswap"
-// (cp.async, V's descriptor offsets exchanged), which tell a wrong V
-// descriptor apart from other faults.
+// none): variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
+// "" the cp.async one.
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -63,35 +62,32 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	if dim != 64 && dim != 128 {
 		return ""
 	}
-	if variant == "tma" || variant == "tmapipe" {
+	switch variant {
+	case "tma", "tmapipe":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
+	case "":
+		return fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
 	}
-	name := fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
-	if variant != "" {
-		if dim != 128 {
-			return ""
-		}
-		name += "_" + variant
-	}
-	return name
+	return ""
 }
 
 // flashSM90Pick says which sm90 forward kernel FlashForward runs ("" for
-// FA2): only when env (the value of FlashSM90Env) asks for it, the device is
-// compute capability 9.0 (the cubin is sm_90a) and the kernel exists for dt
-// and dim; scale must be positive, as for FA2's tensor-core kernels.
+// FA2): the one env (the value of FlashSM90Env) names, the default when it is
+// unset, none when it is "0"; only on compute capability 9.0 (the cubin is
+// sm_90a) and when the kernel exists for dt and dim; scale must be positive,
+// as for FA2's tensor-core kernels.
 func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
 	variant := ""
 	switch env {
-	case "", "0":
+	case "0":
 		return "", nil
-	case "1":
+	case "", "1":
 		variant = flashSM90Default
 	case "tma", "tmapipe":
 		variant = env
 	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 (the default one, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -99,10 +95,13 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, en
 	return flashSM90Name(dt, dim, variant), nil
 }
 
-// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device.
+// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device, or
+// why it could not be compiled (so a default choice that falls back to FA2
+// does not recompile on every call).
 var flashSM90Kernels struct {
-	mu sync.Mutex
-	m  map[*Device]*kernelSet
+	mu   sync.Mutex
+	m    map[*Device]*kernelSet
+	errs map[*Device]error
 }
 
 func (d *Device) flashSM90Kernels() (*kernelSet, error) {
@@ -111,11 +110,15 @@ func (d *Device) flashSM90Kernels() (*kernelSet, error) {
 	if ks, ok := flashSM90Kernels.m[d]; ok {
 		return ks, nil
 	}
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+	if err, ok := flashSM90Kernels.errs[d]; ok {
+		return nil, err
 	}
-	ks, err := compileKernelSet(d, flashSM90File)
+	ks, err := d.compileFlashSM90()
 	if err != nil {
+		if flashSM90Kernels.errs == nil {
+			flashSM90Kernels.errs = map[*Device]error{}
+		}
+		flashSM90Kernels.errs[d] = err
 		return nil, err
 	}
 	if flashSM90Kernels.m == nil {
@@ -123,6 +126,13 @@ func (d *Device) flashSM90Kernels() (*kernelSet, error) {
 	}
 	flashSM90Kernels.m[d] = ks
 	return ks, nil
+}
+
+func (d *Device) compileFlashSM90() (*kernelSet, error) {
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+	}
+	return compileKernelSet(d, flashSM90File)
 }
 
 // flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
@@ -144,10 +154,22 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	return d.Launch(f, grid, block, uint32(smem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
 }
 
-// flashSM90Choice is flashSM90Pick for d and the environment.
+// flashSM90Choice is flashSM90Pick for d and the environment. When the
+// variable is unset and the Hopper kernels cannot run here (NVRTC older than
+// 12.0 cannot target sm_90a; a driver without cuTensorMapEncodeTiled cannot
+// encode the TMA maps), FA2 runs instead; a kernel asked for by name fails
+// with the reason.
 func flashSM90Choice(d *Device, dt GemmType, dim int, scale float32) (string, error) {
 	maj, mnr := d.ComputeCapability()
-	return flashSM90Pick(maj, mnr, dt, dim, scale, os.Getenv(FlashSM90Env))
+	env := os.Getenv(FlashSM90Env)
+	name, err := flashSM90Pick(maj, mnr, dt, dim, scale, env)
+	if err != nil || name == "" || env != "" {
+		return name, err
+	}
+	if _, err := d.flashSM90Kernels(); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
+		return "", nil
+	}
+	return name, nil
 }
 
 // CUtensorMap enums (cuda.h) used here.

@@ -15,8 +15,7 @@ import (
 
 // flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
 var flashSM90AllKernels = []string{
-	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit", "flash_fwd_sm90_bf16_d128_vswap",
-	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit", "flash_fwd_sm90_fp16_d128_vswap",
+	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128",
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
 }
@@ -70,7 +69,12 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", ""},   // opt-in for now
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_tma_bf16_d128"}, // the default on 9.0
+		{9, 0, GemmF16, 64, 0.1, "tmapipe", "flash_fwd_sm90_tmapipe_fp16_d64"},
+		{9, 0, GemmBF16, 64, 0.1, "0", ""},
+		{8, 0, GemmBF16, 128, 0.1, "", ""},
+		{9, 0, GemmBF16, 96, 0.1, "", ""},
+		{9, 0, GemmF32, 64, 0.1, "", ""},
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},  // not Hopper: FA2
 		{10, 0, GemmBF16, 128, 0.1, "1", ""}, // sm_90a cubins run on 9.0 only
 		{9, 0, GemmBF16, 80, 0.1, "1", ""},   // no such head dim
@@ -96,16 +100,16 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"", "tma", "tmapipe", "vsplit", "vswap"} {
+			for _, v := range []string{"", "tma", "tmapipe"} {
 				name := flashSM90Name(dt, dim, v)
-				if (dim == 64 && (v == "vsplit" || v == "vswap")) != (name == "") {
-					t.Errorf("flashSM90Name(%v, %d, %q) = %q", dt, dim, v, name)
-				}
-				if name != "" && !slices.Contains(flashSM90AllKernels, name) {
+				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
 				}
 			}
 		}
+	}
+	if name := flashSM90Name(GemmBF16, 128, "vswap"); name != "" {
+		t.Errorf("flashSM90Name of an unknown variant = %q, want \"\"", name)
 	}
 }
 
@@ -292,14 +296,11 @@ func TestFlashSM90GPU(t *testing.T) {
 		}
 	}()
 	for _, fam := range []struct{ label, variant string }{
-		{"cpasync", ""}, {"cpasync-vsplit", "vsplit"}, {"cpasync-vswap", "vswap"}, {"tma", "tma"}, {"tmapipe", "tmapipe"},
+		{"cpasync", ""}, {"tma", "tma"}, {"tmapipe", "tmapipe"},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
-				if kname == "" {
-					continue // vsplit and vswap exist for d128 only
-				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
 					nq := p.bh * p.sq * p.dim
@@ -381,7 +382,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		return true
 	}
 	fa2 := run("0", "")
-	for _, c := range []struct{ env, variant string }{{"1", flashSM90Default}, {"tma", "tma"}, {"cpasync", ""}} {
+	for _, c := range []struct{ env, variant string }{{"", flashSM90Default}, {"1", flashSM90Default}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"cpasync", ""}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
