@@ -190,9 +190,9 @@ type tensorMapArgs struct {
 
 // encodeFlashTensorMap writes into dst (128 bytes, 64-byte aligned) the TMA
 // map of a [bh, rows, dim] 16-bit tensor at ptr as flash_attention_sm90.cu
-// reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × 128 × 1
+// reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × boxRows × 1
 // elements with the 128-byte swizzle; reads past rows give zeros.
-func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim int) error {
+func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim, boxRows int) error {
 	if api.cuTensorMapEncodeTiled == 0 {
 		return fmt.Errorf("cuda: the driver has no cuTensorMapEncodeTiled (the sm90 TMA forward needs a CUDA 12 driver)")
 	}
@@ -202,7 +202,7 @@ func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh,
 	a := &tensorMapArgs{
 		dims:    [3]uint64{uint64(dim), uint64(rows), uint64(bh)},
 		strides: [2]uint64{uint64(dim * 2), uint64(rows * dim * 2)},
-		box:     [3]uint32{64, flashSM90Rows, 1},
+		box:     [3]uint32{64, uint32(boxRows), 1},
 		elem:    [3]uint32{1, 1, 1},
 	}
 	var pin runtime.Pinner
@@ -214,53 +214,142 @@ func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh,
 		0 /* no interleave */, tensorMapSwizzle128B, tensorMapL2Promote128B, 0 /* out of bounds: zeros */))
 }
 
-// flashForwardSM90TMA launches a TMA kernel: its first three parameters are
-// the tensor maps of Q, K and V, passed by value (128 bytes each), which
-// Launch's 8-byte argument slots cannot carry, so the launch is done here.
+// flashForwardSM90TMA launches a TMA forward: tensor maps of Q, K, V, then
+// O, LSE and the sizes.
 func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	smem := flashSM90TMASmem(dim)
 	f, err := ks.fn(name, smem)
 	if err != nil {
 		return err
 	}
-	slots, err := packArgs([]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
+	maps := []flashTMATensor{{q, sq, flashSM90Rows}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}}
+	return launchFlashTMA(d, f, name, grid, flashSM90TMAThreads, smem, bh, dim, maps,
+		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+}
+
+// flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the
+// rows of its box.
+type flashTMATensor struct {
+	ptr           DevicePtr
+	rows, boxRows int
+}
+
+// launchFlashTMA launches f with the tensor maps of maps, passed by value
+// (128 bytes each, which Launch's 8-byte argument slots cannot carry), as its
+// first parameters and args after them.
+func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads, smem, bh, dim int, maps []flashTMATensor, args []any) error {
+	slots, err := packArgs(args)
 	if err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
+	nm := len(maps)
 	err = d.do(func() error {
 		var pin runtime.Pinner
 		defer pin.Unpin()
-		// Three 16-word maps, the first on a 64-byte boundary (the encoder
+		// 16-word maps, the first on a 64-byte boundary (the encoder
 		// requires it). Encoded here, on the device's thread with its context
 		// current, like every other driver call.
-		buf := make([]uint64, 3*16+8)
+		buf := make([]uint64, nm*16+8)
 		pin.Pin(&buf[0])
 		off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
-		maps := buf[off : off+48]
-		for i, t := range []struct {
-			ptr  DevicePtr
-			rows int
-		}{{q, sq}, {k, sk}, {v, sk}} {
-			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&maps[16*i]), t.ptr, bh, t.rows, dim); err != nil {
+		mw := buf[off : off+nm*16]
+		for i, t := range maps {
+			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&mw[16*i]), t.ptr, bh, t.rows, dim, t.boxRows); err != nil {
 				return err
 			}
 		}
 		pin.Pin(&slots[0])
-		params := make([]uintptr, 3+len(slots))
-		for i := range 3 {
-			params[i] = uintptr(unsafe.Pointer(&maps[16*i]))
+		params := make([]uintptr, nm+len(slots))
+		for i := range nm {
+			params[i] = uintptr(unsafe.Pointer(&mw[16*i]))
 		}
 		for i := range slots {
-			params[3+i] = uintptr(unsafe.Pointer(&slots[i]))
+			params[nm+i] = uintptr(unsafe.Pointer(&slots[i]))
 		}
 		pin.Pin(&params[0])
 		return d.api.check("cuLaunchKernel", ccall(d.api.cuLaunchKernel, f.h,
-			uintptr(grid[0]), uintptr(grid[1]), 1, flashSM90TMAThreads, 1, 1,
+			uintptr(grid[0]), uintptr(grid[1]), 1, uintptr(threads), 1, 1,
 			uintptr(smem), d.stream, uintptr(unsafe.Pointer(&params[0])), 0))
 	})
 	if err != nil {
 		return fmt.Errorf("cuda: Launch %s grid %v smem %d: %w", name, grid, smem, err)
 	}
 	return nil
+}
+
+// FlashSM90BwdEnv set to "1" runs FlashBackward's main kernel as the Hopper
+// backward of flash_attention_sm90.cu (flash_bwd_sm90_<T>_d<D>) on a compute
+// capability 9.0 device for bf16/fp16 with head dim 64 or 128; unset or "0"
+// keeps FA2's. Opt-in until a GPU run has checked it against the reference.
+// The preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
+// either way.
+const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
+
+// The sm90 backward's tiling, as flash_attention_sm90.cu fixes it: a CTA of
+// two warpgroups owns 128 keys and walks the queries in blocks of 64.
+const (
+	flashSM90BwdKeys    = 128
+	flashSM90BwdRows    = 64
+	flashSM90BwdThreads = 256
+)
+
+// flashSM90BwdSmem is the backward's dynamic shared memory: K and V tiles,
+// three stages of Q and dO blocks, two dSᵀ tiles (16-bit), three stages of
+// LSE and Dsum rows (float32), 64 bytes of mbarriers and 1024 bytes to align
+// the start to a swizzle block.
+func flashSM90BwdSmem(dim int) int {
+	k, r := flashSM90BwdKeys, flashSM90BwdRows
+	return 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
+}
+
+// flashSM90BwdName is the sm90 backward kernel for dt and dim ("" when there
+// is none).
+func flashSM90BwdName(dt GemmType, dim int) string {
+	if fwd := flashSM90Name(dt, dim, ""); fwd != "" {
+		return strings.Replace(fwd, "flash_fwd_", "flash_bwd_", 1)
+	}
+	return ""
+}
+
+// flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
+// FA2's): only when env (the value of FlashSM90BwdEnv) is "1", on compute
+// capability 9.0, for a dt and dim it exists for and scale > 0.
+func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
+	switch env {
+	case "", "0":
+		return "", nil
+	case "1":
+	default:
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward) or 0 (FA2's)", FlashSM90BwdEnv, env)
+	}
+	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
+		return "", nil
+	}
+	return flashSM90BwdName(dt, dim), nil
+}
+
+// flashSM90BwdChoice is flashSM90BwdPick for d and the environment.
+func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string, error) {
+	maj, mnr := d.ComputeCapability()
+	return flashSM90BwdPick(maj, mnr, dt, dim, scale, os.Getenv(FlashSM90BwdEnv))
+}
+
+// flashBackwardSM90 launches the sm90 backward kernel name: dQaccum += dS·K
+// (float32, zeroed before), dK, dV written. dsum and dqacc are
+// FlashBackward's workspace after flash_bwd_pre_<T>.
+func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	ks, err := d.flashSM90Kernels()
+	if err != nil {
+		return err
+	}
+	smem := flashSM90BwdSmem(dim)
+	f, err := ks.fn(name, smem)
+	if err != nil {
+		return err
+	}
+	grid := [3]uint32{uint32(bh), uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), 1}
+	maps := []flashTMATensor{{q, sq, flashSM90BwdRows}, {k, sk, flashSM90BwdKeys}, {v, sk, flashSM90BwdKeys}, {dO, sq, flashSM90BwdRows}}
+	return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads, smem, bh, dim, maps,
+		[]any{lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
 }
