@@ -814,6 +814,7 @@ __device__ __forceinline__ void bwd_load_block(const TmaMap* tq, const TmaMap* t
     cp_async4(sLD + 4 * (BR + tid), Db + (ok ? q : 0), ok ? 4 : 0);
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full) : "memory");
   }
+  asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // the warp reconverges before its next wgmma
 }
 
 template <bool F16, int D>

@@ -545,7 +545,10 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // (the default forward). A failing shape also runs FA2's backward on the same
 // inputs: "FA2 ok" there puts the fault in the sm90 kernel. The bad elements'
 // places are given as for the forward (for dK and dV the rows are keys: the
-// "warpgroup" is the consumer warpgroup that owns them). On the 520×520
+// "warpgroup" is the consumer warpgroup that owns them). Which gradients fail
+// says where: dV uses P alone (Q·Kᵀ, LSE, mask, Pᵀ·dO with dO as an N-major
+// B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad points at the dSᵀ tile in
+// shared memory (its stores, the M-major A descriptor) or the atomics. On the 520×520
 // shapes the sm90 dK or dV must differ from FA2's somewhere (FA2's are
 // deterministic), or FlashBackward did not run the sm90 kernel.
 // Runs after the forward tests: a kernel that faults leaves the context

@@ -451,7 +451,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
 			"(model small, fused vs unfused attention). On a compute capability 9.0 GPU the fused forward is\n"+
 			"the Hopper TMA kernel unless "+cuda.FlashSM90Env+"=0; -sm90 times FA2 (\"fused\") and each Hopper\n"+
-			"forward (kernels/flash_attention_sm90.cu) and prints their forward table.", stderr)
+			"forward (kernels/flash_attention_sm90.cu) and prints their forward table. "+cuda.FlashSM90BwdEnv+"=1\n"+
+			"makes the fused backward the Hopper one (experimental).", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
