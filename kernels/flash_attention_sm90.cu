@@ -30,6 +30,8 @@
 //     grid (BH, ceil(Sk/128)), block 256 (two warpgroups), dynamic smem
 //     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes:
 //     d64 117312, d128 199232.
+//   flash_bwd_sm90_dsk_<T>_d<D>(...)  the same, with dS stored K-major for the
+//     dQ product (see bwd: which of the two works is for the GPU test to say)
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -725,7 +727,9 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 //                                 forward), B N-major (smem), as V in the forward
 //   dQ += dS·K                    dSᵀ goes to shared memory (a 128-key ×
 //                                 64-query tile in the swizzled layout), then
-//                                 m64n64k16 with A = dS M-major and B = K
+//                                 m64n64k16 with A = dS M-major (the _dsk
+//                                 kernels: dS stored as a 64-query × 128-key
+//                                 tile, A K-major as Q in the forward) and B = K
 //                                 N-major: D=128: warpgroup cw the 64 columns
 //                                 64cw.. over all 128 keys; D=64: all columns
 //                                 over its own 64 keys. Float32 atomics into
@@ -781,8 +785,9 @@ __device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u32 b, u32 l
   }
 }
 
-__device__ __forceinline__ void red_add(float* p, float v) {
-  asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(p), "f"(v) : "memory");
+// p[0] += a, p[1] += b (p 8-byte aligned), one vector reduction (sm_90).
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
 
 // 4-byte async copy global->shared; zero-filled when src_bytes is 0.
@@ -817,7 +822,7 @@ __device__ __forceinline__ void bwd_load_block(const TmaMap* tq, const TmaMap* t
   asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // the warp reconverges before its next wgmma
 }
 
-template <bool F16, int D>
+template <bool F16, int D, bool DSK>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
@@ -935,15 +940,28 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         dsa[kk][j] = pack2<F16>(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
       }
     }
-    // dSᵀ to shared memory: row = key (0..127 in the CTA), 16-byte chunk
-    // = queries 8n..8n+7. dsa[kk][j]: key g + 8(j&1), chunk 2kk + (j>>1).
+    // dS to shared memory for the dQ product. dsa[kk][j] holds key
+    // r0 + 8(j&1) (r0 the thread's first key in the CTA, 0..127) and queries
+    // 16kk + 8(j>>1) + 2t and +1.
     const int r0 = cw * 64 + wq * 16 + g;
 #pragma unroll
     for (int kk = 0; kk < BR / 16; kk++) {
 #pragma unroll
       for (int j = 0; j < 4; j++) {
-        const u32 a = sdS + tile_off<BC>(r0 + (j & 1) * 8, 2 * kk + (j >> 1)) + 4 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(dsa[kk][j]) : "memory");
+        const int key = r0 + (j & 1) * 8, q = 16 * kk + 8 * (j >> 1) + 2 * t;
+        if constexpr (!DSK) {
+          // dSᵀ: row = key, 16-byte chunk q/8 holds queries 8(q/8)..+7; the
+          // pair is adjacent.
+          const u32 a = sdS + tile_off<BC>(key, q >> 3) + 4 * t;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(dsa[kk][j]) : "memory");
+        } else {
+          // dS: row = query, key in 64-column block key/64, chunk (key%64)/8;
+          // the pair is two rows.
+          const u32 a0 = sdS + tile_off<BR>(q, key >> 3) + (key & 7) * 2;
+          const u32 a1 = sdS + tile_off<BR>(q + 1, key >> 3) + (key & 7) * 2;
+          asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a0), "h"((u16)(dsa[kk][j] & 0xffffu)) : "memory");
+          asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a1), "h"((u16)(dsa[kk][j] >> 16)) : "memory");
+        }
       }
     }
     fence_proxy_async();  // the stores are read by wgmma (the async proxy)
@@ -970,8 +988,13 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 #pragma unroll
     for (int kk = 0; kk < DQK; kk++) {
       const u32 ko = (dqk0 + kk * 16) * 128;
-      wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), make_desc(sK + dqnb * BC * 128 + ko, 1024, 1024),
-                              kk > 0);
+      const u64 db = make_desc(sK + dqnb * BC * 128 + ko, 1024, 1024);
+      if constexpr (!DSK) {
+        wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
+      } else {
+        const int k0 = dqk0 + kk * 16;  // as Q in the forward: K-major, 64-key blocks BR*128 apart
+        wgmma_ss_n64<F16, 0, 1>(dq, make_desc(sdS + (k0 >> 6) * BR * 128 + ((k0 >> 4) & 3) * 32, 16, 1024), db, kk > 0);
+      }
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -989,8 +1012,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         float* dst = dQb + (size_t)q * D + dqnb * 64 + 2 * t;
 #pragma unroll
         for (int nt = 0; nt < 8; nt++) {
-          red_add(dst + nt * 8, dq[4 * nt + 2 * r]);
-          red_add(dst + nt * 8 + 1, dq[4 * nt + 2 * r + 1]);
+          red_add2(dst + nt * 8, dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
         }
       }
     }
@@ -1044,16 +1066,20 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
-#define FA90_BWD(name, F16, D)                                                                         \
+#define FA90_BWD(name, F16, D, DSK)                                                                    \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                           \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,          \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,         \
            const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv, \
            int BH, int Sq, int Sk, float scale, int causal) {                                         \
-    fa90::bwd<F16, D>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal);   \
+    fa90::bwd<F16, D, DSK>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64)
-FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128)
-FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64)
-FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128)
+FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false)
+FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false)
+FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false)
+FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true)

@@ -280,7 +280,9 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 
 // FlashSM90BwdEnv set to "1" runs FlashBackward's main kernel as the Hopper
 // backward of flash_attention_sm90.cu (flash_bwd_sm90_<T>_d<D>) on a compute
-// capability 9.0 device for bf16/fp16 with head dim 64 or 128; unset or "0"
+// capability 9.0 device for bf16/fp16 with head dim 64 or 128; "dsk" runs
+// its variant that keeps dS K-major for the dQ product (16-bit stores, the
+// descriptor form the forward's Q uses) instead of transposed; unset or "0"
 // keeps FA2's. Opt-in until a GPU run has checked it against the reference.
 // The preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
 // either way.
@@ -304,29 +306,37 @@ func flashSM90BwdSmem(dim int) int {
 }
 
 // flashSM90BwdName is the sm90 backward kernel for dt and dim ("" when there
-// is none).
-func flashSM90BwdName(dt GemmType, dim int) string {
-	if fwd := flashSM90Name(dt, dim, ""); fwd != "" {
-		return strings.Replace(fwd, "flash_fwd_", "flash_bwd_", 1)
+// is none): variant "" the one that stores dSᵀ for the dQ product, "dsk" the
+// one that stores dS.
+func flashSM90BwdName(dt GemmType, dim int, variant string) string {
+	fwd := flashSM90Name(dt, dim, "")
+	if fwd == "" || (variant != "" && variant != "dsk") {
+		return ""
 	}
-	return ""
+	if variant != "" {
+		variant += "_"
+	}
+	return "flash_bwd_sm90_" + variant + strings.TrimPrefix(fwd, "flash_fwd_sm90_")
 }
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
-// FA2's): only when env (the value of FlashSM90BwdEnv) is "1", on compute
-// capability 9.0, for a dt and dim it exists for and scale > 0.
+// FA2's): only when env (the value of FlashSM90BwdEnv) is "1" or "dsk", on
+// compute capability 9.0, for a dt and dim it exists for and scale > 0.
 func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
+	variant := ""
 	switch env {
 	case "", "0":
 		return "", nil
 	case "1":
+	case "dsk":
+		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
 	}
-	return flashSM90BwdName(dt, dim), nil
+	return flashSM90BwdName(dt, dim, variant), nil
 }
 
 // flashSM90BwdChoice is flashSM90BwdPick for d and the environment.

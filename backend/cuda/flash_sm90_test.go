@@ -19,6 +19,7 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
 	"flash_bwd_sm90_bf16_d64", "flash_bwd_sm90_bf16_d128", "flash_bwd_sm90_fp16_d64", "flash_bwd_sm90_fp16_d128",
+	"flash_bwd_sm90_dsk_bf16_d64", "flash_bwd_sm90_dsk_bf16_d128", "flash_bwd_sm90_dsk_fp16_d64", "flash_bwd_sm90_dsk_fp16_d128",
 }
 
 // TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
@@ -119,6 +120,8 @@ func TestFlashSM90Pick(t *testing.T) {
 	}{
 		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_fp16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "dsk", "flash_bwd_sm90_dsk_fp16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "dsk", "flash_bwd_sm90_dsk_bf16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "", ""}, // opt-in for now
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},
@@ -538,21 +541,22 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 	return float64(ms) / float64(iters), err
 }
 
-// TestFlashSM90Backward checks FlashBackward with the Hopper backward
-// (FlashSM90BwdEnv=1) against the float64 reference with the tolerances of
-// TestFlashAttentionGPU (dQ, dK, dV), over shapes around its 128-key and
-// 64-query tiles, Sq != Sk, causal or not; O and LSE come from FlashForward
-// (the default forward). A failing shape also runs FA2's backward on the same
-// inputs: "FA2 ok" there puts the fault in the sm90 kernel. The bad elements'
-// places are given as for the forward (for dK and dV the rows are keys: the
-// "warpgroup" is the consumer warpgroup that owns them). Which gradients fail
-// says where: dV uses P alone (Q·Kᵀ, LSE, mask, Pᵀ·dO with dO as an N-major
-// B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad points at the dSᵀ tile in
-// shared memory (its stores, the M-major A descriptor) or the atomics. On the 520×520
-// shapes the sm90 dK or dV must differ from FA2's somewhere (FA2's are
-// deterministic), or FlashBackward did not run the sm90 kernel.
-// Runs after the forward tests: a kernel that faults leaves the context
-// unusable.
+// TestFlashSM90Backward checks FlashBackward with each Hopper backward
+// (FlashSM90BwdEnv=1: dSᵀ stored for the dQ product, read as an M-major A;
+// =dsk: dS stored K-major, read as the forward reads Q) against the float64
+// reference with the tolerances of TestFlashAttentionGPU (dQ, dK, dV), over
+// shapes around its 128-key and 64-query tiles, Sq != Sk, causal or not; O
+// and LSE come from FlashForward (the default forward). A failing problem
+// also runs FA2's backward on the same inputs: "FA2 ok" there puts the fault
+// in the sm90 kernel. The bad elements' places are given as for the forward
+// (for dK and dV the rows are keys: the "warpgroup" is the one that owns
+// them). Which gradients fail says where: dV uses P alone (Q·Kᵀ, LSE, mask,
+// Pᵀ·dO with dO as an N-major B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad
+// points at the dS tile in shared memory (its stores, its descriptor: compare
+// the two variants) or the atomics. On the 520×520 shapes each variant's dK
+// or dV must differ from FA2's somewhere (FA2's are deterministic), or
+// FlashBackward did not run the sm90 kernel. Runs after the forward tests: a
+// kernel that faults leaves the context unusable.
 func TestFlashSM90Backward(t *testing.T) {
 	d := gpu(t)
 	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
@@ -563,6 +567,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
+	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := func(n int) []float64 {
 		x := make([]float64, n)
@@ -581,13 +586,11 @@ func TestFlashSM90Backward(t *testing.T) {
 	}()
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			kname := flashSM90BwdName(dt, dim)
 			for _, sh := range shapes {
 				for _, causal := range []bool{false, true} {
 					const bh = 2
 					name := fmt.Sprintf("%v/d%d/sq%d/sk%d/causal%v", dt, dim, sh.sq, sh.sk, causal)
 					t.Run(name, func(t *testing.T) {
-						runs[kname]++
 						nq, nk := bh*sh.sq*dim, bh*sh.sk*dim
 						scale := float32(1 / math.Sqrt(float64(dim)))
 						q, qh := flashUpload(t, d, dt, gen(nq))
@@ -598,16 +601,14 @@ func TestFlashSM90Backward(t *testing.T) {
 						if err := FlashForward(d, dt, q, k, v, o, lse, bh, sh.sq, sh.sk, dim, scale, causal); err != nil {
 							t.Fatal(err)
 						}
-						backward := func(env string) (dq, dk, dv []float64) {
+						backward := func(env string) (dq, dk, dv []float64, err error) {
 							t.Setenv(FlashSM90BwdEnv, env)
 							gq, gk, gv := flashAlloc(t, d, nq, 2), flashAlloc(t, d, nk, 2), flashAlloc(t, d, nk, 2)
 							if err := FlashBackward(d, dt, q, k, v, o, dO, lse, gq, gk, gv, 0, bh, sh.sq, sh.sk, dim, scale, causal); err != nil {
-								fails[kname]++
-								t.Fatalf("%s=%s: %v", FlashSM90BwdEnv, env, err)
+								return nil, nil, nil, err
 							}
-							return flashDownload(t, d, dt, gq, nq), flashDownload(t, d, dt, gk, nk), flashDownload(t, d, dt, gv, nk)
+							return flashDownload(t, d, dt, gq, nq), flashDownload(t, d, dt, gk, nk), flashDownload(t, d, dt, gv, nk), nil
 						}
-						dq, dk, dv := backward("1")
 						ref := flashReference(qh, kh, vh, doh, bh, sh.sq, sh.sk, dim, float64(scale), causal)
 						tl := tols[dt]
 						check := func(dq, dk, dv []float64) (errs []error, where []string) {
@@ -623,21 +624,47 @@ func TestFlashSM90Backward(t *testing.T) {
 							}
 							return errs, where
 						}
-						errs, where := check(dq, dk, dv)
-						if len(errs) > 0 {
-							fails[kname]++
-							fq, fk, fv := backward("0")
-							fa2 := "FA2 ok on these inputs"
-							if e, _ := check(fq, fk, fv); len(e) > 0 {
-								fa2 = fmt.Sprintf("FA2 also fails: %v", e)
-							}
-							t.Errorf("%s: %v\n  where: %s\n  %s", kname, errs, strings.Join(where, "; "), fa2)
-							return
+						var fa2 struct {
+							done       bool
+							dk, dv     []float64
+							err, check string
 						}
-						if sh.sq == 520 {
-							_, fk, fv := backward("0")
-							if slices.Equal(fk, dk) && slices.Equal(fv, dv) {
-								t.Errorf("%s=1: dK and dV are bit-identical to FA2's; did %s run?", FlashSM90BwdEnv, kname)
+						runFA2 := func() {
+							if fa2.done {
+								return
+							}
+							fa2.done = true
+							fq, fk, fv, err := backward("0")
+							if err != nil {
+								fa2.err = err.Error()
+								return
+							}
+							fa2.dk, fa2.dv = fk, fv
+							fa2.check = "FA2 ok on these inputs"
+							if e, _ := check(fq, fk, fv); len(e) > 0 {
+								fa2.check = fmt.Sprintf("FA2 also fails: %v", e)
+							}
+						}
+						for _, vr := range variants {
+							kname := flashSM90BwdName(dt, dim, vr.variant)
+							runs[kname]++
+							dq, dk, dv, err := backward(vr.env)
+							if err != nil {
+								fails[kname]++
+								t.Errorf("%s: %v", kname, err)
+								continue
+							}
+							if errs, where := check(dq, dk, dv); len(errs) > 0 {
+								fails[kname]++
+								runFA2()
+								t.Errorf("%s: %v\n  where: %s\n  %s%s", kname, errs, strings.Join(where, "; "), fa2.check, fa2.err)
+								continue
+							}
+							if sh.sq == 520 {
+								runFA2()
+								if fa2.err == "" && slices.Equal(fa2.dk, dk) && slices.Equal(fa2.dv, dv) {
+									t.Errorf("%s=%s: dK and dV are bit-identical to FA2's; did %s run?", FlashSM90BwdEnv, vr.env, kname)
+								}
 							}
 						}
 					})
@@ -654,7 +681,7 @@ func TestFlashSM90Backward(t *testing.T) {
 
 // TestFlashSM90BwdSpeed times FlashBackward (preprocessing, main kernel, dQ
 // conversion) at the bench shape (bf16, B·S = 16k tokens, H·D = 2048, S =
-// 4096) with FA2's main kernel and with the sm90 one, logs TFLOP/s (2.5× the
+// 4096) with FA2's main kernel and with each sm90 one, logs TFLOP/s (2.5× the
 // forward's FLOPs, the bench's convention), and checks the sm90 dQ, dK, dV
 // against FA2's (relative L2 error at most 1e-2, the bf16 tolerance of
 // TestFlashAttentionGPU): the correctness test stops at S = 520.
@@ -698,9 +725,9 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "1"} {
+			for _, env := range []string{"0", "1", "dsk"} {
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "1": "sm90"}[env]
+				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
@@ -715,7 +742,7 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 						fa2[i] = got
 					} else if fa2[i] != nil {
 						if err := flashCheck(name+" vs FA2", got, fa2[i], nil, 0, math.Inf(1), 0, 1e-2); err != nil {
-							t.Errorf("sm90 D=%d causal=%v: %v", dim, causal, err)
+							t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
 						}
 					}
 				}
