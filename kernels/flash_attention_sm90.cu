@@ -1,4 +1,5 @@
-// flash_attention_sm90.cu: FlashAttention forward for Hopper (sm_90a): wgmma.
+// flash_attention_sm90.cu: FlashAttention forward and backward for Hopper
+// (sm_90a): wgmma, TMA.
 //
 // Compiled at run time by NVRTC for sm_90a only (wgmma needs the "a" target);
 // backend/cuda/flash_sm90.go picks it on compute capability 9.0 and falls back
@@ -13,10 +14,6 @@
 //
 // Entry points (T in {bf16, fp16}, D in {64, 128}):
 //   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
-//   flash_fwd_sm90_<T>_d128_vsplit(...)   the same, O += P·V as two n64 halves
-//   flash_fwd_sm90_<T>_d128_vswap(...)    the same, V's descriptor offsets swapped
-//     (the two variants are for the GPU test only: they tell which reading of
-//     the N-major descriptor's byte offsets the hardware has, see VMode)
 //     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
 //     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
 //   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
@@ -24,6 +21,17 @@
 //   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
 //     grid (BH, ceil(Sq/128)), block 384 (two consumer warpgroups, one
 //     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
+//   flash_bwd_sm90_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk,
+//                           scale, causal)
+//     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
+//     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
+//     after); tq, tk, tv, tdo: CUtensorMaps of Q, K, V, dO (boxes of 64 columns ×
+//     64 rows for Q and dO, × 128 rows for K and V), see bwd;
+//     grid (BH, ceil(Sk/128)), block 256 (two warpgroups), dynamic smem
+//     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes:
+//     d64 117312, d128 199232.
+//   flash_bwd_sm90_dsk_<T>_d<D>(...)  the same, with dS stored K-major for the
+//     dQ product (see bwd: which of the two works is for the GPU test to say)
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -49,10 +57,10 @@
 //   k-step kk (16 columns) starts at block kk/4, byte offset (kk%4)*32.
 //   N-major operand (V as B): rows are k (keys), 16 keys = two 8-row groups
 //   1024 bytes apart (SBO); the 64-column blocks along N are ROWS*128 bytes
-//   apart (LBO); k-step kk starts at byte offset kk*16*128. (That is our
-//   reading of the PTX ISA's N-major swizzled layout; d64, a single block along
-//   N, and the d128 _vsplit variant put 1024 in both offsets and so do not
-//   depend on it.)
+//   apart (LBO); k-step kk starts at byte offset kk*16*128. (The H200 confirmed
+//   this reading of the PTX ISA's N-major swizzled layout: d128 with LBO and
+//   SBO exchanged fails every shape, and d128 as two n64 products, which does
+//   not depend on it, agrees.)
 
 namespace fa90 {
 
@@ -278,14 +286,6 @@ template <> struct Wg<true> {
   static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 b) { wgmma_rs_n128_fp16(d, a, b); }
 };
 
-// How O += P·V addresses V (an N-major B operand); see the header.
-enum VMode {
-  kVBlocks = 0,  // one n<D> product; 64-column blocks LBO apart, 8-key groups SBO apart
-  kVSplit = 1,   // one n64 product per 64-column block: only the 8-key group
-                 // stride is used, and both offsets hold it
-  kVSwap = 2,    // as kVBlocks with LBO and SBO exchanged
-};
-
 // The pieces both forwards share. A consumer warpgroup owns 64 query rows;
 // inside it warp w owns 16, and a thread holds, like mma.sync's accumulator,
 // rows g and g+8 (g = lane/4) and, per 8-column block nt, columns 8nt+2t and
@@ -411,22 +411,9 @@ __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
 }
 
 // o += P·V for a BC-row V tile sV. Waits for the product.
-template <bool F16, int D, int VMODE>
+template <bool F16, int D>
 __device__ __forceinline__ void pv_product(float* o, u32 (*p)[4], u32 sV) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < BC / 16; kk++) {
-    if constexpr (D == 64 || VMODE == kVSplit) {
-#pragma unroll
-      for (int nb = 0; nb < D / 64; nb++)
-        Wg<F16>::rs64(o + nb * 32, p[kk], make_desc(sV + nb * BC * 128 + kk * 16 * 128, 1024, 1024));
-    } else if constexpr (VMODE == kVSwap) {
-      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, BC * 128));
-    } else {
-      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
-    }
-  }
-  wgmma_commit();
+  pv_issue<F16, D>(o, p, sV);
   wgmma_wait<0>();
   reg_fence<D / 2>(o);
   reg_fence_u<BC / 4>(&p[0][0]);
@@ -459,7 +446,7 @@ __device__ __forceinline__ void store_rows(const float* o, const float* m, const
 //
 // 256 threads = two consumer warpgroups, which also load: all threads copy
 // tile j+1 with cp.async while tile j is computed; a CTA barrier per tile.
-template <bool F16, int D, int VMODE>
+template <bool F16, int D>
 __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
                                     const u16* __restrict__ V, u16* __restrict__ O,
                                     float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
@@ -517,7 +504,7 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
     mask_scores(s, kbase, Sk, wrow0, g, t, causal);
     u32 p[BC / 16][4];
     softmax_tile<F16, D>(s, o, m, l, c, p);
-    pv_product<F16, D, VMODE>(o, p, sV0 + stage * KVBYTES);
+    pv_product<F16, D>(o, p, sV0 + stage * KVBYTES);
     __syncthreads();  // every warpgroup is done with stage j before it is refilled
   }
   cp_async_wait<0>();
@@ -671,7 +658,7 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
         u32 p[BC / 16][4];
         softmax_tile<F16, D>(s, o, m, l, c, p);
         mbar_wait(fullV0 + 8 * st, parity);
-        pv_product<F16, D, kVBlocks>(o, p, sV0 + st * KVBYTES);
+        pv_product<F16, D>(o, p, sV0 + st * KVBYTES);
         mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
       }
     } else {
@@ -723,23 +710,344 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
   }
 }
 
+
+// ---------------------------------------------------------------- backward: TMA
+//
+// One CTA owns BWD_BC = 128 keys and keeps dK and dV for them in registers:
+// consumer warpgroup cw (warps 4cw..4cw+3) owns keys n0+64cw.., and inside it
+// warp w keys 16w.., a thread keys g and g+8 as in the forward. It loops over
+// blocks of BWD_BR = 64 queries (causal: from the block holding query n0, the
+// first that sees any of its keys). Per block, with P and dS transposed so
+// that keys are the wgmma M dimension:
+//   Sᵀ = K_w·Qᵀ, dPᵀ = V_w·dOᵀ   wgmma m64n64k16, A and B K-major (smem)
+//   Pᵀ = exp2(Sᵀ·c − LSE·log2e)   (masked: 0; LSE = +inf gives 0 too),
+//                                 dSᵀ = Pᵀ∘(dPᵀ − Dsum)
+//   dV += Pᵀ·dO, dK += dSᵀ·Q      m64nDk16, A from registers (the accumulator
+//                                 layout packed to 16 bits, as P in the
+//                                 forward), B N-major (smem), as V in the forward
+//   dQ += dS·K                    dSᵀ goes to shared memory (a 128-key ×
+//                                 64-query tile in the swizzled layout), then
+//                                 m64n64k16 with A = dS M-major (the _dsk
+//                                 kernels: dS stored as a 64-query × 128-key
+//                                 tile, A K-major as Q in the forward) and B = K
+//                                 N-major: D=128: warpgroup cw the 64 columns
+//                                 64cw.. over all 128 keys; D=64: all columns
+//                                 over its own 64 keys. Float32 atomics into
+//                                 dQaccum (flash_bwd_pre_<T> zeroes it,
+//                                 flash_bwd_convert_<T> scales and converts it).
+// dK = scale·ΣdSᵀQ and dV are stored at the end.
+//
+// No producer warpgroup: dK and dV take 128 registers a thread at D=128, and
+// ptxas (NVRTC 12.4) keeps a 384-thread kernel within 168 registers whatever
+// setmaxnreg says, so the consumers would spill; with 256 threads it may use
+// 255. Thread 0 issues the TMA copies instead: K and V once, Q_i and dO_i
+// into a three-stage ring; threads 0-63 copy LSE and Dsum rows into the
+// same stage with cp.async. Block i+2 is loaded during block i, right after the consumer
+// barrier that also orders the dSᵀ stores before the dQ product: every
+// thread has finished block i-1 by then, so its stage is free. dSᵀ is double
+// buffered by block parity, so that one barrier per block also orders the
+// stores of block i+2 after every read of block i.
+
+constexpr int BWD_BR = 64;
+constexpr int BWD_BC = 128;
+
+#define FA90_ACC32                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),        \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),      \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),      \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define FA90_SS64(TY)                                                                               \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                     \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " "                                      \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"                                        \
+  "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, %32, %33, p, 1, 1, %35, %36;\n}\n"
+
+// d[0..31] (+)= A·B, m64n64k16, A and B in shared memory; TA, TB: 1 when A
+// is M-major, B N-major (the transposed layouts), 0 when K-major.
+template <bool F16, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accumulate) {
+  if constexpr (F16) {
+    asm volatile(FA90_SS64("f16") : FA90_ACC32 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  } else {
+    asm volatile(FA90_SS64("bf16") : FA90_ACC32 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+}
+
+// d += A·B, m64nDk16, A from registers, B N-major in shared memory with
+// 64-column blocks lbo bytes apart.
+template <bool F16, int D>
+__device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u32 b, u32 lbo) {
+  if constexpr (D == 64) {
+    Wg<F16>::rs64(d, a, make_desc(b, 1024, 1024));
+  } else {
+    Wg<F16>::rs128(d, a, make_desc(b, lbo, 1024));
+  }
+}
+
+// p[0] += a, p[1] += b (p 8-byte aligned), one vector reduction (sm_90).
+__device__ __forceinline__ void red_add2(float* p, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
+
+// 4-byte async copy global->shared; zero-filled when src_bytes is 0.
+__device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// Thread 0 issues the TMA copies of block i (Q_i and dO_i into stage i%3,
+// completing on full[i%3]); threads 0-63 copy its LSE and Dsum rows into the
+// same stage with cp.async (zeros for rows >= Sq, which the mask covers), and
+// each arrives on full[i%3] when its copies have landed (count 1 + 64), so no
+// thread waits for global memory here.
+template <int D>
+__device__ __forceinline__ void bwd_load_block(const TmaMap* tq, const TmaMap* tdo, const float* Lb, const float* Db,
+                                               u32 sQ, u32 sdO, u32 sLD, u32 full, int q0, int bh, int Sq, int tid) {
+  constexpr int BR = BWD_BR, QBYTES = BR * D * 2;
+  if (tid == 0) {
+    mbar_expect_tx(full, 2 * QBYTES);
+#pragma unroll
+    for (int blk = 0; blk < D / 64; blk++) {
+      tma_load(sQ + blk * BR * 128, tq, blk * 64, q0, bh, full);
+      tma_load(sdO + blk * BR * 128, tdo, blk * 64, q0, bh, full);
+    }
+  }
+  if (tid < BR) {
+    const int q = q0 + tid;
+    const bool ok = q < Sq;
+    cp_async4(sLD + 4 * tid, Lb + (ok ? q : 0), ok ? 4 : 0);
+    cp_async4(sLD + 4 * (BR + tid), Db + (ok ? q : 0), ok ? 4 : 0);
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full) : "memory");
+  }
+  asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // the warp reconverges before its next wgmma
+}
+
+template <bool F16, int D, bool DSK>
+__device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
+                                    const float* __restrict__ LSE, const float* __restrict__ Dsum,
+                                    float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
+                                    int Sq, int Sk, float scale, int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  constexpr int BR = BWD_BR, BC = BWD_BC;
+  constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sraw = smem_u32(smem_raw);
+  const u32 sbase = (sraw + 1023u) & ~1023u;
+  const u32 sK = sbase, sV = sK + KVBYTES;
+  const u32 sQ0 = sV + KVBYTES;        // Q of stages 0, 1, 2
+  const u32 sdO0 = sQ0 + 3 * QBYTES;   // dO of stages 0, 1, 2
+  const u32 sdS0 = sdO0 + 3 * QBYTES;  // dSᵀ of even and odd blocks
+  const u32 sLD = sdS0 + 2 * DSBYTES;  // per stage: BR floats LSE, BR floats Dsum
+  float* const gLD = reinterpret_cast<float*>(smem_raw + (sLD - sraw));
+  const u32 bars = sLD + 3 * 2 * BR * 4;  // 4 mbarriers of 8 bytes
+  const u32 barKV = bars, full0 = bars + 8;
+
+  const int bh = blockIdx.x;
+  const int n0 = blockIdx.y * BC;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int nqb = (Sq + BR - 1) / BR;
+  const int qb0 = causal ? min(n0 / BR, nqb) : 0;
+  const int nblk = nqb - qb0;
+  const float* Lb = LSE + (size_t)bh * Sq;
+  const float* Db = Dsum + (size_t)bh * Sq;
+
+  if (tid == 0) {
+    mbar_init(barKV, 1);
+#pragma unroll
+    for (int st = 0; st < 3; st++) mbar_init(full0 + 8 * st, 1 + BR);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  if (tid == 0) {
+    mbar_expect_tx(barKV, 2 * KVBYTES);
+#pragma unroll
+    for (int blk = 0; blk < D / 64; blk++) {
+      tma_load(sK + blk * BC * 128, tk, blk * 64, n0, bh, barKV);
+      tma_load(sV + blk * BC * 128, tv, blk * 64, n0, bh, barKV);
+    }
+  }
+  for (int i = 0; i < 2 && i < nblk; i++)
+    bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + i * QBYTES, sdO0 + i * QBYTES, sLD + i * 2 * BR * 4, full0 + 8 * i,
+                      (qb0 + i) * BR, bh, Sq, tid);
+
+  const int cw = warp >> 2, wq = warp & 3;
+  const int g = lane >> 2, t = lane & 3;
+  const int kw0 = n0 + cw * 64;        // first key of this warpgroup
+  const int key0 = kw0 + wq * 16 + g;  // this thread's keys: key0, key0 + 8
+  const float c = scale * kLog2e;
+  const u32 sKw = sK + cw * 64 * 128, sVw = sV + cw * 64 * 128;
+  // The dQ product's operands (see the header): A rows (keys) from dqk0,
+  // B columns from block dqnb of the K tile.
+  constexpr int DQK = D == 128 ? BC / 16 : 64 / 16;  // its k-steps
+  const int dqk0 = D == 128 ? 0 : cw * 64;
+  const int dqnb = D == 128 ? cw : 0;
+  float* dQb = dQacc + (size_t)bh * Sq * D;
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
+
+  mbar_wait(barKV, 0);
+  for (int i = 0; i < nblk; i++) {
+    const int st = i % 3;
+    const int q0 = (qb0 + i) * BR;
+    const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES, sdS = sdS0 + (i & 1) * DSBYTES;
+    const float* ld = gLD + st * 2 * BR;
+    mbar_wait(full0 + 8 * st, (i / 3) & 1);
+
+    float s[BR / 2], dp[BR / 2];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const u32 ko = (kk >> 2) * BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BR * 128 + (kk & 3) * 32;
+      wgmma_ss_n64<F16, 0, 0>(s, make_desc(sKw + ko, 16, 1024), make_desc(sQ + qo, 16, 1024), kk > 0);
+    }
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      const u32 ko = (kk >> 2) * BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BR * 128 + (kk & 3) * 32;
+      wgmma_ss_n64<F16, 0, 0>(dp, make_desc(sVw + ko, 16, 1024), make_desc(sdO + qo, 16, 1024), kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<BR / 2>(s);
+    reg_fence<BR / 2>(dp);
+
+    // Pᵀ into s, dSᵀ into dp. s[4nt+e]: key key0 + 8(e>>1), query q0+8nt+2t+(e&1).
+    const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
+#pragma unroll
+    for (int nt = 0; nt < BR / 8; nt++) {
+      const float l0 = ld[nt * 8 + 2 * t] * kLog2e, l1 = ld[nt * 8 + 2 * t + 1] * kLog2e;
+      const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        float p = fexp2(fmaf(s[4 * nt + e], c, -((e & 1) ? l1 : l0)));
+        if (need_mask) {
+          const int key = key0 + (e >> 1) * 8;
+          const int q = q0 + nt * 8 + 2 * t + (e & 1);
+          if (key >= Sk || q >= Sq || (causal && key > q)) p = 0.f;
+        }
+        s[4 * nt + e] = p;
+        dp[4 * nt + e] = p * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
+      }
+    }
+    // A fragments (k-step kk: queries 16kk..16kk+15), as P in the forward.
+    u32 pa[BR / 16][4], dsa[BR / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        pa[kk][j] = pack2<F16>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+        dsa[kk][j] = pack2<F16>(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
+      }
+    }
+    // dS to shared memory for the dQ product. dsa[kk][j] holds key
+    // r0 + 8(j&1) (r0 the thread's first key in the CTA, 0..127) and queries
+    // 16kk + 8(j>>1) + 2t and +1.
+    const int r0 = cw * 64 + wq * 16 + g;
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) {
+#pragma unroll
+      for (int j = 0; j < 4; j++) {
+        const int key = r0 + (j & 1) * 8, q = 16 * kk + 8 * (j >> 1) + 2 * t;
+        if constexpr (!DSK) {
+          // dSᵀ: row = key, 16-byte chunk q/8 holds queries 8(q/8)..+7; the
+          // pair is adjacent.
+          const u32 a = sdS + tile_off<BC>(key, q >> 3) + 4 * t;
+          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(dsa[kk][j]) : "memory");
+        } else {
+          // dS: row = query, key in 64-column block key/64, chunk (key%64)/8;
+          // the pair is two rows.
+          const u32 a0 = sdS + tile_off<BR>(q, key >> 3) + (key & 7) * 2;
+          const u32 a1 = sdS + tile_off<BR>(q + 1, key >> 3) + (key & 7) * 2;
+          asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a0), "h"((u16)(dsa[kk][j] & 0xffffu)) : "memory");
+          asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a1), "h"((u16)(dsa[kk][j] >> 16)) : "memory");
+        }
+      }
+    }
+    fence_proxy_async();  // the stores are read by wgmma (the async proxy)
+
+    // dV += Pᵀ·dO, dK += dSᵀ·Q: B rows are queries, 64-column blocks BR*128 apart.
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], sdO + kk * 16 * 128, BR * 128);
+#pragma unroll
+    for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], sQ + kk * 16 * 128, BR * 128);
+    wgmma_commit();
+
+    // Every thread has stored its dSᵀ and finished block i-1, so stage
+    // (i+2)%3, block i-1's, is free: block i+2 loads into it.
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (i + 2 < nblk) {
+      const int sn = (i + 2) % 3;
+      bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
+                        full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid);
+    }
+
+    float dq[32];
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < DQK; kk++) {
+      const u32 ko = (dqk0 + kk * 16) * 128;
+      const u64 db = make_desc(sK + dqnb * BC * 128 + ko, 1024, 1024);
+      if constexpr (!DSK) {
+        wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
+      } else {
+        const int k0 = dqk0 + kk * 16;  // as Q in the forward: K-major, 64-key blocks BR*128 apart
+        wgmma_ss_n64<F16, 0, 1>(dq, make_desc(sdS + (k0 >> 6) * BR * 128 + ((k0 >> 4) & 3) * 32, 16, 1024), db, kk > 0);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    reg_fence<D / 2>(dv);
+    reg_fence<D / 2>(dk);
+    reg_fence<32>(dq);
+    reg_fence_u<BR / 4>(&pa[0][0]);
+    reg_fence_u<BR / 4>(&dsa[0][0]);
+
+    // dq[4nt+e]: query q0 + 16wq + g + 8(e>>1), column 64dqnb + 8nt + 2t + (e&1).
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      const int q = q0 + wq * 16 + g + r * 8;
+      if (q < Sq) {
+        float* dst = dQb + (size_t)q * D + dqnb * 64 + 2 * t;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+          red_add2(dst + nt * 8, dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
+        }
+      }
+    }
+  }
+
+  u16* dKb = dK + (size_t)bh * Sk * D;
+  u16* dVb = dV + (size_t)bh * Sk * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int key = key0 + r * 8;
+    if (key < Sk) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
+            pack2<F16>(dk[4 * dt + 2 * r] * scale, dk[4 * dt + 2 * r + 1] * scale);
+        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
+            pack2<F16>(dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
+      }
+    }
+  }
+}
+
 }  // namespace fa90
 
-#define FA90_FWD(name, F16, D, VMODE)                                                               \
+#define FA90_FWD(name, F16, D)                                                                      \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                         \
       name(const unsigned short* q, const unsigned short* k, const unsigned short* v,               \
            unsigned short* o, float* lse, int BH, int Sq, int Sk, float scale, int causal) {        \
-    fa90::fwd<F16, D, VMODE>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                          \
+    fa90::fwd<F16, D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                                  \
   }
 
-FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_bf16_d128_vsplit, false, 128, fa90::kVSplit)
-FA90_FWD(flash_fwd_sm90_bf16_d128_vswap, false, 128, fa90::kVSwap)
-FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128, fa90::kVBlocks)
-FA90_FWD(flash_fwd_sm90_fp16_d128_vsplit, true, 128, fa90::kVSplit)
-FA90_FWD(flash_fwd_sm90_fp16_d128_vswap, true, 128, fa90::kVSwap)
+FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64)
+FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128)
+FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64)
+FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128)
 
 #define FA90_FWD_WS(name, F16, D, PIPE)                                                              \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \
@@ -757,3 +1065,21 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d64, false, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
+
+#define FA90_BWD(name, F16, D, DSK)                                                                    \
+  extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                           \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,          \
+           const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,         \
+           const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv, \
+           int BH, int Sq, int Sk, float scale, int causal) {                                         \
+    fa90::bwd<F16, D, DSK>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+  }
+
+FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false)
+FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false)
+FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false)
+FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true)

@@ -97,6 +97,14 @@ func (b *Backend) BenchWarmUp() error {
 	if _, err := d.flashKernels(); err != nil {
 		return err
 	}
+	// On compute capability 9.0 the forward is flash_attention_sm90.cu's.
+	if name, err := flashSM90Choice(d, GemmBF16, 128, 1); err != nil {
+		return err
+	} else if name != "" {
+		if _, err := d.flashSM90Kernels(); err != nil {
+			return err
+		}
+	}
 	tmp, err := d.Alloc(3 * 64 * 64 * 2)
 	if err != nil {
 		return err

@@ -193,6 +193,8 @@ func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
 }
 
 // FlashBackward computes dQ, dK, dV from Q, K, V, O, dO and the forward's LSE.
+// On an sm_90 device its main kernel may be the Hopper one (see
+// FlashSM90BwdEnv).
 // workspace must hold FlashBackwardWorkspaceBytes(bh, sq, dim) bytes; when it is 0,
 // FlashBackward allocates it, waits for the kernels and frees it.
 func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
@@ -250,15 +252,18 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		return d.Launch(fkv, [3]uint32{uint32(bh), uint32((sk + 15) / 16), 1}, blk, uint32(p.genKVSmem),
 			q, k, v, dO, lse, dsum, dk, dv, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal))
 	}
-	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
-		return err
-	}
-	fb, err := ks.fn(p.bwd, p.bwdSmem)
+	sm90, err := flashSM90BwdChoice(d, dt, dim, scale)
 	if err != nil {
 		return err
 	}
-	if err := d.Launch(fb, [3]uint32{uint32(bh), uint32((sk + p.bwdKeys - 1) / p.bwdKeys), 1}, [3]uint32{uint32(p.bwdThreads), 1, 1},
-		uint32(p.bwdSmem), q, k, v, dO, lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal)); err != nil {
+	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
+		return err
+	}
+	if sm90 != "" {
+		if err := flashBackwardSM90(d, sm90, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, dim, scale, causal); err != nil {
+			return err
+		}
+	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, scale, causal); err != nil {
 		return err
 	}
 	conv, err := ks.fn(p.bwdConvert, 0)
@@ -268,4 +273,14 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	n := int64(rows) * int64(dim)
 	blocks := min((n+255)/256, 65535*16)
 	return d.Launch(conv, [3]uint32{uint32(blocks), 1, 1}, blk256, 0, dqacc, dq, n, scale)
+}
+
+// flashBackwardFA2 launches FA2's tensor-core backward main kernel.
+func flashBackwardFA2(d *Device, ks *kernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk int, scale float32, causal bool) error {
+	fb, err := ks.fn(p.bwd, p.bwdSmem)
+	if err != nil {
+		return err
+	}
+	return d.Launch(fb, [3]uint32{uint32(bh), uint32((sk + p.bwdKeys - 1) / p.bwdKeys), 1}, [3]uint32{uint32(p.bwdThreads), 1, 1},
+		uint32(p.bwdSmem), q, k, v, dO, lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
 }

@@ -16,15 +16,17 @@ import (
 
 const flashSM90File = "flash_attention_sm90.cu"
 
-// FlashSM90Env selects the Hopper forward on a compute capability 9.0 device
-// for bf16/fp16 with head dim 64 or 128: "tma" runs the TMA, warp-specialised
-// kernel, "tmapipe" the same with Q·Kᵀ of the next tile overlapping P·V of
-// this one, "cpasync" the one whose consumer warps load with cp.async, "1" the
-// default (flashSM90Default); "0" or unset keeps FA2. It is opt-in until the
-// kernels have been checked and timed on an H200.
+// FlashSM90Env chooses the forward on a compute capability 9.0 device for
+// bf16/fp16 with head dim 64 or 128. Unset, "1" or "tma": the TMA,
+// warp-specialised Hopper kernel (flashSM90Default; checked and timed on an
+// H200, about 1.6x FA2 at D=128, S=4096); "tmapipe": the same with Q·Kᵀ of the
+// next tile overlapping P·V of this one; "cpasync": the one whose consumer
+// warps load with cp.async; "0": FA2. Other devices, dtypes and head dims
+// always run FA2. FlashBackward stays FA2; it reads the LSE that every
+// forward writes the same way (natural log, +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
-// flashSM90Default is the kernel FlashSM90Env=1 selects.
+// flashSM90Default is the kernel FlashSM90Env selects when unset or "1".
 const flashSM90Default = "tma"
 
 // The sm90 forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
@@ -45,11 +47,8 @@ func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 +
 func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
-// none). variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
-// "" the cp.async one; for d128 the
-// GPU test also runs "vsplit" (cp.async, O += P·V as n64 halves) and "vswap"
-// (cp.async, V's descriptor offsets exchanged), which tell a wrong V
-// descriptor apart from other faults.
+// none): variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
+// "" the cp.async one.
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -63,35 +62,32 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	if dim != 64 && dim != 128 {
 		return ""
 	}
-	if variant == "tma" || variant == "tmapipe" {
+	switch variant {
+	case "tma", "tmapipe":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
+	case "":
+		return fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
 	}
-	name := fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
-	if variant != "" {
-		if dim != 128 {
-			return ""
-		}
-		name += "_" + variant
-	}
-	return name
+	return ""
 }
 
 // flashSM90Pick says which sm90 forward kernel FlashForward runs ("" for
-// FA2): only when env (the value of FlashSM90Env) asks for it, the device is
-// compute capability 9.0 (the cubin is sm_90a) and the kernel exists for dt
-// and dim; scale must be positive, as for FA2's tensor-core kernels.
+// FA2): the one env (the value of FlashSM90Env) names, the default when it is
+// unset, none when it is "0"; only on compute capability 9.0 (the cubin is
+// sm_90a) and when the kernel exists for dt and dim; scale must be positive,
+// as for FA2's tensor-core kernels.
 func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
 	variant := ""
 	switch env {
-	case "", "0":
+	case "0":
 		return "", nil
-	case "1":
+	case "", "1":
 		variant = flashSM90Default
 	case "tma", "tmapipe":
 		variant = env
 	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 (the default one, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -99,10 +95,13 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, en
 	return flashSM90Name(dt, dim, variant), nil
 }
 
-// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device.
+// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device, or
+// why it could not be compiled (so a default choice that falls back to FA2
+// does not recompile on every call).
 var flashSM90Kernels struct {
-	mu sync.Mutex
-	m  map[*Device]*kernelSet
+	mu   sync.Mutex
+	m    map[*Device]*kernelSet
+	errs map[*Device]error
 }
 
 func (d *Device) flashSM90Kernels() (*kernelSet, error) {
@@ -111,11 +110,15 @@ func (d *Device) flashSM90Kernels() (*kernelSet, error) {
 	if ks, ok := flashSM90Kernels.m[d]; ok {
 		return ks, nil
 	}
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+	if err, ok := flashSM90Kernels.errs[d]; ok {
+		return nil, err
 	}
-	ks, err := compileKernelSet(d, flashSM90File)
+	ks, err := d.compileFlashSM90()
 	if err != nil {
+		if flashSM90Kernels.errs == nil {
+			flashSM90Kernels.errs = map[*Device]error{}
+		}
+		flashSM90Kernels.errs[d] = err
 		return nil, err
 	}
 	if flashSM90Kernels.m == nil {
@@ -123,6 +126,13 @@ func (d *Device) flashSM90Kernels() (*kernelSet, error) {
 	}
 	flashSM90Kernels.m[d] = ks
 	return ks, nil
+}
+
+func (d *Device) compileFlashSM90() (*kernelSet, error) {
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+	}
+	return compileKernelSet(d, flashSM90File)
 }
 
 // flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
@@ -144,10 +154,22 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	return d.Launch(f, grid, block, uint32(smem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
 }
 
-// flashSM90Choice is flashSM90Pick for d and the environment.
+// flashSM90Choice is flashSM90Pick for d and the environment. When the
+// variable is unset and the Hopper kernels cannot run here (NVRTC older than
+// 12.0 cannot target sm_90a; a driver without cuTensorMapEncodeTiled cannot
+// encode the TMA maps), FA2 runs instead; a kernel asked for by name fails
+// with the reason.
 func flashSM90Choice(d *Device, dt GemmType, dim int, scale float32) (string, error) {
 	maj, mnr := d.ComputeCapability()
-	return flashSM90Pick(maj, mnr, dt, dim, scale, os.Getenv(FlashSM90Env))
+	env := os.Getenv(FlashSM90Env)
+	name, err := flashSM90Pick(maj, mnr, dt, dim, scale, env)
+	if err != nil || name == "" || env != "" {
+		return name, err
+	}
+	if _, err := d.flashSM90Kernels(); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
+		return "", nil
+	}
+	return name, nil
 }
 
 // CUtensorMap enums (cuda.h) used here.
@@ -168,9 +190,9 @@ type tensorMapArgs struct {
 
 // encodeFlashTensorMap writes into dst (128 bytes, 64-byte aligned) the TMA
 // map of a [bh, rows, dim] 16-bit tensor at ptr as flash_attention_sm90.cu
-// reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × 128 × 1
+// reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × boxRows × 1
 // elements with the 128-byte swizzle; reads past rows give zeros.
-func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim int) error {
+func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim, boxRows int) error {
 	if api.cuTensorMapEncodeTiled == 0 {
 		return fmt.Errorf("cuda: the driver has no cuTensorMapEncodeTiled (the sm90 TMA forward needs a CUDA 12 driver)")
 	}
@@ -180,7 +202,7 @@ func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh,
 	a := &tensorMapArgs{
 		dims:    [3]uint64{uint64(dim), uint64(rows), uint64(bh)},
 		strides: [2]uint64{uint64(dim * 2), uint64(rows * dim * 2)},
-		box:     [3]uint32{64, flashSM90Rows, 1},
+		box:     [3]uint32{64, uint32(boxRows), 1},
 		elem:    [3]uint32{1, 1, 1},
 	}
 	var pin runtime.Pinner
@@ -192,53 +214,152 @@ func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh,
 		0 /* no interleave */, tensorMapSwizzle128B, tensorMapL2Promote128B, 0 /* out of bounds: zeros */))
 }
 
-// flashForwardSM90TMA launches a TMA kernel: its first three parameters are
-// the tensor maps of Q, K and V, passed by value (128 bytes each), which
-// Launch's 8-byte argument slots cannot carry, so the launch is done here.
+// flashForwardSM90TMA launches a TMA forward: tensor maps of Q, K, V, then
+// O, LSE and the sizes.
 func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	smem := flashSM90TMASmem(dim)
 	f, err := ks.fn(name, smem)
 	if err != nil {
 		return err
 	}
-	slots, err := packArgs([]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
+	maps := []flashTMATensor{{q, sq, flashSM90Rows}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}}
+	return launchFlashTMA(d, f, name, grid, flashSM90TMAThreads, smem, bh, dim, maps,
+		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+}
+
+// flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the
+// rows of its box.
+type flashTMATensor struct {
+	ptr           DevicePtr
+	rows, boxRows int
+}
+
+// launchFlashTMA launches f with the tensor maps of maps, passed by value
+// (128 bytes each, which Launch's 8-byte argument slots cannot carry), as its
+// first parameters and args after them.
+func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads, smem, bh, dim int, maps []flashTMATensor, args []any) error {
+	slots, err := packArgs(args)
 	if err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
+	nm := len(maps)
 	err = d.do(func() error {
 		var pin runtime.Pinner
 		defer pin.Unpin()
-		// Three 16-word maps, the first on a 64-byte boundary (the encoder
+		// 16-word maps, the first on a 64-byte boundary (the encoder
 		// requires it). Encoded here, on the device's thread with its context
 		// current, like every other driver call.
-		buf := make([]uint64, 3*16+8)
+		buf := make([]uint64, nm*16+8)
 		pin.Pin(&buf[0])
 		off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
-		maps := buf[off : off+48]
-		for i, t := range []struct {
-			ptr  DevicePtr
-			rows int
-		}{{q, sq}, {k, sk}, {v, sk}} {
-			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&maps[16*i]), t.ptr, bh, t.rows, dim); err != nil {
+		mw := buf[off : off+nm*16]
+		for i, t := range maps {
+			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&mw[16*i]), t.ptr, bh, t.rows, dim, t.boxRows); err != nil {
 				return err
 			}
 		}
 		pin.Pin(&slots[0])
-		params := make([]uintptr, 3+len(slots))
-		for i := range 3 {
-			params[i] = uintptr(unsafe.Pointer(&maps[16*i]))
+		params := make([]uintptr, nm+len(slots))
+		for i := range nm {
+			params[i] = uintptr(unsafe.Pointer(&mw[16*i]))
 		}
 		for i := range slots {
-			params[3+i] = uintptr(unsafe.Pointer(&slots[i]))
+			params[nm+i] = uintptr(unsafe.Pointer(&slots[i]))
 		}
 		pin.Pin(&params[0])
 		return d.api.check("cuLaunchKernel", ccall(d.api.cuLaunchKernel, f.h,
-			uintptr(grid[0]), uintptr(grid[1]), 1, flashSM90TMAThreads, 1, 1,
+			uintptr(grid[0]), uintptr(grid[1]), 1, uintptr(threads), 1, 1,
 			uintptr(smem), d.stream, uintptr(unsafe.Pointer(&params[0])), 0))
 	})
 	if err != nil {
 		return fmt.Errorf("cuda: Launch %s grid %v smem %d: %w", name, grid, smem, err)
 	}
 	return nil
+}
+
+// FlashSM90BwdEnv set to "1" runs FlashBackward's main kernel as the Hopper
+// backward of flash_attention_sm90.cu (flash_bwd_sm90_<T>_d<D>) on a compute
+// capability 9.0 device for bf16/fp16 with head dim 64 or 128; "dsk" runs
+// its variant that keeps dS K-major for the dQ product (16-bit stores, the
+// descriptor form the forward's Q uses) instead of transposed; unset or "0"
+// keeps FA2's. Opt-in until a GPU run has checked it against the reference.
+// The preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
+// either way.
+const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
+
+// The sm90 backward's tiling, as flash_attention_sm90.cu fixes it: a CTA of
+// two warpgroups owns 128 keys and walks the queries in blocks of 64.
+const (
+	flashSM90BwdKeys    = 128
+	flashSM90BwdRows    = 64
+	flashSM90BwdThreads = 256
+)
+
+// flashSM90BwdSmem is the backward's dynamic shared memory: K and V tiles,
+// three stages of Q and dO blocks, two dSᵀ tiles (16-bit), three stages of
+// LSE and Dsum rows (float32), 64 bytes of mbarriers and 1024 bytes to align
+// the start to a swizzle block.
+func flashSM90BwdSmem(dim int) int {
+	k, r := flashSM90BwdKeys, flashSM90BwdRows
+	return 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
+}
+
+// flashSM90BwdName is the sm90 backward kernel for dt and dim ("" when there
+// is none): variant "" the one that stores dSᵀ for the dQ product, "dsk" the
+// one that stores dS.
+func flashSM90BwdName(dt GemmType, dim int, variant string) string {
+	fwd := flashSM90Name(dt, dim, "")
+	if fwd == "" || (variant != "" && variant != "dsk") {
+		return ""
+	}
+	if variant != "" {
+		variant += "_"
+	}
+	return "flash_bwd_sm90_" + variant + strings.TrimPrefix(fwd, "flash_fwd_sm90_")
+}
+
+// flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
+// FA2's): only when env (the value of FlashSM90BwdEnv) is "1" or "dsk", on
+// compute capability 9.0, for a dt and dim it exists for and scale > 0.
+func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
+	variant := ""
+	switch env {
+	case "", "0":
+		return "", nil
+	case "1":
+	case "dsk":
+		variant = env
+	default:
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant) or 0 (FA2's)", FlashSM90BwdEnv, env)
+	}
+	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
+		return "", nil
+	}
+	return flashSM90BwdName(dt, dim, variant), nil
+}
+
+// flashSM90BwdChoice is flashSM90BwdPick for d and the environment.
+func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string, error) {
+	maj, mnr := d.ComputeCapability()
+	return flashSM90BwdPick(maj, mnr, dt, dim, scale, os.Getenv(FlashSM90BwdEnv))
+}
+
+// flashBackwardSM90 launches the sm90 backward kernel name: dQaccum += dS·K
+// (float32, zeroed before), dK, dV written. dsum and dqacc are
+// FlashBackward's workspace after flash_bwd_pre_<T>.
+func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	ks, err := d.flashSM90Kernels()
+	if err != nil {
+		return err
+	}
+	smem := flashSM90BwdSmem(dim)
+	f, err := ks.fn(name, smem)
+	if err != nil {
+		return err
+	}
+	grid := [3]uint32{uint32(bh), uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), 1}
+	maps := []flashTMATensor{{q, sq, flashSM90BwdRows}, {k, sk, flashSM90BwdKeys}, {v, sk, flashSM90BwdKeys}, {dO, sq, flashSM90BwdRows}}
+	return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads, smem, bh, dim, maps,
+		[]any{lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
 }

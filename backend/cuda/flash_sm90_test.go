@@ -15,10 +15,11 @@ import (
 
 // flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
 var flashSM90AllKernels = []string{
-	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_bf16_d128_vsplit", "flash_fwd_sm90_bf16_d128_vswap",
-	"flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128", "flash_fwd_sm90_fp16_d128_vsplit", "flash_fwd_sm90_fp16_d128_vswap",
+	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128",
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
+	"flash_bwd_sm90_bf16_d64", "flash_bwd_sm90_bf16_d128", "flash_bwd_sm90_fp16_d64", "flash_bwd_sm90_fp16_d128",
+	"flash_bwd_sm90_dsk_bf16_d64", "flash_bwd_sm90_dsk_bf16_d128", "flash_bwd_sm90_dsk_fp16_d64", "flash_bwd_sm90_dsk_fp16_d128",
 }
 
 // TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
@@ -70,7 +71,12 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", ""},   // opt-in for now
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_tma_bf16_d128"}, // the default on 9.0
+		{9, 0, GemmF16, 64, 0.1, "tmapipe", "flash_fwd_sm90_tmapipe_fp16_d64"},
+		{9, 0, GemmBF16, 64, 0.1, "0", ""},
+		{8, 0, GemmBF16, 128, 0.1, "", ""},
+		{9, 0, GemmBF16, 96, 0.1, "", ""},
+		{9, 0, GemmF32, 64, 0.1, "", ""},
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},  // not Hopper: FA2
 		{10, 0, GemmBF16, 128, 0.1, "1", ""}, // sm_90a cubins run on 9.0 only
 		{9, 0, GemmBF16, 80, 0.1, "1", ""},   // no such head dim
@@ -96,16 +102,52 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"", "tma", "tmapipe", "vsplit", "vswap"} {
+			for _, v := range []string{"", "tma", "tmapipe"} {
 				name := flashSM90Name(dt, dim, v)
-				if (dim == 64 && (v == "vsplit" || v == "vswap")) != (name == "") {
-					t.Errorf("flashSM90Name(%v, %d, %q) = %q", dt, dim, v, name)
-				}
-				if name != "" && !slices.Contains(flashSM90AllKernels, name) {
+				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
 				}
 			}
 		}
+	}
+	for _, c := range []struct {
+		maj, mnr int
+		dt       GemmType
+		dim      int
+		scale    float32
+		env      string
+		want     string
+	}{
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_fp16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "dsk", "flash_bwd_sm90_dsk_fp16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "dsk", "flash_bwd_sm90_dsk_bf16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "", ""}, // opt-in for now
+		{9, 0, GemmBF16, 128, 0.1, "0", ""},
+		{8, 0, GemmBF16, 128, 0.1, "1", ""},
+		{9, 0, GemmBF16, 96, 0.1, "1", ""},
+		{9, 0, GemmF32, 64, 0.1, "1", ""},
+		{9, 0, GemmBF16, 64, -1, "1", ""},
+	} {
+		got, err := flashSM90BwdPick(c.maj, c.mnr, c.dt, c.dim, c.scale, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("flashSM90BwdPick(%d.%d, %v, d%d, %g, %q) = %q, %v; want %q", c.maj, c.mnr, c.dt, c.dim, c.scale, c.env, got, err, c.want)
+		}
+		if got != "" && !slices.Contains(flashSM90AllKernels, got) {
+			t.Errorf("flashSM90BwdPick: %q is not a kernel of the file", got)
+		}
+	}
+	if _, err := flashSM90BwdPick(9, 0, GemmBF16, 128, 0.1, "tma"); err == nil || !strings.Contains(err.Error(), FlashSM90BwdEnv) {
+		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90BwdEnv, err)
+	}
+	if got := flashSM90BwdSmem(128); got != 199232 {
+		t.Errorf("d128 backward smem %d, want 199232 (the .cu header)", got)
+	}
+	if got := flashSM90BwdSmem(64); got != 117312 {
+		t.Errorf("d64 backward smem %d, want 117312 (the .cu header)", got)
+	}
+	if name := flashSM90Name(GemmBF16, 128, "vswap"); name != "" {
+		t.Errorf("flashSM90Name of an unknown variant = %q, want \"\"", name)
 	}
 }
 
@@ -213,7 +255,9 @@ func TestFlashSM90Resources(t *testing.T) {
 		}
 		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
 		threads := flashSM90Threads
-		if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
+		if strings.HasPrefix(name, "flash_bwd_sm90") {
+			threads = flashSM90BwdThreads
+		} else if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 			threads = flashSM90TMAThreads
 		}
 		if a.MaxThreadsPerBlock < threads {
@@ -288,18 +332,17 @@ func TestFlashSM90GPU(t *testing.T) {
 	runs, fails := map[string]int{}, map[string]int{}
 	defer func() {
 		for _, k := range flashSM90AllKernels {
-			t.Logf("%-34s %3d of %3d shapes failed", k, fails[k], runs[k])
+			if runs[k] > 0 {
+				t.Logf("%-34s %3d of %3d shapes failed", k, fails[k], runs[k])
+			}
 		}
 	}()
 	for _, fam := range []struct{ label, variant string }{
-		{"cpasync", ""}, {"cpasync-vsplit", "vsplit"}, {"cpasync-vswap", "vswap"}, {"tma", "tma"}, {"tmapipe", "tmapipe"},
+		{"cpasync", ""}, {"tma", "tma"}, {"tmapipe", "tmapipe"},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
-				if kname == "" {
-					continue // vsplit and vswap exist for d128 only
-				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
 					nq := p.bh * p.sq * p.dim
@@ -381,7 +424,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		return true
 	}
 	fa2 := run("0", "")
-	for _, c := range []struct{ env, variant string }{{"1", flashSM90Default}, {"tma", "tma"}, {"cpasync", ""}} {
+	for _, c := range []struct{ env, variant string }{{"", flashSM90Default}, {"1", flashSM90Default}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"cpasync", ""}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
@@ -496,4 +539,215 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 	}
 	ms, err := d.ElapsedMs(start, end)
 	return float64(ms) / float64(iters), err
+}
+
+// TestFlashSM90Backward checks FlashBackward with each Hopper backward
+// (FlashSM90BwdEnv=1: dSᵀ stored for the dQ product, read as an M-major A;
+// =dsk: dS stored K-major, read as the forward reads Q) against the float64
+// reference with the tolerances of TestFlashAttentionGPU (dQ, dK, dV), over
+// shapes around its 128-key and 64-query tiles, Sq != Sk, causal or not; O
+// and LSE come from FlashForward (the default forward). A failing problem
+// also runs FA2's backward on the same inputs: "FA2 ok" there puts the fault
+// in the sm90 kernel. The bad elements' places are given as for the forward
+// (for dK and dV the rows are keys: the "warpgroup" is the one that owns
+// them). Which gradients fail says where: dV uses P alone (Q·Kᵀ, LSE, mask,
+// Pᵀ·dO with dO as an N-major B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad
+// points at the dS tile in shared memory (its stores, its descriptor: compare
+// the two variants) or the atomics. On the 520×520 shapes each variant's dK
+// or dV must differ from FA2's somewhere (FA2's are deterministic), or
+// FlashBackward did not run the sm90 kernel. Runs after the forward tests: a
+// kernel that faults leaves the context unusable.
+func TestFlashSM90Backward(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	d.SetCubinCacheDir(t.TempDir())
+	type tol struct{ frac, rtol, l2 float64 }
+	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
+	type shape struct{ sq, sk int }
+	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
+	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}}
+	rng := rand.New(rand.NewPCG(90, 2))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	fails, runs := map[string]int{}, map[string]int{}
+	defer func() {
+		for _, k := range flashSM90AllKernels {
+			if runs[k] > 0 {
+				t.Logf("%-34s %3d of %3d problems failed", k, fails[k], runs[k])
+			}
+		}
+	}()
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, sh := range shapes {
+				for _, causal := range []bool{false, true} {
+					const bh = 2
+					name := fmt.Sprintf("%v/d%d/sq%d/sk%d/causal%v", dt, dim, sh.sq, sh.sk, causal)
+					t.Run(name, func(t *testing.T) {
+						nq, nk := bh*sh.sq*dim, bh*sh.sk*dim
+						scale := float32(1 / math.Sqrt(float64(dim)))
+						q, qh := flashUpload(t, d, dt, gen(nq))
+						k, kh := flashUpload(t, d, dt, gen(nk))
+						v, vh := flashUpload(t, d, dt, gen(nk))
+						dO, doh := flashUpload(t, d, dt, gen(nq))
+						o, lse := flashAlloc(t, d, nq, 2), flashAlloc(t, d, bh*sh.sq, 4)
+						if err := FlashForward(d, dt, q, k, v, o, lse, bh, sh.sq, sh.sk, dim, scale, causal); err != nil {
+							t.Fatal(err)
+						}
+						backward := func(env string) (dq, dk, dv []float64, err error) {
+							t.Setenv(FlashSM90BwdEnv, env)
+							gq, gk, gv := flashAlloc(t, d, nq, 2), flashAlloc(t, d, nk, 2), flashAlloc(t, d, nk, 2)
+							if err := FlashBackward(d, dt, q, k, v, o, dO, lse, gq, gk, gv, 0, bh, sh.sq, sh.sk, dim, scale, causal); err != nil {
+								return nil, nil, nil, err
+							}
+							return flashDownload(t, d, dt, gq, nq), flashDownload(t, d, dt, gk, nk), flashDownload(t, d, dt, gv, nk), nil
+						}
+						ref := flashReference(qh, kh, vh, doh, bh, sh.sq, sh.sk, dim, float64(scale), causal)
+						tl := tols[dt]
+						check := func(dq, dk, dv []float64) (errs []error, where []string) {
+							for _, c := range []struct {
+								name          string
+								got, ref, mag []float64
+								rows, other   int
+							}{{"dQ", dq, ref.dq, ref.dqMag, sh.sq, sh.sk}, {"dK", dk, ref.dk, ref.dkMag, sh.sk, sh.sq}, {"dV", dv, ref.dv, ref.dvMag, sh.sk, sh.sq}} {
+								if err := flashCheck(c.name, c.got, c.ref, c.mag, tl.frac, 0, tl.rtol, tl.l2); err != nil {
+									errs = append(errs, err)
+									where = append(where, c.name+": "+flashSM90Where(c.got, c.ref, c.mag, bh, c.rows, c.other, dim, causal, tl.frac, tl.rtol))
+								}
+							}
+							return errs, where
+						}
+						var fa2 struct {
+							done       bool
+							dk, dv     []float64
+							err, check string
+						}
+						runFA2 := func() {
+							if fa2.done {
+								return
+							}
+							fa2.done = true
+							fq, fk, fv, err := backward("0")
+							if err != nil {
+								fa2.err = err.Error()
+								return
+							}
+							fa2.dk, fa2.dv = fk, fv
+							fa2.check = "FA2 ok on these inputs"
+							if e, _ := check(fq, fk, fv); len(e) > 0 {
+								fa2.check = fmt.Sprintf("FA2 also fails: %v", e)
+							}
+						}
+						for _, vr := range variants {
+							kname := flashSM90BwdName(dt, dim, vr.variant)
+							runs[kname]++
+							dq, dk, dv, err := backward(vr.env)
+							if err != nil {
+								fails[kname]++
+								t.Errorf("%s: %v", kname, err)
+								continue
+							}
+							if errs, where := check(dq, dk, dv); len(errs) > 0 {
+								fails[kname]++
+								runFA2()
+								t.Errorf("%s: %v\n  where: %s\n  %s%s", kname, errs, strings.Join(where, "; "), fa2.check, fa2.err)
+								continue
+							}
+							if sh.sq == 520 {
+								runFA2()
+								if fa2.err == "" && slices.Equal(fa2.dk, dk) && slices.Equal(fa2.dv, dv) {
+									t.Errorf("%s=%s: dK and dV are bit-identical to FA2's; did %s run?", FlashSM90BwdEnv, vr.env, kname)
+								}
+							}
+						}
+					})
+				}
+			}
+		}
+	}
+	t.Setenv(FlashSM90BwdEnv, "on")
+	z := flashAlloc(t, d, 2*64*64, 2)
+	if err := FlashBackward(d, GemmBF16, z, z, z, z, z, z, z, z, z, 0, 2, 64, 64, 64, 0.125, false); err == nil || !strings.Contains(err.Error(), FlashSM90BwdEnv) {
+		t.Errorf("%s=on: got %v, want an error naming the variable", FlashSM90BwdEnv, err)
+	}
+}
+
+// TestFlashSM90BwdSpeed times FlashBackward (preprocessing, main kernel, dQ
+// conversion) at the bench shape (bf16, B·S = 16k tokens, H·D = 2048, S =
+// 4096) with FA2's main kernel and with each sm90 one, logs TFLOP/s (2.5× the
+// forward's FLOPs, the bench's convention), and checks the sm90 dQ, dK, dV
+// against FA2's (relative L2 error at most 1e-2, the bf16 tolerance of
+// TestFlashAttentionGPU): the correctness test stops at S = 520.
+func TestFlashSM90BwdSpeed(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	const tokens, width, s, iters = 16384, 2048, 4096, 5
+	for _, dim := range []int{64, 128} {
+		bh := tokens / s * (width / dim)
+		n := bh * s * dim
+		host := make([]uint16, n)
+		var in [4]DevicePtr
+		for i := range in {
+			x := uint32(7*dim + i)
+			for j := range host {
+				x = x*1664525 + 1013904223
+				host[j] = BF16FromFloat32(float32(int32(x)>>20) / 1024) // in [-2, 2)
+			}
+			p, err := Upload(d, host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { d.Free(p) })
+			in[i] = p
+		}
+		q, k, v, dO := in[0], in[1], in[2], in[3]
+		o := flashAlloc(t, d, n, 2)
+		lse := flashAlloc(t, d, bh*s, 4)
+		grads := [3]DevicePtr{flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2)}
+		ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(bh, s, dim), 1)
+		scale := float32(1 / math.Sqrt(float64(dim)))
+		for _, causal := range []bool{false, true} {
+			if err := FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, scale, causal); err != nil {
+				t.Fatal(err)
+			}
+			flops := 2.5 * 4 * float64(bh) * s * s * float64(dim)
+			if causal {
+				flops /= 2
+			}
+			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
+			var fa2 [3][]float64
+			for _, env := range []string{"0", "1", "dsk"} {
+				t.Setenv(FlashSM90BwdEnv, env)
+				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk"}[env]
+				ms, err := timeFlash(d, func() error {
+					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
+				}, iters)
+				if err != nil {
+					t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
+					continue
+				}
+				line += fmt.Sprintf(" %s %.1f", label, flops/(ms*1e-3)/1e12)
+				for i, name := range []string{"dQ", "dK", "dV"} {
+					got := flashDownload(t, d, GemmBF16, grads[i], n)
+					if env == "0" {
+						fa2[i] = got
+					} else if fa2[i] != nil {
+						if err := flashCheck(name+" vs FA2", got, fa2[i], nil, 0, math.Inf(1), 0, 1e-2); err != nil {
+							t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
+						}
+					}
+				}
+			}
+			t.Log(line)
+		}
+	}
 }

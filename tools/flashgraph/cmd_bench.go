@@ -449,8 +449,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"with SoftmaxGrad) and PyTorch SDPA (FLASH, cuDNN, EFFICIENT; tools/reference/sdpa_bench.py\n"+
 			"run as a subprocess). Shapes keep B·S and H·D fixed. Prints one table of TFLOP/s, ratios,\n"+
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
-			"(model small, fused vs unfused attention). -sm90 also times the Hopper forwards\n"+
-			"(kernels/flash_attention_sm90.cu) beside FA2 and prints their forward table.", stderr)
+			"(model small, fused vs unfused attention). On a compute capability 9.0 GPU the fused forward is\n"+
+			"the Hopper TMA kernel unless "+cuda.FlashSM90Env+"=0; -sm90 times FA2 (\"fused\") and each Hopper\n"+
+			"forward (kernels/flash_attention_sm90.cu) and prints their forward table. "+cuda.FlashSM90BwdEnv+"=1\n"+
+			"makes the fused backward the Hopper one (experimental).", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
@@ -588,8 +590,9 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	t0 := time.Now()
 	if sm90 {
-		// FlashForward reads the variable at each call: "fused" runs with it
-		// 0, "fused-sm90" with it 1; the caller's value comes back at the end.
+		// FlashForward reads the variable at each call: "fused" runs FA2 with
+		// it 0, each sm90Variants row with its value; the caller's value comes
+		// back at the end.
 		old, had := os.LookupEnv(cuda.FlashSM90Env)
 		defer func() {
 			if had {
