@@ -553,9 +553,8 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // them). Which gradients fail says where: dV uses P alone (Q·Kᵀ, LSE, mask,
 // Pᵀ·dO with dO as an N-major B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad
 // points at the dS tile in shared memory (its stores, its descriptor: compare
-// the two variants) or the atomics. On the 520×520 shapes each variant's dK
-// or dV must differ from FA2's somewhere (FA2's are deterministic), or
-// FlashBackward did not run the sm90 kernel. Runs after the forward tests: a
+// the two variants) or the atomics. Each run also checks that FlashBackward
+// chose the variant's kernel. Runs after the forward tests: a
 // kernel that faults leaves the context unusable.
 func TestFlashSM90Backward(t *testing.T) {
 	d := gpu(t)
@@ -565,6 +564,13 @@ func TestFlashSM90Backward(t *testing.T) {
 	d.SetCubinCacheDir(t.TempDir())
 	type tol struct{ frac, rtol, l2 float64 }
 	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
+	// What storing a gradient alone can cost: float16 is subnormal below
+	// 2^-14, its values 2^-24 apart, so a correctly rounded result may be
+	// 2^-25 from the float64 reference whatever the relative tolerance
+	// (seen on the H200: dK and dV of a few 1e-7..3e-6 elements, FA2's
+	// backward rounding to the same values). bfloat16's subnormals lie far
+	// below any gradient here.
+	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
 	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}}
@@ -617,7 +623,7 @@ func TestFlashSM90Backward(t *testing.T) {
 								got, ref, mag []float64
 								rows, other   int
 							}{{"dQ", dq, ref.dq, ref.dqMag, sh.sq, sh.sk}, {"dK", dk, ref.dk, ref.dkMag, sh.sk, sh.sq}, {"dV", dv, ref.dv, ref.dvMag, sh.sk, sh.sq}} {
-								if err := flashCheck(c.name, c.got, c.ref, c.mag, tl.frac, 0, tl.rtol, tl.l2); err != nil {
+								if err := flashCheck(c.name, c.got, c.ref, c.mag, tl.frac, outAtol[dt], tl.rtol, tl.l2); err != nil {
 									errs = append(errs, err)
 									where = append(where, c.name+": "+flashSM90Where(c.got, c.ref, c.mag, bh, c.rows, c.other, dim, causal, tl.frac, tl.rtol))
 								}
@@ -660,11 +666,12 @@ func TestFlashSM90Backward(t *testing.T) {
 								t.Errorf("%s: %v\n  where: %s\n  %s%s", kname, errs, strings.Join(where, "; "), fa2.check, fa2.err)
 								continue
 							}
-							if sh.sq == 520 {
-								runFA2()
-								if fa2.err == "" && slices.Equal(fa2.dk, dk) && slices.Equal(fa2.dv, dv) {
-									t.Errorf("%s=%s: dK and dV are bit-identical to FA2's; did %s run?", FlashSM90BwdEnv, vr.env, kname)
-								}
+							// The kernel FlashBackward ran under this setting.
+							// (Its gradients can equal FA2's bit for bit: both
+							// sum the same products over query blocks in the
+							// same order; seen on the 520×520 shapes.)
+							if got, err := flashSM90BwdChoice(d, dt, dim, scale); err != nil || got != kname {
+								t.Errorf("%s=%s: FlashBackward runs %q (%v), want %s", FlashSM90BwdEnv, vr.env, got, err, kname)
 							}
 						}
 					})
