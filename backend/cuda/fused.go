@@ -411,18 +411,27 @@ func (c *lowerCtx) lowerEwProgram(p *ewProgram) (func() error, error) {
 	if n == 0 {
 		return nop, nil
 	}
-	f, err := c.x.b.generatedFunction(src, "ew")
+	ins := make([]buffer, len(p.ins))
+	for i, o := range p.ins {
+		ins[i] = o.buf
+	}
+	return c.launchGenerated(src, "ew", (n+int64(vec)-1)/int64(vec), ins, p.obufs)
+}
+
+// launchGenerated compiles a generated kernel (once per source) and returns
+// the launch of its entry point with threads threads in blocks of 256 and
+// the buffers' addresses as its arguments, in order.
+func (c *lowerCtx) launchGenerated(src, entry string, threads int64, bufs ...[]buffer) (func() error, error) {
+	f, err := c.x.b.generatedFunction(src, entry)
 	if err != nil {
 		return nil, err
 	}
 	var args []any
-	for _, o := range p.ins {
-		args = append(args, o.buf.ptr)
+	for _, list := range bufs {
+		for _, b := range list {
+			args = append(args, b.ptr)
+		}
 	}
-	for _, o := range p.obufs {
-		args = append(args, o.ptr)
-	}
-	threads := (n + int64(vec) - 1) / int64(vec)
 	l, err := newRawLaunch(f, c.gridFor(threads, 256), [3]uint32{256, 1, 1}, 0, args...)
 	if err != nil {
 		return nil, err

@@ -329,23 +329,7 @@ func lowerFusedIndex(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorT
 	if count == 0 {
 		return nop, nil
 	}
-	f, err := c.x.b.generatedFunction(src, "ix")
-	if err != nil {
-		return nil, err
-	}
-	var args []any
-	for _, b := range p.ins {
-		args = append(args, b.ptr)
-	}
-	for _, b := range p.obufs {
-		args = append(args, b.ptr)
-	}
-	l, err := newRawLaunch(f, c.gridFor(count/int64(p.vec), 256), [3]uint32{256, 1, 1}, 0, args...)
-	if err != nil {
-		return nil, err
-	}
-	d := c.dev()
-	return func() error { return l.run(d) }, nil
+	return c.launchGenerated(src, "ix", count/int64(p.vec), p.ins, p.obufs)
 }
 
 // vectorWidth is the elements a thread takes along the last axis: 16 bytes

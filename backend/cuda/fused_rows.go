@@ -151,6 +151,18 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	for i, t := range otypes {
 		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
 	}
+	// rowCoords declares the row's leading coordinates c0, c1, ... (the
+	// loop over the row and the row steps each need them in scope).
+	rowCoords := func() {
+		w("            unsigned long long rem = row;\n")
+		for j := len(dims) - 1; j >= 0; j-- {
+			if j > 0 {
+				w("            const unsigned long long c%d = rem %% %dull; rem /= %dull;\n", j, dims[j], dims[j])
+			} else {
+				w("            const unsigned long long c0 = rem;\n")
+			}
+		}
+	}
 	w("extern \"C\" __global__ void __launch_bounds__(256) rows(%s)\n{\n", strings.Join(params, ", "))
 	w("    const unsigned lane = threadIdx.x %% %du;\n", lanes)
 	w("    const unsigned long long warp = (blockIdx.x * 256ull + threadIdx.x) / 32;\n")
@@ -161,14 +173,7 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	w("        %s a = 0;\n", acc)
 	w("        if (row < %dull) {\n", rows)
 	// Leading coordinates of the row.
-	w("            unsigned long long rem = row;\n")
-	for j := len(dims) - 1; j >= 0; j-- {
-		if j > 0 {
-			w("            const unsigned long long c%d = rem %% %dull; rem /= %dull;\n", j, dims[j], dims[j])
-		} else {
-			w("            const unsigned long long c0 = rem;\n")
-		}
-	}
+	rowCoords()
 	offset := func(base int64, strides []int64) string {
 		terms := []string{fmt.Sprintf("%dull", base)}
 		for j, s := range strides {
@@ -289,14 +294,7 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 		w("        a += __shfl_xor_sync(0xffffffffu, a, %d, %d);\n", o, lanes)
 	}
 	w("        if (row < %dull && lane == 0) {\n", rows)
-	w("            unsigned long long rem = row;\n")
-	for j := len(dims) - 1; j >= 0; j-- {
-		if j > 0 {
-			w("            const unsigned long long c%d = rem %% %dull; rem /= %dull;\n", j, dims[j], dims[j])
-		} else {
-			w("            const unsigned long long c0 = rem;\n")
-		}
-	}
+	rowCoords()
 	rargs := make([]string, len(p.rIns))
 	for k, o := range p.rIns {
 		if o.strides == nil {
@@ -429,22 +427,10 @@ func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorTy
 	if rows == 0 {
 		return nop, nil
 	}
-	f, err := c.x.b.generatedFunction(src, "rows")
-	if err != nil {
-		return nil, err
-	}
-	var args []any
-	for _, o := range p.eIns {
-		args = append(args, o.buf.ptr)
-	}
-	for _, o := range p.obufs {
-		args = append(args, o.ptr)
+	ins := make([]buffer, len(p.eIns))
+	for i, o := range p.eIns {
+		ins[i] = o.buf
 	}
 	rowsPerBlock := int64(8 * (32 / lanes))
-	l, err := newRawLaunch(f, c.gridFor((rows+rowsPerBlock-1)/rowsPerBlock*256, 256), [3]uint32{256, 1, 1}, 0, args...)
-	if err != nil {
-		return nil, err
-	}
-	d := c.dev()
-	return func() error { return l.run(d) }, nil
+	return c.launchGenerated(src, "rows", (rows+rowsPerBlock-1)/rowsPerBlock*256, ins, p.obufs)
 }
