@@ -721,7 +721,7 @@ func absorbIndexChains(groups []*ewGroup, groupOf map[*graph.Node]*ewGroup, owne
 	for _, f := range groups {
 		// A group that itself only feeds index nodes is taken, with its
 		// own index inputs, by the group that reads those.
-		if len(f.members) == 0 || f.reduce != nil || feedsOnlyIndex(f.members, uses) {
+		if len(f.members) == 0 || f.reduce != nil || feedsOnlyIndex(f.members, uses, isOut) {
 			continue
 		}
 		inF := map[*graph.Node]bool{}
@@ -745,7 +745,7 @@ func absorbIndexChains(groups []*ewGroup, groupOf map[*graph.Node]*ewGroup, owne
 			if u == nil || cand[key(u)] != nil || u.gr == f {
 				continue
 			}
-			if u.gr != nil && !feedsOnlyIndex(u.members, uses) {
+			if u.gr != nil && !feedsOnlyIndex(u.members, uses, isOut) {
 				continue
 			}
 			cand[key(u)] = u
@@ -841,20 +841,28 @@ func absorbIndexChains(groups []*ewGroup, groupOf map[*graph.Node]*ewGroup, owne
 }
 
 // feedsOnlyIndex reports whether the values of an elementwise group that
-// leave it are read by index nodes only.
-func feedsOnlyIndex(members []*graph.Node, uses map[*graph.Value][]*graph.Node) bool {
+// leave it are read, and read by index nodes only (none is a graph output).
+func feedsOnlyIndex(members []*graph.Node, uses map[*graph.Value][]*graph.Node, isOut map[*graph.Value]bool) bool {
 	in := map[*graph.Node]bool{}
 	for _, m := range members {
 		in[m] = true
 	}
+	read := false
 	for _, m := range members {
+		if isOut[m.Outputs[0]] {
+			return false
+		}
 		for _, r := range uses[m.Outputs[0]] {
-			if !in[r] && !isIndexNode(r) {
+			if in[r] {
+				continue
+			}
+			if !isIndexNode(r) {
 				return false
 			}
+			read = true
 		}
 	}
-	return true
+	return read
 }
 
 // groupShape says what a group computes over: its shape, or for a group

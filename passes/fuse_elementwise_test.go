@@ -205,3 +205,51 @@ func TestFuseElementwiseReductionLimits(t *testing.T) {
 	}
 	sameOutputs(t, "limits", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
 }
+
+// Index chains: a Slice/Concat chain read only by an elementwise group is
+// absorbed into it, along any axis and with negative bounds; a chain whose
+// values something else reads (here a MatMul, or a graph output) stays.
+func TestFuseElementwiseIndexChains(t *testing.T) {
+	b := graph.NewBuilder("chains")
+	x := b.Input("x", graph.Float32, 4, 6, 8)
+	w := b.Input("w", graph.Float32, 4, 6, 8)
+	// Rows 3..5 then 0..2 of axis 1 (a roll), negated first half: absorbed.
+	lo := b.Slice(x, 1, 0, 3)
+	hi := b.Slice(x, 1, -3, 6)
+	roll := b.Concat(1, b.Neg(hi), lo)
+	y := b.Mul(b.Add(roll, w), w)
+	// A Slice also read by a MatMul: not absorbed.
+	s := b.Slice(x, 2, 0, 4)
+	z := b.MatMul(s, b.Transpose(s, 0, 2, 1))
+	kept := b.Op("Exp", nil, b.Concat(2, s, b.Neg(s)))
+	b.Output(y, z, kept)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &Log{}
+	fused, err := (FuseElementwise{}).Run(g, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int{}
+	var bodies []string
+	for _, n := range fused.Nodes {
+		counts[n.Op]++
+		if n.Op == "FusedElementwise" {
+			bodies = append(bodies, n.Attrs["body"].S)
+		}
+	}
+	if counts["Slice"] != 1 || counts["Concat"] != 0 {
+		t.Errorf("after fusion %d Slice (want 1: the one a MatMul reads) and %d Concat (want 0); bodies %q", counts["Slice"], counts["Concat"], bodies)
+	}
+	if !slices.ContainsFunc(bodies, func(s string) bool { return strings.Contains(s, "Slice<1,3,6>") && strings.Contains(s, "Concat<1>") }) {
+		t.Errorf("the roll along axis 1 is not in a body (negative start resolved to 3): %q", bodies)
+	}
+	feeds := map[string]*graph.Tensor{"x": graph.NewTensor(graph.Float32, graph.Shape{4, 6, 8}), "w": graph.NewTensor(graph.Float32, graph.Shape{4, 6, 8})}
+	for i := range 4 * 6 * 8 {
+		feeds["x"].Set(i, float64(i%11)/5-1)
+		feeds["w"].Set(i, float64(i%7)/3-0.5)
+	}
+	sameOutputs(t, "chains", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
+}

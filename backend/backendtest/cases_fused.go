@@ -170,6 +170,15 @@ func fusedCases() []opCase {
 		c.expect(ys[0], rnd(c, refElem("Add", t7, t6)))
 		c.expect(ys[1], m)
 	})
+	add("roll_middle_axis_[4,6,8]", func(c *ctx) {
+		// Index steps on an axis that is not the last: the branch is on a
+		// middle coordinate and vectors along the last axis stay whole.
+		x, rx := c.input(c.dt, normal, 4, 6, 8)
+		w, rw := c.input(c.dt, normal, 4, 6, 8)
+		ys := fused(c, "Slice<1,3,6>(i0);Neg(t0);Slice<1,0,3>(i0);Concat<1>(t1,t2);Add(t3,i1);Mul(t4,i1)", []int64{5}, x, w)
+		roll := concat(1, mapArr(slice(rx, 1, 3, 6), func(v float64) float64 { return -v }), slice(rx, 1, 0, 3))
+		c.expect(ys[0], rnd(c, refElem("Mul", rnd(c, refElem("Add", roll, rw)), rw)))
+	})
 	add("concat_three_[4,3]_[4,1]_[4,2]_axis1", func(c *ctx) {
 		a, ra := c.input(c.dt, normal, 4, 3)
 		b, rb := c.input(c.dt, normal, 4, 1)
