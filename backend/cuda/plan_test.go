@@ -454,3 +454,47 @@ func TestParseCompute(t *testing.T) {
 		t.Error("fp8 accepted")
 	}
 }
+
+// No two arena buffers whose lives overlap share bytes, in the plans the
+// trainer asks for: the gpt2 step (two layers) with fused attention, its
+// elementwise chains fused (recomputation on, as on CUDA), in bfloat16 and
+// float32, with its parameter updates. A node's inputs and outputs are live
+// at the node together, so a kernel never writes over what it reads.
+func TestPlanLivesNeverShareBytes(t *testing.T) {
+	cfg, err := model.Lookup("gpt2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Layers, cfg.Batch, cfg.Seq = 2, 2, 128
+	fwd, err := model.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fwd, err = passes.Default(true).Run(fwd, nil); err != nil {
+		t.Fatal(err)
+	}
+	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{Loss: "loss"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step, err := (passes.FuseElementwise{}).Run(ts.Graph, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, compute := range []graph.DType{graph.BFloat16, graph.Float32} {
+		p := plan(t, step, PlanOptions{Compute: compute, Updates: ts.Updates})
+		for i, a := range p.Tensors {
+			for _, b := range p.Tensors[i+1:] {
+				if a.Last < b.First || b.Last < a.First {
+					continue // lives apart
+				}
+				if a.Offset+a.Bytes <= b.Offset || b.Offset+b.Bytes <= a.Offset {
+					continue // bytes apart
+				}
+				t.Fatalf("%v: %s (nodes %d..%d, bytes %d..%d) and %s (nodes %d..%d, bytes %d..%d) are live together in the same bytes",
+					compute, a.Name, a.First, a.Last, a.Offset, a.Offset+a.Bytes, b.Name, b.First, b.Last, b.Offset, b.Offset+b.Bytes)
+			}
+		}
+		t.Logf("%v: %d arena buffers, arena %s", compute, len(p.Tensors), FormatBytes(p.PeakBytes))
+	}
+}
