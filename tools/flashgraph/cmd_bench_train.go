@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/graph"
+	"hash/fnv"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -55,7 +58,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
 	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
-	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also the unfused step in f32: the noise bf16 rounding alone makes)")
+	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also two noise samples: the unfused step in f32, and again with every weight moved by half a bf16 step)")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	steps := fs.Int("steps", 30, "timed steps")
 	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
@@ -340,14 +343,18 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	// The runs: elementwise fusion on and off in the benchmark's precision
 	// and, for bf16, the unfused step in float32 too: how far bf16 rounding
 	// alone moves the curve is the noise the fused curve is judged against.
+	// A second noise sample: the unfused step again with every parameter
+	// moved by half a bf16 step (2^-9 relative, a fixed pattern of signs),
+	// as another rounding of the same weights would move it.
 	type run struct {
-		name string
-		noEW bool
-		bf16 bool
+		name    string
+		noEW    bool
+		bf16    bool
+		perturb bool
 	}
-	runs := []run{{"fused", false, bf16}, {"unfused", true, bf16}}
+	runs := []run{{"fused", false, bf16, false}, {"unfused", true, bf16, false}}
 	if bf16 {
-		runs = append(runs, run{"unfused f32", true, false})
+		runs = append(runs, run{"unfused f32", true, false, false}, run{"unfused perturbed", true, true, true})
 	}
 	curves := make([][]float64, len(runs))
 	for k, r := range runs {
@@ -361,6 +368,13 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 		if err != nil {
 			be.Close()
 			return err
+		}
+		if r.perturb {
+			if err := perturbParams(tr.Executable(), tr.Graphs.Step.Graph, 0x1p-9); err != nil {
+				tr.Close()
+				be.Close()
+				return err
+			}
 		}
 		fmt.Fprintf(stderr, "bench: loss curve %d/%d (%s), %d steps\n", k+1, len(runs), r.name, steps)
 		for range steps {
@@ -393,6 +407,37 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	pair("fused vs unfused "+prec, curves[0], curves[1])
 	if bf16 {
 		pair("unfused bf16 vs f32 (noise)", curves[1], curves[2])
+		pair("unfused vs perturbed (noise)", curves[1], curves[3])
+	}
+	return nil
+}
+
+// perturbParams multiplies every element of every parameter of g in exe by
+// 1 ± rel (the sign from a fixed hash of the parameter and element index).
+func perturbParams(exe backend.Executable, g *graph.Graph, rel float64) error {
+	for _, v := range g.Initializers() {
+		if v.Kind != graph.Param {
+			continue
+		}
+		t, err := exe.Initializer(v.Name)
+		if err != nil {
+			return fmt.Errorf("perturb %s: %w", v.Name, err)
+		}
+		h := fnv.New32a()
+		h.Write([]byte(v.Name))
+		seed := h.Sum32()
+		for i := range t.Len() {
+			x := uint32(i)*2654435761 ^ seed
+			x ^= x >> 15
+			sign := 1.0
+			if x&1 == 1 {
+				sign = -1
+			}
+			t.Set(i, t.At(i)*(1+sign*rel))
+		}
+		if err := exe.SetInitializer(v.Name, t); err != nil {
+			return fmt.Errorf("perturb %s: %w", v.Name, err)
+		}
 	}
 	return nil
 }
