@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
 	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
 	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also two noise samples: the unfused step in f32, and again with every weight moved by half a bf16 step)")
+	grads := fs.Bool("grads", false, "also compare the first step's gradients from the same weights and batch: fused and unfused elementwise in bf16 against float32")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
 	steps := fs.Int("steps", 30, "timed steps")
 	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
@@ -115,6 +117,11 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	printTrainTable(stdout, rows)
 	if *curve > 0 {
 		if err := compareCurves(stdout, stderr, cfg, bf16, *curve); err != nil {
+			return err
+		}
+	}
+	if *grads {
+		if err := compareGradients(stdout, stderr, cfg); err != nil {
 			return err
 		}
 	}
@@ -440,4 +447,115 @@ func perturbParams(exe backend.Executable, g *graph.Graph, rel float64) error {
 		}
 	}
 	return nil
+}
+
+// stepGradients compiles cfg's training step on be (elementwise fusion on
+// or off), runs it once on a fixed batch from the config's initial weights
+// and returns every parameter's gradient.
+func stepGradients(be backend.Backend, cfg model.Config, fuseEW bool) (map[string]*graph.Tensor, error) {
+	gs, err := train.BuildGraphsFor(be, cfg, true, train.Hyper{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, WeightDecay: 0.1,
+		NoFuseElementwise: !fuseEW})
+	if err != nil {
+		return nil, err
+	}
+	g := gs.Step.Graph.Clone()
+	var names []string
+	for _, n := range g.Nodes {
+		for _, o := range n.Outputs {
+			if strings.HasPrefix(o.Name, "grad.") && !g.IsOutput(o) {
+				g.Outputs = append(g.Outputs, o)
+				names = append(names, o.Name)
+			}
+		}
+	}
+	exe, err := be.Compile(g, backend.Options{})
+	if err != nil {
+		return nil, err
+	}
+	defer exe.Close()
+	feeds := map[string]*graph.Tensor{}
+	for _, in := range g.Inputs {
+		t := graph.NewTensor(in.Type.DType, in.Type.Shape)
+		for i := range t.Len() {
+			switch {
+			case in.Type.DType == graph.Int64: // tokens and targets: a fixed pseudo-random batch
+				t.Set(i, float64((i*2654435761+int(len(in.Name)))%cfg.Vocab))
+			case in.Name == gs.Step.Step:
+				t.Set(i, 1)
+			default:
+				t.Set(i, 1e-3)
+			}
+		}
+		feeds[in.Name] = t
+	}
+	out, err := exe.Run(feeds)
+	if err != nil {
+		return nil, err
+	}
+	res := map[string]*graph.Tensor{}
+	for _, name := range names {
+		res[name] = out[name]
+	}
+	return res, nil
+}
+
+// compareGradients prints, per parameter, how far the bf16 step's gradients
+// are from the float32 step's, with and without elementwise fusion.
+func compareGradients(stdout, stderr io.Writer, cfg model.Config) error {
+	type variant struct {
+		name         string
+		bf16, fuseEW bool
+	}
+	variants := []variant{{"f32", false, false}, {"bf16 fused", true, true}, {"bf16 unfused", true, false}}
+	res := make([]map[string]*graph.Tensor, len(variants))
+	for k, v := range variants {
+		fmt.Fprintf(stderr, "bench: gradients %d/%d (%s)\n", k+1, len(variants), v.name)
+		be, err := newCUDABackend(v.bf16)
+		if err != nil {
+			return err
+		}
+		res[k], err = stepGradients(be, cfg, v.fuseEW)
+		be.Close()
+		if err != nil {
+			return fmt.Errorf("gradients (%s): %w", v.name, err)
+		}
+	}
+	printGradientTable(stdout, cfg, res[0], res[1], res[2])
+	return nil
+}
+
+// printGradientTable writes max|x−ref|/max|ref| of each gradient for the two
+// bf16 steps against the float32 one, and the means.
+func printGradientTable(w io.Writer, cfg model.Config, ref, fused, unfused map[string]*graph.Tensor) {
+	names := make([]string, 0, len(ref))
+	for n := range ref {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	rel := func(a, r *graph.Tensor) float64 {
+		if a == nil || r == nil || a.Len() != r.Len() {
+			return math.Inf(1)
+		}
+		var d, m float64
+		for i := range r.Len() {
+			d = math.Max(d, math.Abs(a.At(i)-r.At(i)))
+			m = math.Max(m, math.Abs(r.At(i)))
+		}
+		if d != d {
+			return math.Inf(1)
+		}
+		return d / math.Max(m, 1e-30)
+	}
+	fmt.Fprintf(w, "\nfirst-step gradients, %s, relative to float32 (max|x-f32| / max|f32|)\n", cfg.Name)
+	fmt.Fprintf(w, "%36s  %12s  %12s\n", "gradient", "bf16 fused", "bf16 unfused")
+	var sf, su float64
+	for _, n := range names {
+		f, u := rel(fused[n], ref[n]), rel(unfused[n], ref[n])
+		sf += f
+		su += u
+		fmt.Fprintf(w, "%36s  %12.3g  %12.3g\n", n, f, u)
+	}
+	if len(names) > 0 {
+		fmt.Fprintf(w, "%36s  %12.3g  %12.3g\n", "mean", sf/float64(len(names)), su/float64(len(names)))
+	}
 }

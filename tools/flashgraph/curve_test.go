@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
 )
 
 // The noise sample of bench -train -curve moves every parameter element by
@@ -45,5 +48,48 @@ func TestPerturbParams(t *testing.T) {
 	}
 	if cv, _ := exe.Initializer("c"); cv.At(0) != 1 {
 		t.Errorf("the constant moved: %v", cv.At(0))
+	}
+}
+
+// bench -train -grads: the first step's gradients of every parameter, with
+// and without elementwise fusion, from the same weights and batch. On the CPU
+// the two are bit-identical, and the table lists each gradient with a zero
+// difference.
+func TestStepGradients(t *testing.T) {
+	cfg, err := model.Lookup("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := stepGradients(cpu.New(), cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfused, err := stepGradients(cpu.New(), cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fused) != 3+cfg.Layers*11 || len(unfused) != len(fused) {
+		t.Fatalf("%d and %d gradients, want %d (one per parameter)", len(fused), len(unfused), 3+cfg.Layers*11)
+	}
+	nonzero := 0
+	for name, f := range fused {
+		u := unfused[name]
+		for i := range f.Len() {
+			if math.Float64bits(f.At(i)) != math.Float64bits(u.At(i)) {
+				t.Fatalf("%s[%d]: fused %v, unfused %v", name, i, f.At(i), u.At(i))
+			}
+			if f.At(i) != 0 {
+				nonzero++
+			}
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("every gradient is zero")
+	}
+	var buf bytes.Buffer
+	printGradientTable(&buf, cfg, unfused, fused, unfused)
+	out := buf.String()
+	if !strings.Contains(out, "grad.layers.1.wq") || !strings.Contains(out, "mean") || strings.Count(out, "\n") != len(fused)+4 {
+		t.Errorf("table:\n%s", out)
 	}
 }
