@@ -64,6 +64,14 @@ gpu:
 	mkdir -p .gpu
 	$(GO) build -o .gpu/flashgraph ./tools/flashgraph
 	$(GO) test -c -o .gpu/cuda.test ./backend/cuda
+	printf '%s\n' '#!/bin/sh' \
+		'# The attention kernels under compute-sanitizer (memcheck, then racecheck); run on the GPU machine from the repository root.' \
+		'set -e' \
+		'S=$${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer' \
+		'T="TestFlashAttentionGPU|TestFlashSM90GPU|TestFlashSM90Backward"' \
+		'for tool in memcheck racecheck; do "$$S" --tool $$tool --error-exitcode 3 ./.gpu/cuda.test -test.run "$$T" -test.count=1; done' \
+		> .gpu/sanitize.sh
+	chmod +x .gpu/sanitize.sh
 
 clean:
 	rm -rf flashgraph .gpu out
