@@ -109,6 +109,47 @@ func ewExpr(op string, ct string, a []string) (string, error) {
 	return "", fmt.Errorf("no generated code for %s", op)
 }
 
+// stepExpr is the C expression of a body step: op over the operand
+// expressions ops, rounded to narrow when that is a 16-bit type, as the
+// result of a node of its own would be stored.
+func stepExpr(op, ct string, ops []string, narrow graph.DType) (string, error) {
+	e, err := ewExpr(op, ct, ops)
+	if err != nil {
+		return "", err
+	}
+	if is16(narrow) {
+		t, _ := ctype(narrow)
+		e = loadExpr(t, ct, storeExpr(t, ct, e))
+	}
+	return e, nil
+}
+
+// operandExprs are a step's operands as C expressions: input k is args[k],
+// step k the variable tk.
+func operandExprs(st graph.FusedStep, args []string) []string {
+	ops := make([]string, len(st.Args))
+	for j, a := range st.Args {
+		ops[j] = operandOf(a, args)
+	}
+	return ops
+}
+
+// operandOf is a step operand's C name.
+func operandOf(a graph.FusedOperand, args []string) string {
+	if a.Step {
+		return fmt.Sprintf("t%d", a.Index)
+	}
+	return args[a.Index]
+}
+
+// narrowOf is step s's dtype from narrow (none past its end).
+func narrowOf(narrow []graph.DType, s int) graph.DType {
+	if s < len(narrow) {
+		return narrow[s]
+	}
+	return graph.InvalidDType
+}
+
 // loadExpr converts a loaded element of C type t to the compute type.
 func loadExpr(t, ct, x string) string {
 	switch t {
@@ -342,21 +383,9 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		}
 	}
 	for s, st := range p.steps {
-		ops := make([]string, len(st.Args))
-		for j, a := range st.Args {
-			if a.Step {
-				ops[j] = fmt.Sprintf("t%d", a.Index)
-			} else {
-				ops[j] = args[a.Index]
-			}
-		}
-		e, err := ewExpr(st.Op, ct, ops)
+		e, err := stepExpr(st.Op, ct, operandExprs(st, args), narrowOf(p.narrow, s))
 		if err != nil {
 			return "", 0, 0, err
-		}
-		if s < len(p.narrow) && (p.narrow[s] == graph.BFloat16 || p.narrow[s] == graph.Float16) {
-			t, _ := ctype(p.narrow[s])
-			e = loadExpr(t, ct, storeExpr(t, ct, e))
 		}
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}

@@ -205,13 +205,9 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		}
 		ops[j] = v + "[e]"
 	}
-	e, err := ewExpr(st.Op, g.ct, ops)
+	e, err := stepExpr(st.Op, g.ct, ops, p.types[s].DType)
 	if err != nil {
 		return "", err
-	}
-	if dt := p.types[s].DType; is16(dt) {
-		t, _ := ctype(dt)
-		e = loadExpr(t, g.ct, storeExpr(t, g.ct, e))
 	}
 	name := fmt.Sprintf("v%d", g.n)
 	g.n++

@@ -235,31 +235,11 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 			args[k] = fmt.Sprintf("a%d", k)
 		}
 	}
-	stepExpr := func(s int, args []string) (string, error) {
-		st := p.steps[s]
-		ops := make([]string, len(st.Args))
-		for j, a := range st.Args {
-			if a.Step {
-				ops[j] = fmt.Sprintf("t%d", a.Index)
-			} else {
-				ops[j] = args[a.Index]
-			}
-		}
-		e, err := ewExpr(st.Op, ct, ops)
-		if err != nil {
-			return "", err
-		}
-		if s < len(p.narrow) && is16(p.narrow[s]) {
-			t, _ := ctype(p.narrow[s])
-			e = loadExpr(t, ct, storeExpr(t, ct, e))
-		}
-		return e, nil
-	}
 	for s := range p.steps {
 		if p.rowLevel[s] {
 			continue
 		}
-		e, err := stepExpr(s, args)
+		e, err := stepExpr(p.steps[s].Op, ct, operandExprs(p.steps[s], args), narrowOf(p.narrow, s))
 		if err != nil {
 			return "", 0, 0, err
 		}
@@ -318,7 +298,7 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 				t, _ := ctype(p.narrow[s])
 				e = loadExpr(t, ct, storeExpr(t, ct, e))
 			}
-		} else if e, err = stepExpr(s, rargs); err != nil {
+		} else if e, err = stepExpr(p.steps[s].Op, ct, operandExprs(p.steps[s], rargs), narrowOf(p.narrow, s)); err != nil {
 			return "", 0, 0, err
 		}
 		w("            const %s t%d = %s;\n", ct, s, e)
@@ -339,14 +319,6 @@ func leadOf(strides []int64, n int) []int64 {
 		copy(out, strides[:n])
 	}
 	return out
-}
-
-// operandOf is a step operand's C name.
-func operandOf(a graph.FusedOperand, args []string) string {
-	if a.Step {
-		return fmt.Sprintf("t%d", a.Index)
-	}
-	return args[a.Index]
 }
 
 // lowerFusedRows lowers a FusedElementwise node whose body reduces its last
