@@ -91,6 +91,16 @@ func fusibleNode(n *graph.Node) (bool, string) {
 	return true, ""
 }
 
+// bodyOperands are the inputs of group member n that become operands of its
+// body step: a reduction's axes and a Slice's bounds are constants that
+// become the node's attributes or the step's parameters instead.
+func bodyOperands(n *graph.Node) []*graph.Value {
+	if n.Op == "Slice" || graph.FusibleReduce[n.Op] {
+		return n.Inputs[:1]
+	}
+	return n.Inputs
+}
+
 // fusibleReduce reports whether n is a reduction a group may end with: a
 // ReduceSum or ReduceMean of a float tensor over its last axis only (the
 // generated kernels reduce rows), with constant axes. It returns the axes.
@@ -206,14 +216,11 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			groups = append(groups, target)
 		}
 		target.members = append(target.members, n)
-		operands := n.Inputs
 		if isReduce {
-			// The axes become the fused node's attribute.
-			operands = n.Inputs[:1]
 			target.reduce, target.axes = n, axes
 			target.shape = n.Outputs[0].Type.Shape
 		}
-		for _, v := range operands {
+		for _, v := range bodyOperands(n) {
 			if owner[v] != target {
 				target.inputs[v] = true
 			}
@@ -294,18 +301,15 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 	steps := make([]graph.FusedStep, len(gr.members))
 	for k, m := range gr.members {
 		s := graph.FusedStep{Op: m.Op}
-		operands := m.Inputs
-		switch {
-		case m == gr.reduce:
-			operands = m.Inputs[:1]
-		case m.Op == "Slice":
+		switch m.Op {
+		case "Slice":
 			axis, start, end, _ := sliceParams(m)
-			s.Params, operands = []int64{axis, start, end}, m.Inputs[:1]
-		case m.Op == "Concat":
+			s.Params = []int64{axis, start, end}
+		case "Concat":
 			axis, _ := concatAxis(m)
 			s.Params = []int64{axis}
 		}
-		for _, v := range operands {
+		for _, v := range bodyOperands(m) {
 			if j, ok := step[v]; ok {
 				s.Args = append(s.Args, graph.FusedOperand{Step: true, Index: j})
 				continue
@@ -807,11 +811,7 @@ func absorbIndexChains(groups []*ewGroup, groupOf map[*graph.Node]*ewGroup, owne
 		}
 		inputs := map[*graph.Value]bool{}
 		for _, m := range all {
-			operands := m.Inputs
-			if m.Op == "Slice" {
-				operands = m.Inputs[:1]
-			}
-			for _, v := range operands {
+			for _, v := range bodyOperands(m) {
 				if v.Producer == nil || !member[v.Producer] {
 					inputs[v] = true
 				}
