@@ -691,31 +691,7 @@ func importLayerNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	dd, err := c.sub("Mul", nil, d, d)
-	if err != nil {
-		return err
-	}
-	variance, err := c.sub("ReduceMean", keep, dd, axes)
-	if err != nil {
-		return err
-	}
-	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
-	if err != nil {
-		return err
-	}
-	ve, err := c.sub("Add", nil, variance, epsV)
-	if err != nil {
-		return err
-	}
-	sd, err := c.sub("Sqrt", nil, ve)
-	if err != nil {
-		return err
-	}
-	inv, err := c.sub("Reciprocal", nil, sd)
-	if err != nil {
-		return err
-	}
-	nrm, err := c.sub("Mul", nil, d, inv)
+	nrm, err := rmsScale(c, d, axes, eps)
 	if err != nil {
 		return err
 	}
@@ -730,6 +706,36 @@ func importLayerNorm(c *opCtx) error {
 	}
 	_, err = c.emit("Add", nil, y, bias)
 	return err
+}
+
+// rmsScale writes v · 1/√(mean(v², axes) + eps), the step LayerNormalization
+// (v = X − mean) and RMSNormalization (v = X) share.
+func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, error) {
+	sq, err := c.sub("Mul", nil, v, v)
+	if err != nil {
+		return nil, err
+	}
+	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
+	if err != nil {
+		return nil, err
+	}
+	epsV, err := c.scalar("epsilon", v.Type.DType, eps)
+	if err != nil {
+		return nil, err
+	}
+	mse, err := c.sub("Add", nil, ms, epsV)
+	if err != nil {
+		return nil, err
+	}
+	rms, err := c.sub("Sqrt", nil, mse)
+	if err != nil {
+		return nil, err
+	}
+	inv, err := c.sub("Reciprocal", nil, rms)
+	if err != nil {
+		return nil, err
+	}
+	return c.sub("Mul", nil, v, inv)
 }
 
 // normInputs reads what LayerNormalization and RMSNormalization share: the
@@ -779,31 +785,7 @@ func importRMSNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	xx, err := c.sub("Mul", nil, x, x)
-	if err != nil {
-		return err
-	}
-	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, xx, axes)
-	if err != nil {
-		return err
-	}
-	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
-	if err != nil {
-		return err
-	}
-	mse, err := c.sub("Add", nil, ms, epsV)
-	if err != nil {
-		return err
-	}
-	rms, err := c.sub("Sqrt", nil, mse)
-	if err != nil {
-		return err
-	}
-	inv, err := c.sub("Reciprocal", nil, rms)
-	if err != nil {
-		return err
-	}
-	nrm, err := c.sub("Mul", nil, x, inv)
+	nrm, err := rmsScale(c, x, axes, eps)
 	if err != nil {
 		return err
 	}
