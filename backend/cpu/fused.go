@@ -43,15 +43,12 @@ func fusedKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	}
 	// Steps that are outputs compute straight into them.
 	res := make([]*graph.Tensor, len(steps))
-	written := map[int64]int{}
-	for k, o := range outIdx {
-		if o < 0 || int(o) >= len(steps) {
-			return fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, len(steps))
-		}
-		if _, dup := written[o]; !dup {
-			written[o] = k
-			res[o] = out[k]
-		}
+	written, err := outputSlots(outIdx, len(steps))
+	if err != nil {
+		return err
+	}
+	for o, k := range written {
+		res[o] = out[k]
 	}
 	for k, s := range steps {
 		args := make([]*graph.Tensor, len(s.Args))
@@ -143,14 +140,9 @@ func fusedChunked(n *graph.Node, steps []graph.FusedStep, types []graph.TensorTy
 	for i, t := range in {
 		strides[i] = broadcastStrides(t.Shape, shape)
 	}
-	outOf := map[int64]int{}
-	for k, o := range outIdx {
-		if o < 0 || int(o) >= len(steps) {
-			return fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, len(steps))
-		}
-		if _, dup := outOf[o]; !dup {
-			outOf[o] = k
-		}
+	outOf, err := outputSlots(outIdx, len(steps))
+	if err != nil {
+		return err
 	}
 	nChunks := (total + fusedChunk - 1) / fusedChunk
 	var firstErr error
@@ -216,6 +208,21 @@ func fusedChunked(n *graph.Node, steps []graph.FusedStep, types []graph.TensorTy
 		}
 	})
 	return firstErr
+}
+
+// outputSlots maps each step that is an output to the first output slot
+// listing it, checking every listed step exists.
+func outputSlots(outIdx []int64, steps int) (map[int64]int, error) {
+	outOf := map[int64]int{}
+	for k, o := range outIdx {
+		if o < 0 || int(o) >= steps {
+			return nil, fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, steps)
+		}
+		if _, dup := outOf[o]; !dup {
+			outOf[o] = k
+		}
+	}
+	return outOf, nil
 }
 
 // broadcastStrides are the strides of a tensor of shape in read broadcast

@@ -83,14 +83,9 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 		}
 		maxLast = max(maxLast, inLast[i])
 	}
-	outOf := map[int64]int{}
-	for k, o := range outIdx {
-		if o < 0 || int(o) >= len(steps) {
-			return false, fmt.Errorf("outputs[%d] = %d: the body has %d steps", k, o, len(steps))
-		}
-		if _, dup := outOf[o]; !dup {
-			outOf[o] = k
-		}
+	outOf, err := outputSlots(outIdx, len(steps))
+	if err != nil {
+		return false, err
 	}
 	// Each step's operands and attributes, on [rows, last] tensors.
 	stepNodes := make([]*graph.Node, len(steps))
