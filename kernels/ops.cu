@@ -830,7 +830,26 @@ extern "C" __global__ void gather_grad_f64(i64 outer, i64 dim, i64 inner, i64 ni
 //   m' = β1·m + (1−β1)·g;  v' = β2·v + (1−β2)·g²;  m̂ = m'/(1−β1^t);  v̂ = v'/(1−β2^t)
 //   p' = p − lr·(m̂/(√v̂ + eps) + wd·p)
 // lr and step are device scalars (so a schedule needs no recompile); step < 1
-// sets the flag.
+// sets the flag and, like an error flagged earlier in the run, writes nothing.
+// adamw_skip reports whether an AdamW kernel must write nothing: an earlier
+// kernel of the run reported an error (the executor may update the weights in
+// place, and a failed run must leave them as they were), or the step is
+// below 1, which it reports. Every block decides alone, so a grouped launch
+// never writes part of an update.
+__device__ __forceinline__ bool adamw_skip(double t, int* flag, int code)
+{
+    if (*(volatile const int*)flag != 0) {
+        return true;
+    }
+    if (!(t >= 1.0)) {
+        if (blockIdx.x == 0 && threadIdx.x == 0) {
+            set_flag(flag, code);
+        }
+        return true;
+    }
+    return false;
+}
+
 template <typename T>
 __device__ void adamw_impl(i64 n, const void* p, int pdt, const void* g, int gdt, const void* m, int mdt, const void* v,
                            int vdt, const void* lrp, int lrdt, const void* stepp, int stepdt, void* po, int podt,
@@ -838,10 +857,8 @@ __device__ void adamw_impl(i64 n, const void* p, int pdt, const void* g, int gdt
                            int* flag, int code)
 {
     double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
-    if (!(t >= 1.0)) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
-            set_flag(flag, code);
-        }
+    if (adamw_skip(t, flag, code)) {
+        return;
     }
     const T b1 = (T)b1d, b2 = (T)b2d, eps = (T)epsd, wd = (T)wdd, lr = (T)lrd;
     const T omb1 = (T)(1.0 - b1d), omb2 = (T)(1.0 - b2d);
@@ -879,10 +896,8 @@ extern "C" __global__ void adamw_vec4_f32(i64 n, const float4* p, const void* g,
                                           double wdd, int* flag, int code)
 {
     double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
-    if (!(t >= 1.0)) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
-            set_flag(flag, code);
-        }
+    if (adamw_skip(t, flag, code)) {
+        return;
     }
     const float b1 = (float)b1d, b2 = (float)b2d, eps = (float)epsd, wd = (float)wdd, lr = (float)lrd;
     const float omb1 = (float)(1.0 - b1d), omb2 = (float)(1.0 - b2d);
@@ -948,10 +963,8 @@ extern "C" __global__ void adamw_multi_f32(const adamw_seg* segs, int nseg, int 
                                            int* flag, int code)
 {
     double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
-    if (!(t >= 1.0)) {
-        if (blockIdx.x == 0 && threadIdx.x == 0) {
-            set_flag(flag, code);
-        }
+    if (adamw_skip(t, flag, code)) {
+        return;
     }
     // The segment of this block: the last whose block0 is <= blockIdx.x
     // (block0 rises with s and segs[0].block0 is 0).

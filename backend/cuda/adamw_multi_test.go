@@ -591,9 +591,14 @@ func TestAdamWCaseGroups(t *testing.T) {
 	for _, roomy := range []bool{true, false} {
 		c := newAdamWCase(t, roomy)
 		for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
-			plan, err := PlanMemoryWith(c.g, PlanOptions{Compute: compute, Updates: c.updates})
+			// The tight case copies its updates: written in place they take
+			// no arena, and nothing would need ordering.
+			plan, err := PlanMemoryWith(c.g, PlanOptions{Compute: compute, Updates: c.updates, CopyUpdates: !roomy})
 			if err != nil {
 				t.Fatal(err)
+			}
+			if roomy && plan.InPlace != len(c.updates) {
+				t.Errorf("roomy %v: %d of %d updates in place", compute, plan.InPlace, len(c.updates))
 			}
 			x := &executable{g: c.g, plan: plan, bufs: fakeBuffers(c.g, plan)}
 			for _, n := range c.g.Nodes {
@@ -659,6 +664,11 @@ func TestAdamWMultiMatchesPerNode(t *testing.T) {
 			be := newTestBackend(t, Options{Compute: compute})
 			defer be.Close()
 			c := newAdamWCase(t, tc.roomy)
+			if !tc.roomy {
+				// Copied updates: in place they would take no arena, and the
+				// tight case is there for the launches ordered around reuse.
+				t.Setenv("FLASHGRAPH_CUDA_INPLACE_UPDATES", "0")
+			}
 			// Outputs poisoned (NaN) before the kernels that write them: a
 			// grouped launch must poison each layer's outputs only once the
 			// layers before it have read what lies there.
@@ -750,10 +760,21 @@ func TestAdamWMultiStepFlag(t *testing.T) {
 			break
 		}
 	}
+	if x := exe.(*executable); x.plan.InPlace != len(c.updates) || len(x.updates) != 0 {
+		t.Fatalf("%d of %d updates in place, %d copied", x.plan.InPlace, len(c.updates), len(x.updates))
+	}
+	before := stateOf(t, exe, c)
 	for k := 1; k <= 3; k++ { // the third run replays a CUDA graph
 		_, err := exe.Run(c.feeds(k, 0))
 		if err == nil || !strings.Contains(err.Error(), "step must be >= 1") || !strings.Contains(err.Error(), "node "+first+" (AdamW)") {
 			t.Errorf("run %d at step 0: %v; want the step error naming node %s", k, err, first)
+		}
+	}
+	// Updated in place, yet a failed run wrote nothing.
+	after := stateOf(t, exe, c)
+	for name, was := range before {
+		if !sameData(after[name], was) {
+			t.Errorf("%s changed in runs that failed", name)
 		}
 	}
 	if _, err := exe.Run(c.feeds(4, 1)); err != nil {

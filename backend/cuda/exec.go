@@ -185,7 +185,8 @@ func (b *Backend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	g = g.Clone() // later edits of the caller's graph must not change the executable
-	plan, err := PlanMemoryWith(g, PlanOptions{Compute: b.opts.Compute, ComposedAttention: b.opts.ComposedAttention, Updates: opts.Updates})
+	plan, err := PlanMemoryWith(g, PlanOptions{Compute: b.opts.Compute, ComposedAttention: b.opts.ComposedAttention, Updates: opts.Updates,
+		CopyUpdates: !inPlaceUpdatesEnabled()})
 	if err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -344,6 +345,11 @@ func (x *executable) planOutputs() error {
 				return x.b.dev.CopyDeviceToDevice(stage.ptr, from.ptr, from.bytes())
 			}})
 			u.from = stage
+		}
+		if u.from.ptr == u.to.ptr && u.from.dt == u.to.dt {
+			// Written in place by its node (inplace.go): nothing to copy.
+			isUpdate[from] = true
+			continue
 		}
 		if u.from.dt != u.to.dt {
 			c := &lowerCtx{x: x}

@@ -36,9 +36,13 @@ type PlanOptions struct {
 	// where the fused kernels apply: for comparisons and tests.
 	ComposedAttention bool
 	// Updates is backend.Options.Updates. An update source keeps its graph
-	// dtype and a buffer of its own, so copying it over its initializer after a
-	// run is a plain copy.
+	// dtype and either lies on the initializer it replaces (written in place,
+	// see inplace.go) or has a buffer of its own, so copying it over its
+	// initializer after a run is a plain copy.
 	Updates map[string]string
+	// CopyUpdates gives every update source a buffer of its own, copied after
+	// each run, instead of writing it in place where that is safe.
+	CopyUpdates bool
 }
 
 // Plan is a static memory plan.
@@ -54,6 +58,10 @@ type Plan struct {
 	// InitializerBytes and InputBytes are the params and consts, and the graph
 	// inputs, each in their own buffers outside the arena.
 	InitializerBytes, InputBytes int64
+	// InPlace and InPlaceBytes count the update sources written over the
+	// initializers they replace (no arena buffer, no copy after the run).
+	InPlace      int
+	InPlaceBytes int64
 	// Tensors lists every arena buffer in the order their lives begin.
 	Tensors []PlannedTensor
 	// Largest lists the largest arena buffers, biggest first (at most 10).
@@ -88,7 +96,7 @@ const (
 	placeInput placeKind = iota // a buffer per graph input, filled by Run
 	placeInit                   // a buffer per param or const, kept between runs
 	placeArena                  // a range of the arena
-	placeAlias                  // the buffer of another value (root)
+	placeAlias                  // the buffer of another value (root): a view, or an update written in place
 	// placeFolded is a Transpose of the last two axes read only by MatMuls:
 	// it has no buffer; the MatMuls read its input (root) with cuBLAS's
 	// transpose flag instead of a transposed copy. Autodiff writes every
@@ -162,6 +170,10 @@ func planMemory(g *graph.Graph, opts PlanOptions, readUntil []int) (*Plan, error
 		}
 		updateSrc[v] = true
 	}
+	var inPlace map[*graph.Value]*graph.Value
+	if !opts.CopyUpdates {
+		inPlace = inPlaceUpdates(g, opts.Updates)
+	}
 
 	for _, v := range g.Inputs {
 		p.values[v] = &valuePlan{storage: v.Type.DType, kind: placeInput}
@@ -190,7 +202,11 @@ func planMemory(g *graph.Graph, opts PlanOptions, readUntil []int) (*Plan, error
 		}
 		for k, out := range n.Outputs {
 			vp := &valuePlan{storage: chooseStorage(n, k, compute, updateSrc[out], storage), kind: placeArena}
-			if foldableTranspose(n, uses[out]) && !updateSrc[out] && !g.IsOutput(out) {
+			if init := inPlace[out]; init != nil && vp.storage == storage(init) {
+				vp.kind, vp.root = placeAlias, init
+				p.InPlace++
+				p.InPlaceBytes += bytesOf(vp.storage, out.Type.Shape)
+			} else if foldableTranspose(n, uses[out]) && !updateSrc[out] && !g.IsOutput(out) {
 				vp.kind, vp.root, vp.storage = placeFolded, rootOf(n.Inputs[0]), storage(n.Inputs[0])
 			} else if aliasOps[n.Op] && !updateSrc[out] && n.Inputs[0] != nil && vp.storage == storage(n.Inputs[0]) &&
 				out.Type.Shape.Numel() == n.Inputs[0].Type.Shape.Numel() {
@@ -371,6 +387,9 @@ func bytesOf(dt graph.DType, s graph.Shape) int64 { return int64(s.Numel()) * in
 func (p *Plan) Report(w io.Writer, top int) error {
 	fmt.Fprintf(w, "activation arena %s (peak live %s at %s), initializers %s, inputs %s, compute %v\n",
 		FormatBytes(p.PeakBytes), FormatBytes(p.LiveBytes), p.PeakNode, FormatBytes(p.InitializerBytes), FormatBytes(p.InputBytes), p.compute)
+	if p.InPlace > 0 {
+		fmt.Fprintf(w, "updates in place: %d outputs (%s) written over the initializers they replace\n", p.InPlace, FormatBytes(p.InPlaceBytes))
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "bytes\t type\t live\t tensor\t op\t")
 	list := p.Largest

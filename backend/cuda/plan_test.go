@@ -161,7 +161,7 @@ func TestPlanModel(t *testing.T) {
 	if err := tr.Report(&buf, 5); err != nil {
 		t.Fatal(err)
 	}
-	if out := buf.String(); !strings.Contains(out, "activation arena") || strings.Count(out, "\n") != 7 {
+	if out := buf.String(); !strings.Contains(out, "activation arena") || strings.Count(out, "\n") != 8 { // totals, in-place updates, header, 5 rows
 		t.Errorf("report:\n%s", out)
 	}
 }
@@ -496,5 +496,87 @@ func TestPlanLivesNeverShareBytes(t *testing.T) {
 			}
 		}
 		t.Logf("%v: %d arena buffers, arena %s", compute, len(p.Tensors), FormatBytes(p.PeakBytes))
+	}
+}
+
+// A training step's AdamW outputs lie on the params and moments they
+// replace (no arena buffers, no copies after the run) unless something
+// could tell: a later reader of the old value, the old value as a graph
+// output, or a node after the update that could still fail the run.
+func TestPlanUpdatesInPlace(t *testing.T) {
+	ts, _ := tinyTraining(t, true)
+	inPlace := plan(t, ts.Graph, PlanOptions{Updates: ts.Updates})
+	copied := plan(t, ts.Graph, PlanOptions{Updates: ts.Updates, CopyUpdates: true})
+	if want := 3 * len(ts.Params); inPlace.InPlace != want || len(ts.Updates) != want {
+		t.Fatalf("%d of %d updates in place, want all %d (3 per param)", inPlace.InPlace, len(ts.Updates), want)
+	}
+	if copied.InPlace != 0 || copied.InPlaceBytes != 0 {
+		t.Errorf("CopyUpdates: %d updates in place", copied.InPlace)
+	}
+	// Each param, m and v is float32: the arena loses what the three
+	// copies of every param took.
+	var paramBytes int64
+	for _, v := range ts.Graph.Initializers() {
+		if v.Kind == graph.Param {
+			paramBytes += bytesOf(v.Type.DType, v.Type.Shape)
+		}
+	}
+	if inPlace.InPlaceBytes != 3*paramBytes {
+		t.Errorf("in-place bytes %d, want 3 x %d", inPlace.InPlaceBytes, paramBytes)
+	}
+	// The arena's peak is in the backward, before the updates, so it need
+	// not shrink; it must not grow.
+	if inPlace.PeakBytes > copied.PeakBytes {
+		t.Errorf("arena %d in place, %d with copies", inPlace.PeakBytes, copied.PeakBytes)
+	}
+	t.Logf("arena %s in place, %s with copies (%d outputs, %s in place)", FormatBytes(inPlace.PeakBytes),
+		FormatBytes(copied.PeakBytes), inPlace.InPlace, FormatBytes(inPlace.InPlaceBytes))
+	for _, tp := range inPlace.Tensors {
+		if tp.Op == "AdamW" {
+			t.Fatalf("AdamW output %s has an arena buffer", tp.Name)
+		}
+	}
+	var buf bytes.Buffer
+	if err := inPlace.Report(&buf, 1); err != nil || !strings.Contains(buf.String(), "updates in place: ") {
+		t.Errorf("report does not say what is in place (%v):\n%s", err, buf.String())
+	}
+
+	// adamGraph: AdamW of one param, then what extra adds.
+	adamGraph := func(extra func(b *graph.Builder, p *graph.Value, outs []*graph.Value)) (*graph.Graph, map[string]string) {
+		b := graph.NewBuilder("adam")
+		p := b.Param("p", graph.Float32, graph.Shape{4}, graph.Ones())
+		m := b.Const("m", graph.Float32, graph.Shape{4}, graph.Zeros())
+		v := b.Const("v", graph.Float32, graph.Shape{4}, graph.Zeros())
+		gr := b.Input("g", graph.Float32, 4)
+		lr := b.Input("lr", graph.Float32)
+		step := b.Input("step", graph.Float32)
+		outs := b.OpN("AdamW", nil, p, gr, m, v, lr, step)
+		b.Output(outs...)
+		if extra != nil {
+			extra(b, p, outs)
+		}
+		g := build(t, b)
+		return g, map[string]string{outs[0].Name: "p", outs[1].Name: "m", outs[2].Name: "v"}
+	}
+	for _, c := range []struct {
+		name  string
+		extra func(b *graph.Builder, p *graph.Value, outs []*graph.Value)
+		want  int
+	}{
+		{"alone", nil, 3},
+		{"the old param read after the update", func(b *graph.Builder, p *graph.Value, outs []*graph.Value) {
+			b.Output(b.Rename(b.ReduceSum(b.Reshape(p, 2, 2), false, -1), "sum"))
+		}, 0}, // and the Reduce after AdamW could fail the run: nothing in place
+		{"the old param as a graph output", func(b *graph.Builder, p *graph.Value, outs []*graph.Value) {
+			b.Output(b.Rename(b.Reshape(p, 2, 2), "view"))
+		}, 2},
+		{"a kernel after the update", func(b *graph.Builder, p *graph.Value, outs []*graph.Value) {
+			b.Output(b.Rename(b.Add(outs[0], outs[0]), "twice"))
+		}, 0},
+	} {
+		g, updates := adamGraph(c.extra)
+		if got := plan(t, g, PlanOptions{Updates: updates}).InPlace; got != c.want {
+			t.Errorf("%s: %d updates in place, want %d", c.name, got, c.want)
+		}
 	}
 }

@@ -17,7 +17,10 @@ type NodeTime struct {
 
 // Profiler is implemented by CUDA executables: Profile runs the graph once
 // like Run, with an event recorded on the stream before and after every
-// node, and returns each node's device time in graph order.
+// node, and returns each node's device time in graph order. Like Run it
+// applies the updates (a training step's AdamW nodes may write the weights
+// in place, so a profiled step is a real step); the copies of the updates
+// that are not in place come after the last event and are not timed.
 //
 // The events are queued with the kernels in the same device requests as a
 // plain Run, so the host keeps ahead of the GPU and the times are the GPU's
@@ -120,6 +123,9 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	if err := x.kernelFlag(); err != nil {
+		return nil, err
+	}
+	if err := x.applyUpdates(); err != nil {
 		return nil, err
 	}
 	return times, nil

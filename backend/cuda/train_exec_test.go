@@ -432,3 +432,74 @@ func TestExecKernelErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestExecUpdatesInPlace: the tiny training step with its AdamW outputs
+// written over the weights gives the bits of the step that copies them
+// after the run, step after step (plain, captured and replayed runs), and a
+// run that fails (a token out of range, found by the forward's Gather)
+// leaves every weight and moment as it was.
+func TestExecUpdatesInPlace(t *testing.T) {
+	for _, compute := range []graph.DType{graph.Float32, graph.BFloat16} {
+		t.Run(compute.String(), func(t *testing.T) {
+			be := newTestBackend(t, Options{Compute: compute})
+			defer be.Close()
+			ts, cfg := tinyTraining(t, true)
+			opts := backend.Options{Updates: ts.Updates}
+			t.Setenv("FLASHGRAPH_CUDA_INPLACE_UPDATES", "0")
+			copied := compileOn(t, be, ts.Graph, opts)
+			t.Setenv("FLASHGRAPH_CUDA_INPLACE_UPDATES", "1")
+			inPlace := compileOn(t, be, ts.Graph, opts)
+			if n := inPlace.(*executable).plan.InPlace; n != len(ts.Updates) {
+				t.Fatalf("%d of %d updates in place", n, len(ts.Updates))
+			}
+			if n := copied.(*executable).plan.InPlace; n != 0 {
+				t.Fatalf("FLASHGRAPH_CUDA_INPLACE_UPDATES=0: %d updates in place", n)
+			}
+			state := func(exe backend.Executable) map[string]*graph.Tensor {
+				st := map[string]*graph.Tensor{}
+				for _, target := range ts.Updates {
+					v, err := exe.Initializer(target)
+					if err != nil {
+						t.Fatal(err)
+					}
+					st[target] = v
+				}
+				return st
+			}
+			for k := 1; k <= 4; k++ {
+				feeds := stepFeeds(ts, cfg, k, 3e-3)
+				a, err := inPlace.Run(feeds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := copied.Run(feeds)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a[ts.Loss].At(0) != b[ts.Loss].At(0) {
+					t.Errorf("step %d: loss %v in place, %v copied", k, a[ts.Loss].At(0), b[ts.Loss].At(0))
+				}
+				want := state(copied)
+				for name, got := range state(inPlace) {
+					if !sameData(got, want[name]) {
+						t.Fatalf("step %d: %s differs between in-place and copied updates", k, name)
+					}
+				}
+			}
+			before := state(inPlace)
+			bad := stepFeeds(ts, cfg, 5, 3e-3)
+			bad["tokens"].I64[3] = int64(cfg.Vocab)
+			for k := range 2 {
+				if _, err := inPlace.Run(bad); err == nil || !strings.Contains(err.Error(), "out of range") {
+					t.Fatalf("bad run %d: %v; want the Gather's out-of-range error", k, err)
+				}
+			}
+			after := state(inPlace)
+			for name, was := range before {
+				if !sameData(after[name], was) {
+					t.Errorf("%s changed in a run that failed", name)
+				}
+			}
+		})
+	}
+}

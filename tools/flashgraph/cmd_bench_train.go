@@ -352,7 +352,10 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	// alone moves the curve is the noise the fused curve is judged against.
 	// A second noise sample: the unfused step again with every parameter
 	// moved by half a bf16 step (2^-9 relative, a fixed pattern of signs),
-	// as another rounding of the same weights would move it.
+	// as another rounding of the same weights would move it. A third: the
+	// unfused step run again as it is, which differs from the first run
+	// because the attention backward sums dQ with atomic adds, in whatever
+	// order the blocks finish.
 	type run struct {
 		name    string
 		noEW    bool
@@ -361,7 +364,8 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	}
 	runs := []run{{"fused", false, bf16, false}, {"unfused", true, bf16, false}}
 	if bf16 {
-		runs = append(runs, run{"unfused f32", true, false, false}, run{"unfused perturbed", true, true, true})
+		runs = append(runs, run{"unfused f32", true, false, false}, run{"unfused perturbed", true, true, true},
+			run{"unfused again", true, true, false})
 	}
 	curves := make([][]float64, len(runs))
 	for k, r := range runs {
@@ -415,6 +419,7 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	if bf16 {
 		pair("unfused bf16 vs f32 (noise)", curves[1], curves[2])
 		pair("unfused vs perturbed (noise)", curves[1], curves[3])
+		pair("unfused vs again (noise)", curves[1], curves[4])
 	}
 	return nil
 }
