@@ -188,6 +188,8 @@ type Device struct {
 	ctx, stream  uintptr // touched only on the device goroutine
 	stopping     bool    // set by Close's last request, on the device goroutine
 	cublasHandle uintptr // created lazily on the device goroutine
+	// cublasWorkspace is the handle's workspace (setCublasWorkspace).
+	cublasWorkspace DevicePtr
 }
 
 // Open retains the primary context of the device with this ordinal, creates the
@@ -294,6 +296,10 @@ func (d *Device) teardown() error {
 			errs = append(errs, cb.check("cublasDestroy_v2", ccall(cb.cublasDestroy, d.cublasHandle)))
 		}
 		d.cublasHandle = 0
+	}
+	if d.cublasWorkspace != 0 {
+		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.cublasWorkspace))))
+		d.cublasWorkspace = 0
 	}
 	if d.stream != 0 {
 		errs = append(errs, api.check("cuStreamSynchronize", ccall(api.cuStreamSync, d.stream)))
