@@ -752,9 +752,12 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 // and two reductions rather than being added in shared memory first: that
 // would need a barrier between the warpgroups' stores, and the L2 traffic is
 // what the atomics had (each warpgroup added its full tile). The tiles are
-// double-buffered at D=64 (64 KiB); at D=128 one 32 KiB tile is all that
-// fits, so a second barrier per block waits for the previous reduction to
-// have read it.
+// double-buffered at D=64 (64 KiB), so a block's reduction is issued after
+// the next block's barrier and its read waited for before the barrier after
+// that: no barrier added. At D=128 one 32 KiB tile is all that fits: the
+// reduction is issued at the end of its block after a barrier of its own and
+// its read waited for before the next block's barrier, before anyone stores
+// into the tile again.
 //
 // No producer warpgroup: dK and dV take 128 registers a thread at D=128, and
 // ptxas (NVRTC 12.4) keeps a 384-thread kernel within 168 registers whatever
@@ -1090,10 +1093,11 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], sQ + kk * 16 * 128, BR * 128);
     wgmma_commit();
 
-    // DQTMA, D=64: block i stages into the tiles of block i-2, whose
-    // reduction thread 0 issued one block ago; the barrier below lets no
-    // thread store before that reduction has read them.
-    if constexpr (DQTMA && D == 64) {
+    // DQTMA: block i stages into the tiles that the last reduction issued
+    // reads (D=64: block i-2's, issued after the previous block's barrier;
+    // D=128: the one tile, block i-1's, issued at the end of that block); the
+    // barrier below lets no thread store before that read is done.
+    if constexpr (DQTMA) {
       if (tid == 0) bulk_wait_read<0>();
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // warp 0 reconverges before the barrier
     }
@@ -1105,10 +1109,10 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
                         full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid);
     }
-    // DQTMA: the same barrier ordered every thread's staging of block i-1's
-    // dQ (and its proxy fence) before this: thread 0 hands it to the bulk
-    // copy engine, which adds it into dQaccum while the tensor cores go on.
-    if constexpr (DQTMA) {
+    // DQTMA, D=64: the same barrier ordered every thread's staging of block
+    // i-1's dQ (and its proxy fence) before this: thread 0 hands it to the
+    // bulk copy engine, which adds it into dQaccum while the tensor cores go on.
+    if constexpr (DQTMA && D == 64) {
       if (i > 0 && tid == 0) dq_reduce<D>(dQb, sdQ0, i - 1, q0 - BR, Sq);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
@@ -1135,18 +1139,17 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     reg_fence_u<BR / 4>(&dsa[0][0]);
 
     if constexpr (DQTMA) {
-      // D=128: the one staging tile is still being read by block i-1's
-      // reduction (issued after the barrier above, during this block's dQ
-      // product); thread 0 waits for the read, the barrier tells the rest.
-      if constexpr (D == 128) {
-        if (i > 0) {
-          if (tid == 0) bulk_wait_read<0>();
-          asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // warp 0 reconverges before the barrier
-          asm volatile("bar.sync 2, 256;\n" ::: "memory");
-        }
-      }
       dq_stage<D>(dq, dq_tile<D>(sdQ0, i, cw), wq, g, t);
       fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
+      // D=128: one tile, so its reduction cannot wait for the next block's
+      // barrier (that barrier is where its read must be over); a barrier of
+      // its own here, and the read has the next block's S, dP and softmax to
+      // finish in.
+      if constexpr (D == 128) {
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+        if (tid == 0) dq_reduce<D>(dQb, sdQ0, i, q0, Sq);
+        asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
+      }
     } else {
       // dq[4nt+e]: query q0 + 16wq + g + 8(e>>1), column 64dqnb + 8nt + 2t + (e&1).
 #pragma unroll
@@ -1162,17 +1165,15 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       }
     }
   }
-  // DQTMA: the last block's dQ, staged by every thread before this barrier.
-  // Thread 0 waits for the reduction to finish: the CTA's shared memory must
-  // outlive its reads.
+  // DQTMA: D=64: the last block's dQ, staged by every thread before this
+  // barrier. Thread 0 waits for every reduction to finish: the CTA's shared
+  // memory must outlive their reads.
   if constexpr (DQTMA) {
-    if (nblk > 0) {
+    if (D == 64 && nblk > 0) {
       asm volatile("bar.sync 1, 256;\n" ::: "memory");
-      if (tid == 0) {
-        dq_reduce<D>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
-        bulk_wait<0>();
-      }
+      if (tid == 0) dq_reduce<D>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
     }
+    if (tid == 0) bulk_wait<0>();
   }
 
   u16* dKb = dK + (size_t)bh * Sk * D;
