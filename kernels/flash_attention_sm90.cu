@@ -32,6 +32,11 @@
 //     d64 117312, d128 199232.
 //   flash_bwd_sm90_dsk_<T>_d<D>(...)  the same, with dS stored K-major for the
 //     dQ product (see bwd: which of the two works is for the GPU test to say)
+//   flash_bwd_sm90_dqtma_<T>_d<D>(...)  flash_bwd_sm90_<T>_d<D> with each
+//     block's dQ staged in shared memory and added into dQaccum by bulk
+//     asynchronous reductions instead of per-thread atomics (see bwd); dQaccum
+//     must be 16-byte aligned; dynamic smem + 4*64*64*4 (d64) or 64*128*4
+//     (d128) bytes: d64 182848, d128 232000.
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -737,6 +742,23 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 //                                 flash_bwd_convert_<T> scales and converts it).
 // dK = scale·ΣdSᵀQ and dV are stored at the end.
 //
+// DQTMA (the _dqtma kernels): instead of 16 vector atomics a thread per block,
+// which keep every warp busy issuing them while no tensor-core work is in
+// flight, each warpgroup stores its dQ into a float32 staging tile in shared
+// memory (dq_stage), and after the next block's barrier thread 0 adds the
+// tile to dQaccum with cp.reduce.async.bulk (dq_reduce): rows q0..q0+63 of
+// one bh are one contiguous range, so one reduction covers a tile. At D=64 the
+// two warpgroups' partial sums (each over its own 64 keys) go into two tiles
+// and two reductions rather than being added in shared memory first: that
+// would need a barrier between the warpgroups' stores, and the L2 traffic is
+// what the atomics had (each warpgroup added its full tile). The tiles are
+// double-buffered at D=64 (64 KiB), so a block's reduction is issued after
+// the next block's barrier and its read waited for before the barrier after
+// that: no barrier added. At D=128 one 32 KiB tile is all that fits: the
+// reduction is issued at the end of its block after a barrier of its own and
+// its read waited for before the next block's barrier, before anyone stores
+// into the tile again.
+//
 // No producer warpgroup: dK and dV take 128 registers a thread at D=128, and
 // ptxas (NVRTC 12.4) keeps a 384-thread kernel within 168 registers whatever
 // setmaxnreg says, so the consumers would spill; with 256 threads it may use
@@ -790,6 +812,29 @@ __device__ __forceinline__ void red_add2(float* p, float a, float b) {
   asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
 }
 
+// Bulk asynchronous reduction global[gaddr..+bytes) += shared[saddr..+bytes)
+// (float32 adds in L2), in this thread's current bulk group: both addresses
+// 16-byte aligned, bytes a multiple of 16. The shared source must have been
+// written before through the generic proxy, fenced with fence_proxy_async by
+// each writer, then a barrier; it may be rewritten once bulk_wait_read says
+// the group has read it.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gaddr, u32 saddr, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gaddr), "r"(saddr),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their
+// shared-memory sources (their global writes may still be in flight).
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are incomplete (reads
+// and writes done).
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
 // 4-byte async copy global->shared; zero-filled when src_bytes is 0.
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -822,7 +867,76 @@ __device__ __forceinline__ void bwd_load_block(const TmaMap* tq, const TmaMap* t
   asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // the warp reconverges before its next wgmma
 }
 
-template <bool F16, int D, bool DSK>
+// DQTMA: the dQ staging tile that consumer warpgroup cw of the CTA writes
+// for block i: a float32 tile of BWD_BR rows × D columns, row-major (rows
+// D*4 bytes apart), so that rows q0.. of one bh are one contiguous range of
+// dQaccum and of the tile. D=128: one tile, warpgroup cw writes columns
+// 64cw..; D=64: each warpgroup its own tile (they sum over different keys),
+// double-buffered by block parity.
+template <int D>
+__device__ __forceinline__ u32 dq_tile(u32 sdQ0, int i, int cw) {
+  constexpr u32 DQBYTES = BWD_BR * D * 4;
+  if constexpr (D == 64) {
+    return sdQ0 + (u32)(((i & 1) * 2 + cw) * DQBYTES);
+  } else {
+    return sdQ0 + (u32)(cw * 64 * 4);
+  }
+}
+
+// Stores the warpgroup's dQ accumulator (dq[4nt+e]: row 16wq + g + 8(e>>1)
+// of the block, column 8nt + 2t + (e&1) of the warpgroup's 64) into its
+// staging tile at wt (dq_tile). Rows are a multiple of 128 bytes apart, so
+// the 8 rows (g) that one store of a warp covers would all fall in the same
+// 8 banks (4-way conflicts in each half-warp, which is what one wavefront of
+// 8-byte stores serves). Instead, at step j thread g stores column block
+// j ^ (g&3): the four rows of a half-warp then use four different 32-byte
+// bank groups. A thread-dependent register index would go through local
+// memory, so the pairs are permuted with two rounds of selects (XOR by bit 0,
+// then bit 1, of g&3).
+template <int D>
+__device__ __forceinline__ void dq_stage(const float* dq, u32 wt, int wq, int g, int t) {
+  const int x = g & 3;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float a[16], b[16];  // a[2n + e]: row g + 8r, column 8n + 2t + e
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+      a[2 * n] = dq[4 * n + 2 * r];
+      a[2 * n + 1] = dq[4 * n + 2 * r + 1];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) b[2 * j + e] = (x & 1) ? a[2 * (j ^ 1) + e] : a[2 * j + e];
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) a[2 * j + e] = (x & 2) ? b[2 * (j ^ 2) + e] : b[2 * j + e];
+    }
+    // a[2j + e] now holds column block j ^ x.
+    const u32 row = wt + (u32)(wq * 16 + g + 8 * r) * (D * 4) + 8 * t;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row + 32 * (j ^ x)), "f"(a[2 * j]), "f"(a[2 * j + 1])
+                   : "memory");
+    }
+  }
+}
+
+// Thread 0: dQaccum rows q0.. += the staging tile(s) of block i, one bulk
+// reduction per tile (D=64: two, one per warpgroup), as one bulk group. Only
+// rows < Sq: the tile's rows past the end would land in the next bh's rows
+// or past the buffer (bytes stay a multiple of 16: a row is D*4 bytes).
+template <int D>
+__device__ __forceinline__ void dq_reduce(float* dQb, u32 sdQ0, int i, int q0, int Sq) {
+  const u32 bytes = (u32)min(BWD_BR, Sq - q0) * (D * 4);
+  bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D>(sdQ0, i, 0), bytes);
+  if constexpr (D == 64) bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D>(sdQ0, i, 1), bytes);
+  bulk_commit();
+}
+
+template <bool F16, int D, bool DSK, bool DQTMA>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
@@ -830,6 +944,10 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   static_assert(D == 64 || D == 128, "head dim");
   constexpr int BR = BWD_BR, BC = BWD_BC;
   constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
+  // DQTMA: dQ staging tiles (dq_tile): D=64 two warpgroups × two parities;
+  // D=128 one (two would need 64 KiB: 259 KiB in all, over the 227 KiB a
+  // block may have).
+  constexpr int DQBYTES = BR * D * 4, NDQ = DQTMA ? (D == 64 ? 4 : 1) : 0;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sraw = smem_u32(smem_raw);
   const u32 sbase = (sraw + 1023u) & ~1023u;
@@ -837,7 +955,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 sQ0 = sV + KVBYTES;        // Q of stages 0, 1, 2
   const u32 sdO0 = sQ0 + 3 * QBYTES;   // dO of stages 0, 1, 2
   const u32 sdS0 = sdO0 + 3 * QBYTES;  // dSᵀ of even and odd blocks
-  const u32 sLD = sdS0 + 2 * DSBYTES;  // per stage: BR floats LSE, BR floats Dsum
+  const u32 sdQ0 = sdS0 + 2 * DSBYTES;  // DQTMA: dQ staging tiles
+  const u32 sLD = sdQ0 + NDQ * DQBYTES;  // per stage: BR floats LSE, BR floats Dsum
   float* const gLD = reinterpret_cast<float*>(smem_raw + (sLD - sraw));
   const u32 bars = sLD + 3 * 2 * BR * 4;  // 4 mbarriers of 8 bytes
   const u32 barKV = bars, full0 = bars + 8;
@@ -974,6 +1093,14 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], sQ + kk * 16 * 128, BR * 128);
     wgmma_commit();
 
+    // DQTMA: block i stages into the tiles that the last reduction issued
+    // reads (D=64: block i-2's, issued after the previous block's barrier;
+    // D=128: the one tile, block i-1's, issued at the end of that block); the
+    // barrier below lets no thread store before that read is done.
+    if constexpr (DQTMA) {
+      if (tid == 0) bulk_wait_read<0>();
+      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // warp 0 reconverges before the barrier
+    }
     // Every thread has stored its dSᵀ and finished block i-1, so stage
     // (i+2)%3, block i-1's, is free: block i+2 loads into it.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -981,6 +1108,13 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       const int sn = (i + 2) % 3;
       bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
                         full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid);
+    }
+    // DQTMA, D=64: the same barrier ordered every thread's staging of block
+    // i-1's dQ (and its proxy fence) before this: thread 0 hands it to the
+    // bulk copy engine, which adds it into dQaccum while the tensor cores go on.
+    if constexpr (DQTMA && D == 64) {
+      if (i > 0 && tid == 0) dq_reduce<D>(dQb, sdQ0, i - 1, q0 - BR, Sq);
+      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
 
     float dq[32];
@@ -1004,18 +1138,42 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     reg_fence_u<BR / 4>(&pa[0][0]);
     reg_fence_u<BR / 4>(&dsa[0][0]);
 
-    // dq[4nt+e]: query q0 + 16wq + g + 8(e>>1), column 64dqnb + 8nt + 2t + (e&1).
+    if constexpr (DQTMA) {
+      dq_stage<D>(dq, dq_tile<D>(sdQ0, i, cw), wq, g, t);
+      fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
+      // D=128: one tile, so its reduction cannot wait for the next block's
+      // barrier (that barrier is where its read must be over); a barrier of
+      // its own here, and the read has the next block's S, dP and softmax to
+      // finish in.
+      if constexpr (D == 128) {
+        asm volatile("bar.sync 2, 256;\n" ::: "memory");
+        if (tid == 0) dq_reduce<D>(dQb, sdQ0, i, q0, Sq);
+        asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
+      }
+    } else {
+      // dq[4nt+e]: query q0 + 16wq + g + 8(e>>1), column 64dqnb + 8nt + 2t + (e&1).
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-      const int q = q0 + wq * 16 + g + r * 8;
-      if (q < Sq) {
-        float* dst = dQb + (size_t)q * D + dqnb * 64 + 2 * t;
+      for (int r = 0; r < 2; r++) {
+        const int q = q0 + wq * 16 + g + r * 8;
+        if (q < Sq) {
+          float* dst = dQb + (size_t)q * D + dqnb * 64 + 2 * t;
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-          red_add2(dst + nt * 8, dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
+          for (int nt = 0; nt < 8; nt++) {
+            red_add2(dst + nt * 8, dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
+          }
         }
       }
     }
+  }
+  // DQTMA: D=64: the last block's dQ, staged by every thread before this
+  // barrier. Thread 0 waits for every reduction to finish: the CTA's shared
+  // memory must outlive their reads.
+  if constexpr (DQTMA) {
+    if (D == 64 && nblk > 0) {
+      asm volatile("bar.sync 1, 256;\n" ::: "memory");
+      if (tid == 0) dq_reduce<D>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
+    }
+    if (tid == 0) bulk_wait<0>();
   }
 
   u16* dKb = dK + (size_t)bh * Sk * D;
@@ -1066,20 +1224,24 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
-#define FA90_BWD(name, F16, D, DSK)                                                                    \
-  extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                           \
-      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,          \
-           const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,         \
-           const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv, \
-           int BH, int Sq, int Sk, float scale, int causal) {                                         \
-    fa90::bwd<F16, D, DSK>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+#define FA90_BWD(name, F16, D, DSK, DQTMA)                                                                \
+  extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
+           const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
+           const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
+           int BH, int Sq, int Sk, float scale, int causal) {                                            \
+    fa90::bwd<F16, D, DSK, DQTMA>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false)
-FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false)
-FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false)
-FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true)
+FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, false)
+FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false, false)
+FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false, false)
+FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false, false)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true, false)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true, false)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true, false)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true, false)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, true)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, true)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, true)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, true)

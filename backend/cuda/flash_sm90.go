@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"unsafe"
@@ -282,8 +283,10 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 // backward of flash_attention_sm90.cu (flash_bwd_sm90_<T>_d<D>) on a compute
 // capability 9.0 device for bf16/fp16 with head dim 64 or 128; "dsk" runs
 // its variant that keeps dS K-major for the dQ product (16-bit stores, the
-// descriptor form the forward's Q uses) instead of transposed; unset or "0"
-// keeps FA2's. Opt-in until a GPU run has checked it against the reference.
+// descriptor form the forward's Q uses) instead of transposed; "dqtma" the
+// variant that stages each query block's dQ in shared memory and adds it into
+// dQaccum with one bulk asynchronous reduction (per warpgroup at D=64)
+// instead of per-thread atomics; unset or "0" keeps FA2's. Opt-in until a GPU run has checked it against the reference.
 // The preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
 // either way.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
@@ -296,21 +299,36 @@ const (
 	flashSM90BwdThreads = 256
 )
 
-// flashSM90BwdSmem is the backward's dynamic shared memory: K and V tiles,
-// three stages of Q and dO blocks, two dSᵀ tiles (16-bit), three stages of
-// LSE and Dsum rows (float32), 64 bytes of mbarriers and 1024 bytes to align
-// the start to a swizzle block.
-func flashSM90BwdSmem(dim int) int {
+// flashSM90BwdSmem is the dynamic shared memory of the backward variant
+// (see flashSM90BwdName): K and V tiles, three stages of Q and dO blocks, two
+// dSᵀ tiles (16-bit), three stages of LSE and Dsum rows (float32), 64 bytes
+// of mbarriers and 1024 bytes to align the start to a swizzle block; "dqtma"
+// adds its float32 dQ staging tiles of 64 rows × dim: four at D=64 (one per
+// warpgroup, double-buffered), one at D=128 (a second would not fit in the
+// 227 KiB a block may have).
+func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
-	return 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
+	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
+	if variant == "dqtma" {
+		tiles := 1
+		if dim == 64 {
+			tiles = 4
+		}
+		n += tiles * r * dim * 4
+	}
+	return n
 }
 
-// flashSM90BwdName is the sm90 backward kernel for dt and dim ("" when there
-// is none): variant "" the one that stores dSᵀ for the dQ product, "dsk" the
-// one that stores dS.
+// flashSM90BwdVariants are the backward variants flashSM90BwdName knows: ""
+// the one that stores dSᵀ for the dQ product, "dsk" the one that stores dS,
+// "dqtma" the first with dQ added by bulk reductions.
+var flashSM90BwdVariants = []string{"", "dsk", "dqtma"}
+
+// flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
+// flashSM90BwdVariants; "" when there is none).
 func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 	fwd := flashSM90Name(dt, dim, "")
-	if fwd == "" || (variant != "" && variant != "dsk") {
+	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) {
 		return ""
 	}
 	if variant != "" {
@@ -320,18 +338,19 @@ func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 }
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
-// FA2's): only when env (the value of FlashSM90BwdEnv) is "1" or "dsk", on
-// compute capability 9.0, for a dt and dim it exists for and scale > 0.
+// FA2's): only when env (the value of FlashSM90BwdEnv) is "1", "dsk" or
+// "dqtma", on compute capability 9.0, for a dt and dim it exists for and
+// scale > 0.
 func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
 	variant := ""
 	switch env {
 	case "", "0":
 		return "", nil
 	case "1":
-	case "dsk":
+	case "dsk", "dqtma":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -353,7 +372,16 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 	if err != nil {
 		return err
 	}
-	smem := flashSM90BwdSmem(dim)
+	variant := ""
+	if strings.HasPrefix(name, "flash_bwd_sm90_dqtma_") {
+		variant = "dqtma"
+		// Bulk copies need 16-byte aligned global addresses; a row of
+		// dQaccum is dim*4 bytes, so the base decides.
+		if dqacc%16 != 0 {
+			return fmt.Errorf("cuda: %s: dQaccum at %#x is not 16-byte aligned (the workspace must be)", name, uint64(dqacc))
+		}
+	}
+	smem := flashSM90BwdSmem(dim, variant)
 	f, err := ks.fn(name, smem)
 	if err != nil {
 		return err

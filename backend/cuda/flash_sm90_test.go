@@ -20,6 +20,81 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
 	"flash_bwd_sm90_bf16_d64", "flash_bwd_sm90_bf16_d128", "flash_bwd_sm90_fp16_d64", "flash_bwd_sm90_fp16_d128",
 	"flash_bwd_sm90_dsk_bf16_d64", "flash_bwd_sm90_dsk_bf16_d128", "flash_bwd_sm90_dsk_fp16_d64", "flash_bwd_sm90_dsk_fp16_d128",
+	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
+}
+
+// flashSM90MaxSmem is the dynamic shared memory an H100/H200 block may opt
+// into (227 KiB); every sm90 kernel's launch must fit.
+const flashSM90MaxSmem = 227 * 1024
+
+// TestFlashSM90Entries checks, without NVRTC, that the entry points the .cu
+// defines (its FA90_* instantiations) are exactly flashSM90AllKernels, that
+// every name the launchers can produce is one of them, and that the shared
+// memory sizes the launchers ask for are the ones the .cu header states and
+// fit in a block.
+func TestFlashSM90Entries(t *testing.T) {
+	src, err := kernels.Source(flashSM90File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defined []string
+	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|BWD)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
+		defined = append(defined, m[1])
+	}
+	want := slices.Clone(flashSM90AllKernels)
+	slices.Sort(defined)
+	slices.Sort(want)
+	if !slices.Equal(defined, want) {
+		t.Errorf("%s defines %v,\nflashSM90AllKernels lists %v", flashSM90File, defined, want)
+	}
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, v := range flashSM90BwdVariants {
+				name := flashSM90BwdName(dt, dim, v)
+				if !slices.Contains(flashSM90AllKernels, name) {
+					t.Errorf("flashSM90BwdName(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
+				}
+			}
+		}
+	}
+	// The header states each size in bytes; a formula changed on one side
+	// only shows here.
+	for _, c := range []struct {
+		variant string
+		dim     int
+		want    int
+	}{{"", 64, 117312}, {"", 128, 199232}, {"dsk", 128, 199232}, {"dqtma", 64, 182848}, {"dqtma", 128, 232000}} {
+		got := flashSM90BwdSmem(c.dim, c.variant)
+		if got != c.want {
+			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
+		}
+		if !strings.Contains(string(src), fmt.Sprint(c.want)) {
+			t.Errorf("the .cu header does not state %d (backward %q d%d)", c.want, c.variant, c.dim)
+		}
+		if got > flashSM90MaxSmem {
+			t.Errorf("backward %q d%d needs %d bytes of shared memory, a block may have %d", c.variant, c.dim, got, flashSM90MaxSmem)
+		}
+	}
+	for _, dim := range []int{64, 128} {
+		if n := flashSM90TMASmem(dim); n > flashSM90MaxSmem {
+			t.Errorf("TMA forward d%d needs %d bytes of shared memory, a block may have %d", dim, n, flashSM90MaxSmem)
+		}
+	}
+	// The bulk-reduction backward's dQ path: one bulk add-reduction per tile
+	// from shared memory, committed as a group, the staging tile reused only
+	// after a wait on the group's reads, and the generic-proxy stores fenced
+	// for the async proxy that the bulk copy reads through.
+	for _, ptx := range []string{
+		"cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;",
+		"cp.async.bulk.commit_group;",
+		"cp.async.bulk.wait_group.read %0;",
+		"cp.async.bulk.wait_group %0;",
+		"fence.proxy.async.shared::cta;",
+	} {
+		if !strings.Contains(string(src), ptx) {
+			t.Errorf("%s has no %q", flashSM90File, ptx)
+		}
+	}
 }
 
 // TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
@@ -122,6 +197,10 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_fp16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "dsk", "flash_bwd_sm90_dsk_fp16_d128"},
 		{9, 0, GemmBF16, 64, 0.1, "dsk", "flash_bwd_sm90_dsk_bf16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "dqtma", "flash_bwd_sm90_dqtma_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
+		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
+		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 128, 0.1, "", ""}, // opt-in for now
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},
@@ -140,11 +219,8 @@ func TestFlashSM90Pick(t *testing.T) {
 	if _, err := flashSM90BwdPick(9, 0, GemmBF16, 128, 0.1, "tma"); err == nil || !strings.Contains(err.Error(), FlashSM90BwdEnv) {
 		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90BwdEnv, err)
 	}
-	if got := flashSM90BwdSmem(128); got != 199232 {
-		t.Errorf("d128 backward smem %d, want 199232 (the .cu header)", got)
-	}
-	if got := flashSM90BwdSmem(64); got != 117312 {
-		t.Errorf("d64 backward smem %d, want 117312 (the .cu header)", got)
+	if name := flashSM90BwdName(GemmBF16, 128, "dq"); name != "" {
+		t.Errorf("flashSM90BwdName of an unknown variant = %q, want \"\"", name)
 	}
 	if name := flashSM90Name(GemmBF16, 128, "vswap"); name != "" {
 		t.Errorf("flashSM90Name of an unknown variant = %q, want \"\"", name)
@@ -553,7 +629,9 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // them). Which gradients fail says where: dV uses P alone (Q·Kᵀ, LSE, mask,
 // Pᵀ·dO with dO as an N-major B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad
 // points at the dS tile in shared memory (its stores, its descriptor: compare
-// the two variants) or the atomics. Each run also checks that FlashBackward
+// the two variants) or the atomics (=dqtma: the staging tile, its bulk
+// reductions and their ordering; "dQ bad, only rows of the last query block"
+// points at the partial-block byte count). Each run also checks that FlashBackward
 // chose the variant's kernel. Runs after the forward tests: a
 // kernel that faults leaves the context unusable.
 func TestFlashSM90Backward(t *testing.T) {
@@ -573,7 +651,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}}
+	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := func(n int) []float64 {
 		x := make([]float64, n)
@@ -732,9 +810,9 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "1", "dsk"} {
+			for _, env := range []string{"0", "1", "dsk", "dqtma"} {
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk"}[env]
+				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk", "dqtma": "sm90-dqtma"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
