@@ -284,8 +284,12 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		}
 	}
 	c.Nodes = nodes
+	siblings, err := mergeSiblings(c, log)
+	if err != nil {
+		return nil, err
+	}
 	if log != nil {
-		log.Infof(PassFuseElementwise, "%d fused elementwise nodes", fusedCount)
+		log.Infof(PassFuseElementwise, "%d fused elementwise nodes, %d merged with a sibling", fusedCount-siblings, siblings)
 	}
 	if err := graph.Verify(c); err != nil {
 		return nil, fmt.Errorf("%s: internal error: %w", PassFuseElementwise, err)
