@@ -769,15 +769,12 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 // rows × 64 columns of the tile that no other warp writes, each row 256 bytes
 // that are contiguous in dQaccum (D=128: the warpgroup's half of a row; D=64:
 // the warpgroup's own tile, as in DQTMA), so after staging, fencing and a warp
-// sync, lane r issues the bulk reduction of row r (its own bulk group; at
-// D=64 the warp's 16 rows are contiguous in dQaccum too, and lane 0 issues
-// one reduction of 4 KiB). Before the warp restages them in the next block,
-// the issuing lanes wait for those reads, which have had a whole block to
-// finish. D=128 loses its second CTA barrier per block and thread 0's read
-// wait before the first; D=64 needs one tile per warpgroup instead of two (32
-// KiB less). D=128 issues 128 reductions of 256 bytes per block instead of
-// one of 32 KiB (D=64: 8 of 4 KiB instead of 2 of 16 KiB): the same bytes
-// into L2.
+// sync, lane r issues the bulk reduction of row r (its own bulk group). Before
+// it restages them in the next block, lanes 0-15 wait for those reads, which
+// have had a whole block to finish. D=128 loses its second CTA barrier per
+// block and thread 0's read wait before the first; D=64 needs one tile per
+// warpgroup instead of two (32 KiB less). 128 reductions of 256 bytes per
+// block instead of one or two large ones: the same bytes into L2.
 // (2) The tensor cores idle less around the softmax: S and dP are committed
 // as two groups, so Pᵀ is computed while dP is still running; dV += Pᵀ·dO is
 // issued as soon as Pᵀ is packed and runs while dSᵀ is computed and stored;
@@ -969,27 +966,16 @@ __device__ __forceinline__ u32 dq_tile2(u32 sdQ0, int cw) {
   return D == 64 ? sdQ0 + (u32)(cw * BWD_BR * 64 * 4) : sdQ0 + (u32)(cw * 64 * 4);
 }
 
-// DQTMA2: warp wq of warpgroup cw adds its rows 16wq.. of the warpgroup's
-// staging tile wt into dQaccum rows q0 + 16wq.., each issuing lane as a bulk
-// group of its own; rows >= Sq are left out (they would land in the next bh's
-// rows). D=128: lane r (< 16) row 16wq + r, its 64 floats into columns
-// 64cw.. (the rows of the warpgroup's half are not contiguous in dQaccum);
-// D=64: the warp's rows are contiguous in the tile and in dQaccum, so lane 0
-// adds them all with one reduction.
+// DQTMA2: lane r (< 16) of warp wq of warpgroup cw adds row 16wq + r of the
+// warpgroup's staging tile wt (64 floats) into dQaccum row q0 + 16wq + r,
+// columns 64cw.. (D=128) or all 64 (D=64), as a bulk group of its own; rows
+// >= Sq are left out (they would land in the next bh's rows).
 template <int D>
-__device__ __forceinline__ void dq_reduce_warp(float* dQb, u32 wt, int q0, int wq, int lane, int cw, int Sq) {
-  if constexpr (D == 64) {
-    const int row = wq * 16, n = min(16, Sq - (q0 + row));
-    if (lane == 0 && n > 0) {
-      bulk_reduce_add_f32(dQb + (size_t)(q0 + row) * D, wt + (u32)row * (D * 4), (u32)n * (D * 4));
-      bulk_commit();
-    }
-  } else {
-    const int row = wq * 16 + lane, q = q0 + row;
-    if (lane < 16 && q < Sq) {
-      bulk_reduce_add_f32(dQb + (size_t)q * D + cw * 64, wt + (u32)row * (D * 4), 64 * 4);
-      bulk_commit();
-    }
+__device__ __forceinline__ void dq_reduce_row(float* dQb, u32 wt, int q0, int wq, int r, int cw, int Sq) {
+  const int row = wq * 16 + r, q = q0 + row;
+  if (q < Sq) {
+    bulk_reduce_add_f32(dQb + (size_t)q * D + (D == 128 ? cw * 64 : 0), wt + (u32)row * (D * 4), 64 * 4);
+    bulk_commit();
   }
 }
 
@@ -1250,8 +1236,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     reg_fence_u<BR / 4>(&dsa[0][0]);
 
     if constexpr (DQ == 2) {
-      // The lanes that issued the warp's reductions of block i-1 (0-15 at
-      // D=128, 0 at D=64) wait for their reads (a block's worth of work ago, so seldom a wait),
+      // The lanes that issued the warp's row reductions of block i-1 wait
+      // for their reads (a block's worth of work ago, so seldom a wait),
       // then the warp restages its own 16 rows and hands them on: no other
       // warp touches them, so no barrier.
       const u32 wt = dq_tile2<D>(sdQ0, cw);
@@ -1260,7 +1246,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       dq_stage<D>(dq, wt, wq, g, t);
       fence_proxy_async();  // the bulk reductions read the tile through the async proxy
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");
-      dq_reduce_warp<D>(dQb, wt, q0, wq, lane, cw, Sq);
+      if (lane < 16) dq_reduce_row<D>(dQb, wt, q0, wq, lane, cw, Sq);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     } else if constexpr (DQ == 1) {
       dq_stage<D>(dq, dq_tile<D>(sdQ0, i, cw), wq, g, t);
