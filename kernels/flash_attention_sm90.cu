@@ -37,11 +37,6 @@
 //     asynchronous reductions instead of per-thread atomics (see bwd); dQaccum
 //     must be 16-byte aligned; dynamic smem + 4*64*64*4 (d64) or 64*128*4
 //     (d128) bytes: d64 182848, d128 232000.
-//   flash_bwd_sm90_dqtma2_<T>_d<D>(...)  the _dqtma kernel with each warp
-//     adding its own rows of the staging tile (no CTA barrier for dQ) and
-//     dV's product issued before dS is computed (see bwd); dQaccum 16-byte
-//     aligned; dynamic smem + 2*64*64*4 (d64) or 64*128*4 (d128) bytes:
-//     d64 150080, d128 232000.
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -764,22 +759,6 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 // its read waited for before the next block's barrier, before anyone stores
 // into the tile again.
 //
-// DQTMA2 (the _dqtma2 kernels) changes two things in the DQTMA schedule.
-// (1) The staging tile is handed on by each warp alone: a warp's dQ is 16
-// rows × 64 columns of the tile that no other warp writes, each row 256 bytes
-// that are contiguous in dQaccum (D=128: the warpgroup's half of a row; D=64:
-// the warpgroup's own tile, as in DQTMA), so after staging, fencing and a warp
-// sync, lane r issues the bulk reduction of row r (its own bulk group). Before
-// it restages them in the next block, lanes 0-15 wait for those reads, which
-// have had a whole block to finish. D=128 loses its second CTA barrier per
-// block and thread 0's read wait before the first; D=64 needs one tile per
-// warpgroup instead of two (32 KiB less). 128 reductions of 256 bytes per
-// block instead of one or two large ones: the same bytes into L2.
-// (2) The tensor cores idle less around the softmax: S and dP are committed
-// as two groups, so Pᵀ is computed while dP is still running; dV += Pᵀ·dO is
-// issued as soon as Pᵀ is packed and runs while dSᵀ is computed and stored;
-// dK is issued after the stores, as before.
-//
 // No producer warpgroup: dK and dV take 128 registers a thread at D=128, and
 // ptxas (NVRTC 12.4) keeps a 384-thread kernel within 168 registers whatever
 // setmaxnreg says, so the consumers would spill; with 256 threads it may use
@@ -957,31 +936,7 @@ __device__ __forceinline__ void dq_reduce(float* dQb, u32 sdQ0, int i, int q0, i
   bulk_commit();
 }
 
-// DQTMA2: warpgroup cw's staging tile, one per warpgroup and not
-// double-buffered (see DQTMA2 above bwd): D=128 the columns 64cw.. of one
-// 64 × 128 tile, D=64 a 64 × 64 tile of its own. Either way a row of it is 256
-// bytes (64 floats) whose dQaccum counterpart is contiguous.
-template <int D>
-__device__ __forceinline__ u32 dq_tile2(u32 sdQ0, int cw) {
-  return D == 64 ? sdQ0 + (u32)(cw * BWD_BR * 64 * 4) : sdQ0 + (u32)(cw * 64 * 4);
-}
-
-// DQTMA2: lane r (< 16) of warp wq of warpgroup cw adds row 16wq + r of the
-// warpgroup's staging tile wt (64 floats) into dQaccum row q0 + 16wq + r,
-// columns 64cw.. (D=128) or all 64 (D=64), as a bulk group of its own; rows
-// >= Sq are left out (they would land in the next bh's rows).
-template <int D>
-__device__ __forceinline__ void dq_reduce_row(float* dQb, u32 wt, int q0, int wq, int r, int cw, int Sq) {
-  const int row = wq * 16 + r, q = q0 + row;
-  if (q < Sq) {
-    bulk_reduce_add_f32(dQb + (size_t)q * D + (D == 128 ? cw * 64 : 0), wt + (u32)row * (D * 4), 64 * 4);
-    bulk_commit();
-  }
-}
-
-// DQ: how dQ gets into dQaccum, and the block schedule. 0: per-thread vector
-// atomics (the plain and _dsk kernels); 1: DQTMA; 2: DQTMA2.
-template <bool F16, int D, bool DSK, int DQ>
+template <bool F16, int D, bool DSK, bool DQTMA>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
@@ -992,8 +947,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   // DQTMA: dQ staging tiles (dq_tile): D=64 two warpgroups × two parities;
   // D=128 one (two would need 64 KiB: 259 KiB in all, over the 227 KiB a
   // block may have).
-  // DQTMA2: one tile per warpgroup at D=64, one shared tile at D=128.
-  constexpr int DQBYTES = BR * D * 4, NDQ = DQ == 1 ? (D == 64 ? 4 : 1) : DQ == 2 ? (D == 64 ? 2 : 1) : 0;
+  constexpr int DQBYTES = BR * D * 4, NDQ = DQTMA ? (D == 64 ? 4 : 1) : 0;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sraw = smem_u32(smem_raw);
   const u32 sbase = (sraw + 1023u) & ~1023u;
@@ -1067,68 +1021,18 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       const u32 ko = (kk >> 2) * BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BR * 128 + (kk & 3) * 32;
       wgmma_ss_n64<F16, 0, 0>(s, make_desc(sKw + ko, 16, 1024), make_desc(sQ + qo, 16, 1024), kk > 0);
     }
-    if constexpr (DQ == 2) wgmma_commit();  // S alone: P is computed while dP runs
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
       const u32 ko = (kk >> 2) * BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BR * 128 + (kk & 3) * 32;
       wgmma_ss_n64<F16, 0, 0>(dp, make_desc(sVw + ko, 16, 1024), make_desc(sdO + qo, 16, 1024), kk > 0);
     }
     wgmma_commit();
-    if constexpr (DQ == 2) {
-      wgmma_wait<1>();  // S done, dP in flight
-      reg_fence<BR / 2>(s);
-    } else {
-      wgmma_wait<0>();
-      reg_fence<BR / 2>(s);
-      reg_fence<BR / 2>(dp);
-    }
+    wgmma_wait<0>();
+    reg_fence<BR / 2>(s);
+    reg_fence<BR / 2>(dp);
 
     // Pᵀ into s, dSᵀ into dp. s[4nt+e]: key key0 + 8(e>>1), query q0+8nt+2t+(e&1).
-    // The mask is needed only on a partial tile or where some key of the
-    // warpgroup's 64 lies past some query of the block (the causal diagonal).
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
-    // A fragments (k-step kk: queries 16kk..16kk+15), as P in the forward.
-    u32 pa[BR / 16][4], dsa[BR / 16][4];
-    if constexpr (DQ == 2) {
-      // Pᵀ first, then dV += Pᵀ·dO is issued at once and runs while dP
-      // finishes and dSᵀ is computed (in DQ 0 and 1 it waits for dSᵀ).
-#pragma unroll
-      for (int nt = 0; nt < BR / 8; nt++) {
-        const float l0 = ld[nt * 8 + 2 * t] * kLog2e, l1 = ld[nt * 8 + 2 * t + 1] * kLog2e;
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-          float p = fexp2(fmaf(s[4 * nt + e], c, -((e & 1) ? l1 : l0)));
-          if (need_mask) {
-            const int key = key0 + (e >> 1) * 8;
-            const int q = q0 + nt * 8 + 2 * t + (e & 1);
-            if (key >= Sk || q >= Sq || (causal && key > q)) p = 0.f;
-          }
-          s[4 * nt + e] = p;
-        }
-      }
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) pa[kk][j] = pack2<F16>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
-      }
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], sdO + kk * 16 * 128, BR * 128);
-      wgmma_commit();
-      wgmma_wait<1>();  // dP done, dV in flight
-      reg_fence<BR / 2>(dp);
-#pragma unroll
-      for (int nt = 0; nt < BR / 8; nt++) {
-        const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
-#pragma unroll
-        for (int e = 0; e < 4; e++) dp[4 * nt + e] = s[4 * nt + e] * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
-      }
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) dsa[kk][j] = pack2<F16>(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
-      }
-    } else {
 #pragma unroll
     for (int nt = 0; nt < BR / 8; nt++) {
       const float l0 = ld[nt * 8 + 2 * t] * kLog2e, l1 = ld[nt * 8 + 2 * t + 1] * kLog2e;
@@ -1145,6 +1049,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         dp[4 * nt + e] = p * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
       }
     }
+    // A fragments (k-step kk: queries 16kk..16kk+15), as P in the forward.
+    u32 pa[BR / 16][4], dsa[BR / 16][4];
 #pragma unroll
     for (int kk = 0; kk < BR / 16; kk++) {
 #pragma unroll
@@ -1152,7 +1058,6 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         pa[kk][j] = pack2<F16>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
         dsa[kk][j] = pack2<F16>(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
       }
-    }
     }
     // dS to shared memory for the dQ product. dsa[kk][j] holds key
     // r0 + 8(j&1) (r0 the thread's first key in the CTA, 0..127) and queries
@@ -1182,10 +1087,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 
     // dV += Pᵀ·dO, dK += dSᵀ·Q: B rows are queries, 64-column blocks BR*128 apart.
     wgmma_fence();
-    if constexpr (DQ != 2) {
 #pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], sdO + kk * 16 * 128, BR * 128);
-    }
+    for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], sdO + kk * 16 * 128, BR * 128);
 #pragma unroll
     for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], sQ + kk * 16 * 128, BR * 128);
     wgmma_commit();
@@ -1194,7 +1097,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // reads (D=64: block i-2's, issued after the previous block's barrier;
     // D=128: the one tile, block i-1's, issued at the end of that block); the
     // barrier below lets no thread store before that read is done.
-    if constexpr (DQ == 1) {
+    if constexpr (DQTMA) {
       if (tid == 0) bulk_wait_read<0>();
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // warp 0 reconverges before the barrier
     }
@@ -1209,7 +1112,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // DQTMA, D=64: the same barrier ordered every thread's staging of block
     // i-1's dQ (and its proxy fence) before this: thread 0 hands it to the
     // bulk copy engine, which adds it into dQaccum while the tensor cores go on.
-    if constexpr (DQ == 1 && D == 64) {
+    if constexpr (DQTMA && D == 64) {
       if (i > 0 && tid == 0) dq_reduce<D>(dQb, sdQ0, i - 1, q0 - BR, Sq);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
@@ -1235,20 +1138,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     reg_fence_u<BR / 4>(&pa[0][0]);
     reg_fence_u<BR / 4>(&dsa[0][0]);
 
-    if constexpr (DQ == 2) {
-      // The lanes that issued the warp's row reductions of block i-1 wait
-      // for their reads (a block's worth of work ago, so seldom a wait),
-      // then the warp restages its own 16 rows and hands them on: no other
-      // warp touches them, so no barrier.
-      const u32 wt = dq_tile2<D>(sdQ0, cw);
-      if (lane < 16) bulk_wait_read<0>();
-      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");
-      dq_stage<D>(dq, wt, wq, g, t);
-      fence_proxy_async();  // the bulk reductions read the tile through the async proxy
-      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");
-      if (lane < 16) dq_reduce_row<D>(dQb, wt, q0, wq, lane, cw, Sq);
-      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
-    } else if constexpr (DQ == 1) {
+    if constexpr (DQTMA) {
       dq_stage<D>(dq, dq_tile<D>(sdQ0, i, cw), wq, g, t);
       fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
       // D=128: one tile, so its reduction cannot wait for the next block's
@@ -1278,9 +1168,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   // DQTMA: D=64: the last block's dQ, staged by every thread before this
   // barrier. Thread 0 waits for every reduction to finish: the CTA's shared
   // memory must outlive their reads.
-  if constexpr (DQ == 2) {
-    if (lane < 16) bulk_wait<0>();
-  } else if constexpr (DQ == 1) {
+  if constexpr (DQTMA) {
     if (D == 64 && nblk > 0) {
       asm volatile("bar.sync 1, 256;\n" ::: "memory");
       if (tid == 0) dq_reduce<D>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
@@ -1336,28 +1224,24 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
-#define FA90_BWD(name, F16, D, DSK, DQ)                                                                \
+#define FA90_BWD(name, F16, D, DSK, DQTMA)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
            int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd<F16, D, DSK, DQ>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+    fa90::bwd<F16, D, DSK, DQTMA>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, 0)
-FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false, 0)
-FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false, 0)
-FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false, 0)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true, 0)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true, 0)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true, 0)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true, 0)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, 1)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, 1)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, 1)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, 1)
-FA90_BWD(flash_bwd_sm90_dqtma2_bf16_d64, false, 64, false, 2)
-FA90_BWD(flash_bwd_sm90_dqtma2_bf16_d128, false, 128, false, 2)
-FA90_BWD(flash_bwd_sm90_dqtma2_fp16_d64, true, 64, false, 2)
-FA90_BWD(flash_bwd_sm90_dqtma2_fp16_d128, true, 128, false, 2)
+FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, false)
+FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false, false)
+FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false, false)
+FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false, false)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true, false)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true, false)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true, false)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true, false)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, true)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, true)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, true)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, true)

@@ -286,9 +286,7 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 // descriptor form the forward's Q uses) instead of transposed; "dqtma" the
 // variant that stages each query block's dQ in shared memory and adds it into
 // dQaccum with one bulk asynchronous reduction (per warpgroup at D=64)
-// instead of per-thread atomics; "dqtma2" the same with its dQ added row by
-// row by each warp (no CTA barrier for it) and dV's product issued before dS
-// is computed; unset or "0" keeps FA2's. Opt-in until a GPU run has checked it against the reference.
+// instead of per-thread atomics; unset or "0" keeps FA2's. Opt-in until a GPU run has checked it against the reference.
 // The preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
 // either way.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
@@ -307,27 +305,24 @@ const (
 // of mbarriers and 1024 bytes to align the start to a swizzle block; "dqtma"
 // adds its float32 dQ staging tiles of 64 rows × dim: four at D=64 (one per
 // warpgroup, double-buffered), one at D=128 (a second would not fit in the
-// 227 KiB a block may have); "dqtma2" one per warpgroup at D=64, one at D=128.
+// 227 KiB a block may have).
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
-	tiles := 0
-	switch {
-	case variant == "dqtma" && dim == 64:
-		tiles = 4
-	case variant == "dqtma2" && dim == 64:
-		tiles = 2
-	case variant == "dqtma", variant == "dqtma2":
-		tiles = 1
+	if variant == "dqtma" {
+		tiles := 1
+		if dim == 64 {
+			tiles = 4
+		}
+		n += tiles * r * dim * 4
 	}
-	return n + tiles*r*dim*4
+	return n
 }
 
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows: ""
 // the one that stores dSᵀ for the dQ product, "dsk" the one that stores dS,
-// "dqtma" the first with dQ added by bulk reductions, "dqtma2" the same with
-// per-warp reductions and dV issued earlier.
-var flashSM90BwdVariants = []string{"", "dsk", "dqtma", "dqtma2"}
+// "dqtma" the first with dQ added by bulk reductions.
+var flashSM90BwdVariants = []string{"", "dsk", "dqtma"}
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
@@ -343,8 +338,8 @@ func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 }
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
-// FA2's): only when env (the value of FlashSM90BwdEnv) is "1", "dsk",
-// "dqtma" or "dqtma2", on compute capability 9.0, for a dt and dim it exists for and
+// FA2's): only when env (the value of FlashSM90BwdEnv) is "1", "dsk" or
+// "dqtma", on compute capability 9.0, for a dt and dim it exists for and
 // scale > 0.
 func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
 	variant := ""
@@ -352,10 +347,10 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	case "", "0":
 		return "", nil
 	case "1":
-	case "dsk", "dqtma", "dqtma2":
+	case "dsk", "dqtma":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma or dqtma2 (its bulk-reduction dQ variants) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -378,12 +373,8 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		return err
 	}
 	variant := ""
-	for _, v := range []string{"dqtma", "dqtma2"} {
-		if strings.HasPrefix(name, "flash_bwd_sm90_"+v+"_") {
-			variant = v
-		}
-	}
-	if variant != "" {
+	if strings.HasPrefix(name, "flash_bwd_sm90_dqtma_") {
+		variant = "dqtma"
 		// Bulk copies need 16-byte aligned global addresses; a row of
 		// dQaccum is dim*4 bytes, so the base decides.
 		if dqacc%16 != 0 {

@@ -21,7 +21,6 @@ var flashSM90AllKernels = []string{
 	"flash_bwd_sm90_bf16_d64", "flash_bwd_sm90_bf16_d128", "flash_bwd_sm90_fp16_d64", "flash_bwd_sm90_fp16_d128",
 	"flash_bwd_sm90_dsk_bf16_d64", "flash_bwd_sm90_dsk_bf16_d128", "flash_bwd_sm90_dsk_fp16_d64", "flash_bwd_sm90_dsk_fp16_d128",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
-	"flash_bwd_sm90_dqtma2_bf16_d64", "flash_bwd_sm90_dqtma2_bf16_d128", "flash_bwd_sm90_dqtma2_fp16_d64", "flash_bwd_sm90_dqtma2_fp16_d128",
 }
 
 // flashSM90MaxSmem is the dynamic shared memory an H100/H200 block may opt
@@ -64,7 +63,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"", 64, 117312}, {"", 128, 199232}, {"dsk", 128, 199232}, {"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"dqtma2", 64, 150080}, {"dqtma2", 128, 232000}} {
+	}{{"", 64, 117312}, {"", 128, 199232}, {"dsk", 128, 199232}, {"dqtma", 64, 182848}, {"dqtma", 128, 232000}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -202,9 +201,6 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
-		{9, 0, GemmBF16, 128, 0.1, "dqtma2", "flash_bwd_sm90_dqtma2_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "dqtma2", "flash_bwd_sm90_dqtma2_fp16_d64"},
-		{8, 0, GemmBF16, 128, 0.1, "dqtma2", ""},
 		{9, 0, GemmBF16, 128, 0.1, "", ""}, // opt-in for now
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},
@@ -635,9 +631,7 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // points at the dS tile in shared memory (its stores, its descriptor: compare
 // the two variants) or the atomics (=dqtma: the staging tile, its bulk
 // reductions and their ordering; "dQ bad, only rows of the last query block"
-// points at the partial-block byte count; =dqtma2, dQ alone bad: its per-row
-// reductions and their warp-level ordering; dV or dK bad where dqtma's are
-// good: its wgmma waits, S and dP now committed apart and dV issued before dSᵀ). Each run also checks that FlashBackward
+// points at the partial-block byte count). Each run also checks that FlashBackward
 // chose the variant's kernel. Runs after the forward tests: a
 // kernel that faults leaves the context unusable.
 func TestFlashSM90Backward(t *testing.T) {
@@ -657,7 +651,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}, {"dqtma", "dqtma"}, {"dqtma2", "dqtma2"}}
+	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := func(n int) []float64 {
 		x := make([]float64, n)
@@ -816,9 +810,9 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "1", "dsk", "dqtma", "dqtma2"} {
+			for _, env := range []string{"0", "1", "dsk", "dqtma"} {
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk", "dqtma": "sm90-dqtma", "dqtma2": "sm90-dqtma2"}[env]
+				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk", "dqtma": "sm90-dqtma"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
