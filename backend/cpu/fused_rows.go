@@ -46,8 +46,16 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 	}
 	stepLast := make([]int, len(steps))
 	maxLast := 1
+	// A Transpose of an input that keeps the last axis in place is that
+	// input's rows gathered in another order (row strides permuted); other
+	// Transposes move values between rows.
+	transposed := make([][]int, len(steps)) // step -> the input's row strides
 	for k, s := range steps {
-		if _, index := graph.FusibleIndex[s.Op]; index && s.Params[0] != int64(r-1) && s.Params[0] != -1 {
+		if s.Op == "Transpose" {
+			if transposed[k] = transposedRowStrides(s, in); transposed[k] == nil {
+				return false, nil
+			}
+		} else if _, index := graph.FusibleIndex[s.Op]; index && s.Params[0] != int64(r-1) && s.Params[0] != -1 {
 			return false, nil
 		}
 		l, ok := lastOf(types[k].Shape)
@@ -57,11 +65,28 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 		stepLast[k] = l
 		maxLast = max(maxLast, l)
 	}
-	// Inputs, padded to rank r, broadcast over the leading axes.
+	// Inputs read only through Transposes are gathered by those steps.
+	viaTranspose := make([]bool, len(in))
+	for k := range steps {
+		if transposed[k] != nil {
+			viaTranspose[steps[k].Args[0].Index] = true
+		}
+	}
+	for k, s := range steps {
+		for _, a := range s.Args {
+			if !a.Step && transposed[k] == nil {
+				viaTranspose[a.Index] = false
+			}
+		}
+	}
+	// Other inputs, padded to rank r, broadcast over the leading axes.
 	inLast := make([]int, len(in))
 	inStr := make([][]int, len(in))
 	inFull := make([]bool, len(in))
 	for i, t := range in {
+		if viaTranspose[i] {
+			continue
+		}
 		if t.Shape.Rank() > r {
 			return false, nil
 		}
@@ -128,6 +153,7 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 			ins := make([]*graph.Tensor, len(in))
 			for i, t := range in {
 				switch {
+				case viaTranspose[i]:
 				case t.Len() == 1:
 					ins[i] = &graph.Tensor{DType: t.DType, Shape: graph.Shape{}, F32: t.F32, F64: t.F64, I64: t.I64, B: t.B}
 				case inFull[i]:
@@ -142,6 +168,20 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 			}
 			res := make([]*graph.Tensor, len(steps))
 			for k, s := range steps {
+				if transposed[k] != nil {
+					var t *graph.Tensor
+					if o, ok := outOf[int64(k)]; ok {
+						t = rowsOf(out[o], stepLast[k])
+					} else {
+						if scratch[k] == nil || scratch[k].Len() != m*stepLast[k] {
+							scratch[k] = graph.NewTensor(types[k].DType, graph.Shape{m, stepLast[k]})
+						}
+						t = scratch[k]
+					}
+					gatherRows(t, in[s.Args[0].Index], transposed[k], lead, r0, m, stepLast[k])
+					res[k] = t
+					continue
+				}
 				args := make([]*graph.Tensor, 0, len(s.Args)+3)
 				for _, op := range s.Args {
 					if op.Step {
@@ -174,6 +214,36 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 		}
 	})
 	return true, firstErr
+}
+
+// transposedRowStrides returns, for a Transpose step of an input that keeps
+// the last axis in place, the input's element offset per leading axis of the
+// step's result (nil when the step is not of that form).
+func transposedRowStrides(s graph.FusedStep, in []*graph.Tensor) []int {
+	a := s.Args[0]
+	if a.Step {
+		return nil
+	}
+	shape := in[a.Index].Shape
+	r := shape.Rank()
+	if r < 1 || len(s.Params) != r || s.Params[r-1] != int64(r-1) {
+		return nil
+	}
+	st := make([]int, r)
+	acc := 1
+	for j := r - 1; j >= 0; j-- {
+		st[j] = acc
+		acc *= shape[j]
+	}
+	rows := make([]int, r-1)
+	for j := range rows {
+		p := s.Params[j]
+		if p < 0 || p >= int64(r) {
+			return nil
+		}
+		rows[j] = st[p]
+	}
+	return rows
 }
 
 func ints64(v ...int64) *graph.Tensor {

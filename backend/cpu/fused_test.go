@@ -86,6 +86,12 @@ func TestFusedRowsChunks(t *testing.T) {
 			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{rows, cols}, {cols}, {rows, 1}}, rows},
 		{"rotate-half", "Slice<2,0,128>(i0);Slice<2,128,256>(i0);Neg(t1);Concat<2>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)", []int64{6},
 			graph.Attrs{}, []graph.Shape{{4, rows / 4, cols}, {rows / 4, cols}, {rows / 4, cols}}, rows * cols},
+		// A head split read by an RMSNorm: rows gathered in the transposed
+		// order, the transposed input also an output.
+		{"transposed rmsnorm", "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4)", []int64{0, 5},
+			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{2, rows / 8, 4, cols}, {}}, rows*cols + rows},
+		{"transposed norm backward", "Transpose<0,2,1,3>(i0);Mul(i1,t0);ReduceSum(t1);Mul(t2,i2)", []int64{3},
+			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{2, rows / 8, 4, cols}, {2, 4, rows / 8, cols}, {2, 4, rows / 8, 1}}, rows},
 	} {
 		b := graph.NewBuilder("rows")
 		var ins []*graph.Value
@@ -153,4 +159,59 @@ func sameBitsF32(a, b *graph.Tensor) bool {
 		}
 	}
 	return true
+}
+
+// Transpose steps that move values between rows (a transposed result, a
+// Transpose of a step, one that moves the last axis) run step by step, each
+// whole: bit for bit the op-by-op reference.
+func TestFusedTransposeWhole(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		ins  []graph.Shape
+	}{
+		{"Transpose<0,2,1,3>(i0);Mul(t0,i1);Add(t1,i1);Transpose<0,2,1,3>(t2)", []graph.Shape{{2, 5, 3, 8}, {2, 3, 5, 8}}},
+		{"Mul(i0,i1);Transpose<0,2,1,3>(t0)", []graph.Shape{{2, 5, 3, 8}, {8}}},
+		{"Transpose<1,0>(i0);Sigmoid(t0);Mul(t1,i1)", []graph.Shape{{6, 4}, {4, 6}}},
+	} {
+		b := graph.NewBuilder("tr")
+		var ins []*graph.Value
+		var args []*graph.Tensor
+		feeds := map[string]*graph.Tensor{}
+		for i, s := range tc.ins {
+			name := string(rune('a' + i))
+			ins = append(ins, b.Input(name, graph.Float32, s...))
+			f := graph.NewTensor(graph.Float32, s)
+			for j := range f.Len() {
+				f.Set(j, float64((j*13+i*5)%97)/40-1)
+			}
+			feeds[name] = f
+			args = append(args, f)
+		}
+		steps, err := graph.ParseFusedBody(tc.body, len(ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs := graph.Attrs{"body": graph.Str(tc.body), "outputs": graph.Ints(int64(len(steps) - 1))}
+		ys := b.OpN("FusedElementwise", attrs, ins...)
+		b.Output(ys...)
+		g, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, err := New().Compile(g, backend.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := exe.Run(feeds)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := graph.Eval("FusedElementwise", attrs, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got[ys[0].Name].Shape.Equal(want[0].Shape) || !sameBitsF32(got[ys[0].Name], want[0]) {
+			t.Errorf("%s: differs from the op-by-op reference", tc.body)
+		}
+	}
 }
