@@ -92,6 +92,10 @@ func TestFusedRowsChunks(t *testing.T) {
 			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{2, rows / 8, 4, cols}, {}}, rows*cols + rows},
 		{"transposed norm backward", "Transpose<0,2,1,3>(i0);Mul(i1,t0);ReduceSum(t1);Mul(t2,i2)", []int64{3},
 			graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{2, rows / 8, 4, cols}, {2, 4, rows / 8, cols}, {2, 4, rows / 8, 1}}, rows},
+		// A head merge written transposed (rows scattered), the step before
+		// it an output too.
+		{"transposed write", "Transpose<0,2,1,3>(i0);Mul(t0,i1);Add(t1,i1);Transpose<0,2,1,3>(t2)", []int64{3, 2},
+			graph.Attrs{}, []graph.Shape{{2, rows / 8, 4, cols}, {2, 4, rows / 8, cols}}, 2 * rows * cols},
 	} {
 		b := graph.NewBuilder("rows")
 		var ins []*graph.Value
@@ -211,6 +215,62 @@ func TestFusedTransposeWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !got[ys[0].Name].Shape.Equal(want[0].Shape) || !sameBitsF32(got[ys[0].Name], want[0]) {
+			t.Errorf("%s: differs from the op-by-op reference", tc.body)
+		}
+	}
+}
+
+// Transposes that keep the last axis run over chunks of rows (fusedRows
+// takes them: a read gathers rows, a write scatters them) and equal the
+// op-by-op reference; one that moves the last axis does not.
+func TestFusedRowsTakesTransposes(t *testing.T) {
+	for _, tc := range []struct {
+		body  string
+		attrs graph.Attrs
+		ins   []graph.Shape
+		rows  bool
+	}{
+		{"Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceSum(t1)", graph.Attrs{"axes": graph.Ints(-1)}, []graph.Shape{{2, 5, 3, 8}}, true},
+		{"Mul(i0,i1);Transpose<0,2,1,3>(i2);Mul(i3,t1);Add(t0,t2);Transpose<0,2,1,3>(t3)", graph.Attrs{},
+			[]graph.Shape{{2, 3, 5, 8}, {2, 3, 5, 1}, {2, 5, 3, 8}, {2, 3, 5, 1}}, true},
+		{"Neg(i0);Transpose<0,2,1>(t0)", graph.Attrs{}, []graph.Shape{{2, 5, 8}}, false},
+	} {
+		steps, err := graph.ParseFusedBody(tc.body, len(tc.ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		attrs := graph.Attrs{"body": graph.Str(tc.body), "outputs": graph.Ints(int64(len(steps) - 1))}
+		for k, v := range tc.attrs {
+			attrs[k] = v
+		}
+		var in []*graph.Tensor
+		var types []graph.TensorType
+		for i, s := range tc.ins {
+			x := graph.NewTensor(graph.Float32, s)
+			for j := range x.Len() {
+				x.Set(j, float64((j*11+i*7)%31)/15-1)
+			}
+			in = append(in, x)
+			types = append(types, x.Type())
+		}
+		stepTypes, err := graph.FusedTypes(steps, types, attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := graph.NewTensor(graph.Float32, stepTypes[len(steps)-1].Shape)
+		n := &graph.Node{Name: "f", Op: "FusedElementwise", Attrs: attrs}
+		ok, err := fusedRows(n, steps, stepTypes, attrs["outputs"].Ints, in, []*graph.Tensor{out})
+		if err != nil || ok != tc.rows {
+			t.Fatalf("%s: fusedRows took it %v (error %v), want %v", tc.body, ok, err, tc.rows)
+		}
+		if !ok {
+			continue
+		}
+		want, err := graph.Eval("FusedElementwise", attrs, in...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !sameBitsF32(out, want[0]) {
 			t.Errorf("%s: differs from the op-by-op reference", tc.body)
 		}
 	}
