@@ -40,6 +40,15 @@ import (
 // index arithmetic instead of materialised slices and concatenations:
 //
 //	body = "Slice<3,32,64>(i0);Neg(t0);Slice<3,0,32>(i0);Concat<3>(t1,t2);Mul(t3,i1)"
+//
+// Transpose<p0,p1,...>(x) permutes x's axes by the permutation p (one
+// parameter per axis, ONNX Transpose's perm): a kernel reads a transposed
+// input, or writes a transposed result, through permuted coordinates instead
+// of a copy. A head split (Transpose<0,2,1,3> of [B,S,H,D] to [B,H,S,D])
+// keeps the last axis, so each row a row kernel walks stays contiguous and
+// only where it starts moves:
+//
+//	body = "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1)"
 
 // FusibleElementwise are the ops a body may use: elementwise and without
 // attributes, so a step is fully written as Op(operands).
@@ -50,9 +59,14 @@ var FusibleElementwise = map[string]bool{
 	"Softplus": true, "Where": true,
 }
 
-// FusibleIndex are the index steps a body may use, with their integer
-// parameters written in <...>: Slice<axis,start,end> and Concat<axis>.
-var FusibleIndex = map[string]int{"Slice": 3, "Concat": 1}
+// FusibleIndex are the index steps a body may use, with how many integer
+// parameters each writes in <...>: Slice<axis,start,end>, Concat<axis>, and
+// Transpose<perm...> (anyIndexParams: one per axis of its operand, which
+// its op's inference checks).
+var FusibleIndex = map[string]int{"Slice": 3, "Concat": 1, "Transpose": anyIndexParams}
+
+// anyIndexParams: an index step that takes one or more parameters.
+const anyIndexParams = -1
 
 // FusibleReduce are the reductions a body may end a chain with (one per
 // body); the node's axes and keepdims attributes are the step's.
@@ -139,7 +153,10 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 			op = op[:lt]
 		}
 		if want, ok := FusibleIndex[op]; ok {
-			if len(params) != want {
+			if want == anyIndexParams && len(params) == 0 {
+				return nil, fmt.Errorf("step %d: %s takes its parameters in <...>", k, op)
+			}
+			if want != anyIndexParams && len(params) != want {
 				return nil, fmt.Errorf("step %d: %s takes %d parameters in <...>, got %d", k, op, want, len(params))
 			}
 		} else if params != nil {
@@ -203,7 +220,7 @@ func FusedReduceOperands(attrs Attrs) (*Tensor, Attrs, error) {
 // FusedStepOperands are what step s passes its op besides its operands:
 // constant inputs appended after them (a reduction's axes; a Slice's
 // starts, ends and axes) and the op's attributes (keepdims from the node's
-// attributes; a Concat's axis).
+// attributes; a Concat's axis; a Transpose's perm).
 func FusedStepOperands(s FusedStep, nodeAttrs Attrs) ([]*Tensor, Attrs, error) {
 	ints := func(v ...int64) *Tensor {
 		t := NewTensor(Int64, Shape{len(v)})
@@ -221,6 +238,8 @@ func FusedStepOperands(s FusedStep, nodeAttrs Attrs) ([]*Tensor, Attrs, error) {
 		return []*Tensor{ints(s.Params[1]), ints(s.Params[2]), ints(s.Params[0])}, Attrs{}, nil
 	case s.Op == "Concat":
 		return nil, Attrs{"axis": Int(s.Params[0])}, nil
+	case s.Op == "Transpose":
+		return nil, Attrs{"perm": Ints(s.Params...)}, nil
 	}
 	return nil, Attrs{}, nil
 }
@@ -279,7 +298,7 @@ func FusedBody(body string, nIn int) ([]FusedStep, error) {
 func init() {
 	register(&OpSpec{
 		Name: "FusedElementwise", Domain: DomainFlashgraph,
-		Doc:    "the listed steps of an elementwise body (Op(operands);... over inputs iK and steps tK; at most one ReduceSum/ReduceMean step over the axes attribute), computed in one pass",
+		Doc:    "the listed steps of an elementwise body (Op(operands);... over inputs iK and steps tK; index steps Slice<axis,start,end>, Concat<axis>, Transpose<perm...>; at most one ReduceSum/ReduceMean step over the axes attribute), computed in one pass",
 		Inputs: []string{"X..."}, Outputs: []string{"Y..."},
 		Attrs: []AttrSpec{
 			{Name: "body", Kind: AttrString, Required: true},

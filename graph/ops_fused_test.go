@@ -23,13 +23,16 @@ func TestParseFusedBodyErrors(t *testing.T) {
 		{"Slice<3,0,x>(i0)", `parameter "x" is not an integer`},
 		{"Mul<1>(i0,i1)", "Mul takes no <...> parameters"},
 		{"Concat<1(i0,i1)", "want Op<integers>(operands)"},
+		{"Transpose(i0)", "Transpose takes its parameters in <...>"},
+		{"Transpose<1,0>(i0,i1)", "Transpose takes 1 operands, got 2"},
 	} {
 		_, err := ParseFusedBody(tc.body, 2)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("body %q: error %v, want %q", tc.body, err, tc.want)
 		}
 	}
-	for _, body := range []string{"Sigmoid(i0);Mul(i0,t0);Where(i1,t1,i0)", "Slice<3,-2,64>(i0);Neg(t0);Concat<-1>(t1,i1);ReduceSum(t2)"} {
+	for _, body := range []string{"Sigmoid(i0);Mul(i0,t0);Where(i1,t1,i0)", "Slice<3,-2,64>(i0);Neg(t0);Concat<-1>(t1,i1);ReduceSum(t2)",
+		"Transpose<0,2,1,3>(i0);Mul(t0,i1);Transpose<0,2,1,3>(t1)"} {
 		steps, err := ParseFusedBody(body, 2)
 		if err != nil {
 			t.Fatal(err)
@@ -90,5 +93,44 @@ func TestFusedElementwiseInference(t *testing.T) {
 	b2.OpN("FusedElementwise", Attrs{"body": Str("Mul(i0,i1)"), "outputs": Ints(0)}, b2.Input("x", Float32, 2, 3), b2.Input("y", Float32, 4))
 	if b2.Err() == nil || !strings.Contains(b2.Err().Error(), "step 0 (Mul)") {
 		t.Errorf("unbroadcastable operands: %v", b2.Err())
+	}
+}
+
+// A Transpose step is ONNX Transpose with its perm: its type comes from the
+// op's inference (a perm that does not fit the operand's rank is an error
+// naming the step), and it evaluates to the permuted tensor.
+func TestFusedTransposeStep(t *testing.T) {
+	x := NewTensor(Float64, Shape{2, 3, 2})
+	for i := range x.Len() {
+		x.Set(i, float64(i))
+	}
+	attrs := Attrs{"body": Str("Transpose<1,0,2>(i0);Neg(t0)"), "outputs": Ints(1)}
+	out, err := Eval("FusedElementwise", attrs, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !out[0].Shape.Equal(Shape{3, 2, 2}) {
+		t.Fatalf("shape %v, want [3,2,2]", out[0].Shape)
+	}
+	// y[a][b][c] = -x[b][a][c]
+	for a := range 3 {
+		for b := range 2 {
+			for c := range 2 {
+				if got, want := out[0].At((a*2+b)*2+c), -x.At((b*3+a)*2+c); got != want {
+					t.Errorf("y[%d,%d,%d] = %v, want %v", a, b, c, got, want)
+				}
+			}
+		}
+	}
+	b := NewBuilder("f")
+	in := b.Input("x", Float32, 2, 3, 4)
+	b.OpN("FusedElementwise", Attrs{"body": Str("Transpose<1,0>(i0)"), "outputs": Ints(0)}, in)
+	if b.Err() == nil || !strings.Contains(b.Err().Error(), "step 0 (Transpose)") || !strings.Contains(b.Err().Error(), "rank 3") {
+		t.Errorf("a perm of the wrong rank: %v", b.Err())
+	}
+	b2 := NewBuilder("g")
+	b2.OpN("FusedElementwise", Attrs{"body": Str("Transpose<0,0,2>(i0)"), "outputs": Ints(0)}, b2.Input("x", Float32, 2, 3, 4))
+	if b2.Err() == nil || !strings.Contains(b2.Err().Error(), "not a permutation") {
+		t.Errorf("a perm that repeats an axis: %v", b2.Err())
 	}
 }

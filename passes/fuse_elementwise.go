@@ -69,6 +69,17 @@ type ewGroup struct {
 	// group's shape is the reduced one.
 	reduce *graph.Node
 	axes   []int64
+	// reads are the Transposes whose values the group reads through a
+	// Transpose step of their input (by the value they make); writes are
+	// the Transposes that alone read a value of the group, which the group
+	// writes transposed instead (by the value they read). Both nodes go.
+	reads, writes map[*graph.Value]*graph.Node
+}
+
+// fused reports whether the group becomes a FusedElementwise node: two ops
+// or more, or one op and a Transpose it takes in.
+func (gr *ewGroup) fused() bool {
+	return len(gr.members) >= 2 || len(gr.members) == 1 && len(gr.reads)+len(gr.writes) > 0
 }
 
 // fusibleNode reports whether n may be a group member, or why not.
@@ -235,6 +246,7 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		isOut[v] = true
 	}
 	absorbIndexChains(groups, groupOf, owner, uses, isOut, log)
+	absorbed := absorbTransposes(c.Nodes, groupOf, uses, isOut, log)
 	pos := make(map[*graph.Node]int, len(c.Nodes))
 	for i, n := range c.Nodes {
 		pos[n] = i
@@ -242,12 +254,12 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	fusedAt := map[*graph.Node]*graph.Node{} // last member -> the fused node
 	fusedCount := 0
 	for _, gr := range groups {
-		if len(gr.members) == 1 && log != nil {
+		if len(gr.members) == 1 && !gr.fused() && log != nil {
 			n := gr.members[0]
 			log.Add(Event{Pass: PassFuseElementwise, Kind: Refused, Rule: "elementwise_group", Node: n.Name, Op: n.Op,
 				Reason: loneReason(n, uses)})
 		}
-		if len(gr.members) < 2 {
+		if !gr.fused() {
 			continue
 		}
 		// Merged groups interleave: the body follows the graph's order.
@@ -263,10 +275,13 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			for i, m := range gr.members {
 				ops[i] = m.Op
 			}
+			detail := fmt.Sprintf("%d ops (%s) over %s, %d inputs, %d outputs", len(gr.members), strings.Join(ops, " "),
+				groupShape(gr), len(fn.Inputs), len(fn.Outputs))
+			if n := len(gr.reads) + len(gr.writes); n > 0 {
+				detail += fmt.Sprintf(", %d Transposes as index steps", n)
+			}
 			log.Add(Event{Pass: PassFuseElementwise, Kind: Fired, Rule: "elementwise_group", Node: gr.members[0].Name,
-				Op: gr.members[0].Op, Result: fn.Name,
-				Detail: fmt.Sprintf("%d ops (%s) over %s, %d inputs, %d outputs", len(gr.members), strings.Join(ops, " "),
-					groupShape(gr), len(fn.Inputs), len(fn.Outputs))})
+				Op: gr.members[0].Op, Result: fn.Name, Detail: detail})
 		}
 	}
 	if fusedCount == 0 && rewritten == 0 {
@@ -274,8 +289,11 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	}
 	nodes := make([]*graph.Node, 0, len(c.Nodes))
 	for _, n := range c.Nodes {
+		if absorbed[n] {
+			continue
+		}
 		gr := groupOf[n]
-		if gr == nil || len(gr.members) < 2 {
+		if gr == nil || !gr.fused() {
 			nodes = append(nodes, n)
 			continue
 		}
@@ -297,13 +315,48 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	return c, nil
 }
 
-// buildFused makes the FusedElementwise node of a group.
+// buildFused makes the FusedElementwise node of a group. A Transpose the
+// group reads becomes a Transpose step of its input before the first step
+// that reads it; one it writes, a Transpose step right after the step it
+// transposes, whose value the node outputs under the Transpose's name.
 func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.Value][]*graph.Node, isOut map[*graph.Value]bool) (*graph.Node, error) {
 	step := map[*graph.Value]int{}
 	inIndex := map[*graph.Value]int{}
 	var inputs []*graph.Value
-	steps := make([]graph.FusedStep, len(gr.members))
-	for k, m := range gr.members {
+	var steps []graph.FusedStep
+	var made []*graph.Value // per step: the graph's value it computes, nil for a read Transpose
+	input := func(v *graph.Value) graph.FusedOperand {
+		i, ok := inIndex[v]
+		if !ok {
+			i = len(inputs)
+			inIndex[v] = i
+			inputs = append(inputs, v)
+		}
+		return graph.FusedOperand{Index: i}
+	}
+	// add appends step s computing v; made says whether v is the node's
+	// to output (a value a group member or written Transpose made) or only
+	// the body's (a read Transpose's).
+	add := func(s graph.FusedStep, v *graph.Value, output bool) graph.FusedOperand {
+		steps = append(steps, s)
+		if output {
+			made = append(made, v)
+		} else {
+			made = append(made, nil)
+		}
+		step[v] = len(steps) - 1
+		return graph.FusedOperand{Step: true, Index: len(steps) - 1}
+	}
+	operand := func(v *graph.Value) graph.FusedOperand {
+		if j, ok := step[v]; ok {
+			return graph.FusedOperand{Step: true, Index: j}
+		}
+		if t := gr.reads[v]; t != nil {
+			return add(graph.FusedStep{Op: "Transpose", Params: transposePerm(t), Args: []graph.FusedOperand{input(t.Inputs[0])}}, v, false)
+		}
+		return input(v)
+	}
+	for _, m := range gr.members {
 		s := graph.FusedStep{Op: m.Op}
 		switch m.Op {
 		case "Slice":
@@ -314,28 +367,23 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 			s.Params = []int64{axis}
 		}
 		for _, v := range bodyOperands(m) {
-			if j, ok := step[v]; ok {
-				s.Args = append(s.Args, graph.FusedOperand{Step: true, Index: j})
-				continue
-			}
-			i, ok := inIndex[v]
-			if !ok {
-				i = len(inputs)
-				inIndex[v] = i
-				inputs = append(inputs, v)
-			}
-			s.Args = append(s.Args, graph.FusedOperand{Index: i})
+			s.Args = append(s.Args, operand(v))
 		}
-		steps[k] = s
-		step[m.Outputs[0]] = k
+		t := add(s, m.Outputs[0], true)
+		if w := gr.writes[m.Outputs[0]]; w != nil {
+			add(graph.FusedStep{Op: "Transpose", Params: transposePerm(w), Args: []graph.FusedOperand{t}}, w.Outputs[0], true)
+		}
 	}
 	fn := &graph.Node{Name: "fused/" + gr.members[0].Name, Op: "FusedElementwise", Inputs: inputs}
 	var outIdx []int64
-	for k, m := range gr.members {
-		v := m.Outputs[0]
+	for k, v := range made {
+		if v == nil {
+			continue // a transposed input, read only inside
+		}
+		w := gr.writes[v]
 		needed := isOut[v]
 		for _, u := range uses[v] {
-			if groupOf[u] != gr {
+			if groupOf[u] != gr && u != w {
 				needed = true
 			}
 		}

@@ -61,6 +61,11 @@ func TestFuseElementwiseKeepsTheStepBitExact(t *testing.T) {
 			t.Errorf("%v: left unfused: %d Slice, %d Concat, %d Neg, %d ReduceMean, %d Expand", dt,
 				counts["Slice"], counts["Concat"], counts["Neg"], counts["ReduceMean"], counts["Expand"])
 		}
+		// The q/k head splits are read by the norms' bodies, their
+		// gradients written transposed by the norm backward's.
+		if !strings.Contains(log.String(), "fired transpose_read") || !strings.Contains(log.String(), "fired transpose_write") {
+			t.Errorf("%v: no head Transpose became an index step:\n%s", dt, log)
+		}
 		if len(fused.Nodes) >= len(ts.Graph.Nodes) {
 			t.Errorf("%v: %d nodes after fusion, %d before", dt, len(fused.Nodes), len(ts.Graph.Nodes))
 		}

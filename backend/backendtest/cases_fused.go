@@ -187,5 +187,49 @@ func fusedCases() []opCase {
 		ys := fused(c, "Exp(i1);Concat<1>(i0,t0,i2);Mul(t1,i3)", []int64{2}, a, b, d, w)
 		c.expect(ys[0], rnd(c, refElem("Mul", concat(1, ra, rnd(c, mapArr(rb, math.Exp)), rd), rw)))
 	})
+	// Transpose steps, as fuse_elementwise absorbs a head split ([B,S,H,D]
+	// to [B,H,S,D]) read by a norm and its merge written by the norm
+	// backward: row kernels read each row at its permuted start, index
+	// kernels read and write at permuted coordinates. A Transpose that moves
+	// the last axis is read element by element.
+	transpose := func(a *arr, perm ...int64) *arr {
+		return ref("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, f64(a))
+	}
+	for _, d := range []int{64, 10} { // 64: 16-byte vectors along each row
+		add(fmt.Sprintf("head_split_rmsnorm_rows_[2,5,3,%d]", d), func(c *ctx) {
+			x, rx := c.input(c.dt, normal, 2, 5, 3, d)
+			e, re := c.input(c.dt, constGen(1e-5))
+			ys := fusedRed(c, "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4)", 1, []int64{0, 5}, x, e)
+			t0 := transpose(rx, 0, 2, 1, 3)
+			t2 := red(c, "ReduceMean", 1, rnd(c, refElem("Mul", t0, t0)))
+			t4 := rnd(c, refElem("Sqrt", rnd(c, refElem("Add", t2, re))))
+			c.expect(ys[0], t0)
+			c.expect(ys[1], mapArr(t4, func(v float64) float64 { return 1 / v }))
+		})
+	}
+	add("head_split_norm_backward_rows_[2,3,5,16]", func(c *ctx) {
+		g, rg := c.input(c.dt, normal, 2, 3, 5, 16)
+		x, rx := c.input(c.dt, normal, 2, 5, 3, 16)
+		r, rr := c.input(c.dt, positive, 2, 3, 5, 1)
+		ys := fusedRed(c, "Transpose<0,2,1,3>(i1);Mul(i0,t0);ReduceSum(t1);Mul(t2,i2)", 1, []int64{3}, g, x, r)
+		t1 := rnd(c, refElem("Mul", rg, transpose(rx, 0, 2, 1, 3)))
+		c.expect(ys[0], rnd(c, refElem("Mul", red(c, "ReduceSum", 1, t1), rr)))
+	})
+	add("head_merge_read_and_write_[2,3,5,16]", func(c *ctx) {
+		g, rg := c.input(c.dt, normal, 2, 3, 5, 16)
+		r, rr := c.input(c.dt, positive, 2, 3, 5, 1)
+		x, rx := c.input(c.dt, normal, 2, 5, 3, 16)
+		m, rm := c.input(c.dt, normal, 2, 3, 5, 1)
+		ys := fused(c, "Mul(i0,i1);Transpose<0,2,1,3>(i2);Mul(t1,i3);Add(t0,t2);Transpose<0,2,1,3>(t3)", []int64{4}, g, r, x, m)
+		t0 := rnd(c, refElem("Mul", rg, rr))
+		t2 := rnd(c, refElem("Mul", transpose(rx, 0, 2, 1, 3), rm))
+		c.expect(ys[0], transpose(rnd(c, refElem("Add", t0, t2)), 0, 2, 1, 3))
+	})
+	add("transpose_last_axis_[6,10]_[10,6]", func(c *ctx) {
+		x, rx := c.input(c.dt, normal, 6, 10)
+		w, rw := c.input(c.dt, normal, 10, 6)
+		ys := fused(c, "Transpose<1,0>(i0);Neg(t0);Mul(t1,i1)", []int64{2}, x, w)
+		c.expect(ys[0], rnd(c, refElem("Mul", mapArr(transpose(rx, 1, 0), func(v float64) float64 { return -v }), rw)))
+	})
 	return cs
 }

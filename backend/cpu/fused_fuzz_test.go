@@ -22,6 +22,9 @@ func FuzzFusedBody(f *testing.F) {
 		{"Mul(i2,i2);Mul(i0,i1);ReduceSum(t1);Mul(t2,t0)", -1, 0},
 		{"Slice<1,-2,9>(i0);Concat<0>(t0,t0);Exp(t1)", 0, 1},
 		{"ReduceSum(i0);Slice<2,0,1>(t0)", 1, 1},
+		{"Transpose<1,0,2>(i0);Mul(t0,t0);ReduceSum(t1)", -1, 1},
+		{"Transpose<1,0,2>(i0);Transpose<1,0,2>(t0);Mul(t1,i1)", -1, 1},
+		{"Transpose<2,0,1>(i0);Neg(t0)", 0, 1},
 	} {
 		f.Add(seed.body, seed.axis, seed.keepdims)
 	}

@@ -19,7 +19,25 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 	if len(out) == 0 {
 		return false, nil
 	}
+	// A Transpose of a step that keeps the last axis and that only the
+	// outputs read writes that step's rows to the output at permuted
+	// offsets: the body walks the rows of the step it transposes.
+	written := make([]bool, len(steps))
+	readBy := make([]int, len(steps))
+	for _, s := range steps {
+		for _, a := range s.Args {
+			if a.Step {
+				readBy[a.Index]++
+			}
+		}
+	}
 	full := out[0].Shape
+	for k, s := range steps {
+		if s.Op == "Transpose" && s.Args[0].Step && readBy[k] == 0 {
+			written[k] = true
+			full = types[s.Args[0].Index].Shape
+		}
+	}
 	for _, s := range steps {
 		if graph.FusibleReduce[s.Op] {
 			a := s.Args[0]
@@ -46,8 +64,24 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 	}
 	stepLast := make([]int, len(steps))
 	maxLast := 1
+	// A Transpose of an input that keeps the last axis in place is that
+	// input's rows gathered in another order (row strides permuted); other
+	// Transposes move values between rows.
+	transposed := make([][]int, len(steps)) // step -> the input's row strides
+	scattered := make([][]int, len(steps))  // step -> the output's row strides
 	for k, s := range steps {
-		if _, index := graph.FusibleIndex[s.Op]; index && s.Params[0] != int64(r-1) && s.Params[0] != -1 {
+		if written[k] {
+			if scattered[k] = scatteredRowStrides(s, types[k].Shape, types[s.Args[0].Index].Shape, lead); scattered[k] == nil {
+				return false, nil
+			}
+			stepLast[k] = full[r-1]
+			continue
+		}
+		if s.Op == "Transpose" {
+			if transposed[k] = transposedRowStrides(s, in); transposed[k] == nil {
+				return false, nil
+			}
+		} else if _, index := graph.FusibleIndex[s.Op]; index && s.Params[0] != int64(r-1) && s.Params[0] != -1 {
 			return false, nil
 		}
 		l, ok := lastOf(types[k].Shape)
@@ -57,11 +91,28 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 		stepLast[k] = l
 		maxLast = max(maxLast, l)
 	}
-	// Inputs, padded to rank r, broadcast over the leading axes.
+	// Inputs read only through Transposes are gathered by those steps.
+	viaTranspose := make([]bool, len(in))
+	for k := range steps {
+		if transposed[k] != nil {
+			viaTranspose[steps[k].Args[0].Index] = true
+		}
+	}
+	for k, s := range steps {
+		for _, a := range s.Args {
+			if !a.Step && transposed[k] == nil {
+				viaTranspose[a.Index] = false
+			}
+		}
+	}
+	// Other inputs, padded to rank r, broadcast over the leading axes.
 	inLast := make([]int, len(in))
 	inStr := make([][]int, len(in))
 	inFull := make([]bool, len(in))
 	for i, t := range in {
+		if viaTranspose[i] {
+			continue
+		}
 		if t.Shape.Rank() > r {
 			return false, nil
 		}
@@ -128,6 +179,7 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 			ins := make([]*graph.Tensor, len(in))
 			for i, t := range in {
 				switch {
+				case viaTranspose[i]:
 				case t.Len() == 1:
 					ins[i] = &graph.Tensor{DType: t.DType, Shape: graph.Shape{}, F32: t.F32, F64: t.F64, I64: t.I64, B: t.B}
 				case inFull[i]:
@@ -142,6 +194,28 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 			}
 			res := make([]*graph.Tensor, len(steps))
 			for k, s := range steps {
+				if scattered[k] != nil {
+					for slot, o := range outIdx {
+						if o == int64(k) {
+							scatterRows(out[slot], res[s.Args[0].Index], scattered[k], lead, r0, m, stepLast[k])
+						}
+					}
+					continue
+				}
+				if transposed[k] != nil {
+					var t *graph.Tensor
+					if o, ok := outOf[int64(k)]; ok {
+						t = rowsOf(out[o], stepLast[k])
+					} else {
+						if scratch[k] == nil || scratch[k].Len() != m*stepLast[k] {
+							scratch[k] = graph.NewTensor(types[k].DType, graph.Shape{m, stepLast[k]})
+						}
+						t = scratch[k]
+					}
+					gatherRows(t, in[s.Args[0].Index], transposed[k], lead, r0, m, stepLast[k])
+					res[k] = t
+					continue
+				}
 				args := make([]*graph.Tensor, 0, len(s.Args)+3)
 				for _, op := range s.Args {
 					if op.Step {
@@ -167,13 +241,107 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 				res[k] = t
 			}
 			for k, o := range outIdx {
-				if outOf[o] != k {
+				if outOf[o] != k && scattered[o] == nil {
 					copyTensor(rowsOf(out[k], stepLast[o]), res[o])
 				}
 			}
 		}
 	})
 	return true, firstErr
+}
+
+// transposedRowStrides returns, for a Transpose step of an input that keeps
+// the last axis in place, the input's element offset per leading axis of the
+// step's result (nil when the step is not of that form).
+func transposedRowStrides(s graph.FusedStep, in []*graph.Tensor) []int {
+	a := s.Args[0]
+	if a.Step {
+		return nil
+	}
+	shape := in[a.Index].Shape
+	r := shape.Rank()
+	if r < 1 || len(s.Params) != r || s.Params[r-1] != int64(r-1) {
+		return nil
+	}
+	st := make([]int, r)
+	acc := 1
+	for j := r - 1; j >= 0; j-- {
+		st[j] = acc
+		acc *= shape[j]
+	}
+	rows := make([]int, r-1)
+	for j := range rows {
+		p := s.Params[j]
+		if p < 0 || p >= int64(r) {
+			return nil
+		}
+		rows[j] = st[p]
+	}
+	return rows
+}
+
+// scatteredRowStrides returns, for a Transpose step (result shape out) of
+// a step of shape x whose leading axes are lead that keeps the last axis in
+// place, the result's element offset per leading axis of x (nil when the
+// step is not of that form).
+func scatteredRowStrides(s graph.FusedStep, out, x, lead graph.Shape) []int {
+	r := x.Rank()
+	if r < 1 || len(s.Params) != r || s.Params[r-1] != int64(r-1) || !x[:r-1].Equal(lead) {
+		return nil
+	}
+	st := make([]int, r)
+	acc := 1
+	for j := r - 1; j >= 0; j-- {
+		st[j] = acc
+		acc *= out[j]
+	}
+	// Result axis i is x's axis perm[i]: x's axis perm[i] steps st[i].
+	rows := make([]int, r-1)
+	for i := range r - 1 {
+		p := s.Params[i]
+		if p < 0 || p >= int64(r-1) {
+			return nil
+		}
+		rows[p] = st[i]
+	}
+	return rows
+}
+
+// scatterRows writes rows [r0, r0+m) of src [m, last], one per leading
+// index of lead, to dst at the element offsets rowStrides give per leading
+// axis: the inverse of gatherRows.
+func scatterRows(dst, src *graph.Tensor, rowStrides []int, lead graph.Shape, r0, m, last int) {
+	idx := make([]int, lead.Rank())
+	rem := r0
+	for d := lead.Rank() - 1; d >= 0; d-- {
+		idx[d] = rem % lead[d]
+		rem /= lead[d]
+	}
+	off := 0
+	for d, i := range idx {
+		off += i * rowStrides[d]
+	}
+	for row := range m {
+		switch {
+		case dst.F32 != nil:
+			copy(dst.F32[off:off+last], src.F32[row*last:(row+1)*last])
+		case dst.F64 != nil:
+			copy(dst.F64[off:off+last], src.F64[row*last:(row+1)*last])
+		case dst.I64 != nil:
+			copy(dst.I64[off:off+last], src.I64[row*last:(row+1)*last])
+		case dst.B != nil:
+			copy(dst.B[off:off+last], src.B[row*last:(row+1)*last])
+		}
+		for d := lead.Rank() - 1; d >= 0; d-- {
+			idx[d]++
+			off += rowStrides[d]
+			if idx[d] < lead[d] {
+				break
+			}
+			off -= idx[d] * rowStrides[d]
+			idx[d] = 0
+		}
+	}
 }
 
 func ints64(v ...int64) *graph.Tensor {

@@ -18,6 +18,10 @@ import (
 // are kept by the coordinates they were computed at). Operands that are
 // shared all-zero constants (the padding of a Slice's gradient) are not read.
 //
+// A Transpose asks its operand at the permuted coordinates (operand axis
+// perm[i] at the reader's coordinate i), so a body reads a transposed input,
+// or writes a transposed result, without a copy of either.
+//
 // Where every cut along the last axis (Slice starts, Concat pieces) and
 // every operand's last dimension is a multiple of a 16-byte vector, a
 // thread takes a vector of consecutive elements along the last axis: its
@@ -158,6 +162,15 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		c := append([]string(nil), coords...)
 		if start != 0 {
 			c[axis] = fmt.Sprintf("(%s + %du)", coords[axis], start)
+		}
+		return g.value(st.Args[0], c)
+	case "Transpose":
+		if len(st.Params) != len(coords) {
+			return "", fmt.Errorf("step %d: Transpose<%v> of a rank-%d value", s, st.Params, len(coords))
+		}
+		c := make([]string, len(coords))
+		for i, p := range st.Params {
+			c[p] = coords[i]
 		}
 		return g.value(st.Args[0], c)
 	case "Concat":
@@ -354,6 +367,12 @@ func (p *indexProgram) vectorWidth() int {
 	}
 	for _, st := range p.steps {
 		switch st.Op {
+		case "Transpose":
+			// A vector is consecutive along the last axis of the operand
+			// too only when the Transpose keeps that axis in place.
+			if n := len(st.Params); n == 0 || st.Params[n-1] != int64(n-1) {
+				ok = false
+			}
 		case "Slice":
 			if st.Params[0] == int64(r-1) && st.Params[1]%vec != 0 {
 				ok = false
@@ -402,8 +421,8 @@ func normalizeIndexSteps(steps []graph.FusedStep, types []graph.TensorType, inSh
 	out := make([]graph.FusedStep, len(steps))
 	for k, st := range steps {
 		out[k] = st
-		if _, ok := graph.FusibleIndex[st.Op]; !ok {
-			continue
+		if _, ok := graph.FusibleIndex[st.Op]; !ok || st.Op == "Transpose" {
+			continue // a Transpose's perm is checked and non-negative
 		}
 		a := st.Args[0]
 		shape := types[k].Shape

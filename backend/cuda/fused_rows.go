@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -15,6 +16,11 @@ import (
 // accumulates the reduced step, combines the lanes' sums with shuffles, and
 // one lane computes the row steps on the result. The reduced operand is never
 // written to memory.
+//
+// A Transpose step of an input that keeps the last axis in place (a head
+// split read by a norm) is that input read with permuted strides: each row
+// is still contiguous, only where it starts moves. The step becomes a copy
+// of a second view of the input's buffer.
 
 // rowProgram is one generated row kernel.
 type rowProgram struct {
@@ -312,6 +318,63 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	return sb.String(), rows, lanes, nil
 }
 
+// transposedView is a Transpose step's reading of a node input, as an
+// extra operand of a row kernel.
+type transposedView struct {
+	input int
+	perm  []int64
+}
+
+// transposedViews rewrites each Transpose step of a node input that keeps
+// the last axis into a copy (Identity) of a view of that input, numbered
+// after the node's inputs, and returns the views. Any other Transpose step
+// is an error: it moves values between rows.
+func transposedViews(steps []graph.FusedStep, inputs []*graph.Value) ([]graph.FusedStep, []transposedView, error) {
+	var views []transposedView
+	var out []graph.FusedStep
+	for k, st := range steps {
+		if st.Op != "Transpose" {
+			continue
+		}
+		a := st.Args[0]
+		if a.Step {
+			return nil, nil, fmt.Errorf("step %d: a row kernel reads a Transpose of a node input only, not of step %d", k, a.Index)
+		}
+		r := inputs[a.Index].Type.Shape.Rank()
+		if len(st.Params) != r || st.Params[r-1] != int64(r-1) {
+			return nil, nil, fmt.Errorf("step %d: Transpose<%v> of a rank-%d input moves its last axis; a row kernel keeps rows contiguous", k, st.Params, r)
+		}
+		if out == nil {
+			out = slices.Clone(steps)
+		}
+		out[k] = graph.FusedStep{Op: "Identity", Args: []graph.FusedOperand{{Index: len(inputs) + len(views)}}}
+		views = append(views, transposedView{input: a.Index, perm: st.Params})
+	}
+	if out == nil {
+		return steps, nil, nil
+	}
+	return out, views, nil
+}
+
+// transposedOperand reads buf, of shape in, transposed by perm and then
+// broadcast to shape out.
+func transposedOperand(buf buffer, in graph.Shape, perm []int64, out graph.Shape) operand {
+	st := contiguousStrides(in)
+	tShape := make(graph.Shape, len(perm))
+	tStrides := make([]int64, len(perm))
+	for i, p := range perm {
+		tShape[i], tStrides[i] = in[p], st[p]
+	}
+	r := out.Rank()
+	strides := make([]int64, r)
+	for i := range tShape {
+		if tShape[i] != 1 {
+			strides[r-len(tShape)+i] = tStrides[i]
+		}
+	}
+	return operand{buf: buf, strides: strides}
+}
+
 // leadOf is the first n strides (nil stays nil: an operand not read).
 func leadOf(strides []int64, n int) []int64 {
 	out := make([]int64, n)
@@ -324,7 +387,28 @@ func leadOf(strides []int64, n int) []int64 {
 // lowerFusedRows lowers a FusedElementwise node whose body reduces its last
 // axis to one generated row kernel.
 func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorType) (func() error, error) {
-	n := c.n
+	p, err := newRowProgram(c.n, steps, types, c.in, c.out)
+	if err != nil {
+		return nil, err
+	}
+	src, rows, lanes, err := p.generate()
+	if err != nil {
+		return nil, err
+	}
+	if rows == 0 {
+		return nop, nil
+	}
+	ins := make([]buffer, len(p.eIns))
+	for i, o := range p.eIns {
+		ins[i] = o.buf
+	}
+	rowsPerBlock := int64(8 * (32 / lanes))
+	return c.launchGenerated(src, "rows", (rows+rowsPerBlock-1)/rowsPerBlock*256, ins, p.obufs)
+}
+
+// newRowProgram is the row kernel of FusedElementwise node n, whose input i
+// is buffer in(i) and output k buffer out(k).
+func newRowProgram(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, in, out func(int) buffer) (*rowProgram, error) {
 	red := -1
 	for s, st := range steps {
 		if graph.FusibleReduce[st.Op] {
@@ -336,6 +420,10 @@ func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorTy
 		full = n.Inputs[steps[red].Args[0].Index].Type.Shape
 	}
 	reduced := types[red].Shape
+	steps, views, err := transposedViews(steps, n.Inputs)
+	if err != nil {
+		return nil, err
+	}
 	axes := n.Attrs["axes"].Ints
 	r := full.Rank()
 	if r == 0 || len(axes) != 1 || (axes[0] != -1 && axes[0] != int64(r-1)) {
@@ -355,8 +443,9 @@ func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorTy
 	}
 	// Element steps read inputs and element steps; row steps read inputs,
 	// row steps and (the reduction only) the reduced element step.
-	readsElem := make([]bool, len(n.Inputs))
-	readsRow := make([]bool, len(n.Inputs))
+	nIn := len(n.Inputs) + len(views)
+	readsElem := make([]bool, nIn)
+	readsRow := make([]bool, nIn)
 	for s, st := range steps {
 		for _, a := range st.Args {
 			switch {
@@ -373,14 +462,25 @@ func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorTy
 			}
 		}
 	}
-	for i, v := range n.Inputs {
+	for i := range nIn {
 		var e, rw operand
-		e.buf, rw.buf = c.in(i), c.in(i)
+		var operandOver func(out graph.Shape) operand
+		if i < len(n.Inputs) {
+			e.buf = in(i)
+			operandOver = func(out graph.Shape) operand { return broadcastOperand(in(i), n.Inputs[i].Type.Shape, out) }
+		} else {
+			vw := views[i-len(n.Inputs)]
+			e.buf = in(vw.input)
+			operandOver = func(out graph.Shape) operand {
+				return transposedOperand(in(vw.input), n.Inputs[vw.input].Type.Shape, vw.perm, out)
+			}
+		}
+		rw.buf = e.buf
 		if readsElem[i] {
-			e = broadcastOperand(c.in(i), v.Type.Shape, full)
+			e = operandOver(full)
 		}
 		if readsRow[i] {
-			rw = broadcastOperand(c.in(i), v.Type.Shape, reduced)
+			rw = operandOver(reduced)
 			if reduced.Rank() == r && rw.strides[r-1] != 0 && reduced[r-1] != 1 {
 				return nil, fmt.Errorf("input %d varies along the reduced axis but is read per row", i)
 			}
@@ -390,19 +490,7 @@ func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorTy
 	}
 	for k, o := range n.Attrs["outputs"].Ints {
 		p.outs = append(p.outs, int(o))
-		p.obufs = append(p.obufs, c.out(k))
+		p.obufs = append(p.obufs, out(k))
 	}
-	src, rows, lanes, err := p.generate()
-	if err != nil {
-		return nil, err
-	}
-	if rows == 0 {
-		return nop, nil
-	}
-	ins := make([]buffer, len(p.eIns))
-	for i, o := range p.eIns {
-		ins[i] = o.buf
-	}
-	rowsPerBlock := int64(8 * (32 / lanes))
-	return c.launchGenerated(src, "rows", (rows+rowsPerBlock-1)/rowsPerBlock*256, ins, p.obufs)
+	return p, nil
 }

@@ -303,3 +303,119 @@ func TestIndexProgramGenerate(t *testing.T) {
 		t.Errorf("gradient: the product under the Concats is not read at the shifted positions\n%s", bwd)
 	}
 }
+
+// Transpose steps: the index generator reads a transposed input, and writes
+// a transposed result, at permuted coordinates, still in 16-byte vectors
+// when the last axis stays in place; the row generator reads a head split
+// as a second view of the input with permuted row strides, each row one
+// contiguous run of vectors. What a row kernel cannot do (a Transpose of a
+// step, one that moves the last axis) is an error naming the step.
+func TestTransposeProgramsGenerate(t *testing.T) {
+	bhsd, bshd := graph.Shape{2, 3, 16, 64}, graph.Shape{2, 16, 3, 64}
+	index := func(body string, shape graph.Shape, ins []graph.Shape) *indexProgram {
+		steps, err := graph.ParseFusedBody(body, len(ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var in []graph.TensorType
+		p := &indexProgram{shape: shape, steps: steps, inShapes: ins, zero: make([]bool, len(ins)), outs: []int{len(steps) - 1},
+			obufs: []buffer{{ptr: 0x9000, dt: graph.BFloat16, n: shape.Numel()}}}
+		for _, s := range ins {
+			in = append(in, graph.TensorType{DType: graph.BFloat16, Shape: s})
+			p.ins = append(p.ins, buffer{ptr: 0x1000, dt: graph.BFloat16, n: s.Numel()})
+		}
+		if p.types, err = graph.FusedTypes(steps, in, nil); err != nil {
+			t.Fatal(err)
+		}
+		p.vec = p.vectorWidth()
+		return p
+	}
+	for _, tc := range []struct {
+		name, body string
+		shape      graph.Shape
+		ins        []graph.Shape
+		vec        int
+		want       []string
+	}{
+		// [B,S,H,D] read as [B,H,S,D]: S (thread coordinate c2) strides
+		// 3·64, H (c1) strides 64.
+		{"read", "Transpose<0,2,1,3>(i0);Mul(t0,i1)", bhsd, []graph.Shape{bshd, {64}}, 8,
+			[]string{"(unsigned long long)(c2) * 192ull", "(unsigned long long)(c1) * 64ull", "uint4"}},
+		// [B,H,S,D] computed, written as [B,S,H,D]: the thread walks the
+		// output; H (c2) strides 16·64 in the input, S (c1) 64.
+		{"write", "Mul(i0,i1);Transpose<0,2,1,3>(t0)", bshd, []graph.Shape{bhsd, {64}}, 8,
+			[]string{"(unsigned long long)(c2) * 1024ull", "(unsigned long long)(c1) * 64ull", "out0 + i"}},
+		// Both: read and write transposed, the input at the thread's own
+		// coordinates again.
+		{"read and write", "Transpose<0,2,1,3>(i0);Neg(t0);Transpose<0,2,1,3>(t1)", bshd, []graph.Shape{bshd}, 8,
+			[]string{"(unsigned long long)(c1) * 192ull", "(unsigned long long)(c2) * 64ull"}},
+		// Moving the last axis reads one element at a time.
+		{"last axis moved", "Transpose<0,1,3,2>(i0);Neg(t0)", graph.Shape{2, 3, 64, 16}, []graph.Shape{bhsd}, 1,
+			[]string{"(unsigned long long)(c3) * 64ull", "(unsigned long long)(c2)"}},
+	} {
+		p := index(tc.body, tc.shape, tc.ins)
+		src, n, err := p.generate()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if n != int64(tc.shape.Numel()) || p.vec != tc.vec {
+			t.Errorf("%s: %d elements, vector %d; want %d, %d", tc.name, n, p.vec, tc.shape.Numel(), tc.vec)
+		}
+		for _, s := range tc.want {
+			if !strings.Contains(src, s) {
+				t.Errorf("%s: source lacks %q\n%s", tc.name, s, src)
+			}
+		}
+	}
+
+	// A q_norm over the heads of a [B,S,H,D] projection, in bfloat16.
+	rows := func(body string, outs []int64, ins ...graph.Shape) (*rowProgram, error) {
+		n := &graph.Node{Name: "norm", Op: "FusedElementwise", Attrs: graph.Attrs{"body": graph.Str(body),
+			"outputs": graph.Ints(outs...), "axes": graph.Ints(-1)}}
+		var in []graph.TensorType
+		for i, s := range ins {
+			tt := graph.TensorType{DType: graph.BFloat16, Shape: s}
+			in = append(in, tt)
+			n.Inputs = append(n.Inputs, &graph.Value{Name: fmt.Sprintf("x%d", i), Type: tt})
+		}
+		steps, err := graph.ParseFusedBody(body, len(ins))
+		if err != nil {
+			t.Fatal(err)
+		}
+		types, err := graph.FusedTypes(steps, in, n.Attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs := func(k int) buffer { return buffer{ptr: DevicePtr(0x10000 * (k + 1)), dt: graph.BFloat16} }
+		return newRowProgram(n, steps, types, bufs, func(k int) buffer { return bufs(8 + k) })
+	}
+	p, err := rows("Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4)", []int64{0, 5}, bshd, graph.Shape{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.eIns) != 3 || p.eIns[0].strides != nil || p.eIns[2].buf != p.eIns[0].buf {
+		t.Fatalf("want input 0 unread and a view of it as operand 2; operands %+v", p.eIns)
+	}
+	src, nrows, lanes, err := p.generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nrows != 2*3*16 || lanes != 8 || !strings.Contains(src, "vector 8,") {
+		t.Errorf("rows %d, lanes %d; want 96 rows of 8 lanes, vector 8\n%s", nrows, lanes, src)
+	}
+	// Row (b,h,s) starts at b·3072 + h·64 + s·192 of the [B,S,H,D] buffer,
+	// and the transposed value (an output) is written contiguously.
+	for _, s := range []string{"e2 = 0ull + c0 * 3072ull + c1 * 64ull + c2 * 192ull", "in2 + e2 + col", "const void* __restrict__ in0", "out0 + q + col"} {
+		if !strings.Contains(src, s) {
+			t.Errorf("transposed norm: source lacks %q\n%s", s, src)
+		}
+	}
+	for _, tc := range []struct{ body, want string }{
+		{"Neg(i0);Transpose<0,2,1,3>(t0);ReduceSum(t1)", "not of step 0"},
+		{"Transpose<0,1,3,2>(i0);ReduceSum(t0)", "moves its last axis"},
+	} {
+		if _, err := rows(tc.body, []int64{1}, bshd); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want %q", tc.body, err, tc.want)
+		}
+	}
+}
