@@ -201,7 +201,10 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", ""}, // opt-in for now
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_dqtma_bf16_d128"}, // the default
+		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_dqtma_fp16_d64"},
+		{8, 0, GemmBF16, 128, 0.1, "", ""},
+		{9, 0, GemmF32, 64, 0.1, "", ""},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "1", ""},
 		{9, 0, GemmBF16, 96, 0.1, "1", ""},
