@@ -963,3 +963,266 @@ FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
 FLASH_TYPED(fp32, float)
 FLASH_TYPED(bf16, __nv_bfloat16)
 FLASH_TYPED(fp16, __half)
+
+// ---------------------------------------------------------------- decode forward (split K/V)
+//
+// Flash-decoding for a few query rows (Sq <= 16) against a long K/V: the visible
+// key range [0, kv_end) (kv_end = Sk, or min(Sk, Sq) when causal: top-left, as
+// above) is cut into `splits` chunks of tiles_per_split tiles of DEC_BC keys, and
+// CTA (bh, split) scans one chunk, so that BH*splits CTAs share the K/V reads
+// that one CTA per (bh, query tile) would do alone.
+//
+//   flash_decode_<T>_d<D>(q, k, v, Opart, Lpart, BH, Sq, Sk, splits, tiles_per_split, scale, causal)
+//     grid (BH, splits), block DEC_NW*32, dynamic smem (16 + 2*STAGES*DEC_BC)*D*2:
+//       decode d64 : 4 stages -> 67584 B;  decode d128: 3 stages -> 102400 B
+//     Opart float32 [BH, splits, Sq, D]: the chunk's softmax-normalised output;
+//     Lpart float32 [BH, splits, Sq]: the chunk's logsumexp (-inf: no key visible).
+//   flash_decode_combine_<T>(Opart, Lpart, o, lse, BH, Sq, D, splits)
+//     grid BH*Sq, block 128: LSE = log sum_s exp(Lpart_s), O = sum_s exp(Lpart_s - LSE) Opart_s
+//     (O = 0, LSE = +inf for a row that sees no key); splits <= DEC_MAX_SPLITS.
+//
+// The CTA keeps the (zero-padded) 16 x D query tile in registers as mma A
+// fragments; warp w takes keys 16w..16w+15 of each K/V tile (an STAGES-deep
+// cp.async ring, one barrier per tile) with its own running max, sum and
+// output, and the warps merge through shared memory at the end.
+
+namespace flash {
+
+constexpr int DEC_NW = 4;             // warps per CTA
+constexpr int DEC_BC = 16 * DEC_NW;   // keys per K/V tile
+constexpr int DEC_ROWS = 16;          // query rows: one m16 tile
+constexpr int DEC_MAX_SPLITS = 256;   // combine's shared weights
+
+template <typename T, int D, int STAGES>
+__device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __restrict__ K,
+                                           const T* __restrict__ V, float* __restrict__ Opart,
+                                           float* __restrict__ Lpart, int BH, int Sq, int Sk, int splits,
+                                           int tiles_per_split, float scale, int causal) {
+  constexpr int NT = 32 * DEC_NW;
+  constexpr int CH = D / 8;
+  constexpr int DS = D + 8;  // float stride of the merge rows (conflict-free float2 stores)
+  constexpr u32 TILE = DEC_BC * D * 2;
+  static_assert(D % 64 == 0 && STAGES >= 2, "tile shape");
+  static_assert((DEC_NW * DEC_ROWS * DS + 2 * DEC_NW * DEC_ROWS) * 4 <= STAGES * 2 * TILE,
+                "the merge buffers must fit in the K/V stages");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const u32 sQ = smem_u32(smem_raw);
+  const u32 sKV = sQ + DEC_ROWS * D * 2;  // STAGES x {K tile, V tile}
+
+  const int bh = blockIdx.x, split = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const T* Qb = Q + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)bh * Sk * D;
+  const T* Vb = V + (size_t)bh * Sk * D;
+
+  const int kv_end = causal ? min(Sk, Sq) : Sk;
+  const int k0 = split * tiles_per_split * DEC_BC;
+  const int k1 = min(kv_end, k0 + tiles_per_split * DEC_BC);
+  const int ntiles = k1 > k0 ? (k1 - k0 + DEC_BC - 1) / DEC_BC : 0;
+  const float c = scale * kLog2e;
+
+  load_tile<T, DEC_ROWS, D, NT>(sQ, Qb, 0, Sq, tid);
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; s++) {
+    if (s < ntiles) {
+      const u32 st = sKV + s * 2 * TILE;
+      load_tile<T, DEC_BC, D, NT>(st, Kb, k0 + s * DEC_BC, k1, tid);
+      load_tile<T, DEC_BC, D, NT>(st + TILE, Vb, k0 + s * DEC_BC, k1, tid);
+    }
+    cp_async_commit();
+  }
+
+  u32 qf[D / 16][4];
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; i++) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.f;
+  float m[2] = {-FLASH_INF, -FLASH_INF};
+  float l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < ntiles; j++) {
+    cp_async_wait<STAGES - 2>();
+    __syncthreads();  // tile j landed; every warp is done with tile j-1's stage
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qf[kk], swz<CH>(sQ, lane & 15, kk * 2 + (lane >> 4)));
+    }
+    {
+      const int jn = j + STAGES - 1;
+      if (jn < ntiles) {
+        const u32 st = sKV + (jn % STAGES) * 2 * TILE;
+        load_tile<T, DEC_BC, D, NT>(st, Kb, k0 + jn * DEC_BC, k1, tid);
+        load_tile<T, DEC_BC, D, NT>(st + TILE, Vb, k0 + jn * DEC_BC, k1, tid);
+      }
+      cp_async_commit();
+    }
+    const u32 sK = sKV + (j % STAGES) * 2 * TILE;
+    const u32 sV = sK + TILE;
+    const int kbase = k0 + j * DEC_BC + warp * 16;  // this warp's first key
+
+    float s[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++) s[i][0] = s[i][1] = s[i][2] = s[i][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      u32 b[4];
+      ldsm_x4(b, swz<CH>(sK, warp * 16 + (lane & 7) + ((lane >> 4) << 3), kk * 2 + ((lane >> 3) & 1)));
+      Ty<T>::mma(s[0], qf[kk], b[0], b[1]);
+      Ty<T>::mma(s[1], qf[kk], b[2], b[3]);
+    }
+    if (causal || kbase + 16 > k1) {
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int col = kbase + nt * 8 + 2 * t + (e & 1);
+          const int row = g + (e >> 1) * 8;
+          if (col >= k1 || (causal && col > row)) s[nt][e] = -FLASH_INF;
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+      float mx = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+      mx = warp_max4(mx);
+      const float mnew = fmaxf(m[r], mx);
+      const float mc = ((mnew == -FLASH_INF) ? 0.f : mnew) * c;
+      const float alpha = fexp2(m[r] * c - mc);
+      m[r] = mnew;
+      float rs = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < 2; nt++) {
+        const float p0 = fexp2(fmaf(s[nt][2 * r], c, -mc));
+        const float p1 = fexp2(fmaf(s[nt][2 * r + 1], c, -mc));
+        s[nt][2 * r] = p0;
+        s[nt][2 * r + 1] = p1;
+        rs += p0 + p1;
+      }
+      l[r] = l[r] * alpha + rs;
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        o[dt][2 * r] *= alpha;
+        o[dt][2 * r + 1] *= alpha;
+      }
+    }
+    u32 a[4];
+    a[0] = Ty<T>::pack(s[0][0], s[0][1]);
+    a[1] = Ty<T>::pack(s[0][2], s[0][3]);
+    a[2] = Ty<T>::pack(s[1][0], s[1][1]);
+    a[3] = Ty<T>::pack(s[1][2], s[1][3]);
+#pragma unroll
+    for (int dn = 0; dn < D / 16; dn++) {
+      u32 b[4];
+      ldsm_x4_t(b, swz<CH>(sV, warp * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dn * 2 + (lane >> 4)));
+      Ty<T>::mma(o[2 * dn], a, b[0], b[1]);
+      Ty<T>::mma(o[2 * dn + 1], a, b[2], b[3]);
+    }
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // every warp is done with the stages: they hold the merge buffers now
+
+  float* sO = reinterpret_cast<float*>(smem_raw + DEC_ROWS * D * 2);  // [NW][16][DS]
+  float* sM = sO + DEC_NW * DEC_ROWS * DS;                             // [NW][16] running max (raw score)
+  float* sL = sM + DEC_NW * DEC_ROWS;                                  // [NW][16] sum
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int row = warp * DEC_ROWS + g + r * 8;
+    const float lsum = warp_sum4(l[r]);
+    if (t == 0) {
+      sM[row] = m[r];
+      sL[row] = lsum;
+    }
+#pragma unroll
+    for (int dt = 0; dt < D / 8; dt++)
+      *reinterpret_cast<float2*>(sO + row * DS + dt * 8 + 2 * t) = make_float2(o[dt][2 * r], o[dt][2 * r + 1]);
+  }
+  __syncthreads();
+
+  float* Ob = Opart + ((size_t)bh * splits + split) * Sq * D;
+  float* Lb = Lpart + ((size_t)bh * splits + split) * Sq;
+  for (int idx = tid; idx < Sq * (D / 4); idx += NT) {
+    const int r = idx / (D / 4), c4 = (idx % (D / 4)) * 4;
+    float mx = -FLASH_INF;
+#pragma unroll
+    for (int w = 0; w < DEC_NW; w++) mx = fmaxf(mx, sM[w * DEC_ROWS + r]);
+    const float mc = ((mx == -FLASH_INF) ? 0.f : mx) * c;
+    float lsum = 0.f;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < DEC_NW; w++) {
+      const float f = fexp2(sM[w * DEC_ROWS + r] * c - mc);
+      lsum += f * sL[w * DEC_ROWS + r];
+      const float4 x = *reinterpret_cast<const float4*>(sO + (w * DEC_ROWS + r) * DS + c4);
+      acc.x += f * x.x;
+      acc.y += f * x.y;
+      acc.z += f * x.z;
+      acc.w += f * x.w;
+    }
+    const bool ok = lsum > 0.f;
+    const float inv = ok ? 1.f / lsum : 0.f;
+    *reinterpret_cast<float4*>(Ob + (size_t)r * D + c4) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    if (c4 == 0) Lb[r] = ok ? mx * scale + logf(lsum) : -FLASH_INF;
+  }
+}
+
+// One CTA per query row (bh*Sq + i): weights exp(Lpart_s - LSE) in shared
+// memory, then thread d sums the splits' column d.
+template <typename T>
+__device__ __forceinline__ void decode_combine(const float* __restrict__ Opart, const float* __restrict__ Lpart,
+                                               T* __restrict__ O, float* __restrict__ LSE, int BH, int Sq, int D,
+                                               int splits) {
+  __shared__ float sw[DEC_MAX_SPLITS];
+  __shared__ float slse;
+  const int row = blockIdx.x;
+  const int bh = row / Sq, i = row % Sq;
+  const float* lp = Lpart + (size_t)bh * splits * Sq + i;        // split s at s*Sq
+  const float* op = Opart + ((size_t)bh * splits * Sq + i) * D;  // split s at s*Sq*D
+  const int tid = threadIdx.x;
+  for (int s = tid; s < splits; s += blockDim.x) sw[s] = lp[(size_t)s * Sq];
+  __syncthreads();
+  if (tid < 32) {
+    float mx = -FLASH_INF;
+    for (int s = tid; s < splits; s += 32) mx = fmaxf(mx, sw[s]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.f;
+    if (mx != -FLASH_INF)
+      for (int s = tid; s < splits; s += 32) sum += expf(sw[s] - mx);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (tid == 0) slse = sum > 0.f ? mx + logf(sum) : FLASH_INF;
+  }
+  __syncthreads();
+  const float lse = slse;
+  for (int s = tid; s < splits; s += blockDim.x) sw[s] = lse == FLASH_INF ? 0.f : expf(sw[s] - lse);
+  __syncthreads();
+  T* orow = O + (size_t)row * D;
+  for (int d = tid; d < D; d += blockDim.x) {
+    float acc = 0.f;
+    for (int s = 0; s < splits; s++) acc = fmaf(sw[s], op[(size_t)s * Sq * D + d], acc);
+    orow[d] = Ty<T>::from_f(acc);
+  }
+  if (tid == 0) LSE[row] = lse;
+}
+
+}  // namespace flash
+
+#define FLASH_DECODE(NAME, T, D, STAGES)                                                                       \
+  extern "C" __global__ void __launch_bounds__(flash::DEC_NW * 32, 2)                                          \
+      NAME(const T* q, const T* k, const T* v, float* opart, float* lpart, int BH, int Sq, int Sk, int splits, \
+           int tiles_per_split, float scale, int causal) {                                                     \
+    flash::decode_fwd<T, D, STAGES>(q, k, v, opart, lpart, BH, Sq, Sk, splits, tiles_per_split, scale, causal); \
+  }
+
+#define FLASH_DECODE_COMBINE(NAME, T)                                                                          \
+  extern "C" __global__ void __launch_bounds__(128)                                                            \
+      NAME(const float* opart, const float* lpart, T* o, float* lse, int BH, int Sq, int D, int splits) {      \
+    flash::decode_combine<T>(opart, lpart, o, lse, BH, Sq, D, splits);                                         \
+  }
+
+FLASH_DECODE(flash_decode_bf16_d64, __nv_bfloat16, 64, 4)
+FLASH_DECODE(flash_decode_bf16_d128, __nv_bfloat16, 128, 3)
+FLASH_DECODE(flash_decode_fp16_d64, __half, 64, 4)
+FLASH_DECODE(flash_decode_fp16_d128, __half, 128, 3)
+FLASH_DECODE_COMBINE(flash_decode_combine_bf16, __nv_bfloat16)
+FLASH_DECODE_COMBINE(flash_decode_combine_fp16, __half)

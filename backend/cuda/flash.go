@@ -155,10 +155,34 @@ func b2i(b bool) int32 {
 // FlashForward computes O = softmax(scale·Q·Kᵀ [causal mask])·V and LSE (natural
 // log, float32 [bh, sq]) on the device's stream. A query that sees no key gets
 // O = 0 and LSE = +inf. On an sm_90 device the Hopper kernel may run instead of
-// FA2 (see FlashSM90Env).
+// FA2 (see FlashSM90Env); for a few query rows against many keys the decode
+// forward (see flash_decode.go, FlashDecodeEnv) runs instead of both, on a
+// workspace FlashForward allocates and frees (FlashForwardWS takes one).
 func FlashForward(d *Device, dt GemmType, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	return FlashForwardWS(d, dt, q, k, v, o, lse, 0, bh, sq, sk, dim, scale, causal)
+}
+
+// FlashForwardWS is FlashForward with its workspace: at least
+// FlashForwardWorkspaceBytes(dt, bh, sq, sk, dim, scale, causal) bytes, or 0
+// to have it allocated (then the call waits for the kernels).
+func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	if err := checkFlashShape(bh, sq, sk, dim); err != nil {
 		return err
+	}
+	if flashDecodeApplies(dt, sq, sk, dim, scale, causal) {
+		on, err := flashDecodeOn()
+		if err != nil {
+			return err
+		}
+		if on {
+			p, err := planFlashDecode(dt, bh, sq, sk, dim, causal)
+			if err != nil {
+				return err
+			}
+			return withWorkspace(d, workspace, p.workspaceBytes(), func(ws DevicePtr) error {
+				return flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, causal)
+			})
+		}
 	}
 	if name, err := flashSM90Choice(d, dt, dim, scale); err != nil {
 		return err

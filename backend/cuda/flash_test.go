@@ -1,11 +1,17 @@
 package cuda
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/kernels"
 )
 
 func TestPlanFlash(t *testing.T) {
@@ -281,5 +287,345 @@ func TestFlashAttentionGPU(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// flashDecodeKernels are the decode entry points of flash_attention.cu.
+var flashDecodeKernels = []string{
+	"flash_decode_bf16_d64", "flash_decode_bf16_d128", "flash_decode_fp16_d64", "flash_decode_fp16_d128",
+	"flash_decode_combine_bf16", "flash_decode_combine_fp16",
+}
+
+// TestFlashDecodeCompile compiles flash_attention.cu for sm_90a with NVRTC
+// where it is installed (no GPU needed), checks that the decode kernels are
+// in the cubin and that ptxas spilled none of their registers, and logs
+// their resource report.
+func TestFlashDecodeCompile(t *testing.T) {
+	nv, err := loadNVRTC()
+	if err != nil {
+		t.Skip(err)
+	}
+	if strings.HasPrefix(nv.version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	}
+	src, err := kernels.Source("flash_attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cubin, log, err := nv.compile("flash_attention.cu", src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ptxas -v reports each function as "Compiling entry function 'NAME'"
+	// followed by its lines (registers, spills).
+	reports := map[string]string{}
+	for _, part := range strings.Split(log, "Compiling entry function '")[1:] {
+		name, rest, _ := strings.Cut(part, "'")
+		reports[name] = rest
+	}
+	for _, k := range flashDecodeKernels {
+		if !bytes.Contains(cubin, []byte(k+"\x00")) {
+			t.Errorf("cubin has no kernel %s", k)
+		}
+		rep, ok := reports[k]
+		if !ok {
+			t.Errorf("ptxas -v reported nothing for %s", k)
+			continue
+		}
+		t.Logf("%s:%s", k, rep)
+		if m := regexp.MustCompile(`[1-9][0-9]* bytes spill (stores|loads)`).FindString(rep); m != "" {
+			t.Errorf("%s: ptxas spilled registers (%s)", k, m)
+		}
+	}
+}
+
+// TestFlashDecodeMatchesSource checks flash_decode.go's copy of the decode
+// kernels' tiling against flash_attention.cu: the constants, each
+// instantiation's ring depth, and the header's shared-memory byte counts.
+func TestFlashDecodeMatchesSource(t *testing.T) {
+	src, err := kernels.Source("flash_attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]int{"DEC_NW": flashDecodeWarps, "DEC_BC": flashDecodeKeys, "DEC_ROWS": flashDecodeRows, "DEC_MAX_SPLITS": flashDecodeMaxSplits} {
+		m := regexp.MustCompile(`constexpr int ` + name + ` = ([^;]+);`).FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("flash_attention.cu has no constexpr int %s", name)
+			continue
+		}
+		got := m[1]
+		if name == "DEC_BC" {
+			if got != "16 * DEC_NW" {
+				t.Errorf("DEC_BC = %s, flash_decode.go assumes 16 * DEC_NW", got)
+			}
+			continue
+		}
+		if got != fmt.Sprint(want) {
+			t.Errorf("%s = %s in flash_attention.cu, %d in flash_decode.go", name, got, want)
+		}
+	}
+	inst := regexp.MustCompile(`(?m)^FLASH_DECODE\((\w+),\s*(\w+),\s*(\d+),\s*(\d+)\)`).FindAllStringSubmatch(src, -1)
+	if len(inst) != 4 {
+		t.Errorf("%d FLASH_DECODE instantiations, want 4 (bf16, fp16 x d64, d128)", len(inst))
+	}
+	for _, m := range inst {
+		dim, stages := atoi(m[3]), atoi(m[4])
+		if want := fmt.Sprintf("flash_decode_%s_d%d", flashTypeSuffix[m[2]], dim); m[1] != want {
+			t.Errorf("FLASH_DECODE(%s, %s, %d, ...) should be named %s", m[1], m[2], dim, want)
+		}
+		if flashDecodeStages[dim] != stages {
+			t.Errorf("%s: %d stages in flash_attention.cu, flashDecodeStages[%d] = %d", m[1], stages, dim, flashDecodeStages[dim])
+		}
+	}
+	for dim := range flashDecodeStages {
+		line := fmt.Sprintf("decode d%d : %d stages -> %d B", dim, flashDecodeStages[dim], flashDecodeSmem(dim))
+		if dim == 128 {
+			line = fmt.Sprintf("decode d%d: %d stages -> %d B", dim, flashDecodeStages[dim], flashDecodeSmem(dim))
+		}
+		if !strings.Contains(src, line) {
+			t.Errorf("the header of flash_attention.cu does not say %q", line)
+		}
+		if flashDecodeSmem(dim) > 227*1024/2 {
+			t.Errorf("decode d%d: %d bytes of shared memory, two CTAs per SM need at most %d", dim, flashDecodeSmem(dim), 227*1024/2)
+		}
+	}
+}
+
+// TestFlashDecodePlan checks the dispatch rule and the split of the keys.
+func TestFlashDecodePlan(t *testing.T) {
+	for _, c := range []struct {
+		dt             GemmType
+		sq, sk, dim    int
+		scale          float32
+		causal, always bool
+	}{
+		{GemmBF16, 1, 4096, 128, 0.1, false, true},
+		{GemmF16, 16, 1024, 64, 0.1, false, true},
+		{GemmBF16, 17, 4096, 128, 0.1, false, false}, // too many rows
+		{GemmBF16, 16, 1023, 128, 0.1, false, false}, // too few keys
+		{GemmBF16, 16, 16384, 128, 0.1, true, false}, // top-left causal: a row sees <= 16 keys
+		{GemmF32, 1, 4096, 128, 0.1, false, false},
+		{GemmBF16, 1, 4096, 80, 0.1, false, false},
+		{GemmBF16, 1, 4096, 64, -1, false, false},
+	} {
+		if got := flashDecodeApplies(c.dt, c.sq, c.sk, c.dim, c.scale, c.causal); got != c.always {
+			t.Errorf("flashDecodeApplies(%v, sq %d, sk %d, d%d, %g, causal %v) = %v", c.dt, c.sq, c.sk, c.dim, c.scale, c.causal, got)
+		}
+		ws := FlashForwardWorkspaceBytes(c.dt, 8, c.sq, c.sk, c.dim, c.scale, c.causal)
+		if (ws > 0) != c.always {
+			t.Errorf("FlashForwardWorkspaceBytes(%v, sq %d, sk %d, d%d) = %d", c.dt, c.sq, c.sk, c.dim, ws)
+		}
+	}
+	for _, c := range []struct {
+		bh, sq, sk    int
+		causal        bool
+		splits, tiles int
+	}{
+		{32, 16, 16384, false, 16, 16},  // 528/32 -> 17 splits of 16 tiles; 16 cover the 256 tiles
+		{1, 1, 16384, false, 128, 2},    // 256 tiles, chunks of >= 2 tiles
+		{1, 1, 1 << 19, false, 256, 32}, // at most 256 splits
+		{1024, 1, 4096, false, 1, 64},   // a big batch fills the GPU without splitting
+		{4, 7, 1000, false, 8, 2},       // 16 tiles
+		{4, 7, 1000, true, 1, 1},        // causal: 7 keys, one tile
+		{2, 1, 100, false, 1, 2},        // shorter than two tiles: one split
+	} {
+		p, err := planFlashDecode(GemmBF16, c.bh, c.sq, c.sk, 128, c.causal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.splits != c.splits || p.tilesPerSplit != c.tiles {
+			t.Errorf("bh %d sq %d sk %d causal %v: %d splits of %d tiles, want %d of %d", c.bh, c.sq, c.sk, c.causal, p.splits, p.tilesPerSplit, c.splits, c.tiles)
+		}
+		keys := flashDecodeKeyRange(c.sq, c.sk, c.causal)
+		if covered := p.splits * p.tilesPerSplit * flashDecodeKeys; covered < keys || covered-keys >= p.tilesPerSplit*flashDecodeKeys {
+			t.Errorf("bh %d sk %d: %d splits of %d tiles cover %d keys for %d (none may be empty)", c.bh, c.sk, p.splits, p.tilesPerSplit, covered, keys)
+		}
+		if want := ((c.bh*p.splits*c.sq*128*4+255)/256)*256 + c.bh*p.splits*c.sq*4; p.workspaceBytes() != want {
+			t.Errorf("workspace %d, want %d", p.workspaceBytes(), want)
+		}
+	}
+	if _, err := planFlashDecode(GemmBF16, 1, 17, 4096, 128, false); err == nil || !strings.Contains(err.Error(), "17 query rows") {
+		t.Errorf("sq 17: %v", err)
+	}
+	if _, err := planFlashDecode(GemmF32, 1, 1, 4096, 128, false); err == nil {
+		t.Error("float32 accepted")
+	}
+	for env, want := range map[string]bool{"": true, "1": true, "0": false} {
+		t.Setenv(FlashDecodeEnv, env)
+		if on, err := flashDecodeOn(); err != nil || on != want {
+			t.Errorf("%s=%q: %v, %v", FlashDecodeEnv, env, on, err)
+		}
+	}
+	t.Setenv(FlashDecodeEnv, "yes")
+	if _, err := flashDecodeOn(); err == nil || !strings.Contains(err.Error(), FlashDecodeEnv) {
+		t.Errorf("%s=yes: %v", FlashDecodeEnv, err)
+	}
+}
+
+// TestFlashDecodeGPU checks the decode forward (kernel and combine, called
+// directly, so causal and short shapes that FlashForward would not send to it
+// are covered too) against the float64 reference: O and LSE, Sq in {1, 2, 7,
+// 16}, Sk in {1000, 4096, 16384}, causal or not, D 64 and 128, bf16 and fp16.
+// The workspace is poisoned with NaN, so a partial result that is read but
+// never written shows.
+func TestFlashDecodeGPU(t *testing.T) {
+	d := gpu(t)
+	d.SetCubinCacheDir(t.TempDir())
+	type tol struct{ frac, rtol, l2 float64 }
+	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
+	rng := rand.New(rand.NewPCG(3, 5))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for _, dim := range []int{64, 128} {
+			for _, sk := range []int{1000, 4096, 16384} {
+				for _, sq := range []int{1, 2, 7, 16} {
+					for _, causal := range []bool{false, true} {
+						bh := 3
+						if sk == 1000 {
+							bh = 40 // few splits per row
+						}
+						name := fmt.Sprintf("%v/d%d/sk%d/sq%d/causal%v", dt, dim, sk, sq, causal)
+						t.Run(name, func(t *testing.T) {
+							p, err := planFlashDecode(dt, bh, sq, sk, dim, causal)
+							if err != nil {
+								t.Fatal(err)
+							}
+							nq, nk := bh*sq*dim, bh*sk*dim
+							q, qh := flashUpload(t, d, dt, gen(nq))
+							k, kh := flashUpload(t, d, dt, gen(nk))
+							v, vh := flashUpload(t, d, dt, gen(nk))
+							o := flashAlloc(t, d, nq, dt.ElemSize())
+							lse := flashAlloc(t, d, bh*sq, 4)
+							ws := flashAlloc(t, d, p.workspaceBytes(), 1)
+							scale := float32(1 / math.Sqrt(float64(dim)))
+							if err := flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, causal); err != nil {
+								t.Fatal(err)
+							}
+							ref := flashReference(qh, kh, vh, make([]float64, nq), bh, sq, sk, dim, float64(scale), causal)
+							tl := tols[dt]
+							if err := flashCheck("O", flashDownload(t, d, dt, o, nq), ref.o, ref.oMag, tl.frac, 0, tl.rtol, tl.l2); err != nil {
+								t.Errorf("%d splits of %d tiles: %v", p.splits, p.tilesPerSplit, err)
+							}
+							if err := flashCheck("LSE", flashDownload(t, d, GemmF32, lse, bh*sq), ref.lse, nil, 0, 1e-3, 2e-5, 1e-5); err != nil {
+								t.Errorf("%d splits of %d tiles: %v", p.splits, p.tilesPerSplit, err)
+							}
+						})
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestFlashDecodeDispatch checks that FlashForward runs the decode forward
+// for a decode shape (its output is bit-identical to the direct call's),
+// that FlashDecodeEnv=0 turns it off (another kernel, still correct), and
+// that FlashForwardWS with a workspace gives the same result.
+func TestFlashDecodeDispatch(t *testing.T) {
+	d := gpu(t)
+	const bh, sq, sk, dim = 8, 4, 8192, 128
+	dt := GemmBF16
+	rng := rand.New(rand.NewPCG(9, 1))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	nq, nk := bh*sq*dim, bh*sk*dim
+	q, qh := flashUpload(t, d, dt, gen(nq))
+	k, kh := flashUpload(t, d, dt, gen(nk))
+	v, vh := flashUpload(t, d, dt, gen(nk))
+	scale := float32(0.088)
+	if !flashDecodeApplies(dt, sq, sk, dim, scale, false) {
+		t.Fatal("flashDecodeApplies says no to a decode shape")
+	}
+	p, err := planFlashDecode(dt, bh, sq, sk, dim, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(f func(o, lse DevicePtr) error) ([]float64, []float64) {
+		o, lse := flashAlloc(t, d, nq, 2), flashAlloc(t, d, bh*sq, 4)
+		if err := f(o, lse); err != nil {
+			t.Fatal(err)
+		}
+		return flashDownload(t, d, dt, o, nq), flashDownload(t, d, GemmF32, lse, bh*sq)
+	}
+	ws := flashAlloc(t, d, FlashForwardWorkspaceBytes(dt, bh, sq, sk, dim, scale, false), 1)
+	direct, directL := run(func(o, lse DevicePtr) error {
+		return flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+	})
+	t.Setenv(FlashDecodeEnv, "")
+	viaFF, viaFFL := run(func(o, lse DevicePtr) error {
+		return FlashForward(d, dt, q, k, v, o, lse, bh, sq, sk, dim, scale, false)
+	})
+	viaWS, _ := run(func(o, lse DevicePtr) error {
+		return FlashForwardWS(d, dt, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+	})
+	if !slices.Equal(direct, viaFF) || !slices.Equal(directL, viaFFL) || !slices.Equal(direct, viaWS) {
+		t.Error("FlashForward / FlashForwardWS did not run the decode forward for a decode shape")
+	}
+	t.Setenv(FlashDecodeEnv, "0")
+	off, offL := run(func(o, lse DevicePtr) error {
+		return FlashForward(d, dt, q, k, v, o, lse, bh, sq, sk, dim, scale, false)
+	})
+	if slices.Equal(direct, off) {
+		t.Errorf("%s=0: the output is bit-identical to the decode forward's; did it still run?", FlashDecodeEnv)
+	}
+	ref := flashReference(qh, kh, vh, make([]float64, nq), bh, sq, sk, dim, float64(scale), false)
+	for name, got := range map[string][]float64{"decode": direct, "off": off} {
+		if err := flashCheck(name+" O", got, ref.o, ref.oMag, 1.0/128, 0, 0.02, 1e-2); err != nil {
+			t.Error(err)
+		}
+	}
+	for name, got := range map[string][]float64{"decode": directL, "off": offL} {
+		if err := flashCheck(name+" LSE", got, ref.lse, nil, 0, 1e-3, 2e-5, 1e-5); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Setenv(FlashDecodeEnv, "maybe")
+	if err := FlashForward(d, dt, q, k, v, q, q, bh, sq, sk, dim, scale, false); err == nil || !strings.Contains(err.Error(), FlashDecodeEnv) {
+		t.Errorf("%s=maybe: %v, want an error naming the variable", FlashDecodeEnv, err)
+	}
+}
+
+// TestPlanDecodeWorkspace checks that the memory plan gives a fused forward of
+// a decode shape the decode forward's workspace (exactly
+// FlashForwardWorkspaceBytes), and other forwards none.
+func TestPlanDecodeWorkspace(t *testing.T) {
+	for _, c := range []struct {
+		sq, sk int
+		causal bool
+	}{{1, 2048, false}, {16, 4096, false}, {16, 4096, true}, {32, 4096, false}, {4, 512, false}} {
+		b := graph.NewBuilder("decode")
+		q := b.Input("q", graph.BFloat16, 2, 3, c.sq, 64)
+		k := b.Input("k", graph.BFloat16, 2, 3, c.sk, 64)
+		v := b.Input("v", graph.BFloat16, 2, 3, c.sk, 64)
+		attrs := graph.Attrs{"causal": graph.Int(int64(b2i(c.causal))), "scale": graph.Float(0.125)}
+		b.Output(b.OpN("FlashAttention", attrs, q, k, v)...)
+		p := plan(t, build(t, b), PlanOptions{})
+		want := FlashForwardWorkspaceBytes(GemmBF16, 6, c.sq, c.sk, 64, 0.125, c.causal)
+		if (want > 0) != (c.sq <= 16 && !c.causal && c.sk >= 1024) {
+			t.Errorf("sq %d sk %d causal %v: FlashForwardWorkspaceBytes %d", c.sq, c.sk, c.causal, want)
+		}
+		got := 0
+		for _, tt := range p.Tensors {
+			if tt.Scratch && tt.Op == "FlashAttention" {
+				if !strings.HasSuffix(tt.Name, "/workspace") {
+					t.Errorf("sq %d sk %d: unexpected scratch %s", c.sq, c.sk, tt.Name)
+				}
+				got += int(tt.Bytes)
+			}
+		}
+		if got != want {
+			t.Errorf("sq %d sk %d causal %v: the plan gives the forward %d bytes of workspace, want %d", c.sq, c.sk, c.causal, got, want)
+		}
 	}
 }

@@ -213,6 +213,9 @@ var (
 	flashBwdHeaderLine = regexp.MustCompile(`d(\d+)\s*:\s*BWD_BR=(\d+),\s*BWD_NW=(\d+)\s*->\s*(\d+) B`)
 )
 
+// flashDecodeInstance matches a decode kernel's or its combine's instantiation.
+var flashDecodeInstance = regexp.MustCompile(`(?m)^FLASH_DECODE(?:_COMBINE)?\((\w+),`)
+
 // flashTypeSuffix is the kernel-name suffix of a flash element type.
 var flashTypeSuffix = map[string]string{"__nv_bfloat16": "bf16", "__half": "fp16", "float": "fp32"}
 
@@ -299,6 +302,9 @@ func flashSourceProblems(src string) []string {
 			declared[prefix+m[1]] = true
 		}
 	}
+	for _, m := range flashDecodeInstance.FindAllStringSubmatch(src, -1) {
+		declared[m[1]] = true
+	}
 	for _, k := range kernelEntries(src) {
 		declared[k] = true
 	}
@@ -317,6 +323,16 @@ func flashSourceProblems(src string) []string {
 					}
 				}
 			}
+		}
+	}
+	for _, dt := range []GemmType{GemmBF16, GemmF16} {
+		for dim := range flashDecodeStages {
+			p, err := planFlashDecode(dt, 1, 1, 1, dim, false)
+			if err != nil {
+				add("planFlashDecode(%v, d%d): %v", dt, dim, err)
+				continue
+			}
+			used[p.kernel], used[p.combine] = true, true
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(used)) {

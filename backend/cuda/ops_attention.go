@@ -76,9 +76,8 @@ func attentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType, opt
 				l.cast(name, n.Inputs[i], gt)
 			}
 		}
-		if grad {
-			bh, sq, _, d, _, _, _ := attnDims(n)
-			l.add("workspace", graph.Bool, graph.Shape{FlashBackwardWorkspaceBytes(bh, sq, d)})
+		if ws := fusedWorkspaceBytes(n, gt); ws > 0 {
+			l.add("workspace", graph.Bool, graph.Shape{ws})
 		}
 		for i, name := range outs {
 			l.cast(name, n.Outputs[i], gt)
@@ -104,6 +103,24 @@ func attentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType, opt
 		l.cast("Y", n.Outputs[0], gt)
 	}
 	return l.reqs
+}
+
+// fusedWorkspaceBytes is the workspace a fused node's kernels need: the
+// backward's, or the forward's (the decode forward's partial results; 0 for
+// other shapes).
+func fusedWorkspaceBytes(n *graph.Node, gt graph.DType) int {
+	bh, sq, sk, d, scale, causal, err := attnDims(n)
+	if err != nil {
+		return 0
+	}
+	if n.Op == "FlashAttentionGrad" {
+		return FlashBackwardWorkspaceBytes(bh, sq, d)
+	}
+	t, err := gemmTypeOf(gt)
+	if err != nil {
+		return 0
+	}
+	return FlashForwardWorkspaceBytes(t, bh, sq, sk, d, float32(scale), causal != 0)
 }
 
 // lowerFused runs a node on FlashForward/FlashBackward.
@@ -133,7 +150,7 @@ func lowerFused(c *lowerCtx) (func() error, error) {
 		before = append(before, conv)
 	}
 	var ws buffer
-	if grad {
+	if fusedWorkspaceBytes(c.n, gt) > 0 {
 		if ws, err = c.takeScratch(); err != nil {
 			return nil, err
 		}
@@ -173,7 +190,7 @@ func lowerFused(c *lowerCtx) (func() error, error) {
 		}
 	} else {
 		run = func() error {
-			return FlashForward(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, outs[0].ptr, outs[1].ptr, bh, sq, sk, d, float32(scale), isCausal)
+			return FlashForwardWS(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, outs[0].ptr, outs[1].ptr, ws.ptr, bh, sq, sk, d, float32(scale), isCausal)
 		}
 	}
 	return seq(onDevice(before), run, onDevice(after)), nil

@@ -63,6 +63,7 @@ type benchRow struct {
 	Impl   string `json:"impl"` // fused, composed, torch-flash, torch-cudnn, ...; train: fused, unfused
 	B      int    `json:"B"`
 	H      int    `json:"H,omitempty"`
+	Sq     int    `json:"Sq,omitempty"` // attention_decode: query rows (S is the key count)
 	S      int    `json:"S"`
 	D      int    `json:"D,omitempty"`
 	Causal bool   `json:"causal"`
@@ -475,11 +476,19 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pipe, fused-sm90cp:\n"+
 		cuda.FlashSM90Env+"=tma, tmapipe, cpasync; the backward stays FA2), and print the forwards beside\n"+
 		"cuDNN's (needs a compute capability 9.0 GPU)")
+	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
+		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
+		"without the decode forward ("+cuda.FlashDecodeEnv+"=0) and SDPA's backends (sdpa_bench.py --decode-sq)")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *decode != "" {
+		return runBenchDecode(stdout, stderr, decodeOptions{sqs: *decode, seqs: *seqs, dims: *dims, tokens: *tokens, width: *width,
+			warmup: *warmup, iters: *iters, seed: *seed, torchPy: *torchPy, reference: *reference, torchBackends: *torchBackends,
+			jsonOut: *jsonOut, device: *device})
+	}
 
 	var shapes []benchShape
 	if *quick {

@@ -5,6 +5,7 @@ Usage (GPU machine):
   python3 sdpa_bench.py [--backends flash,cudnn,efficient,math] [--seqs 512,1024,...]
       [--head-dims 64,128] [--causal both|causal|noncausal] [--tokens 16384] [--width 2048]
       [--iters 20] [--warmup 5] [--math-max-seq 8192] [--dtype bfloat16|float16] [--out FILE]
+      [--decode-sq 1,16]
 
 Shapes: q, k, v are [B, H, S, D] with B = tokens / S and H = width / D (defaults: B·S = 16384
 tokens, H·D = 2048), random normal, dtype bf16 by default.
@@ -23,6 +24,12 @@ Output: one JSON object per line (stdout, or --out FILE), one per (backend, S, D
    "error": str|null}         set (and the timings null) when the backend refused the shape,
                               ran out of memory, or was skipped (math above --math-max-seq)
 A human-readable table goes to stderr.
+
+--decode-sq 1,16 times generation instead: q is [B, H, Sq, D] for each Sq of the list, k and v
+[B, H, S, D] (B = tokens / S, H = width / D as above), forward only, non-causal (SDPA's is_causal
+is top-left aligned: a row of Sq <= 16 would see at most 16 keys). Those records add "Sq": int and
+"kv_gbps": float|null (K and V bytes / fwd_ms); "S" is the key count, bwd_* are null and the
+TFLOP/s count 4·B·H·Sq·S·D.
 """
 import argparse
 import json
@@ -80,6 +87,62 @@ def bench_one(backend, B, H, S, D, causal, dtype, warmup, iters):
     return fwd_ms, bwd_ms, peak
 
 
+def bench_decode(backend, B, H, Sq, S, D, dtype, warmup, iters):
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(B, H, Sq, D, device="cuda", dtype=dtype, generator=g)
+    k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g) for _ in range(2))
+    with sdpa_kernel([BACKENDS[backend]]), torch.no_grad():
+        fwd_ms = _median_ms(lambda: F.scaled_dot_product_attention(q, k, v), warmup, iters)
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    del q, k, v
+    return fwd_ms, peak
+
+
+def run_decode(a, backends, seqs, dims, sqs, dtype, gpu, sink):
+    print(f"{'backend':10} {'Sq':>3} {'S':>6} {'D':>4} {'fwd_us':>9} {'KV_GB/s':>9}", file=sys.stderr)
+    for D in dims:
+        for S in seqs:
+            if a.tokens % S or a.width % D:
+                print(f"skip S={S} D={D}: tokens/width not divisible", file=sys.stderr)
+                continue
+            B, H = a.tokens // S, a.width // D
+            for Sq in sqs:
+                for b in backends:
+                    rec = dict(backend=b, B=B, H=H, Sq=Sq, S=S, D=D, causal=False, dtype=a.dtype,
+                               fwd_ms=None, bwd_ms=None, fwd_tflops=None, bwd_tflops=None, kv_gbps=None,
+                               peak_mem_bytes=None, iters=a.iters, gpu=gpu, torch=torch.__version__,
+                               error=None)
+                    try:
+                        with warnings.catch_warnings(record=True) as caught:
+                            warnings.simplefilter("always")
+                            try:
+                                f_ms, peak = bench_decode(b, B, H, Sq, S, D, dtype, a.warmup, a.iters)
+                            except torch.cuda.OutOfMemoryError:
+                                raise
+                            except RuntimeError as e:
+                                why = "; ".join(str(w.message).split("\n")[0] for w in caught)
+                                raise RuntimeError(f"{e}".split("\n")[0] + (f" [{why}]" if why else "")) from None
+                        kv = 2 * B * H * S * D * torch.finfo(dtype).bits // 8
+                        rec.update(fwd_ms=round(f_ms, 5),
+                                   fwd_tflops=round(4.0 * B * H * Sq * S * D / (f_ms * 1e-3) / 1e12, 3),
+                                   kv_gbps=round(kv / (f_ms * 1e-3) / 1e9, 1), peak_mem_bytes=int(peak))
+                    except torch.cuda.OutOfMemoryError as e:
+                        rec["error"] = "out of memory: " + str(e).split("\n")[0][:200]
+                    except RuntimeError as e:
+                        rec["error"] = str(e).replace("\n", " ")[:500]
+                    torch.cuda.empty_cache()
+                    sink.write(json.dumps(rec) + "\n")
+                    sink.flush()
+                    if rec["error"]:
+                        print(f"{b:10} {Sq:>3} {S:>6} {D:>4}  {rec['error'][:80]}", file=sys.stderr)
+                    else:
+                        print(f"{b:10} {Sq:>3} {S:>6} {D:>4} {rec['fwd_ms'] * 1e3:>9.1f} {rec['kv_gbps']:>9.0f}",
+                              file=sys.stderr)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch SDPA timings per backend (JSON lines)")
     ap.add_argument("--backends", default="flash,cudnn,efficient,math")
@@ -94,6 +157,8 @@ def main(argv=None):
                     help="skip the MATH backend above this S (it materialises S×S scores)")
     ap.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
     ap.add_argument("--out", default=None, help="write JSON lines here instead of stdout")
+    ap.add_argument("--decode-sq", default="",
+                    help="time decode forwards instead: these query counts against S keys (e.g. 1,16)")
     a = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("sdpa_bench: no CUDA device", file=sys.stderr)
@@ -108,6 +173,11 @@ def main(argv=None):
     causals = {"both": [False, True], "causal": [True], "noncausal": [False]}[a.causal]
     gpu = torch.cuda.get_device_name()
     sink = open(a.out, "w") if a.out else sys.stdout
+    if a.decode_sq:
+        run_decode(a, backends, seqs, dims, [int(x) for x in a.decode_sq.split(",")], dtype, gpu, sink)
+        if a.out:
+            sink.close()
+        return 0
     print(f"{'backend':10} {'S':>6} {'D':>4} {'causal':>6} {'fwd_ms':>9} {'bwd_ms':>9} "
           f"{'fwd_TF/s':>9} {'bwd_TF/s':>9} {'peak_GiB':>8}", file=sys.stderr)
     for D in dims:
