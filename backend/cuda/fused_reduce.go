@@ -167,14 +167,6 @@ func (p *colReduceProgram) generate() (src string, grid, block [3]uint32, err er
 	// rows took ~40 µs of a 768-column norm gradient).
 	tx := min(groups, 32)
 	ty := max(1, 256/tx)
-	// Few rows a lane: each lane's loads are a dependent chain of DRAM
-	// latencies, which a norm weight's gradient ([8192, 768] in chunks of 64
-	// rows, then 128 partial rows) paid 8 and 16 times over in 12 µs. Narrower
-	// column tiles give more row lanes (and more blocks), down to 8 columns.
-	for tx > colMinLanes && tx%2 == 0 && p.clen > colRowsPerLane*ty {
-		tx /= 2
-		ty *= 2
-	}
 	chunks := (p.rows + p.clen - 1) / p.clen
 	grid = [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
 	block = [3]uint32{uint32(tx * ty), 1, 1}
@@ -200,38 +192,15 @@ func (p *colReduceProgram) generate() (src string, grid, block [3]uint32, err er
 	}
 	w("        }\n    }\n")
 	w("#pragma unroll\n    for (int e = 0; e < %d; e++) {\n        sh[(ty * %du + tx) * %d + e] = a[e];\n    }\n    __syncthreads();\n", vec, tx, vec)
-	// The row lanes combine as a tree (a fixed order: deterministic); a
-	// serial walk by one lane over 32 of them cost microseconds.
-	for half := nextPow2(ty) / 2; half > 0; half /= 2 {
-		w("    if (ty < %du && ty + %du < %du) {\n#pragma unroll\n        for (int e = 0; e < %d; e++) {\n", half, half, ty, vec)
-		w("            sh[(ty * %du + tx) * %d + e] = combine(sh[(ty * %du + tx) * %d + e], sh[((ty + %du) * %du + tx) * %d + e]);\n        }\n    }\n    __syncthreads();\n",
-			tx, vec, tx, vec, half, tx, vec)
-	}
 	w("    if (ty == 0 && valid) {\n#pragma unroll\n        for (int e = 0; e < %d; e++) {\n", vec)
 	w("            %s s = sh[tx * %d + e];\n", acc, vec)
+	w("            for (int k = 1; k < %d; k++) {\n                s = combine(s, sh[(k * %du + tx) * %d + e]);\n            }\n", ty, tx, vec)
 	result := "s"
 	if p.divisor != 1 {
 		result = fmt.Sprintf("s / (%s)%d", acc, p.divisor)
 	}
 	w("            y[(unsigned long long)blockIdx.x * %dull + g * %d + e] = %s;\n        }\n    }\n}\n", p.cols, vec, storeExpr(yt, acc, result))
 	return sb.String(), grid, block, nil
-}
-
-// Column reduction tiles: at most colRowsPerLane rows of a chunk per row
-// lane where the tile can narrow, and never fewer than colMinLanes column
-// lanes (a 16-byte group each) per block.
-const (
-	colRowsPerLane = 4
-	colMinLanes    = 8
-)
-
-// nextPow2 is the least power of two >= n (n >= 1).
-func nextPow2(n int64) int64 {
-	p := int64(1)
-	for p < n {
-		p *= 2
-	}
-	return p
 }
 
 // colChunks is how many row chunks the first pass of a generated column
