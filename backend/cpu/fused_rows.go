@@ -311,37 +311,7 @@ func scatteredRowStrides(s graph.FusedStep, out, x, lead graph.Shape) []int {
 // index of lead, to dst at the element offsets rowStrides give per leading
 // axis: the inverse of gatherRows.
 func scatterRows(dst, src *graph.Tensor, rowStrides []int, lead graph.Shape, r0, m, last int) {
-	idx := make([]int, lead.Rank())
-	rem := r0
-	for d := lead.Rank() - 1; d >= 0; d-- {
-		idx[d] = rem % lead[d]
-		rem /= lead[d]
-	}
-	off := 0
-	for d, i := range idx {
-		off += i * rowStrides[d]
-	}
-	for row := range m {
-		switch {
-		case dst.F32 != nil:
-			copy(dst.F32[off:off+last], src.F32[row*last:(row+1)*last])
-		case dst.F64 != nil:
-			copy(dst.F64[off:off+last], src.F64[row*last:(row+1)*last])
-		case dst.I64 != nil:
-			copy(dst.I64[off:off+last], src.I64[row*last:(row+1)*last])
-		case dst.B != nil:
-			copy(dst.B[off:off+last], src.B[row*last:(row+1)*last])
-		}
-		for d := lead.Rank() - 1; d >= 0; d-- {
-			idx[d]++
-			off += rowStrides[d]
-			if idx[d] < lead[d] {
-				break
-			}
-			off -= idx[d] * rowStrides[d]
-			idx[d] = 0
-		}
-	}
+	walkRows(rowStrides, lead, r0, m, func(row, off int) { copyElems(dst, off, src, row*last, last) })
 }
 
 func ints64(v ...int64) *graph.Tensor {
@@ -354,6 +324,13 @@ func ints64(v ...int64) *graph.Tensor {
 // axes lead (rowStrides: element offset of each leading index), into dst
 // [m, last].
 func gatherRows(dst, src *graph.Tensor, rowStrides []int, lead graph.Shape, r0, m, last int) {
+	walkRows(rowStrides, lead, r0, m, func(row, off int) { copyElems(dst, row*last, src, off, last) })
+}
+
+// walkRows calls f for rows [r0, r0+m) of the leading shape lead, in order,
+// with the row's index from r0 and its element offset (the sum of its
+// leading indices times rowStrides).
+func walkRows(rowStrides []int, lead graph.Shape, r0, m int, f func(row, off int)) {
 	idx := make([]int, lead.Rank())
 	rem := r0
 	for d := lead.Rank() - 1; d >= 0; d-- {
@@ -365,16 +342,7 @@ func gatherRows(dst, src *graph.Tensor, rowStrides []int, lead graph.Shape, r0, 
 		off += i * rowStrides[d]
 	}
 	for row := range m {
-		switch {
-		case dst.F32 != nil:
-			copy(dst.F32[row*last:(row+1)*last], src.F32[off:off+last])
-		case dst.F64 != nil:
-			copy(dst.F64[row*last:(row+1)*last], src.F64[off:off+last])
-		case dst.I64 != nil:
-			copy(dst.I64[row*last:(row+1)*last], src.I64[off:off+last])
-		case dst.B != nil:
-			copy(dst.B[row*last:(row+1)*last], src.B[off:off+last])
-		}
+		f(row, off)
 		for d := lead.Rank() - 1; d >= 0; d-- {
 			idx[d]++
 			off += rowStrides[d]
@@ -384,5 +352,19 @@ func gatherRows(dst, src *graph.Tensor, rowStrides []int, lead graph.Shape, r0, 
 			off -= idx[d] * rowStrides[d]
 			idx[d] = 0
 		}
+	}
+}
+
+// copyElems copies n elements of src from sOff to dst at dOff (one dtype).
+func copyElems(dst *graph.Tensor, dOff int, src *graph.Tensor, sOff, n int) {
+	switch {
+	case dst.F32 != nil:
+		copy(dst.F32[dOff:dOff+n], src.F32[sOff:sOff+n])
+	case dst.F64 != nil:
+		copy(dst.F64[dOff:dOff+n], src.F64[sOff:sOff+n])
+	case dst.I64 != nil:
+		copy(dst.I64[dOff:dOff+n], src.I64[sOff:sOff+n])
+	case dst.B != nil:
+		copy(dst.B[dOff:dOff+n], src.B[sOff:sOff+n])
 	}
 }
