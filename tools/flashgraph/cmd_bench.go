@@ -124,19 +124,9 @@ type torchRecord struct {
 // Blank lines are skipped; a malformed line is an error naming it.
 func parseTorchRows(r io.Reader) ([]benchRow, error) {
 	var rows []benchRow
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
-		var rec torchRecord
-		if err := json.Unmarshal([]byte(text), &rec); err != nil {
-			return nil, fmt.Errorf("PyTorch output line %d: %w", line, err)
-		}
+	err := readJSONLines(r, func(line int, rec torchRecord) error {
 		if rec.Backend == "" || rec.S <= 0 || rec.D <= 0 || rec.B <= 0 || rec.H <= 0 {
-			return nil, fmt.Errorf("PyTorch output line %d: missing backend or shape", line)
+			return fmt.Errorf("PyTorch output line %d: missing backend or shape", line)
 		}
 		row := benchRow{Kind: "attention", Impl: "torch-" + rec.Backend, B: rec.B, H: rec.H, S: rec.S, D: rec.D,
 			Causal: rec.Causal, DType: rec.DType, FwdMs: rec.FwdMs, BwdMs: rec.BwdMs, PeakMemBytes: rec.PeakMemBytes,
@@ -150,8 +140,34 @@ func parseTorchRows(r io.Reader) ([]benchRow, error) {
 			row.BwdTFLOPs = fptr(tflops(b, *rec.BwdMs))
 		}
 		rows = append(rows, row)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return rows, sc.Err()
+	return rows, nil
+}
+
+// readJSONLines decodes each non-blank line of r as a T and hands it to
+// each with its line number; a malformed line, or an error from each, stops
+// the read and is returned.
+func readJSONLines[T any](r io.Reader, each func(line int, rec T) error) error {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" {
+			continue
+		}
+		var rec T
+		if err := json.Unmarshal([]byte(text), &rec); err != nil {
+			return fmt.Errorf("PyTorch output line %d: %w", line, err)
+		}
+		if err := each(line, rec); err != nil {
+			return err
+		}
+	}
+	return sc.Err()
 }
 
 // attnRows turns one of our results into its fused and composed rows.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -239,19 +238,9 @@ func runTorchDecode(stderr io.Writer, o decodeOptions) ([]benchRow, error) {
 // parseTorchDecodeRows reads sdpa_bench.py --decode-sq's JSON lines.
 func parseTorchDecodeRows(r io.Reader) ([]benchRow, error) {
 	var rows []benchRow
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for line := 1; sc.Scan(); line++ {
-		text := strings.TrimSpace(sc.Text())
-		if text == "" {
-			continue
-		}
-		var rec decodeTorchRecord
-		if err := json.Unmarshal([]byte(text), &rec); err != nil {
-			return nil, fmt.Errorf("PyTorch output line %d: %w", line, err)
-		}
+	err := readJSONLines(r, func(line int, rec decodeTorchRecord) error {
 		if rec.Backend == "" || rec.Sq <= 0 || rec.S <= 0 || rec.D <= 0 || rec.B <= 0 || rec.H <= 0 {
-			return nil, fmt.Errorf("PyTorch output line %d: missing backend or decode shape (Sq, S, D, B, H)", line)
+			return fmt.Errorf("PyTorch output line %d: missing backend or decode shape (Sq, S, D, B, H)", line)
 		}
 		sh := bench.DecodeShape{B: rec.B, H: rec.H, Sq: rec.Sq, Sk: rec.S, D: rec.D}
 		row := benchRow{Kind: "attention_decode", Impl: "torch-" + rec.Backend, B: rec.B, H: rec.H, Sq: rec.Sq, S: rec.S, D: rec.D,
@@ -261,6 +250,10 @@ func parseTorchDecodeRows(r io.Reader) ([]benchRow, error) {
 			row.DType, row.PeakMemBytes, row.Torch, row.Error = rec.DType, rec.PeakMemBytes, rec.Torch, rec.Error
 		}
 		rows = append(rows, row)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	return rows, sc.Err()
+	return rows, nil
 }
