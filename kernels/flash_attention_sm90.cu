@@ -936,12 +936,27 @@ __device__ __forceinline__ void dq_reduce(float* dQb, u32 sdQ0, int i, int q0, i
   bulk_commit();
 }
 
-template <bool F16, int D, bool DSK, bool DQTMA>
+// d = A_w·Bᵀ over the D columns (m64n64k16 steps, both K-major in shared
+// memory): Sᵀ with A_w = the warpgroup's 64 keys of K and B = the block's
+// queries Q, or dPᵀ with V and dO. Issued, not committed or waited for.
+template <bool F16, int D>
+__device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u32 ko = (kk >> 2) * BWD_BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BWD_BR * 128 + (kk & 3) * 32;
+    wgmma_ss_n64<F16, 0, 0>(d, make_desc(sAw + ko, 16, 1024), make_desc(sB + qo, 16, 1024), kk > 0);
+  }
+}
+
+template <bool F16, int D, bool DSK, bool DQTMA, int PIPE_ASKED>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
                                     int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
+  // PIPE 2 at D=128 would hold dK, dV, dQ and both score tiles at once: over
+  // 255 registers (ptxas serializes the wgmmas, C7512), so it runs as PIPE 1.
+  constexpr int PIPE = (PIPE_ASKED == 2 && D == 128) ? 1 : PIPE_ASKED;
   constexpr int BR = BWD_BR, BC = BWD_BC;
   constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
   // DQTMA: dQ staging tiles (dq_tile): D=64 two warpgroups × two parities;
@@ -1006,37 +1021,49 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 #pragma unroll
   for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
 
+  // Sᵀ and dPᵀ of the current block; with PIPE they are issued at the end
+  // of the block before (see PIPE in the header).
+  float s[BR / 2], dp[BR / 2];
   mbar_wait(barKV, 0);
+  if (PIPE && nblk > 0) {
+    mbar_wait(full0, 0);
+    wgmma_fence();
+    bwd_scores<F16, D>(s, sKw, sQ0);
+    if constexpr (PIPE == 2) bwd_scores<F16, D>(dp, sVw, sdO0);
+    wgmma_commit();
+  }
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
     const int q0 = (qb0 + i) * BR;
     const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES, sdS = sdS0 + (i & 1) * DSBYTES;
     const float* ld = gLD + st * 2 * BR;
-    mbar_wait(full0 + 8 * st, (i / 3) & 1);
-
-    float s[BR / 2], dp[BR / 2];
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      const u32 ko = (kk >> 2) * BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BR * 128 + (kk & 3) * 32;
-      wgmma_ss_n64<F16, 0, 0>(s, make_desc(sKw + ko, 16, 1024), make_desc(sQ + qo, 16, 1024), kk > 0);
+    if constexpr (PIPE == 0) {
+      mbar_wait(full0 + 8 * st, (i / 3) & 1);
+      wgmma_fence();
+      bwd_scores<F16, D>(s, sKw, sQ);
+      bwd_scores<F16, D>(dp, sVw, sdO);
+      wgmma_commit();
+      wgmma_wait<0>();
+    } else if constexpr (PIPE == 1) {
+      // Sᵀ is in flight since the block before; dPᵀ runs while Pᵀ is computed.
+      wgmma_fence();
+      bwd_scores<F16, D>(dp, sVw, sdO);
+      wgmma_commit();
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
     }
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      const u32 ko = (kk >> 2) * BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BR * 128 + (kk & 3) * 32;
-      wgmma_ss_n64<F16, 0, 0>(dp, make_desc(sVw + ko, 16, 1024), make_desc(sdO + qo, 16, 1024), kk > 0);
-    }
-    wgmma_commit();
-    wgmma_wait<0>();
     reg_fence<BR / 2>(s);
-    reg_fence<BR / 2>(dp);
 
-    // Pᵀ into s, dSᵀ into dp. s[4nt+e]: key key0 + 8(e>>1), query q0+8nt+2t+(e&1).
+    // Pᵀ into pr, then dSᵀ into dsr. s[4nt+e]: key key0 + 8(e>>1), query
+    // q0+8nt+2t+(e&1). Into copies: ptxas serializes every wgmma (C7515)
+    // when ordinary instructions write a wgmma accumulator (s, dp) while
+    // another wgmma group is in flight, which the pipelined variants have.
+    float pr[BR / 2], dsr[BR / 2];
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
 #pragma unroll
     for (int nt = 0; nt < BR / 8; nt++) {
       const float l0 = ld[nt * 8 + 2 * t] * kLog2e, l1 = ld[nt * 8 + 2 * t + 1] * kLog2e;
-      const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         float p = fexp2(fmaf(s[4 * nt + e], c, -((e & 1) ? l1 : l0)));
@@ -1045,9 +1072,16 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
           const int q = q0 + nt * 8 + 2 * t + (e & 1);
           if (key >= Sk || q >= Sq || (causal && key > q)) p = 0.f;
         }
-        s[4 * nt + e] = p;
-        dp[4 * nt + e] = p * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
+        pr[4 * nt + e] = p;
       }
+    }
+    if constexpr (PIPE == 1) wgmma_wait<0>();
+    reg_fence<BR / 2>(dp);
+#pragma unroll
+    for (int nt = 0; nt < BR / 8; nt++) {
+      const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
+#pragma unroll
+      for (int e = 0; e < 4; e++) dsr[4 * nt + e] = pr[4 * nt + e] * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
     }
     // A fragments (k-step kk: queries 16kk..16kk+15), as P in the forward.
     u32 pa[BR / 16][4], dsa[BR / 16][4];
@@ -1055,8 +1089,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     for (int kk = 0; kk < BR / 16; kk++) {
 #pragma unroll
       for (int j = 0; j < 4; j++) {
-        pa[kk][j] = pack2<F16>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
-        dsa[kk][j] = pack2<F16>(dp[8 * kk + 2 * j], dp[8 * kk + 2 * j + 1]);
+        pa[kk][j] = pack2<F16>(pr[8 * kk + 2 * j], pr[8 * kk + 2 * j + 1]);
+        dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
       }
     }
     // dS to shared memory for the dQ product. dsa[kk][j] holds key
@@ -1131,7 +1165,25 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       }
     }
     wgmma_commit();
-    wgmma_wait<0>();
+    if (PIPE && i + 1 < nblk) {
+      // dV and dK are done once one group (dQ) is left; then the next
+      // block's Sᵀ (and with PIPE 2 dPᵀ) goes in behind dQ and runs while
+      // dQ is staged and reduced.
+      wgmma_wait<1>();
+      reg_fence<D / 2>(dv);
+      reg_fence<D / 2>(dk);
+      reg_fence_u<BR / 4>(&pa[0][0]);
+      reg_fence_u<BR / 4>(&dsa[0][0]);
+      const int sn = (i + 1) % 3;
+      mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
+      wgmma_fence();
+      bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
+      if constexpr (PIPE == 2) bwd_scores<F16, D>(dp, sVw, sdO0 + sn * QBYTES);
+      wgmma_commit();
+      wgmma_wait<1>();
+    } else {
+      wgmma_wait<0>();
+    }
     reg_fence<D / 2>(dv);
     reg_fence<D / 2>(dk);
     reg_fence<32>(dq);
@@ -1224,24 +1276,32 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
-#define FA90_BWD(name, F16, D, DSK, DQTMA)                                                                \
+#define FA90_BWD(name, F16, D, DSK, DQTMA, PIPE)                                                          \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
            int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd<F16, D, DSK, DQTMA>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+    fa90::bwd<F16, D, DSK, DQTMA, PIPE>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, false)
-FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false, false)
-FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false, false)
-FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false, false)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true, false)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true, false)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true, false)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true, false)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, true)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, true)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, true)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, true)
+FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, false, 0)
+FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false, false, 0)
+FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false, false, 0)
+FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false, false, 0)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true, false, 0)
+FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true, false, 0)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true, false, 0)
+FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true, false, 0)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, true, 0)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, true, 0)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, true, 0)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, true, 0)
+FA90_BWD(flash_bwd_sm90_pipe_bf16_d64, false, 64, false, true, 1)
+FA90_BWD(flash_bwd_sm90_pipe_bf16_d128, false, 128, false, true, 1)
+FA90_BWD(flash_bwd_sm90_pipe_fp16_d64, true, 64, false, true, 1)
+FA90_BWD(flash_bwd_sm90_pipe_fp16_d128, true, 128, false, true, 1)
+FA90_BWD(flash_bwd_sm90_pipe2_bf16_d64, false, 64, false, true, 2)
+FA90_BWD(flash_bwd_sm90_pipe2_bf16_d128, false, 128, false, true, 2)
+FA90_BWD(flash_bwd_sm90_pipe2_fp16_d64, true, 64, false, true, 2)
+FA90_BWD(flash_bwd_sm90_pipe2_fp16_d128, true, 128, false, true, 2)

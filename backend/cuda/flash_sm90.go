@@ -312,7 +312,7 @@ const (
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
-	if variant == "dqtma" {
+	if flashSM90BwdBulkDQ(variant) {
 		tiles := 1
 		if dim == 64 {
 			tiles = 4
@@ -325,7 +325,13 @@ func flashSM90BwdSmem(dim int, variant string) int {
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows: ""
 // the one that stores dSᵀ for the dQ product, "dsk" the one that stores dS,
 // "dqtma" the first with dQ added by bulk reductions.
-var flashSM90BwdVariants = []string{"", "dsk", "dqtma"}
+var flashSM90BwdVariants = []string{"", "dsk", "dqtma", "pipe", "pipe2"}
+
+// flashSM90BwdBulkDQ says whether the backward variant adds dQ with bulk
+// reductions from staging tiles ("dqtma" and its pipelined forms).
+func flashSM90BwdBulkDQ(variant string) bool {
+	return variant == "dqtma" || variant == "pipe" || variant == "pipe2"
+}
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
@@ -356,10 +362,10 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	case "0":
 		return "", nil
 	case "1":
-	case "dsk", "dqtma":
+	case "dsk", "dqtma", "pipe", "pipe2":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant), pipe or pipe2 (dqtma with the next block's scores in flight during dQ) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -382,8 +388,12 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		return err
 	}
 	variant := ""
-	if strings.HasPrefix(name, "flash_bwd_sm90_dqtma_") {
-		variant = "dqtma"
+	for _, v := range flashSM90BwdVariants {
+		if v != "" && strings.HasPrefix(name, "flash_bwd_sm90_"+v+"_") {
+			variant = v
+		}
+	}
+	if flashSM90BwdBulkDQ(variant) {
 		// Bulk copies need 16-byte aligned global addresses; a row of
 		// dQaccum is dim*4 bytes, so the base decides.
 		if dqacc%16 != 0 {
