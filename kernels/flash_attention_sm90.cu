@@ -37,6 +37,12 @@
 //     asynchronous reductions instead of per-thread atomics (see bwd); dQaccum
 //     must be 16-byte aligned; dynamic smem + 4*64*64*4 (d64) or 64*128*4
 //     (d128) bytes: d64 182848, d128 232000.
+//   flash_bwd_sm90_pipe_<T>_d<D>, flash_bwd_sm90_pipe2_<T>_d<D>(...)  dqtma
+//     with the next block's Sᵀ (pipe2: and dPᵀ; at D=128 the same as pipe)
+//     issued behind dQ (PIPE, see bwd); smem as dqtma
+//   flash_bwd_sm90_cols_<T>_d<D>(...)  pipe with, at D=64, dQ's columns
+//     split between the warpgroups (COLS, see dq_tile): two staging tiles,
+//     d64 150080 bytes; at D=128 the same as pipe (232000)
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -796,6 +802,25 @@ __device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accum
   }
 }
 
+#define FA90_SS32(TY)                                                                               \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                     \
+  "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                                      \
+  "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
+#define FA90_ACC16                                                                                  \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),   \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),        \
+      "+f"(d[15])
+
+// d[0..15] (+)= A·B, m64n32k16, A and B in shared memory, as wgmma_ss_n64.
+template <bool F16, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss_n32(float* d, u64 da, u64 db, int accumulate) {
+  if constexpr (F16) {
+    asm volatile(FA90_SS32("f16") : FA90_ACC16 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  } else {
+    asm volatile(FA90_SS32("bf16") : FA90_ACC16 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+}
+
 // d += A·B, m64nDk16, A from registers, B N-major in shared memory with
 // 64-column blocks lbo bytes apart.
 template <bool F16, int D>
@@ -873,10 +898,16 @@ __device__ __forceinline__ void bwd_load_block(const TmaMap* tq, const TmaMap* t
 // dQaccum and of the tile. D=128: one tile, warpgroup cw writes columns
 // 64cw..; D=64: each warpgroup its own tile (they sum over different keys),
 // double-buffered by block parity.
-template <int D>
+//
+// COLS (D=64 only): the warpgroups split dQ's columns as at D=128 (cw owns
+// columns 32cw.., summed over all 128 keys), so one tile per block, double
+// buffered by parity, and one reduction per block instead of two.
+template <int D, bool COLS>
 __device__ __forceinline__ u32 dq_tile(u32 sdQ0, int i, int cw) {
   constexpr u32 DQBYTES = BWD_BR * D * 4;
-  if constexpr (D == 64) {
+  if constexpr (D == 64 && COLS) {
+    return sdQ0 + (u32)((i & 1) * DQBYTES + cw * 32 * 4);
+  } else if constexpr (D == 64) {
     return sdQ0 + (u32)(((i & 1) * 2 + cw) * DQBYTES);
   } else {
     return sdQ0 + (u32)(cw * 64 * 4);
@@ -893,31 +924,32 @@ __device__ __forceinline__ u32 dq_tile(u32 sdQ0, int i, int cw) {
 // bank groups. A thread-dependent register index would go through local
 // memory, so the pairs are permuted with two rounds of selects (XOR by bit 0,
 // then bit 1, of g&3).
-template <int D>
+template <int D, int NT>
 __device__ __forceinline__ void dq_stage(const float* dq, u32 wt, int wq, int g, int t) {
+  static_assert(NT == 8 || NT == 4, "n-tiles of a warpgroup's dQ");
   const int x = g & 3;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
-    float a[16], b[16];  // a[2n + e]: row g + 8r, column 8n + 2t + e
+    float a[2 * NT], b[2 * NT];  // a[2n + e]: row g + 8r, column 8n + 2t + e
 #pragma unroll
-    for (int n = 0; n < 8; n++) {
+    for (int n = 0; n < NT; n++) {
       a[2 * n] = dq[4 * n + 2 * r];
       a[2 * n + 1] = dq[4 * n + 2 * r + 1];
     }
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < NT; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) b[2 * j + e] = (x & 1) ? a[2 * (j ^ 1) + e] : a[2 * j + e];
     }
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < NT; j++) {
 #pragma unroll
       for (int e = 0; e < 2; e++) a[2 * j + e] = (x & 2) ? b[2 * (j ^ 2) + e] : b[2 * j + e];
     }
     // a[2j + e] now holds column block j ^ x.
     const u32 row = wt + (u32)(wq * 16 + g + 8 * r) * (D * 4) + 8 * t;
 #pragma unroll
-    for (int j = 0; j < 8; j++) {
+    for (int j = 0; j < NT; j++) {
       asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row + 32 * (j ^ x)), "f"(a[2 * j]), "f"(a[2 * j + 1])
                    : "memory");
     }
@@ -928,11 +960,11 @@ __device__ __forceinline__ void dq_stage(const float* dq, u32 wt, int wq, int g,
 // reduction per tile (D=64: two, one per warpgroup), as one bulk group. Only
 // rows < Sq: the tile's rows past the end would land in the next bh's rows
 // or past the buffer (bytes stay a multiple of 16: a row is D*4 bytes).
-template <int D>
+template <int D, bool COLS>
 __device__ __forceinline__ void dq_reduce(float* dQb, u32 sdQ0, int i, int q0, int Sq) {
   const u32 bytes = (u32)min(BWD_BR, Sq - q0) * (D * 4);
-  bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D>(sdQ0, i, 0), bytes);
-  if constexpr (D == 64) bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D>(sdQ0, i, 1), bytes);
+  bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D, COLS>(sdQ0, i, 0), bytes);
+  if constexpr (D == 64 && !COLS) bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D, COLS>(sdQ0, i, 1), bytes);
   bulk_commit();
 }
 
@@ -948,7 +980,7 @@ __device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
   }
 }
 
-template <bool F16, int D, bool DSK, bool DQTMA, int PIPE_ASKED>
+template <bool F16, int D, bool DSK, bool DQTMA, int PIPE_ASKED, bool COLS_ASKED = false>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
@@ -957,12 +989,15 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   // PIPE 2 at D=128 would hold dK, dV, dQ and both score tiles at once: over
   // 255 registers (ptxas serializes the wgmmas, C7512), so it runs as PIPE 1.
   constexpr int PIPE = (PIPE_ASKED == 2 && D == 128) ? 1 : PIPE_ASKED;
+  // COLS: see dq_tile; at D=128 the columns are split that way already.
+  constexpr bool COLS = COLS_ASKED && D == 64;
+  static_assert(!COLS || DQTMA, "COLS stages dQ");
   constexpr int BR = BWD_BR, BC = BWD_BC;
   constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
   // DQTMA: dQ staging tiles (dq_tile): D=64 two warpgroups × two parities;
   // D=128 one (two would need 64 KiB: 259 KiB in all, over the 227 KiB a
   // block may have).
-  constexpr int DQBYTES = BR * D * 4, NDQ = DQTMA ? (D == 64 ? 4 : 1) : 0;
+  constexpr int DQBYTES = BR * D * 4, NDQ = DQTMA ? (D == 64 ? (COLS ? 2 : 4) : 1) : 0;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sraw = smem_u32(smem_raw);
   const u32 sbase = (sraw + 1023u) & ~1023u;
@@ -1012,9 +1047,14 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 sKw = sK + cw * 64 * 128, sVw = sV + cw * 64 * 128;
   // The dQ product's operands (see the header): A rows (keys) from dqk0,
   // B columns from block dqnb of the K tile.
-  constexpr int DQK = D == 128 ? BC / 16 : 64 / 16;  // its k-steps
-  const int dqk0 = D == 128 ? 0 : cw * 64;
+  // COLS: all 128 keys, columns 32cw.. (64 bytes into each 128-byte row of
+  // the K tile: the start address moves inside the swizzle atom, as the
+  // k-steps of K-major operands do).
+  constexpr int DQK = (D == 128 || COLS) ? BC / 16 : 64 / 16;  // its k-steps
+  constexpr int DQN = COLS ? 16 : 32;                           // its accumulators
+  const int dqk0 = (D == 128 || COLS) ? 0 : cw * 64;
   const int dqnb = D == 128 ? cw : 0;
+  const u32 dqcol = COLS ? cw * 64 : 0;
   float* dQb = dQacc + (size_t)bh * Sq * D;
 
   float dk[D / 2], dv[D / 2];
@@ -1147,17 +1187,19 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // i-1's dQ (and its proxy fence) before this: thread 0 hands it to the
     // bulk copy engine, which adds it into dQaccum while the tensor cores go on.
     if constexpr (DQTMA && D == 64) {
-      if (i > 0 && tid == 0) dq_reduce<D>(dQb, sdQ0, i - 1, q0 - BR, Sq);
+      if (i > 0 && tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i - 1, q0 - BR, Sq);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
 
-    float dq[32];
+    float dq[DQN];
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < DQK; kk++) {
       const u32 ko = (dqk0 + kk * 16) * 128;
-      const u64 db = make_desc(sK + dqnb * BC * 128 + ko, 1024, 1024);
-      if constexpr (!DSK) {
+      const u64 db = make_desc(sK + dqnb * BC * 128 + ko + dqcol, 1024, 1024);
+      if constexpr (COLS) {
+        wgmma_ss_n32<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
+      } else if constexpr (!DSK) {
         wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
       } else {
         const int k0 = dqk0 + kk * 16;  // as Q in the forward: K-major, 64-key blocks BR*128 apart
@@ -1186,12 +1228,12 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     }
     reg_fence<D / 2>(dv);
     reg_fence<D / 2>(dk);
-    reg_fence<32>(dq);
+    reg_fence<DQN>(dq);
     reg_fence_u<BR / 4>(&pa[0][0]);
     reg_fence_u<BR / 4>(&dsa[0][0]);
 
     if constexpr (DQTMA) {
-      dq_stage<D>(dq, dq_tile<D>(sdQ0, i, cw), wq, g, t);
+      dq_stage<D, DQN / 4>(dq, dq_tile<D, COLS>(sdQ0, i, cw), wq, g, t);
       fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
       // D=128: one tile, so its reduction cannot wait for the next block's
       // barrier (that barrier is where its read must be over); a barrier of
@@ -1199,7 +1241,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       // finish in.
       if constexpr (D == 128) {
         asm volatile("bar.sync 2, 256;\n" ::: "memory");
-        if (tid == 0) dq_reduce<D>(dQb, sdQ0, i, q0, Sq);
+        if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
         asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
       }
     } else {
@@ -1223,7 +1265,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   if constexpr (DQTMA) {
     if (D == 64 && nblk > 0) {
       asm volatile("bar.sync 1, 256;\n" ::: "memory");
-      if (tid == 0) dq_reduce<D>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
+      if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
     }
     if (tid == 0) bulk_wait<0>();
   }
@@ -1276,13 +1318,13 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
-#define FA90_BWD(name, F16, D, DSK, DQTMA, PIPE)                                                          \
+#define FA90_BWD(name, F16, D, DSK, DQTMA, PIPE, ...)                                                     \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
            int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd<F16, D, DSK, DQTMA, PIPE>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+    fa90::bwd<F16, D, DSK, DQTMA, PIPE, ##__VA_ARGS__>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
 FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, false, 0)
@@ -1305,3 +1347,7 @@ FA90_BWD(flash_bwd_sm90_pipe2_bf16_d64, false, 64, false, true, 2)
 FA90_BWD(flash_bwd_sm90_pipe2_bf16_d128, false, 128, false, true, 2)
 FA90_BWD(flash_bwd_sm90_pipe2_fp16_d64, true, 64, false, true, 2)
 FA90_BWD(flash_bwd_sm90_pipe2_fp16_d128, true, 128, false, true, 2)
+FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, false, true, 1, true)
+FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, false, true, 1, true)
+FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, false, true, 1, true)
+FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, false, true, 1, true)

@@ -314,7 +314,9 @@ func flashSM90BwdSmem(dim int, variant string) int {
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
 	if flashSM90BwdBulkDQ(variant) {
 		tiles := 1
-		if dim == 64 {
+		if dim == 64 && variant == "cols" {
+			tiles = 2
+		} else if dim == 64 {
 			tiles = 4
 		}
 		n += tiles * r * dim * 4
@@ -325,12 +327,12 @@ func flashSM90BwdSmem(dim int, variant string) int {
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows: ""
 // the one that stores dSᵀ for the dQ product, "dsk" the one that stores dS,
 // "dqtma" the first with dQ added by bulk reductions.
-var flashSM90BwdVariants = []string{"", "dsk", "dqtma", "pipe", "pipe2"}
+var flashSM90BwdVariants = []string{"", "dsk", "dqtma", "pipe", "pipe2", "cols"}
 
 // flashSM90BwdBulkDQ says whether the backward variant adds dQ with bulk
 // reductions from staging tiles ("dqtma" and its pipelined forms).
 func flashSM90BwdBulkDQ(variant string) bool {
-	return variant == "dqtma" || variant == "pipe" || variant == "pipe2"
+	return variant == "dqtma" || variant == "pipe" || variant == "pipe2" || variant == "cols"
 }
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
@@ -362,10 +364,10 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	case "0":
 		return "", nil
 	case "1":
-	case "dsk", "dqtma", "pipe", "pipe2":
+	case "dsk", "dqtma", "pipe", "pipe2", "cols":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant), pipe or pipe2 (dqtma with the next block's scores in flight during dQ) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant), pipe or pipe2 (dqtma with the next block's scores in flight during dQ), cols (pipe with dQ's columns split between the warpgroups at D=64) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil

@@ -23,6 +23,7 @@ var flashSM90AllKernels = []string{
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_pipe_bf16_d64", "flash_bwd_sm90_pipe_bf16_d128", "flash_bwd_sm90_pipe_fp16_d64", "flash_bwd_sm90_pipe_fp16_d128",
 	"flash_bwd_sm90_pipe2_bf16_d64", "flash_bwd_sm90_pipe2_bf16_d128", "flash_bwd_sm90_pipe2_fp16_d64", "flash_bwd_sm90_pipe2_fp16_d128",
+	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 }
 
 // flashSM90MaxSmem is the dynamic shared memory an H100/H200 block may opt
@@ -65,7 +66,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"", 64, 117312}, {"", 128, 199232}, {"dsk", 128, 199232}, {"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"pipe", 128, 232000}, {"pipe2", 64, 182848}} {
+	}{{"", 64, 117312}, {"", 128, 199232}, {"dsk", 128, 199232}, {"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"pipe", 128, 232000}, {"pipe2", 64, 182848}, {"cols", 64, 150080}, {"cols", 128, 232000}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -658,7 +659,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}, {"dqtma", "dqtma"}, {"pipe", "pipe"}, {"pipe2", "pipe2"}}
+	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}, {"dqtma", "dqtma"}, {"pipe", "pipe"}, {"pipe2", "pipe2"}, {"cols", "cols"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := func(n int) []float64 {
 		x := make([]float64, n)
@@ -817,9 +818,9 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "1", "dsk", "dqtma", "pipe", "pipe2"} {
+			for _, env := range []string{"0", "1", "dsk", "dqtma", "pipe", "pipe2", "cols"} {
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk", "dqtma": "sm90-dqtma", "pipe": "sm90-pipe", "pipe2": "sm90-pipe2"}[env]
+				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk", "dqtma": "sm90-dqtma", "pipe": "sm90-pipe", "pipe2": "sm90-pipe2", "cols": "sm90-cols"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
