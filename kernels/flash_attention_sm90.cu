@@ -14,12 +14,12 @@
 //
 // Entry points (T in {bf16, fp16}, D in {64, 128}):
 //   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
-//     grid (BH, ceil(Sq/128)), block 256 (two warpgroups), dynamic smem
+//     grid (ceil(Sq/128), BH), block 256 (two warpgroups), dynamic smem
 //     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
 //   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
 //     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see fwd_ws;
 //   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
-//     grid (BH, ceil(Sq/128)), block 384 (two consumer warpgroups, one
+//     grid (ceil(Sq/128), BH), block 384 (two consumer warpgroups, one
 //     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
 //   flash_bwd_sm90_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk,
 //                           scale, causal)
@@ -27,7 +27,7 @@
 //     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
 //     after); tq, tk, tv, tdo: CUtensorMaps of Q, K, V, dO (boxes of 64 columns ×
 //     64 rows for Q and dO, × 128 rows for K and V), see bwd;
-//     grid (BH, ceil(Sk/128)), block 256 (two warpgroups), dynamic smem
+//     grid (ceil(Sk/128), BH), block 256 (two warpgroups), dynamic smem
 //     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes:
 //     d64 117312, d128 199232.
 //   flash_bwd_sm90_dsk_<T>_d<D>(...)  the same, with dS stored K-major for the
@@ -470,8 +470,8 @@ __device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __rest
   const u32 sK0 = sQ + QBYTES;        // K tiles of stages 0 and 1
   const u32 sV0 = sK0 + 2 * KVBYTES;  // V tiles of stages 0 and 1
 
-  const int bh = blockIdx.x;
-  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;  // heavy blocks first
+  const int bh = blockIdx.y;
+  const int qb = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;  // heavy blocks first
   const int q0 = qb * BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wg = warp >> 2;
@@ -606,8 +606,8 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
   const u32 bars = sV0 + 2 * KVBYTES;  // 7 mbarriers of 8 bytes
   const u32 barQ = bars, fullK0 = bars + 8, fullV0 = bars + 24, empty0 = bars + 40;
 
-  const int bh = blockIdx.x;
-  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+  const int bh = blockIdx.y;
+  const int qb = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int q0 = qb * BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
@@ -1011,8 +1011,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 bars = sLD + 3 * 2 * BR * 4;  // 4 mbarriers of 8 bytes
   const u32 barKV = bars, full0 = bars + 8;
 
-  const int bh = blockIdx.x;
-  const int n0 = blockIdx.y * BC;
+  const int bh = blockIdx.y;
+  const int n0 = blockIdx.x * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;

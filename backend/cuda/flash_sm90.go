@@ -150,9 +150,37 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	if err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
 	block := [3]uint32{flashSM90Threads, 1, 1}
-	return d.Launch(f, grid, block, uint32(smem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
+	return flashHeadChunks(bh, func(h0, n int) error {
+		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
+		grid := [3]uint32{uint32((sq + flashSM90Rows - 1) / flashSM90Rows), uint32(n), 1}
+		return d.Launch(f, grid, block, uint32(smem), q+qo, k+ko, v+ko, o+qo, lse+lo, int32(n), int32(sq), int32(sk), scale, b2i(causal))
+	})
+}
+
+// flashMaxGridY is the largest grid y dimension a launch may have.
+const flashMaxGridY = 65535
+
+// flashHeadChunks calls launch for consecutive ranges [h0, h0+n) of the bh
+// heads, each at most flashMaxGridY long. The sm90 kernels take the head
+// from grid y and the query (forward) or key (backward) block from grid x,
+// so that the CTAs resident together work on a few heads and share their K
+// and V (forward) or Q, dO and dQaccum (backward) in L2; with the head on
+// grid x, as before, each of the 132 resident CTAs streamed a different
+// head's tensors from DRAM.
+func flashHeadChunks(bh int, launch func(h0, n int) error) error {
+	for h0 := 0; h0 < bh; h0 += flashMaxGridY {
+		if err := launch(h0, min(flashMaxGridY, bh-h0)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// flashHeadOffset is the byte offset of head h0 in a [bh, rows, cols]
+// tensor of elem-byte elements.
+func flashHeadOffset(h0, rows, cols, elem int) DevicePtr {
+	return DevicePtr(h0 * rows * cols * elem)
 }
 
 // flashSM90Choice is flashSM90Pick for d and the environment. When the
@@ -223,10 +251,13 @@ func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 	if err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32(bh), uint32((sq + flashSM90Rows - 1) / flashSM90Rows), 1}
-	maps := []flashTMATensor{{q, sq, flashSM90Rows}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}}
-	return launchFlashTMA(d, f, name, grid, flashSM90TMAThreads, smem, bh, dim, maps,
-		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+	return flashHeadChunks(bh, func(h0, n int) error {
+		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
+		grid := [3]uint32{uint32((sq + flashSM90Rows - 1) / flashSM90Rows), uint32(n), 1}
+		maps := []flashTMATensor{{q + qo, sq, flashSM90Rows}, {k + ko, sk, flashSM90Keys}, {v + ko, sk, flashSM90Keys}}
+		return launchFlashTMA(d, f, name, grid, flashSM90TMAThreads, smem, n, dim, maps,
+			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
+	})
 }
 
 // flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the
@@ -407,8 +438,12 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 	if err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32(bh), uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), 1}
-	maps := []flashTMATensor{{q, sq, flashSM90BwdRows}, {k, sk, flashSM90BwdKeys}, {v, sk, flashSM90BwdKeys}, {dO, sq, flashSM90BwdRows}}
-	return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads, smem, bh, dim, maps,
-		[]any{lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+	return flashHeadChunks(bh, func(h0, n int) error {
+		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2)
+		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
+		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(n), 1}
+		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows}, {k + ko, sk, flashSM90BwdKeys}, {v + ko, sk, flashSM90BwdKeys}, {dO + qo, sq, flashSM90BwdRows}}
+		return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads, smem, n, dim, maps,
+			[]any{lse + lo, dsum + lo, dqacc + ao, dk + ko, dv + ko, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
+	})
 }

@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -841,6 +842,84 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 				}
 			}
 			t.Log(line)
+		}
+	}
+}
+
+// TestFlashHeadChunks checks the split of the heads into launches of at
+// most flashMaxGridY (grid y) each.
+func TestFlashHeadChunks(t *testing.T) {
+	for _, c := range []struct {
+		bh   int
+		want [][2]int
+	}{
+		{1, [][2]int{{0, 1}}},
+		{flashMaxGridY, [][2]int{{0, flashMaxGridY}}},
+		{flashMaxGridY + 1, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, 1}}},
+		{2*flashMaxGridY + 5, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, flashMaxGridY}, {2 * flashMaxGridY, 5}}},
+	} {
+		var got [][2]int
+		if err := flashHeadChunks(c.bh, func(h0, n int) error { got = append(got, [2]int{h0, n}); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("bh %d: launches %v, want %v", c.bh, got, c.want)
+		}
+	}
+	stop := errors.New("launch failed")
+	calls := 0
+	if err := flashHeadChunks(3*flashMaxGridY, func(h0, n int) error { calls++; return stop }); err != stop || calls != 1 {
+		t.Errorf("a failed launch: got %v after %d calls, want the error after 1", err, calls)
+	}
+}
+
+// TestFlashSM90ManyHeads runs the Hopper forward and backward with more
+// heads than one launch's grid y holds (they are split into two launches,
+// flashHeadChunks) and compares O, LSE, dQ, dK and dV with FA2's on the same
+// inputs: a head offset gone wrong in the second launch shows in its heads.
+func TestFlashSM90ManyHeads(t *testing.T) {
+	d := gpu(t)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	const bh, s, dim = flashMaxGridY + 7, 3, 64
+	rng := rand.New(rand.NewPCG(65, 535))
+	gen := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+	n := bh * s * dim
+	q, _ := flashUpload(t, d, GemmBF16, gen(n))
+	k, _ := flashUpload(t, d, GemmBF16, gen(n))
+	v, _ := flashUpload(t, d, GemmBF16, gen(n))
+	dO, _ := flashUpload(t, d, GemmBF16, gen(n))
+	scale := float32(0.125)
+	run := func(fwdEnv, bwdEnv string) (out [5][]float64) {
+		t.Setenv(FlashSM90Env, fwdEnv)
+		t.Setenv(FlashSM90BwdEnv, bwdEnv)
+		o, lse := flashAlloc(t, d, n, 2), flashAlloc(t, d, bh*s, 4)
+		gq, gk, gv := flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2)
+		if err := FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, scale, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, gq, gk, gv, 0, bh, s, s, dim, scale, true); err != nil {
+			t.Fatal(err)
+		}
+		out[0] = flashDownload(t, d, GemmBF16, o, n)
+		out[1] = flashDownload(t, d, GemmF32, lse, bh*s)
+		out[2] = flashDownload(t, d, GemmBF16, gq, n)
+		out[3] = flashDownload(t, d, GemmBF16, gk, n)
+		out[4] = flashDownload(t, d, GemmBF16, gv, n)
+		return out
+	}
+	fa2 := run("0", "0")
+	sm90 := run("", "")
+	for i, name := range []string{"O", "LSE", "dQ", "dK", "dV"} {
+		if err := flashCheck(name+" vs FA2", sm90[i], fa2[i], nil, 0, math.Inf(1), 0, 1e-2); err != nil {
+			t.Error(err)
 		}
 	}
 }
