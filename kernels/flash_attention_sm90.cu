@@ -21,28 +21,18 @@
 //   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
 //     grid (ceil(Sq/128), BH), block 384 (two consumer warpgroups, one
 //     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
-//   flash_bwd_sm90_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk,
-//                           scale, causal)
+//   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
+//                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
 //     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
 //     after); tq, tk, tv, tdo: CUtensorMaps of Q, K, V, dO (boxes of 64 columns ×
-//     64 rows for Q and dO, × 128 rows for K and V), see bwd;
-//     grid (ceil(Sk/128), BH), block 256 (two warpgroups), dynamic smem
-//     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes:
-//     d64 117312, d128 199232.
-//   flash_bwd_sm90_dsk_<T>_d<D>(...)  the same, with dS stored K-major for the
-//     dQ product (see bwd: which of the two works is for the GPU test to say)
-//   flash_bwd_sm90_dqtma_<T>_d<D>(...)  flash_bwd_sm90_<T>_d<D> with each
-//     block's dQ staged in shared memory and added into dQaccum by bulk
-//     asynchronous reductions instead of per-thread atomics (see bwd); dQaccum
-//     must be 16-byte aligned; dynamic smem + 4*64*64*4 (d64) or 64*128*4
-//     (d128) bytes: d64 182848, d128 232000.
-//   flash_bwd_sm90_pipe_<T>_d<D>, flash_bwd_sm90_pipe2_<T>_d<D>(...)  dqtma
-//     with the next block's Sᵀ (pipe2: and dPᵀ; at D=128 the same as pipe)
-//     issued behind dQ (PIPE, see bwd); smem as dqtma
-//   flash_bwd_sm90_cols_<T>_d<D>(...)  pipe with, at D=64, dQ's columns
-//     split between the warpgroups (COLS, see dq_tile): two staging tiles,
-//     d64 150080 bytes; at D=128 the same as pipe (232000)
+//     64 rows for Q and dO, × 128 rows for K and V), see bwd; dQaccum 16-byte
+//     aligned; grid (ceil(Sk/128), BH), block 256 (two warpgroups), dynamic smem
+//     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes (d64
+//     117312, d128 199232) plus the dQ staging tiles, 2*64*64*4 (d64) or
+//     64*128*4 (d128) bytes: d64 150080, d128 232000.
+//   flash_bwd_sm90_dqtma_<T>_d<D>(...)  the same without PIPE and, at D=64,
+//     without COLS (see bwd): four staging tiles, d64 182848, d128 232000.
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -738,32 +728,33 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 //                                 forward), B N-major (smem), as V in the forward
 //   dQ += dS·K                    dSᵀ goes to shared memory (a 128-key ×
 //                                 64-query tile in the swizzled layout), then
-//                                 m64n64k16 with A = dS M-major (the _dsk
-//                                 kernels: dS stored as a 64-query × 128-key
-//                                 tile, A K-major as Q in the forward) and B = K
-//                                 N-major: D=128: warpgroup cw the 64 columns
-//                                 64cw.. over all 128 keys; D=64: all columns
-//                                 over its own 64 keys. Float32 atomics into
-//                                 dQaccum (flash_bwd_pre_<T> zeroes it,
-//                                 flash_bwd_convert_<T> scales and converts it).
+//                                 wgmma with A = dS M-major and B = K N-major:
+//                                 D=128: warpgroup cw the 64 columns 64cw..
+//                                 over all 128 keys (m64n64k16); D=64 with
+//                                 COLS the 32 columns 32cw.. over all 128 keys
+//                                 (m64n32k16), without it all 64 columns over
+//                                 its own 64 keys.
 // dK = scale·ΣdSᵀQ and dV are stored at the end.
 //
-// DQTMA (the _dqtma kernels): instead of 16 vector atomics a thread per block,
-// which keep every warp busy issuing them while no tensor-core work is in
-// flight, each warpgroup stores its dQ into a float32 staging tile in shared
-// memory (dq_stage), and after the next block's barrier thread 0 adds the
-// tile to dQaccum with cp.reduce.async.bulk (dq_reduce): rows q0..q0+63 of
-// one bh are one contiguous range, so one reduction covers a tile. At D=64 the
-// two warpgroups' partial sums (each over its own 64 keys) go into two tiles
-// and two reductions rather than being added in shared memory first: that
-// would need a barrier between the warpgroups' stores, and the L2 traffic is
-// what the atomics had (each warpgroup added its full tile). The tiles are
-// double-buffered at D=64 (64 KiB), so a block's reduction is issued after
-// the next block's barrier and its read waited for before the barrier after
-// that: no barrier added. At D=128 one 32 KiB tile is all that fits: the
-// reduction is issued at the end of its block after a barrier of its own and
-// its read waited for before the next block's barrier, before anyone stores
-// into the tile again.
+// dQ leaves through shared memory: each warpgroup stores its dQ into a
+// float32 staging tile (dq_stage), and thread 0 adds the tile to dQaccum with
+// one cp.reduce.async.bulk (dq_reduce; flash_bwd_pre_<T> zeroes dQaccum,
+// flash_bwd_convert_<T> scales and converts it): rows q0..q0+63 of one bh are
+// one contiguous range. Per-thread float32 atomics instead (16 vector atomics
+// a thread per block) kept every warp issuing them while no tensor-core work
+// was in flight: 365 against 421 TFLOP/s at D=128 on the H200. At D=64 the
+// tiles are double-buffered, so a block's reduction is issued after the next
+// block's barrier and its read waited for before the barrier after that: no
+// barrier added. Without COLS the two warpgroups' partial sums (each over its
+// own 64 keys) go into two tiles and two reductions, twice the L2 traffic;
+// COLS (one tile, split by columns) took D=64 from 282 to 350 TFLOP/s. At
+// D=128 one 32 KiB tile is all that fits: the reduction is issued at the end
+// of its block after a barrier of its own and its read waited for before the
+// next block's barrier, before anyone stores into the tile again.
+//
+// PIPE: the next block's Sᵀ is issued right behind this block's dQ product
+// (once dV and dK are done), so it runs while dQ is staged and reduced, and
+// dPᵀ runs while Pᵀ is computed.
 //
 // No producer warpgroup: dK and dV take 128 registers a thread at D=128, and
 // ptxas (NVRTC 12.4) keeps a 384-thread kernel within 168 registers whatever
@@ -832,11 +823,6 @@ __device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u32 b, u32 l
   }
 }
 
-// p[0] += a, p[1] += b (p 8-byte aligned), one vector reduction (sm_90).
-__device__ __forceinline__ void red_add2(float* p, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(a), "f"(b) : "memory");
-}
-
 // Bulk asynchronous reduction global[gaddr..+bytes) += shared[saddr..+bytes)
 // (float32 adds in L2), in this thread's current bulk group: both addresses
 // 16-byte aligned, bytes a multiple of 16. The shared source must have been
@@ -892,7 +878,7 @@ __device__ __forceinline__ void bwd_load_block(const TmaMap* tq, const TmaMap* t
   asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // the warp reconverges before its next wgmma
 }
 
-// DQTMA: the dQ staging tile that consumer warpgroup cw of the CTA writes
+// The dQ staging tile that consumer warpgroup cw of the CTA writes
 // for block i: a float32 tile of BWD_BR rows × D columns, row-major (rows
 // D*4 bytes apart), so that rows q0.. of one bh are one contiguous range of
 // dQaccum and of the tile. D=128: one tile, warpgroup cw writes columns
@@ -980,24 +966,19 @@ __device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
   }
 }
 
-template <bool F16, int D, bool DSK, bool DQTMA, int PIPE_ASKED, bool COLS_ASKED = false>
+template <bool F16, int D, bool PIPE, bool COLS_ASKED>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
                                     int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
-  // PIPE 2 at D=128 would hold dK, dV, dQ and both score tiles at once: over
-  // 255 registers (ptxas serializes the wgmmas, C7512), so it runs as PIPE 1.
-  constexpr int PIPE = (PIPE_ASKED == 2 && D == 128) ? 1 : PIPE_ASKED;
   // COLS: see dq_tile; at D=128 the columns are split that way already.
   constexpr bool COLS = COLS_ASKED && D == 64;
-  static_assert(!COLS || DQTMA, "COLS stages dQ");
   constexpr int BR = BWD_BR, BC = BWD_BC;
   constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
-  // DQTMA: dQ staging tiles (dq_tile): D=64 two warpgroups × two parities;
-  // D=128 one (two would need 64 KiB: 259 KiB in all, over the 227 KiB a
-  // block may have).
-  constexpr int DQBYTES = BR * D * 4, NDQ = DQTMA ? (D == 64 ? (COLS ? 2 : 4) : 1) : 0;
+  // dQ staging tiles (dq_tile), double-buffered at D=64; D=128 one (two
+  // would need 64 KiB: 259 KiB in all, over the 227 KiB a block may have).
+  constexpr int DQBYTES = BR * D * 4, NDQ = D == 64 ? (COLS ? 2 : 4) : 1;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sraw = smem_u32(smem_raw);
   const u32 sbase = (sraw + 1023u) & ~1023u;
@@ -1005,7 +986,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 sQ0 = sV + KVBYTES;        // Q of stages 0, 1, 2
   const u32 sdO0 = sQ0 + 3 * QBYTES;   // dO of stages 0, 1, 2
   const u32 sdS0 = sdO0 + 3 * QBYTES;  // dSᵀ of even and odd blocks
-  const u32 sdQ0 = sdS0 + 2 * DSBYTES;  // DQTMA: dQ staging tiles
+  const u32 sdQ0 = sdS0 + 2 * DSBYTES;  // dQ staging tiles
   const u32 sLD = sdQ0 + NDQ * DQBYTES;  // per stage: BR floats LSE, BR floats Dsum
   float* const gLD = reinterpret_cast<float*>(smem_raw + (sLD - sraw));
   const u32 bars = sLD + 3 * 2 * BR * 4;  // 4 mbarriers of 8 bytes
@@ -1069,7 +1050,6 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     mbar_wait(full0, 0);
     wgmma_fence();
     bwd_scores<F16, D>(s, sKw, sQ0);
-    if constexpr (PIPE == 2) bwd_scores<F16, D>(dp, sVw, sdO0);
     wgmma_commit();
   }
   for (int i = 0; i < nblk; i++) {
@@ -1077,21 +1057,19 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     const int q0 = (qb0 + i) * BR;
     const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES, sdS = sdS0 + (i & 1) * DSBYTES;
     const float* ld = gLD + st * 2 * BR;
-    if constexpr (PIPE == 0) {
+    if constexpr (!PIPE) {
       mbar_wait(full0 + 8 * st, (i / 3) & 1);
       wgmma_fence();
       bwd_scores<F16, D>(s, sKw, sQ);
       bwd_scores<F16, D>(dp, sVw, sdO);
       wgmma_commit();
       wgmma_wait<0>();
-    } else if constexpr (PIPE == 1) {
+    } else {
       // Sᵀ is in flight since the block before; dPᵀ runs while Pᵀ is computed.
       wgmma_fence();
       bwd_scores<F16, D>(dp, sVw, sdO);
       wgmma_commit();
       wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
     }
     reg_fence<BR / 2>(s);
 
@@ -1115,7 +1093,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         pr[4 * nt + e] = p;
       }
     }
-    if constexpr (PIPE == 1) wgmma_wait<0>();
+    if constexpr (PIPE) wgmma_wait<0>();
     reg_fence<BR / 2>(dp);
 #pragma unroll
     for (int nt = 0; nt < BR / 8; nt++) {
@@ -1142,19 +1120,10 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 #pragma unroll
       for (int j = 0; j < 4; j++) {
         const int key = r0 + (j & 1) * 8, q = 16 * kk + 8 * (j >> 1) + 2 * t;
-        if constexpr (!DSK) {
-          // dSᵀ: row = key, 16-byte chunk q/8 holds queries 8(q/8)..+7; the
-          // pair is adjacent.
-          const u32 a = sdS + tile_off<BC>(key, q >> 3) + 4 * t;
-          asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(dsa[kk][j]) : "memory");
-        } else {
-          // dS: row = query, key in 64-column block key/64, chunk (key%64)/8;
-          // the pair is two rows.
-          const u32 a0 = sdS + tile_off<BR>(q, key >> 3) + (key & 7) * 2;
-          const u32 a1 = sdS + tile_off<BR>(q + 1, key >> 3) + (key & 7) * 2;
-          asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a0), "h"((u16)(dsa[kk][j] & 0xffffu)) : "memory");
-          asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(a1), "h"((u16)(dsa[kk][j] >> 16)) : "memory");
-        }
+        // dSᵀ: row = key, 16-byte chunk q/8 holds queries 8(q/8)..+7; the
+        // pair is adjacent.
+        const u32 a = sdS + tile_off<BC>(key, q >> 3) + 4 * t;
+        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(dsa[kk][j]) : "memory");
       }
     }
     fence_proxy_async();  // the stores are read by wgmma (the async proxy)
@@ -1167,14 +1136,12 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], sQ + kk * 16 * 128, BR * 128);
     wgmma_commit();
 
-    // DQTMA: block i stages into the tiles that the last reduction issued
-    // reads (D=64: block i-2's, issued after the previous block's barrier;
-    // D=128: the one tile, block i-1's, issued at the end of that block); the
+    // Block i stages into the tiles that the last reduction issued reads
+    // (D=64: block i-2's, issued after the previous block's barrier; D=128:
+    // the one tile, block i-1's, issued at the end of that block); the
     // barrier below lets no thread store before that read is done.
-    if constexpr (DQTMA) {
-      if (tid == 0) bulk_wait_read<0>();
-      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // warp 0 reconverges before the barrier
-    }
+    if (tid == 0) bulk_wait_read<0>();
+    asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // warp 0 reconverges before the barrier
     // Every thread has stored its dSᵀ and finished block i-1, so stage
     // (i+2)%3, block i-1's, is free: block i+2 loads into it.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
@@ -1183,10 +1150,10 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
                         full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid);
     }
-    // DQTMA, D=64: the same barrier ordered every thread's staging of block
-    // i-1's dQ (and its proxy fence) before this: thread 0 hands it to the
-    // bulk copy engine, which adds it into dQaccum while the tensor cores go on.
-    if constexpr (DQTMA && D == 64) {
+    // D=64: the same barrier ordered every thread's staging of block i-1's
+    // dQ (and its proxy fence) before this: thread 0 hands it to the bulk
+    // copy engine, which adds it into dQaccum while the tensor cores go on.
+    if constexpr (D == 64) {
       if (i > 0 && tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i - 1, q0 - BR, Sq);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
@@ -1199,18 +1166,17 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       const u64 db = make_desc(sK + dqnb * BC * 128 + ko + dqcol, 1024, 1024);
       if constexpr (COLS) {
         wgmma_ss_n32<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
-      } else if constexpr (!DSK) {
-        wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
       } else {
-        const int k0 = dqk0 + kk * 16;  // as Q in the forward: K-major, 64-key blocks BR*128 apart
-        wgmma_ss_n64<F16, 0, 1>(dq, make_desc(sdS + (k0 >> 6) * BR * 128 + ((k0 >> 4) & 3) * 32, 16, 1024), db, kk > 0);
+        wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
       }
     }
     wgmma_commit();
     if (PIPE && i + 1 < nblk) {
       // dV and dK are done once one group (dQ) is left; then the next
-      // block's Sᵀ (and with PIPE 2 dPᵀ) goes in behind dQ and runs while
-      // dQ is staged and reduced.
+      // block's Sᵀ goes in behind dQ and runs while dQ is staged and reduced.
+      // (dPᵀ too would hold dK, dV, dQ and both score tiles at once: over 255
+      // registers at D=128, where ptxas then serializes the wgmmas, C7512,
+      // and no faster at D=64 on the H200.)
       wgmma_wait<1>();
       reg_fence<D / 2>(dv);
       reg_fence<D / 2>(dk);
@@ -1220,7 +1186,6 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
       wgmma_fence();
       bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
-      if constexpr (PIPE == 2) bwd_scores<F16, D>(dp, sVw, sdO0 + sn * QBYTES);
       wgmma_commit();
       wgmma_wait<1>();
     } else {
@@ -1232,43 +1197,26 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     reg_fence_u<BR / 4>(&pa[0][0]);
     reg_fence_u<BR / 4>(&dsa[0][0]);
 
-    if constexpr (DQTMA) {
-      dq_stage<D, DQN / 4>(dq, dq_tile<D, COLS>(sdQ0, i, cw), wq, g, t);
-      fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
-      // D=128: one tile, so its reduction cannot wait for the next block's
-      // barrier (that barrier is where its read must be over); a barrier of
-      // its own here, and the read has the next block's S, dP and softmax to
-      // finish in.
-      if constexpr (D == 128) {
-        asm volatile("bar.sync 2, 256;\n" ::: "memory");
-        if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
-        asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
-      }
-    } else {
-      // dq[4nt+e]: query q0 + 16wq + g + 8(e>>1), column 64dqnb + 8nt + 2t + (e&1).
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        const int q = q0 + wq * 16 + g + r * 8;
-        if (q < Sq) {
-          float* dst = dQb + (size_t)q * D + dqnb * 64 + 2 * t;
-#pragma unroll
-          for (int nt = 0; nt < 8; nt++) {
-            red_add2(dst + nt * 8, dq[4 * nt + 2 * r], dq[4 * nt + 2 * r + 1]);
-          }
-        }
-      }
+    dq_stage<D, DQN / 4>(dq, dq_tile<D, COLS>(sdQ0, i, cw), wq, g, t);
+    fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
+    // D=128: one tile, so its reduction cannot wait for the next block's
+    // barrier (that barrier is where its read must be over); a barrier of
+    // its own here, and the read has the next block's S, dP and softmax to
+    // finish in.
+    if constexpr (D == 128) {
+      asm volatile("bar.sync 2, 256;\n" ::: "memory");
+      if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
+      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
   }
-  // DQTMA: D=64: the last block's dQ, staged by every thread before this
-  // barrier. Thread 0 waits for every reduction to finish: the CTA's shared
-  // memory must outlive their reads.
-  if constexpr (DQTMA) {
-    if (D == 64 && nblk > 0) {
-      asm volatile("bar.sync 1, 256;\n" ::: "memory");
-      if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
-    }
-    if (tid == 0) bulk_wait<0>();
+  // D=64: the last block's dQ, staged by every thread before this barrier.
+  // Thread 0 waits for every reduction to finish: the CTA's shared memory
+  // must outlive their reads.
+  if (D == 64 && nblk > 0) {
+    asm volatile("bar.sync 1, 256;\n" ::: "memory");
+    if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
   }
+  if (tid == 0) bulk_wait<0>();
 
   u16* dKb = dK + (size_t)bh * Sk * D;
   u16* dVb = dV + (size_t)bh * Sk * D;
@@ -1318,36 +1266,20 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
-#define FA90_BWD(name, F16, D, DSK, DQTMA, PIPE, ...)                                                     \
+#define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
            int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd<F16, D, DSK, DQTMA, PIPE, ##__VA_ARGS__>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+    fa90::bwd<F16, D, PIPE, COLS>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_BWD(flash_bwd_sm90_bf16_d64, false, 64, false, false, 0)
-FA90_BWD(flash_bwd_sm90_bf16_d128, false, 128, false, false, 0)
-FA90_BWD(flash_bwd_sm90_fp16_d64, true, 64, false, false, 0)
-FA90_BWD(flash_bwd_sm90_fp16_d128, true, 128, false, false, 0)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d64, false, 64, true, false, 0)
-FA90_BWD(flash_bwd_sm90_dsk_bf16_d128, false, 128, true, false, 0)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d64, true, 64, true, false, 0)
-FA90_BWD(flash_bwd_sm90_dsk_fp16_d128, true, 128, true, false, 0)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, true, 0)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, true, 0)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, true, 0)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, true, 0)
-FA90_BWD(flash_bwd_sm90_pipe_bf16_d64, false, 64, false, true, 1)
-FA90_BWD(flash_bwd_sm90_pipe_bf16_d128, false, 128, false, true, 1)
-FA90_BWD(flash_bwd_sm90_pipe_fp16_d64, true, 64, false, true, 1)
-FA90_BWD(flash_bwd_sm90_pipe_fp16_d128, true, 128, false, true, 1)
-FA90_BWD(flash_bwd_sm90_pipe2_bf16_d64, false, 64, false, true, 2)
-FA90_BWD(flash_bwd_sm90_pipe2_bf16_d128, false, 128, false, true, 2)
-FA90_BWD(flash_bwd_sm90_pipe2_fp16_d64, true, 64, false, true, 2)
-FA90_BWD(flash_bwd_sm90_pipe2_fp16_d128, true, 128, false, true, 2)
-FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, false, true, 1, true)
-FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, false, true, 1, true)
-FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, false, true, 1, true)
-FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, false, true, 1, true)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, false)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, false)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, false)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, false)
+FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, true, true)
+FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, true, true)
+FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, true, true)
+FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, true, true)

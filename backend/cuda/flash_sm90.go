@@ -310,18 +310,15 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 	return nil
 }
 
-// FlashSM90BwdEnv set to "1" runs FlashBackward's main kernel as the Hopper
-// backward of flash_attention_sm90.cu (flash_bwd_sm90_<T>_d<D>) on a compute
-// capability 9.0 device for bf16/fp16 with head dim 64 or 128; "dsk" runs
-// its variant that keeps dS K-major for the dQ product (16-bit stores, the
-// descriptor form the forward's Q uses) instead of transposed; "dqtma" the
-// variant that stages each query block's dQ in shared memory and adds it into
-// dQaccum with one bulk asynchronous reduction (per warpgroup at D=64)
-// instead of per-thread atomics; "0" keeps FA2's. Unset, FlashBackward runs
-// "dqtma" (flashSM90BwdDefault): on the H200 it passed every backward shape of
-// the test (and compute-sanitizer's memcheck and racecheck) and was the
-// fastest backward at every D and causal setting timed, 1.3-1.7x FA2's.
-// The preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
+// FlashSM90BwdEnv chooses FlashBackward's main kernel on a compute
+// capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset, "1" or
+// "cols" runs the Hopper backward of flash_attention_sm90.cu
+// (flash_bwd_sm90_cols_<T>_d<D>: the next block's scores in flight during
+// the dQ product, dQ's columns split between the warpgroups at D=64);
+// "dqtma" its simpler form without either (kept to time against); "0"
+// FA2's. On the H200 "cols" passed every backward shape of the test and ran
+// at 1.2-1.3x "dqtma" at D=64 and 1.0-1.02x at D=128 (S=4096, bf16). The
+// preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
 // either way.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
 
@@ -336,35 +333,25 @@ const (
 // flashSM90BwdSmem is the dynamic shared memory of the backward variant
 // (see flashSM90BwdName): K and V tiles, three stages of Q and dO blocks, two
 // dSᵀ tiles (16-bit), three stages of LSE and Dsum rows (float32), 64 bytes
-// of mbarriers and 1024 bytes to align the start to a swizzle block; "dqtma"
-// adds its float32 dQ staging tiles of 64 rows × dim: four at D=64 (one per
-// warpgroup, double-buffered), one at D=128 (a second would not fit in the
-// 227 KiB a block may have).
+// of mbarriers, 1024 bytes to align the start to a swizzle block, and the
+// float32 dQ staging tiles of 64 rows × dim: at D=64 two for "cols" (one per
+// block, double-buffered) and four for "dqtma" (one per warpgroup), at
+// D=128 one (a second would not fit in the 227 KiB a block may have).
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
-	if flashSM90BwdBulkDQ(variant) {
-		tiles := 1
-		if dim == 64 && variant == "cols" {
-			tiles = 2
-		} else if dim == 64 {
-			tiles = 4
-		}
-		n += tiles * r * dim * 4
+	tiles := 1
+	if dim == 64 && variant == "cols" {
+		tiles = 2
+	} else if dim == 64 {
+		tiles = 4
 	}
-	return n
+	return n + tiles*r*dim*4
 }
 
-// flashSM90BwdVariants are the backward variants flashSM90BwdName knows: ""
-// the one that stores dSᵀ for the dQ product, "dsk" the one that stores dS,
-// "dqtma" the first with dQ added by bulk reductions.
-var flashSM90BwdVariants = []string{"", "dsk", "dqtma", "pipe", "pipe2", "cols"}
-
-// flashSM90BwdBulkDQ says whether the backward variant adds dQ with bulk
-// reductions from staging tiles ("dqtma" and its pipelined forms).
-func flashSM90BwdBulkDQ(variant string) bool {
-	return variant == "dqtma" || variant == "pipe" || variant == "pipe2" || variant == "cols"
-}
+// flashSM90BwdVariants are the backward variants flashSM90BwdName knows
+// (see FlashSM90BwdEnv).
+var flashSM90BwdVariants = []string{"cols", "dqtma"}
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
@@ -373,32 +360,27 @@ func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) {
 		return ""
 	}
-	if variant != "" {
-		variant += "_"
-	}
-	return "flash_bwd_sm90_" + variant + strings.TrimPrefix(fwd, "flash_fwd_sm90_")
+	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_")
 }
 
 // flashSM90BwdDefault is the backward variant FlashBackward runs when
-// FlashSM90BwdEnv is unset.
-const flashSM90BwdDefault = "dqtma"
+// FlashSM90BwdEnv is unset or "1".
+const flashSM90BwdDefault = "cols"
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
-// FA2's): the variant env (the value of FlashSM90BwdEnv: "1", "dsk",
-// "dqtma"; unset: flashSM90BwdDefault) names, on compute capability 9.0, for
-// a dt and dim it exists for and scale > 0.
+// FA2's): the variant env (the value of FlashSM90BwdEnv) names, on compute
+// capability 9.0, for a dt and dim it exists for and scale > 0.
 func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
 	variant := ""
 	switch env {
-	case "":
+	case "", "1":
 		variant = flashSM90BwdDefault
 	case "0":
 		return "", nil
-	case "1":
-	case "dsk", "dqtma", "pipe", "pipe2", "cols":
+	case "cols", "dqtma":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the Hopper backward), dsk (its K-major dS variant), dqtma (its bulk-reduction dQ variant), pipe or pipe2 (dqtma with the next block's scores in flight during dQ), cols (pipe with dQ's columns split between the warpgroups at D=64) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 or cols (the Hopper backward), dqtma (its simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -422,16 +404,14 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 	}
 	variant := ""
 	for _, v := range flashSM90BwdVariants {
-		if v != "" && strings.HasPrefix(name, "flash_bwd_sm90_"+v+"_") {
+		if strings.HasPrefix(name, "flash_bwd_sm90_"+v+"_") {
 			variant = v
 		}
 	}
-	if flashSM90BwdBulkDQ(variant) {
-		// Bulk copies need 16-byte aligned global addresses; a row of
-		// dQaccum is dim*4 bytes, so the base decides.
-		if dqacc%16 != 0 {
-			return fmt.Errorf("cuda: %s: dQaccum at %#x is not 16-byte aligned (the workspace must be)", name, uint64(dqacc))
-		}
+	// Bulk copies need 16-byte aligned global addresses; a row of dQaccum is
+	// dim*4 bytes, so the base decides.
+	if dqacc%16 != 0 {
+		return fmt.Errorf("cuda: %s: dQaccum at %#x is not 16-byte aligned (the workspace must be)", name, uint64(dqacc))
 	}
 	smem := flashSM90BwdSmem(dim, variant)
 	f, err := ks.fn(name, smem)

@@ -19,11 +19,7 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128",
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
-	"flash_bwd_sm90_bf16_d64", "flash_bwd_sm90_bf16_d128", "flash_bwd_sm90_fp16_d64", "flash_bwd_sm90_fp16_d128",
-	"flash_bwd_sm90_dsk_bf16_d64", "flash_bwd_sm90_dsk_bf16_d128", "flash_bwd_sm90_dsk_fp16_d64", "flash_bwd_sm90_dsk_fp16_d128",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
-	"flash_bwd_sm90_pipe_bf16_d64", "flash_bwd_sm90_pipe_bf16_d128", "flash_bwd_sm90_pipe_fp16_d64", "flash_bwd_sm90_pipe_fp16_d128",
-	"flash_bwd_sm90_pipe2_bf16_d64", "flash_bwd_sm90_pipe2_bf16_d128", "flash_bwd_sm90_pipe2_fp16_d64", "flash_bwd_sm90_pipe2_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 }
 
@@ -67,7 +63,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"", 64, 117312}, {"", 128, 199232}, {"dsk", 128, 199232}, {"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"pipe", 128, 232000}, {"pipe2", 64, 182848}, {"cols", 64, 150080}, {"cols", 128, 232000}} {
+	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -197,18 +193,15 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_fp16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "dsk", "flash_bwd_sm90_dsk_fp16_d128"},
-		{9, 0, GemmBF16, 64, 0.1, "dsk", "flash_bwd_sm90_dsk_bf16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_cols_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_cols_fp16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "dqtma", "flash_bwd_sm90_dqtma_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
-		{9, 0, GemmBF16, 128, 0.1, "pipe", "flash_bwd_sm90_pipe_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "pipe2", "flash_bwd_sm90_pipe2_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_dqtma_bf16_d128"}, // the default
-		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_dqtma_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_cols_bf16_d128"}, // the default
+		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_cols_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
 		{9, 0, GemmF32, 64, 0.1, "", ""},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
@@ -627,8 +620,7 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 }
 
 // TestFlashSM90Backward checks FlashBackward with each Hopper backward
-// (FlashSM90BwdEnv=1: dSᵀ stored for the dQ product, read as an M-major A;
-// =dsk: dS stored K-major, read as the forward reads Q) against the float64
+// (FlashSM90BwdEnv=cols, the default, and =dqtma) against the float64
 // reference with the tolerances of TestFlashAttentionGPU (dQ, dK, dV), over
 // shapes around its 128-key and 64-query tiles, Sq != Sk, causal or not; O
 // and LSE come from FlashForward (the default forward). A failing problem
@@ -637,12 +629,12 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // (for dK and dV the rows are keys: the "warpgroup" is the one that owns
 // them). Which gradients fail says where: dV uses P alone (Q·Kᵀ, LSE, mask,
 // Pᵀ·dO with dO as an N-major B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad
-// points at the dS tile in shared memory (its stores, its descriptor: compare
-// the two variants) or the atomics (=dqtma: the staging tile, its bulk
-// reductions and their ordering; "dQ bad, only rows of the last query block"
-// points at the partial-block byte count). Each run also checks that FlashBackward
-// chose the variant's kernel. Runs after the forward tests: a
-// kernel that faults leaves the context unusable.
+// points at the dS tile in shared memory (its stores, its descriptor), the
+// dQ product's K descriptor (cols at D=64 starts 64 bytes into K's rows) or
+// the staging tile, its bulk reductions and their ordering ("dQ bad, only
+// rows of the last query block" points at the partial-block byte count).
+// Each run also checks that FlashBackward chose the variant's kernel. Runs
+// after the forward tests: a kernel that faults leaves the context unusable.
 func TestFlashSM90Backward(t *testing.T) {
 	d := gpu(t)
 	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
@@ -660,7 +652,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"1", ""}, {"dsk", "dsk"}, {"dqtma", "dqtma"}, {"pipe", "pipe"}, {"pipe2", "pipe2"}, {"cols", "cols"}}
+	variants := []struct{ env, variant string }{{"cols", "cols"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := func(n int) []float64 {
 		x := make([]float64, n)
@@ -819,9 +811,9 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "1", "dsk", "dqtma", "pipe", "pipe2", "cols"} {
+			for _, env := range []string{"0", "dqtma", "cols"} {
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "1": "sm90", "dsk": "sm90-dsk", "dqtma": "sm90-dqtma", "pipe": "sm90-pipe", "pipe2": "sm90-pipe2", "cols": "sm90-cols"}[env]
+				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
