@@ -973,9 +973,12 @@ FLASH_TYPED(fp16, __half)
 // that one CTA per (bh, query tile) would do alone.
 //
 //   flash_decode_<T>_d<D>(q, k, v, o, lse, Opart, Lpart, BH, Sq, Sk, splits, tiles_per_split,
-//                         scale, causal, flags)
-//     grid (BH, splits), block DEC_NW*32, dynamic smem (16 + 2*STAGES*DEC_BC)*D*2:
-//       decode d64 : 4 stages -> 67584 B;  decode d128: 3 stages -> 102400 B
+//                         scale, causal, flags, stages)
+//     grid (BH, splits), block DEC_NW*32, dynamic smem (16 + 2*stages*DEC_BC)*D*2 for a
+//     K/V ring of 2 <= stages <= MAXST tiles (MAXST: the instantiation's, the most that fit):
+//       decode d64 : up to 14 stages -> 231424 B;  decode d128: up to 6 stages -> 200704 B
+//     (d64: 4 stages -> 67584 B, 3 CTAs per SM; 6 -> 100352 B, 2 per SM; 14: 1 per SM.
+//      d128: 3 stages -> 102400 B, 2 CTAs per SM; 6: 1 per SM.)
 //     Opart float32 [BH, splits, Sq, D]: the chunk's softmax-normalised output;
 //     Lpart float32 [BH, splits, Sq]: the chunk's logsumexp (-inf: no key visible).
 //     flags: DEC_FUSED, DEC_PF256 (below). Without DEC_FUSED every CTA writes
@@ -990,7 +993,7 @@ FLASH_TYPED(fp16, __half)
 //     (O = 0, LSE = +inf for a row that sees no key); splits <= DEC_MAX_SPLITS.
 //
 // The CTA keeps the (zero-padded) 16 x D query tile in registers as mma A
-// fragments; warp w takes keys 16w..16w+15 of each K/V tile (an STAGES-deep
+// fragments; warp w takes keys 16w..16w+15 of each K/V tile (a stages-deep
 // cp.async ring, one barrier per tile) with its own running max, sum and
 // output, and the warps merge through shared memory at the end.
 
@@ -1136,25 +1139,38 @@ __device__ __forceinline__ void dec_combine_cta(const float* __restrict__ Opart,
   }
 }
 
-template <typename T, int D, int STAGES>
+// cp.async.wait_group n for a run-time n in [0, N] (the instruction takes
+// an immediate).
+template <int N> __device__ __forceinline__ void dec_wait_group(int n) {
+  if constexpr (N == 0) {
+    cp_async_wait<0>();
+  } else {
+    if (n >= N)
+      cp_async_wait<N>();
+    else
+      dec_wait_group<N - 1>(n);
+  }
+}
+
+template <typename T, int D, int MAXST>
 __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __restrict__ K,
                                            const T* __restrict__ V, T* __restrict__ O, float* __restrict__ LSE,
                                            float* __restrict__ Opart, float* __restrict__ Lpart, int BH, int Sq,
                                            int Sk, int splits, int tiles_per_split, float scale, int causal,
-                                           int flags) {
+                                           int flags, int stages) {
   constexpr int NT = 32 * DEC_NW;
   constexpr int CH = D / 8;
   constexpr int DS = D + 8;  // float stride of the merge rows (conflict-free float2 stores)
   constexpr u32 TILE = DEC_BC * D * 2;
-  static_assert(D % 64 == 0 && STAGES >= 2, "tile shape");
-  static_assert((DEC_NW * DEC_ROWS * DS + 2 * DEC_NW * DEC_ROWS) * 4 <= STAGES * 2 * TILE,
-                "the merge buffers must fit in the K/V stages");
-  static_assert((DEC_MAX_SPLITS * DEC_ROWS + DEC_ROWS + 3 + 4 * NT) * 4 <= STAGES * 2 * TILE,
-                "the fused combine's buffers must fit in the K/V stages");
+  static_assert(D % 64 == 0 && MAXST >= 2, "tile shape");
+  static_assert((DEC_NW * DEC_ROWS * DS + 2 * DEC_NW * DEC_ROWS) * 4 <= 2 * 2 * TILE,
+                "the merge buffers must fit in two K/V stages");
+  static_assert((DEC_MAX_SPLITS * DEC_ROWS + DEC_ROWS + 3 + 4 * NT) * 4 <= 2 * 2 * TILE,
+                "the fused combine's buffers must fit in two K/V stages");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __shared__ int s_last;
   const u32 sQ = smem_u32(smem_raw);
-  const u32 sKV = sQ + DEC_ROWS * D * 2;  // STAGES x {K tile, V tile}
+  const u32 sKV = sQ + DEC_ROWS * D * 2;  // stages x {K tile, V tile}
 
   const int bh = blockIdx.x, split = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1163,6 +1179,7 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   const T* Kb = K + (size_t)bh * Sk * D;
   const T* Vb = V + (size_t)bh * Sk * D;
   const bool fused = flags & DEC_FUSED, pf = flags & DEC_PF256;
+  stages = min(max(stages, 2), MAXST);
 
   const int kv_end = causal ? min(Sk, Sq) : Sk;
   const int k0 = split * tiles_per_split * DEC_BC;
@@ -1171,11 +1188,11 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   const float c = scale * kLog2e;
 
   load_tile<T, DEC_ROWS, D, NT>(sQ, Qb, 0, Sq, tid);
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; s++) {
+  for (int s = 0; s < stages - 1; s++) {
     if (s < ntiles) dec_load_kv<T, D, NT>(sKV + s * 2 * TILE, Kb, Vb, k0 + s * DEC_BC, k1, tid, pf);
     cp_async_commit();
   }
+  int rd = 0, wr = stages - 1;  // ring slots of tile j and of tile j + stages - 1
 
   u32 qf[D / 16][4];
   float o[D / 8][4];
@@ -1185,19 +1202,21 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   float l[2] = {0.f, 0.f};
 
   for (int j = 0; j < ntiles; j++) {
-    cp_async_wait<STAGES - 2>();
+    dec_wait_group<MAXST - 2>(stages - 2);
     __syncthreads();  // tile j landed; every warp is done with tile j-1's stage
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qf[kk], swz<CH>(sQ, lane & 15, kk * 2 + (lane >> 4)));
     }
     {
-      const int jn = j + STAGES - 1;
-      if (jn < ntiles) dec_load_kv<T, D, NT>(sKV + (jn % STAGES) * 2 * TILE, Kb, Vb, k0 + jn * DEC_BC, k1, tid, pf);
+      const int jn = j + stages - 1;
+      if (jn < ntiles) dec_load_kv<T, D, NT>(sKV + wr * 2 * TILE, Kb, Vb, k0 + jn * DEC_BC, k1, tid, pf);
       cp_async_commit();
+      wr = wr + 1 == stages ? 0 : wr + 1;
     }
-    const u32 sK = sKV + (j % STAGES) * 2 * TILE;
+    const u32 sK = sKV + rd * 2 * TILE;
     const u32 sV = sK + TILE;
+    rd = rd + 1 == stages ? 0 : rd + 1;
     const int kbase = k0 + j * DEC_BC + warp * 16;  // this warp's first key
 
     float s[2][4];
@@ -1371,12 +1390,12 @@ __device__ __forceinline__ void decode_combine(const float* __restrict__ Opart, 
 
 }  // namespace flash
 
-#define FLASH_DECODE(NAME, T, D, STAGES)                                                                       \
+#define FLASH_DECODE(NAME, T, D, MAXST)                                                                        \
   extern "C" __global__ void __launch_bounds__(flash::DEC_NW * 32, 2)                                          \
       NAME(const T* q, const T* k, const T* v, T* o, float* lse, float* opart, float* lpart, int BH, int Sq,   \
-           int Sk, int splits, int tiles_per_split, float scale, int causal, int flags) {                      \
-    flash::decode_fwd<T, D, STAGES>(q, k, v, o, lse, opart, lpart, BH, Sq, Sk, splits, tiles_per_split, scale, \
-                                    causal, flags);                                                            \
+           int Sk, int splits, int tiles_per_split, float scale, int causal, int flags, int stages) {          \
+    flash::decode_fwd<T, D, MAXST>(q, k, v, o, lse, opart, lpart, BH, Sq, Sk, splits, tiles_per_split, scale,  \
+                                   causal, flags, stages);                                                     \
   }
 
 #define FLASH_DECODE_COMBINE(NAME, T)                                                                          \
@@ -1385,9 +1404,9 @@ __device__ __forceinline__ void decode_combine(const float* __restrict__ Opart, 
     flash::decode_combine<T>(opart, lpart, o, lse, BH, Sq, D, splits);                                         \
   }
 
-FLASH_DECODE(flash_decode_bf16_d64, __nv_bfloat16, 64, 4)
-FLASH_DECODE(flash_decode_bf16_d128, __nv_bfloat16, 128, 3)
-FLASH_DECODE(flash_decode_fp16_d64, __half, 64, 4)
-FLASH_DECODE(flash_decode_fp16_d128, __half, 128, 3)
+FLASH_DECODE(flash_decode_bf16_d64, __nv_bfloat16, 64, 14)
+FLASH_DECODE(flash_decode_bf16_d128, __nv_bfloat16, 128, 6)
+FLASH_DECODE(flash_decode_fp16_d64, __half, 64, 14)
+FLASH_DECODE(flash_decode_fp16_d128, __half, 128, 6)
 FLASH_DECODE_COMBINE(flash_decode_combine_bf16, __nv_bfloat16)
 FLASH_DECODE_COMBINE(flash_decode_combine_fp16, __half)

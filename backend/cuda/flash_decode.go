@@ -8,16 +8,21 @@ package cuda
 // outputs and logsumexps into O and the LSE (the same contract as
 // FlashForward: natural log, +inf for a row that sees no key).
 //
-// Two versions, one kernel (a flags argument tells them apart):
+// Two versions, one kernel (its flags and ring-depth arguments tell them
+// apart):
 //
 //   - v2, the default: the chunk count fills the GPU's resident CTA slots
 //     once (one wave, every CTA the same number of key tiles, so that all
 //     finish together), and the kernel finishes the job itself: a single
 //     chunk writes O and LSE directly, and with more chunks the last CTA of
 //     each bh to finish (a per-bh ticket) combines the chunks' partials,
-//     which it reads back from L2. One launch, no combine kernel.
-//   - v1, the first version: about four CTAs per SM in several waves, every
-//     chunk's partials written to the workspace, and a second kernel
+//     which it reads back from L2. One launch, no combine kernel. Its K/V
+//     ring is as deep as two CTAs per SM allow (d64: 6 tiles, 5 in flight;
+//     d128: 3), since with one wave of equal CTAs what keeps DRAM busy is
+//     the bytes each CTA has in flight.
+//   - v1, the first version: about four CTAs per SM in several waves (its
+//     ring: d64 4 tiles, 3 CTAs per SM; d128 3, 2 per SM), every chunk's
+//     partials written to the workspace, and a second kernel
 //     (flash_decode_combine_*) combining them.
 //
 // The decode work is bound by the K/V reads (two bytes per element, read
@@ -68,27 +73,36 @@ const (
 	flashDecodePF256 = 2 // flags: K/V loads with the L2 256-byte prefetch hint
 )
 
-// flashDecodeStages is the depth of the K/V cp.async ring, by head dim.
-var flashDecodeStages = map[int]int{64: 4, 128: 3}
-
-// flashDecodeSmem is the decode kernel's dynamic shared memory: the query
-// tile and the K/V ring (16-bit elements).
-func flashDecodeSmem(dim int) int {
-	return (flashDecodeRows + 2*flashDecodeStages[dim]*flashDecodeKeys) * dim * 2
-}
-
-// Hopper's shared memory per SM as a CTA sees it: 228 KiB, less 1 KiB the
-// runtime reserves per resident CTA (sm_90).
-const (
-	flashDecodeSMemPerSM   = 228 * 1024
-	flashDecodeSMemPerCTA0 = 1024
+// The depth of the K/V cp.async ring (tiles of flashDecodeKeys keys), by
+// head dim: flashDecodeStages is v2's, flashDecodeV1Stages v1's, and
+// flashDecodeMaxStages the most the kernels take (their instantiation's
+// MAXST: what fits in 227 KiB, one CTA per SM).
+var (
+	flashDecodeStages    = map[int]int{64: 6, 128: 3}
+	flashDecodeV1Stages  = map[int]int{64: 4, 128: 3}
+	flashDecodeMaxStages = map[int]int{64: 14, 128: 6}
 )
 
-// flashDecodeResident is how many decode CTAs of head dim dim one SM holds
-// at once, as their shared memory allows (d64: 3, d128: 2; the kernels'
-// registers allow that many too, which TestFlashDecodeCompile checks).
-func flashDecodeResident(dim int) int {
-	return flashDecodeSMemPerSM / (flashDecodeSmem(dim) + flashDecodeSMemPerCTA0)
+// flashDecodeSmem is the decode kernel's dynamic shared memory for a ring of
+// stages tiles: the query tile and the K/V ring (16-bit elements).
+func flashDecodeSmem(dim, stages int) int {
+	return (flashDecodeRows + 2*stages*flashDecodeKeys) * dim * 2
+}
+
+// Hopper's shared memory per SM as CTAs see it: 228 KiB, less 1 KiB the
+// runtime reserves per resident CTA (sm_90) and the decode kernel's static
+// shared memory (its ticket flag; ptxas reports 128 bytes).
+const (
+	flashDecodeSMemPerSM   = 228 * 1024
+	flashDecodeSMemPerCTA0 = 1024 + 128
+)
+
+// flashDecodeResident is how many decode CTAs of head dim dim with a ring of
+// stages tiles one SM holds at once, as their shared memory allows (d64: 4
+// stages 3, 6 stages 2, 14 stages 1; d128: 3 stages 2, 6 stages 1; the
+// registers allow as many, which TestFlashDecodeCompile checks).
+func flashDecodeResident(dim, stages int) int {
+	return flashDecodeSMemPerSM / (flashDecodeSmem(dim, stages) + flashDecodeSMemPerCTA0)
 }
 
 // The dispatch rule and the split heuristics.
@@ -115,7 +129,7 @@ const (
 type flashDecodePlan struct {
 	version               flashDecodeVersion
 	kernel, combine       string // combine: v1 only (always named, so tests see both entry points)
-	smem                  int
+	stages, smem          int    // K/V ring depth and the dynamic shared memory it takes
 	flags                 int
 	tiles                 int // key tiles of flashDecodeKeys a row sees
 	splits, tilesPerSplit int
@@ -137,7 +151,7 @@ func flashDecodeKeyRange(sq, sk int, causal bool) int {
 // causal mask a row of Sq <= 16 sees at most 16 keys, so causal attention
 // never takes it.
 func flashDecodeApplies(dt GemmType, sq, sk, dim int, scale float32, causal bool) bool {
-	_, ok := flashDecodeStages[dim]
+	_, ok := flashDecodeMaxStages[dim]
 	return ok && (dt == GemmBF16 || dt == GemmF16) && scale > 0 && sq <= flashDecodeRows &&
 		flashDecodeKeyRange(sq, sk, causal) >= flashDecodeMinKeys
 }
@@ -158,7 +172,7 @@ func planFlashDecode(dt GemmType, bh, sq, sk, dim int, causal bool) (flashDecode
 // v1: chunks aim at flashDecodeV1CTAs CTAs in all.
 //
 // v2: the chunk count is the largest that keeps the grid within one wave of
-// resident CTAs (flashDecodeSMs × flashDecodeResident(dim)), so that every
+// resident CTAs (flashDecodeSMs × flashDecodeResident of its ring), so that every
 // CTA starts at once, scans the same number of tiles and the K/V stream
 // keeps all of them busy to the end (the reads are bound by DRAM, not by
 // any one SM, so CTAs with equal work finish together however they are
@@ -178,7 +192,7 @@ func planFlashDecodeAs(v flashDecodeVersion, dt GemmType, bh, sq, sk, dim int, c
 	default:
 		return p, fmt.Errorf("cuda: flash decode: element type %v not supported (bf16, fp16)", dt)
 	}
-	if _, ok := flashDecodeStages[dim]; !ok {
+	if _, ok := flashDecodeMaxStages[dim]; !ok {
 		return p, fmt.Errorf("cuda: flash decode: head dim %d not supported (64, 128)", dim)
 	}
 	if sq > flashDecodeRows {
@@ -190,15 +204,16 @@ func planFlashDecodeAs(v flashDecodeVersion, dt GemmType, bh, sq, sk, dim int, c
 	p.version = v
 	p.kernel = fmt.Sprintf("flash_decode_%s_d%d", suffix, dim)
 	p.combine = "flash_decode_combine_" + suffix
-	p.smem = flashDecodeSmem(dim)
 	p.tiles = (flashDecodeKeyRange(sq, sk, causal) + flashDecodeKeys - 1) / flashDecodeKeys
 	var splits int
 	switch v {
 	case flashDecodeV1:
+		p.setStages(dim, flashDecodeV1Stages[dim])
 		splits = (flashDecodeV1CTAs + bh - 1) / bh
 	case flashDecodeV2:
 		p.flags = flashDecodeFlagsV2
-		splits = flashDecodeSMs * flashDecodeResident(dim) / bh
+		p.setStages(dim, flashDecodeStages[dim])
+		splits = flashDecodeSMs * flashDecodeResident(dim, p.stages) / bh
 		if bh > flashDecodeMaxTickets {
 			splits = 1
 		}
@@ -207,6 +222,13 @@ func planFlashDecodeAs(v flashDecodeVersion, dt GemmType, bh, sq, sk, dim int, c
 	}
 	p.split(bh, sq, dim, min(splits, p.tiles/flashDecodeMinTiles))
 	return p, nil
+}
+
+// setStages sets the ring depth (clamped to what the kernels take) and the
+// shared memory it needs.
+func (p *flashDecodePlan) setStages(dim, stages int) {
+	p.stages = max(2, min(stages, flashDecodeMaxStages[dim]))
+	p.smem = flashDecodeSmem(dim, p.stages)
 }
 
 // split cuts p.tiles into at most splits chunks (at least one, at most
@@ -225,10 +247,14 @@ func (p *flashDecodePlan) split(bh, sq, dim, splits int) {
 
 func (p flashDecodePlan) workspaceBytes() int { return p.oBytes + p.lseBytes }
 
-// String names the launch for tables and logs, e.g. "v2 2x32" (version,
-// chunks × tiles of 64 keys).
+// String names the launch for tables and logs, e.g. "v2 2x32 r3" (version,
+// chunks × tiles of 64 keys, ring depth; "+pf" with the prefetch hint).
 func (p flashDecodePlan) String() string {
-	return fmt.Sprintf("%v %dx%d", p.version, p.splits, p.tilesPerSplit)
+	s := fmt.Sprintf("%v %dx%d r%d", p.version, p.splits, p.tilesPerSplit, p.stages)
+	if p.flags&flashDecodePF256 != 0 {
+		s += "+pf"
+	}
+	return s
 }
 
 // flashDecodeOn reads FlashDecodeEnv.
@@ -278,7 +304,7 @@ func FlashForwardWorkspaceBytes(dt GemmType, bh, sq, sk, dim int, scale float32,
 // FlashDecodeChoice says which forward FlashForward runs for these
 // arguments, for benchmark tables: "" where the decode forward does not
 // apply or FlashDecodeEnv turns it off, else the decode launch, e.g.
-// "v2 2x32" (version, chunks × tiles of 64 keys per chunk).
+// "v2 2x32 r3" (version, chunks × tiles of 64 keys per chunk, ring depth).
 func FlashDecodeChoice(dt GemmType, bh, sq, sk, dim int, scale float32, causal bool) (string, error) {
 	if !flashDecodeApplies(dt, sq, sk, dim, scale, causal) {
 		return "", nil
@@ -312,7 +338,8 @@ func flashForwardDecode(d *Device, p flashDecodePlan, q, k, v, o, lse, workspace
 		opart, lpart = workspace, workspace.Offset(p.oBytes)
 	}
 	if err := d.Launch(f, [3]uint32{uint32(bh), uint32(p.splits), 1}, [3]uint32{32 * flashDecodeWarps, 1, 1}, uint32(p.smem),
-		q, k, v, o, lse, opart, lpart, int32(bh), int32(sq), int32(sk), int32(p.splits), int32(p.tilesPerSplit), scale, b2i(causal), int32(p.flags)); err != nil {
+		q, k, v, o, lse, opart, lpart, int32(bh), int32(sq), int32(sk), int32(p.splits), int32(p.tilesPerSplit), scale, b2i(causal),
+		int32(p.flags), int32(p.stages)); err != nil {
 		return err
 	}
 	if p.flags&flashDecodeFused != 0 {

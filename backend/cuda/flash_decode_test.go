@@ -19,16 +19,19 @@ const flashDecodeTimingEnv = "FLASHGRAPH_DECODE_TIMING"
 // run compares them (CUDA events around each call, back to back as the
 // bench does, median):
 //
-//	v1            the first version (its splits, partials, combine kernel)
-//	v1-fused      v1's splits with v2's fused combine (the combine's share)
+//	v1            the first version (its splits and ring, partials, combine kernel)
+//	v1-fused      v1's splits and ring with v2's fused combine (the combine's share)
 //	v2            as planned (FlashForward's default)
 //	v2-prefetch   v2 with the L2 256-byte prefetch hint on the K/V loads
-//	v2 s=N        v2 with about N chunks per row (a sweep of the split count)
+//	wave rN       v2's one-wave split rule with a ring of N tiles (the deepest
+//	              ring for 3, 2 or 1 CTAs per SM)
+//	s=M rN        v2 with about M chunks per row and a ring of N tiles (a sweep)
 //	off           FlashForward with FlashDecodeEnv=0 (FA2 or the sm90 kernel)
 //
-// Each line: the launch (version, chunks × tiles of 64 keys), the median in
-// microseconds and the K/V bytes per second. Every output is compared with
-// off's (a loose check: TestFlashDecodeGPU is the correctness test).
+// Each line: the launch (version, chunks × tiles of 64 keys, ring depth), the
+// median in microseconds and the K/V bytes per second. Every output is
+// compared with off's (a loose check: TestFlashDecodeGPU is the correctness
+// test).
 func TestFlashDecodeTiming(t *testing.T) {
 	if os.Getenv(flashDecodeTimingEnv) != "1" {
 		t.Skipf("set %s=1 to time the decode forward (GPU)", flashDecodeTimingEnv)
@@ -41,7 +44,7 @@ func TestFlashDecodeTiming(t *testing.T) {
 	k := flashDecodeRandomBF16(t, d, n, 2)
 	v := flashDecodeRandomBF16(t, d, n, 3)
 	t.Logf("%s; CUDA events, median of %d after %d warm-up", d.Name(), iters, warmup)
-	t.Logf("%4s %6s %4s %4s  %-14s %-10s %9s %7s", "Sq", "S", "D", "BH", "variant", "launch", "us", "TB/s")
+	t.Logf("%4s %6s %4s %4s  %-12s %-16s %9s %7s", "Sq", "S", "D", "BH", "variant", "launch", "us", "TB/s")
 	for _, dim := range []int{64, 128} {
 		for _, sk := range []int{4096, 16384} {
 			for _, sq := range []int{1, 16} {
@@ -80,13 +83,23 @@ func flashDecodeTimeShape(t *testing.T, d *Device, q, k, v DevicePtr, bh, sq, sk
 	pf := v2
 	pf.flags |= flashDecodePF256
 	add("v2-prefetch", pf)
-	seen := map[[2]int]bool{{v2.splits, v2.tilesPerSplit}: true}
-	for _, s := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64} {
+	seen := map[[3]int]bool{{v2.splits, v2.tilesPerSplit, v2.stages}: true}
+	try := func(name string, stages, splits int) {
 		p := v2
-		p.split(bh, sq, dim, min(s, max(1, p.tiles/flashDecodeMinTiles)))
-		if key := [2]int{p.splits, p.tilesPerSplit}; !seen[key] {
+		p.setStages(dim, stages)
+		p.split(bh, sq, dim, min(splits, max(1, p.tiles/flashDecodeMinTiles)))
+		if key := [3]int{p.splits, p.tilesPerSplit, p.stages}; !seen[key] {
 			seen[key] = true
-			add(fmt.Sprintf("v2 s=%d", s), p)
+			add(name, p)
+		}
+	}
+	rings := map[int][]int{64: {4, 6, 14}, 128: {3, 6}}[dim]
+	for _, r := range rings {
+		try(fmt.Sprintf("wave r%d", r), r, flashDecodeSMs*flashDecodeResident(dim, r)/bh)
+	}
+	for _, r := range rings {
+		for _, s := range []int{1, 2, 3, 4, 6, 8, 12, 16, 24, 32} {
+			try(fmt.Sprintf("s=%d r%d", s, r), r, s)
 		}
 	}
 	vs = append(vs, variant{"off", nil})
@@ -132,7 +145,7 @@ func flashDecodeTimeShape(t *testing.T, d *Device, q, k, v DevicePtr, bh, sq, sk
 		if x.plan != nil {
 			launch = x.plan.String()
 		}
-		t.Logf("%4d %6d %4d %4d  %-14s %-10s %9.1f %7.2f", sq, sk, dim, bh, x.name, launch, times[i]*1e3, kvBytes/(times[i]*1e-3)/1e12)
+		t.Logf("%4d %6d %4d %4d  %-12s %-16s %9.1f %7.2f", sq, sk, dim, bh, x.name, launch, times[i]*1e3, kvBytes/(times[i]*1e-3)/1e12)
 		diff := 0.0
 		for j, y := range outs[i] {
 			if math.IsNaN(y) {

@@ -336,8 +336,9 @@ func TestFlashDecodeCompile(t *testing.T) {
 		if m := regexp.MustCompile(`[1-9][0-9]* bytes spill (stores|loads)`).FindString(rep); m != "" {
 			t.Errorf("%s: ptxas spilled registers (%s)", k, m)
 		}
-		// v2 plans for flashDecodeResident(dim) CTAs per SM: the registers
-		// (allocated per thread in steps of 8, 64K per SM) must allow that many.
+		// The plans count on flashDecodeResident CTAs per SM for v1's and v2's
+		// rings: the registers (allocated per thread in steps of 8, 64K per
+		// SM) must allow that many.
 		var dim int
 		if _, err := fmt.Sscanf(k[strings.LastIndex(k, "_d")+2:], "%d", &dim); err != nil || strings.Contains(k, "combine") {
 			continue
@@ -348,8 +349,12 @@ func TestFlashDecodeCompile(t *testing.T) {
 			continue
 		}
 		regs := (atoi(m[1]) + 7) / 8 * 8
-		if fit := 65536 / (regs * 32 * flashDecodeWarps); fit < flashDecodeResident(dim) {
-			t.Errorf("%s: %d registers a thread: %d CTAs per SM, the split heuristic assumes %d", k, atoi(m[1]), fit, flashDecodeResident(dim))
+		want := max(flashDecodeResident(dim, flashDecodeStages[dim]), flashDecodeResident(dim, flashDecodeV1Stages[dim]))
+		if fit := 65536 / (regs * 32 * flashDecodeWarps); fit < want {
+			t.Errorf("%s: %d registers a thread: %d CTAs per SM, the split heuristics assume %d", k, atoi(m[1]), fit, want)
+		}
+		if m := regexp.MustCompile(`registers, (\d+) bytes smem`).FindStringSubmatch(rep); m != nil && atoi(m[1]) > flashDecodeSMemPerCTA0-1024 {
+			t.Errorf("%s: %s bytes of static shared memory, flashDecodeSMemPerCTA0 counts %d", k, m[1], flashDecodeSMemPerCTA0-1024)
 		}
 	}
 }
@@ -389,23 +394,34 @@ func TestFlashDecodeMatchesSource(t *testing.T) {
 		if want := fmt.Sprintf("flash_decode_%s_d%d", flashTypeSuffix[m[2]], dim); m[1] != want {
 			t.Errorf("FLASH_DECODE(%s, %s, %d, ...) should be named %s", m[1], m[2], dim, want)
 		}
-		if flashDecodeStages[dim] != stages {
-			t.Errorf("%s: %d stages in flash_attention.cu, flashDecodeStages[%d] = %d", m[1], stages, dim, flashDecodeStages[dim])
+		if flashDecodeMaxStages[dim] != stages {
+			t.Errorf("%s: at most %d stages in flash_attention.cu, flashDecodeMaxStages[%d] = %d", m[1], stages, dim, flashDecodeMaxStages[dim])
 		}
 	}
-	for dim := range flashDecodeStages {
-		line := fmt.Sprintf("decode d%d : %d stages -> %d B", dim, flashDecodeStages[dim], flashDecodeSmem(dim))
+	for dim, maxStages := range flashDecodeMaxStages {
+		line := fmt.Sprintf("decode d%d : up to %d stages -> %d B", dim, maxStages, flashDecodeSmem(dim, maxStages))
 		if dim == 128 {
-			line = fmt.Sprintf("decode d%d: %d stages -> %d B", dim, flashDecodeStages[dim], flashDecodeSmem(dim))
+			line = fmt.Sprintf("decode d%d: up to %d stages -> %d B", dim, maxStages, flashDecodeSmem(dim, maxStages))
 		}
 		if !strings.Contains(src, line) {
 			t.Errorf("the header of flash_attention.cu does not say %q", line)
 		}
-		if flashDecodeSmem(dim) > 227*1024/2 {
-			t.Errorf("decode d%d: %d bytes of shared memory, two CTAs per SM need at most %d", dim, flashDecodeSmem(dim), 227*1024/2)
+		static := flashDecodeSMemPerCTA0 - 1024 // the ticket flag: the block's limit counts it too
+		if flashDecodeSmem(dim, maxStages)+static > 227*1024 || flashDecodeSmem(dim, maxStages+1)+static <= 227*1024 {
+			t.Errorf("decode d%d: %d stages take %d bytes of shared memory; the most that fit in 227 KiB should be the maximum", dim, maxStages, flashDecodeSmem(dim, maxStages))
 		}
-		if want := map[int]int{64: 3, 128: 2}[dim]; flashDecodeResident(dim) != want {
-			t.Errorf("decode d%d: %d resident CTAs per SM, want %d", dim, flashDecodeResident(dim), want)
+		// Residency, as the split heuristics count it, of each ring in use.
+		for _, c := range []struct {
+			what           string
+			stages, wantSM int
+		}{
+			{"v1", flashDecodeV1Stages[dim], map[int]int{64: 3, 128: 2}[dim]},
+			{"v2", flashDecodeStages[dim], 2},
+			{"deepest", maxStages, 1},
+		} {
+			if got := flashDecodeResident(dim, c.stages); got != c.wantSM {
+				t.Errorf("decode d%d, %s ring of %d: %d resident CTAs per SM, want %d", dim, c.what, c.stages, got, c.wantSM)
+			}
 		}
 	}
 }
@@ -449,12 +465,14 @@ func TestFlashDecodePlan(t *testing.T) {
 		{flashDecodeV1, 4, 7, 1000, 128, false, 8, 2},       // 16 tiles
 		{flashDecodeV1, 4, 7, 1000, 128, true, 1, 1},        // causal: 7 keys, one tile
 		{flashDecodeV1, 2, 1, 100, 128, false, 1, 2},        // shorter than two tiles: one split
-		// v2: one wave of 132 x 2 (d128) or 132 x 3 (d64) CTAs.
-		{flashDecodeV2, 32, 16, 16384, 128, false, 8, 32},   // 264/32 = 8
-		{flashDecodeV2, 128, 1, 4096, 128, false, 2, 32},    // the bench's D128 S4096
-		{flashDecodeV2, 133, 1, 4096, 128, false, 1, 64},    // more than half the slots: one chunk, written directly
-		{flashDecodeV2, 256, 1, 4096, 64, false, 1, 64},     // the bench's D64 S4096
-		{flashDecodeV2, 64, 16, 16384, 64, false, 6, 43},    // 396/64 = 6; the last chunk has 41 tiles
+		// v2: one wave of 132 x 2 CTAs.
+		{flashDecodeV2, 32, 16, 16384, 128, false, 8, 32}, // 264/32 = 8
+		{flashDecodeV2, 128, 1, 4096, 128, false, 2, 32},  // the bench's D128 S4096
+		{flashDecodeV2, 133, 1, 4096, 128, false, 1, 64},  // more than half the slots: one chunk, written directly
+		{flashDecodeV2, 256, 1, 4096, 64, false, 1, 64},   // the bench's D64 S4096
+		{flashDecodeV2, 64, 16, 16384, 64, false, 4, 64},  // the bench's D64 S16384
+		{flashDecodeV2, 100, 1, 4096, 64, false, 2, 32},
+		{flashDecodeV2, 40, 1, 16384, 128, false, 6, 43},    // 264/40 = 6; the last chunk has 41 tiles
 		{flashDecodeV2, 1, 1, 16384, 128, false, 128, 2},    // chunks of >= 2 tiles
 		{flashDecodeV2, 1, 1, 1 << 19, 128, false, 256, 32}, // at most 256 splits
 		{flashDecodeV2, 1024, 1, 4096, 128, false, 1, 64},
@@ -483,6 +501,10 @@ func TestFlashDecodePlan(t *testing.T) {
 		if wantFlags := map[flashDecodeVersion]int{flashDecodeV1: 0, flashDecodeV2: flashDecodeFlagsV2}[c.v]; p.flags != wantFlags {
 			t.Errorf("%v: flags %d, want %d", c.v, p.flags, wantFlags)
 		}
+		wantStages := map[flashDecodeVersion]map[int]int{flashDecodeV1: flashDecodeV1Stages, flashDecodeV2: flashDecodeStages}[c.v][c.dim]
+		if p.stages != wantStages || p.smem != flashDecodeSmem(c.dim, wantStages) {
+			t.Errorf("%v d%d: ring of %d (%d bytes), want %d (%d bytes)", c.v, c.dim, p.stages, p.smem, wantStages, flashDecodeSmem(c.dim, wantStages))
+		}
 		if !c.causal && c.sk >= flashDecodeMinKeys {
 			p1, _ := planFlashDecodeAs(flashDecodeV1, GemmBF16, c.bh, c.sq, c.sk, c.dim, false)
 			p2, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, c.bh, c.sq, c.sk, c.dim, false)
@@ -491,8 +513,8 @@ func TestFlashDecodePlan(t *testing.T) {
 			}
 		}
 	}
-	if p, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, 128, 1, 4096, 128, false); p.String() != "v2 2x32" {
-		t.Errorf("plan String %q, want \"v2 2x32\"", p.String())
+	if p, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, 128, 1, 4096, 128, false); p.String() != "v2 2x32 r3" {
+		t.Errorf("plan String %q, want \"v2 2x32 r3\"", p.String())
 	}
 	if _, err := planFlashDecode(GemmBF16, 1, 17, 4096, 128, false); err == nil || !strings.Contains(err.Error(), "17 query rows") {
 		t.Errorf("sq 17: %v", err)
@@ -542,7 +564,8 @@ func TestFlashDecodePlan(t *testing.T) {
 // Each shape runs every launch variant (flashDecodeTestVariants): v1 (partials
 // and the combine kernel), v2 as planned (the fused combine in the last CTA,
 // up to 128 chunks here), v2 with one chunk (O and LSE written directly), with
-// the most chunks its tiles allow, and with the L2 prefetch hint. The
+// the most chunks its tiles allow, with the L2 prefetch hint, and with the
+// shallowest and the deepest K/V ring. The
 // workspace and the outputs are poisoned with NaN before every launch, so a
 // partial result that is read but never written shows, and so does an output
 // the last CTA never wrote (a ticket left over from an earlier launch would
@@ -617,7 +640,7 @@ type flashDecodeTestVariant struct {
 // flashDecodeTestVariants are the launches TestFlashDecodeGPU checks for a
 // shape: v1, v2 as planned, v2 with one chunk and with the most chunks (each
 // of flashDecodeMinTiles tiles, up to flashDecodeMaxSplits), v2 with the L2
-// prefetch hint.
+// prefetch hint, v2 with rings of 2 tiles and of the most.
 func flashDecodeTestVariants(dt GemmType, bh, sq, sk, dim int, causal bool) ([]flashDecodeTestVariant, error) {
 	v1, err := planFlashDecodeAs(flashDecodeV1, dt, bh, sq, sk, dim, causal)
 	if err != nil {
@@ -627,11 +650,14 @@ func flashDecodeTestVariants(dt GemmType, bh, sq, sk, dim int, causal bool) ([]f
 	if err != nil {
 		return nil, err
 	}
-	one, most, pf := v2, v2, v2
+	one, most, pf, shallow, deep := v2, v2, v2, v2, v2
 	one.split(bh, sq, dim, 1)
 	most.split(bh, sq, dim, max(1, v2.tiles/flashDecodeMinTiles))
 	pf.flags |= flashDecodePF256
-	return []flashDecodeTestVariant{{"v1", v1}, {"v2", v2}, {"v2-one-chunk", one}, {"v2-most-chunks", most}, {"v2-prefetch", pf}}, nil
+	shallow.setStages(dim, 2)
+	deep.setStages(dim, flashDecodeMaxStages[dim])
+	return []flashDecodeTestVariant{{"v1", v1}, {"v2", v2}, {"v2-one-chunk", one}, {"v2-most-chunks", most}, {"v2-prefetch", pf},
+		{"v2-ring-2", shallow}, {"v2-ring-max", deep}}, nil
 }
 
 // TestFlashDecodeDispatch checks that FlashForward runs the decode forward
