@@ -972,42 +972,205 @@ FLASH_TYPED(fp16, __half)
 // CTA (bh, split) scans one chunk, so that BH*splits CTAs share the K/V reads
 // that one CTA per (bh, query tile) would do alone.
 //
-//   flash_decode_<T>_d<D>(q, k, v, Opart, Lpart, BH, Sq, Sk, splits, tiles_per_split, scale, causal)
-//     grid (BH, splits), block DEC_NW*32, dynamic smem (16 + 2*STAGES*DEC_BC)*D*2:
-//       decode d64 : 4 stages -> 67584 B;  decode d128: 3 stages -> 102400 B
+//   flash_decode_<T>_d<D>(q, k, v, o, lse, Opart, Lpart, BH, Sq, Sk, splits, tiles_per_split,
+//                         scale, causal, flags, stages)
+//     grid (BH, splits), block DEC_NW*32, dynamic smem (16 + 2*stages*DEC_BC)*D*2 for a
+//     K/V ring of 2 <= stages <= MAXST tiles (MAXST: the instantiation's, the most that fit):
+//       decode d64 : up to 14 stages -> 231424 B;  decode d128: up to 6 stages -> 200704 B
+//     (d64: 4 stages -> 67584 B, 3 CTAs per SM; 6 -> 100352 B, 2 per SM; 14: 1 per SM.
+//      d128: 3 stages -> 102400 B, 2 CTAs per SM; 6: 1 per SM.)
 //     Opart float32 [BH, splits, Sq, D]: the chunk's softmax-normalised output;
 //     Lpart float32 [BH, splits, Sq]: the chunk's logsumexp (-inf: no key visible).
+//     flags: DEC_FUSED, DEC_PF256 (below). Without DEC_FUSED every CTA writes
+//     its chunk's Opart and Lpart and o, lse are not touched: run the combine.
+//     With DEC_FUSED a single chunk (splits == 1) writes O and LSE directly
+//     (Opart and Lpart are not touched and may be null), and with more chunks
+//     the last CTA of each bh to finish combines its partials into O and LSE
+//     (a ticket per bh in dec_tickets, which that CTA sets back to 0; BH <=
+//     DEC_MAX_TICKETS, at most one launch in flight per module, as on one stream).
 //   flash_decode_combine_<T>(Opart, Lpart, o, lse, BH, Sq, D, splits)
 //     grid BH*Sq, block 128: LSE = log sum_s exp(Lpart_s), O = sum_s exp(Lpart_s - LSE) Opart_s
 //     (O = 0, LSE = +inf for a row that sees no key); splits <= DEC_MAX_SPLITS.
 //
 // The CTA keeps the (zero-padded) 16 x D query tile in registers as mma A
-// fragments; warp w takes keys 16w..16w+15 of each K/V tile (an STAGES-deep
+// fragments; warp w takes keys 16w..16w+15 of each K/V tile (a stages-deep
 // cp.async ring, one barrier per tile) with its own running max, sum and
 // output, and the warps merge through shared memory at the end.
 
 namespace flash {
 
-constexpr int DEC_NW = 4;             // warps per CTA
-constexpr int DEC_BC = 16 * DEC_NW;   // keys per K/V tile
-constexpr int DEC_ROWS = 16;          // query rows: one m16 tile
-constexpr int DEC_MAX_SPLITS = 256;   // combine's shared weights
+constexpr int DEC_NW = 4;               // warps per CTA
+constexpr int DEC_BC = 16 * DEC_NW;     // keys per K/V tile
+constexpr int DEC_ROWS = 16;            // query rows: one m16 tile
+constexpr int DEC_MAX_SPLITS = 256;     // the combines' shared weights
+constexpr int DEC_MAX_TICKETS = 1024;   // bh rows of dec_tickets: the fused combine's BH limit
+constexpr int DEC_FUSED = 1;            // flags: write O and LSE (one chunk) or combine in the last CTA
+constexpr int DEC_PF256 = 2;            // flags: K/V loads ask L2 to fetch whole 256-byte blocks
 
-template <typename T, int D, int STAGES>
+// dec_tickets[bh] counts the chunks of bh that are done (DEC_FUSED, splits > 1).
+// A module global is zero when the module loads and every launch leaves it
+// zero (the last CTA resets its bh), so no launch has to clear it first, and
+// the workspace, which the memory plan may share with other tensors, holds no
+// state between launches.
+__device__ unsigned int dec_tickets[DEC_MAX_TICKETS];
+
+// cp_async16 with the L2 prefetch-size hint: the whole aligned 256-byte block
+// around the 16 bytes is fetched from DRAM into L2 (K/V tiles are contiguous,
+// so the rest of the block is wanted by the same CTA right away).
+__device__ __forceinline__ void cp_async16_pf256(u32 dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// load_tile for the decode K/V ring, with or without the prefetch hint.
+template <typename T, int ROWS, int D, int NT, bool PF>
+__device__ __forceinline__ void dec_load_tile(u32 dst, const T* src, int row0, int nvalid, int tid) {
+  constexpr int CH = D / 8;
+  static_assert((ROWS * CH) % NT == 0, "whole rounds of 16-byte copies");
+#pragma unroll
+  for (int it = 0; it < ROWS * CH / NT; it++) {
+    const int idx = tid + it * NT;
+    const int r = idx / CH, c = idx % CH;
+    const int gr = row0 + r;
+    const bool ok = gr < nvalid;
+    const T* p = src + (size_t)(ok ? gr : 0) * D + c * 8;
+    if (PF)
+      cp_async16_pf256(swz<CH>(dst, r, c), p, ok ? 16 : 0);
+    else
+      cp_async16(swz<CH>(dst, r, c), p, ok ? 16 : 0);
+  }
+}
+
+template <typename T, int D, int NT>
+__device__ __forceinline__ void dec_load_kv(u32 st, const T* Kb, const T* Vb, int row0, int nvalid, int tid,
+                                            bool pf) {
+  constexpr u32 TILE = DEC_BC * D * 2;
+  if (pf) {
+    dec_load_tile<T, DEC_BC, D, NT, true>(st, Kb, row0, nvalid, tid);
+    dec_load_tile<T, DEC_BC, D, NT, true>(st + TILE, Vb, row0, nvalid, tid);
+  } else {
+    dec_load_tile<T, DEC_BC, D, NT, false>(st, Kb, row0, nvalid, tid);
+    dec_load_tile<T, DEC_BC, D, NT, false>(st + TILE, Vb, row0, nvalid, tid);
+  }
+}
+
+// Stores 4 consecutive outputs (8 bytes; D/4-aligned columns).
+template <typename T>
+__device__ __forceinline__ void dec_store4(T* dst, float4 x) {
+  *reinterpret_cast<uint2*>(dst) = make_uint2(Ty<T>::pack(x.x, x.y), Ty<T>::pack(x.z, x.w));
+}
+
+// The fused combine, run by the last CTA of bh to finish (all NT threads):
+// the same arithmetic as decode_combine, reading the other CTAs' partials
+// from L2 (ld.global.cg: this SM's L1 may not hold them). sw: 16-byte
+// aligned, splits*Sq + DEC_ROWS + 3 + 4*NT floats of shared memory. When
+// the rows have few columns (Sq*D/4 < NT) the splits are shared among
+// groups of threads and summed through shared memory, so that a long list
+// of splits is not one thread's serial chain of loads.
+template <typename T, int D, int NT>
+__device__ __forceinline__ void dec_combine_cta(const float* __restrict__ Opart, const float* __restrict__ Lpart,
+                                                T* __restrict__ O, float* __restrict__ LSE, int bh, int Sq,
+                                                int splits, float* sw) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int n = splits * Sq;  // Lpart of bh: [splits][Sq]
+  float* slse = sw + n;
+  float4* red = reinterpret_cast<float4*>(sw + ((n + DEC_ROWS + 3) & ~3));  // 16-byte aligned
+  const float* lp = Lpart + (size_t)bh * n;
+  for (int i = tid; i < n; i += NT) sw[i] = __ldcg(lp + i);
+  __syncthreads();
+  for (int r = warp; r < Sq; r += NT / 32) {
+    float mx = -FLASH_INF;
+    for (int s = lane; s < splits; s += 32) mx = fmaxf(mx, sw[s * Sq + r]);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    float sum = 0.f;
+    if (mx != -FLASH_INF)
+      for (int s = lane; s < splits; s += 32) sum += expf(sw[s * Sq + r] - mx);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    if (lane == 0) {
+      const float lse = sum > 0.f ? mx + logf(sum) : FLASH_INF;
+      slse[r] = lse;
+      LSE[(size_t)bh * Sq + r] = lse;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < n; i += NT) {
+    const float lse = slse[i % Sq];
+    sw[i] = lse == FLASH_INF ? 0.f : expf(sw[i] - lse);
+  }
+  __syncthreads();
+  constexpr int C4 = D / 4;
+  const int items = Sq * C4;
+  const int groups = items >= NT ? 1 : NT / items;
+  const float* ob = Opart + (size_t)bh * splits * Sq * D;
+  T* orow = O + (size_t)bh * Sq * D;
+  for (int idx = tid; idx < items * groups; idx += NT) {
+    const int item = idx % items, g = idx / items;
+    const int r = item / C4, c4 = (item % C4) * 4;
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+    for (int s = g; s < splits; s += groups) {
+      const float w = sw[s * Sq + r];
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(ob + ((size_t)s * Sq + r) * D + c4));
+      acc.x = fmaf(w, x.x, acc.x);
+      acc.y = fmaf(w, x.y, acc.y);
+      acc.z = fmaf(w, x.z, acc.z);
+      acc.w = fmaf(w, x.w, acc.w);
+    }
+    if (groups == 1)
+      dec_store4<T>(orow + (size_t)r * D + c4, acc);
+    else
+      red[idx] = acc;
+  }
+  if (groups > 1) {
+    __syncthreads();
+    if (tid < items) {
+      float4 acc = red[tid];
+      for (int g = 1; g < groups; g++) {
+        const float4 x = red[g * items + tid];
+        acc.x += x.x;
+        acc.y += x.y;
+        acc.z += x.z;
+        acc.w += x.w;
+      }
+      dec_store4<T>(orow + (size_t)(tid / C4) * D + (tid % C4) * 4, acc);
+    }
+  }
+}
+
+// cp.async.wait_group n for a run-time n in [0, N] (the instruction takes
+// an immediate).
+template <int N> __device__ __forceinline__ void dec_wait_group(int n) {
+  if constexpr (N == 0) {
+    cp_async_wait<0>();
+  } else {
+    if (n >= N)
+      cp_async_wait<N>();
+    else
+      dec_wait_group<N - 1>(n);
+  }
+}
+
+template <typename T, int D, int MAXST>
 __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __restrict__ K,
-                                           const T* __restrict__ V, float* __restrict__ Opart,
-                                           float* __restrict__ Lpart, int BH, int Sq, int Sk, int splits,
-                                           int tiles_per_split, float scale, int causal) {
+                                           const T* __restrict__ V, T* __restrict__ O, float* __restrict__ LSE,
+                                           float* __restrict__ Opart, float* __restrict__ Lpart, int BH, int Sq,
+                                           int Sk, int splits, int tiles_per_split, float scale, int causal,
+                                           int flags, int stages) {
   constexpr int NT = 32 * DEC_NW;
   constexpr int CH = D / 8;
   constexpr int DS = D + 8;  // float stride of the merge rows (conflict-free float2 stores)
   constexpr u32 TILE = DEC_BC * D * 2;
-  static_assert(D % 64 == 0 && STAGES >= 2, "tile shape");
-  static_assert((DEC_NW * DEC_ROWS * DS + 2 * DEC_NW * DEC_ROWS) * 4 <= STAGES * 2 * TILE,
-                "the merge buffers must fit in the K/V stages");
+  static_assert(D % 64 == 0 && MAXST >= 2, "tile shape");
+  static_assert((DEC_NW * DEC_ROWS * DS + 2 * DEC_NW * DEC_ROWS) * 4 <= 2 * 2 * TILE,
+                "the merge buffers must fit in two K/V stages");
+  static_assert((DEC_MAX_SPLITS * DEC_ROWS + DEC_ROWS + 3 + 4 * NT) * 4 <= 2 * 2 * TILE,
+                "the fused combine's buffers must fit in two K/V stages");
   extern __shared__ __align__(128) unsigned char smem_raw[];
+  __shared__ int s_last;
   const u32 sQ = smem_u32(smem_raw);
-  const u32 sKV = sQ + DEC_ROWS * D * 2;  // STAGES x {K tile, V tile}
+  const u32 sKV = sQ + DEC_ROWS * D * 2;  // stages x {K tile, V tile}
 
   const int bh = blockIdx.x, split = blockIdx.y;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
@@ -1015,6 +1178,8 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   const T* Qb = Q + (size_t)bh * Sq * D;
   const T* Kb = K + (size_t)bh * Sk * D;
   const T* Vb = V + (size_t)bh * Sk * D;
+  const bool fused = flags & DEC_FUSED, pf = flags & DEC_PF256;
+  stages = min(max(stages, 2), MAXST);
 
   const int kv_end = causal ? min(Sk, Sq) : Sk;
   const int k0 = split * tiles_per_split * DEC_BC;
@@ -1023,15 +1188,11 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   const float c = scale * kLog2e;
 
   load_tile<T, DEC_ROWS, D, NT>(sQ, Qb, 0, Sq, tid);
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; s++) {
-    if (s < ntiles) {
-      const u32 st = sKV + s * 2 * TILE;
-      load_tile<T, DEC_BC, D, NT>(st, Kb, k0 + s * DEC_BC, k1, tid);
-      load_tile<T, DEC_BC, D, NT>(st + TILE, Vb, k0 + s * DEC_BC, k1, tid);
-    }
+  for (int s = 0; s < stages - 1; s++) {
+    if (s < ntiles) dec_load_kv<T, D, NT>(sKV + s * 2 * TILE, Kb, Vb, k0 + s * DEC_BC, k1, tid, pf);
     cp_async_commit();
   }
+  int rd = 0, wr = stages - 1;  // ring slots of tile j and of tile j + stages - 1
 
   u32 qf[D / 16][4];
   float o[D / 8][4];
@@ -1041,23 +1202,21 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   float l[2] = {0.f, 0.f};
 
   for (int j = 0; j < ntiles; j++) {
-    cp_async_wait<STAGES - 2>();
+    dec_wait_group<MAXST - 2>(stages - 2);
     __syncthreads();  // tile j landed; every warp is done with tile j-1's stage
     if (j == 0) {
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) ldsm_x4(qf[kk], swz<CH>(sQ, lane & 15, kk * 2 + (lane >> 4)));
     }
     {
-      const int jn = j + STAGES - 1;
-      if (jn < ntiles) {
-        const u32 st = sKV + (jn % STAGES) * 2 * TILE;
-        load_tile<T, DEC_BC, D, NT>(st, Kb, k0 + jn * DEC_BC, k1, tid);
-        load_tile<T, DEC_BC, D, NT>(st + TILE, Vb, k0 + jn * DEC_BC, k1, tid);
-      }
+      const int jn = j + stages - 1;
+      if (jn < ntiles) dec_load_kv<T, D, NT>(sKV + wr * 2 * TILE, Kb, Vb, k0 + jn * DEC_BC, k1, tid, pf);
       cp_async_commit();
+      wr = wr + 1 == stages ? 0 : wr + 1;
     }
-    const u32 sK = sKV + (j % STAGES) * 2 * TILE;
+    const u32 sK = sKV + rd * 2 * TILE;
     const u32 sV = sK + TILE;
+    rd = rd + 1 == stages ? 0 : rd + 1;
     const int kbase = k0 + j * DEC_BC + warp * 16;  // this warp's first key
 
     float s[2][4];
@@ -1138,8 +1297,9 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   }
   __syncthreads();
 
-  float* Ob = Opart + ((size_t)bh * splits + split) * Sq * D;
-  float* Lb = Lpart + ((size_t)bh * splits + split) * Sq;
+  // A single chunk with DEC_FUSED is the whole row: O and LSE directly.
+  const bool direct = fused && splits == 1;
+  const size_t part = (size_t)bh * splits + split;  // this chunk's partial (not direct)
   for (int idx = tid; idx < Sq * (D / 4); idx += NT) {
     const int r = idx / (D / 4), c4 = (idx % (D / 4)) * 4;
     float mx = -FLASH_INF;
@@ -1160,9 +1320,32 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
     }
     const bool ok = lsum > 0.f;
     const float inv = ok ? 1.f / lsum : 0.f;
-    *reinterpret_cast<float4*>(Ob + (size_t)r * D + c4) = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
-    if (c4 == 0) Lb[r] = ok ? mx * scale + logf(lsum) : -FLASH_INF;
+    const float4 out = make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv);
+    const float lse = ok ? mx * scale + logf(lsum) : -FLASH_INF;
+    if (direct) {
+      dec_store4<T>(O + ((size_t)bh * Sq + r) * D + c4, out);
+      if (c4 == 0) LSE[(size_t)bh * Sq + r] = ok ? lse : FLASH_INF;
+    } else {
+      *reinterpret_cast<float4*>(Opart + (part * Sq + r) * D + c4) = out;
+      if (c4 == 0) Lpart[part * Sq + r] = lse;
+    }
   }
+  if (!fused || direct) return;
+
+  // Fused combine: publish this chunk's partials, take a ticket; the CTA that
+  // takes the last one sees every chunk's partials and combines them.
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned int done = atomicAdd(&dec_tickets[bh], 1u);
+    const bool last = done == (unsigned int)(splits - 1);
+    if (last) atomicExch(&dec_tickets[bh], 0u);  // every chunk of bh has counted: ready for the next launch
+    s_last = last;
+  }
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  dec_combine_cta<T, D, NT>(Opart, Lpart, O, LSE, bh, Sq, splits, sO);
 }
 
 // One CTA per query row (bh*Sq + i): weights exp(Lpart_s - LSE) in shared
@@ -1207,11 +1390,12 @@ __device__ __forceinline__ void decode_combine(const float* __restrict__ Opart, 
 
 }  // namespace flash
 
-#define FLASH_DECODE(NAME, T, D, STAGES)                                                                       \
+#define FLASH_DECODE(NAME, T, D, MAXST)                                                                        \
   extern "C" __global__ void __launch_bounds__(flash::DEC_NW * 32, 2)                                          \
-      NAME(const T* q, const T* k, const T* v, float* opart, float* lpart, int BH, int Sq, int Sk, int splits, \
-           int tiles_per_split, float scale, int causal) {                                                     \
-    flash::decode_fwd<T, D, STAGES>(q, k, v, opart, lpart, BH, Sq, Sk, splits, tiles_per_split, scale, causal); \
+      NAME(const T* q, const T* k, const T* v, T* o, float* lse, float* opart, float* lpart, int BH, int Sq,   \
+           int Sk, int splits, int tiles_per_split, float scale, int causal, int flags, int stages) {          \
+    flash::decode_fwd<T, D, MAXST>(q, k, v, o, lse, opart, lpart, BH, Sq, Sk, splits, tiles_per_split, scale,  \
+                                   causal, flags, stages);                                                     \
   }
 
 #define FLASH_DECODE_COMBINE(NAME, T)                                                                          \
@@ -1220,9 +1404,9 @@ __device__ __forceinline__ void decode_combine(const float* __restrict__ Opart, 
     flash::decode_combine<T>(opart, lpart, o, lse, BH, Sq, D, splits);                                         \
   }
 
-FLASH_DECODE(flash_decode_bf16_d64, __nv_bfloat16, 64, 4)
-FLASH_DECODE(flash_decode_bf16_d128, __nv_bfloat16, 128, 3)
-FLASH_DECODE(flash_decode_fp16_d64, __half, 64, 4)
-FLASH_DECODE(flash_decode_fp16_d128, __half, 128, 3)
+FLASH_DECODE(flash_decode_bf16_d64, __nv_bfloat16, 64, 14)
+FLASH_DECODE(flash_decode_bf16_d128, __nv_bfloat16, 128, 6)
+FLASH_DECODE(flash_decode_fp16_d64, __half, 64, 14)
+FLASH_DECODE(flash_decode_fp16_d128, __half, 128, 6)
 FLASH_DECODE_COMBINE(flash_decode_combine_bf16, __nv_bfloat16)
 FLASH_DECODE_COMBINE(flash_decode_combine_fp16, __half)

@@ -336,6 +336,26 @@ func TestFlashDecodeCompile(t *testing.T) {
 		if m := regexp.MustCompile(`[1-9][0-9]* bytes spill (stores|loads)`).FindString(rep); m != "" {
 			t.Errorf("%s: ptxas spilled registers (%s)", k, m)
 		}
+		// The plans count on flashDecodeResident CTAs per SM for v1's and v2's
+		// rings: the registers (allocated per thread in steps of 8, 64K per
+		// SM) must allow that many.
+		var dim int
+		if _, err := fmt.Sscanf(k[strings.LastIndex(k, "_d")+2:], "%d", &dim); err != nil || strings.Contains(k, "combine") {
+			continue
+		}
+		m := regexp.MustCompile(`Used (\d+) registers`).FindStringSubmatch(rep)
+		if m == nil {
+			t.Errorf("%s: no register count in the ptxas report", k)
+			continue
+		}
+		regs := (atoi(m[1]) + 7) / 8 * 8
+		want := max(flashDecodeResident(dim, flashDecodeStages[dim]), flashDecodeResident(dim, flashDecodeV1Stages[dim]))
+		if fit := 65536 / (regs * 32 * flashDecodeWarps); fit < want {
+			t.Errorf("%s: %d registers a thread: %d CTAs per SM, the split heuristics assume %d", k, atoi(m[1]), fit, want)
+		}
+		if m := regexp.MustCompile(`registers, (\d+) bytes smem`).FindStringSubmatch(rep); m != nil && atoi(m[1]) > flashDecodeSMemPerCTA0-1024 {
+			t.Errorf("%s: %s bytes of static shared memory, flashDecodeSMemPerCTA0 counts %d", k, m[1], flashDecodeSMemPerCTA0-1024)
+		}
 	}
 }
 
@@ -347,7 +367,8 @@ func TestFlashDecodeMatchesSource(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]int{"DEC_NW": flashDecodeWarps, "DEC_BC": flashDecodeKeys, "DEC_ROWS": flashDecodeRows, "DEC_MAX_SPLITS": flashDecodeMaxSplits} {
+	for name, want := range map[string]int{"DEC_NW": flashDecodeWarps, "DEC_BC": flashDecodeKeys, "DEC_ROWS": flashDecodeRows, "DEC_MAX_SPLITS": flashDecodeMaxSplits,
+		"DEC_MAX_TICKETS": flashDecodeMaxTickets, "DEC_FUSED": flashDecodeFused, "DEC_PF256": flashDecodePF256} {
 		m := regexp.MustCompile(`constexpr int ` + name + ` = ([^;]+);`).FindStringSubmatch(src)
 		if m == nil {
 			t.Errorf("flash_attention.cu has no constexpr int %s", name)
@@ -373,20 +394,34 @@ func TestFlashDecodeMatchesSource(t *testing.T) {
 		if want := fmt.Sprintf("flash_decode_%s_d%d", flashTypeSuffix[m[2]], dim); m[1] != want {
 			t.Errorf("FLASH_DECODE(%s, %s, %d, ...) should be named %s", m[1], m[2], dim, want)
 		}
-		if flashDecodeStages[dim] != stages {
-			t.Errorf("%s: %d stages in flash_attention.cu, flashDecodeStages[%d] = %d", m[1], stages, dim, flashDecodeStages[dim])
+		if flashDecodeMaxStages[dim] != stages {
+			t.Errorf("%s: at most %d stages in flash_attention.cu, flashDecodeMaxStages[%d] = %d", m[1], stages, dim, flashDecodeMaxStages[dim])
 		}
 	}
-	for dim := range flashDecodeStages {
-		line := fmt.Sprintf("decode d%d : %d stages -> %d B", dim, flashDecodeStages[dim], flashDecodeSmem(dim))
+	for dim, maxStages := range flashDecodeMaxStages {
+		line := fmt.Sprintf("decode d%d : up to %d stages -> %d B", dim, maxStages, flashDecodeSmem(dim, maxStages))
 		if dim == 128 {
-			line = fmt.Sprintf("decode d%d: %d stages -> %d B", dim, flashDecodeStages[dim], flashDecodeSmem(dim))
+			line = fmt.Sprintf("decode d%d: up to %d stages -> %d B", dim, maxStages, flashDecodeSmem(dim, maxStages))
 		}
 		if !strings.Contains(src, line) {
 			t.Errorf("the header of flash_attention.cu does not say %q", line)
 		}
-		if flashDecodeSmem(dim) > 227*1024/2 {
-			t.Errorf("decode d%d: %d bytes of shared memory, two CTAs per SM need at most %d", dim, flashDecodeSmem(dim), 227*1024/2)
+		static := flashDecodeSMemPerCTA0 - 1024 // the ticket flag: the block's limit counts it too
+		if flashDecodeSmem(dim, maxStages)+static > 227*1024 || flashDecodeSmem(dim, maxStages+1)+static <= 227*1024 {
+			t.Errorf("decode d%d: %d stages take %d bytes of shared memory; the most that fit in 227 KiB should be the maximum", dim, maxStages, flashDecodeSmem(dim, maxStages))
+		}
+		// Residency, as the split heuristics count it, of each ring in use.
+		for _, c := range []struct {
+			what           string
+			stages, wantSM int
+		}{
+			{"v1", flashDecodeV1Stages[dim], map[int]int{64: 3, 128: 2}[dim]},
+			{"v2", flashDecodeStages[dim], 2},
+			{"deepest", maxStages, 1},
+		} {
+			if got := flashDecodeResident(dim, c.stages); got != c.wantSM {
+				t.Errorf("decode d%d, %s ring of %d: %d resident CTAs per SM, want %d", dim, c.what, c.stages, got, c.wantSM)
+			}
 		}
 	}
 }
@@ -417,32 +452,69 @@ func TestFlashDecodePlan(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		bh, sq, sk    int
-		causal        bool
-		splits, tiles int
+		v               flashDecodeVersion
+		bh, sq, sk, dim int
+		causal          bool
+		splits, tiles   int
 	}{
-		{32, 16, 16384, false, 16, 16},  // 528/32 -> 17 splits of 16 tiles; 16 cover the 256 tiles
-		{1, 1, 16384, false, 128, 2},    // 256 tiles, chunks of >= 2 tiles
-		{1, 1, 1 << 19, false, 256, 32}, // at most 256 splits
-		{1024, 1, 4096, false, 1, 64},   // a big batch fills the GPU without splitting
-		{4, 7, 1000, false, 8, 2},       // 16 tiles
-		{4, 7, 1000, true, 1, 1},        // causal: 7 keys, one tile
-		{2, 1, 100, false, 1, 2},        // shorter than two tiles: one split
+		// v1: splits aim at 528 CTAs.
+		{flashDecodeV1, 32, 16, 16384, 128, false, 16, 16},  // 528/32 -> 17 splits of 16 tiles; 16 cover the 256 tiles
+		{flashDecodeV1, 1, 1, 16384, 128, false, 128, 2},    // 256 tiles, chunks of >= 2 tiles
+		{flashDecodeV1, 1, 1, 1 << 19, 128, false, 256, 32}, // at most 256 splits
+		{flashDecodeV1, 1024, 1, 4096, 128, false, 1, 64},   // a big batch fills the GPU without splitting
+		{flashDecodeV1, 4, 7, 1000, 128, false, 8, 2},       // 16 tiles
+		{flashDecodeV1, 4, 7, 1000, 128, true, 1, 1},        // causal: 7 keys, one tile
+		{flashDecodeV1, 2, 1, 100, 128, false, 1, 2},        // shorter than two tiles: one split
+		// v2: one wave of 132 x 2 CTAs.
+		{flashDecodeV2, 32, 16, 16384, 128, false, 8, 32}, // 264/32 = 8
+		{flashDecodeV2, 128, 1, 4096, 128, false, 2, 32},  // the bench's D128 S4096
+		{flashDecodeV2, 133, 1, 4096, 128, false, 1, 64},  // more than half the slots: one chunk, written directly
+		{flashDecodeV2, 256, 1, 4096, 64, false, 1, 64},   // the bench's D64 S4096
+		{flashDecodeV2, 64, 16, 16384, 64, false, 4, 64},  // the bench's D64 S16384
+		{flashDecodeV2, 100, 1, 4096, 64, false, 2, 32},
+		{flashDecodeV2, 40, 1, 16384, 128, false, 6, 43},    // 264/40 = 6; the last chunk has 41 tiles
+		{flashDecodeV2, 1, 1, 16384, 128, false, 128, 2},    // chunks of >= 2 tiles
+		{flashDecodeV2, 1, 1, 1 << 19, 128, false, 256, 32}, // at most 256 splits
+		{flashDecodeV2, 1024, 1, 4096, 128, false, 1, 64},
+		{flashDecodeV2, 4, 7, 1000, 128, false, 8, 2},
+		{flashDecodeV2, 4, 7, 1000, 128, true, 1, 1},
+		{flashDecodeV2, 2, 1, 100, 128, false, 1, 2},
 	} {
-		p, err := planFlashDecode(GemmBF16, c.bh, c.sq, c.sk, 128, c.causal)
+		p, err := planFlashDecodeAs(c.v, GemmBF16, c.bh, c.sq, c.sk, c.dim, c.causal)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.splits != c.splits || p.tilesPerSplit != c.tiles {
-			t.Errorf("bh %d sq %d sk %d causal %v: %d splits of %d tiles, want %d of %d", c.bh, c.sq, c.sk, c.causal, p.splits, p.tilesPerSplit, c.splits, c.tiles)
+			t.Errorf("%v bh %d sq %d sk %d d%d causal %v: %d splits of %d tiles, want %d of %d", c.v, c.bh, c.sq, c.sk, c.dim, c.causal, p.splits, p.tilesPerSplit, c.splits, c.tiles)
 		}
 		keys := flashDecodeKeyRange(c.sq, c.sk, c.causal)
 		if covered := p.splits * p.tilesPerSplit * flashDecodeKeys; covered < keys || covered-keys >= p.tilesPerSplit*flashDecodeKeys {
 			t.Errorf("bh %d sk %d: %d splits of %d tiles cover %d keys for %d (none may be empty)", c.bh, c.sk, p.splits, p.tilesPerSplit, covered, keys)
 		}
-		if want := ((c.bh*p.splits*c.sq*128*4+255)/256)*256 + c.bh*p.splits*c.sq*4; p.workspaceBytes() != want {
-			t.Errorf("workspace %d, want %d", p.workspaceBytes(), want)
+		want := ((c.bh*p.splits*c.sq*c.dim*4+255)/256)*256 + c.bh*p.splits*c.sq*4
+		if c.v == flashDecodeV2 && p.splits == 1 {
+			want = 0 // written directly
 		}
+		if p.workspaceBytes() != want {
+			t.Errorf("%v bh %d sk %d: workspace %d, want %d", c.v, c.bh, c.sk, p.workspaceBytes(), want)
+		}
+		if wantFlags := map[flashDecodeVersion]int{flashDecodeV1: 0, flashDecodeV2: flashDecodeFlagsV2}[c.v]; p.flags != wantFlags {
+			t.Errorf("%v: flags %d, want %d", c.v, p.flags, wantFlags)
+		}
+		wantStages := map[flashDecodeVersion]map[int]int{flashDecodeV1: flashDecodeV1Stages, flashDecodeV2: flashDecodeStages}[c.v][c.dim]
+		if p.stages != wantStages || p.smem != flashDecodeSmem(c.dim, wantStages) {
+			t.Errorf("%v d%d: ring of %d (%d bytes), want %d (%d bytes)", c.v, c.dim, p.stages, p.smem, wantStages, flashDecodeSmem(c.dim, wantStages))
+		}
+		if !c.causal && c.sk >= flashDecodeMinKeys {
+			p1, _ := planFlashDecodeAs(flashDecodeV1, GemmBF16, c.bh, c.sq, c.sk, c.dim, false)
+			p2, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, c.bh, c.sq, c.sk, c.dim, false)
+			if ws := FlashForwardWorkspaceBytes(GemmBF16, c.bh, c.sq, c.sk, c.dim, 0.1, false); ws != max(p1.workspaceBytes(), p2.workspaceBytes()) {
+				t.Errorf("bh %d sk %d: FlashForwardWorkspaceBytes %d, want the larger of v1's %d and v2's %d", c.bh, c.sk, ws, p1.workspaceBytes(), p2.workspaceBytes())
+			}
+		}
+	}
+	if p, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, 128, 1, 4096, 128, false); p.String() != "v2 2x32 r3" {
+		t.Errorf("plan String %q, want \"v2 2x32 r3\"", p.String())
 	}
 	if _, err := planFlashDecode(GemmBF16, 1, 17, 4096, 128, false); err == nil || !strings.Contains(err.Error(), "17 query rows") {
 		t.Errorf("sq 17: %v", err)
@@ -460,14 +532,44 @@ func TestFlashDecodePlan(t *testing.T) {
 	if _, err := flashDecodeOn(); err == nil || !strings.Contains(err.Error(), FlashDecodeEnv) {
 		t.Errorf("%s=yes: %v", FlashDecodeEnv, err)
 	}
+	for env, want := range map[string]flashDecodeVersion{"": flashDecodeV2, "v2": flashDecodeV2, "v1": flashDecodeV1} {
+		t.Setenv(FlashDecodeKernelEnv, env)
+		p, err := planFlashDecode(GemmBF16, 128, 1, 4096, 128, false)
+		if err != nil || p.version != want {
+			t.Errorf("%s=%q: planned %v, %v; want v%d", FlashDecodeKernelEnv, env, p, err, want)
+		}
+		t.Setenv(FlashDecodeEnv, "")
+		if got, err := FlashDecodeChoice(GemmBF16, 128, 1, 4096, 128, 0.1, false); err != nil || got != p.String() {
+			t.Errorf("%s=%q: FlashDecodeChoice %q, %v; want %q", FlashDecodeKernelEnv, env, got, err, p.String())
+		}
+		t.Setenv(FlashDecodeEnv, "0")
+		if got, err := FlashDecodeChoice(GemmBF16, 128, 1, 4096, 128, 0.1, false); err != nil || got != "" {
+			t.Errorf("%s=0: FlashDecodeChoice %q, %v; want \"\"", FlashDecodeEnv, got, err)
+		}
+	}
+	t.Setenv(FlashDecodeEnv, "")
+	if got, err := FlashDecodeChoice(GemmBF16, 128, 32, 4096, 128, 0.1, false); err != nil || got != "" {
+		t.Errorf("sq 32: FlashDecodeChoice %q, %v; want \"\" (not a decode shape)", got, err)
+	}
+	t.Setenv(FlashDecodeKernelEnv, "v3")
+	if _, err := planFlashDecode(GemmBF16, 128, 1, 4096, 128, false); err == nil || !strings.Contains(err.Error(), FlashDecodeKernelEnv) {
+		t.Errorf("%s=v3: %v, want an error naming the variable", FlashDecodeKernelEnv, err)
+	}
 }
 
 // TestFlashDecodeGPU checks the decode forward (kernel and combine, called
 // directly, so causal and short shapes that FlashForward would not send to it
 // are covered too) against the float64 reference: O and LSE, Sq in {1, 2, 7,
 // 16}, Sk in {1000, 4096, 16384}, causal or not, D 64 and 128, bf16 and fp16.
-// The workspace is poisoned with NaN, so a partial result that is read but
-// never written shows.
+// Each shape runs every launch variant (flashDecodeTestVariants): v1 (partials
+// and the combine kernel), v2 as planned (the fused combine in the last CTA,
+// up to 128 chunks here), v2 with one chunk (O and LSE written directly), with
+// the most chunks its tiles allow, with the L2 prefetch hint, and with the
+// shallowest and the deepest K/V ring. The
+// workspace and the outputs are poisoned with NaN before every launch, so a
+// partial result that is read but never written shows, and so does an output
+// the last CTA never wrote (a ticket left over from an earlier launch would
+// leave it NaN: the launches run back to back on the same module).
 func TestFlashDecodeGPU(t *testing.T) {
 	d := gpu(t)
 	d.SetCubinCacheDir(t.TempDir())
@@ -492,28 +594,34 @@ func TestFlashDecodeGPU(t *testing.T) {
 						}
 						name := fmt.Sprintf("%v/d%d/sk%d/sq%d/causal%v", dt, dim, sk, sq, causal)
 						t.Run(name, func(t *testing.T) {
-							p, err := planFlashDecode(dt, bh, sq, sk, dim, causal)
-							if err != nil {
-								t.Fatal(err)
-							}
 							nq, nk := bh*sq*dim, bh*sk*dim
 							q, qh := flashUpload(t, d, dt, gen(nq))
 							k, kh := flashUpload(t, d, dt, gen(nk))
 							v, vh := flashUpload(t, d, dt, gen(nk))
-							o := flashAlloc(t, d, nq, dt.ElemSize())
-							lse := flashAlloc(t, d, bh*sq, 4)
-							ws := flashAlloc(t, d, p.workspaceBytes(), 1)
 							scale := float32(1 / math.Sqrt(float64(dim)))
-							if err := flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, causal); err != nil {
-								t.Fatal(err)
-							}
 							ref := flashReference(qh, kh, vh, make([]float64, nq), bh, sq, sk, dim, float64(scale), causal)
 							tl := tols[dt]
-							if err := flashCheck("O", flashDownload(t, d, dt, o, nq), ref.o, ref.oMag, tl.frac, 0, tl.rtol, tl.l2); err != nil {
-								t.Errorf("%d splits of %d tiles: %v", p.splits, p.tilesPerSplit, err)
+							variants, err := flashDecodeTestVariants(dt, bh, sq, sk, dim, causal)
+							if err != nil {
+								t.Fatal(err)
 							}
-							if err := flashCheck("LSE", flashDownload(t, d, GemmF32, lse, bh*sq), ref.lse, nil, 0, 1e-3, 2e-5, 1e-5); err != nil {
-								t.Errorf("%d splits of %d tiles: %v", p.splits, p.tilesPerSplit, err)
+							for _, tv := range variants {
+								p := tv.plan
+								o := flashAlloc(t, d, nq, dt.ElemSize())
+								lse := flashAlloc(t, d, bh*sq, 4)
+								ws := DevicePtr(0) // none: a direct launch must not touch it
+								if p.workspaceBytes() > 0 {
+									ws = flashAlloc(t, d, p.workspaceBytes(), 1)
+								}
+								if err := flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, causal); err != nil {
+									t.Fatalf("%s (%v): %v", tv.name, p, err)
+								}
+								if err := flashCheck("O", flashDownload(t, d, dt, o, nq), ref.o, ref.oMag, tl.frac, 0, tl.rtol, tl.l2); err != nil {
+									t.Errorf("%s (%v): %v", tv.name, p, err)
+								}
+								if err := flashCheck("LSE", flashDownload(t, d, GemmF32, lse, bh*sq), ref.lse, nil, 0, 1e-3, 2e-5, 1e-5); err != nil {
+									t.Errorf("%s (%v): %v", tv.name, p, err)
+								}
 							}
 						})
 					}
@@ -523,10 +631,40 @@ func TestFlashDecodeGPU(t *testing.T) {
 	}
 }
 
+// flashDecodeTestVariant is one decode launch of a shape under test.
+type flashDecodeTestVariant struct {
+	name string
+	plan flashDecodePlan
+}
+
+// flashDecodeTestVariants are the launches TestFlashDecodeGPU checks for a
+// shape: v1, v2 as planned, v2 with one chunk and with the most chunks (each
+// of flashDecodeMinTiles tiles, up to flashDecodeMaxSplits), v2 with the L2
+// prefetch hint, v2 with rings of 2 tiles and of the most.
+func flashDecodeTestVariants(dt GemmType, bh, sq, sk, dim int, causal bool) ([]flashDecodeTestVariant, error) {
+	v1, err := planFlashDecodeAs(flashDecodeV1, dt, bh, sq, sk, dim, causal)
+	if err != nil {
+		return nil, err
+	}
+	v2, err := planFlashDecodeAs(flashDecodeV2, dt, bh, sq, sk, dim, causal)
+	if err != nil {
+		return nil, err
+	}
+	one, most, pf, shallow, deep := v2, v2, v2, v2, v2
+	one.split(bh, sq, dim, 1)
+	most.split(bh, sq, dim, max(1, v2.tiles/flashDecodeMinTiles))
+	pf.flags |= flashDecodePF256
+	shallow.setStages(dim, 2)
+	deep.setStages(dim, flashDecodeMaxStages[dim])
+	return []flashDecodeTestVariant{{"v1", v1}, {"v2", v2}, {"v2-one-chunk", one}, {"v2-most-chunks", most}, {"v2-prefetch", pf},
+		{"v2-ring-2", shallow}, {"v2-ring-max", deep}}, nil
+}
+
 // TestFlashDecodeDispatch checks that FlashForward runs the decode forward
 // for a decode shape (its output is bit-identical to the direct call's),
-// that FlashDecodeEnv=0 turns it off (another kernel, still correct), and
-// that FlashForwardWS with a workspace gives the same result.
+// that FlashDecodeEnv=0 turns it off (another kernel, still correct), that
+// FlashForwardWS with a workspace gives the same result, and that
+// FlashDecodeKernelEnv=v1 runs v1 in that workspace.
 func TestFlashDecodeDispatch(t *testing.T) {
 	d := gpu(t)
 	const bh, sq, sk, dim = 8, 4, 8192, 128
@@ -572,6 +710,23 @@ func TestFlashDecodeDispatch(t *testing.T) {
 	if !slices.Equal(direct, viaFF) || !slices.Equal(directL, viaFFL) || !slices.Equal(direct, viaWS) {
 		t.Error("FlashForward / FlashForwardWS did not run the decode forward for a decode shape")
 	}
+	// FlashDecodeKernelEnv=v1 runs v1 (bit-identical to a direct v1 launch)
+	// in the workspace FlashForwardWorkspaceBytes sized.
+	p1, err := planFlashDecodeAs(flashDecodeV1, dt, bh, sq, sk, dim, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	directV1, directV1L := run(func(o, lse DevicePtr) error {
+		return flashForwardDecode(d, p1, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+	})
+	t.Setenv(FlashDecodeKernelEnv, "v1")
+	viaV1, viaV1L := run(func(o, lse DevicePtr) error {
+		return FlashForwardWS(d, dt, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+	})
+	t.Setenv(FlashDecodeKernelEnv, "")
+	if !slices.Equal(directV1, viaV1) || !slices.Equal(directV1L, viaV1L) {
+		t.Errorf("%s=v1: FlashForwardWS did not run v1 (%v)", FlashDecodeKernelEnv, p1)
+	}
 	t.Setenv(FlashDecodeEnv, "0")
 	off, offL := run(func(o, lse DevicePtr) error {
 		return FlashForward(d, dt, q, k, v, o, lse, bh, sq, sk, dim, scale, false)
@@ -580,12 +735,12 @@ func TestFlashDecodeDispatch(t *testing.T) {
 		t.Errorf("%s=0: the output is bit-identical to the decode forward's; did it still run?", FlashDecodeEnv)
 	}
 	ref := flashReference(qh, kh, vh, make([]float64, nq), bh, sq, sk, dim, float64(scale), false)
-	for name, got := range map[string][]float64{"decode": direct, "off": off} {
+	for name, got := range map[string][]float64{"decode": direct, "decode v1": viaV1, "off": off} {
 		if err := flashCheck(name+" O", got, ref.o, ref.oMag, 1.0/128, 0, 0.02, 1e-2); err != nil {
 			t.Error(err)
 		}
 	}
-	for name, got := range map[string][]float64{"decode": directL, "off": offL} {
+	for name, got := range map[string][]float64{"decode": directL, "decode v1": viaV1L, "off": offL} {
 		if err := flashCheck(name+" LSE", got, ref.lse, nil, 0, 1e-3, 2e-5, 1e-5); err != nil {
 			t.Error(err)
 		}
