@@ -535,7 +535,9 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
           float* dst = dQb + (size_t)q * D + qc0 + 2 * t;
 #pragma unroll
           for (int dt = 0; dt < QCOLS / 8; dt++) {
-#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12
+#if defined(__CUDACC_VER_MAJOR__) && __CUDACC_VER_MAJOR__ >= 12 && __CUDA_ARCH__ >= 900
+            // The vector atomic exists from sm_90 on (CUDA 12): one
+            // instruction for the pair.
             atomicAdd(reinterpret_cast<float2*>(dst + dt * 8), make_float2(dq[dt][2 * r], dq[dt][2 * r + 1]));
 #else
             atomicAdd(dst + dt * 8, dq[dt][2 * r]);

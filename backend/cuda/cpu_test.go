@@ -353,3 +353,33 @@ func TestHalfConversions(t *testing.T) {
 		t.Errorf("bf16: 1+2^-8 (a tie) -> %v, want 1 (even)", got)
 	}
 }
+
+// TestKernelsCompileEveryArch compiles each kernel file that runs on more
+// than one GPU generation for Ampere, Ada and Hopper with NVRTC where it is
+// installed (no GPU needed): an intrinsic that exists on one architecture
+// only (float2 atomicAdd is sm_90's) fails here rather than on a user's
+// A100. Skipped without NVRTC 12 or without the toolkit's headers.
+func TestKernelsCompileEveryArch(t *testing.T) {
+	nv, err := loadNVRTC()
+	if err != nil {
+		t.Skip(err)
+	}
+	if strings.HasPrefix(nv.version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	}
+	inc := includeDir()
+	if _, err := os.Stat(filepath.Join(inc, "cuda_bf16.h")); inc == "" || err != nil {
+		t.Skipf("no CUDA headers (cuda_bf16.h) under %q: set CUDA_HOME", inc)
+	}
+	for _, file := range []string{"util.cu", "ops.cu", "flash_attention.cu"} {
+		src, err := kernels.Source(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, arch := range []string{"sm_80", "sm_86", "sm_89", "sm_90a"} {
+			if _, _, err := nv.compile(file, src, compileOptions(arch, nil)); err != nil {
+				t.Errorf("%s for %s: %v", file, arch, err)
+			}
+		}
+	}
+}
