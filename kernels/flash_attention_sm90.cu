@@ -21,6 +21,13 @@
 //   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
 //     grid (BH, ceil(Sq/128)), block 384 (two consumer warpgroups, one
 //     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
+//   flash_fwd_sm90_pp_<T>_d<D>(...)  the same arguments, ping-pong consumers
+//     (version 4, see fwd_pp): grid (BH, ceil(Sq/128)), block 384, K/V rings
+//     of 4 (d64) or 2 (d128) tiles, dynamic smem 128·D·2 + 2·stages·128·D·2 +
+//     8·(1 + 4·stages) + 1024 bytes: d64 148616, d128 164936.
+//   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
+//     grid (BH, ceil(Sq/192)), block 512, Q map box 64 × 192 rows, 4 stages,
+//     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
 //   flash_bwd_sm90_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk,
 //                           scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -45,7 +52,10 @@
 // tile. Version 2 (flash_fwd_sm90_tma_*): a producer warpgroup (one thread of
 // it) loads with TMA through an mbarrier ring and the consumer warpgroups run
 // unsynchronised. Version 3 (flash_fwd_sm90_tmapipe_*): version 2 with Q·Kᵀ
-// of the next tile in flight while P·V of this one runs.
+// of the next tile in flight while P·V of this one runs. Version 4
+// (flash_fwd_sm90_pp_*, _pp3_*): the consumer warpgroups take turns issuing
+// their products (named barriers), so one's softmax runs under another's
+// wgmmas; see fwd_pp.
 //   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
 //   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
 //   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
@@ -715,6 +725,299 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
   }
 }
 
+// ---------------------------------------------------------------- version 4: ping-pong
+//
+// Version 2's producer and NWG consumer warpgroups (BRQ = 64·NWG query rows
+// per CTA) that take turns at the tensor cores. Each consumer warpgroup works
+// in issue phases: the prologue issues S_0 = Q·K_0ᵀ, step j issues S_{j+1} and
+// P_j·V_j together (P_j·V_j alone in the last step). A warpgroup enters a
+// phase by waiting on its own named barrier (bar.sync 1+cw, 256) and leaves
+// it, as soon as its wgmmas are issued, by arriving at the next warpgroup's
+// (bar.arrive, 256: the waiting warpgroup's 128 threads plus the arriving
+// one's). So the warpgroups' products reach the tensor cores in round-robin
+// order, phase after phase, and one warpgroup's softmax runs while the next
+// one's products do, instead of all products and all softmaxes at once.
+// Warpgroup 0 starts its first phase without waiting; the last warpgroup does
+// not arrive after its last phase, so every barrier sees as many arrivals as
+// waits. All warpgroups of a CTA run the same number of phases (the tile
+// count is the CTA's), so the turns never stall.
+//
+// OVERLAP (the "pp" kernels, two consumer warpgroups): inside a warpgroup the
+// softmax of S_{j+1} also runs while P_j·V_j accumulates, as in version 3.
+// ptxas serializes every wgmma (C7515) when ordinary instructions write a
+// wgmma accumulator while a group is in flight, so the softmax only reads S
+// (masking on the fly, softmax_pack) and writes P_{j+1} packed into a second
+// array, copied into the A operand once P_j·V_j is done: 32 registers instead
+// of version 3's 64-register copy of S. Without OVERLAP (the "pp3" kernels,
+// three consumer warpgroups, D=64 only: 160 registers a consumer thread) a
+// warpgroup waits for both products before its softmax; the other two
+// warpgroups' products fill the tensor cores meanwhile.
+//
+// The K and V stages are released separately (emptyK once S_j is done,
+// emptyV once P_j·V_j is): a warpgroup wants K_{j+1} while the one behind it
+// still reads V_{j-1}, and with one release per stage the producer could not
+// refill K before the slower warpgroup was done with V. One release per
+// consumer warp (lane 0, after the warpgroup-wide wgmma wait), so the empty
+// barriers count 4·NWG arrivals. The rings are STAGES tiles deep.
+
+__device__ __forceinline__ void named_bar_sync(u32 id, u32 n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// qk_issue for a Q tile of QROWS rows (its 64-column blocks QROWS·128 bytes
+// apart).
+template <bool F16, int D, int QROWS>
+__device__ __forceinline__ void qk_issue_rows(float* s, u32 sQw, u32 sK) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u64 da = make_desc(sQw + (kk >> 2) * QROWS * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    Wg<F16>::ss128(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+}
+
+template <int D>
+__device__ __forceinline__ void rescale_o(float* o, const float* alpha) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++) {
+    o[4 * dt + 0] *= alpha[0];
+    o[4 * dt + 1] *= alpha[0];
+    o[4 * dt + 2] *= alpha[1];
+    o[4 * dt + 3] *= alpha[1];
+  }
+}
+
+// softmax_rows followed by the packing of rescale_pack, reading s only: P
+// goes packed into pn (k-step kk: S columns 16kk.., registers 0, 1 from the
+// 8-column block 2kk, 2, 3 from 2kk+1; register q holds row g+8(q&1)). With
+// MASK, column x of the tile counts as -inf (P = 0) unless x < lim[r] for
+// the row's r.
+template <bool F16, bool MASK>
+__device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l, float c, float* alpha,
+                                             u32 (*pn)[4], const int* lim, int t) {
+  float mc[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    // Four independent chains: with two or three warps per scheduler, one
+    // chain of 32 dependent maxima would leave it idle most of the time.
+    float mx4[4] = {-inf_f(), -inf_f(), -inf_f(), -inf_f()};
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) {
+        const float v = s[4 * nt + 2 * r + e];
+        float& mx = mx4[2 * (nt & 1) + e];
+        mx = fmaxf(mx, (!MASK || nt * 8 + 2 * t + e < lim[r]) ? v : -inf_f());
+      }
+    }
+    float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[r], mx);
+    const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
+    mc[r] = muse * c;
+    alpha[r] = fexp2(m[r] * c - mc[r]);
+    m[r] = mnew;
+  }
+  float rs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // per row, two chains
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int r = q & 1, col = (2 * kk + (q >> 1)) * 8 + 2 * t;
+      float x0 = fexp2(fmaf(s[8 * kk + 2 * q], c, -mc[r]));
+      float x1 = fexp2(fmaf(s[8 * kk + 2 * q + 1], c, -mc[r]));
+      if constexpr (MASK) {  // a select, not a product: x may be +inf where masked
+        x0 = col < lim[r] ? x0 : 0.f;
+        x1 = col + 1 < lim[r] ? x1 : 0.f;
+      }
+      rs[r][kk & 1] += x0 + x1;
+      pn[kk][q] = pack2<F16>(x0, x1);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + (rs[r][0] + rs[r][1]);
+}
+
+// softmax_pack of the tile of keys kbase.. for the warp whose first row is
+// wrow0, masked only where the tile crosses Sk or (causal) the warp's
+// diagonal.
+template <bool F16>
+__device__ __forceinline__ void softmax_pack_tile(const float* s, int kbase, int Sk, int wrow0, int g, int t,
+                                                  int causal, float* m, float* l, float c, float* alpha,
+                                                  u32 (*pn)[4]) {
+  if ((kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0)) {
+    int lim[2];
+#pragma unroll
+    for (int r = 0; r < 2; r++) lim[r] = (causal ? min(Sk, wrow0 + g + 8 * r + 1) : Sk) - kbase;
+    softmax_pack<F16, true>(s, m, l, c, alpha, pn, lim, t);
+  } else {
+    softmax_pack<F16, false>(s, m, l, c, alpha, pn, nullptr, t);
+  }
+}
+
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
+__device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+                                       float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
+  constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ = sbase;
+  const u32 sK0 = sQ + QBYTES;
+  const u32 sV0 = sK0 + STAGES * KVBYTES;
+  const u32 bars = sV0 + STAGES * KVBYTES;  // 1 + 4·STAGES mbarriers of 8 bytes
+  const u32 barQ = bars, fullK0 = bars + 8, fullV0 = fullK0 + 8 * STAGES;
+  const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
+
+  const int bh = blockIdx.x;
+  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+  const int q0 = qb * BRQ;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int kv_end = causal ? min(Sk, q0 + BRQ) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;
+
+  if (tid == 0) {
+    mbar_init(barQ, 1);
+#pragma unroll
+    for (int st = 0; st < STAGES; st++) {
+      mbar_init(fullK0 + 8 * st, 1);
+      mbar_init(fullV0 + 8 * st, 1);
+      mbar_init(emptyK0 + 8 * st, 4 * NWG);
+      mbar_init(emptyV0 + 8 * st, 4 * NWG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Registers: the launch bound leaves 65536 / (128·(NWG+1)) a thread, 168
+  // or 128; setmaxnreg moves them from the producer to the consumers
+  // (24 + 2·240, 32 + 3·160 per four warps' lanes: all 64K).
+  if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
+    if constexpr (NWG == 2) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+    }
+    if (warp == 4 * NWG && lane == 0) {
+      mbar_expect_tx(barQ, QBYTES);
+#pragma unroll
+      for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ);
+      int st = 0;
+      u32 ph = 0;  // parity of the stage's current use
+      for (int j = 0; j < ntiles; j++) {
+        // Tile j reuses the stage of tile j-STAGES: wait for its release.
+        if (j >= STAGES) mbar_wait(emptyK0 + 8 * st, ph ^ 1);
+        mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
+        if (j >= STAGES) mbar_wait(emptyV0 + 8 * st, ph ^ 1);
+        mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
+        if (++st == STAGES) {
+          st = 0;
+          ph ^= 1;
+        }
+      }
+    }
+  } else {  // consumer warpgroups
+    if constexpr (NWG == 2) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+    }
+    const int cw = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
+    const float c = scale * kLog2e;
+    const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float m[2] = {-inf_f(), -inf_f()};
+    float l[2] = {0.f, 0.f};
+    float alpha[2];
+    u32 p[BC / 16][4];
+    const u32 sQw = sQ + cw * 64 * 128;
+
+    mbar_wait<false>(barQ, 0);
+    mbar_wait<false>(fullK0, 0);
+    if (cw != 0) named_bar_sync(my_turn, 256);
+    {
+      float s[BC / 2];
+      qk_issue_rows<F16, D, BRQ>(s, sQw, sK0);
+      named_bar_arrive(next_turn, 256);  // ntiles >= 1: a phase follows
+      wgmma_wait<0>();
+      reg_fence<BC / 2>(s);
+      if (lane == 0) mbar_arrive(emptyK0);
+      softmax_pack_tile<F16>(s, 0, Sk, wrow0, g, t, causal, m, l, c, alpha, p);  // o = 0: no rescale
+    }
+
+    int st = 0;
+    u32 ph = 0;
+    for (int j = 0; j < ntiles; j++) {
+      const bool next = j + 1 < ntiles;
+      const int st1 = st + 1 == STAGES ? 0 : st + 1;
+      const u32 ph1 = st1 == 0 ? ph ^ 1 : ph;
+      if (next) mbar_wait<false>(fullK0 + 8 * st1, ph1);
+      mbar_wait<false>(fullV0 + 8 * st, ph);
+      float s[BC / 2];
+      named_bar_sync(my_turn, 256);
+      if (next) qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
+      pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
+      if (next || cw != NWG - 1) named_bar_arrive(next_turn, 256);
+      // (Each branch waits for itself: with one wait after a conditional
+      // wgmma_wait<1>, ptxas took reads of S for reads under P·V.)
+      if (next) {
+        if constexpr (OVERLAP) {
+          wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
+          reg_fence<BC / 2>(s);
+          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1);
+          u32 pn[BC / 16][4];
+          softmax_pack_tile<F16>(s, (j + 1) * BC, Sk, wrow0, g, t, causal, m, l, c, alpha, pn);
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&p[0][0]);
+          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+          rescale_o<D>(o, alpha);
+#pragma unroll
+          for (int kk = 0; kk < BC / 16; kk++) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) p[kk][q] = pn[kk][q];
+          }
+        } else {
+          wgmma_wait<0>();
+          reg_fence<BC / 2>(s);
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&p[0][0]);
+          if (lane == 0) {
+            mbar_arrive(emptyK0 + 8 * st1);
+            mbar_arrive(emptyV0 + 8 * st);
+          }
+          softmax_pack_tile<F16>(s, (j + 1) * BC, Sk, wrow0, g, t, causal, m, l, c, alpha, p);
+          rescale_o<D>(o, alpha);
+        }
+      } else {
+        wgmma_wait<0>();
+        reg_fence<D / 2>(o);
+        reg_fence_u<BC / 4>(&p[0][0]);
+        if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+      }
+      st = st1;
+      ph = ph1;
+    }
+    store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+  }
+}
 
 // ---------------------------------------------------------------- backward: TMA
 //
@@ -1223,6 +1526,23 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d64, false, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
+
+// Version 4 (fwd_pp): NWG consumer warpgroups and a producer warpgroup, K/V
+// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V.
+#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP)                                              \
+  extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
+           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
+           int Sk, float scale, int causal) {                                                       \
+    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);   \
+  }
+
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true)
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true)
+FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false)
+FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false)
 
 #define FA90_BWD(name, F16, D, DSK, DQTMA)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
