@@ -28,6 +28,8 @@
 //   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
 //     grid (BH, ceil(Sq/192)), block 512, Q map box 64 × 192 rows, 4 stages,
 //     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
+//   flash_fwd_sm90_ppe_<T>_d64, flash_fwd_sm90_pp3e_<T>_d64(...)  pp and pp3
+//     with an eighth of the exponentials on the FMA pipe (EMU, see fwd_pp).
 //   flash_bwd_sm90_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk,
 //                           scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -744,14 +746,27 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 //
 // OVERLAP (the "pp" kernels, two consumer warpgroups): inside a warpgroup the
 // softmax of S_{j+1} also runs while P_j·V_j accumulates, as in version 3.
-// ptxas serializes every wgmma (C7515) when ordinary instructions write a
-// wgmma accumulator while a group is in flight, so the softmax only reads S
-// (masking on the fly, softmax_pack) and writes P_{j+1} packed into a second
-// array, copied into the A operand once P_j·V_j is done: 32 registers instead
-// of version 3's 64-register copy of S. Without OVERLAP (the "pp3" kernels,
-// three consumer warpgroups, D=64 only: 160 registers a consumer thread) a
-// warpgroup waits for both products before its softmax; the other two
-// warpgroups' products fill the tensor cores meanwhile.
+// NVRTC 12.4's ptxas serialized every wgmma when ordinary instructions wrote
+// a wgmma's accumulator while a group was in flight (C7515), and when one
+// branch of the step packed P into the A registers and the other into a
+// spare array copied over them (C7513). So: the softmax only reads S
+// (softmax_pack) and packs P_{j+1} into the other of two P arrays, which
+// steps use in turn (the loop unrolled by two), instead of version 3's
+// 64-register copy of S; and the tiles that need a mask (a warpgroup's
+// diagonal tile, the one crossing Sk: one or two of a CTA's) wait for
+// P_j·V_j first and mask S in place. Without OVERLAP (the "pp3" kernels,
+// three consumer warpgroups, D=64 only: 160 registers a consumer thread,
+// too few for the second P array) a warpgroup waits for both products
+// before its softmax; the other two warpgroups' products fill the tensor
+// cores meanwhile.
+//
+// EMU (the "ppe" and "pp3e" kernels, D=64): one exponential in eight comes
+// from fexp2_fma, on the FMA pipe, instead of the SFU. At D=64 the SFU needs
+// as many cycles for a tile's 2^x (16 a clock per SM) as the tensor cores
+// for its two products, so both would have to be busy all the time; moving
+// an eighth of the exponentials costs about seven FMA-pipe instructions each
+// and frees an eighth of the SFU time (about a sixth balances the two,
+// counting the softmax's other instructions).
 //
 // The K and V stages are released separately (emptyK once S_j is done,
 // emptyV once P_j·V_j is): a warpgroup wants K_{j+1} while the one behind it
@@ -792,14 +807,33 @@ __device__ __forceinline__ void rescale_o(float* o, const float* alpha) {
   }
 }
 
+// 2^x for x <= 0 on the FMA pipe rather than the SFU (16 lanes a clock per
+// SM against 128 for FFMA: at D=64 the SFU's exponentials take as long as
+// the tensor cores' products): x = n + f, n = round(x) (adding 1.5·2^23
+// leaves it in the low mantissa bits), f in [-1/2, 1/2]; 2^f by a degree-3
+// minimax polynomial (relative error below 7.5e-5, finer than P's 16-bit
+// rounding) and n added into its exponent field. x is clamped to -126 so
+// that the exponent stays >= 0: 2^-126.5 or so where ex2.approx.ftz gives 0,
+// which no sum or 16-bit P notices; where x may be large (masked keys) the
+// caller selects 0 afterwards.
+__device__ __forceinline__ float fexp2_fma(float x) {
+  x = fmaxf(x, -126.f);
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.0551716691f, f, 0.242611122f), f, 0.693260985f), f, 0.999928074f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
 // softmax_rows followed by the packing of rescale_pack, reading s only: P
 // goes packed into pn (k-step kk: S columns 16kk.., registers 0, 1 from the
-// 8-column block 2kk, 2, 3 from 2kk+1; register q holds row g+8(q&1)). With
-// MASK, column x of the tile counts as -inf (P = 0) unless x < lim[r] for
-// the row's r.
-template <bool F16, bool MASK>
+// 8-column block 2kk, 2, 3 from 2kk+1; register q holds row g+8(q&1)). EMU
+// (0-2) of every eight exponentials (the last ones of each k-step) come from
+// fexp2_fma instead of the SFU; with EMU > 0, s must hold no -inf (a masked
+// key's P must be exactly 0, which fexp2_fma never returns, or a row that
+// sees no key would get a positive sum).
+template <bool F16, int EMU>
 __device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l, float c, float* alpha,
-                                             u32 (*pn)[4], const int* lim, int t) {
+                                             u32 (*pn)[4]) {
   float mc[2];
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -809,11 +843,7 @@ __device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l,
 #pragma unroll
     for (int nt = 0; nt < BC / 8; nt++) {
 #pragma unroll
-      for (int e = 0; e < 2; e++) {
-        const float v = s[4 * nt + 2 * r + e];
-        float& mx = mx4[2 * (nt & 1) + e];
-        mx = fmaxf(mx, (!MASK || nt * 8 + 2 * t + e < lim[r]) ? v : -inf_f());
-      }
+      for (int e = 0; e < 2; e++) mx4[2 * (nt & 1) + e] = fmaxf(mx4[2 * (nt & 1) + e], s[4 * nt + 2 * r + e]);
     }
     float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -829,13 +859,10 @@ __device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l,
   for (int kk = 0; kk < BC / 16; kk++) {
 #pragma unroll
     for (int q = 0; q < 4; q++) {
-      const int r = q & 1, col = (2 * kk + (q >> 1)) * 8 + 2 * t;
-      float x0 = fexp2(fmaf(s[8 * kk + 2 * q], c, -mc[r]));
-      float x1 = fexp2(fmaf(s[8 * kk + 2 * q + 1], c, -mc[r]));
-      if constexpr (MASK) {  // a select, not a product: x may be +inf where masked
-        x0 = col < lim[r] ? x0 : 0.f;
-        x1 = col + 1 < lim[r] ? x1 : 0.f;
-      }
+      const int r = q & 1;
+      const float y0 = fmaf(s[8 * kk + 2 * q], c, -mc[r]), y1 = fmaf(s[8 * kk + 2 * q + 1], c, -mc[r]);
+      const float x0 = (q == 3 && EMU >= 2) ? fexp2_fma(y0) : fexp2(y0);
+      const float x1 = (q == 3 && EMU >= 1) ? fexp2_fma(y1) : fexp2(y1);
       rs[r][kk & 1] += x0 + x1;
       pn[kk][q] = pack2<F16>(x0, x1);
     }
@@ -844,24 +871,13 @@ __device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l,
   for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + (rs[r][0] + rs[r][1]);
 }
 
-// softmax_pack of the tile of keys kbase.. for the warp whose first row is
-// wrow0, masked only where the tile crosses Sk or (causal) the warp's
-// diagonal.
-template <bool F16>
-__device__ __forceinline__ void softmax_pack_tile(const float* s, int kbase, int Sk, int wrow0, int g, int t,
-                                                  int causal, float* m, float* l, float c, float* alpha,
-                                                  u32 (*pn)[4]) {
-  if ((kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0)) {
-    int lim[2];
-#pragma unroll
-    for (int r = 0; r < 2; r++) lim[r] = (causal ? min(Sk, wrow0 + g + 8 * r + 1) : Sk) - kbase;
-    softmax_pack<F16, true>(s, m, l, c, alpha, pn, lim, t);
-  } else {
-    softmax_pack<F16, false>(s, m, l, c, alpha, pn, nullptr, t);
-  }
+// Whether the tile of keys kbase.. needs mask_scores for the warp whose first
+// row is wrow0: it crosses Sk or (causal) the warp's diagonal.
+__device__ __forceinline__ bool tile_masked(int kbase, int Sk, int wrow0, int causal) {
+  return (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
 }
 
-template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU>
 __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -937,7 +953,8 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
     }
     const int cw = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
-    const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
+    const int wgrow0 = q0 + cw * 64;  // the warpgroup's first row
+    const int wrow0 = wgrow0 + (warp & 3) * 16;
     const float c = scale * kLog2e;
     const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
     float o[D / 2];
@@ -959,12 +976,19 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
       wgmma_wait<0>();
       reg_fence<BC / 2>(s);
       if (lane == 0) mbar_arrive(emptyK0);
-      softmax_pack_tile<F16>(s, 0, Sk, wrow0, g, t, causal, m, l, c, alpha, p);  // o = 0: no rescale
+      // o = 0: no rescale
+      if (tile_masked(0, Sk, wgrow0, causal)) {
+        mask_scores(s, 0, Sk, wrow0, g, t, causal);
+        softmax_pack<F16, 0>(s, m, l, c, alpha, p);
+      } else {
+        softmax_pack<F16, EMU>(s, m, l, c, alpha, p);
+      }
     }
 
     int st = 0;
     u32 ph = 0;
-    for (int j = 0; j < ntiles; j++) {
+    // Step j: P_j from pa, P_{j+1} into pb.
+    auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
       const bool next = j + 1 < ntiles;
       const int st1 = st + 1 == STAGES ? 0 : st + 1;
       const u32 ph1 = st1 == 0 ? ph ^ 1 : ph;
@@ -973,47 +997,63 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
       float s[BC / 2];
       named_bar_sync(my_turn, 256);
       if (next) qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
-      pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
+      pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
       if (next || cw != NWG - 1) named_bar_arrive(next_turn, 256);
-      // (Each branch waits for itself: with one wait after a conditional
-      // wgmma_wait<1>, ptxas took reads of S for reads under P·V.)
       if (next) {
-        if constexpr (OVERLAP) {
-          wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
+        const int kb = (j + 1) * BC;
+        const bool masked = tile_masked(kb, Sk, wgrow0, causal);
+        if (OVERLAP && !masked) {
+          wgmma_wait<1>();
           reg_fence<BC / 2>(s);
-          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1);
-          u32 pn[BC / 16][4];
-          softmax_pack_tile<F16>(s, (j + 1) * BC, Sk, wrow0, g, t, causal, m, l, c, alpha, pn);
+          softmax_pack<F16, EMU>(s, m, l, c, alpha, pb);
+          // ptxas moves instructions that do not depend on a wgmma past
+          // wgmma.wait_group: here (and in version 3) every exponential
+          // ended up after the wait for P_j·V_j, so no softmax overlapped it.
+          // It keeps an mbarrier arrive ahead of the wait, though, so K_{j+1}
+          // is released only now, at an address computed from the row sums
+          // (l >= 0: the offset is 0), which pulls every exponential ahead.
+          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
           wgmma_wait<0>();
           reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&p[0][0]);
+          reg_fence_u<BC / 4>(&pa[0][0]);
           if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
-          rescale_o<D>(o, alpha);
-#pragma unroll
-          for (int kk = 0; kk < BC / 16; kk++) {
-#pragma unroll
-            for (int q = 0; q < 4; q++) p[kk][q] = pn[kk][q];
-          }
         } else {
           wgmma_wait<0>();
           reg_fence<BC / 2>(s);
           reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&p[0][0]);
+          reg_fence_u<BC / 4>(&pa[0][0]);
           if (lane == 0) {
             mbar_arrive(emptyK0 + 8 * st1);
             mbar_arrive(emptyV0 + 8 * st);
           }
-          softmax_pack_tile<F16>(s, (j + 1) * BC, Sk, wrow0, g, t, causal, m, l, c, alpha, p);
-          rescale_o<D>(o, alpha);
+          if (masked) {
+            mask_scores(s, kb, Sk, wrow0, g, t, causal);
+            softmax_pack<F16, 0>(s, m, l, c, alpha, pb);
+          } else {
+            softmax_pack<F16, EMU>(s, m, l, c, alpha, pb);
+          }
         }
+        rescale_o<D>(o, alpha);
       } else {
         wgmma_wait<0>();
         reg_fence<D / 2>(o);
-        reg_fence_u<BC / 4>(&p[0][0]);
+        reg_fence_u<BC / 4>(&pa[0][0]);
         if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
       }
       st = st1;
       ph = ph1;
+    };
+    if constexpr (OVERLAP) {
+      // Two P arrays in turn (the loop unrolled by two): packing P_{j+1}
+      // into a spare array and copying it over P_j's after P_j·V_j would cost
+      // 32 moves a step.
+      u32 p2[BC / 16][4];
+      for (int j = 0; j < ntiles; j += 2) {
+        step(j, p, p2);
+        if (j + 1 < ntiles) step(j + 1, p2, p);
+      }
+    } else {
+      for (int j = 0; j < ntiles; j++) step(j, p, p);  // P_{j+1} packed once P_j·V_j is done
     }
     store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
   }
@@ -1528,21 +1568,26 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
 
 // Version 4 (fwd_pp): NWG consumer warpgroups and a producer warpgroup, K/V
-// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V.
-#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP)                                              \
+// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V;
+// EMU: exponentials in eight on the FMA pipe.
+#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP, EMU)                                         \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);   \
+    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP, EMU>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true)
-FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true)
-FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true)
-FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true)
-FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false)
-FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false)
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false, 0)
+FA90_FWD_PP(flash_fwd_sm90_ppe_bf16_d64, false, 64, 2, 4, true, 1)
+FA90_FWD_PP(flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1)
+FA90_FWD_PP(flash_fwd_sm90_pp3e_bf16_d64, false, 64, 3, 4, false, 1)
+FA90_FWD_PP(flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1)
 
 #define FA90_BWD(name, F16, D, DSK, DQTMA)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \

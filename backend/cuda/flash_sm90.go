@@ -25,8 +25,11 @@ const flashSM90File = "flash_attention_sm90.cu"
 // consumer warpgroups taking turns at the tensor cores (ping-pong), K and V
 // released apart, a deeper ring at D=64; "pp3": three such warpgroups (192
 // query rows a CTA) without the overlap inside a warpgroup, at D=64 (at D=128
-// their registers do not fit: "pp3" runs "pp" there); "cpasync": the one
-// whose consumer warps load with cp.async; "0": FA2. Other devices, dtypes and head dims
+// their registers do not fit: "pp3" runs "pp" there); "ppe", "pp3e": "pp" and
+// "pp3" with an eighth of the softmax's exponentials computed on the FMA pipe
+// instead of the SFU, at D=64 (at D=128 the SFU is not the bottleneck: both
+// run "pp"); "cpasync": the one whose consumer warps load with cp.async;
+// "0": FA2. Other devices, dtypes and head dims
 // always run FA2. FlashBackward stays FA2; it reads the LSE that every
 // forward writes the same way (natural log, +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
@@ -56,12 +59,12 @@ func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 // of 64 query rows each, and the depth of the K and V rings.
 type flashSM90PP struct{ warpgroups, stages int }
 
-// flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp" or
-// "pp3") at dim: D=64 tiles take half the shared memory of D=128 ones, so its
-// rings hold four instead of two.
+// flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp",
+// "pp3", "ppe" or "pp3e") at dim: D=64 tiles take half the shared memory of
+// D=128 ones, so its rings hold four instead of two.
 func flashSM90PPOf(variant string, dim int) flashSM90PP {
 	switch {
-	case variant == "pp3" && dim == 64:
+	case (variant == "pp3" || variant == "pp3e") && dim == 64:
 		return flashSM90PP{3, 4}
 	case dim == 64:
 		return flashSM90PP{2, 4}
@@ -81,8 +84,8 @@ func (t flashSM90PP) smem(dim int) int {
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
 // none): variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
-// "pp" and "pp3" the ping-pong kernels ("pp3" at D=128 is "pp"), "" the
-// cp.async one.
+// "pp", "pp3", "ppe" and "pp3e" the ping-pong kernels (at D=128 all four are
+// "pp"), "" the cp.async one.
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -96,11 +99,11 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	if dim != 64 && dim != 128 {
 		return ""
 	}
-	if variant == "pp3" && dim == 128 {
+	if strings.HasPrefix(variant, "pp") && dim == 128 {
 		variant = "pp"
 	}
 	switch variant {
-	case "tma", "tmapipe", "pp", "pp3":
+	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 	case "":
 		return fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
@@ -120,11 +123,11 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, en
 		return "", nil
 	case "", "1":
 		variant = flashSM90Default
-	case "tma", "tmapipe", "pp", "pp3":
+	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
 		variant = env
 	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe, pp, pp3 or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe, pp, pp3, ppe, pp3e or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -268,14 +271,11 @@ func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
 }
 
-// flashForwardSM90PP launches a ping-pong forward (flash_fwd_sm90_pp_* or
-// flash_fwd_sm90_pp3_*): the arguments of the TMA kernels, with the Q map's
-// box and the grid sized to its rows per CTA.
+// flashForwardSM90PP launches a ping-pong forward (flash_fwd_sm90_pp*_*):
+// the arguments of the TMA kernels, with the Q map's box and the grid sized
+// to its rows per CTA.
 func flashForwardSM90PP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	variant := "pp"
-	if strings.HasPrefix(name, "flash_fwd_sm90_pp3_") {
-		variant = "pp3"
-	}
+	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
 	t := flashSM90PPOf(variant, dim)
 	smem := t.smem(dim)
 	f, err := ks.fn(name, smem)
