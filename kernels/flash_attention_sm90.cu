@@ -914,7 +914,7 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 
   // Registers: the launch bound leaves 65536 / (128·(NWG+1)) a thread, 168
   // or 128; setmaxnreg moves them from the producer to the consumers
-  // (24 + 2·240, 32 + 3·160 per four warps' lanes: all 64K).
+  // (24·128 + 2·240·128 = 168·384, 32·128 + 3·160·128 = 128·512).
   if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
     if constexpr (NWG == 2) {
       asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
