@@ -21,6 +21,15 @@
 //   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
 //     grid (ceil(Sq/128), BH), block 384 (two consumer warpgroups, one
 //     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
+//   flash_fwd_sm90_pp_<T>_d<D>(...)  the same arguments, ping-pong consumers
+//     (version 4, see fwd_pp): grid (ceil(Sq/128), BH), block 384, K/V rings
+//     of 4 (d64) or 2 (d128) tiles, dynamic smem 128·D·2 + 2·stages·128·D·2 +
+//     8·(1 + 4·stages) + 1024 bytes: d64 148616, d128 164936.
+//   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
+//     grid (ceil(Sq/192), BH), block 512, Q map box 64 × 192 rows, 4 stages,
+//     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
+//   flash_fwd_sm90_ppe_<T>_d64, flash_fwd_sm90_pp3e_<T>_d64(...)  pp and pp3
+//     with an eighth of the exponentials on the FMA pipe (EMU, see fwd_pp).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -41,7 +50,10 @@
 // tile. Version 2 (flash_fwd_sm90_tma_*): a producer warpgroup (one thread of
 // it) loads with TMA through an mbarrier ring and the consumer warpgroups run
 // unsynchronised. Version 3 (flash_fwd_sm90_tmapipe_*): version 2 with Q·Kᵀ
-// of the next tile in flight while P·V of this one runs.
+// of the next tile in flight while P·V of this one runs. Version 4
+// (flash_fwd_sm90_pp_*, _pp3_*): the consumer warpgroups take turns issuing
+// their products (named barriers), so one's softmax runs under another's
+// wgmmas; see fwd_pp.
 //   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
 //   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
 //   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
@@ -711,6 +723,337 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
   }
 }
 
+// ---------------------------------------------------------------- version 4: ping-pong
+//
+// Version 2's producer and NWG consumer warpgroups (BRQ = 64·NWG query rows
+// per CTA) that take turns at the tensor cores. Each consumer warpgroup works
+// in issue phases: the prologue issues S_0 = Q·K_0ᵀ, step j issues S_{j+1} and
+// P_j·V_j together (P_j·V_j alone in the last step). A warpgroup enters a
+// phase by waiting on its own named barrier (bar.sync 1+cw, 256) and leaves
+// it, as soon as its wgmmas are issued, by arriving at the next warpgroup's
+// (bar.arrive, 256: the waiting warpgroup's 128 threads plus the arriving
+// one's). So the warpgroups' products reach the tensor cores in round-robin
+// order, phase after phase, and one warpgroup's softmax runs while the next
+// one's products do, instead of all products and all softmaxes at once.
+// Warpgroup 0 starts its first phase without waiting; the last warpgroup does
+// not arrive after its last phase, so every barrier sees as many arrivals as
+// waits. All warpgroups of a CTA run the same number of phases (the tile
+// count is the CTA's), so the turns never stall.
+//
+// OVERLAP (the "pp" kernels, two consumer warpgroups): inside a warpgroup the
+// softmax of S_{j+1} also runs while P_j·V_j accumulates, as in version 3.
+// NVRTC 12.4's ptxas serialized every wgmma when ordinary instructions wrote
+// a wgmma's accumulator while a group was in flight (C7515), and when one
+// branch of the step packed P into the A registers and the other into a
+// spare array copied over them (C7513). So: the softmax only reads S
+// (softmax_pack) and packs P_{j+1} into the other of two P arrays, which
+// steps use in turn (the loop unrolled by two), instead of version 3's
+// 64-register copy of S; and the tiles that need a mask (a warpgroup's
+// diagonal tile, the one crossing Sk: one or two of a CTA's) wait for
+// P_j·V_j first and mask S in place. Without OVERLAP (the "pp3" kernels,
+// three consumer warpgroups, D=64 only: 160 registers a consumer thread,
+// too few for the second P array) a warpgroup waits for both products
+// before its softmax; the other two warpgroups' products fill the tensor
+// cores meanwhile.
+//
+// EMU (the "ppe" and "pp3e" kernels, D=64): one exponential in eight comes
+// from fexp2_fma, on the FMA pipe, instead of the SFU. At D=64 the SFU needs
+// as many cycles for a tile's 2^x (16 a clock per SM) as the tensor cores
+// for its two products, so both would have to be busy all the time; moving
+// an eighth of the exponentials costs about seven FMA-pipe instructions each
+// and frees an eighth of the SFU time (about a sixth balances the two,
+// counting the softmax's other instructions).
+//
+// The K and V stages are released separately (emptyK once S_j is done,
+// emptyV once P_j·V_j is): a warpgroup wants K_{j+1} while the one behind it
+// still reads V_{j-1}, and with one release per stage the producer could not
+// refill K before the slower warpgroup was done with V. One release per
+// consumer warp (lane 0, after the warpgroup-wide wgmma wait), so the empty
+// barriers count 4·NWG arrivals. The rings are STAGES tiles deep.
+
+__device__ __forceinline__ void named_bar_sync(u32 id, u32 n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// qk_issue for a Q tile of QROWS rows (its 64-column blocks QROWS·128 bytes
+// apart).
+template <bool F16, int D, int QROWS>
+__device__ __forceinline__ void qk_issue_rows(float* s, u32 sQw, u32 sK) {
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    const u64 da = make_desc(sQw + (kk >> 2) * QROWS * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    Wg<F16>::ss128(s, da, db, kk > 0);
+  }
+  wgmma_commit();
+}
+
+template <int D>
+__device__ __forceinline__ void rescale_o(float* o, const float* alpha) {
+#pragma unroll
+  for (int dt = 0; dt < D / 8; dt++) {
+    o[4 * dt + 0] *= alpha[0];
+    o[4 * dt + 1] *= alpha[0];
+    o[4 * dt + 2] *= alpha[1];
+    o[4 * dt + 3] *= alpha[1];
+  }
+}
+
+// 2^x for x <= 0 on the FMA pipe rather than the SFU (16 lanes a clock per
+// SM against 128 for FFMA: at D=64 the SFU's exponentials take as long as
+// the tensor cores' products): x = n + f, n = round(x) (adding 1.5·2^23
+// leaves it in the low mantissa bits), f in [-1/2, 1/2]; 2^f by a degree-3
+// minimax polynomial (relative error below 7.5e-5, finer than P's 16-bit
+// rounding) and n added into its exponent field. x is clamped to -126 so
+// that the exponent stays >= 0: 2^-126.5 or so where ex2.approx.ftz gives 0,
+// which no sum or 16-bit P notices; where x may be large (masked keys) the
+// caller selects 0 afterwards.
+__device__ __forceinline__ float fexp2_fma(float x) {
+  x = fmaxf(x, -126.f);
+  const float t = x + 12582912.f;
+  const float f = x - (t - 12582912.f);
+  const float p = fmaf(fmaf(fmaf(0.0551716691f, f, 0.242611122f), f, 0.693260985f), f, 0.999928074f);
+  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
+}
+
+// softmax_rows followed by the packing of rescale_pack, reading s only: P
+// goes packed into pn (k-step kk: S columns 16kk.., registers 0, 1 from the
+// 8-column block 2kk, 2, 3 from 2kk+1; register q holds row g+8(q&1)). EMU
+// (0-2) of every eight exponentials (the last ones of each k-step) come from
+// fexp2_fma instead of the SFU; with EMU > 0, s must hold no -inf (a masked
+// key's P must be exactly 0, which fexp2_fma never returns, or a row that
+// sees no key would get a positive sum).
+template <bool F16, int EMU>
+__device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l, float c, float* alpha,
+                                             u32 (*pn)[4]) {
+  float mc[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    // Four independent chains: with two or three warps per scheduler, one
+    // chain of 32 dependent maxima would leave it idle most of the time.
+    float mx4[4] = {-inf_f(), -inf_f(), -inf_f(), -inf_f()};
+#pragma unroll
+    for (int nt = 0; nt < BC / 8; nt++) {
+#pragma unroll
+      for (int e = 0; e < 2; e++) mx4[2 * (nt & 1) + e] = fmaxf(mx4[2 * (nt & 1) + e], s[4 * nt + 2 * r + e]);
+    }
+    float mx = fmaxf(fmaxf(mx4[0], mx4[1]), fmaxf(mx4[2], mx4[3]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float mnew = fmaxf(m[r], mx);
+    const float muse = (mnew == -inf_f()) ? 0.f : mnew;  // no key seen yet: no NaN from inf-inf
+    mc[r] = muse * c;
+    alpha[r] = fexp2(m[r] * c - mc[r]);
+    m[r] = mnew;
+  }
+  float rs[2][2] = {{0.f, 0.f}, {0.f, 0.f}};  // per row, two chains
+#pragma unroll
+  for (int kk = 0; kk < BC / 16; kk++) {
+#pragma unroll
+    for (int q = 0; q < 4; q++) {
+      const int r = q & 1;
+      const float y0 = fmaf(s[8 * kk + 2 * q], c, -mc[r]), y1 = fmaf(s[8 * kk + 2 * q + 1], c, -mc[r]);
+      const float x0 = (q == 3 && EMU >= 2) ? fexp2_fma(y0) : fexp2(y0);
+      const float x1 = (q == 3 && EMU >= 1) ? fexp2_fma(y1) : fexp2(y1);
+      rs[r][kk & 1] += x0 + x1;
+      pn[kk][q] = pack2<F16>(x0, x1);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; r++) l[r] = l[r] * alpha[r] + (rs[r][0] + rs[r][1]);
+}
+
+// Whether the tile of keys kbase.. needs mask_scores for the warp whose first
+// row is wrow0: it crosses Sk or (causal) the warp's diagonal.
+__device__ __forceinline__ bool tile_masked(int kbase, int Sk, int wrow0, int causal) {
+  return (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
+}
+
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU>
+__device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+                                       float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
+  constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ = sbase;
+  const u32 sK0 = sQ + QBYTES;
+  const u32 sV0 = sK0 + STAGES * KVBYTES;
+  const u32 bars = sV0 + STAGES * KVBYTES;  // 1 + 4·STAGES mbarriers of 8 bytes
+  const u32 barQ = bars, fullK0 = bars + 8, fullV0 = fullK0 + 8 * STAGES;
+  const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
+
+  const int bh = blockIdx.y;
+  const int qb = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+  const int q0 = qb * BRQ;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int kv_end = causal ? min(Sk, q0 + BRQ) : Sk;
+  const int ntiles = (kv_end + BC - 1) / BC;
+
+  if (tid == 0) {
+    mbar_init(barQ, 1);
+#pragma unroll
+    for (int st = 0; st < STAGES; st++) {
+      mbar_init(fullK0 + 8 * st, 1);
+      mbar_init(fullV0 + 8 * st, 1);
+      mbar_init(emptyK0 + 8 * st, 4 * NWG);
+      mbar_init(emptyV0 + 8 * st, 4 * NWG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Registers: the launch bound leaves 65536 / (128·(NWG+1)) a thread, 168
+  // or 128; setmaxnreg moves them from the producer to the consumers
+  // (24·128 + 2·240·128 = 168·384, 32·128 + 3·160·128 = 128·512).
+  if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
+    if constexpr (NWG == 2) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+    }
+    if (warp == 4 * NWG && lane == 0) {
+      mbar_expect_tx(barQ, QBYTES);
+#pragma unroll
+      for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ);
+      int st = 0;
+      u32 ph = 0;  // parity of the stage's current use
+      for (int j = 0; j < ntiles; j++) {
+        // Tile j reuses the stage of tile j-STAGES: wait for its release.
+        if (j >= STAGES) mbar_wait(emptyK0 + 8 * st, ph ^ 1);
+        mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
+        if (j >= STAGES) mbar_wait(emptyV0 + 8 * st, ph ^ 1);
+        mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
+        if (++st == STAGES) {
+          st = 0;
+          ph ^= 1;
+        }
+      }
+    }
+  } else {  // consumer warpgroups
+    if constexpr (NWG == 2) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+    }
+    const int cw = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const int wgrow0 = q0 + cw * 64;  // the warpgroup's first row
+    const int wrow0 = wgrow0 + (warp & 3) * 16;
+    const float c = scale * kLog2e;
+    const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; i++) o[i] = 0.f;
+    float m[2] = {-inf_f(), -inf_f()};
+    float l[2] = {0.f, 0.f};
+    float alpha[2];
+    u32 p[BC / 16][4];
+    const u32 sQw = sQ + cw * 64 * 128;
+
+    mbar_wait<false>(barQ, 0);
+    mbar_wait<false>(fullK0, 0);
+    if (cw != 0) named_bar_sync(my_turn, 256);
+    {
+      float s[BC / 2];
+      qk_issue_rows<F16, D, BRQ>(s, sQw, sK0);
+      named_bar_arrive(next_turn, 256);  // ntiles >= 1: a phase follows
+      wgmma_wait<0>();
+      reg_fence<BC / 2>(s);
+      if (lane == 0) mbar_arrive(emptyK0);
+      // o = 0: no rescale
+      if (tile_masked(0, Sk, wgrow0, causal)) {
+        mask_scores(s, 0, Sk, wrow0, g, t, causal);
+        softmax_pack<F16, 0>(s, m, l, c, alpha, p);
+      } else {
+        softmax_pack<F16, EMU>(s, m, l, c, alpha, p);
+      }
+    }
+
+    int st = 0;
+    u32 ph = 0;
+    // Step j: P_j from pa, P_{j+1} into pb.
+    auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
+      const bool next = j + 1 < ntiles;
+      const int st1 = st + 1 == STAGES ? 0 : st + 1;
+      const u32 ph1 = st1 == 0 ? ph ^ 1 : ph;
+      if (next) mbar_wait<false>(fullK0 + 8 * st1, ph1);
+      mbar_wait<false>(fullV0 + 8 * st, ph);
+      float s[BC / 2];
+      named_bar_sync(my_turn, 256);
+      if (next) qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
+      pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
+      if (next || cw != NWG - 1) named_bar_arrive(next_turn, 256);
+      if (next) {
+        const int kb = (j + 1) * BC;
+        const bool masked = tile_masked(kb, Sk, wgrow0, causal);
+        if (OVERLAP && !masked) {
+          wgmma_wait<1>();
+          reg_fence<BC / 2>(s);
+          softmax_pack<F16, EMU>(s, m, l, c, alpha, pb);
+          // ptxas moves instructions that do not depend on a wgmma past
+          // wgmma.wait_group: here (and in version 3) every exponential
+          // ended up after the wait for P_j·V_j, so no softmax overlapped it.
+          // It keeps an mbarrier arrive ahead of the wait, though, so K_{j+1}
+          // is released only now, at an address computed from the row sums
+          // (l >= 0: the offset is 0), which pulls every exponential ahead.
+          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&pa[0][0]);
+          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+        } else {
+          wgmma_wait<0>();
+          reg_fence<BC / 2>(s);
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&pa[0][0]);
+          if (lane == 0) {
+            mbar_arrive(emptyK0 + 8 * st1);
+            mbar_arrive(emptyV0 + 8 * st);
+          }
+          if (masked) {
+            mask_scores(s, kb, Sk, wrow0, g, t, causal);
+            softmax_pack<F16, 0>(s, m, l, c, alpha, pb);
+          } else {
+            softmax_pack<F16, EMU>(s, m, l, c, alpha, pb);
+          }
+        }
+        rescale_o<D>(o, alpha);
+      } else {
+        wgmma_wait<0>();
+        reg_fence<D / 2>(o);
+        reg_fence_u<BC / 4>(&pa[0][0]);
+        if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+      }
+      st = st1;
+      ph = ph1;
+    };
+    if constexpr (OVERLAP) {
+      // Two P arrays in turn (the loop unrolled by two): packing P_{j+1}
+      // into a spare array and copying it over P_j's after P_j·V_j would cost
+      // 32 moves a step.
+      u32 p2[BC / 16][4];
+      for (int j = 0; j < ntiles; j += 2) {
+        step(j, p, p2);
+        if (j + 1 < ntiles) step(j + 1, p2, p);
+      }
+    } else {
+      for (int j = 0; j < ntiles; j++) step(j, p, p);  // P_{j+1} packed once P_j·V_j is done
+    }
+    store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+  }
+}
 
 // ---------------------------------------------------------------- backward: TMA
 //
@@ -1265,6 +1608,28 @@ FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d64, false, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
 FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
+
+// Version 4 (fwd_pp): NWG consumer warpgroups and a producer warpgroup, K/V
+// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V;
+// EMU: exponentials in eight on the FMA pipe.
+#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP, EMU)                                         \
+  extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
+           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
+           int Sk, float scale, int causal) {                                                       \
+    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP, EMU>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+  }
+
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false, 0)
+FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false, 0)
+FA90_FWD_PP(flash_fwd_sm90_ppe_bf16_d64, false, 64, 2, 4, true, 1)
+FA90_FWD_PP(flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1)
+FA90_FWD_PP(flash_fwd_sm90_pp3e_bf16_d64, false, 64, 3, 4, false, 1)
+FA90_FWD_PP(flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1)
 
 #define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \

@@ -21,8 +21,15 @@ const flashSM90File = "flash_attention_sm90.cu"
 // bf16/fp16 with head dim 64 or 128. Unset, "1" or "tma": the TMA,
 // warp-specialised Hopper kernel (flashSM90Default; checked and timed on an
 // H200, about 1.6x FA2 at D=128, S=4096); "tmapipe": the same with Q·Kᵀ of the
-// next tile overlapping P·V of this one; "cpasync": the one whose consumer
-// warps load with cp.async; "0": FA2. Other devices, dtypes and head dims
+// next tile overlapping P·V of this one; "pp": tmapipe's overlap with the two
+// consumer warpgroups taking turns at the tensor cores (ping-pong), K and V
+// released apart, a deeper ring at D=64; "pp3": three such warpgroups (192
+// query rows a CTA) without the overlap inside a warpgroup, at D=64 (at D=128
+// their registers do not fit: "pp3" runs "pp" there); "ppe", "pp3e": "pp" and
+// "pp3" with an eighth of the softmax's exponentials computed on the FMA pipe
+// instead of the SFU, at D=64 (at D=128 the SFU is not the bottleneck: both
+// run "pp"); "cpasync": the one whose consumer warps load with cp.async;
+// "0": FA2. Other devices, dtypes and head dims
 // always run FA2. FlashBackward stays FA2; it reads the LSE that every
 // forward writes the same way (natural log, +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
@@ -47,9 +54,38 @@ func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 +
 
 func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 
+// flashSM90PP is the tiling of a ping-pong forward (fwd_pp in
+// flash_attention_sm90.cu) as its entry points fix it: consumer warpgroups
+// of 64 query rows each, and the depth of the K and V rings.
+type flashSM90PP struct{ warpgroups, stages int }
+
+// flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp",
+// "pp3", "ppe" or "pp3e") at dim: D=64 tiles take half the shared memory of
+// D=128 ones, so its rings hold four instead of two.
+func flashSM90PPOf(variant string, dim int) flashSM90PP {
+	switch {
+	case (variant == "pp3" || variant == "pp3e") && dim == 64:
+		return flashSM90PP{3, 4}
+	case dim == 64:
+		return flashSM90PP{2, 4}
+	}
+	return flashSM90PP{2, 2}
+}
+
+func (t flashSM90PP) rows() int    { return 64 * t.warpgroups }
+func (t flashSM90PP) threads() int { return 128 * (t.warpgroups + 1) }
+
+// smem is the kernel's dynamic shared memory: the Q tile, STAGES K and V
+// tiles (16-bit), 1 + 4·STAGES mbarriers and 1024 bytes to align the start
+// to a swizzle block.
+func (t flashSM90PP) smem(dim int) int {
+	return t.rows()*dim*2 + 2*t.stages*flashSM90Keys*dim*2 + 8*(1+4*t.stages) + 1024
+}
+
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
 // none): variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
-// "" the cp.async one.
+// "pp", "pp3", "ppe" and "pp3e" the ping-pong kernels (at D=128 all four are
+// "pp"), "" the cp.async one.
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -63,8 +99,11 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	if dim != 64 && dim != 128 {
 		return ""
 	}
+	if strings.HasPrefix(variant, "pp") && dim == 128 {
+		variant = "pp"
+	}
 	switch variant {
-	case "tma", "tmapipe":
+	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 	case "":
 		return fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
@@ -84,11 +123,11 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, en
 		return "", nil
 	case "", "1":
 		variant = flashSM90Default
-	case "tma", "tmapipe":
+	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
 		variant = env
 	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe, pp, pp3, ppe, pp3e or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -144,6 +183,9 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	}
 	if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 		return flashForwardSM90TMA(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+	}
+	if strings.HasPrefix(name, "flash_fwd_sm90_pp") {
+		return flashForwardSM90PP(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	smem := flashSM90Smem(dim)
 	f, err := ks.fn(name, smem)
@@ -256,6 +298,26 @@ func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 		grid := [3]uint32{uint32((sq + flashSM90Rows - 1) / flashSM90Rows), uint32(n), 1}
 		maps := []flashTMATensor{{q + qo, sq, flashSM90Rows}, {k + ko, sk, flashSM90Keys}, {v + ko, sk, flashSM90Keys}}
 		return launchFlashTMA(d, f, name, grid, flashSM90TMAThreads, smem, n, dim, maps,
+			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
+	})
+}
+
+// flashForwardSM90PP launches a ping-pong forward (flash_fwd_sm90_pp*_*):
+// the arguments of the TMA kernels, with the Q map's box and the grid sized
+// to its rows per CTA.
+func flashForwardSM90PP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
+	t := flashSM90PPOf(variant, dim)
+	smem := t.smem(dim)
+	f, err := ks.fn(name, smem)
+	if err != nil {
+		return err
+	}
+	return flashHeadChunks(bh, func(h0, n int) error {
+		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
+		grid := [3]uint32{uint32((sq + t.rows() - 1) / t.rows()), uint32(n), 1}
+		maps := []flashTMATensor{{q + qo, sq, t.rows()}, {k + ko, sk, flashSM90Keys}, {v + ko, sk, flashSM90Keys}}
+		return launchFlashTMA(d, f, name, grid, t.threads(), smem, n, dim, maps,
 			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
 }

@@ -19,6 +19,9 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128",
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
+	"flash_fwd_sm90_pp_bf16_d64", "flash_fwd_sm90_pp_bf16_d128", "flash_fwd_sm90_pp_fp16_d64", "flash_fwd_sm90_pp_fp16_d128",
+	"flash_fwd_sm90_pp3_bf16_d64", "flash_fwd_sm90_pp3_fp16_d64",
+	"flash_fwd_sm90_ppe_bf16_d64", "flash_fwd_sm90_ppe_fp16_d64", "flash_fwd_sm90_pp3e_bf16_d64", "flash_fwd_sm90_pp3e_fp16_d64",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 }
@@ -38,7 +41,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		t.Fatal(err)
 	}
 	var defined []string
-	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|BWD)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PP|BWD)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
 		defined = append(defined, m[1])
 	}
 	want := slices.Clone(flashSM90AllKernels)
@@ -78,6 +81,38 @@ func TestFlashSM90Entries(t *testing.T) {
 	for _, dim := range []int{64, 128} {
 		if n := flashSM90TMASmem(dim); n > flashSM90MaxSmem {
 			t.Errorf("TMA forward d%d needs %d bytes of shared memory, a block may have %d", dim, n, flashSM90MaxSmem)
+		}
+	}
+	// The ping-pong forwards: the sizes the header states, and the ring
+	// depths and warpgroup counts of the .cu's instantiations.
+	for _, c := range []struct {
+		variant    string
+		dim        int
+		want       int
+		instance   string
+		wantThread int
+	}{
+		{"pp", 64, 148616, "flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true, 0", 384},
+		{"pp", 128, 164936, "flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true, 0", 384},
+		{"pp3", 64, 156808, "flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false, 0", 512},
+		{"ppe", 64, 148616, "flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1", 384},
+		{"pp3e", 64, 156808, "flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1", 512},
+	} {
+		tl := flashSM90PPOf(c.variant, c.dim)
+		if got := tl.smem(c.dim); got != c.want {
+			t.Errorf("forward %s d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
+		}
+		if !strings.Contains(string(src), fmt.Sprint(c.want)) {
+			t.Errorf("the .cu header does not state %d (forward %s d%d)", c.want, c.variant, c.dim)
+		}
+		if got := tl.smem(c.dim); got > flashSM90MaxSmem {
+			t.Errorf("forward %s d%d needs %d bytes of shared memory, a block may have %d", c.variant, c.dim, got, flashSM90MaxSmem)
+		}
+		if !strings.Contains(string(src), "FA90_FWD_PP("+c.instance+")") {
+			t.Errorf("the .cu has no FA90_FWD_PP(%s) (forward %s d%d: %d warpgroups, %d stages)", c.instance, c.variant, c.dim, tl.warpgroups, tl.stages)
+		}
+		if tl.threads() != c.wantThread {
+			t.Errorf("forward %s d%d: %d threads, want %d", c.variant, c.dim, tl.threads(), c.wantThread)
 		}
 	}
 	// The bulk-reduction backward's dQ path: one bulk add-reduction per tile
@@ -148,6 +183,15 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_tma_bf16_d128"}, // the default on 9.0
 		{9, 0, GemmF16, 64, 0.1, "tmapipe", "flash_fwd_sm90_tmapipe_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "pp", "flash_fwd_sm90_pp_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "pp", "flash_fwd_sm90_pp_fp16_d64"},
+		{9, 0, GemmBF16, 64, 0.1, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "pp3", "flash_fwd_sm90_pp_fp16_d128"}, // no 3-warpgroup d128
+		{9, 0, GemmBF16, 64, 0.1, "ppe", "flash_fwd_sm90_ppe_bf16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "pp3e", "flash_fwd_sm90_pp3e_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "ppe", "flash_fwd_sm90_pp_bf16_d128"}, // no emulation at d128
+		{9, 0, GemmBF16, 128, 0.1, "pp3e", "flash_fwd_sm90_pp_bf16_d128"},
+		{8, 0, GemmBF16, 128, 0.1, "pp", ""},
 		{9, 0, GemmBF16, 64, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
 		{9, 0, GemmBF16, 96, 0.1, "", ""},
@@ -177,7 +221,7 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"", "tma", "tmapipe"} {
+			for _, v := range []string{"", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e"} {
 				name := flashSM90Name(dt, dim, v)
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -337,6 +381,8 @@ func TestFlashSM90Resources(t *testing.T) {
 			threads = flashSM90BwdThreads
 		} else if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 			threads = flashSM90TMAThreads
+		} else if v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_"); strings.HasPrefix(v, "pp") {
+			threads = flashSM90PPOf(v, 64).threads()
 		}
 		if a.MaxThreadsPerBlock < threads {
 			t.Errorf("%s: at most %d threads per block, the launch uses %d", name, a.MaxThreadsPerBlock, threads)
@@ -416,11 +462,14 @@ func TestFlashSM90GPU(t *testing.T) {
 		}
 	}()
 	for _, fam := range []struct{ label, variant string }{
-		{"cpasync", ""}, {"tma", "tma"}, {"tmapipe", "tmapipe"},
+		{"cpasync", ""}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
+				if !strings.Contains(kname, "_"+fam.label+"_") && fam.variant != "" {
+					continue // pp3, ppe, pp3e at d128 are pp's kernel, checked already
+				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
 					nq := p.bh * p.sq * p.dim
@@ -502,7 +551,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		return true
 	}
 	fa2 := run("0", "")
-	for _, c := range []struct{ env, variant string }{{"", flashSM90Default}, {"1", flashSM90Default}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"cpasync", ""}} {
+	for _, c := range []struct{ env, variant string }{{"", flashSM90Default}, {"1", flashSM90Default}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"}, {"cpasync", ""}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
@@ -557,7 +606,10 @@ func TestFlashSM90Speed(t *testing.T) {
 			}
 			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 []float64
-			for _, variant := range []string{"fa2", "", "tma", "tmapipe"} {
+			for _, variant := range []string{"fa2", "", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e"} {
+				if strings.HasPrefix(variant, "pp") && variant != "pp" && dim == 128 {
+					continue // pp3, ppe, pp3e run pp at d128
+				}
 				t.Setenv(FlashSM90Env, "0")
 				launch := func() error {
 					if variant == "fa2" {
@@ -565,7 +617,10 @@ func TestFlashSM90Speed(t *testing.T) {
 					}
 					return flashForwardSM90(d, flashSM90Name(GemmBF16, dim, variant), in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
 				}
-				label := map[string]string{"fa2": "fa2", "": "cpasync", "tma": "tma", "tmapipe": "tmapipe"}[variant]
+				label := variant
+				if variant == "" {
+					label = "cpasync"
+				}
 				ms, err := timeFlash(d, launch, iters)
 				if err != nil {
 					t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
