@@ -81,6 +81,13 @@ var (
 	flashDecodeStages    = map[int]int{64: 6, 128: 3}
 	flashDecodeV1Stages  = map[int]int{64: 4, 128: 3}
 	flashDecodeMaxStages = map[int]int{64: 14, 128: 6}
+	// flashDecodeWave is how many CTAs per SM v2's one wave plans for, by
+	// head dim (at most what their shared memory lets reside). Measured on
+	// the H200 (TestFlashDecodeTiming, run 4): at D=128 one per SM beat two
+	// (bh 128, S 4096: one chunk 65.1 us against two 67.4; bh 32, S 16384,
+	// Sq 16: four chunks 73.3 against eight 77.5; Sq 1: equal), at D=64 two
+	// per SM beat one (bh 64, S 16384: four chunks 68.0 against two 78.7).
+	flashDecodeWave = map[int]int{64: 2, 128: 1}
 )
 
 // flashDecodeSmem is the decode kernel's dynamic shared memory for a ring of
@@ -172,7 +179,8 @@ func planFlashDecode(dt GemmType, bh, sq, sk, dim int, causal bool) (flashDecode
 // v1: chunks aim at flashDecodeV1CTAs CTAs in all.
 //
 // v2: the chunk count is the largest that keeps the grid within one wave of
-// resident CTAs (flashDecodeSMs × flashDecodeResident of its ring), so that every
+// resident CTAs (flashDecodeSMs × flashDecodeWave, at most what its ring
+// lets reside), so that every
 // CTA starts at once, scans the same number of tiles and the K/V stream
 // keeps all of them busy to the end (the reads are bound by DRAM, not by
 // any one SM, so CTAs with equal work finish together however they are
@@ -213,7 +221,7 @@ func planFlashDecodeAs(v flashDecodeVersion, dt GemmType, bh, sq, sk, dim int, c
 	case flashDecodeV2:
 		p.flags = flashDecodeFlagsV2
 		p.setStages(dim, flashDecodeStages[dim])
-		splits = flashDecodeSMs * flashDecodeResident(dim, p.stages) / bh
+		splits = flashDecodeSMs * min(flashDecodeResident(dim, p.stages), flashDecodeWave[dim]) / bh
 		if bh > flashDecodeMaxTickets {
 			splits = 1
 		}

@@ -465,16 +465,18 @@ func TestFlashDecodePlan(t *testing.T) {
 		{flashDecodeV1, 4, 7, 1000, 128, false, 8, 2},       // 16 tiles
 		{flashDecodeV1, 4, 7, 1000, 128, true, 1, 1},        // causal: 7 keys, one tile
 		{flashDecodeV1, 2, 1, 100, 128, false, 1, 2},        // shorter than two tiles: one split
-		// v2: one wave of 132 x 2 CTAs.
-		{flashDecodeV2, 32, 16, 16384, 128, false, 8, 32}, // 264/32 = 8
-		{flashDecodeV2, 128, 1, 4096, 128, false, 2, 32},  // the bench's D128 S4096
-		{flashDecodeV2, 133, 1, 4096, 128, false, 1, 64},  // more than half the slots: one chunk, written directly
+		// v2: one wave of 132 x 2 CTAs at D=64, 132 x 1 at D=128.
+		{flashDecodeV2, 128, 1, 4096, 128, false, 1, 64},  // the bench's D128 S4096: one CTA per SM at D=128
+		{flashDecodeV2, 32, 16, 16384, 128, false, 4, 64}, // the bench's D128 S16384
+		{flashDecodeV2, 133, 1, 4096, 128, false, 1, 64},  // more than the slots: one chunk, written directly
 		{flashDecodeV2, 256, 1, 4096, 64, false, 1, 64},   // the bench's D64 S4096
 		{flashDecodeV2, 64, 16, 16384, 64, false, 4, 64},  // the bench's D64 S16384
 		{flashDecodeV2, 100, 1, 4096, 64, false, 2, 32},
-		{flashDecodeV2, 40, 1, 16384, 128, false, 6, 43},    // 264/40 = 6; the last chunk has 41 tiles
+		{flashDecodeV2, 40, 1, 16384, 128, false, 3, 86},    // 132/40 = 3; the last chunk has 84 tiles
+		{flashDecodeV2, 40, 1, 16384, 64, false, 6, 43},     // 264/40 = 6; the last chunk has 41 tiles
 		{flashDecodeV2, 1, 1, 16384, 128, false, 128, 2},    // chunks of >= 2 tiles
-		{flashDecodeV2, 1, 1, 1 << 19, 128, false, 256, 32}, // at most 256 splits
+		{flashDecodeV2, 1, 1, 1 << 19, 64, false, 256, 32},  // at most 256 splits
+		{flashDecodeV2, 1, 1, 1 << 19, 128, false, 131, 63}, // 132 slots: 8192 tiles in chunks of 63
 		{flashDecodeV2, 1024, 1, 4096, 128, false, 1, 64},
 		{flashDecodeV2, 4, 7, 1000, 128, false, 8, 2},
 		{flashDecodeV2, 4, 7, 1000, 128, true, 1, 1},
@@ -513,7 +515,7 @@ func TestFlashDecodePlan(t *testing.T) {
 			}
 		}
 	}
-	if p, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, 128, 1, 4096, 128, false); p.String() != "v2 2x32 r3" {
+	if p, _ := planFlashDecodeAs(flashDecodeV2, GemmBF16, 64, 1, 4096, 128, false); p.String() != "v2 2x32 r3" {
 		t.Errorf("plan String %q, want \"v2 2x32 r3\"", p.String())
 	}
 	if _, err := planFlashDecode(GemmBF16, 1, 17, 4096, 128, false); err == nil || !strings.Contains(err.Error(), "17 query rows") {
