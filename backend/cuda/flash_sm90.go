@@ -18,24 +18,26 @@ import (
 const flashSM90File = "flash_attention_sm90.cu"
 
 // FlashSM90Env chooses the forward on a compute capability 9.0 device for
-// bf16/fp16 with head dim 64 or 128. Unset, "1" or "tma": the TMA,
-// warp-specialised Hopper kernel (flashSM90Default; checked and timed on an
-// H200, about 1.6x FA2 at D=128, S=4096); "tmapipe": the same with Q·Kᵀ of the
-// next tile overlapping P·V of this one; "pp": tmapipe's overlap with the two
-// consumer warpgroups taking turns at the tensor cores (ping-pong), K and V
-// released apart, a deeper ring at D=64; "pp3": three such warpgroups (192
-// query rows a CTA) without the overlap inside a warpgroup, at D=64 (at D=128
-// their registers do not fit: "pp3" runs "pp" there); "ppe", "pp3e": "pp" and
+// bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90Default, "pp3".
+// "tma": the TMA, warp-specialised Hopper kernel (a producer warpgroup, two
+// consumer warpgroups); "tmapipe": the same with Q·Kᵀ of the next tile
+// overlapping P·V of this one; "pp": tmapipe's overlap with the two consumer
+// warpgroups taking turns at the tensor cores (ping-pong), K and V released
+// apart, a deeper ring at D=64; "pp3": three such warpgroups (192 query rows
+// a CTA) without the overlap inside a warpgroup, at D=64 (at D=128 their
+// registers do not fit: "pp3" runs "pp" there); "ppe", "pp3e": "pp" and
 // "pp3" with an eighth of the softmax's exponentials computed on the FMA pipe
-// instead of the SFU, at D=64 (at D=128 the SFU is not the bottleneck: both
-// run "pp"); "cpasync": the one whose consumer warps load with cp.async;
-// "0": FA2. Other devices, dtypes and head dims
-// always run FA2. FlashBackward stays FA2; it reads the LSE that every
-// forward writes the same way (natural log, +inf for a row that sees no key).
+// instead of the SFU, at D=64 (at D=128 both run "pp"); "cpasync": the one
+// whose consumer warps load with cp.async; "0": FA2. Other devices, dtypes
+// and head dims always run FA2. Every forward writes the LSE the backward
+// reads the same way (natural log, +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
-// flashSM90Default is the kernel FlashSM90Env selects when unset or "1".
-const flashSM90Default = "tma"
+// flashSM90Default is the kernel FlashSM90Env selects when unset or "1":
+// "pp3", which is "pp" at D=128. On the H200 (bf16, S=4096, run 4) pp3 ran
+// the D=64 forward at 457 TFLOP/s against tma's 424 (causal: 381 and 383),
+// and pp the D=128 one at 596 against 585 (causal: 519 and 514).
+const flashSM90Default = "pp3"
 
 // The sm90 forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
 // consumer warpgroups owns 128 query rows; K/V tiles of 128 keys,

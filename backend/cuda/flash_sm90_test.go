@@ -176,12 +176,13 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_tma_bf16_d128"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_pp_bf16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "1", "flash_fwd_sm90_pp3_bf16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "tma", "flash_fwd_sm90_tma_fp16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_tma_bf16_d128"}, // the default on 9.0
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_pp_bf16_d128"}, // the default on 9.0
 		{9, 0, GemmF16, 64, 0.1, "tmapipe", "flash_fwd_sm90_tmapipe_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "pp", "flash_fwd_sm90_pp_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "pp", "flash_fwd_sm90_pp_fp16_d64"},

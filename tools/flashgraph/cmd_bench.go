@@ -313,6 +313,8 @@ func printAttnTable(w io.Writer, shapes []benchShape, rows []benchRow) {
 var sm90Variants = []struct{ impl, column, env string }{
 	{"fused-sm90", "tma", "tma"},
 	{"fused-sm90pipe", "pipe", "tmapipe"},
+	{"fused-sm90pp", "pp", "pp"},
+	{"fused-sm90pp3", "pp3", "pp3"},
 	{"fused-sm90cp", "cpasync", "cpasync"},
 }
 
@@ -327,7 +329,8 @@ func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
 		}
 	}
 	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused); Hopper wgmma kernels/flash_attention_sm90.cu: tma = TMA + producer warpgroup,")
-	fmt.Fprintln(w, "pipe = tma with Q·Kᵀ of the next tile overlapping P·V, cpasync = no producer; cuDNN; then the best sm90's speed over FA2 and cuDNN:")
+	fmt.Fprintln(w, "pipe = tma with Q·Kᵀ of the next tile overlapping P·V, pp = pipe with the consumer warpgroups taking turns (ping-pong),")
+	fmt.Fprintln(w, "pp3 = three ping-pong warpgroups at D=64 (pp at D=128), cpasync = no producer; cuDNN; then the best sm90's speed over FA2 and cuDNN:")
 	fmt.Fprintf(w, "%4s %6s %2s | %6s", "D", "S", "c", "fa2")
 	for _, v := range sm90Variants {
 		fmt.Fprintf(w, " %7s", v.column)
@@ -467,9 +470,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"run as a subprocess). Shapes keep B·S and H·D fixed. Prints one table of TFLOP/s, ratios,\n"+
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
 			"(model small, fused vs unfused attention). On a compute capability 9.0 GPU the fused forward is\n"+
-			"the Hopper TMA kernel unless "+cuda.FlashSM90Env+"=0; -sm90 times FA2 (\"fused\") and each Hopper\n"+
-			"forward (kernels/flash_attention_sm90.cu) and prints their forward table. "+cuda.FlashSM90BwdEnv+"=1\n"+
-			"makes the fused backward the Hopper one (experimental).", stderr)
+			"a Hopper kernel unless "+cuda.FlashSM90Env+"=0, and so is the backward unless "+cuda.FlashSM90BwdEnv+"=0;\n"+
+			"-sm90 times FA2 (\"fused\") and each Hopper forward (kernels/flash_attention_sm90.cu) and prints\n"+
+			"their forward table.", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
@@ -489,8 +492,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	memShapesFlag := fs.String("memory-shapes", "4096:8,16384:8,16384:16", "S:B pairs of the -memory table")
 	seed := fs.Uint64("seed", 1, "seed of the random inputs")
 	sm90 := fs.Bool("sm90", false, "time the fused path once more per Hopper forward, its forward on FA2 (\"fused\") and on\n"+
-		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pipe, fused-sm90cp:\n"+
-		cuda.FlashSM90Env+"=tma, tmapipe, cpasync; the backward stays FA2), and print the forwards beside\n"+
+		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pipe, fused-sm90pp,\n"+
+		"fused-sm90pp3, fused-sm90cp: "+cuda.FlashSM90Env+"=tma, tmapipe, pp, pp3, cpasync), and print the forwards beside\n"+
 		"cuDNN's (needs a compute capability 9.0 GPU)")
 	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
 		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
