@@ -98,7 +98,7 @@ func (b *Backend) BenchWarmUp() error {
 		return err
 	}
 	// On compute capability 9.0 the forward is flash_attention_sm90.cu's.
-	if name, err := flashSM90Choice(d, GemmBF16, 128, 1); err != nil {
+	if name, err := flashSM90Choice(d, GemmBF16, 128, 4096, false, 1); err != nil {
 		return err
 	} else if name != "" {
 		if _, err := d.flashSM90Kernels(); err != nil {

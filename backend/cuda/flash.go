@@ -184,7 +184,7 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 			})
 		}
 	}
-	if name, err := flashSM90Choice(d, dt, dim, scale); err != nil {
+	if name, err := flashSM90Choice(d, dt, dim, sq, causal, scale); err != nil {
 		return err
 	} else if name != "" {
 		return flashForwardSM90(d, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)

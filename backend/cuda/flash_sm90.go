@@ -18,7 +18,8 @@ import (
 const flashSM90File = "flash_attention_sm90.cu"
 
 // FlashSM90Env chooses the forward on a compute capability 9.0 device for
-// bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90Default, "pp3".
+// bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90DefaultFor the
+// shape ("pp3", but "tma" for causal D=64 up to 2048 query rows).
 // "tma": the TMA, warp-specialised Hopper kernel (a producer warpgroup, two
 // consumer warpgroups); "tmapipe": the same with Q·Kᵀ of the next tile
 // overlapping P·V of this one; "pp": tmapipe's overlap with the two consumer
@@ -33,11 +34,37 @@ const flashSM90File = "flash_attention_sm90.cu"
 // reads the same way (natural log, +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
-// flashSM90Default is the kernel FlashSM90Env selects when unset or "1":
-// "pp3", which is "pp" at D=128. On the H200 (bf16, S=4096, run 4) pp3 ran
-// the D=64 forward at 457 TFLOP/s against tma's 424 (causal: 381 and 383),
-// and pp the D=128 one at 596 against 585 (causal: 519 and 514).
+// flashSM90Default is the kernel FlashSM90Env selects when unset or "1",
+// unless a rule of flashSM90DefaultRules matches the shape: "pp3", which is
+// "pp" at D=128. On the H200 (bf16, S=4096, run 4) pp3 ran the D=64 forward
+// at 457 TFLOP/s against tma's 424 (causal: 381 and 383), and pp the D=128
+// one at 596 against 585 (causal: 519 and 514).
 const flashSM90Default = "pp3"
+
+// flashSM90DefaultRules are the shapes where the default forward is another
+// kernel than flashSM90Default: the first rule whose head dim and causality
+// match and whose maxSq is at least Sq names it.
+var flashSM90DefaultRules = []struct {
+	dim     int
+	causal  bool
+	maxSq   int
+	variant string
+}{
+	// pp3's 192-row CTAs leave causal attention with few, unequal blocks
+	// per head at short sequences: at S=1024 227 TFLOP/s against tma's 262
+	// (run 5; equal at S=4096, pp3 ahead by 4% at S=16384).
+	{64, true, 2048, "tma"},
+}
+
+// flashSM90DefaultFor is the forward variant the default runs for a shape.
+func flashSM90DefaultFor(dim, sq int, causal bool) string {
+	for _, r := range flashSM90DefaultRules {
+		if r.dim == dim && r.causal == causal && sq <= r.maxSq {
+			return r.variant
+		}
+	}
+	return flashSM90Default
+}
 
 // The sm90 forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
 // consumer warpgroups owns 128 query rows; K/V tiles of 128 keys,
@@ -118,13 +145,13 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 // unset, none when it is "0"; only on compute capability 9.0 (the cubin is
 // sm_90a) and when the kernel exists for dt and dim; scale must be positive,
 // as for FA2's tensor-core kernels.
-func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32, env string) (string, error) {
+func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, scale float32, env string) (string, error) {
 	variant := ""
 	switch env {
 	case "0":
 		return "", nil
 	case "", "1":
-		variant = flashSM90Default
+		variant = flashSM90DefaultFor(dim, sq, causal)
 	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
 		variant = env
 	case "cpasync":
@@ -232,10 +259,10 @@ func flashHeadOffset(h0, rows, cols, elem int) DevicePtr {
 // 12.0 cannot target sm_90a; a driver without cuTensorMapEncodeTiled cannot
 // encode the TMA maps), FA2 runs instead; a kernel asked for by name fails
 // with the reason.
-func flashSM90Choice(d *Device, dt GemmType, dim int, scale float32) (string, error) {
+func flashSM90Choice(d *Device, dt GemmType, dim, sq int, causal bool, scale float32) (string, error) {
 	maj, mnr := d.ComputeCapability()
 	env := os.Getenv(FlashSM90Env)
-	name, err := flashSM90Pick(maj, mnr, dt, dim, scale, env)
+	name, err := flashSM90Pick(maj, mnr, dt, dim, sq, causal, scale, env)
 	if err != nil || name == "" || env != "" {
 		return name, err
 	}

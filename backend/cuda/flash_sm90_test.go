@@ -203,12 +203,32 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF32, 128, 0.1, "1", ""},
 		{9, 0, GemmBF16, 128, -1, "1", ""}, // tensor-core kernels need scale > 0
 	} {
-		got, err := flashSM90Pick(c.maj, c.mnr, c.dt, c.dim, c.scale, c.env)
+		got, err := flashSM90Pick(c.maj, c.mnr, c.dt, c.dim, 4096, false, c.scale, c.env)
 		if err != nil || got != c.want {
 			t.Errorf("flashSM90Pick(%d.%d, %v, d%d, %g, %q) = %q, %v; want %q", c.maj, c.mnr, c.dt, c.dim, c.scale, c.env, got, err, c.want)
 		}
 	}
-	if _, err := flashSM90Pick(9, 0, GemmBF16, 128, 0.1, "yes"); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
+	// The default by shape (flashSM90DefaultRules): short causal D=64 runs
+	// tma, everything else pp3 (pp at D=128); a named kernel is a name.
+	for _, c := range []struct {
+		dim, sq int
+		causal  bool
+		env     string
+		want    string
+	}{
+		{64, 1024, true, "", "flash_fwd_sm90_tma_bf16_d64"},
+		{64, 2048, true, "1", "flash_fwd_sm90_tma_bf16_d64"},
+		{64, 2049, true, "", "flash_fwd_sm90_pp3_bf16_d64"},
+		{64, 1024, false, "", "flash_fwd_sm90_pp3_bf16_d64"},
+		{128, 1024, true, "", "flash_fwd_sm90_pp_bf16_d128"},
+		{64, 1024, true, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
+	} {
+		got, err := flashSM90Pick(9, 0, GemmBF16, c.dim, c.sq, c.causal, 0.1, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("flashSM90Pick(d%d, sq %d, causal %v, %q) = %q, %v; want %q", c.dim, c.sq, c.causal, c.env, got, err, c.want)
+		}
+	}
+	if _, err := flashSM90Pick(9, 0, GemmBF16, 128, 4096, false, 0.1, "yes"); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
 		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90Env, err)
 	}
 	if got := flashSM90Smem(128); got != 164864 {
@@ -552,7 +572,8 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		return true
 	}
 	fa2 := run("0", "")
-	for _, c := range []struct{ env, variant string }{{"", flashSM90Default}, {"1", flashSM90Default}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"}, {"cpasync", ""}} {
+	def := flashSM90DefaultFor(dim, s, true)
+	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"}, {"cpasync", ""}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
