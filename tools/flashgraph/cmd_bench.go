@@ -498,11 +498,19 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
 		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
 		"without the decode forward ("+cuda.FlashDecodeEnv+"=0) and SDPA's backends (sdpa_bench.py --decode-sq)")
+	accuracy := addAccuracyFlags(fs)
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if *accuracy.on {
+		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, *seed, *torchPy, *jsonOut, *device)
+		if err != nil {
+			return err
+		}
+		return runBenchAccuracy(stdout, stderr, o)
+	}
 	if *decode != "" {
 		return runBenchDecode(stdout, stderr, decodeOptions{sqs: *decode, seqs: *seqs, dims: *dims, tokens: *tokens, width: *width,
 			warmup: *warmup, iters: *iters, seed: *seed, torchPy: *torchPy, reference: *reference, torchBackends: *torchBackends,
