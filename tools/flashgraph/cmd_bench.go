@@ -472,7 +472,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"(model small, fused vs unfused attention). On a compute capability 9.0 GPU the fused forward is\n"+
 			"a Hopper kernel unless "+cuda.FlashSM90Env+"=0, and so is the backward unless "+cuda.FlashSM90BwdEnv+"=0;\n"+
 			"-sm90 times FA2 (\"fused\") and each Hopper forward (kernels/flash_attention_sm90.cu) and prints\n"+
-			"their forward table.", stderr)
+			"their forward table. -accuracy measures instead the fused kernels' error against a float64\n"+
+			"reference beside cuDNN's and FLASH's on the same inputs (tools/reference/sdpa_error.py);\n"+
+			"-decode times generation-shaped attention.", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
