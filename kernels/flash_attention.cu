@@ -13,14 +13,14 @@
 // Entry points and launch configurations (T in {bf16, fp16}; D in {64, 128}):
 //
 //   flash_fwd_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
-//     grid (BH, ceil(Sq/FWD_BR)), block FWD_NW*32, dynamic smem (FWD_BR + 2*FWD_BC)*D*2
+//     grid (ceil(Sq/FWD_BR), BH), block FWD_NW*32, dynamic smem (FWD_BR + 2*FWD_BC)*D*2
 //     (FWD_BR = 16*FWD_NW), above 48 KB so the opt-in limit must be raised:
 //       d64 : FWD_BR=128, FWD_BC=128, FWD_NW=8 -> 49152 B
 //       d128: FWD_BR=64,  FWD_BC=64,  FWD_NW=4 -> 49152 B
 //   flash_bwd_pre_<T|fp32>(o, dO, Dsum, dQaccum, rows=BH*Sq, D)
 //     grid ceil(rows/8), block 256: Dsum = rowsum(dO*O); dQaccum = 0 (if non-null).
 //   flash_bwd_<T>_d<D>(q, k, v, dO, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk, scale, causal)
-//     grid (BH, ceil(Sk/(16*BWD_NW))), block BWD_NW*32,
+//     grid (ceil(Sk/(16*BWD_NW)), BH), block BWD_NW*32,
 //     dynamic smem 2*BC*D*2 + 4*BR*D*2 + BC*BR*2 + 4*BR*4 (BC = 16*BWD_NW).
 //       d64 : BWD_BR=128, BWD_NW=8 -> 133120 B;  d128: BWD_BR=64, BWD_NW=8 -> 148480 B
 //   flash_bwd_convert_<T>(dQaccum, dQ, n, scale)   any grid (grid-stride), block 256: dQ = dQaccum*scale.
@@ -183,8 +183,10 @@ __device__ __forceinline__ void fwd_tc(const T* __restrict__ Q, const T* __restr
   const u32 sK = sQ + BR * D * 2;
   const u32 sV = sK + BC * D * 2;
 
-  const int bh = blockIdx.x;
-  const int qb = causal ? (int)(gridDim.y - 1 - blockIdx.y) : (int)blockIdx.y;
+  // The head from grid y, the query block from grid x: the CTAs resident
+  // together then share a few heads' K and V in L2.
+  const int bh = blockIdx.y;
+  const int qb = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
   const int q0 = qb * BR;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -352,8 +354,8 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
   float* sL = reinterpret_cast<float*>(smem_raw + 2 * BC * D * 2 + 4 * BR * D * 2 + BC * BR * 2);  // [2][BR]
   float* sDs = sL + 2 * BR;                                                                      // [2][BR]
 
-  const int bh = blockIdx.x;
-  const int n0 = blockIdx.y * BC;
+  const int bh = blockIdx.y;  // as in the forward: heads on grid y, key blocks on x
+  const int n0 = blockIdx.x * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const T* Qb = Q + (size_t)bh * Sq * D;

@@ -201,11 +201,16 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 	if err != nil {
 		return err
 	}
-	grid := [3]uint32{uint32(bh), uint32((sq + p.fwdRows - 1) / p.fwdRows), 1}
 	block := [3]uint32{uint32(p.fwdThreads), 1, 1}
 	if p.tensorCore {
-		return d.Launch(f, grid, block, uint32(p.fwdSmem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
+		// Heads on grid y (see flashHeadChunks), query blocks on x.
+		return flashHeadChunks(bh, func(h0, n int) error {
+			qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
+			grid := [3]uint32{uint32((sq + p.fwdRows - 1) / p.fwdRows), uint32(n), 1}
+			return d.Launch(f, grid, block, uint32(p.fwdSmem), q+qo, k+ko, v+ko, o+qo, lse+lo, int32(n), int32(sq), int32(sk), scale, b2i(causal))
+		})
 	}
+	grid := [3]uint32{uint32(bh), uint32((sq + p.fwdRows - 1) / p.fwdRows), 1}
 	return d.Launch(f, grid, block, uint32(p.fwdSmem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal))
 }
 
@@ -287,7 +292,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		if err := flashBackwardSM90(d, sm90, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, dim, scale, causal); err != nil {
 			return err
 		}
-	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, scale, causal); err != nil {
+	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, dim, scale, causal); err != nil {
 		return err
 	}
 	conv, err := ks.fn(p.bwdConvert, 0)
@@ -300,11 +305,16 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 }
 
 // flashBackwardFA2 launches FA2's tensor-core backward main kernel.
-func flashBackwardFA2(d *Device, ks *kernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk int, scale float32, causal bool) error {
+func flashBackwardFA2(d *Device, ks *kernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	fb, err := ks.fn(p.bwd, p.bwdSmem)
 	if err != nil {
 		return err
 	}
-	return d.Launch(fb, [3]uint32{uint32(bh), uint32((sk + p.bwdKeys - 1) / p.bwdKeys), 1}, [3]uint32{uint32(p.bwdThreads), 1, 1},
-		uint32(p.bwdSmem), q, k, v, dO, lse, dsum, dqacc, dk, dv, int32(bh), int32(sq), int32(sk), scale, b2i(causal))
+	// Heads on grid y (see flashHeadChunks), key blocks on x.
+	return flashHeadChunks(bh, func(h0, n int) error {
+		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2)
+		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
+		return d.Launch(fb, [3]uint32{uint32((sk + p.bwdKeys - 1) / p.bwdKeys), uint32(n), 1}, [3]uint32{uint32(p.bwdThreads), 1, 1},
+			uint32(p.bwdSmem), q+qo, k+ko, v+ko, dO+qo, lse+lo, dsum+lo, dqacc+ao, dk+ko, dv+ko, int32(n), int32(sq), int32(sk), scale, b2i(causal))
+	})
 }
