@@ -315,6 +315,8 @@ var sm90Variants = []struct{ impl, column, env string }{
 	{"fused-sm90pipe", "pipe", "tmapipe"},
 	{"fused-sm90pp", "pp", "pp"},
 	{"fused-sm90pp3", "pp3", "pp3"},
+	{"fused-sm90ppp", "ppp", "ppp"},
+	{"fused-sm90ppp3", "ppp3", "ppp3"},
 	{"fused-sm90cp", "cpasync", "cpasync"},
 }
 
