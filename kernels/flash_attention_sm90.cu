@@ -33,9 +33,13 @@
 //   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(...)  pp and pp3
 //     persistent (version 5, see fwd_ppp): 1-D grid of at most one CTA per
 //     SM, each walking (head, query block) tiles; block and Q map box as pp
-//     and pp3 (the maps span all BH heads), one mbarrier and two 16-byte
-//     tile slots more: dynamic smem d64 148656, d128 164976 (ppp), 156848
-//     (ppp3).
+//     and pp3 (the maps span all BH heads), dynamic smem QBUF·BRQ·D·2 +
+//     2·stages·128·D·2 + 8·(4·stages + 2·QBUF) + 32·QBUF + 1024 bytes
+//     (BRQ = 128 or 192 query rows) with QBUF = 1 Q buffer: d64 148656,
+//     d128 164976 (ppp), 156848 (ppp3).
+//   flash_fwd_sm90_pppq_<T>_d<D>, flash_fwd_sm90_ppp3q_<T>_d64(...)  the same
+//     with QBUF = 2 (the next tile's Q loaded a tile ahead): d64 165088,
+//     d128 197792 (pppq), 181472 (ppp3q).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -1078,25 +1082,29 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // (G = gridDim.x). Causal: a head's blocks in the order last, first, second
 // last, second.. (pos 2i is block nqb-1-i, pos 2i+1 block i), and CTA b takes
 // the pairs of tiles (2u, 2u+1) for u = b, b + G..: the two tiles of a pair
-// have nqb+1 K/V tiles together (fewer where Sk < Sq) whichever pair it is,
+// have about as many K/V tiles together whichever pair it is (nqb+1 with
+// 128-row blocks and Sk >= Sq; a pair may span two heads where nqb is odd),
 // so the CTAs get about equal work, the heavy tile of each pair first.
 // ppp_tile gives the flat index of a CTA's i-th tile; it grows with i.
 //
 // Producer (one thread): it alone walks the CTA's tiles. One K/V ring for
-// all of them, its stage and parity counters running on across tiles; per
-// tile K_0, then Q (once the consumers have released the previous tile's Q:
-// mbarrier emptyQ, 4·NWG arrivals, one per consumer warp after the
-// warpgroup's last Q·Kᵀ of the tile is done), then V_0, K_1, V_1.. So the
-// next tile's Q, K_0 and V_0 load while the consumers run this tile's last
-// P·V and store O. With Q it writes the tile's head, first row and K/V tile
-// count into one of two shared slots (by the parity of the tile's barQ
-// phase), which barQ's completion publishes to the consumers (arrive
-// releases, try_wait acquires); after the last tile a count of 0, with a
-// plain arrive on barQ, ends the consumers' loop. The slot of tile i+2 is
-// written after the consumers released Q of tile i+1, so after they are
-// done with tile i's slot. The consumers thus keep no tile index, tile count
-// or head in registers (pp3's have none to spare) and read them again where
-// they need them.
+// all of them, its stage and parity counters running on across tiles. Q
+// goes into QBUF buffers, tile i's into buffer i % QBUF once the consumers
+// have released the buffer's previous tile (mbarrier emptyQ[b], 4·NWG
+// arrivals, one per consumer warp after the warpgroup's last Q·Kᵀ of that
+// tile is done). Per tile the producer issues K_0, then the Q of the tile
+// QBUF-1 ahead, then V_0, K_1, V_1.. With QBUF = 1 ("ppp") this tile's Q
+// thus waits until the previous tile's last S, and loads (with K_0, V_0)
+// while the consumers run that tile's last P·V and store its O; with QBUF =
+// 2 ("pppq", shared memory permitting) the next tile's Q loads a whole tile
+// ahead. With each Q it writes the tile's head, first row and K/V tile count
+// into slot i % (2·QBUF) (16 bytes), which barQ's completion publishes to
+// the consumers (arrive releases, try_wait acquires); after the last tile a
+// count of 0, with a plain arrive on barQ, ends the consumers' loop. Tile
+// i's slot is written once tile i-QBUF's Q is released, after the
+// consumers' last read of tile i-2·QBUF's slot (its epilogue). The
+// consumers thus keep no tile index, tile count or head in registers (pp3's
+// have none to spare) and read them again where they need them.
 //
 // Consumers: fwd_pp's issue phases, one more than the tile's K/V tiles per
 // tile, and its round-robin turns (named barriers 1..NWG) running on across
@@ -1142,27 +1150,33 @@ __device__ __forceinline__ float log2e_scale(float scale) {
   return c;
 }
 
-template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU>
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU, int QBUF>
 __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
+  static_assert(QBUF == 1 || QBUF == 2, "Q buffers");
+  static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
   constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const u32 sQ = sbase;
-  const u32 sK0 = sQ + QBYTES;
+  const u32 sQ0 = sbase;  // QBUF Q tiles
+  const u32 sK0 = sQ0 + QBUF * QBYTES;
   const u32 sV0 = sK0 + STAGES * KVBYTES;
-  const u32 bars = sV0 + STAGES * KVBYTES;  // 2 + 4·STAGES mbarriers of 8 bytes
-  const u32 barQ = bars, fullK0 = bars + 8, fullV0 = fullK0 + 8 * STAGES;
-  const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES, emptyQ = emptyV0 + 8 * STAGES;
-  const u32 slots = emptyQ + 8;  // two tile slots {bh, q0, ntiles, unused} of 16 bytes
+  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2·QBUF mbarriers of 8 bytes
+  const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
+  const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
+  const u32 barQ0 = emptyV0 + 8 * STAGES, emptyQ0 = barQ0 + 8 * QBUF;
+  const u32 slots = emptyQ0 + 8 * QBUF;  // 2·QBUF tile slots {bh, q0, ntiles, unused} of 16 bytes
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   if (tid == 0) {
-    mbar_init(barQ, 1);
-    mbar_init(emptyQ, 4 * NWG);
+#pragma unroll
+    for (int b = 0; b < QBUF; b++) {
+      mbar_init(barQ0 + 8 * b, 1);
+      mbar_init(emptyQ0 + 8 * b, 4 * NWG);
+    }
 #pragma unroll
     for (int st = 0; st < STAGES; st++) {
       mbar_init(fullK0 + 8 * st, 1);
@@ -1184,11 +1198,39 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     if (warp == 4 * NWG && lane == 0) {
       const int nqb = (Sq + BRQ - 1) / BRQ;
       const int total = BH * nqb;  // the launcher checks that total + 2·gridDim.x fits in int
+      // Tile qi's Q into buffer qi % QBUF once the consumers have released
+      // that buffer's previous tile (qi - QBUF), with its slot; past the
+      // last tile a count of 0 instead (once).
+      int qi = 0;
+      bool qdone = false;
+      auto issue_q = [&]() {
+        if (qdone) return;
+        const int b = qi % QBUF;
+        if (qi >= QBUF) mbar_wait(emptyQ0 + 8 * b, (qi / QBUF - 1) & 1);
+        const u32 slot = slots + 16 * (qi % (2 * QBUF));
+        const int f = ppp_tile(qi, causal);
+        if (f < total) {
+          int bh, q0, ntiles;
+          ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
+          st_shared(slot, bh);
+          st_shared(slot + 4, q0);
+          st_shared(slot + 8, ntiles);
+          mbar_expect_tx(barQ0 + 8 * b, QBYTES);
+#pragma unroll
+          for (int blk = 0; blk < D / 64; blk++)
+            tma_load(sQ0 + b * QBYTES + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ0 + 8 * b);
+        } else {
+          st_shared(slot + 8, 0);
+          mbar_arrive(barQ0 + 8 * b);
+          qdone = true;
+        }
+        qi++;
+      };
+      for (int k = 0; k + 1 < QBUF; k++) issue_q();  // QBUF - 1 tiles ahead
       int st = 0;
       u32 ph = 0;            // parity of the stage's current use
       bool wrapped = false;  // every stage used once: wait for releases
-      int i = 0;
-      for (int f = ppp_tile(0, causal); f < total; f = ppp_tile(++i, causal)) {
+      for (int i = 0, f = ppp_tile(0, causal); f < total; f = ppp_tile(++i, causal)) {
         int bh, q0, ntiles;
         ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
         for (int j = 0; j < ntiles; j++) {
@@ -1197,18 +1239,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
 #pragma unroll
           for (int blk = 0; blk < D / 64; blk++)
             tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
-          if (j == 0) {
-            // The previous tile's Q (and the slot before it) is free once
-            // every consumer warp has its last S: phase i-1 of emptyQ.
-            if (i > 0) mbar_wait(emptyQ, (i - 1) & 1);
-            const u32 slot = slots + 16 * (i & 1);
-            st_shared(slot, bh);
-            st_shared(slot + 4, q0);
-            st_shared(slot + 8, ntiles);
-            mbar_expect_tx(barQ, QBYTES);
-#pragma unroll
-            for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ);
-          }
+          if (j == 0) issue_q();  // Q of tile i + QBUF - 1
           if (wrapped) mbar_wait(emptyV0 + 8 * st, ph ^ 1);
           mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
 #pragma unroll
@@ -1221,10 +1252,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
           }
         }
       }
-      // No more tiles: a count of 0 in the next slot.
-      if (i > 0) mbar_wait(emptyQ, (i - 1) & 1);
-      st_shared(slots + 16 * (i & 1) + 8, 0);
-      mbar_arrive(barQ);
+      while (!qdone) issue_q();  // the count of 0 (and with QBUF = 2 no tile is left)
     }
   } else {  // consumer warpgroups
     if constexpr (NWG == 2) {
@@ -1235,17 +1263,17 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     const int cw = warp >> 2;
     const int g = lane >> 2, t = lane & 3;
     const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
-    const u32 sQw = sQ + cw * 64 * 128;
-    // K/V tiles consumed in the low bits (K_j, V_j are in stage kv %
-    // STAGES, parity (kv / STAGES) & 1: STAGES divides 2^31), and in bit 31
-    // the parity of the tile's barQ phase, which picks its slot: one
-    // register for fwd_pp's stage and parity counters and the tile parity.
-    static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
+    // K/V tiles consumed in bits 0-29 (K_j, V_j are in stage kv % STAGES,
+    // parity (kv / STAGES) & 1: STAGES divides 2^30), and in bits 30-31 the
+    // tile count mod 4, which gives the tile's Q buffer (mod QBUF), the
+    // parity of its barQ phase and its slot (mod 2·QBUF): one register for
+    // fwd_pp's stage and parity counters and the tile's.
     u32 kv = 0;
     if (cw == NWG - 1) named_bar_arrive(next_turn, 256);  // warpgroup 0's first turn
-    for (;; kv ^= 1u << 31) {
-      mbar_wait<false>(barQ, kv >> 31);
-      const u32 slot = slots + 16 * (kv >> 31);
+    for (;; kv += 1u << 30) {
+      const u32 ti = kv >> 30;
+      mbar_wait<false>(barQ0 + 8 * (ti % QBUF), (ti / QBUF) & 1);
+      const u32 slot = slots + 16 * (ti % (2 * QBUF));
       const int ntiles = ld_shared(slot + 8);
       if (ntiles == 0) break;
       float o[D / 2];
@@ -1255,18 +1283,21 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       float l[2] = {0.f, 0.f};
       float alpha[2];
       u32 p[BC / 16][4];
+      // This warpgroup's rows of the tile's Q, and the buffer's release.
+      auto sQw = [&]() { return sQ0 + ((kv >> 30) % QBUF) * QBYTES + cw * 64 * 128; };
+      auto emptyQ = [&]() { return emptyQ0 + 8 * ((kv >> 30) % QBUF); };
 
       mbar_wait<false>(fullK0 + 8 * (kv % STAGES), (kv / STAGES) & 1);
       named_bar_sync(my_turn, 256);
       {
         float s[BC / 2];
-        qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + (kv % STAGES) * KVBYTES);
+        qk_issue_rows<F16, D, BRQ>(s, sQw(), sK0 + (kv % STAGES) * KVBYTES);
         named_bar_arrive(next_turn, 256);
         wgmma_wait<0>();
         reg_fence<BC / 2>(s);
         if (lane == 0) {
           mbar_arrive(emptyK0 + 8 * (kv % STAGES));
-          if (ntiles == 1) mbar_arrive(emptyQ);  // S_0 was the tile's last S
+          if (ntiles == 1) mbar_arrive(emptyQ());  // S_0 was the tile's last S
         }
         // o = 0: no rescale
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
@@ -1291,7 +1322,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         mbar_wait<false>(fullV0 + 8 * st, ph);
         float s[BC / 2];
         named_bar_sync(my_turn, 256);
-        if (next) qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
+        if (next) qk_issue_rows<F16, D, BRQ>(s, sQw(), sK0 + st1 * KVBYTES);
         pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
         named_bar_arrive(next_turn, 256);
         if (next) {
@@ -1311,7 +1342,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             reg_fence_u<BC / 4>(&pa[0][0]);
             if (lane == 0) {
               mbar_arrive(emptyV0 + 8 * st);
-              if (lastS) mbar_arrive(emptyQ);
+              if (lastS) mbar_arrive(emptyQ());
             }
           } else {
             wgmma_wait<0>();
@@ -1321,7 +1352,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             if (lane == 0) {
               mbar_arrive(emptyK0 + 8 * st1);
               mbar_arrive(emptyV0 + 8 * st);
-              if (lastS) mbar_arrive(emptyQ);
+              if (lastS) mbar_arrive(emptyQ());
             }
             const int wgrow0 = ld_shared(slot + 4) + cw * 64;
             if (tile_masked(kb, Sk, wgrow0, causal)) {
@@ -1933,21 +1964,27 @@ FA90_FWD_PP(flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1)
 FA90_FWD_PP(flash_fwd_sm90_pp3e_bf16_d64, false, 64, 3, 4, false, 1)
 FA90_FWD_PP(flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1)
 
-// Version 5 (fwd_ppp): fwd_pp's tilings, persistent.
-#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP, EMU)                                        \
+// Version 5 (fwd_ppp): fwd_pp's tilings, persistent; QBUF Q buffers.
+#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP, EMU, QBUF)                                  \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP, EMU>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP, EMU, QBUF>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 0)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true, 0)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true, 0)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 0)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 0)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false, 0)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d128, false, 128, 2, 2, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d64, true, 64, 2, 4, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3q_bf16_d64, false, 64, 3, 4, false, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 0, 2)
 
 #define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \

@@ -317,6 +317,8 @@ var sm90Variants = []struct{ impl, column, env string }{
 	{"fused-sm90pp3", "pp3", "pp3"},
 	{"fused-sm90ppp", "ppp", "ppp"},
 	{"fused-sm90ppp3", "ppp3", "ppp3"},
+	{"fused-sm90pppq", "pppq", "pppq"},
+	{"fused-sm90ppp3q", "ppp3q", "ppp3q"},
 	{"fused-sm90cp", "cpasync", "cpasync"},
 }
 
