@@ -30,6 +30,16 @@
 //     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
 //   flash_fwd_sm90_ppe_<T>_d64, flash_fwd_sm90_pp3e_<T>_d64(...)  pp and pp3
 //     with an eighth of the exponentials on the FMA pipe (EMU, see fwd_pp).
+//   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(...)  pp and pp3
+//     persistent (version 5, see fwd_ppp): 1-D grid of at most one CTA per
+//     SM, each walking (head, query block) tiles; block and Q map box as pp
+//     and pp3 (the maps span all BH heads), dynamic smem QBUF·BRQ·D·2 +
+//     2·stages·128·D·2 + 8·(4·stages + 2·QBUF) + 32·QBUF + 1024 bytes
+//     (BRQ = 128 or 192 query rows) with QBUF = 1 Q buffer: d64 148656,
+//     d128 164976 (ppp), 156848 (ppp3).
+//   flash_fwd_sm90_pppq_<T>_d<D>, flash_fwd_sm90_ppp3q_<T>_d64(...)  the same
+//     with QBUF = 2 (the next tile's Q loaded a tile ahead): d64 165088,
+//     d128 197792 (pppq), 181472 (ppp3q).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -53,7 +63,9 @@
 // of the next tile in flight while P·V of this one runs. Version 4
 // (flash_fwd_sm90_pp_*, _pp3_*): the consumer warpgroups take turns issuing
 // their products (named barriers), so one's softmax runs under another's
-// wgmmas; see fwd_pp.
+// wgmmas; see fwd_pp. Version 5 (flash_fwd_sm90_ppp*): version 4 with a
+// CTA per SM that walks the tiles, loading the next one's Q and K/V while
+// it finishes this one; see fwd_ppp.
 //   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
 //   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
 //   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S
@@ -1055,6 +1067,327 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
   }
 }
 
+// ---------------------------------------------------------------- version 5: persistent ping-pong
+//
+// fwd_pp with a CTA per SM (grid min(work items, SMs), 1-D) that walks
+// tiles, a tile being one (head, block of BRQ query rows) of fwd_pp's grid.
+// At short sequences a tile runs only a few K/V tiles, and fwd_pp's CTAs
+// spent a good part of their time loading Q and the first K/V tile and
+// storing O with the tensor cores idle; here the producer loads the next
+// tile's Q and first K/V tiles while the consumers finish this one.
+//
+// Work: the tiles in flat order f = bh·nqb + pos (nqb query blocks a head,
+// query block fastest, so the CTAs resident together work on a few heads and
+// share their K and V in L2). Non-causal: CTA b takes f = b, b + G, b + 2G..
+// (G = gridDim.x). Causal: a head's blocks in the order last, first, second
+// last, second.. (pos 2i is block nqb-1-i, pos 2i+1 block i), and CTA b takes
+// the pairs of tiles (2u, 2u+1) for u = b, b + G..: the two tiles of a pair
+// have about as many K/V tiles together whichever pair it is (nqb+1 with
+// 128-row blocks and Sk >= Sq; a pair may span two heads where nqb is odd),
+// so the CTAs get about equal work, the heavy tile of each pair first.
+// ppp_tile gives the flat index of a CTA's i-th tile; it grows with i.
+//
+// Producer (one thread): it alone walks the CTA's tiles. One K/V ring for
+// all of them, its stage and parity counters running on across tiles. Q
+// goes into QBUF buffers, tile i's into buffer i % QBUF once the consumers
+// have released the buffer's previous tile (mbarrier emptyQ[b], 4·NWG
+// arrivals, one per consumer warp after the warpgroup's last Q·Kᵀ of that
+// tile is done). Per tile the producer issues K_0, then the Q of the tile
+// QBUF-1 ahead, then V_0, K_1, V_1.. With QBUF = 1 ("ppp") this tile's Q
+// thus waits until the previous tile's last S, and loads (with K_0, V_0)
+// while the consumers run that tile's last P·V and store its O; with QBUF =
+// 2 ("pppq", shared memory permitting) the next tile's Q loads a whole tile
+// ahead. With each Q it writes the tile's head, first row and K/V tile count
+// into slot i % (2·QBUF) (16 bytes), which barQ's completion publishes to
+// the consumers (arrive releases, try_wait acquires); after the last tile a
+// count of 0, with a plain arrive on barQ, ends the consumers' loop. Tile
+// i's slot is written once tile i-QBUF's Q is released, after the
+// consumers' last read of tile i-2·QBUF's slot (its epilogue). The
+// consumers thus keep no tile index, tile count or head in registers (pp3's
+// have none to spare) and read them again where they need them.
+//
+// Consumers: fwd_pp's issue phases, one more than the tile's K/V tiles per
+// tile, and its round-robin turns (named barriers 1..NWG) running on across
+// tiles. Every warpgroup waits for its turn before each phase and passes it
+// on after each; the last warpgroup hands warpgroup 0 its first turn at the
+// start, and warpgroup 0 takes the turn the last one passes on after its
+// last phase with one more wait at the end. Every warpgroup walks the same
+// tiles, so all run the same sequence of phases and each barrier sees as
+// many arrivals (128 from the warpgroup before) as waits (128), also for a
+// CTA without tiles. o, m, l start afresh per tile.
+
+// Flat index of the i-th tile of this CTA (see above).
+__device__ __forceinline__ int ppp_tile(int i, int causal) {
+  return causal ? 2 * ((int)blockIdx.x + (i >> 1) * (int)gridDim.x) + (i & 1)
+                : (int)blockIdx.x + i * (int)gridDim.x;
+}
+
+// Head, first query row and K/V tile count of flat tile f.
+template <int BRQ>
+__device__ __forceinline__ void ppp_decode(int f, int nqb, int Sk, int causal, int& bh, int& q0, int& ntiles) {
+  bh = f / nqb;
+  const int pos = f - bh * nqb;
+  const int qb = causal ? ((pos & 1) ? (pos >> 1) : nqb - 1 - (pos >> 1)) : pos;
+  q0 = qb * BRQ;
+  const int kv_end = causal ? min(Sk, q0 + BRQ) : Sk;
+  ntiles = (kv_end + BC - 1) / BC;
+}
+
+__device__ __forceinline__ int ld_shared(u32 addr) {
+  int v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_shared(u32 addr, int v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
+}
+
+// scale·log2e computed where it is used, not kept in a register through
+// the tile loop (asm volatile: the compiler neither hoists nor merges it).
+__device__ __forceinline__ float log2e_scale(float scale) {
+  float c;
+  asm volatile("mul.f32 %0, %1, %2;\n" : "=f"(c) : "f"(scale), "f"(kLog2e));
+  return c;
+}
+
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU, int QBUF>
+__device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
+  static_assert(D == 64 || D == 128, "head dim");
+  static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
+  static_assert(QBUF == 1 || QBUF == 2, "Q buffers");
+  static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
+  constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
+  const u32 sQ0 = sbase;  // QBUF Q tiles
+  const u32 sK0 = sQ0 + QBUF * QBYTES;
+  const u32 sV0 = sK0 + STAGES * KVBYTES;
+  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2·QBUF mbarriers of 8 bytes
+  const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
+  const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
+  const u32 barQ0 = emptyV0 + 8 * STAGES, emptyQ0 = barQ0 + 8 * QBUF;
+  const u32 slots = emptyQ0 + 8 * QBUF;  // 2·QBUF tile slots {bh, q0, ntiles, unused} of 16 bytes
+
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  if (tid == 0) {
+#pragma unroll
+    for (int b = 0; b < QBUF; b++) {
+      mbar_init(barQ0 + 8 * b, 1);
+      mbar_init(emptyQ0 + 8 * b, 4 * NWG);
+    }
+#pragma unroll
+    for (int st = 0; st < STAGES; st++) {
+      mbar_init(fullK0 + 8 * st, 1);
+      mbar_init(fullV0 + 8 * st, 1);
+      mbar_init(emptyK0 + 8 * st, 4 * NWG);
+      mbar_init(emptyV0 + 8 * st, 4 * NWG);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+
+  // Registers as in fwd_pp.
+  if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
+    if constexpr (NWG == 2) {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+    }
+    if (warp == 4 * NWG && lane == 0) {
+      const int nqb = (Sq + BRQ - 1) / BRQ;
+      const int total = BH * nqb;  // the launcher checks that total + 2·gridDim.x fits in int
+      // Tile qi's Q into buffer qi % QBUF once the consumers have released
+      // that buffer's previous tile (qi - QBUF), with its slot; past the
+      // last tile a count of 0 instead (once).
+      int qi = 0;
+      bool qdone = false;
+      auto issue_q = [&]() {
+        if (qdone) return;
+        const int b = qi % QBUF;
+        if (qi >= QBUF) mbar_wait(emptyQ0 + 8 * b, (qi / QBUF - 1) & 1);
+        const u32 slot = slots + 16 * (qi % (2 * QBUF));
+        const int f = ppp_tile(qi, causal);
+        if (f < total) {
+          int bh, q0, ntiles;
+          ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
+          st_shared(slot, bh);
+          st_shared(slot + 4, q0);
+          st_shared(slot + 8, ntiles);
+          mbar_expect_tx(barQ0 + 8 * b, QBYTES);
+#pragma unroll
+          for (int blk = 0; blk < D / 64; blk++)
+            tma_load(sQ0 + b * QBYTES + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ0 + 8 * b);
+        } else {
+          st_shared(slot + 8, 0);
+          mbar_arrive(barQ0 + 8 * b);
+          qdone = true;
+        }
+        qi++;
+      };
+      for (int k = 0; k + 1 < QBUF; k++) issue_q();  // QBUF - 1 tiles ahead
+      int st = 0;
+      u32 ph = 0;            // parity of the stage's current use
+      bool wrapped = false;  // every stage used once: wait for releases
+      for (int i = 0, f = ppp_tile(0, causal); f < total; f = ppp_tile(++i, causal)) {
+        int bh, q0, ntiles;
+        ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
+        for (int j = 0; j < ntiles; j++) {
+          if (wrapped) mbar_wait(emptyK0 + 8 * st, ph ^ 1);
+          mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
+#pragma unroll
+          for (int blk = 0; blk < D / 64; blk++)
+            tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
+          if (j == 0) issue_q();  // Q of tile i + QBUF - 1
+          if (wrapped) mbar_wait(emptyV0 + 8 * st, ph ^ 1);
+          mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
+#pragma unroll
+          for (int blk = 0; blk < D / 64; blk++)
+            tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
+          if (++st == STAGES) {
+            st = 0;
+            ph ^= 1;
+            wrapped = true;
+          }
+        }
+      }
+      while (!qdone) issue_q();  // the count of 0 (and with QBUF = 2 no tile is left)
+    }
+  } else {  // consumer warpgroups
+    if constexpr (NWG == 2) {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+    } else {
+      asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+    }
+    const int cw = warp >> 2;
+    const int g = lane >> 2, t = lane & 3;
+    const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
+    // K/V tiles consumed in bits 0-29 (K_j, V_j are in stage kv % STAGES,
+    // parity (kv / STAGES) & 1: STAGES divides 2^30), and in bits 30-31 the
+    // tile count mod 4, which gives the tile's Q buffer (mod QBUF), the
+    // parity of its barQ phase and its slot (mod 2·QBUF): one register for
+    // fwd_pp's stage and parity counters and the tile's.
+    u32 kv = 0;
+    if (cw == NWG - 1) named_bar_arrive(next_turn, 256);  // warpgroup 0's first turn
+    for (;; kv += 1u << 30) {
+      const u32 ti = kv >> 30;
+      mbar_wait<false>(barQ0 + 8 * (ti % QBUF), (ti / QBUF) & 1);
+      const u32 slot = slots + 16 * (ti % (2 * QBUF));
+      const int ntiles = ld_shared(slot + 8);
+      if (ntiles == 0) break;
+      float o[D / 2];
+#pragma unroll
+      for (int k = 0; k < D / 2; k++) o[k] = 0.f;
+      float m[2] = {-inf_f(), -inf_f()};
+      float l[2] = {0.f, 0.f};
+      float alpha[2];
+      u32 p[BC / 16][4];
+      // This warpgroup's rows of the tile's Q, and the buffer's release.
+      auto sQw = [&]() { return sQ0 + ((kv >> 30) % QBUF) * QBYTES + cw * 64 * 128; };
+      auto emptyQ = [&]() { return emptyQ0 + 8 * ((kv >> 30) % QBUF); };
+
+      mbar_wait<false>(fullK0 + 8 * (kv % STAGES), (kv / STAGES) & 1);
+      named_bar_sync(my_turn, 256);
+      {
+        float s[BC / 2];
+        qk_issue_rows<F16, D, BRQ>(s, sQw(), sK0 + (kv % STAGES) * KVBYTES);
+        named_bar_arrive(next_turn, 256);
+        wgmma_wait<0>();
+        reg_fence<BC / 2>(s);
+        if (lane == 0) {
+          mbar_arrive(emptyK0 + 8 * (kv % STAGES));
+          if (ntiles == 1) mbar_arrive(emptyQ());  // S_0 was the tile's last S
+        }
+        // o = 0: no rescale
+        const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
+        if (tile_masked(0, Sk, wgrow0, causal)) {
+          mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+          softmax_pack<F16, 0>(s, m, l, log2e_scale(scale), alpha, p);
+        } else {
+          softmax_pack<F16, EMU>(s, m, l, log2e_scale(scale), alpha, p);
+        }
+      }
+
+      // Step j: P_j from pa, P_{j+1} into pb; kv counts K_j, V_j on entry.
+      // As fwd_pp's step, but the turn always passes on, and Q is released
+      // once S_{n-1} is done. The tile's K/V tile count n is read from the
+      // slot again rather than kept in a register.
+      auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
+        const int n = ld_shared(slot + 8);
+        const bool next = j + 1 < n;
+        const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
+        const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
+        if (next) mbar_wait<false>(fullK0 + 8 * st1, ph1);
+        mbar_wait<false>(fullV0 + 8 * st, ph);
+        float s[BC / 2];
+        named_bar_sync(my_turn, 256);
+        if (next) qk_issue_rows<F16, D, BRQ>(s, sQw(), sK0 + st1 * KVBYTES);
+        pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
+        named_bar_arrive(next_turn, 256);
+        if (next) {
+          const int kb = (j + 1) * BC;
+          const bool lastS = j + 2 == n;
+          // Without OVERLAP the mask is looked up after the wait, where
+          // fewer registers are live.
+          if (OVERLAP && !tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
+            wgmma_wait<1>();
+            reg_fence<BC / 2>(s);
+            softmax_pack<F16, EMU>(s, m, l, log2e_scale(scale), alpha, pb);
+            // See fwd_pp: the release's address depends on the row sums so
+            // that ptxas keeps the exponentials ahead of the next wait.
+            if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
+            wgmma_wait<0>();
+            reg_fence<D / 2>(o);
+            reg_fence_u<BC / 4>(&pa[0][0]);
+            if (lane == 0) {
+              mbar_arrive(emptyV0 + 8 * st);
+              if (lastS) mbar_arrive(emptyQ());
+            }
+          } else {
+            wgmma_wait<0>();
+            reg_fence<BC / 2>(s);
+            reg_fence<D / 2>(o);
+            reg_fence_u<BC / 4>(&pa[0][0]);
+            if (lane == 0) {
+              mbar_arrive(emptyK0 + 8 * st1);
+              mbar_arrive(emptyV0 + 8 * st);
+              if (lastS) mbar_arrive(emptyQ());
+            }
+            const int wgrow0 = ld_shared(slot + 4) + cw * 64;
+            if (tile_masked(kb, Sk, wgrow0, causal)) {
+              mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+              softmax_pack<F16, 0>(s, m, l, log2e_scale(scale), alpha, pb);
+            } else {
+              softmax_pack<F16, EMU>(s, m, l, log2e_scale(scale), alpha, pb);
+            }
+          }
+          rescale_o<D>(o, alpha);
+        } else {
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&pa[0][0]);
+          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+        }
+        kv++;
+      };
+      if constexpr (OVERLAP) {
+        u32 p2[BC / 16][4];
+        for (int j = 0; j < ntiles; j += 2) {
+          step(j, p, p2);
+          if (j + 1 < ntiles) step(j + 1, p2, p);
+        }
+      } else {
+        for (int j = 0; j < ld_shared(slot + 8); j++) step(j, p, p);
+      }
+      const int bh = ld_shared(slot);
+      const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
+      store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+    }
+    if (cw == 0) named_bar_sync(my_turn, 256);  // the last warpgroup's last turn
+  }
+}
+
 // ---------------------------------------------------------------- backward: TMA
 //
 // One CTA owns BWD_BC = 128 keys and keeps dK and dV for them in registers:
@@ -1630,6 +1963,28 @@ FA90_FWD_PP(flash_fwd_sm90_ppe_bf16_d64, false, 64, 2, 4, true, 1)
 FA90_FWD_PP(flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1)
 FA90_FWD_PP(flash_fwd_sm90_pp3e_bf16_d64, false, 64, 3, 4, false, 1)
 FA90_FWD_PP(flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1)
+
+// Version 5 (fwd_ppp): fwd_pp's tilings, persistent; QBUF Q buffers.
+#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP, EMU, QBUF)                                  \
+  extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
+      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
+           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
+           int Sk, float scale, int causal) {                                                       \
+    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP, EMU, QBUF>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+  }
+
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false, 0, 1)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d128, false, 128, 2, 2, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d64, true, 64, 2, 4, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3q_bf16_d64, false, 64, 3, 4, false, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 0, 2)
 
 #define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \

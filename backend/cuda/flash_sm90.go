@@ -7,6 +7,7 @@ package cuda
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"slices"
@@ -28,10 +29,15 @@ const flashSM90File = "flash_attention_sm90.cu"
 // a CTA) without the overlap inside a warpgroup, at D=64 (at D=128 their
 // registers do not fit: "pp3" runs "pp" there); "ppe", "pp3e": "pp" and
 // "pp3" with an eighth of the softmax's exponentials computed on the FMA pipe
-// instead of the SFU, at D=64 (at D=128 both run "pp"); "cpasync": the one
-// whose consumer warps load with cp.async; "0": FA2. Other devices, dtypes
-// and head dims always run FA2. Every forward writes the LSE the backward
-// reads the same way (natural log, +inf for a row that sees no key).
+// instead of the SFU, at D=64 (at D=128 both run "pp"); "ppp", "ppp3":
+// "pp" and "pp3" persistent, a CTA per SM walking the (head, query block)
+// tiles and loading the next one's Q and K/V while it finishes this one (at
+// D=128 "ppp3" runs "ppp"); "pppq", "ppp3q": the same with two Q buffers,
+// the next tile's Q loaded a tile ahead (at D=128 "ppp3q" runs "pppq");
+// "cpasync": the one whose consumer warps load with cp.async; "0": FA2.
+// Other devices, dtypes and head dims always run FA2. Every forward writes
+// the LSE the backward reads the same way (natural log, +inf for a row that
+// sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
 // flashSM90Default is the kernel FlashSM90Env selects when unset or "1",
@@ -85,20 +91,30 @@ func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 
 // flashSM90PP is the tiling of a ping-pong forward (fwd_pp in
 // flash_attention_sm90.cu) as its entry points fix it: consumer warpgroups
-// of 64 query rows each, and the depth of the K and V rings.
-type flashSM90PP struct{ warpgroups, stages int }
+// of 64 query rows each, the depth of the K and V rings, and for the
+// persistent ones (fwd_ppp: a CTA per SM walking the tiles) the number of Q
+// buffers (0: not persistent).
+type flashSM90PP struct{ warpgroups, stages, qbufs int }
 
 // flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp",
-// "pp3", "ppe" or "pp3e") at dim: D=64 tiles take half the shared memory of
-// D=128 ones, so its rings hold four instead of two.
+// "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq" or "ppp3q") at dim: D=64
+// tiles take half the shared memory of D=128 ones, so its rings hold four
+// instead of two.
 func flashSM90PPOf(variant string, dim int) flashSM90PP {
-	switch {
-	case (variant == "pp3" || variant == "pp3e") && dim == 64:
-		return flashSM90PP{3, 4}
-	case dim == 64:
-		return flashSM90PP{2, 4}
+	t := flashSM90PP{2, 2, 0}
+	if dim == 64 {
+		t.stages = 4
+		if strings.HasPrefix(variant, "pp3") || strings.HasPrefix(variant, "ppp3") {
+			t.warpgroups = 3
+		}
 	}
-	return flashSM90PP{2, 2}
+	if strings.HasPrefix(variant, "ppp") {
+		t.qbufs = 1
+		if strings.HasSuffix(variant, "q") {
+			t.qbufs = 2
+		}
+	}
+	return t
 }
 
 func (t flashSM90PP) rows() int    { return 64 * t.warpgroups }
@@ -106,15 +122,21 @@ func (t flashSM90PP) threads() int { return 128 * (t.warpgroups + 1) }
 
 // smem is the kernel's dynamic shared memory: the Q tile, STAGES K and V
 // tiles (16-bit), 1 + 4·STAGES mbarriers and 1024 bytes to align the start
-// to a swizzle block.
+// to a swizzle block; when persistent, QBUF Q tiles, 4·STAGES + 2·QBUF
+// mbarriers and 2·QBUF 16-byte tile slots instead.
 func (t flashSM90PP) smem(dim int) int {
-	return t.rows()*dim*2 + 2*t.stages*flashSM90Keys*dim*2 + 8*(1+4*t.stages) + 1024
+	kv := 2 * t.stages * flashSM90Keys * dim * 2
+	if t.qbufs > 0 {
+		return t.qbufs*t.rows()*dim*2 + kv + 8*(4*t.stages+2*t.qbufs) + 16*2*t.qbufs + 1024
+	}
+	return t.rows()*dim*2 + kv + 8*(1+4*t.stages) + 1024
 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
 // none): variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
 // "pp", "pp3", "ppe" and "pp3e" the ping-pong kernels (at D=128 all four are
-// "pp"), "" the cp.async one.
+// "pp"), "ppp", "ppp3", "pppq" and "ppp3q" the persistent ping-pong ones (at
+// D=128 "ppp" and "pppq"), "" the cp.async one.
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -128,11 +150,18 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	if dim != 64 && dim != 128 {
 		return ""
 	}
-	if strings.HasPrefix(variant, "pp") && dim == 128 {
-		variant = "pp"
+	if dim == 128 {
+		switch variant {
+		case "pp3", "ppe", "pp3e":
+			variant = "pp"
+		case "ppp3":
+			variant = "ppp"
+		case "ppp3q":
+			variant = "pppq"
+		}
 	}
 	switch variant {
-	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
+	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 	case "":
 		return fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
@@ -152,11 +181,11 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 		return "", nil
 	case "", "1":
 		variant = flashSM90DefaultFor(dim, sq, causal)
-	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e":
+	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q":
 		variant = env
 	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe, pp, pp3, ppe, pp3e or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe, pp, pp3, ppe, pp3e, ppp, ppp3, pppq, ppp3q or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -212,6 +241,9 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	}
 	if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 		return flashForwardSM90TMA(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+	}
+	if strings.HasPrefix(name, "flash_fwd_sm90_ppp") {
+		return flashForwardSM90PPP(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	if strings.HasPrefix(name, "flash_fwd_sm90_pp") {
 		return flashForwardSM90PP(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
@@ -349,6 +381,58 @@ func flashForwardSM90PP(d *Device, ks *kernelSet, name string, q, k, v, o, lse D
 		return launchFlashTMA(d, f, name, grid, t.threads(), smem, n, dim, maps,
 			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
+}
+
+// flashSM90PersistentGrid, when positive, is the grid of the persistent
+// forwards instead of one CTA per SM: tests set it small so that each CTA
+// walks many tiles of different lengths.
+var flashSM90PersistentGrid int
+
+// flashSM90PersistentGridFor is the grid of a persistent forward (fwd_ppp)
+// over bh heads of sq query rows, rows per tile: one CTA per SM (sms), or
+// fewer where there are fewer work items (tiles, pairs of tiles when
+// causal), or flashSM90PersistentGrid. The kernel indexes tiles with int:
+// it fails if the last index it forms does not fit.
+func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal bool) (int, error) {
+	tiles := int64(bh) * int64((sq+rows-1)/rows)
+	items := tiles
+	if causal {
+		items = (tiles + 1) / 2
+	}
+	if sms <= 0 {
+		sms = flashDecodeSMs // the H200's, as flash decode plans for
+	}
+	grid := int64(sms)
+	if flashSM90PersistentGrid > 0 {
+		grid = int64(flashSM90PersistentGrid)
+	}
+	grid = max(min(grid, items), 1)
+	// The last flat index a CTA forms is below tiles + 2·grid.
+	if tiles+2*grid > math.MaxInt32 {
+		return 0, fmt.Errorf("cuda: persistent sm90 forward: %d heads × %d query blocks is too many tiles for the kernel's int indices", bh, tiles/int64(max(bh, 1)))
+	}
+	return int(grid), nil
+}
+
+// flashForwardSM90PPP launches a persistent ping-pong forward
+// (flash_fwd_sm90_ppp*_*: ppp, ppp3, pppq, ppp3q): the arguments of the other ping-pong kernels, all
+// heads in one launch (the grid is 1-D, so flashHeadChunks' limit on grid y
+// does not apply), a CTA per SM.
+func flashForwardSM90PPP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
+	t := flashSM90PPOf(variant, dim)
+	smem := t.smem(dim)
+	grid, err := flashSM90PersistentGridFor(bh, sq, t.rows(), d.SMCount(), causal)
+	if err != nil {
+		return err
+	}
+	f, err := ks.fn(name, smem)
+	if err != nil {
+		return err
+	}
+	maps := []flashTMATensor{{q, sq, t.rows()}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}}
+	return launchFlashTMA(d, f, name, [3]uint32{uint32(grid), 1, 1}, t.threads(), smem, bh, dim, maps,
+		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
 }
 
 // flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the

@@ -22,6 +22,10 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_pp_bf16_d64", "flash_fwd_sm90_pp_bf16_d128", "flash_fwd_sm90_pp_fp16_d64", "flash_fwd_sm90_pp_fp16_d128",
 	"flash_fwd_sm90_pp3_bf16_d64", "flash_fwd_sm90_pp3_fp16_d64",
 	"flash_fwd_sm90_ppe_bf16_d64", "flash_fwd_sm90_ppe_fp16_d64", "flash_fwd_sm90_pp3e_bf16_d64", "flash_fwd_sm90_pp3e_fp16_d64",
+	"flash_fwd_sm90_ppp_bf16_d64", "flash_fwd_sm90_ppp_bf16_d128", "flash_fwd_sm90_ppp_fp16_d64", "flash_fwd_sm90_ppp_fp16_d128",
+	"flash_fwd_sm90_ppp3_bf16_d64", "flash_fwd_sm90_ppp3_fp16_d64",
+	"flash_fwd_sm90_pppq_bf16_d64", "flash_fwd_sm90_pppq_bf16_d128", "flash_fwd_sm90_pppq_fp16_d64", "flash_fwd_sm90_pppq_fp16_d128",
+	"flash_fwd_sm90_ppp3q_bf16_d64", "flash_fwd_sm90_ppp3q_fp16_d64",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 }
@@ -41,7 +45,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		t.Fatal(err)
 	}
 	var defined []string
-	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PP|BWD)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
 		defined = append(defined, m[1])
 	}
 	want := slices.Clone(flashSM90AllKernels)
@@ -97,6 +101,12 @@ func TestFlashSM90Entries(t *testing.T) {
 		{"pp3", 64, 156808, "flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false, 0", 512},
 		{"ppe", 64, 148616, "flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1", 384},
 		{"pp3e", 64, 156808, "flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1", 512},
+		{"ppp", 64, 148656, "flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 0, 1", 384},
+		{"ppp", 128, 164976, "flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 0, 1", 384},
+		{"ppp3", 64, 156848, "flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 0, 1", 512},
+		{"pppq", 64, 165088, "flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 0, 2", 384},
+		{"pppq", 128, 197792, "flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 0, 2", 384},
+		{"ppp3q", 64, 181472, "flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 0, 2", 512},
 	} {
 		tl := flashSM90PPOf(c.variant, c.dim)
 		if got := tl.smem(c.dim); got != c.want {
@@ -108,8 +118,12 @@ func TestFlashSM90Entries(t *testing.T) {
 		if got := tl.smem(c.dim); got > flashSM90MaxSmem {
 			t.Errorf("forward %s d%d needs %d bytes of shared memory, a block may have %d", c.variant, c.dim, got, flashSM90MaxSmem)
 		}
-		if !strings.Contains(string(src), "FA90_FWD_PP("+c.instance+")") {
-			t.Errorf("the .cu has no FA90_FWD_PP(%s) (forward %s d%d: %d warpgroups, %d stages)", c.instance, c.variant, c.dim, tl.warpgroups, tl.stages)
+		macro := "FA90_FWD_PP"
+		if tl.qbufs > 0 {
+			macro = "FA90_FWD_PPP"
+		}
+		if !strings.Contains(string(src), macro+"("+c.instance+")") {
+			t.Errorf("the .cu has no %s(%s) (forward %s d%d: %d warpgroups, %d stages)", macro, c.instance, c.variant, c.dim, tl.warpgroups, tl.stages)
 		}
 		if tl.threads() != c.wantThread {
 			t.Errorf("forward %s d%d: %d threads, want %d", c.variant, c.dim, tl.threads(), c.wantThread)
@@ -192,6 +206,15 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "pp3e", "flash_fwd_sm90_pp3e_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "ppe", "flash_fwd_sm90_pp_bf16_d128"}, // no emulation at d128
 		{9, 0, GemmBF16, 128, 0.1, "pp3e", "flash_fwd_sm90_pp_bf16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "ppp", "flash_fwd_sm90_ppp_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "ppp", "flash_fwd_sm90_ppp_fp16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "ppp3", "flash_fwd_sm90_ppp3_bf16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "ppp3", "flash_fwd_sm90_ppp_bf16_d128"}, // no 3-warpgroup d128
+		{8, 0, GemmBF16, 64, 0.1, "ppp", ""},
+		{9, 0, GemmF16, 64, 0.1, "pppq", "flash_fwd_sm90_pppq_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "pppq", "flash_fwd_sm90_pppq_bf16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "ppp3q", "flash_fwd_sm90_ppp3q_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "ppp3q", "flash_fwd_sm90_pppq_fp16_d128"},
 		{8, 0, GemmBF16, 128, 0.1, "pp", ""},
 		{9, 0, GemmBF16, 64, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
@@ -242,7 +265,7 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e"} {
+			for _, v := range []string{"", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q"} {
 				name := flashSM90Name(dt, dim, v)
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -291,6 +314,44 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	if name := flashSM90Name(GemmBF16, 128, "vswap"); name != "" {
 		t.Errorf("flashSM90Name of an unknown variant = %q, want \"\"", name)
+	}
+}
+
+// TestFlashSM90PersistentGrid checks the persistent forwards' grid: one CTA
+// per SM, fewer where there are fewer work items (tiles, or pairs of tiles
+// when causal), the test override, and the error where the kernel's int tile
+// indices would overflow.
+func TestFlashSM90PersistentGrid(t *testing.T) {
+	for _, c := range []struct {
+		bh, sq, rows, sms int
+		causal            bool
+		override, want    int
+	}{
+		{256, 1024, 128, 132, false, 0, 132},
+		{256, 1024, 128, 132, true, 0, 132},
+		{2, 300, 128, 132, false, 0, 6},   // 3 query blocks a head
+		{2, 300, 128, 132, true, 0, 3},    // 6 tiles in pairs
+		{1, 1000, 192, 132, true, 0, 3},   // 6 tiles in pairs
+		{1, 1, 128, 132, true, 0, 1},      // one tile, half a pair
+		{1, 2048, 128, 0, false, 0, 16},   // no SM count: the H200's
+		{64, 4096, 128, 0, false, 0, 132}, // no SM count: the H200's
+		{1, 2048, 128, 132, true, 3, 3},
+		{1, 2048, 128, 132, false, 1, 1},
+		{1, 128, 128, 132, false, 3, 1}, // the override bounded by the work
+	} {
+		flashSM90PersistentGrid = c.override
+		got, err := flashSM90PersistentGridFor(c.bh, c.sq, c.rows, c.sms, c.causal)
+		if err != nil || got != c.want {
+			t.Errorf("flashSM90PersistentGridFor(bh %d, sq %d, rows %d, sms %d, causal %v) with override %d = %d, %v; want %d",
+				c.bh, c.sq, c.rows, c.sms, c.causal, c.override, got, err, c.want)
+		}
+	}
+	flashSM90PersistentGrid = 0
+	if _, err := flashSM90PersistentGridFor(1<<25, 1<<12, 64, 132, false); err == nil {
+		t.Errorf("2^31 tiles: no error")
+	}
+	if _, err := flashSM90PersistentGridFor(1<<23, 255*128, 128, 132, false); err != nil {
+		t.Errorf("2^31 - 2^23 tiles: %v", err)
 	}
 }
 
@@ -482,14 +543,25 @@ func TestFlashSM90GPU(t *testing.T) {
 			}
 		}
 	}()
-	for _, fam := range []struct{ label, variant string }{
-		{"cpasync", ""}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"},
+	// The persistent kernels (ppp, ppp3) run once with a CTA per SM (every
+	// problem here has fewer tiles than SMs: a CTA gets one tile, or a
+	// causal pair) and once on grids of 1 to 3 CTAs (grid > 0), where each
+	// CTA walks many tiles of different lengths through one K/V ring.
+	for _, fam := range []struct {
+		label, variant string
+		grid           int
+	}{
+		{"cpasync", "", 0}, {"tma", "tma", 0}, {"tmapipe", "tmapipe", 0}, {"pp", "pp", 0}, {"pp3", "pp3", 0}, {"ppe", "ppe", 0}, {"pp3e", "pp3e", 0},
+		{"ppp", "ppp", 0}, {"ppp3", "ppp3", 0}, {"ppp-grid3", "ppp", 3}, {"ppp3-grid2", "ppp3", 2}, {"ppp-grid1", "ppp", 1},
+		{"pppq", "pppq", 0}, {"ppp3q", "ppp3q", 0}, {"pppq-grid3", "pppq", 3}, {"ppp3q-grid2", "ppp3q", 2}, {"pppq-grid1", "pppq", 1},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
+			flashSM90PersistentGrid = fam.grid
+			defer func() { flashSM90PersistentGrid = 0 }()
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
-				if !strings.Contains(kname, "_"+fam.label+"_") && fam.variant != "" {
-					continue // pp3, ppe, pp3e at d128 are pp's kernel, checked already
+				if !strings.Contains(kname, "_"+fam.variant+"_") && fam.variant != "" {
+					continue // pp3, ppe, pp3e at d128 are pp's kernel (ppp3 ppp's, ppp3q pppq's), checked already
 				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
@@ -573,7 +645,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	}
 	fa2 := run("0", "")
 	def := flashSM90DefaultFor(dim, s, true)
-	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"}, {"cpasync", ""}} {
+	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"}, {"ppp", "ppp"}, {"ppp3", "ppp3"}, {"pppq", "pppq"}, {"ppp3q", "ppp3q"}, {"cpasync", ""}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
@@ -628,9 +700,9 @@ func TestFlashSM90Speed(t *testing.T) {
 			}
 			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 []float64
-			for _, variant := range []string{"fa2", "", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e"} {
-				if strings.HasPrefix(variant, "pp") && variant != "pp" && dim == 128 {
-					continue // pp3, ppe, pp3e run pp at d128
+			for _, variant := range []string{"fa2", "", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q"} {
+				if dim == 128 && slices.Contains([]string{"pp3", "ppe", "pp3e", "ppp3", "ppp3q"}, variant) {
+					continue // pp3, ppe, pp3e run pp at d128, ppp3 ppp, ppp3q pppq
 				}
 				t.Setenv(FlashSM90Env, "0")
 				launch := func() error {

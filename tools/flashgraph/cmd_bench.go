@@ -315,6 +315,10 @@ var sm90Variants = []struct{ impl, column, env string }{
 	{"fused-sm90pipe", "pipe", "tmapipe"},
 	{"fused-sm90pp", "pp", "pp"},
 	{"fused-sm90pp3", "pp3", "pp3"},
+	{"fused-sm90ppp", "ppp", "ppp"},
+	{"fused-sm90ppp3", "ppp3", "ppp3"},
+	{"fused-sm90pppq", "pppq", "pppq"},
+	{"fused-sm90ppp3q", "ppp3q", "ppp3q"},
 	{"fused-sm90cp", "cpasync", "cpasync"},
 }
 
