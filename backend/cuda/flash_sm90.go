@@ -20,7 +20,7 @@ const flashSM90File = "flash_attention_sm90.cu"
 
 // FlashSM90Env chooses the forward on a compute capability 9.0 device for
 // bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90DefaultFor the
-// shape ("pp3", but "tma" for causal D=64 up to 2048 query rows).
+// shape ("ppp3", but "ppp" for causal D=64 up to 2048 query rows).
 // "tma": the TMA, warp-specialised Hopper kernel (a producer warpgroup, two
 // consumer warpgroups); "tmapipe": the same with Q·Kᵀ of the next tile
 // overlapping P·V of this one; "pp": tmapipe's overlap with the two consumer
@@ -41,11 +41,13 @@ const flashSM90File = "flash_attention_sm90.cu"
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
 // flashSM90Default is the kernel FlashSM90Env selects when unset or "1",
-// unless a rule of flashSM90DefaultRules matches the shape: "pp3", which is
-// "pp" at D=128. On the H200 (bf16, S=4096, run 4) pp3 ran the D=64 forward
-// at 457 TFLOP/s against tma's 424 (causal: 381 and 383), and pp the D=128
-// one at 596 against 585 (causal: 519 and 514).
-const flashSM90Default = "pp3"
+// unless a rule of flashSM90DefaultRules matches the shape: "ppp3", the
+// persistent three-warpgroup forward, which is "ppp" at D=128. On the H200
+// (bf16, `bench -sm90`, run 8, TFLOP/s) ppp ran D=128 at 512/390 (S=1024,
+// non-causal/causal) and 575/548 (S=4096) against pp's 468/343 and 562/515;
+// ppp3 D=64 at 380 (S=1024) and 449/390 (S=4096) against pp3's 355 and
+// 449/382.
+const flashSM90Default = "ppp3"
 
 // flashSM90DefaultRules are the shapes where the default forward is another
 // kernel than flashSM90Default: the first rule whose head dim and causality
@@ -56,10 +58,10 @@ var flashSM90DefaultRules = []struct {
 	maxSq   int
 	variant string
 }{
-	// pp3's 192-row CTAs leave causal attention with few, unequal blocks
-	// per head at short sequences: at S=1024 227 TFLOP/s against tma's 262
-	// (run 5; equal at S=4096, pp3 ahead by 4% at S=16384).
-	{64, true, 2048, "tma"},
+	// Three warpgroups' 192-row tiles leave causal attention with few,
+	// unequal tiles per head at short sequences: at S=1024 ppp3 247 TFLOP/s
+	// against ppp's 274 and tma's 262 (run 8; pp3 227 in run 5).
+	{64, true, 2048, "ppp"},
 }
 
 // flashSM90DefaultFor is the forward variant the default runs for a shape.

@@ -190,13 +190,13 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_pp_bf16_d128"},
-		{9, 0, GemmBF16, 64, 0.1, "1", "flash_fwd_sm90_pp3_bf16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_ppp_bf16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "1", "flash_fwd_sm90_ppp3_bf16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "tma", "flash_fwd_sm90_tma_fp16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_pp_bf16_d128"}, // the default on 9.0
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_ppp_bf16_d128"}, // the default on 9.0
 		{9, 0, GemmF16, 64, 0.1, "tmapipe", "flash_fwd_sm90_tmapipe_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "pp", "flash_fwd_sm90_pp_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "pp", "flash_fwd_sm90_pp_fp16_d64"},
@@ -232,18 +232,18 @@ func TestFlashSM90Pick(t *testing.T) {
 		}
 	}
 	// The default by shape (flashSM90DefaultRules): short causal D=64 runs
-	// tma, everything else pp3 (pp at D=128); a named kernel is a name.
+	// ppp, everything else ppp3 (ppp at D=128); a named kernel is a name.
 	for _, c := range []struct {
 		dim, sq int
 		causal  bool
 		env     string
 		want    string
 	}{
-		{64, 1024, true, "", "flash_fwd_sm90_tma_bf16_d64"},
-		{64, 2048, true, "1", "flash_fwd_sm90_tma_bf16_d64"},
-		{64, 2049, true, "", "flash_fwd_sm90_pp3_bf16_d64"},
-		{64, 1024, false, "", "flash_fwd_sm90_pp3_bf16_d64"},
-		{128, 1024, true, "", "flash_fwd_sm90_pp_bf16_d128"},
+		{64, 1024, true, "", "flash_fwd_sm90_ppp_bf16_d64"},
+		{64, 2048, true, "1", "flash_fwd_sm90_ppp_bf16_d64"},
+		{64, 2049, true, "", "flash_fwd_sm90_ppp3_bf16_d64"},
+		{64, 1024, false, "", "flash_fwd_sm90_ppp3_bf16_d64"},
+		{128, 1024, true, "", "flash_fwd_sm90_ppp_bf16_d128"},
 		{64, 1024, true, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
 	} {
 		got, err := flashSM90Pick(9, 0, GemmBF16, c.dim, c.sq, c.causal, 0.1, c.env)
