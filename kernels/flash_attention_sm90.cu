@@ -13,14 +13,11 @@
 // (row maxima are taken on raw scores).
 //
 // Entry points (T in {bf16, fp16}, D in {64, 128}):
-//   flash_fwd_sm90_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
-//     grid (ceil(Sq/128), BH), block 256 (two warpgroups), dynamic smem
-//     (128 + 4*128)*D*2 + 1024 bytes: d64 82944, d128 164864.
 //   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
 //     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see fwd_ws;
-//   flash_fwd_sm90_tmapipe_<T>_d<D>(...)  the same, software-pipelined consumers
 //     grid (ceil(Sq/128), BH), block 384 (two consumer warpgroups, one
-//     producer warpgroup), dynamic smem 64 bytes more: d64 83008, d128 164928.
+//     producer warpgroup), dynamic smem (128 + 4*128)*D*2 + 64 + 1024 bytes:
+//     d64 83008, d128 164928.
 //   flash_fwd_sm90_pp_<T>_d<D>(...)  the same arguments, ping-pong consumers
 //     (version 4, see fwd_pp): grid (ceil(Sq/128), BH), block 384, K/V rings
 //     of 4 (d64) or 2 (d128) tiles, dynamic smem 128·D·2 + 2·stages·128·D·2 +
@@ -28,8 +25,6 @@
 //   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
 //     grid (ceil(Sq/192), BH), block 512, Q map box 64 × 192 rows, 4 stages,
 //     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
-//   flash_fwd_sm90_ppe_<T>_d64, flash_fwd_sm90_pp3e_<T>_d64(...)  pp and pp3
-//     with an eighth of the exponentials on the FMA pipe (EMU, see fwd_pp).
 //   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(...)  pp and pp3
 //     persistent (version 5, see fwd_ppp): 1-D grid of at most one CTA per
 //     SM, each walking (head, query block) tiles; block and Q map box as pp
@@ -55,12 +50,11 @@
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
-// Version 1 (flash_fwd_sm90_<T>_d<D>): all 256 threads load with cp.async, the
-// loads of tile j+1 in flight while tile j is computed, a CTA barrier per
-// tile. Version 2 (flash_fwd_sm90_tma_*): a producer warpgroup (one thread of
-// it) loads with TMA through an mbarrier ring and the consumer warpgroups run
-// unsynchronised. Version 3 (flash_fwd_sm90_tmapipe_*): version 2 with Q·Kᵀ
-// of the next tile in flight while P·V of this one runs. Version 4
+// Version 2 (flash_fwd_sm90_tma_*; version 1, all threads loading with
+// cp.async, and version 3, version 2 with the next Q·Kᵀ in flight during P·V,
+// lost to version 4 on the H200 and are gone): a producer warpgroup (one
+// thread of it) loads with TMA through an mbarrier ring and the consumer
+// warpgroups run unsynchronised. Version 4
 // (flash_fwd_sm90_pp_*, _pp3_*): the consumer warpgroups take turns issuing
 // their products (named barriers), so one's softmax runs under another's
 // wgmmas; see fwd_pp. Version 5 (flash_fwd_sm90_ppp*): version 4 with a
@@ -125,15 +119,6 @@ __device__ __forceinline__ float fexp2(float x) {
   return y;
 }
 
-// 16-byte async copy global->shared; bytes past src_bytes are zero-filled.
-__device__ __forceinline__ void cp_async16(u32 dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 // Makes this thread's generic-proxy writes to shared memory (cp.async lands
 // there) visible to the async proxy that wgmma reads through; a barrier must
 // follow before other threads' wgmmas read them.
@@ -169,23 +154,6 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
 // Byte offset of 16-byte chunk c of row r in a ROWS-row tile (see the header).
 template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
   return (u32)((c >> 3) * ROWS * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-// Loads rows [row0, row0+ROWS) of a [nvalid, D] matrix into a tile; rows >=
-// nvalid are zero-filled. Consecutive threads copy consecutive 16-byte chunks
-// of a row, so the global reads coalesce.
-template <int ROWS, int D>
-__device__ __forceinline__ void load_tile(u32 dst, const u16* src, int row0, int nvalid, int tid) {
-  constexpr int CH = D / 8;
-  static_assert((ROWS * CH) % NT == 0, "tile load split");
-#pragma unroll
-  for (int it = 0; it < ROWS * CH / NT; it++) {
-    const int idx = tid + it * NT;
-    const int r = idx / CH, c = idx % CH;
-    const int gr = row0 + r;
-    const bool ok = gr < nvalid;
-    cp_async16(dst + tile_off<ROWS>(r, c), src + (size_t)(ok ? gr : 0) * D + c * 8, ok ? 16 : 0);
-  }
 }
 
 // ---------------------------------------------------------------- wgmma wrappers
@@ -407,19 +375,6 @@ __device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float
   rescale_pack<F16, D>(s, o, alpha, p);
 }
 
-// Issues s = Q·Kᵀ (see qk_product) without waiting for it.
-template <bool F16, int D>
-__device__ __forceinline__ void qk_issue(float* s, u32 sQw, u32 sK) {
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
-    const u64 da = make_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024);
-    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
-    Wg<F16>::ss128(s, da, db, kk > 0);
-  }
-  wgmma_commit();
-}
-
 // Issues o += P·V (see pv_product) without waiting for it.
 template <bool F16, int D>
 __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
@@ -467,90 +422,20 @@ __device__ __forceinline__ void store_rows(const float* o, const float* m, const
   }
 }
 
-// ---------------------------------------------------------------- version 1: cp.async
-//
-// 256 threads = two consumer warpgroups, which also load: all threads copy
-// tile j+1 with cp.async while tile j is computed; a CTA barrier per tile.
-template <bool F16, int D>
-__device__ __forceinline__ void fwd(const u16* __restrict__ Q, const u16* __restrict__ K,
-                                    const u16* __restrict__ V, u16* __restrict__ O,
-                                    float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
-                                    int causal) {
-  static_assert(D == 64 || D == 128, "head dim");
-  constexpr int QBYTES = BR * D * 2, KVBYTES = BC * D * 2;
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const u32 sQ = sbase;
-  const u32 sK0 = sQ + QBYTES;        // K tiles of stages 0 and 1
-  const u32 sV0 = sK0 + 2 * KVBYTES;  // V tiles of stages 0 and 1
-
-  const int bh = blockIdx.y;
-  const int qb = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;  // heavy blocks first
-  const int q0 = qb * BR;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int wg = warp >> 2;
-  const int g = lane >> 2, t = lane & 3;
-  const int wrow0 = q0 + wg * 64 + (warp & 3) * 16;  // first query row of this warp
-  const u16* Qb = Q + (size_t)bh * Sq * D;
-  const u16* Kb = K + (size_t)bh * Sk * D;
-  const u16* Vb = V + (size_t)bh * Sk * D;
-
-  const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
-  const int ntiles = (kv_end + BC - 1) / BC;  // >= 1: Sk >= 1
-  const float c = scale * kLog2e;
-
-  load_tile<BR, D>(sQ, Qb, q0, Sq, tid);
-  load_tile<BC, D>(sK0, Kb, 0, Sk, tid);
-  load_tile<BC, D>(sV0, Vb, 0, Sk, tid);
-  cp_async_commit();
-
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; i++) o[i] = 0.f;
-  float m[2] = {-inf_f(), -inf_f()};
-  float l[2] = {0.f, 0.f};
-
-  for (int j = 0; j < ntiles; j++) {
-    const int stage = j & 1;
-    const int kbase = j * BC;
-    if (j + 1 < ntiles) {
-      // The other stage was last read by tile j-1, which every thread finished
-      // before the barrier that ended its iteration.
-      load_tile<BC, D>(sK0 + (stage ^ 1) * KVBYTES, Kb, kbase + BC, Sk, tid);
-      load_tile<BC, D>(sV0 + (stage ^ 1) * KVBYTES, Vb, kbase + BC, Sk, tid);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();  // all but the newest group: tile j (and Q) landed
-    fence_proxy_async();
-    __syncthreads();
-
-    float s[BC / 2];
-    qk_product<F16, D>(s, sQ + wg * 64 * 128, sK0 + stage * KVBYTES);
-    mask_scores(s, kbase, Sk, wrow0, g, t, causal);
-    u32 p[BC / 16][4];
-    softmax_tile<F16, D>(s, o, m, l, c, p);
-    pv_product<F16, D>(o, p, sV0 + stage * KVBYTES);
-    __syncthreads();  // every warpgroup is done with stage j before it is refilled
-  }
-  cp_async_wait<0>();
-  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
-}
-
 // ---------------------------------------------------------------- version 2: TMA, warp-specialised
 //
 // 384 threads: warps 0-7 are two consumer warpgroups (query rows q0+64cw..,
 // cw = warp/4), warps 8-11 the producer warpgroup, one thread of which issues
 // every copy:
 // the Q tile once, then K_j and V_j into a two-stage ring with TMA
-// (cp.async.bulk.tensor, 128-byte swizzle: the same tile layout as version 1).
+// (cp.async.bulk.tensor, 128-byte swizzle: the tile layout described above).
 // mbarriers: barQ and fullK/fullV[stage] complete when the copies' bytes have
 // landed (expect_tx); empty[stage] when all 256 consumer threads have finished
 // with the stage. The consumers never wait on each other, so one warpgroup's
 // softmax overlaps the other's wgmma. Registers: the launch bound leaves 168
 // a thread (65536 / 384); setmaxnreg moves them from the producer (24) to the
-// consumers (240). With NVRTC 12.4's ptxas the consumer code still stays
-// within R0-R167, but only with setmaxnreg does the pipelined variant compile
-// without spills and serialized wgmmas (TestFlashSM90Compile checks).
+// consumers (240); the ping-pong versions need them (TestFlashSM90Compile
+// checks for spills and serialized wgmmas).
 //
 // The tensor maps are 3-D (D, S, BH) views of Q, K, V (innermost first) with
 // a box of 64 × 128 × 1 elements: rows past S read as zeros, never as the next
@@ -607,7 +492,7 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, int col, in
       : "memory");
 }
 
-template <bool F16, int D, bool PIPE>
+template <bool F16, int D>
 __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -672,64 +557,18 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 
     mbar_wait(barQ, 0);
     const u32 sQw = sQ + cw * 64 * 128;
-    if constexpr (!PIPE) {
-      for (int j = 0; j < ntiles; j++) {
-        const int st = j & 1;
-        const u32 parity = (j >> 1) & 1;
-        float s[BC / 2];
-        mbar_wait(fullK0 + 8 * st, parity);
-        qk_product<F16, D>(s, sQw, sK0 + st * KVBYTES);
-        mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
-        u32 p[BC / 16][4];
-        softmax_tile<F16, D>(s, o, m, l, c, p);
-        mbar_wait(fullV0 + 8 * st, parity);
-        pv_product<F16, D>(o, p, sV0 + st * KVBYTES);
-        mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
-      }
-    } else {
-      // Software pipeline inside the warpgroup: S_{j+1} = Q·K_{j+1}ᵀ and
-      // O += P_j·V_j are in flight together; the softmax of S_{j+1} (which
-      // leaves o alone) runs while P_j·V_j still accumulates, and o is rescaled
-      // and P_{j+1} packed only once that product is done.
+    for (int j = 0; j < ntiles; j++) {
+      const int st = j & 1;
+      const u32 parity = (j >> 1) & 1;
       float s[BC / 2];
+      mbar_wait(fullK0 + 8 * st, parity);
+      qk_product<F16, D>(s, sQw, sK0 + st * KVBYTES);
+      mask_scores(s, j * BC, Sk, wrow0, g, t, causal);
       u32 p[BC / 16][4];
-      mbar_wait<false>(fullK0, 0);
-      qk_product<F16, D>(s, sQw, sK0);
-      mask_scores(s, 0, Sk, wrow0, g, t, causal);
       softmax_tile<F16, D>(s, o, m, l, c, p);
-      for (int j = 0; j < ntiles; j++) {
-        const int st = j & 1;
-        const bool next = j + 1 < ntiles;
-        if (next) {
-          mbar_wait<false>(fullK0 + 8 * (st ^ 1), ((j + 1) >> 1) & 1);
-          qk_issue<F16, D>(s, sQw, sK0 + (st ^ 1) * KVBYTES);
-        }
-        mbar_wait<false>(fullV0 + 8 * st, (j >> 1) & 1);
-        pv_issue<F16, D>(o, p, sV0 + st * KVBYTES);
-        if (next) {
-          wgmma_wait<1>();  // groups retire in order: S_{j+1} is done
-          reg_fence<BC / 2>(s);
-          // The softmax works on a copy: ptxas serializes every wgmma (C7515)
-          // when ordinary instructions write a wgmma accumulator (s) while
-          // another wgmma group (P_j·V_j) is still in flight.
-          float pr[BC / 2];
-#pragma unroll
-          for (int i = 0; i < BC / 2; i++) pr[i] = s[i];
-          mask_scores(pr, (j + 1) * BC, Sk, wrow0, g, t, causal);
-          float alpha[2];
-          softmax_rows(pr, m, l, c, alpha);
-          wgmma_wait<0>();
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&p[0][0]);
-          mbar_arrive(empty0 + 8 * st);
-          rescale_pack<F16, D>(pr, o, alpha, p);
-        } else {
-          wgmma_wait<0>();
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&p[0][0]);
-          mbar_arrive(empty0 + 8 * st);
-        }
-      }
+      mbar_wait(fullV0 + 8 * st, parity);
+      pv_product<F16, D>(o, p, sV0 + st * KVBYTES);
+      mbar_arrive(empty0 + 8 * st);  // this thread is done with stage st
     }
     store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
   }
@@ -768,14 +607,6 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 // before its softmax; the other two warpgroups' products fill the tensor
 // cores meanwhile.
 //
-// EMU (the "ppe" and "pp3e" kernels, D=64): one exponential in eight comes
-// from fexp2_fma, on the FMA pipe, instead of the SFU. At D=64 the SFU needs
-// as many cycles for a tile's 2^x (16 a clock per SM) as the tensor cores
-// for its two products, so both would have to be busy all the time; moving
-// an eighth of the exponentials costs about seven FMA-pipe instructions each
-// and frees an eighth of the SFU time (about a sixth balances the two,
-// counting the softmax's other instructions).
-//
 // The K and V stages are released separately (emptyK once S_j is done,
 // emptyV once P_j·V_j is): a warpgroup wants K_{j+1} while the one behind it
 // still reads V_{j-1}, and with one release per stage the producer could not
@@ -790,8 +621,8 @@ __device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
-// qk_issue for a Q tile of QROWS rows (its 64-column blocks QROWS·128 bytes
-// apart).
+// Issues s = Q·Kᵀ (as qk_product, without waiting for it) for a Q tile of
+// QROWS rows (its 64-column blocks QROWS·128 bytes apart).
 template <bool F16, int D, int QROWS>
 __device__ __forceinline__ void qk_issue_rows(float* s, u32 sQw, u32 sK) {
   wgmma_fence();
@@ -815,31 +646,10 @@ __device__ __forceinline__ void rescale_o(float* o, const float* alpha) {
   }
 }
 
-// 2^x for x <= 0 on the FMA pipe rather than the SFU (16 lanes a clock per
-// SM against 128 for FFMA: at D=64 the SFU's exponentials take as long as
-// the tensor cores' products): x = n + f, n = round(x) (adding 1.5·2^23
-// leaves it in the low mantissa bits), f in [-1/2, 1/2]; 2^f by a degree-3
-// minimax polynomial (relative error below 7.5e-5, finer than P's 16-bit
-// rounding) and n added into its exponent field. x is clamped to -126 so
-// that the exponent stays >= 0: 2^-126.5 or so where ex2.approx.ftz gives 0,
-// which no sum or 16-bit P notices; where x may be large (masked keys) the
-// caller selects 0 afterwards.
-__device__ __forceinline__ float fexp2_fma(float x) {
-  x = fmaxf(x, -126.f);
-  const float t = x + 12582912.f;
-  const float f = x - (t - 12582912.f);
-  const float p = fmaf(fmaf(fmaf(0.0551716691f, f, 0.242611122f), f, 0.693260985f), f, 0.999928074f);
-  return __int_as_float(__float_as_int(p) + (__float_as_int(t) << 23));
-}
-
 // softmax_rows followed by the packing of rescale_pack, reading s only: P
 // goes packed into pn (k-step kk: S columns 16kk.., registers 0, 1 from the
-// 8-column block 2kk, 2, 3 from 2kk+1; register q holds row g+8(q&1)). EMU
-// (0-2) of every eight exponentials (the last ones of each k-step) come from
-// fexp2_fma instead of the SFU; with EMU > 0, s must hold no -inf (a masked
-// key's P must be exactly 0, which fexp2_fma never returns, or a row that
-// sees no key would get a positive sum).
-template <bool F16, int EMU>
+// 8-column block 2kk, 2, 3 from 2kk+1; register q holds row g+8(q&1)).
+template <bool F16>
 __device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l, float c, float* alpha,
                                              u32 (*pn)[4]) {
   float mc[2];
@@ -869,8 +679,8 @@ __device__ __forceinline__ void softmax_pack(const float* s, float* m, float* l,
     for (int q = 0; q < 4; q++) {
       const int r = q & 1;
       const float y0 = fmaf(s[8 * kk + 2 * q], c, -mc[r]), y1 = fmaf(s[8 * kk + 2 * q + 1], c, -mc[r]);
-      const float x0 = (q == 3 && EMU >= 2) ? fexp2_fma(y0) : fexp2(y0);
-      const float x1 = (q == 3 && EMU >= 1) ? fexp2_fma(y1) : fexp2(y1);
+      const float x0 = fexp2(y0);
+      const float x1 = fexp2(y1);
       rs[r][kk & 1] += x0 + x1;
       pn[kk][q] = pack2<F16>(x0, x1);
     }
@@ -885,7 +695,7 @@ __device__ __forceinline__ bool tile_masked(int kbase, int Sk, int wrow0, int ca
   return (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
 }
 
-template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU>
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
 __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -984,12 +794,15 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
       wgmma_wait<0>();
       reg_fence<BC / 2>(s);
       if (lane == 0) mbar_arrive(emptyK0);
-      // o = 0: no rescale
+      // o = 0: no rescale. (Here and below the two branches make the same
+      // call; ptxas then compiles a copy of the softmax into each, which is
+      // the code timed on the H200. Merged after the mask, the kernels
+      // compile to other, smaller code that has not been timed.)
       if (tile_masked(0, Sk, wgrow0, causal)) {
         mask_scores(s, 0, Sk, wrow0, g, t, causal);
-        softmax_pack<F16, 0>(s, m, l, c, alpha, p);
+        softmax_pack<F16>(s, m, l, c, alpha, p);
       } else {
-        softmax_pack<F16, EMU>(s, m, l, c, alpha, p);
+        softmax_pack<F16>(s, m, l, c, alpha, p);
       }
     }
 
@@ -1013,7 +826,7 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
         if (OVERLAP && !masked) {
           wgmma_wait<1>();
           reg_fence<BC / 2>(s);
-          softmax_pack<F16, EMU>(s, m, l, c, alpha, pb);
+          softmax_pack<F16>(s, m, l, c, alpha, pb);
           // ptxas moves instructions that do not depend on a wgmma past
           // wgmma.wait_group: here (and in version 3) every exponential
           // ended up after the wait for P_j·V_j, so no softmax overlapped it.
@@ -1036,9 +849,9 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
           }
           if (masked) {
             mask_scores(s, kb, Sk, wrow0, g, t, causal);
-            softmax_pack<F16, 0>(s, m, l, c, alpha, pb);
+            softmax_pack<F16>(s, m, l, c, alpha, pb);
           } else {
-            softmax_pack<F16, EMU>(s, m, l, c, alpha, pb);
+            softmax_pack<F16>(s, m, l, c, alpha, pb);
           }
         }
         rescale_o<D>(o, alpha);
@@ -1150,7 +963,7 @@ __device__ __forceinline__ float log2e_scale(float scale) {
   return c;
 }
 
-template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int EMU, int QBUF>
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int QBUF>
 __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -1303,9 +1116,9 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
         if (tile_masked(0, Sk, wgrow0, causal)) {
           mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-          softmax_pack<F16, 0>(s, m, l, log2e_scale(scale), alpha, p);
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
         } else {
-          softmax_pack<F16, EMU>(s, m, l, log2e_scale(scale), alpha, p);
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
         }
       }
 
@@ -1333,7 +1146,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
           if (OVERLAP && !tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
             wgmma_wait<1>();
             reg_fence<BC / 2>(s);
-            softmax_pack<F16, EMU>(s, m, l, log2e_scale(scale), alpha, pb);
+            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
             // See fwd_pp: the release's address depends on the row sums so
             // that ptxas keeps the exponentials ahead of the next wait.
             if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
@@ -1357,9 +1170,9 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             const int wgrow0 = ld_shared(slot + 4) + cw * 64;
             if (tile_masked(kb, Sk, wgrow0, causal)) {
               mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-              softmax_pack<F16, 0>(s, m, l, log2e_scale(scale), alpha, pb);
+              softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
             } else {
-              softmax_pack<F16, EMU>(s, m, l, log2e_scale(scale), alpha, pb);
+              softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
             }
           }
           rescale_o<D>(o, alpha);
@@ -1913,78 +1726,57 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 
 }  // namespace fa90
 
-#define FA90_FWD(name, F16, D)                                                                      \
-  extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                         \
-      name(const unsigned short* q, const unsigned short* k, const unsigned short* v,               \
-           unsigned short* o, float* lse, int BH, int Sq, int Sk, float scale, int causal) {        \
-    fa90::fwd<F16, D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                                  \
-  }
-
-FA90_FWD(flash_fwd_sm90_bf16_d64, false, 64)
-FA90_FWD(flash_fwd_sm90_bf16_d128, false, 128)
-FA90_FWD(flash_fwd_sm90_fp16_d64, true, 64)
-FA90_FWD(flash_fwd_sm90_fp16_d128, true, 128)
-
-#define FA90_FWD_WS(name, F16, D, PIPE)                                                              \
+#define FA90_FWD_WS(name, F16, D)                                                                    \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ws<F16, D, PIPE>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                   \
+    fa90::fwd_ws<F16, D>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                         \
   }
 
-FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64, false)
-FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128, false)
-FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64, false)
-FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128, false)
-FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d64, false, 64, true)
-FA90_FWD_WS(flash_fwd_sm90_tmapipe_bf16_d128, false, 128, true)
-FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d64, true, 64, true)
-FA90_FWD_WS(flash_fwd_sm90_tmapipe_fp16_d128, true, 128, true)
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64)
+FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64)
+FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128)
 
 // Version 4 (fwd_pp): NWG consumer warpgroups and a producer warpgroup, K/V
-// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V;
-// EMU: exponentials in eight on the FMA pipe.
-#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP, EMU)                                         \
+// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V.
+#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP)                                              \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP, EMU>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true, 0)
-FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true, 0)
-FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true, 0)
-FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true, 0)
-FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false, 0)
-FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false, 0)
-FA90_FWD_PP(flash_fwd_sm90_ppe_bf16_d64, false, 64, 2, 4, true, 1)
-FA90_FWD_PP(flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1)
-FA90_FWD_PP(flash_fwd_sm90_pp3e_bf16_d64, false, 64, 3, 4, false, 1)
-FA90_FWD_PP(flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1)
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true)
+FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true)
+FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true)
+FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false)
+FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false)
 
 // Version 5 (fwd_ppp): fwd_pp's tilings, persistent; QBUF Q buffers.
-#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP, EMU, QBUF)                                  \
+#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP, QBUF)                                       \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP, EMU, QBUF>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP, QBUF>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 0, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true, 0, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true, 0, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 0, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 0, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false, 0, 1)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 0, 2)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d128, false, 128, 2, 2, true, 0, 2)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d64, true, 64, 2, 4, true, 0, 2)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 0, 2)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3q_bf16_d64, false, 64, 3, 4, false, 0, 2)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 0, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 1)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false, 1)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d128, false, 128, 2, 2, true, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d64, true, 64, 2, 4, true, 2)
+FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3q_bf16_d64, false, 64, 3, 4, false, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 2)
 
 #define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \

@@ -22,19 +22,17 @@ const flashSM90File = "flash_attention_sm90.cu"
 // bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90DefaultFor the
 // shape ("ppp3", but "ppp" for causal D=64 up to 2048 query rows).
 // "tma": the TMA, warp-specialised Hopper kernel (a producer warpgroup, two
-// consumer warpgroups); "tmapipe": the same with Q·Kᵀ of the next tile
-// overlapping P·V of this one; "pp": tmapipe's overlap with the two consumer
-// warpgroups taking turns at the tensor cores (ping-pong), K and V released
-// apart, a deeper ring at D=64; "pp3": three such warpgroups (192 query rows
-// a CTA) without the overlap inside a warpgroup, at D=64 (at D=128 their
-// registers do not fit: "pp3" runs "pp" there); "ppe", "pp3e": "pp" and
-// "pp3" with an eighth of the softmax's exponentials computed on the FMA pipe
-// instead of the SFU, at D=64 (at D=128 both run "pp"); "ppp", "ppp3":
+// consumer warpgroups); "pp": the two consumer warpgroups taking turns at the
+// tensor cores (ping-pong), each overlapping its softmax of the next tile
+// with its P·V of this one, K and V released apart, a deeper ring at D=64;
+// "pp3": three such warpgroups (192 query rows a CTA) without the overlap
+// inside a warpgroup, at D=64 (at D=128 their registers do not fit: "pp3"
+// runs "pp" there); "ppp", "ppp3":
 // "pp" and "pp3" persistent, a CTA per SM walking the (head, query block)
 // tiles and loading the next one's Q and K/V while it finishes this one (at
 // D=128 "ppp3" runs "ppp"); "pppq", "ppp3q": the same with two Q buffers,
 // the next tile's Q loaded a tile ahead (at D=128 "ppp3q" runs "pppq");
-// "cpasync": the one whose consumer warps load with cp.async; "0": FA2.
+// "0": FA2.
 // Other devices, dtypes and head dims always run FA2. Every forward writes
 // the LSE the backward reads the same way (natural log, +inf for a row that
 // sees no key).
@@ -74,22 +72,19 @@ func flashSM90DefaultFor(dim, sq int, causal bool) string {
 	return flashSM90Default
 }
 
-// The sm90 forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
-// consumer warpgroups owns 128 query rows; K/V tiles of 128 keys,
-// double-buffered. The TMA kernel adds one producer warp.
+// The tma forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
+// consumer warpgroups and a producer warpgroup owns 128 query rows; K/V tiles
+// of 128 keys, double-buffered.
 const (
 	flashSM90Rows       = 128
 	flashSM90Keys       = 128
-	flashSM90Threads    = 256
 	flashSM90TMAThreads = 384
 )
 
-// flashSM90Smem is the forward's dynamic shared memory: the Q tile, two K and
-// two V tiles (16-bit), and 1024 bytes to align the start to a swizzle block;
-// the TMA kernel adds 64 bytes of mbarriers.
-func flashSM90Smem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 + 1024 }
-
-func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
+// flashSM90TMASmem is the tma forward's dynamic shared memory: the Q tile,
+// two K and two V tiles (16-bit), 64 bytes of mbarriers and 1024 bytes to
+// align the start to a swizzle block.
+func flashSM90TMASmem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 + 64 + 1024 }
 
 // flashSM90PP is the tiling of a ping-pong forward (fwd_pp in
 // flash_attention_sm90.cu) as its entry points fix it: consumer warpgroups
@@ -99,7 +94,7 @@ func flashSM90TMASmem(dim int) int { return flashSM90Smem(dim) + 64 }
 type flashSM90PP struct{ warpgroups, stages, qbufs int }
 
 // flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp",
-// "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq" or "ppp3q") at dim: D=64
+// "pp3", "ppp", "ppp3", "pppq" or "ppp3q") at dim: D=64
 // tiles take half the shared memory of D=128 ones, so its rings hold four
 // instead of two.
 func flashSM90PPOf(variant string, dim int) flashSM90PP {
@@ -135,10 +130,9 @@ func (t flashSM90PP) smem(dim int) int {
 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
-// none): variant "tma" is the TMA kernel, "tmapipe" the pipelined TMA kernel,
-// "pp", "pp3", "ppe" and "pp3e" the ping-pong kernels (at D=128 all four are
-// "pp"), "ppp", "ppp3", "pppq" and "ppp3q" the persistent ping-pong ones (at
-// D=128 "ppp" and "pppq"), "" the cp.async one.
+// none): variant "tma" is the TMA kernel, "pp" and "pp3" the ping-pong
+// kernels (at D=128 both are "pp"), "ppp", "ppp3", "pppq" and "ppp3q" the
+// persistent ping-pong ones (at D=128 "ppp" and "pppq").
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -154,7 +148,7 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	}
 	if dim == 128 {
 		switch variant {
-		case "pp3", "ppe", "pp3e":
+		case "pp3":
 			variant = "pp"
 		case "ppp3":
 			variant = "ppp"
@@ -163,10 +157,8 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 		}
 	}
 	switch variant {
-	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q":
+	case "tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
-	case "":
-		return fmt.Sprintf("flash_fwd_sm90_%s_d%d", suffix, dim)
 	}
 	return ""
 }
@@ -183,11 +175,10 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 		return "", nil
 	case "", "1":
 		variant = flashSM90DefaultFor(dim, sq, causal)
-	case "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q":
+	case "tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q":
 		variant = env
-	case "cpasync":
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, tmapipe, pp, pp3, ppe, pp3e, ppp, ppp3, pppq, ppp3q or cpasync (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, pp, pp3, ppp, ppp3, pppq or ppp3q (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -250,17 +241,7 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 	if strings.HasPrefix(name, "flash_fwd_sm90_pp") {
 		return flashForwardSM90PP(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
-	smem := flashSM90Smem(dim)
-	f, err := ks.fn(name, smem)
-	if err != nil {
-		return err
-	}
-	block := [3]uint32{flashSM90Threads, 1, 1}
-	return flashHeadChunks(bh, func(h0, n int) error {
-		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
-		grid := [3]uint32{uint32((sq + flashSM90Rows - 1) / flashSM90Rows), uint32(n), 1}
-		return d.Launch(f, grid, block, uint32(smem), q+qo, k+ko, v+ko, o+qo, lse+lo, int32(n), int32(sq), int32(sk), scale, b2i(causal))
-	})
+	return fmt.Errorf("cuda: %s: no such sm90 forward", name)
 }
 
 // flashMaxGridY is the largest grid y dimension a launch may have.
@@ -533,11 +514,11 @@ var flashSM90BwdVariants = []string{"cols", "dqtma"}
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
 func flashSM90BwdName(dt GemmType, dim int, variant string) string {
-	fwd := flashSM90Name(dt, dim, "")
+	fwd := flashSM90Name(dt, dim, "tma")
 	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) {
 		return ""
 	}
-	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_")
+	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_tma_")
 }
 
 // flashSM90BwdDefault is the backward variant FlashBackward runs when

@@ -16,12 +16,9 @@ import (
 
 // flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
 var flashSM90AllKernels = []string{
-	"flash_fwd_sm90_bf16_d64", "flash_fwd_sm90_bf16_d128", "flash_fwd_sm90_fp16_d64", "flash_fwd_sm90_fp16_d128",
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
-	"flash_fwd_sm90_tmapipe_bf16_d64", "flash_fwd_sm90_tmapipe_bf16_d128", "flash_fwd_sm90_tmapipe_fp16_d64", "flash_fwd_sm90_tmapipe_fp16_d128",
 	"flash_fwd_sm90_pp_bf16_d64", "flash_fwd_sm90_pp_bf16_d128", "flash_fwd_sm90_pp_fp16_d64", "flash_fwd_sm90_pp_fp16_d128",
 	"flash_fwd_sm90_pp3_bf16_d64", "flash_fwd_sm90_pp3_fp16_d64",
-	"flash_fwd_sm90_ppe_bf16_d64", "flash_fwd_sm90_ppe_fp16_d64", "flash_fwd_sm90_pp3e_bf16_d64", "flash_fwd_sm90_pp3e_fp16_d64",
 	"flash_fwd_sm90_ppp_bf16_d64", "flash_fwd_sm90_ppp_bf16_d128", "flash_fwd_sm90_ppp_fp16_d64", "flash_fwd_sm90_ppp_fp16_d128",
 	"flash_fwd_sm90_ppp3_bf16_d64", "flash_fwd_sm90_ppp3_fp16_d64",
 	"flash_fwd_sm90_pppq_bf16_d64", "flash_fwd_sm90_pppq_bf16_d128", "flash_fwd_sm90_pppq_fp16_d64", "flash_fwd_sm90_pppq_fp16_d128",
@@ -96,17 +93,15 @@ func TestFlashSM90Entries(t *testing.T) {
 		instance   string
 		wantThread int
 	}{
-		{"pp", 64, 148616, "flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true, 0", 384},
-		{"pp", 128, 164936, "flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true, 0", 384},
-		{"pp3", 64, 156808, "flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false, 0", 512},
-		{"ppe", 64, 148616, "flash_fwd_sm90_ppe_fp16_d64, true, 64, 2, 4, true, 1", 384},
-		{"pp3e", 64, 156808, "flash_fwd_sm90_pp3e_fp16_d64, true, 64, 3, 4, false, 1", 512},
-		{"ppp", 64, 148656, "flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 0, 1", 384},
-		{"ppp", 128, 164976, "flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 0, 1", 384},
-		{"ppp3", 64, 156848, "flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 0, 1", 512},
-		{"pppq", 64, 165088, "flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 0, 2", 384},
-		{"pppq", 128, 197792, "flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 0, 2", 384},
-		{"ppp3q", 64, 181472, "flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 0, 2", 512},
+		{"pp", 64, 148616, "flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true", 384},
+		{"pp", 128, 164936, "flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true", 384},
+		{"pp3", 64, 156808, "flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false", 512},
+		{"ppp", 64, 148656, "flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 1", 384},
+		{"ppp", 128, 164976, "flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 1", 384},
+		{"ppp3", 64, 156848, "flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 1", 512},
+		{"pppq", 64, 165088, "flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 2", 384},
+		{"pppq", 128, 197792, "flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 2", 384},
+		{"ppp3q", 64, 181472, "flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 2", 512},
 	} {
 		tl := flashSM90PPOf(c.variant, c.dim)
 		if got := tl.smem(c.dim); got != c.want {
@@ -193,19 +188,12 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_ppp_bf16_d128"},
 		{9, 0, GemmBF16, 64, 0.1, "1", "flash_fwd_sm90_ppp3_bf16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "tma", "flash_fwd_sm90_tma_fp16_d64"},
-		{9, 0, GemmF16, 64, 0.1, "cpasync", "flash_fwd_sm90_fp16_d64"},
-		{9, 0, GemmBF16, 128, 0.1, "cpasync", "flash_fwd_sm90_bf16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
 		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_ppp_bf16_d128"}, // the default on 9.0
-		{9, 0, GemmF16, 64, 0.1, "tmapipe", "flash_fwd_sm90_tmapipe_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "pp", "flash_fwd_sm90_pp_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "pp", "flash_fwd_sm90_pp_fp16_d64"},
 		{9, 0, GemmBF16, 64, 0.1, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "pp3", "flash_fwd_sm90_pp_fp16_d128"}, // no 3-warpgroup d128
-		{9, 0, GemmBF16, 64, 0.1, "ppe", "flash_fwd_sm90_ppe_bf16_d64"},
-		{9, 0, GemmF16, 64, 0.1, "pp3e", "flash_fwd_sm90_pp3e_fp16_d64"},
-		{9, 0, GemmBF16, 128, 0.1, "ppe", "flash_fwd_sm90_pp_bf16_d128"}, // no emulation at d128
-		{9, 0, GemmBF16, 128, 0.1, "pp3e", "flash_fwd_sm90_pp_bf16_d128"},
 		{9, 0, GemmBF16, 64, 0.1, "ppp", "flash_fwd_sm90_ppp_bf16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "ppp", "flash_fwd_sm90_ppp_fp16_d128"},
 		{9, 0, GemmBF16, 64, 0.1, "ppp3", "flash_fwd_sm90_ppp3_bf16_d64"},
@@ -254,18 +242,20 @@ func TestFlashSM90Pick(t *testing.T) {
 	if _, err := flashSM90Pick(9, 0, GemmBF16, 128, 4096, false, 0.1, "yes"); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
 		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90Env, err)
 	}
-	if got := flashSM90Smem(128); got != 164864 {
-		t.Errorf("d128 smem %d, want 164864 (the .cu header)", got)
+	for _, v := range []string{"tmapipe", "cpasync", "ppe", "pp3e"} { // removed variants
+		if _, err := flashSM90Pick(9, 0, GemmBF16, 64, 4096, false, 0.1, v); err == nil {
+			t.Errorf("%s=%s: want an error (no such forward any more)", FlashSM90Env, v)
+		}
 	}
-	if got := flashSM90Smem(64); got != 82944 {
-		t.Errorf("d64 smem %d, want 82944 (the .cu header)", got)
+	if got := flashSM90TMASmem(64); got != 83008 {
+		t.Errorf("d64 TMA smem %d, want 83008 (the .cu header)", got)
 	}
 	if got := flashSM90TMASmem(128); got != 164928 {
 		t.Errorf("d128 TMA smem %d, want 164928 (the .cu header)", got)
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q"} {
+			for _, v := range []string{"tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q"} {
 				name := flashSM90Name(dt, dim, v)
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -458,7 +448,7 @@ func TestFlashSM90Resources(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
-		threads := flashSM90Threads
+		threads := 0
 		if strings.HasPrefix(name, "flash_bwd_sm90") {
 			threads = flashSM90BwdThreads
 		} else if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
@@ -551,7 +541,7 @@ func TestFlashSM90GPU(t *testing.T) {
 		label, variant string
 		grid           int
 	}{
-		{"cpasync", "", 0}, {"tma", "tma", 0}, {"tmapipe", "tmapipe", 0}, {"pp", "pp", 0}, {"pp3", "pp3", 0}, {"ppe", "ppe", 0}, {"pp3e", "pp3e", 0},
+		{"tma", "tma", 0}, {"pp", "pp", 0}, {"pp3", "pp3", 0},
 		{"ppp", "ppp", 0}, {"ppp3", "ppp3", 0}, {"ppp-grid3", "ppp", 3}, {"ppp3-grid2", "ppp3", 2}, {"ppp-grid1", "ppp", 1},
 		{"pppq", "pppq", 0}, {"ppp3q", "ppp3q", 0}, {"pppq-grid3", "pppq", 3}, {"ppp3q-grid2", "ppp3q", 2}, {"pppq-grid1", "pppq", 1},
 	} {
@@ -560,8 +550,8 @@ func TestFlashSM90GPU(t *testing.T) {
 			defer func() { flashSM90PersistentGrid = 0 }()
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
-				if !strings.Contains(kname, "_"+fam.variant+"_") && fam.variant != "" {
-					continue // pp3, ppe, pp3e at d128 are pp's kernel (ppp3 ppp's, ppp3q pppq's), checked already
+				if !strings.Contains(kname, "_"+fam.variant+"_") {
+					continue // pp3 at d128 is pp's kernel (ppp3 ppp's, ppp3q pppq's), checked already
 				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
@@ -645,7 +635,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	}
 	fa2 := run("0", "")
 	def := flashSM90DefaultFor(dim, s, true)
-	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"tmapipe", "tmapipe"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppe", "ppe"}, {"pp3e", "pp3e"}, {"ppp", "ppp"}, {"ppp3", "ppp3"}, {"pppq", "pppq"}, {"ppp3q", "ppp3q"}, {"cpasync", ""}} {
+	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppp", "ppp"}, {"ppp3", "ppp3"}, {"pppq", "pppq"}, {"ppp3q", "ppp3q"}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
@@ -700,9 +690,9 @@ func TestFlashSM90Speed(t *testing.T) {
 			}
 			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 []float64
-			for _, variant := range []string{"fa2", "", "tma", "tmapipe", "pp", "pp3", "ppe", "pp3e", "ppp", "ppp3", "pppq", "ppp3q"} {
-				if dim == 128 && slices.Contains([]string{"pp3", "ppe", "pp3e", "ppp3", "ppp3q"}, variant) {
-					continue // pp3, ppe, pp3e run pp at d128, ppp3 ppp, ppp3q pppq
+			for _, variant := range []string{"fa2", "tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q"} {
+				if dim == 128 && slices.Contains([]string{"pp3", "ppp3", "ppp3q"}, variant) {
+					continue // pp3 runs pp at d128, ppp3 ppp, ppp3q pppq
 				}
 				t.Setenv(FlashSM90Env, "0")
 				launch := func() error {
@@ -712,9 +702,6 @@ func TestFlashSM90Speed(t *testing.T) {
 					return flashForwardSM90(d, flashSM90Name(GemmBF16, dim, variant), in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
 				}
 				label := variant
-				if variant == "" {
-					label = "cpasync"
-				}
 				ms, err := timeFlash(d, launch, iters)
 				if err != nil {
 					t.Errorf("%s D=%d causal=%v: %v", label, dim, causal, err)
