@@ -10,11 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
-	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
@@ -202,23 +199,7 @@ func (ab *AttnBench) setup(seed uint64) error {
 // randomBF16 draws n standard normals as bfloat16, in parallel chunks with
 // their own seeds (the values depend on seed and n only).
 func randomBF16(n int, seed uint64) []uint16 {
-	out := make([]uint16, n)
-	const chunk = 1 << 20
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
-	for lo := 0; lo < n; lo += chunk {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func(lo int) {
-			defer func() { <-sem; wg.Done() }()
-			r := rand.New(rand.NewPCG(seed, uint64(lo)))
-			for i := lo; i < min(lo+chunk, n); i++ {
-				out[i] = cuda.BF16FromFloat32(float32(r.NormFloat64()))
-			}
-		}(lo)
-	}
-	wg.Wait()
-	return out
+	return randomNormal16(n, seed, cuda.BF16FromFloat32)
 }
 
 // Device is the GPU the bench runs on.

@@ -600,19 +600,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if *jsonOut != "" {
 		sortRows(rows)
-		var b strings.Builder
-		for _, r := range rows {
-			line, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			b.Write(line)
-			b.WriteByte('\n')
-		}
-		if err := writeFileAtomic("-json", *jsonOut, []byte(b.String())); err != nil {
+		if err := writeJSONLines(stderr, *jsonOut, rows); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "wrote %d rows to %s\n", len(rows), *jsonOut)
 	}
 	return nil
 }
@@ -948,6 +938,25 @@ func memRunStep(d *cuda.Device, be backend.Backend, ts *passes.TrainStep, seed u
 
 // sortRows orders rows by kind, shape and implementation (used by tests and
 // to keep -json stable when PyTorch's lines arrive in another order).
+// writeJSONLines writes rows to path (the -json flag's file) as JSON lines,
+// atomically, and says so on stderr.
+func writeJSONLines[R any](stderr io.Writer, path string, rows []R) error {
+	var b strings.Builder
+	for _, r := range rows {
+		line, err := json.Marshal(r)
+		if err != nil {
+			return err
+		}
+		b.Write(line)
+		b.WriteByte('\n')
+	}
+	if err := writeFileAtomic("-json", path, []byte(b.String())); err != nil {
+		return err
+	}
+	fmt.Fprintf(stderr, "wrote %d rows to %s\n", len(rows), path)
+	return nil
+}
+
 func sortRows(rows []benchRow) {
 	order := map[string]int{}
 	for i, c := range tableColumns {

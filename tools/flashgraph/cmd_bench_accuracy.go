@@ -485,19 +485,9 @@ func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
 	}
 
 	if o.jsonOut != "" {
-		var b strings.Builder
-		for _, r := range rows {
-			line, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			b.Write(line)
-			b.WriteByte('\n')
-		}
-		if err := writeFileAtomic("-json", o.jsonOut, []byte(b.String())); err != nil {
+		if err := writeJSONLines(stderr, o.jsonOut, rows); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "wrote %d rows to %s\n", len(rows), o.jsonOut)
 	}
 	var errs []error
 	if len(failed) > 0 {

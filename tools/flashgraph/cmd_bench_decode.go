@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,19 +123,9 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 		fmt.Fprintln(stdout, torchNote)
 	}
 	if o.jsonOut != "" {
-		var b strings.Builder
-		for _, r := range rows {
-			line, err := json.Marshal(r)
-			if err != nil {
-				return err
-			}
-			b.Write(line)
-			b.WriteByte('\n')
-		}
-		if err := writeFileAtomic("-json", o.jsonOut, []byte(b.String())); err != nil {
+		if err := writeJSONLines(stderr, o.jsonOut, rows); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "wrote %d rows to %s\n", len(rows), o.jsonOut)
 	}
 	return nil
 }
