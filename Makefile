@@ -68,7 +68,7 @@ gpu:
 		'# The attention kernels under compute-sanitizer (memcheck, then racecheck); run on the GPU machine from the repository root.' \
 		'set -e' \
 		'S=$${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer' \
-		'T="TestFlashAttentionGPU|TestFlashSM90GPU|TestFlashSM90Backward"' \
+		'T="TestFlashAttentionGPU|TestFlashSM90GPU|TestFlashSM90Backward|TestFlashDecodeGPU"' \
 		'for tool in memcheck racecheck; do "$$S" --tool $$tool --error-exitcode 3 ./.gpu/cuda.test -test.run "$$T" -test.count=1; done' \
 		> .gpu/sanitize.sh
 	chmod +x .gpu/sanitize.sh
