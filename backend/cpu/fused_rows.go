@@ -263,12 +263,7 @@ func transposedRowStrides(s graph.FusedStep, in []*graph.Tensor) []int {
 	if r < 1 || len(s.Params) != r || s.Params[r-1] != int64(r-1) {
 		return nil
 	}
-	st := make([]int, r)
-	acc := 1
-	for j := r - 1; j >= 0; j-- {
-		st[j] = acc
-		acc *= shape[j]
-	}
+	st := shape.Strides()
 	rows := make([]int, r-1)
 	for j := range rows {
 		p := s.Params[j]
@@ -289,12 +284,7 @@ func scatteredRowStrides(s graph.FusedStep, out, x, lead graph.Shape) []int {
 	if r < 1 || len(s.Params) != r || s.Params[r-1] != int64(r-1) || !x[:r-1].Equal(lead) {
 		return nil
 	}
-	st := make([]int, r)
-	acc := 1
-	for j := r - 1; j >= 0; j-- {
-		st[j] = acc
-		acc *= out[j]
-	}
+	st := out.Strides()
 	// Result axis i is x's axis perm[i]: x's axis perm[i] steps st[i].
 	rows := make([]int, r-1)
 	for i := range r - 1 {
