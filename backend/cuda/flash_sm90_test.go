@@ -498,13 +498,7 @@ func TestFlashSM90GPU(t *testing.T) {
 	}
 	var problems []problem
 	rng := rand.New(rand.NewPCG(90, 1))
-	gen := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
+	gen := flashNormals(rng)
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
 			for _, sh := range shapes {
@@ -599,13 +593,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	}
 	const bh, s, dim = 2, 300, 128
 	rng := rand.New(rand.NewPCG(3, 4))
-	gen := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
+	gen := flashNormals(rng)
 	n := bh * s * dim
 	q, _ := flashUpload(t, d, GemmBF16, gen(n))
 	k, _ := flashUpload(t, d, GemmBF16, gen(n))
@@ -790,13 +778,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
 	variants := []struct{ env, variant string }{{"cols", "cols"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
-	gen := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
+	gen := flashNormals(rng)
 	fails, runs := map[string]int{}, map[string]int{}
 	defer func() {
 		for _, k := range flashSM90AllKernels {
@@ -1012,13 +994,7 @@ func TestFlashSM90ManyHeads(t *testing.T) {
 	}
 	const bh, s, dim = flashMaxGridY + 7, 3, 64
 	rng := rand.New(rand.NewPCG(65, 535))
-	gen := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
+	gen := flashNormals(rng)
 	n := bh * s * dim
 	q, _ := flashUpload(t, d, GemmBF16, gen(n))
 	k, _ := flashUpload(t, d, GemmBF16, gen(n))

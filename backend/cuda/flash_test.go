@@ -169,6 +169,18 @@ func flashAlloc(t *testing.T, d *Device, n, elem int) DevicePtr {
 	return p
 }
 
+// flashNormals returns a generator of n standard normals drawn from rng, in
+// order (the tests' random Q, K, V and dO).
+func flashNormals(rng *rand.Rand) func(n int) []float64 {
+	return func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = rng.NormFloat64()
+		}
+		return x
+	}
+}
+
 func flashDownload(t *testing.T, d *Device, dt GemmType, p DevicePtr, n int) []float64 {
 	t.Helper()
 	out := make([]float64, n)
@@ -250,13 +262,7 @@ func TestFlashAttentionGPU(t *testing.T) {
 		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal)
 		t.Run(name, func(t *testing.T) {
 			nq, nk := c.bh*c.sq*c.dim, c.bh*c.sk*c.dim
-			gen := func(n int) []float64 {
-				x := make([]float64, n)
-				for i := range x {
-					x[i] = rng.NormFloat64()
-				}
-				return x
-			}
+			gen := flashNormals(rng)
 			q, qh := flashUpload(t, d, c.dt, gen(nq))
 			k, kh := flashUpload(t, d, c.dt, gen(nk))
 			v, vh := flashUpload(t, d, c.dt, gen(nk))
@@ -578,13 +584,7 @@ func TestFlashDecodeGPU(t *testing.T) {
 	type tol struct{ frac, rtol, l2 float64 }
 	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
 	rng := rand.New(rand.NewPCG(3, 5))
-	gen := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
+	gen := flashNormals(rng)
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
 			for _, sk := range []int{1000, 4096, 16384} {
@@ -672,13 +672,7 @@ func TestFlashDecodeDispatch(t *testing.T) {
 	const bh, sq, sk, dim = 8, 4, 8192, 128
 	dt := GemmBF16
 	rng := rand.New(rand.NewPCG(9, 1))
-	gen := func(n int) []float64 {
-		x := make([]float64, n)
-		for i := range x {
-			x[i] = rng.NormFloat64()
-		}
-		return x
-	}
+	gen := flashNormals(rng)
 	nq, nk := bh*sq*dim, bh*sk*dim
 	q, qh := flashUpload(t, d, dt, gen(nq))
 	k, kh := flashUpload(t, d, dt, gen(nk))
