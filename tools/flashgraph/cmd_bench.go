@@ -752,19 +752,32 @@ func runTorch(stderr io.Writer, py, script, backends string, shapes []benchShape
 	args := []string{script, "--backends", backends, "--seqs", strings.Join(seqs, ","), "--head-dims", strings.Join(dims, ","),
 		"--causal", c, "--tokens", strconv.Itoa(tokens), "--width", strconv.Itoa(width),
 		"--iters", strconv.Itoa(iters), "--warmup", strconv.Itoa(max(1, warmup)), "--out", tmp.Name()}
+	return runPythonJSONLines(stderr, py, args, tmp.Name(), parseTorchRows)
+}
+
+// runPythonJSONLines runs py with args (args[0] the script), whose JSON lines
+// go to the file out, and parses that file with parse. Rows written before
+// the script failed come back with its error.
+func runPythonJSONLines[R any](stderr io.Writer, py string, args []string, out string, parse func(io.Reader) ([]R, error)) ([]R, error) {
 	fmt.Fprintf(stderr, "bench: %s %s\n", py, strings.Join(args, " "))
 	cmd := exec.Command(py, args...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
 	runErr := cmd.Run()
-	f, err := os.Open(tmp.Name())
+	if runErr != nil {
+		runErr = fmt.Errorf("%s %s: %w", py, args[0], runErr)
+	}
+	f, err := os.Open(out)
 	if err != nil {
+		if runErr != nil {
+			return nil, runErr
+		}
 		return nil, err
 	}
 	defer f.Close()
-	rows, perr := parseTorchRows(f)
+	rows, perr := parse(f)
 	if runErr != nil {
-		return rows, fmt.Errorf("%s %s: %w", py, script, runErr)
+		return rows, runErr
 	}
 	return rows, perr
 }

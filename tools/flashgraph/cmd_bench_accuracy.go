@@ -372,24 +372,7 @@ func runAccuracyPython(stderr io.Writer, py, script, dir, backends, refDev strin
 		return nil, err
 	}
 	args := []string{script, "--dir", dir, "--out", out, "--backends", backends, "--device", refDev}
-	fmt.Fprintf(stderr, "bench: %s %s\n", py, strings.Join(args, " "))
-	cmd := exec.Command(py, args...)
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
-	runErr := cmd.Run()
-	f, err := os.Open(out)
-	if err != nil {
-		if runErr != nil {
-			return nil, fmt.Errorf("%s %s: %w", py, script, runErr)
-		}
-		return nil, err
-	}
-	defer f.Close()
-	rows, perr := parseAccuracyRows(f)
-	if runErr != nil {
-		return rows, fmt.Errorf("%s %s: %w", py, script, runErr)
-	}
-	return rows, perr
+	return runPythonJSONLines(stderr, py, args, out, parseAccuracyRows)
 }
 
 func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {

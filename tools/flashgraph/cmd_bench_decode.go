@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -207,21 +206,7 @@ func runTorchDecode(stderr io.Writer, o decodeOptions) ([]benchRow, error) {
 	args := []string{o.reference, "--backends", o.torchBackends, "--seqs", o.seqs, "--head-dims", o.dims,
 		"--decode-sq", o.sqs, "--tokens", strconv.Itoa(o.tokens), "--width", strconv.Itoa(o.width),
 		"--iters", strconv.Itoa(o.iters), "--warmup", strconv.Itoa(max(1, o.warmup)), "--out", tmp.Name()}
-	fmt.Fprintf(stderr, "bench: %s %s\n", o.torchPy, strings.Join(args, " "))
-	cmd := exec.Command(o.torchPy, args...)
-	cmd.Stdout, cmd.Stderr = stderr, stderr
-	cmd.Env = append(os.Environ(), "PYTHONUNBUFFERED=1")
-	runErr := cmd.Run()
-	f, err := os.Open(tmp.Name())
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	rows, perr := parseTorchDecodeRows(f)
-	if runErr != nil {
-		return rows, fmt.Errorf("%s %s: %w", o.torchPy, o.reference, runErr)
-	}
-	return rows, perr
+	return runPythonJSONLines(stderr, o.torchPy, args, tmp.Name(), parseTorchDecodeRows)
 }
 
 // parseTorchDecodeRows reads sdpa_bench.py --decode-sq's JSON lines.
