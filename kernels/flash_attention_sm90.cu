@@ -28,13 +28,9 @@
 //   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(...)  pp and pp3
 //     persistent (version 5, see fwd_ppp): 1-D grid of at most one CTA per
 //     SM, each walking (head, query block) tiles; block and Q map box as pp
-//     and pp3 (the maps span all BH heads), dynamic smem QBUF·BRQ·D·2 +
-//     2·stages·128·D·2 + 8·(4·stages + 2·QBUF) + 32·QBUF + 1024 bytes
-//     (BRQ = 128 or 192 query rows) with QBUF = 1 Q buffer: d64 148656,
-//     d128 164976 (ppp), 156848 (ppp3).
-//   flash_fwd_sm90_pppq_<T>_d<D>, flash_fwd_sm90_ppp3q_<T>_d64(...)  the same
-//     with QBUF = 2 (the next tile's Q loaded a tile ahead): d64 165088,
-//     d128 197792 (pppq), 181472 (ppp3q).
+//     and pp3 (the maps span all BH heads), dynamic smem BRQ·D·2 +
+//     2·stages·128·D·2 + 8·(4·stages + 2) + 32 + 1024 bytes (BRQ = 128 or
+//     192 query rows): d64 148656, d128 164976 (ppp), 156848 (ppp3).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -150,6 +146,29 @@ __device__ __forceinline__ u64 make_desc(u32 addr, u32 lbo, u32 sbo) {
   return (u64)((addr & 0x3FFFF) >> 4) | ((u64)((lbo & 0x3FFFF) >> 4) << 16) |
          ((u64)((sbo & 0x3FFFF) >> 4) << 32) | (1ull << 62);
 }
+
+// The descriptor of the operand off bytes (a multiple of 16) past the one d
+// describes. Shared addresses are below 2^18, so the start-address field
+// (addr >> 4, bits 0-13) takes the offset without carrying into the next
+// field: one 32-bit add instead of make_desc's masks and shifts per k-step.
+// ptxas had rebuilt every descriptor from its address (ten integer
+// instructions per wgmma, a third of the forward's non-float instructions).
+__device__ __forceinline__ u64 desc_off(u64 d, u32 off) {
+  u32 lo, hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(d));
+  u64 r;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(r) : "r"(lo + (off >> 4)), "r"(hi));
+  return r;
+}
+
+// The warpgroup index of this thread (threadIdx.x / 128), broadcast from
+// lane 0: ptxas then knows it is one value for the whole warp and keeps what
+// derives from it, the wgmma descriptors above all, in uniform registers
+// (uniform datapath, no copy into them before each wgmma). From warp >> 2 it
+// built every descriptor per thread and copied it over: with desc_off, the
+// forward's consumer loop went from 688 to about 560 instructions per warp
+// and tile (SASS counts, D=128).
+__device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0); }
 
 // Byte offset of 16-byte chunk c of row r in a ROWS-row tile (see the header).
 template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
@@ -291,10 +310,11 @@ template <> struct Wg<true> {
 template <bool F16, int D>
 __device__ __forceinline__ void qk_product(float* s, u32 sQw, u32 sK) {
   wgmma_fence();
+  const u64 da0 = make_desc(sQw, 16, 1024), db0 = make_desc(sK, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
-    const u64 da = make_desc(sQw + (kk >> 2) * BR * 128 + (kk & 3) * 32, 16, 1024);
-    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 da = desc_off(da0, (kk >> 2) * BR * 128 + (kk & 3) * 32);
+    const u64 db = desc_off(db0, (kk >> 2) * BC * 128 + (kk & 3) * 32);
     Wg<F16>::ss128(s, da, db, kk > 0);
   }
   wgmma_commit();
@@ -379,12 +399,13 @@ __device__ __forceinline__ void softmax_tile(float* s, float* o, float* m, float
 template <bool F16, int D>
 __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
   wgmma_fence();
+  const u64 db0 = make_desc(sV, D == 64 ? 1024 : BC * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < BC / 16; kk++) {
     if constexpr (D == 64) {
-      Wg<F16>::rs64(o, p[kk], make_desc(sV + kk * 16 * 128, 1024, 1024));
+      Wg<F16>::rs64(o, p[kk], desc_off(db0, kk * 16 * 128));
     } else {
-      Wg<F16>::rs128(o, p[kk], make_desc(sV + kk * 16 * 128, BC * 128, 1024));
+      Wg<F16>::rs128(o, p[kk], desc_off(db0, kk * 16 * 128));
     }
   }
   wgmma_commit();
@@ -545,7 +566,7 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
     }
   } else {  // consumer warpgroups
     asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    const int cw = warp >> 2;
+    const int cw = warpgroup_index();
     const int g = lane >> 2, t = lane & 3;
     const int wrow0 = q0 + cw * 64 + (warp & 3) * 16;
     const float c = scale * kLog2e;
@@ -626,10 +647,11 @@ __device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) {
 template <bool F16, int D, int QROWS>
 __device__ __forceinline__ void qk_issue_rows(float* s, u32 sQw, u32 sK) {
   wgmma_fence();
+  const u64 da0 = make_desc(sQw, 16, 1024), db0 = make_desc(sK, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
-    const u64 da = make_desc(sQw + (kk >> 2) * QROWS * 128 + (kk & 3) * 32, 16, 1024);
-    const u64 db = make_desc(sK + (kk >> 2) * BC * 128 + (kk & 3) * 32, 16, 1024);
+    const u64 da = desc_off(da0, (kk >> 2) * QROWS * 128 + (kk & 3) * 32);
+    const u64 db = desc_off(db0, (kk >> 2) * BC * 128 + (kk & 3) * 32);
     Wg<F16>::ss128(s, da, db, kk > 0);
   }
   wgmma_commit();
@@ -769,7 +791,7 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
     }
-    const int cw = warp >> 2;
+    const int cw = warp >> 2;  // warpgroup_index() made ptxas spill here
     const int g = lane >> 2, t = lane & 3;
     const int wgrow0 = q0 + cw * 64;  // the warpgroup's first row
     const int wrow0 = wgrow0 + (warp & 3) * 16;
@@ -901,21 +923,23 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // ppp_tile gives the flat index of a CTA's i-th tile; it grows with i.
 //
 // Producer (one thread): it alone walks the CTA's tiles. One K/V ring for
-// all of them, its stage and parity counters running on across tiles. Q
-// goes into QBUF buffers, tile i's into buffer i % QBUF once the consumers
-// have released the buffer's previous tile (mbarrier emptyQ[b], 4·NWG
-// arrivals, one per consumer warp after the warpgroup's last Q·Kᵀ of that
-// tile is done). Per tile the producer issues K_0, then the Q of the tile
-// QBUF-1 ahead, then V_0, K_1, V_1.. With QBUF = 1 ("ppp") this tile's Q
-// thus waits until the previous tile's last S, and loads (with K_0, V_0)
-// while the consumers run that tile's last P·V and store its O; with QBUF =
-// 2 ("pppq", shared memory permitting) the next tile's Q loads a whole tile
-// ahead. With each Q it writes the tile's head, first row and K/V tile count
-// into slot i % (2·QBUF) (16 bytes), which barQ's completion publishes to
-// the consumers (arrive releases, try_wait acquires); after the last tile a
-// count of 0, with a plain arrive on barQ, ends the consumers' loop. Tile
-// i's slot is written once tile i-QBUF's Q is released, after the
-// consumers' last read of tile i-2·QBUF's slot (its epilogue). The
+// all of them, its stage and parity counters running on across tiles. One
+// Q buffer: tile i's Q goes in once the consumers have released tile i-1's
+// (mbarrier emptyQ, 128·NWG arrivals, one per consumer thread after its
+// warpgroup's last Q·Kᵀ of that tile is done: each thread's own arrival
+// orders its reads of the tile's slot before the producer rewrites it; with
+// one arrival per warp, compute-sanitizer's racecheck reported the other
+// lanes' reads as racing with the rewrite). Per tile the producer issues
+// K_0, then the tile's Q, then V_0, K_1, V_1..: the Q thus waits until the
+// previous tile's last S, and loads (with K_0, V_0) while the consumers run
+// that tile's last P·V and store its O. (A second Q buffer, the next tile's
+// Q loaded a whole tile ahead, ran no faster on the H200 and made NVRTC 13
+// spill; it is gone.) With each Q it writes the tile's head, first row and
+// K/V tile count into slot i % 2 (16 bytes), which barQ's completion
+// publishes to the consumers (arrive releases, try_wait acquires); after
+// the last tile a count of 0, with a plain arrive on barQ, ends the
+// consumers' loop. Tile i's slot is written once tile i-1's Q is released,
+// after the consumers' last read of tile i-2's slot (its epilogue). The
 // consumers thus keep no tile index, tile count or head in registers (pp3's
 // have none to spare) and read them again where they need them.
 //
@@ -963,33 +987,29 @@ __device__ __forceinline__ float log2e_scale(float scale) {
   return c;
 }
 
-template <bool F16, int D, int NWG, int STAGES, bool OVERLAP, int QBUF>
+template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
 __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
-  static_assert(QBUF == 1 || QBUF == 2, "Q buffers");
   static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
   constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const u32 sQ0 = sbase;  // QBUF Q tiles
-  const u32 sK0 = sQ0 + QBUF * QBYTES;
+  const u32 sQ = sbase;  // the Q tile
+  const u32 sK0 = sQ + QBYTES;
   const u32 sV0 = sK0 + STAGES * KVBYTES;
-  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2·QBUF mbarriers of 8 bytes
+  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2 mbarriers of 8 bytes
   const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
   const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
-  const u32 barQ0 = emptyV0 + 8 * STAGES, emptyQ0 = barQ0 + 8 * QBUF;
-  const u32 slots = emptyQ0 + 8 * QBUF;  // 2·QBUF tile slots {bh, q0, ntiles, unused} of 16 bytes
+  const u32 barQ = emptyV0 + 8 * STAGES, emptyQ = barQ + 8;
+  const u32 slots = emptyQ + 8;  // 2 tile slots {bh, q0, ntiles, unused} of 16 bytes
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   if (tid == 0) {
-#pragma unroll
-    for (int b = 0; b < QBUF; b++) {
-      mbar_init(barQ0 + 8 * b, 1);
-      mbar_init(emptyQ0 + 8 * b, 4 * NWG);
-    }
+    mbar_init(barQ, 1);
+    mbar_init(emptyQ, 128 * NWG);
 #pragma unroll
     for (int st = 0; st < STAGES; st++) {
       mbar_init(fullK0 + 8 * st, 1);
@@ -1011,39 +1031,28 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     if (warp == 4 * NWG && lane == 0) {
       const int nqb = (Sq + BRQ - 1) / BRQ;
       const int total = BH * nqb;  // the launcher checks that total + 2·gridDim.x fits in int
-      // Tile qi's Q into buffer qi % QBUF once the consumers have released
-      // that buffer's previous tile (qi - QBUF), with its slot; past the
-      // last tile a count of 0 instead (once).
-      int qi = 0;
-      bool qdone = false;
-      auto issue_q = [&]() {
-        if (qdone) return;
-        const int b = qi % QBUF;
-        if (qi >= QBUF) mbar_wait(emptyQ0 + 8 * b, (qi / QBUF - 1) & 1);
-        const u32 slot = slots + 16 * (qi % (2 * QBUF));
-        const int f = ppp_tile(qi, causal);
-        if (f < total) {
-          int bh, q0, ntiles;
-          ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
-          st_shared(slot, bh);
-          st_shared(slot + 4, q0);
-          st_shared(slot + 8, ntiles);
-          mbar_expect_tx(barQ0 + 8 * b, QBYTES);
-#pragma unroll
-          for (int blk = 0; blk < D / 64; blk++)
-            tma_load(sQ0 + b * QBYTES + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ0 + 8 * b);
-        } else {
+      // Tile i's slot, and its Q once tile i-1 has released the buffer;
+      // with bh < 0 the count of 0 that ends the consumers' loop instead.
+      auto issue_q = [&](int i, int bh, int q0, int ntiles) {
+        if (i > 0) mbar_wait(emptyQ, (i - 1) & 1);
+        const u32 slot = slots + 16 * (i & 1);
+        if (bh < 0) {
           st_shared(slot + 8, 0);
-          mbar_arrive(barQ0 + 8 * b);
-          qdone = true;
+          mbar_arrive(barQ);
+          return;
         }
-        qi++;
+        st_shared(slot, bh);
+        st_shared(slot + 4, q0);
+        st_shared(slot + 8, ntiles);
+        mbar_expect_tx(barQ, QBYTES);
+#pragma unroll
+        for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ);
       };
-      for (int k = 0; k + 1 < QBUF; k++) issue_q();  // QBUF - 1 tiles ahead
       int st = 0;
       u32 ph = 0;            // parity of the stage's current use
       bool wrapped = false;  // every stage used once: wait for releases
-      for (int i = 0, f = ppp_tile(0, causal); f < total; f = ppp_tile(++i, causal)) {
+      int i = 0;
+      for (int f = ppp_tile(0, causal); f < total; f = ppp_tile(++i, causal)) {
         int bh, q0, ntiles;
         ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
         for (int j = 0; j < ntiles; j++) {
@@ -1052,7 +1061,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
 #pragma unroll
           for (int blk = 0; blk < D / 64; blk++)
             tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
-          if (j == 0) issue_q();  // Q of tile i + QBUF - 1
+          if (j == 0) issue_q(i, bh, q0, ntiles);
           if (wrapped) mbar_wait(emptyV0 + 8 * st, ph ^ 1);
           mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
 #pragma unroll
@@ -1065,7 +1074,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
           }
         }
       }
-      while (!qdone) issue_q();  // the count of 0 (and with QBUF = 2 no tile is left)
+      issue_q(i, -1, 0, 0);  // i = the CTA's tile count
     }
   } else {  // consumer warpgroups
     if constexpr (NWG == 2) {
@@ -1073,20 +1082,22 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
     }
-    const int cw = warp >> 2;
+    // Three warpgroups (160 registers): with the uniform index NVRTC 13
+    // spilled in the tile's first softmax.
+    const int cw = NWG == 2 ? warpgroup_index() : warp >> 2;
     const int g = lane >> 2, t = lane & 3;
     const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
     // K/V tiles consumed in bits 0-29 (K_j, V_j are in stage kv % STAGES,
     // parity (kv / STAGES) & 1: STAGES divides 2^30), and in bits 30-31 the
-    // tile count mod 4, which gives the tile's Q buffer (mod QBUF), the
-    // parity of its barQ phase and its slot (mod 2·QBUF): one register for
-    // fwd_pp's stage and parity counters and the tile's.
+    // tile count mod 4, whose low bit is the parity of the tile's barQ phase
+    // and its slot: one register for fwd_pp's stage and parity counters and
+    // the tile's.
     u32 kv = 0;
     if (cw == NWG - 1) named_bar_arrive(next_turn, 256);  // warpgroup 0's first turn
     for (;; kv += 1u << 30) {
       const u32 ti = kv >> 30;
-      mbar_wait<false>(barQ0 + 8 * (ti % QBUF), (ti / QBUF) & 1);
-      const u32 slot = slots + 16 * (ti % (2 * QBUF));
+      mbar_wait<false>(barQ, ti & 1);
+      const u32 slot = slots + 16 * (ti & 1);
       const int ntiles = ld_shared(slot + 8);
       if (ntiles == 0) break;
       float o[D / 2];
@@ -1096,22 +1107,18 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       float l[2] = {0.f, 0.f};
       float alpha[2];
       u32 p[BC / 16][4];
-      // This warpgroup's rows of the tile's Q, and the buffer's release.
-      auto sQw = [&]() { return sQ0 + ((kv >> 30) % QBUF) * QBYTES + cw * 64 * 128; };
-      auto emptyQ = [&]() { return emptyQ0 + 8 * ((kv >> 30) % QBUF); };
+      const u32 sQw = sQ + cw * 64 * 128;  // this warpgroup's rows of the Q tile
 
       mbar_wait<false>(fullK0 + 8 * (kv % STAGES), (kv / STAGES) & 1);
       named_bar_sync(my_turn, 256);
       {
         float s[BC / 2];
-        qk_issue_rows<F16, D, BRQ>(s, sQw(), sK0 + (kv % STAGES) * KVBYTES);
+        qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + (kv % STAGES) * KVBYTES);
         named_bar_arrive(next_turn, 256);
         wgmma_wait<0>();
         reg_fence<BC / 2>(s);
-        if (lane == 0) {
-          mbar_arrive(emptyK0 + 8 * (kv % STAGES));
-          if (ntiles == 1) mbar_arrive(emptyQ());  // S_0 was the tile's last S
-        }
+        if (lane == 0) mbar_arrive(emptyK0 + 8 * (kv % STAGES));
+        if (ntiles == 1) mbar_arrive(emptyQ);  // S_0 was the tile's last S
         // o = 0: no rescale
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
         if (tile_masked(0, Sk, wgrow0, causal)) {
@@ -1135,7 +1142,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         mbar_wait<false>(fullV0 + 8 * st, ph);
         float s[BC / 2];
         named_bar_sync(my_turn, 256);
-        if (next) qk_issue_rows<F16, D, BRQ>(s, sQw(), sK0 + st1 * KVBYTES);
+        if (next) qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
         pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
         named_bar_arrive(next_turn, 256);
         if (next) {
@@ -1153,10 +1160,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             wgmma_wait<0>();
             reg_fence<D / 2>(o);
             reg_fence_u<BC / 4>(&pa[0][0]);
-            if (lane == 0) {
-              mbar_arrive(emptyV0 + 8 * st);
-              if (lastS) mbar_arrive(emptyQ());
-            }
+            if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+            if (lastS) mbar_arrive(emptyQ);
           } else {
             wgmma_wait<0>();
             reg_fence<BC / 2>(s);
@@ -1165,8 +1170,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             if (lane == 0) {
               mbar_arrive(emptyK0 + 8 * st1);
               mbar_arrive(emptyV0 + 8 * st);
-              if (lastS) mbar_arrive(emptyQ());
             }
+            if (lastS) mbar_arrive(emptyQ);
             const int wgrow0 = ld_shared(slot + 4) + cw * 64;
             if (tile_masked(kb, Sk, wgrow0, causal)) {
               mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
@@ -1301,14 +1306,15 @@ __device__ __forceinline__ void wgmma_ss_n32(float* d, u64 da, u64 db, int accum
   }
 }
 
-// d += A·B, m64nDk16, A from registers, B N-major in shared memory with
-// 64-column blocks lbo bytes apart.
+// d += A·B, m64nDk16, A from registers, B N-major in shared memory
+// (descriptor db: make_desc(tile, lbo, 1024), its 64-column blocks lbo bytes
+// apart; the leading offset is not read at D=64).
 template <bool F16, int D>
-__device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u32 b, u32 lbo) {
+__device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u64 db) {
   if constexpr (D == 64) {
-    Wg<F16>::rs64(d, a, make_desc(b, 1024, 1024));
+    Wg<F16>::rs64(d, a, db);
   } else {
-    Wg<F16>::rs128(d, a, make_desc(b, lbo, 1024));
+    Wg<F16>::rs128(d, a, db);
   }
 }
 
@@ -1448,11 +1454,55 @@ __device__ __forceinline__ void dq_reduce(float* dQb, u32 sdQ0, int i, int q0, i
 // queries Q, or dPᵀ with V and dO. Issued, not committed or waited for.
 template <bool F16, int D>
 __device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
+  const u64 da0 = make_desc(sAw, 16, 1024), db0 = make_desc(sB, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < D / 16; kk++) {
     const u32 ko = (kk >> 2) * BWD_BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BWD_BR * 128 + (kk & 3) * 32;
-    wgmma_ss_n64<F16, 0, 0>(d, make_desc(sAw + ko, 16, 1024), make_desc(sB + qo, 16, 1024), kk > 0);
+    wgmma_ss_n64<F16, 0, 0>(d, desc_off(da0, ko), desc_off(db0, qo), kk > 0);
   }
+}
+
+// Pᵀ for the thread's 32 (key, query) pairs of a block: s[4nt+e] is key
+// key0 + 8(e>>1), query q0+8nt+2t+(e&1); ld the block's LSE row (natural
+// log; +inf gives 0). The mask zeroes keys >= Sk, queries >= Sq and, when
+// causal, keys above the query: MASK 0 never, 1 always, 2 where need_mask.
+// At D=64 the caller picks 0 or 1 per block: with 2, ptxas if-converted the
+// mask into predicated compares and selects that every block paid for
+// (about 200 instructions a block and warp). At D=128 (255 registers) the
+// two copies made ptxas spill, so it stays 2 there.
+template <int MASK, int BR>
+__device__ __forceinline__ void bwd_probs(float* pr, const float* s, const float* ld, float c, int key0, int q0,
+                                          int t, int Sk, int Sq, int causal, bool need_mask = true) {
+#pragma unroll
+  for (int nt = 0; nt < BR / 8; nt++) {
+    const float l0 = ld[nt * 8 + 2 * t] * kLog2e, l1 = ld[nt * 8 + 2 * t + 1] * kLog2e;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+      float p = fexp2(fmaf(s[4 * nt + e], c, -((e & 1) ? l1 : l0)));
+      if (MASK == 1 || (MASK == 2 && need_mask)) {
+        const int key = key0 + (e >> 1) * 8;
+        const int q = q0 + nt * 8 + 2 * t + (e & 1);
+        if (key >= Sk || q >= Sq || (causal && key > q)) p = 0.f;
+      }
+      pr[4 * nt + e] = p;
+    }
+  }
+}
+
+// Stores a warp's 16 keys × 16 queries of dSᵀ (the A fragment a[0..3] of
+// k-step kk: register j holds key row g + 8(j&1), queries 16kk + 8(j>>1) +
+// 2t, +1) into the swizzled BC-row tile at sdS with one stmatrix: register j
+// is 8×8 matrix j, whose rows (keys) lanes 8j..8j+7 address; a row of a
+// matrix is one 16-byte chunk of the tile. krow0 is the warp's first key
+// in the tile. Thirty-two 4-byte stores a block and thread before, each
+// with its own address arithmetic.
+template <int BCROWS>
+__device__ __forceinline__ void bwd_store_ds(u32 sdS, int krow0, int kk, int lane, const u32* a) {
+  const int m = lane >> 3;
+  const u32 addr = sdS + tile_off<BCROWS>(krow0 + (m & 1) * 8 + (lane & 7), 2 * kk + (m >> 1));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a[0]), "r"(a[1]),
+               "r"(a[2]), "r"(a[3])
+               : "memory");
 }
 
 template <bool F16, int D, bool PIPE, bool COLS_ASKED>
@@ -1509,7 +1559,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + i * QBYTES, sdO0 + i * QBYTES, sLD + i * 2 * BR * 4, full0 + 8 * i,
                       (qb0 + i) * BR, bh, Sq, tid);
 
-  const int cw = warp >> 2, wq = warp & 3;
+  const int cw = warpgroup_index(), wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
   const int kw0 = n0 + cw * 64;        // first key of this warpgroup
   const int key0 = kw0 + wq * 16 + g;  // this thread's keys: key0, key0 + 8
@@ -1568,19 +1618,14 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // another wgmma group is in flight, which the pipelined variants have.
     float pr[BR / 2], dsr[BR / 2];
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
-#pragma unroll
-    for (int nt = 0; nt < BR / 8; nt++) {
-      const float l0 = ld[nt * 8 + 2 * t] * kLog2e, l1 = ld[nt * 8 + 2 * t + 1] * kLog2e;
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        float p = fexp2(fmaf(s[4 * nt + e], c, -((e & 1) ? l1 : l0)));
-        if (need_mask) {
-          const int key = key0 + (e >> 1) * 8;
-          const int q = q0 + nt * 8 + 2 * t + (e & 1);
-          if (key >= Sk || q >= Sq || (causal && key > q)) p = 0.f;
-        }
-        pr[4 * nt + e] = p;
+    if constexpr (D == 64) {
+      if (need_mask) {
+        bwd_probs<1, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
+      } else {
+        bwd_probs<0, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
       }
+    } else {
+      bwd_probs<2, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal, need_mask);
     }
     if constexpr (PIPE) wgmma_wait<0>();
     reg_fence<BR / 2>(dp);
@@ -1600,29 +1645,22 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
       }
     }
-    // dS to shared memory for the dQ product. dsa[kk][j] holds key
-    // r0 + 8(j&1) (r0 the thread's first key in the CTA, 0..127) and queries
-    // 16kk + 8(j>>1) + 2t and +1.
-    const int r0 = cw * 64 + wq * 16 + g;
+    // dSᵀ to shared memory for the dQ product (row = key, 16-byte chunk q/8
+    // holds queries 8(q/8)..+7).
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) {
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        const int key = r0 + (j & 1) * 8, q = 16 * kk + 8 * (j >> 1) + 2 * t;
-        // dSᵀ: row = key, 16-byte chunk q/8 holds queries 8(q/8)..+7; the
-        // pair is adjacent.
-        const u32 a = sdS + tile_off<BC>(key, q >> 3) + 4 * t;
-        asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(dsa[kk][j]) : "memory");
-      }
-    }
+    for (int kk = 0; kk < BR / 16; kk++) bwd_store_ds<BC>(sdS, cw * 64 + wq * 16, kk, lane, dsa[kk]);
     fence_proxy_async();  // the stores are read by wgmma (the async proxy)
 
     // dV += Pᵀ·dO, dK += dSᵀ·Q: B rows are queries, 64-column blocks BR*128 apart.
     wgmma_fence();
+    {
+      constexpr u32 lbo = D == 64 ? 1024 : BR * 128;
+      const u64 ddo = make_desc(sdO, lbo, 1024), dq0 = make_desc(sQ, lbo, 1024);
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], sdO + kk * 16 * 128, BR * 128);
+      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], desc_off(ddo, kk * 16 * 128));
 #pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], sQ + kk * 16 * 128, BR * 128);
+      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
+    }
     wgmma_commit();
 
     // Block i stages into the tiles that the last reduction issued reads
@@ -1649,14 +1687,15 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 
     float dq[DQN];
     wgmma_fence();
+    const u64 dqa0 = make_desc(sdS + dqk0 * 128, 1024, 1024);
+    const u64 dqb0 = make_desc(sK + dqnb * BC * 128 + dqk0 * 128 + dqcol, 1024, 1024);
 #pragma unroll
     for (int kk = 0; kk < DQK; kk++) {
-      const u32 ko = (dqk0 + kk * 16) * 128;
-      const u64 db = make_desc(sK + dqnb * BC * 128 + ko + dqcol, 1024, 1024);
+      const u32 ko = kk * 16 * 128;
       if constexpr (COLS) {
-        wgmma_ss_n32<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
+        wgmma_ss_n32<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
       } else {
-        wgmma_ss_n64<F16, 1, 1>(dq, make_desc(sdS + ko, 1024, 1024), db, kk > 0);
+        wgmma_ss_n64<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
       }
     }
     wgmma_commit();
@@ -1756,27 +1795,21 @@ FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true)
 FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false)
 FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false)
 
-// Version 5 (fwd_ppp): fwd_pp's tilings, persistent; QBUF Q buffers.
-#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP, QBUF)                                       \
+// Version 5 (fwd_ppp): fwd_pp's tilings, persistent.
+#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP)                                       \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP, QBUF>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);       \
   }
 
-FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 1)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false, 1)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 2)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_bf16_d128, false, 128, 2, 2, true, 2)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d64, true, 64, 2, 4, true, 2)
-FA90_FWD_PPP(flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 2)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3q_bf16_d64, false, 64, 3, 4, false, 2)
-FA90_FWD_PPP(flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 2)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d64, true, 64, 2, 4, true)
+FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false)
+FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false)
 
 #define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \

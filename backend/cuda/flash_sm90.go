@@ -30,9 +30,7 @@ const flashSM90File = "flash_attention_sm90.cu"
 // runs "pp" there); "ppp", "ppp3":
 // "pp" and "pp3" persistent, a CTA per SM walking the (head, query block)
 // tiles and loading the next one's Q and K/V while it finishes this one (at
-// D=128 "ppp3" runs "ppp"); "pppq", "ppp3q": the same with two Q buffers,
-// the next tile's Q loaded a tile ahead (at D=128 "ppp3q" runs "pppq");
-// "0": FA2.
+// D=128 "ppp3" runs "ppp"); "0": FA2.
 // Other devices, dtypes and head dims always run FA2. Every forward writes
 // the LSE the backward reads the same way (natural log, +inf for a row that
 // sees no key).
@@ -89,28 +87,25 @@ func flashSM90TMASmem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*
 // flashSM90PP is the tiling of a ping-pong forward (fwd_pp in
 // flash_attention_sm90.cu) as its entry points fix it: consumer warpgroups
 // of 64 query rows each, the depth of the K and V rings, and for the
-// persistent ones (fwd_ppp: a CTA per SM walking the tiles) the number of Q
-// buffers (0: not persistent).
-type flashSM90PP struct{ warpgroups, stages, qbufs int }
+// persistent ones (fwd_ppp: a CTA per SM walking the tiles) whether it is.
+type flashSM90PP struct {
+	warpgroups, stages int
+	persistent         bool
+}
 
 // flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp",
-// "pp3", "ppp", "ppp3", "pppq" or "ppp3q") at dim: D=64
+// "pp3", "ppp" or "ppp3") at dim: D=64
 // tiles take half the shared memory of D=128 ones, so its rings hold four
 // instead of two.
 func flashSM90PPOf(variant string, dim int) flashSM90PP {
-	t := flashSM90PP{2, 2, 0}
+	t := flashSM90PP{warpgroups: 2, stages: 2}
 	if dim == 64 {
 		t.stages = 4
 		if strings.HasPrefix(variant, "pp3") || strings.HasPrefix(variant, "ppp3") {
 			t.warpgroups = 3
 		}
 	}
-	if strings.HasPrefix(variant, "ppp") {
-		t.qbufs = 1
-		if strings.HasSuffix(variant, "q") {
-			t.qbufs = 2
-		}
-	}
+	t.persistent = strings.HasPrefix(variant, "ppp")
 	return t
 }
 
@@ -119,20 +114,20 @@ func (t flashSM90PP) threads() int { return 128 * (t.warpgroups + 1) }
 
 // smem is the kernel's dynamic shared memory: the Q tile, STAGES K and V
 // tiles (16-bit), 1 + 4·STAGES mbarriers and 1024 bytes to align the start
-// to a swizzle block; when persistent, QBUF Q tiles, 4·STAGES + 2·QBUF
-// mbarriers and 2·QBUF 16-byte tile slots instead.
+// to a swizzle block; when persistent, 4·STAGES + 2 mbarriers and two
+// 16-byte tile slots instead of 1 + 4·STAGES mbarriers.
 func (t flashSM90PP) smem(dim int) int {
 	kv := 2 * t.stages * flashSM90Keys * dim * 2
-	if t.qbufs > 0 {
-		return t.qbufs*t.rows()*dim*2 + kv + 8*(4*t.stages+2*t.qbufs) + 16*2*t.qbufs + 1024
+	if t.persistent {
+		return t.rows()*dim*2 + kv + 8*(4*t.stages+2) + 16*2 + 1024
 	}
 	return t.rows()*dim*2 + kv + 8*(1+4*t.stages) + 1024
 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
 // none): variant "tma" is the TMA kernel, "pp" and "pp3" the ping-pong
-// kernels (at D=128 both are "pp"), "ppp", "ppp3", "pppq" and "ppp3q" the
-// persistent ping-pong ones (at D=128 "ppp" and "pppq").
+// kernels (at D=128 both are "pp"), "ppp" and "ppp3" the persistent
+// ping-pong ones (at D=128 both are "ppp").
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -152,12 +147,10 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 			variant = "pp"
 		case "ppp3":
 			variant = "ppp"
-		case "ppp3q":
-			variant = "pppq"
 		}
 	}
 	switch variant {
-	case "tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q":
+	case "tma", "pp", "pp3", "ppp", "ppp3":
 		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 	}
 	return ""
@@ -175,10 +168,10 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 		return "", nil
 	case "", "1":
 		variant = flashSM90DefaultFor(dim, sq, causal)
-	case "tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q":
+	case "tma", "pp", "pp3", "ppp", "ppp3":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, pp, pp3, ppp, ppp3, pppq or ppp3q (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		return "", fmt.Errorf("cuda: %s=%q: want tma, pp, pp3, ppp or ppp3 (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -398,7 +391,7 @@ func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal bool) (int, error)
 }
 
 // flashForwardSM90PPP launches a persistent ping-pong forward
-// (flash_fwd_sm90_ppp*_*: ppp, ppp3, pppq, ppp3q): the arguments of the other ping-pong kernels, all
+// (flash_fwd_sm90_ppp*_*: ppp, ppp3): the arguments of the other ping-pong kernels, all
 // heads in one launch (the grid is 1-D, so flashHeadChunks' limit on grid y
 // does not apply), a CTA per SM.
 func flashForwardSM90PPP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {

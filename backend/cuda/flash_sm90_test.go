@@ -21,8 +21,6 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_pp3_bf16_d64", "flash_fwd_sm90_pp3_fp16_d64",
 	"flash_fwd_sm90_ppp_bf16_d64", "flash_fwd_sm90_ppp_bf16_d128", "flash_fwd_sm90_ppp_fp16_d64", "flash_fwd_sm90_ppp_fp16_d128",
 	"flash_fwd_sm90_ppp3_bf16_d64", "flash_fwd_sm90_ppp3_fp16_d64",
-	"flash_fwd_sm90_pppq_bf16_d64", "flash_fwd_sm90_pppq_bf16_d128", "flash_fwd_sm90_pppq_fp16_d64", "flash_fwd_sm90_pppq_fp16_d128",
-	"flash_fwd_sm90_ppp3q_bf16_d64", "flash_fwd_sm90_ppp3q_fp16_d64",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 }
@@ -96,12 +94,9 @@ func TestFlashSM90Entries(t *testing.T) {
 		{"pp", 64, 148616, "flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true", 384},
 		{"pp", 128, 164936, "flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true", 384},
 		{"pp3", 64, 156808, "flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false", 512},
-		{"ppp", 64, 148656, "flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true, 1", 384},
-		{"ppp", 128, 164976, "flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true, 1", 384},
-		{"ppp3", 64, 156848, "flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false, 1", 512},
-		{"pppq", 64, 165088, "flash_fwd_sm90_pppq_bf16_d64, false, 64, 2, 4, true, 2", 384},
-		{"pppq", 128, 197792, "flash_fwd_sm90_pppq_fp16_d128, true, 128, 2, 2, true, 2", 384},
-		{"ppp3q", 64, 181472, "flash_fwd_sm90_ppp3q_fp16_d64, true, 64, 3, 4, false, 2", 512},
+		{"ppp", 64, 148656, "flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true", 384},
+		{"ppp", 128, 164976, "flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true", 384},
+		{"ppp3", 64, 156848, "flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false", 512},
 	} {
 		tl := flashSM90PPOf(c.variant, c.dim)
 		if got := tl.smem(c.dim); got != c.want {
@@ -114,7 +109,7 @@ func TestFlashSM90Entries(t *testing.T) {
 			t.Errorf("forward %s d%d needs %d bytes of shared memory, a block may have %d", c.variant, c.dim, got, flashSM90MaxSmem)
 		}
 		macro := "FA90_FWD_PP"
-		if tl.qbufs > 0 {
+		if tl.persistent {
 			macro = "FA90_FWD_PPP"
 		}
 		if !strings.Contains(string(src), macro+"("+c.instance+")") {
@@ -199,10 +194,6 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmBF16, 64, 0.1, "ppp3", "flash_fwd_sm90_ppp3_bf16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "ppp3", "flash_fwd_sm90_ppp_bf16_d128"}, // no 3-warpgroup d128
 		{8, 0, GemmBF16, 64, 0.1, "ppp", ""},
-		{9, 0, GemmF16, 64, 0.1, "pppq", "flash_fwd_sm90_pppq_fp16_d64"},
-		{9, 0, GemmBF16, 128, 0.1, "pppq", "flash_fwd_sm90_pppq_bf16_d128"},
-		{9, 0, GemmBF16, 64, 0.1, "ppp3q", "flash_fwd_sm90_ppp3q_bf16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "ppp3q", "flash_fwd_sm90_pppq_fp16_d128"},
 		{8, 0, GemmBF16, 128, 0.1, "pp", ""},
 		{9, 0, GemmBF16, 64, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
@@ -242,7 +233,7 @@ func TestFlashSM90Pick(t *testing.T) {
 	if _, err := flashSM90Pick(9, 0, GemmBF16, 128, 4096, false, 0.1, "yes"); err == nil || !strings.Contains(err.Error(), FlashSM90Env) {
 		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90Env, err)
 	}
-	for _, v := range []string{"tmapipe", "cpasync", "ppe", "pp3e"} { // removed variants
+	for _, v := range []string{"tmapipe", "cpasync", "ppe", "pp3e", "pppq", "ppp3q"} { // removed variants
 		if _, err := flashSM90Pick(9, 0, GemmBF16, 64, 4096, false, 0.1, v); err == nil {
 			t.Errorf("%s=%s: want an error (no such forward any more)", FlashSM90Env, v)
 		}
@@ -255,7 +246,7 @@ func TestFlashSM90Pick(t *testing.T) {
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q"} {
+			for _, v := range []string{"tma", "pp", "pp3", "ppp", "ppp3"} {
 				name := flashSM90Name(dt, dim, v)
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -537,7 +528,6 @@ func TestFlashSM90GPU(t *testing.T) {
 	}{
 		{"tma", "tma", 0}, {"pp", "pp", 0}, {"pp3", "pp3", 0},
 		{"ppp", "ppp", 0}, {"ppp3", "ppp3", 0}, {"ppp-grid3", "ppp", 3}, {"ppp3-grid2", "ppp3", 2}, {"ppp-grid1", "ppp", 1},
-		{"pppq", "pppq", 0}, {"ppp3q", "ppp3q", 0}, {"pppq-grid3", "pppq", 3}, {"ppp3q-grid2", "ppp3q", 2}, {"pppq-grid1", "pppq", 1},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
 			flashSM90PersistentGrid = fam.grid
@@ -545,7 +535,7 @@ func TestFlashSM90GPU(t *testing.T) {
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
 				if !strings.Contains(kname, "_"+fam.variant+"_") {
-					continue // pp3 at d128 is pp's kernel (ppp3 ppp's, ppp3q pppq's), checked already
+					continue // pp3 at d128 is pp's kernel (ppp3 ppp's), checked already
 				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
@@ -623,7 +613,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	}
 	fa2 := run("0", "")
 	def := flashSM90DefaultFor(dim, s, true)
-	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppp", "ppp"}, {"ppp3", "ppp3"}, {"pppq", "pppq"}, {"ppp3q", "ppp3q"}} {
+	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppp", "ppp"}, {"ppp3", "ppp3"}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
@@ -678,9 +668,9 @@ func TestFlashSM90Speed(t *testing.T) {
 			}
 			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 []float64
-			for _, variant := range []string{"fa2", "tma", "pp", "pp3", "ppp", "ppp3", "pppq", "ppp3q"} {
-				if dim == 128 && slices.Contains([]string{"pp3", "ppp3", "ppp3q"}, variant) {
-					continue // pp3 runs pp at d128, ppp3 ppp, ppp3q pppq
+			for _, variant := range []string{"fa2", "tma", "pp", "pp3", "ppp", "ppp3"} {
+				if dim == 128 && slices.Contains([]string{"pp3", "ppp3"}, variant) {
+					continue // pp3 runs pp at d128, ppp3 ppp
 				}
 				t.Setenv(FlashSM90Env, "0")
 				launch := func() error {

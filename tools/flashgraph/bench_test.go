@@ -187,18 +187,18 @@ func TestSM90Table(t *testing.T) {
 	f, _ := attnFLOPs(4, 16, 4096, 128, true)
 	cd := benchRow{Kind: "attention", Impl: "torch-cudnn", S: 4096, D: 128, Causal: true, FwdMs: fptr(0.8), FwdTFLOPs: fptr(tflops(f, 0.8))}
 	cp := attnRows(&bench.AttnResult{Shape: sh, Fused: bench.AttnTiming{FwdMs: 1.25, BwdMs: 5}, Composed: bench.AttnTiming{Err: "skipped"}}, 20, "H200")[0]
-	cp.Impl = "fused-sm90ppp3q"
+	cp.Impl = "fused-sm90ppp3"
 	failed := benchRow{Kind: "attention", Impl: "fused-sm90", S: 1024, D: 64, Error: sptr("cuda: flash_attention_sm90.cu needs compute capability 9.0")}
 	var out bytes.Buffer
 	printSM90Table(&out, []benchShape{{S: 4096, D: 128, Causal: true}, {S: 1024, D: 64}}, []benchRow{fa2, h, cp, cd, failed})
 	text := out.String()
 	t.Log("\n" + text)
-	// tma 1 ms, pp .. pppq not run, ppp3q 1.25 ms: the best is tma.
-	want := fmt.Sprintf(" 128   4096  1 | %6s %7s %7s %7s %7s %7s %7s %7s %6s |     2.00     0.80", fmtTF(tflops(f, 2)), fmtTF(tflops(f, 1)), "-", "-", "-", "-", "-", fmtTF(tflops(f, 1.25)), fmtTF(tflops(f, 0.8)))
+	// tma 1 ms, pp .. ppp not run, ppp3 1.25 ms: the best is tma.
+	want := fmt.Sprintf(" 128   4096  1 | %6s %7s %7s %7s %7s %7s %6s |     2.00     0.80", fmtTF(tflops(f, 2)), fmtTF(tflops(f, 1)), "-", "-", "-", fmtTF(tflops(f, 1.25)), fmtTF(tflops(f, 0.8)))
 	if !strings.Contains(text, want) {
 		t.Errorf("table lacks the row %q", want)
 	}
-	if !strings.Contains(text, "  64   1024  0 |      -       -       -       -       -       -       -       -      - |        -        -") || !strings.Contains(text, "needs compute capability 9.0") {
+	if !strings.Contains(text, "  64   1024  0 |      -       -       -       -       -       -      - |        -        -") || !strings.Contains(text, "needs compute capability 9.0") {
 		t.Errorf("a failed sm90 run should print dashes and its reason")
 	}
 }

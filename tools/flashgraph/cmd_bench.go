@@ -316,8 +316,6 @@ var sm90Variants = []struct{ impl, column, env string }{
 	{"fused-sm90pp3", "pp3", "pp3"},
 	{"fused-sm90ppp", "ppp", "ppp"},
 	{"fused-sm90ppp3", "ppp3", "ppp3"},
-	{"fused-sm90pppq", "pppq", "pppq"},
-	{"fused-sm90ppp3q", "ppp3q", "ppp3q"},
 }
 
 // printSM90Table writes the forward TFLOP/s of FA2 ("fused"), each Hopper
@@ -332,7 +330,7 @@ func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
 	}
 	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused); Hopper wgmma kernels/flash_attention_sm90.cu: tma = TMA + producer warpgroup,")
 	fmt.Fprintln(w, "pp = tma with the consumer warpgroups taking turns (ping-pong), pp3 = three of them at D=64 (pp at D=128),")
-	fmt.Fprintln(w, "ppp/ppp3 = pp/pp3 persistent (a CTA per SM), pppq/ppp3q = with the next tile's Q a tile ahead; cuDNN;")
+	fmt.Fprintln(w, "ppp/ppp3 = pp/pp3 persistent (a CTA per SM); cuDNN;")
 	fmt.Fprintln(w, "then the best sm90's speed over FA2 and cuDNN:")
 	fmt.Fprintf(w, "%4s %6s %2s | %6s", "D", "S", "c", "fa2")
 	for _, v := range sm90Variants {
@@ -498,8 +496,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	seed := fs.Uint64("seed", 1, "seed of the random inputs")
 	sm90 := fs.Bool("sm90", false, "time the fused path once more per Hopper forward, its forward on FA2 (\"fused\") and on\n"+
 		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pp, fused-sm90pp3,\n"+
-		"fused-sm90ppp, fused-sm90ppp3, fused-sm90pppq, fused-sm90ppp3q: "+cuda.FlashSM90Env+"=tma, pp, pp3, ppp,\n"+
-		"ppp3, pppq, ppp3q), and print the forwards beside\n"+
+		"fused-sm90ppp, fused-sm90ppp3: "+cuda.FlashSM90Env+"=tma, pp, pp3, ppp, ppp3), and print the forwards beside\n"+
 		"cuDNN's (needs a compute capability 9.0 GPU)")
 	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
 		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
