@@ -1,8 +1,8 @@
 // racecheck_mbarrier.cu: does compute-sanitizer's racecheck take an mbarrier
 // arrive / try_wait as ordering shared-memory accesses?
-//   nvcc -gencode=arch=compute_90a,code=sm_90a -o /tmp/mb racecheck_mbarrier.cu
-//   compute-sanitizer --tool racecheck /tmp/mb          # per-thread arrivals
-//   compute-sanitizer --tool racecheck /tmp/mb lane0    # lane 0 arrives for the warp
+//   nvcc -gencode=arch=compute_90a,code=sm_90a -o mb racecheck_mbarrier.cu
+//   compute-sanitizer --tool racecheck ./mb          # per-thread arrivals
+//   compute-sanitizer --tool racecheck ./mb lane0    # lane 0 arrives for the warp
 // On the H200 (CUDA 13.0): 0 hazards, then 3. The persistent forward of
 // kernels/flash_attention_sm90.cu has every consumer thread arrive on its
 // Q-release barrier for this reason (BENCHMARKS.md, Checks).
