@@ -166,8 +166,8 @@ __device__ __forceinline__ u64 desc_off(u64 d, u32 off) {
 // derives from it, the wgmma descriptors above all, in uniform registers
 // (uniform datapath, no copy into them before each wgmma). From warp >> 2 it
 // built every descriptor per thread and copied it over: with desc_off, the
-// forward's consumer loop went from 688 to about 560 instructions per warp
-// and tile (SASS counts, D=128).
+// forward's consumer loop went from 688 to about 545 instructions per warp
+// and K/V tile (ncu on the H200, D=128; BENCHMARKS.md).
 __device__ __forceinline__ int warpgroup_index() { return __shfl_sync(0xffffffffu, (int)(threadIdx.x >> 7), 0); }
 
 // Byte offset of 16-byte chunk c of row r in a ROWS-row tile (see the header).
@@ -1082,9 +1082,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     } else {
       asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
     }
-    // Three warpgroups (160 registers): with the uniform index NVRTC 13
-    // spilled in the tile's first softmax.
-    const int cw = NWG == 2 ? warpgroup_index() : warp >> 2;
+    const int cw = warpgroup_index();
     const int g = lane >> 2, t = lane & 3;
     const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
     // K/V tiles consumed in bits 0-29 (K_j, V_j are in stage kv % STAGES,
@@ -1121,7 +1119,13 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (ntiles == 1) mbar_arrive(emptyQ);  // S_0 was the tile's last S
         // o = 0: no rescale
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
-        if (tile_masked(0, Sk, wgrow0, causal)) {
+        if constexpr (NWG == 3) {
+          // One copy of the softmax: with a masked and an unmasked one, and
+          // the descriptors in uniform registers, NVRTC 13 spilled at the
+          // three warpgroups' 160 registers. A tile's first K/V tile only.
+          if (tile_masked(0, Sk, wgrow0, causal)) mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
+        } else if (tile_masked(0, Sk, wgrow0, causal)) {
           mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
           softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
         } else {
