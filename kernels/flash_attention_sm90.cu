@@ -717,6 +717,41 @@ __device__ __forceinline__ bool tile_masked(int kbase, int Sk, int wrow0, int ca
   return (kbase + BC > Sk) || (causal && kbase + BC - 1 > wrow0);
 }
 
+// The full and empty mbarriers of the K and V rings (one thread): a copy
+// completes a full barrier; each of the 4·NWG consumer warps arrives on an
+// empty one.
+template <int STAGES, int NWG>
+__device__ __forceinline__ void kv_ring_init(u32 fullK0, u32 fullV0, u32 emptyK0, u32 emptyV0) {
+#pragma unroll
+  for (int st = 0; st < STAGES; st++) {
+    mbar_init(fullK0 + 8 * st, 1);
+    mbar_init(fullV0 + 8 * st, 1);
+    mbar_init(emptyK0 + 8 * st, 4 * NWG);
+    mbar_init(emptyV0 + 8 * st, 4 * NWG);
+  }
+}
+
+// The ping-pong kernels' register handover: the launch bound leaves
+// 65536 / (128·(NWG+1)) a thread, 168 or 128; the producer warpgroup gives
+// them up and the consumers take them (24·128 + 2·240·128 = 168·384,
+// 32·128 + 3·160·128 = 128·512).
+template <int NWG>
+__device__ __forceinline__ void producer_regs() {
+  if constexpr (NWG == 2) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
+  } else {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
+  }
+}
+template <int NWG>
+__device__ __forceinline__ void consumer_regs() {
+  if constexpr (NWG == 2) {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
+  }
+}
+
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
 __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
@@ -741,26 +776,14 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 
   if (tid == 0) {
     mbar_init(barQ, 1);
-#pragma unroll
-    for (int st = 0; st < STAGES; st++) {
-      mbar_init(fullK0 + 8 * st, 1);
-      mbar_init(fullV0 + 8 * st, 1);
-      mbar_init(emptyK0 + 8 * st, 4 * NWG);
-      mbar_init(emptyV0 + 8 * st, 4 * NWG);
-    }
+    kv_ring_init<STAGES, NWG>(fullK0, fullV0, emptyK0, emptyV0);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
-  // Registers: the launch bound leaves 65536 / (128·(NWG+1)) a thread, 168
-  // or 128; setmaxnreg moves them from the producer to the consumers
-  // (24·128 + 2·240·128 = 168·384, 32·128 + 3·160·128 = 128·512).
+  // Registers: producer_regs / consumer_regs.
   if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
-    if constexpr (NWG == 2) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    } else {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-    }
+    producer_regs<NWG>();
     if (warp == 4 * NWG && lane == 0) {
       mbar_expect_tx(barQ, QBYTES);
 #pragma unroll
@@ -786,11 +809,7 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
       }
     }
   } else {  // consumer warpgroups
-    if constexpr (NWG == 2) {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    } else {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
-    }
+    consumer_regs<NWG>();
     const int cw = warp >> 2;  // warpgroup_index() made ptxas spill here
     const int g = lane >> 2, t = lane & 3;
     const int wgrow0 = q0 + cw * 64;  // the warpgroup's first row
@@ -1010,24 +1029,14 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   if (tid == 0) {
     mbar_init(barQ, 1);
     mbar_init(emptyQ, 128 * NWG);
-#pragma unroll
-    for (int st = 0; st < STAGES; st++) {
-      mbar_init(fullK0 + 8 * st, 1);
-      mbar_init(fullV0 + 8 * st, 1);
-      mbar_init(emptyK0 + 8 * st, 4 * NWG);
-      mbar_init(emptyV0 + 8 * st, 4 * NWG);
-    }
+    kv_ring_init<STAGES, NWG>(fullK0, fullV0, emptyK0, emptyV0);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
 
   // Registers as in fwd_pp.
   if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
-    if constexpr (NWG == 2) {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 24;\n" ::: "memory");
-    } else {
-      asm volatile("setmaxnreg.dec.sync.aligned.u32 32;\n" ::: "memory");
-    }
+    producer_regs<NWG>();
     if (warp == 4 * NWG && lane == 0) {
       const int nqb = (Sq + BRQ - 1) / BRQ;
       const int total = BH * nqb;  // the launcher checks that total + 2·gridDim.x fits in int
@@ -1077,11 +1086,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       issue_q(i, -1, 0, 0);  // i = the CTA's tile count
     }
   } else {  // consumer warpgroups
-    if constexpr (NWG == 2) {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 240;\n" ::: "memory");
-    } else {
-      asm volatile("setmaxnreg.inc.sync.aligned.u32 160;\n" ::: "memory");
-    }
+    consumer_regs<NWG>();
     const int cw = warpgroup_index();
     const int g = lane >> 2, t = lane & 3;
     const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
