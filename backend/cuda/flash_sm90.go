@@ -462,37 +462,50 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 }
 
 // FlashSM90BwdEnv chooses FlashBackward's main kernel on a compute
-// capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset, "1" or
-// "cols" runs the Hopper backward of flash_attention_sm90.cu
-// (flash_bwd_sm90_cols_<T>_d<D>: the next block's scores in flight during
-// the dQ product, dQ's columns split between the warpgroups at D=64);
-// "dqtma" its simpler form without either (kept to time against); "0"
-// FA2's. On the H200 "cols" passed every backward shape of the test and ran
+// capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset or "1"
+// runs the default (flashSM90BwdDefault); "pp" the ping-pong backward of
+// flash_attention_sm90.cu (flash_bwd_sm90_pp_<T>_d64, D=64 only: a producer
+// warpgroup loads and hands dQ to the copy engine, the two consumer
+// warpgroups take turns at the tensor cores); "ws" the same producer with
+// cols' consumers; "cols" two warpgroups that load and reduce dQ themselves
+// (the next block's scores in flight during the dQ product, dQ's columns
+// split between the warpgroups at D=64); "dqtma" its simpler form without
+// either (kept to time against); "0" FA2's. On the H200 "cols" passed every backward shape of the test and ran
 // at 1.2-1.3x "dqtma" at D=64 and 1.0-1.02x at D=128 (S=4096, bf16). The
 // preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
 // either way.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
 
 // The sm90 backward's tiling, as flash_attention_sm90.cu fixes it: a CTA of
-// two warpgroups owns 128 keys and walks the queries in blocks of 64.
+// two (consumer) warpgroups owns 128 keys and walks the queries in blocks of
+// 64.
 const (
-	flashSM90BwdKeys    = 128
-	flashSM90BwdRows    = 64
-	flashSM90BwdThreads = 256
+	flashSM90BwdKeys = 128
+	flashSM90BwdRows = 64
 )
+
+// flashSM90BwdThreads is the block size of the backward variant: "ws" and
+// "pp" add a producer warpgroup to the two consumer ones.
+func flashSM90BwdThreads(variant string) int {
+	if variant == "ws" || variant == "pp" {
+		return 384
+	}
+	return 256
+}
 
 // flashSM90BwdSmem is the dynamic shared memory of the backward variant
 // (see flashSM90BwdName): K and V tiles, three stages of Q and dO blocks, two
 // dSᵀ tiles (16-bit), three stages of LSE and Dsum rows (float32), 64 bytes
 // of mbarriers, 1024 bytes to align the start to a swizzle block, and the
 // float32 dQ staging tiles of 64 rows × dim: at D=64 two for "cols" (one per
-// block, double-buffered) and four for "dqtma" (one per warpgroup), at
-// D=128 one (a second would not fit in the 227 KiB a block may have).
+// block, double-buffered) for "cols" and "ws" and four for "dqtma" and "pp"
+// (block parity × warpgroup), at D=128 one (a second would not fit in the
+// 227 KiB a block may have).
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
 	tiles := 1
-	if dim == 64 && variant == "cols" {
+	if dim == 64 && (variant == "cols" || variant == "ws") {
 		tiles = 2
 	} else if dim == 64 {
 		tiles = 4
@@ -502,13 +515,13 @@ func flashSM90BwdSmem(dim int, variant string) int {
 
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows
 // (see FlashSM90BwdEnv).
-var flashSM90BwdVariants = []string{"cols", "dqtma"}
+var flashSM90BwdVariants = []string{"pp", "ws", "cols", "dqtma"}
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
 func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 	fwd := flashSM90Name(dt, dim, "tma")
-	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) {
+	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) || (variant == "pp" && dim != 64) {
 		return ""
 	}
 	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_tma_")
@@ -528,15 +541,20 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 		variant = flashSM90BwdDefault
 	case "0":
 		return "", nil
-	case "cols", "dqtma":
+	case "pp", "ws", "cols", "dqtma":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 or cols (the Hopper backward), dqtma (its simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), ws (warp-specialised), cols (without a producer warpgroup), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
 	}
-	return flashSM90BwdName(dt, dim, variant), nil
+	if name := flashSM90BwdName(dt, dim, variant); name != "" {
+		return name, nil
+	}
+	// A variant without a kernel for this head dim (pp at D=128) runs the
+	// default one.
+	return flashSM90BwdName(dt, dim, flashSM90BwdDefault), nil
 }
 
 // flashSM90BwdChoice is flashSM90BwdPick for d and the environment.
@@ -574,7 +592,7 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
 		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(n), 1}
 		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows}, {k + ko, sk, flashSM90BwdKeys}, {v + ko, sk, flashSM90BwdKeys}, {dO + qo, sq, flashSM90BwdRows}}
-		return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads, smem, n, dim, maps,
+		return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads(variant), smem, n, dim, maps,
 			[]any{lse + lo, dsum + lo, dqacc + ao, dk + ko, dv + ko, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
 }

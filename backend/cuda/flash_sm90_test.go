@@ -23,6 +23,8 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_ppp3_bf16_d64", "flash_fwd_sm90_ppp3_fp16_d64",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
+	"flash_bwd_sm90_ws_bf16_d64", "flash_bwd_sm90_ws_bf16_d128", "flash_bwd_sm90_ws_fp16_d64", "flash_bwd_sm90_ws_fp16_d128",
+	"flash_bwd_sm90_pp_bf16_d64", "flash_bwd_sm90_pp_fp16_d64",
 }
 
 // flashSM90MaxSmem is the dynamic shared memory an H100/H200 block may opt
@@ -40,7 +42,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		t.Fatal(err)
 	}
 	var defined []string
-	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD|BWD_WS|BWD_PP)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
 		defined = append(defined, m[1])
 	}
 	want := slices.Clone(flashSM90AllKernels)
@@ -53,6 +55,9 @@ func TestFlashSM90Entries(t *testing.T) {
 		for _, dim := range []int{64, 128} {
 			for _, v := range flashSM90BwdVariants {
 				name := flashSM90BwdName(dt, dim, v)
+				if name == "" && v == "pp" && dim == 128 {
+					continue // ping-pong is D=64 only
+				}
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90BwdName(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
 				}
@@ -65,7 +70,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}} {
+	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}, {"ws", 64, 150080}, {"ws", 128, 232000}, {"pp", 64, 182848}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -266,6 +271,11 @@ func TestFlashSM90Pick(t *testing.T) {
 		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_cols_fp16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "dqtma", "flash_bwd_sm90_dqtma_bf16_d128"},
+		{9, 0, GemmBF16, 128, 0.1, "ws", "flash_bwd_sm90_ws_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "ws", "flash_bwd_sm90_ws_fp16_d64"},
+		{8, 0, GemmBF16, 64, 0.1, "ws", ""},
+		{9, 0, GemmBF16, 64, 0.1, "pp", "flash_bwd_sm90_pp_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "pp", "flash_bwd_sm90_cols_fp16_d128"}, // no D=128 ping-pong: the default
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
@@ -441,7 +451,8 @@ func TestFlashSM90Resources(t *testing.T) {
 		t.Logf("%-34s registers %3d, local (spill) bytes %4d, static smem %d, max threads %d", name, a.NumRegs, a.LocalBytes, a.StaticSharedBytes, a.MaxThreadsPerBlock)
 		threads := 0
 		if strings.HasPrefix(name, "flash_bwd_sm90") {
-			threads = flashSM90BwdThreads
+			v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_bwd_sm90_"), "_")
+			threads = flashSM90BwdThreads(v)
 		} else if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
 			threads = flashSM90TMAThreads
 		} else if v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_"); strings.HasPrefix(v, "pp") {
@@ -766,7 +777,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"cols", "cols"}, {"dqtma", "dqtma"}}
+	variants := []struct{ env, variant string }{{"pp", "pp"}, {"ws", "ws"}, {"cols", "cols"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := flashNormals(rng)
 	fails, runs := map[string]int{}, map[string]int{}
@@ -840,6 +851,9 @@ func TestFlashSM90Backward(t *testing.T) {
 						}
 						for _, vr := range variants {
 							kname := flashSM90BwdName(dt, dim, vr.variant)
+							if kname == "" {
+								continue // pp at D=128
+							}
 							runs[kname]++
 							dq, dk, dv, err := backward(vr.env)
 							if err != nil {
@@ -919,9 +933,12 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "dqtma", "cols"} {
+			for _, env := range []string{"0", "dqtma", "cols", "ws", "pp"} {
+				if env == "pp" && dim != 64 {
+					continue
+				}
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols"}[env]
+				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols", "ws": "sm90-ws", "pp": "sm90-pp"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
