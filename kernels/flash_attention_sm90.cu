@@ -43,10 +43,6 @@
 //     64*128*4 (d128) bytes: d64 150080, d128 232000.
 //   flash_bwd_sm90_dqtma_<T>_d<D>(...)  the same without PIPE and, at D=64,
 //     without COLS (see bwd): four staging tiles, d64 182848, d128 232000.
-//   flash_bwd_sm90_ws_<T>_d<D>(...)  cols' products and shared memory (d64
-//     150080, d128 232000) with a producer warpgroup: block 384 (see bwd_ws);
-//     at D=128 without PIPE (with it the consumers would need more than the
-//     240 registers setmaxnreg can give them).
 //   flash_bwd_sm90_pp_<T>_d64(...)  the consumer warpgroups take turns
 //     (see bwd_pp): block 384, dqtma's shared memory at D=64 (182848).
 //
@@ -510,9 +506,8 @@ __device__ __forceinline__ void mbar_wait(u32 bar, u32 parity) {
     }
   }
 }
-// mbar_wait without the watch, the loop inside one asm statement: in the
-// warp-specialised backward a C++ spin loop between a wgmma's issue and its
-// wait made ptxas serialize the wgmmas (C7514), and the watched one spilled.
+// mbar_wait without the watch, the loop inside one asm statement: in bwd_pp's
+// consumers (240 registers) the watch's counter made NVRTC 13 spill.
 __device__ __forceinline__ void mbar_spin(u32 bar, u32 parity) {
   asm volatile(
       "{\n.reg .pred p;\n"
@@ -1790,35 +1785,51 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   }
 }
 
-// ------------------------------------------------- backward: warp-specialised
+// ------------------------------------------------ backward: ping-pong (D=64)
 //
-// bwd_ws: bwd's tiling and per-block products (PIPE, and COLS at D=64), with
-// a producer warpgroup (warps 8-11) beside the two consumer warpgroups, as
-// the forward's fwd_pp, so that no consumer thread loads, waits for a copy
-// engine or meets the other warpgroup more than once a block:
-//   warp 8 (the loader) issues K and V once, then Q_i and dO_i by TMA and its
-//     32 lanes copy LSE and Dsum rows by cp.async, into a three-stage ring,
-//     waiting on the stage's empty barrier (each consumer thread arrives once
-//     its dV and dK products, the last to read the stage, are done) instead
-//     of a CTA-wide barrier;
-//   warp 9 (the dQ writer) waits on named barrier DQ_FULL (the consumers
-//     arrive once they have staged a block's dQ, and go on), adds the tile to
-//     dQaccum with one bulk reduction and, once the engine has read it,
-//     arrives on DQ_EMPTY, which the consumers wait on before they stage into
-//     that tile again (D=64: two tiles by block parity, D=128: one);
-//   the consumers meet once a block (named barrier BWD_DS), between storing
-//     their halves of dSᵀ and the dQ product that reads both.
-// The producer warpgroup gives its registers to the consumers (setmaxnreg:
-// 24 and 240, producer_regs/consumer_regs).
-constexpr u32 BWD_DS = 1, BWD_DQ_FULL = 2, BWD_DQ_EMPTY = 3;  // named barriers
-constexpr u32 BWD_DQ_SYNC = 256 + 32;                           // consumers + the dQ writer
+// bwd_pp: bwd's tiling (a CTA owns 128 keys, warpgroup cw keys 64cw..,
+// blocks of 64 queries), built so that the two consumer warpgroups share
+// nothing but the Q/dO ring and can take turns at the tensor cores, as the
+// forward's fwd_pp does. In bwd they meet at a barrier every block (the dQ
+// product reads both halves of dSᵀ), so both compute Pᵀ and dSᵀ (exp2,
+// packing, stores) at the same time while the tensor cores idle; here one
+// does that while the other's products run.
+//   - A producer warpgroup (setmaxnreg: 24 registers, the consumers 240):
+//     warp 8 loads K and V once, then Q_i, dO_i (TMA) and LSE, Dsum rows
+//     (cp.async) into a three-stage ring, waiting on the stage's empty
+//     mbarrier (every consumer thread arrives once its block's products are
+//     done) instead of a CTA-wide barrier; warp 9 + cw is warpgroup cw's dQ
+//     writer.
+//   - dQ as in bwd without COLS: warpgroup cw sums dS·K over its own 64 keys
+//     for all 64 columns (m64n64k16) and stages it into its own tile (two,
+//     by block parity); named barrier BWD_PP_FULL + 4cw + parity hands the
+//     tile to its writer, which adds it to dQaccum with one bulk reduction
+//     and, once the copy engine has read block i-1's tile, arrives on
+//     BWD_PP_EMPTY + 4cw + parity, which the warpgroup waits on before it
+//     stages block i+1 into that tile. Twice cols' reduction traffic (L2
+//     74% busy in ncu at S=4096 against 41%), but no barrier between the
+//     warpgroups: summing the two warpgroups' dQ in one tile first (one
+//     reduction, L2 39%) made one wait for the other every block again and
+//     ran at 380 instead of 400 TFLOP/s.
+//   - A warpgroup's dSᵀ (64 keys × 64 queries) is read by its own dQ
+//     product only: one buffer, a barrier of its four warps (BWD_PP_DS + cw).
+//   - Per block: Sᵀ and dPᵀ (dPᵀ while Pᵀ is computed), Pᵀ, dSᵀ, then in
+//     the warpgroup's turn (named barriers BWD_TURN + cw; warpgroup 0 first)
+//     one bundle, dV, dK and dQ; then dQ staged. Issuing the next block's
+//     Sᵀ before staging (as bwd's PIPE) took non-causal S=4096 from 400 to
+//     416 TFLOP/s but causal from 379 to 363, and NVRTC 13 spilled.
+// Registers: dK, dV 64, dQ 32, Sᵀ and dPᵀ 64, Pᵀ and dSᵀ packed 32.
+constexpr u32 BWD_PP_FULL = 2;   // + 4cw + parity: a staged dQ tile (128 consumers + the writer)
+constexpr u32 BWD_PP_EMPTY = 4;  // + 4cw + parity: that tile read by the copy engine
+constexpr u32 BWD_PP_DS = 10;    // + cw: the warpgroup's dSᵀ stored
+constexpr u32 BWD_TURN = 12;     // + cw: this warpgroup may issue its bundle
 
-// The loader's copies of block i (warp 8, every lane): lane 0 the TMA copies
+// The loader's copies of block i (bwd_pp's warp 8, every lane): lane 0 the TMA copies
 // of Q_i and dO_i; lane l LSE and Dsum of rows l and l+32 (zeros for rows >=
 // Sq, which the mask covers) by cp.async, then an arrival when they landed,
 // so full counts 1 + 32.
 template <int D>
-__device__ __forceinline__ void bwd_ws_load_block(const TmaMap* tq, const TmaMap* tdo, const float* Lb,
+__device__ __forceinline__ void bwd_loader_block(const TmaMap* tq, const TmaMap* tdo, const float* Lb,
                                                   const float* Db, u32 sQ, u32 sdO, u32 sLD, u32 full, int q0, int bh,
                                                   int Sq, int lane) {
   constexpr int BR = BWD_BR, QBYTES = BR * D * 2;
@@ -1840,293 +1851,6 @@ __device__ __forceinline__ void bwd_ws_load_block(const TmaMap* tq, const TmaMap
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(full) : "memory");
   __syncwarp();
 }
-
-template <bool F16, int D, bool PIPE>
-__device__ __forceinline__ void bwd_ws(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
-                                       const float* __restrict__ LSE, const float* __restrict__ Dsum,
-                                       float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
-                                       int Sq, int Sk, float scale, int causal) {
-  static_assert(D == 64 || D == 128, "head dim");
-  constexpr bool COLS = true;  // see dq_tile; at D=128 the columns are split that way anyway
-  constexpr int BR = BWD_BR, BC = BWD_BC;
-  constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
-  constexpr int DQBYTES = BR * D * 4, NDQ = D == 64 ? 2 : 1;  // dQ staging tiles
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  const u32 sraw = smem_u32(smem_raw);
-  const u32 sbase = (sraw + 1023u) & ~1023u;
-  const u32 sK = sbase, sV = sK + KVBYTES;
-  const u32 sQ0 = sV + KVBYTES;          // Q of stages 0, 1, 2
-  const u32 sdO0 = sQ0 + 3 * QBYTES;     // dO of stages 0, 1, 2
-  const u32 sdS0 = sdO0 + 3 * QBYTES;    // dSᵀ of even and odd blocks
-  const u32 sdQ0 = sdS0 + 2 * DSBYTES;   // dQ staging tiles
-  const u32 sLD = sdQ0 + NDQ * DQBYTES;  // per stage: BR floats LSE, BR floats Dsum
-  float* const gLD = reinterpret_cast<float*>(smem_raw + (sLD - sraw));
-  const u32 bars = sLD + 3 * 2 * BR * 4;  // 7 mbarriers of 8 bytes
-  const u32 barKV = bars, full0 = bars + 8, empty0 = bars + 32;
-
-  const int bh = blockIdx.y;
-  const int n0 = blockIdx.x * BC;
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int nqb = (Sq + BR - 1) / BR;
-  const int qb0 = causal ? min(n0 / BR, nqb) : 0;
-  const int nblk = nqb - qb0;
-  float* dQb = dQacc + (size_t)bh * Sq * D;
-
-  if (tid == 0) {
-    mbar_init(barKV, 1);
-#pragma unroll
-    for (int st = 0; st < 3; st++) {
-      mbar_init(full0 + 8 * st, 1 + 32);
-      mbar_init(empty0 + 8 * st, 256);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-  }
-  __syncthreads();
-
-  if (warp >= 8) {  // producer warpgroup
-    producer_regs<2>();
-    if (warp == 8) {
-      const float* Lb = LSE + (size_t)bh * Sq;
-      const float* Db = Dsum + (size_t)bh * Sq;
-      if (lane == 0) {
-        mbar_expect_tx(barKV, 2 * KVBYTES);
-#pragma unroll
-        for (int blk = 0; blk < D / 64; blk++) {
-          tma_load(sK + blk * BC * 128, tk, blk * 64, n0, bh, barKV);
-          tma_load(sV + blk * BC * 128, tv, blk * 64, n0, bh, barKV);
-        }
-      }
-      int st = 0;
-      u32 ph = 0;  // parity of the stage's current use
-      for (int i = 0; i < nblk; i++) {
-        // Block i reuses the stage of block i-3: wait for its release.
-        if (i >= 3) mbar_wait(empty0 + 8 * st, ph ^ 1);
-        bwd_ws_load_block<D>(tq, tdo, Lb, Db, sQ0 + st * QBYTES, sdO0 + st * QBYTES, sLD + st * 2 * BR * 4,
-                             full0 + 8 * st, (qb0 + i) * BR, bh, Sq, lane);
-        if (++st == 3) {
-          st = 0;
-          ph ^= 1;
-        }
-      }
-    } else if (warp == 9) {
-      for (int i = 0; i < nblk; i++) {
-        named_bar_sync(BWD_DQ_FULL, BWD_DQ_SYNC);
-        if (lane == 0) {
-          dq_reduce<D, COLS>(dQb, sdQ0, i, (qb0 + i) * BR, Sq);
-          bulk_wait_read<NDQ - 1>();  // the tile of block i+1 (that of block i+1-NDQ) is free again
-        }
-        __syncwarp();
-        // Once per block after the first: the consumers must not arrive on
-        // DQ_FULL for block i+1 before this warp has waited on it for block
-        // i (a named barrier counts arrivals, whoever they come from).
-        if (i + 1 < nblk) named_bar_arrive(BWD_DQ_EMPTY, BWD_DQ_SYNC);
-      }
-      // The CTA's shared memory must outlive the reductions' reads.
-      if (lane == 0) bulk_wait<0>();
-    }
-    return;
-  }
-
-  consumer_regs<2>();
-  const int cw = warpgroup_index(), wq = warp & 3;
-  const int g = lane >> 2, t = lane & 3;
-  const int kw0 = n0 + cw * 64;        // first key of this warpgroup
-  const int key0 = kw0 + wq * 16 + g;  // this thread's keys: key0, key0 + 8
-  const float c = scale * kLog2e;
-  const u32 sKw = sK + cw * 64 * 128, sVw = sV + cw * 64 * 128;
-  // The dQ product's operands, as bwd's with COLS: all 128 keys, columns
-  // 64cw.. (D=128: block cw of the K tile) or 32cw.. (D=64).
-  constexpr int DQK = BC / 16;
-  constexpr int DQN = D == 64 ? 16 : 32;
-  const int dqnb = D == 128 ? cw : 0;
-  const u32 dqcol = D == 64 ? cw * 64 : 0;
-
-  float dk[D / 2], dv[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
-
-  float s[BR / 2], dp[BR / 2];
-  mbar_wait(barKV, 0);
-  if constexpr (PIPE) {
-    // Issued even without a block (causal, keys past the last query): the
-    // result is not used, and one Sᵀ is in flight on every path (see below).
-    if (nblk > 0) mbar_wait(full0, 0);
-    wgmma_fence();
-    bwd_scores<F16, D>(s, sKw, sQ0);
-    wgmma_commit();
-  }
-  for (int i = 0; i < nblk; i++) {
-    const int st = i % 3;
-    const int q0 = (qb0 + i) * BR;
-    const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES, sdS = sdS0 + (i & 1) * DSBYTES;
-    const float* ld = gLD + st * 2 * BR;
-    if constexpr (!PIPE) {
-      mbar_spin(full0 + 8 * st, (i / 3) & 1);
-      wgmma_fence();
-      bwd_scores<F16, D>(s, sKw, sQ);
-      bwd_scores<F16, D>(dp, sVw, sdO);
-      wgmma_commit();
-      wgmma_wait<0>();
-    } else {
-      // Sᵀ is in flight since the block before; dPᵀ runs while Pᵀ is computed.
-      wgmma_fence();
-      bwd_scores<F16, D>(dp, sVw, sdO);
-      wgmma_commit();
-      wgmma_wait<1>();
-    }
-    reg_fence<BR / 2>(s);
-
-    float pr[BR / 2], dsr[BR / 2];
-    const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
-    if constexpr (D == 64) {
-      if (need_mask) {
-        bwd_probs<1, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
-      } else {
-        bwd_probs<0, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
-      }
-    } else {
-      bwd_probs<2, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal, need_mask);
-    }
-    if constexpr (PIPE) wgmma_wait<0>();
-    reg_fence<BR / 2>(dp);
-    // The next block's stage, for its Sᵀ below, is waited for here, where
-    // no wgmma is in flight: a spin loop while one is makes ptxas serialize
-    // the wgmmas (C7518).
-    if (PIPE && i + 1 < nblk) mbar_spin(full0 + 8 * ((i + 1) % 3), ((i + 1) / 3) & 1);
-#pragma unroll
-    for (int nt = 0; nt < BR / 8; nt++) {
-      const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
-#pragma unroll
-      for (int e = 0; e < 4; e++) dsr[4 * nt + e] = pr[4 * nt + e] * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
-    }
-    u32 pa[BR / 16][4], dsa[BR / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) {
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        pa[kk][j] = pack2<F16>(pr[8 * kk + 2 * j], pr[8 * kk + 2 * j + 1]);
-        dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
-      }
-    }
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) bwd_store_ds<BC>(sdS, cw * 64 + wq * 16, kk, lane, dsa[kk]);
-    fence_proxy_async();  // the stores are read by wgmma (the async proxy)
-
-    wgmma_fence();
-    {
-      constexpr u32 lbo = D == 64 ? 1024 : BR * 128;
-      const u64 ddo = make_desc(sdO, lbo, 1024), dq0 = make_desc(sQ, lbo, 1024);
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], desc_off(ddo, kk * 16 * 128));
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
-    }
-    wgmma_commit();
-
-    // Both warpgroups' dSᵀ are stored (and, dSᵀ being double-buffered, the
-    // other warpgroup's dQ product of block i-1 is done with this buffer's
-    // block i-2 contents).
-    named_bar_sync(BWD_DS, 256);
-
-    float dq[DQN];
-    wgmma_fence();
-    const u64 dqa0 = make_desc(sdS, 1024, 1024);
-    const u64 dqb0 = make_desc(sK + dqnb * BC * 128 + dqcol, 1024, 1024);
-#pragma unroll
-    for (int kk = 0; kk < DQK; kk++) {
-      const u32 ko = kk * 16 * 128;
-      if constexpr (D == 64) {
-        wgmma_ss_n32<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
-      } else {
-        wgmma_ss_n64<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
-      }
-    }
-    wgmma_commit();
-    if constexpr (PIPE) {
-      // dV and dK are done once one group (dQ) is left: stage st has been
-      // read for the last time; the next block's Sᵀ goes in behind dQ.
-      // Unconditionally, so that every path through the loop leaves one Sᵀ
-      // in flight (with the issue under `if (i + 1 < nblk)`, as in bwd,
-      // ptxas serialized the wgmmas or spilled): after the last block it
-      // recomputes this block's Sᵀ from stage st, released but not
-      // refilled (no block follows), and the loop's exit waits for it.
-      wgmma_wait<1>();
-      reg_fence<D / 2>(dv);
-      reg_fence<D / 2>(dk);
-      reg_fence_u<BR / 4>(&pa[0][0]);
-      reg_fence_u<BR / 4>(&dsa[0][0]);
-      mbar_arrive(empty0 + 8 * st);
-      const u32 sQn = i + 1 < nblk ? sQ0 + ((i + 1) % 3) * QBYTES : sQ;
-      // Never taken (Sq >= 0), but the branch must be here: without one,
-      // ptxas (NVRTC 12.4 and 13) serializes every wgmma of the kernel
-      // (C7514, "non wgmma instructions reading accumulator registers"), as
-      // it does when bwd's watched wait at this place is made a plain spin.
-      if (Sq < 0) __trap();
-      wgmma_fence();
-      bwd_scores<F16, D>(s, sKw, sQn);
-      wgmma_commit();
-      wgmma_wait<1>();
-    } else {
-      wgmma_wait<0>();
-      mbar_arrive(empty0 + 8 * st);
-    }
-    reg_fence<D / 2>(dv);
-    reg_fence<D / 2>(dk);
-    reg_fence<DQN>(dq);
-    reg_fence_u<BR / 4>(&pa[0][0]);
-    reg_fence_u<BR / 4>(&dsa[0][0]);
-
-    // The writer has taken block i-1 and read this tile's last contents
-    // (block i-NDQ).
-    if (i > 0) named_bar_sync(BWD_DQ_EMPTY, BWD_DQ_SYNC);
-    dq_stage<D, DQN / 4>(dq, dq_tile<D, COLS>(sdQ0, i, cw), wq, g, t);
-    fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
-    named_bar_arrive(BWD_DQ_FULL, BWD_DQ_SYNC);
-  }
-  if constexpr (PIPE) {
-    wgmma_wait<0>();
-    reg_fence<BR / 2>(s);
-  }
-
-  u16* dKb = dK + (size_t)bh * Sk * D;
-  u16* dVb = dV + (size_t)bh * Sk * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int key = key0 + r * 8;
-    if (key < Sk) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dk[4 * dt + 2 * r] * scale, dk[4 * dt + 2 * r + 1] * scale);
-        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
-      }
-    }
-  }
-}
-
-// ------------------------------------------------ backward: ping-pong (D=64)
-//
-// bwd_pp: bwd_ws's producer warpgroup, with consumer warpgroups that share
-// nothing but the Q/dO ring, so that they can take turns at the tensor
-// cores as the forward's fwd_pp does: while one computes Pᵀ and dSᵀ (exp2,
-// packing, stores: the tensor cores idle in bwd and bwd_ws, where both
-// warpgroups reach that phase together), the other's products run.
-//   - dQ as in bwd without COLS: warpgroup cw adds dS·K over its own 64 keys
-//     for all 64 columns (m64n64k16) into its own staging tile (two per
-//     warpgroup, by block parity) and its own dQ writer warp (warp 9 + cw)
-//     reduces it into dQaccum: twice cols' reduction traffic, but no
-//     barrier between the warpgroups.
-//   - Each warpgroup's dSᵀ (64 keys × 64 queries) is read by its own dQ
-//     product only: one buffer, a barrier of the warpgroup's four warps.
-//   - Per block, one bundle of products per warpgroup, issued in turn
-//     (named barriers BWD_TURN + cw): dV, dK and dQ of block i, then Sᵀ and
-//     dPᵀ of block i+1; warpgroup 1 starts one bundle behind.
-// Registers: dK, dV 64, dQ 32, Sᵀ and dPᵀ 64, Pᵀ and dSᵀ packed 32.
-constexpr u32 BWD_PP_FULL = 2;   // + 4cw + parity: a staged dQ tile (128 consumers + the writer)
-constexpr u32 BWD_PP_EMPTY = 4;  // + 4cw + parity: that tile read by the copy engine
-constexpr u32 BWD_PP_DS = 10;    // + cw: the warpgroup's dSᵀ stored
-constexpr u32 BWD_TURN = 12;     // + cw: this warpgroup may issue its bundle
 
 template <bool F16>
 __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
@@ -2183,7 +1907,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
       u32 ph = 0;
       for (int i = 0; i < nblk; i++) {
         if (i >= 3) mbar_wait(empty0 + 8 * st, ph ^ 1);
-        bwd_ws_load_block<D>(tq, tdo, Lb, Db, sQ0 + st * QBYTES, sdO0 + st * QBYTES, sLD + st * 2 * BR * 4,
+        bwd_loader_block<D>(tq, tdo, Lb, Db, sQ0 + st * QBYTES, sdO0 + st * QBYTES, sLD + st * 2 * BR * 4,
                              full0 + 8 * st, (qb0 + i) * BR, bh, Sq, lane);
         if (++st == 3) {
           st = 0;
@@ -2385,20 +2109,6 @@ FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, true, true)
 FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, true, true)
 FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, true, true)
 FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, true, true)
-
-#define FA90_BWD_WS(name, F16, D, PIPE)                                                                       \
-  extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                      \
-      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
-           const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
-           const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
-           int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd_ws<F16, D, PIPE>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal);      \
-  }
-
-FA90_BWD_WS(flash_bwd_sm90_ws_bf16_d64, false, 64, true)
-FA90_BWD_WS(flash_bwd_sm90_ws_bf16_d128, false, 128, false)
-FA90_BWD_WS(flash_bwd_sm90_ws_fp16_d64, true, 64, true)
-FA90_BWD_WS(flash_bwd_sm90_ws_fp16_d128, true, 128, false)
 
 #define FA90_BWD_PP(name, F16)                                                                            \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                      \

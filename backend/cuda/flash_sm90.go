@@ -463,17 +463,18 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 
 // FlashSM90BwdEnv chooses FlashBackward's main kernel on a compute
 // capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset or "1"
-// runs the default (flashSM90BwdDefault); "pp" the ping-pong backward of
-// flash_attention_sm90.cu (flash_bwd_sm90_pp_<T>_d64, D=64 only: a producer
+// runs the default (flashSM90BwdDefaultFor: pp at D=64, cols at D=128); "pp"
+// the ping-pong backward of flash_attention_sm90.cu
+// (flash_bwd_sm90_pp_<T>_d64, D=64 only, elsewhere the default: a producer
 // warpgroup loads and hands dQ to the copy engine, the two consumer
-// warpgroups take turns at the tensor cores); "ws" the same producer with
-// cols' consumers; "cols" two warpgroups that load and reduce dQ themselves
-// (the next block's scores in flight during the dQ product, dQ's columns
-// split between the warpgroups at D=64); "dqtma" its simpler form without
-// either (kept to time against); "0" FA2's. On the H200 "cols" passed every backward shape of the test and ran
-// at 1.2-1.3x "dqtma" at D=64 and 1.0-1.02x at D=128 (S=4096, bf16). The
-// preprocessing (Dsum, zeroed dQaccum) and the dQ conversion are FA2's
-// either way.
+// warpgroups take turns at the tensor cores); "cols" two warpgroups that
+// load and reduce dQ themselves (flash_bwd_sm90_cols_<T>_d<D>: the next
+// block's scores in flight during the dQ product, dQ's columns split between
+// the warpgroups at D=64); "dqtma" cols without either (kept to time
+// against); "0" FA2's. On the H200 (bf16, S=4096, TestFlashSM90BwdSpeed) pp
+// ran at 1.08x cols causal and 0.99-1.0x non-causal at D=64; cols at 1.0x
+// dqtma at D=64 and 1.12-1.13x at D=128. The preprocessing (Dsum, zeroed
+// dQaccum) and the dQ conversion are FA2's either way.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
 
 // The sm90 backward's tiling, as flash_attention_sm90.cu fixes it: a CTA of
@@ -484,10 +485,10 @@ const (
 	flashSM90BwdRows = 64
 )
 
-// flashSM90BwdThreads is the block size of the backward variant: "ws" and
-// "pp" add a producer warpgroup to the two consumer ones.
+// flashSM90BwdThreads is the block size of the backward variant: "pp" adds
+// a producer warpgroup to the two consumer ones.
 func flashSM90BwdThreads(variant string) int {
-	if variant == "ws" || variant == "pp" {
+	if variant == "pp" {
 		return 384
 	}
 	return 256
@@ -498,14 +499,14 @@ func flashSM90BwdThreads(variant string) int {
 // dSᵀ tiles (16-bit), three stages of LSE and Dsum rows (float32), 64 bytes
 // of mbarriers, 1024 bytes to align the start to a swizzle block, and the
 // float32 dQ staging tiles of 64 rows × dim: at D=64 two for "cols" (one per
-// block, double-buffered) for "cols" and "ws" and four for "dqtma" and "pp"
-// (block parity × warpgroup), at D=128 one (a second would not fit in the
+// block, double-buffered) for "cols" and four for "dqtma" and "pp" (block
+// parity × warpgroup), at D=128 one (a second would not fit in the
 // 227 KiB a block may have).
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
 	tiles := 1
-	if dim == 64 && (variant == "cols" || variant == "ws") {
+	if dim == 64 && variant == "cols" {
 		tiles = 2
 	} else if dim == 64 {
 		tiles = 4
@@ -515,7 +516,7 @@ func flashSM90BwdSmem(dim int, variant string) int {
 
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows
 // (see FlashSM90BwdEnv).
-var flashSM90BwdVariants = []string{"pp", "ws", "cols", "dqtma"}
+var flashSM90BwdVariants = []string{"pp", "cols", "dqtma"}
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
@@ -527,9 +528,14 @@ func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_tma_")
 }
 
-// flashSM90BwdDefault is the backward variant FlashBackward runs when
-// FlashSM90BwdEnv is unset or "1".
-const flashSM90BwdDefault = "cols"
+// flashSM90BwdDefaultFor is the backward variant FlashBackward runs at head
+// dim dim when FlashSM90BwdEnv is unset or "1" (see there).
+func flashSM90BwdDefaultFor(dim int) string {
+	if dim == 64 {
+		return "pp"
+	}
+	return "cols"
+}
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
 // FA2's): the variant env (the value of FlashSM90BwdEnv) names, on compute
@@ -538,13 +544,13 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	variant := ""
 	switch env {
 	case "", "1":
-		variant = flashSM90BwdDefault
+		variant = flashSM90BwdDefaultFor(dim)
 	case "0":
 		return "", nil
-	case "pp", "ws", "cols", "dqtma":
+	case "pp", "cols", "dqtma":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), ws (warp-specialised), cols (without a producer warpgroup), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), cols (two warpgroups), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -554,7 +560,7 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	}
 	// A variant without a kernel for this head dim (pp at D=128) runs the
 	// default one.
-	return flashSM90BwdName(dt, dim, flashSM90BwdDefault), nil
+	return flashSM90BwdName(dt, dim, flashSM90BwdDefaultFor(dim)), nil
 }
 
 // flashSM90BwdChoice is flashSM90BwdPick for d and the environment.

@@ -23,7 +23,6 @@ var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_ppp3_bf16_d64", "flash_fwd_sm90_ppp3_fp16_d64",
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
-	"flash_bwd_sm90_ws_bf16_d64", "flash_bwd_sm90_ws_bf16_d128", "flash_bwd_sm90_ws_fp16_d64", "flash_bwd_sm90_ws_fp16_d128",
 	"flash_bwd_sm90_pp_bf16_d64", "flash_bwd_sm90_pp_fp16_d64",
 }
 
@@ -42,7 +41,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		t.Fatal(err)
 	}
 	var defined []string
-	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD|BWD_WS|BWD_PP)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD|BWD_PP)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
 		defined = append(defined, m[1])
 	}
 	want := slices.Clone(flashSM90AllKernels)
@@ -70,7 +69,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}, {"ws", 64, 150080}, {"ws", 128, 232000}, {"pp", 64, 182848}} {
+	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}, {"pp", 64, 182848}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -268,19 +267,18 @@ func TestFlashSM90Pick(t *testing.T) {
 		want     string
 	}{
 		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_cols_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_cols_fp16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_pp_fp16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "dqtma", "flash_bwd_sm90_dqtma_bf16_d128"},
-		{9, 0, GemmBF16, 128, 0.1, "ws", "flash_bwd_sm90_ws_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "ws", "flash_bwd_sm90_ws_fp16_d64"},
-		{8, 0, GemmBF16, 64, 0.1, "ws", ""},
+		{8, 0, GemmBF16, 64, 0.1, "pp", ""},
 		{9, 0, GemmBF16, 64, 0.1, "pp", "flash_bwd_sm90_pp_bf16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "pp", "flash_bwd_sm90_cols_fp16_d128"}, // no D=128 ping-pong: the default
+		{9, 0, GemmF16, 64, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_cols_bf16_d128"}, // the default
-		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_cols_fp16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_pp_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
 		{9, 0, GemmF32, 64, 0.1, "", ""},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
@@ -777,7 +775,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"pp", "pp"}, {"ws", "ws"}, {"cols", "cols"}, {"dqtma", "dqtma"}}
+	variants := []struct{ env, variant string }{{"pp", "pp"}, {"cols", "cols"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := flashNormals(rng)
 	fails, runs := map[string]int{}, map[string]int{}
@@ -933,12 +931,12 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "dqtma", "cols", "ws", "pp"} {
+			for _, env := range []string{"0", "dqtma", "cols", "pp"} {
 				if env == "pp" && dim != 64 {
 					continue
 				}
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols", "ws": "sm90-ws", "pp": "sm90-pp"}[env]
+				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols", "pp": "sm90-pp"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
