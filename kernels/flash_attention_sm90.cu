@@ -1527,6 +1527,51 @@ __device__ __forceinline__ void bwd_store_ds(u32 sdS, int krow0, int kk, int lan
                : "memory");
 }
 
+// dSᵀ = Pᵀ∘(dPᵀ − Dsum) for the thread's 32 (key, query) pairs (ld: the
+// block's LSE row, then its Dsum row), and Pᵀ and dSᵀ packed to 16 bits as
+// wgmma A fragments (k-step kk: queries 16kk..16kk+15), as P in the forward.
+template <bool F16, int BR>
+__device__ __forceinline__ void bwd_ds_pack(const float* pr, const float* dp, const float* ld, int t,
+                                            u32 (*pa)[4], u32 (*dsa)[4]) {
+  float dsr[BR / 2];
+#pragma unroll
+  for (int nt = 0; nt < BR / 8; nt++) {
+    const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
+#pragma unroll
+    for (int e = 0; e < 4; e++) dsr[4 * nt + e] = pr[4 * nt + e] * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
+  }
+#pragma unroll
+  for (int kk = 0; kk < BR / 16; kk++) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      pa[kk][j] = pack2<F16>(pr[8 * kk + 2 * j], pr[8 * kk + 2 * j + 1]);
+      dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
+    }
+  }
+}
+
+// The backward's end: the thread's rows key0 and key0 + 8 of dK (times
+// scale) and dV, converted to 16 bits, keys >= Sk left out.
+template <bool F16, int D>
+__device__ __forceinline__ void bwd_store_dkdv(u16* __restrict__ dK, u16* __restrict__ dV, int bh, int Sk, int key0,
+                                               int t, float scale, const float* dk, const float* dv) {
+  u16* dKb = dK + (size_t)bh * Sk * D;
+  u16* dVb = dV + (size_t)bh * Sk * D;
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    const int key = key0 + r * 8;
+    if (key < Sk) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; dt++) {
+        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
+            pack2<F16>(dk[4 * dt + 2 * r] * scale, dk[4 * dt + 2 * r + 1] * scale);
+        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
+            pack2<F16>(dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
+      }
+    }
+  }
+}
+
 template <bool F16, int D, bool PIPE, bool COLS_ASKED>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
@@ -1634,11 +1679,11 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     }
     reg_fence<BR / 2>(s);
 
-    // Pᵀ into pr, then dSᵀ into dsr. s[4nt+e]: key key0 + 8(e>>1), query
+    // Pᵀ into pr, then dSᵀ (bwd_ds_pack). s[4nt+e]: key key0 + 8(e>>1), query
     // q0+8nt+2t+(e&1). Into copies: ptxas serializes every wgmma (C7515)
     // when ordinary instructions write a wgmma accumulator (s, dp) while
     // another wgmma group is in flight, which the pipelined variants have.
-    float pr[BR / 2], dsr[BR / 2];
+    float pr[BR / 2];
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
     if constexpr (D == 64) {
       if (need_mask) {
@@ -1651,22 +1696,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     }
     if constexpr (PIPE) wgmma_wait<0>();
     reg_fence<BR / 2>(dp);
-#pragma unroll
-    for (int nt = 0; nt < BR / 8; nt++) {
-      const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
-#pragma unroll
-      for (int e = 0; e < 4; e++) dsr[4 * nt + e] = pr[4 * nt + e] * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
-    }
-    // A fragments (k-step kk: queries 16kk..16kk+15), as P in the forward.
     u32 pa[BR / 16][4], dsa[BR / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) {
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        pa[kk][j] = pack2<F16>(pr[8 * kk + 2 * j], pr[8 * kk + 2 * j + 1]);
-        dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
-      }
-    }
+    bwd_ds_pack<F16, BR>(pr, dp, ld, t, pa, dsa);
     // dSᵀ to shared memory for the dQ product (row = key, 16-byte chunk q/8
     // holds queries 8(q/8)..+7).
 #pragma unroll
@@ -1768,21 +1799,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   }
   if (tid == 0) bulk_wait<0>();
 
-  u16* dKb = dK + (size_t)bh * Sk * D;
-  u16* dVb = dV + (size_t)bh * Sk * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int key = key0 + r * 8;
-    if (key < Sk) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dk[4 * dt + 2 * r] * scale, dk[4 * dt + 2 * r + 1] * scale);
-        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
-      }
-    }
-  }
+  bwd_store_dkdv<F16, D>(dK, dV, bh, Sk, key0, t, scale, dk, dv);
 }
 
 // ------------------------------------------------ backward: ping-pong (D=64)
@@ -1962,7 +1979,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     wgmma_wait<1>();
     reg_fence<BR / 2>(s);
 
-    float pr[BR / 2], dsr[BR / 2];
+    float pr[BR / 2];
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
     if (need_mask) {
       bwd_probs<1, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
@@ -1971,21 +1988,8 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     }
     wgmma_wait<0>();
     reg_fence<BR / 2>(dp);
-#pragma unroll
-    for (int nt = 0; nt < BR / 8; nt++) {
-      const float d0 = ld[BR + nt * 8 + 2 * t], d1 = ld[BR + nt * 8 + 2 * t + 1];
-#pragma unroll
-      for (int e = 0; e < 4; e++) dsr[4 * nt + e] = pr[4 * nt + e] * (dp[4 * nt + e] - ((e & 1) ? d1 : d0));
-    }
     u32 pa[BR / 16][4], dsa[BR / 16][4];
-#pragma unroll
-    for (int kk = 0; kk < BR / 16; kk++) {
-#pragma unroll
-      for (int j = 0; j < 4; j++) {
-        pa[kk][j] = pack2<F16>(pr[8 * kk + 2 * j], pr[8 * kk + 2 * j + 1]);
-        dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
-      }
-    }
+    bwd_ds_pack<F16, BR>(pr, dp, ld, t, pa, dsa);
 #pragma unroll
     for (int kk = 0; kk < BR / 16; kk++) bwd_store_ds<BC>(sdS, cw * 64 + wq * 16, kk, lane, dsa[kk]);
     fence_proxy_async();
@@ -2027,21 +2031,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     named_bar_arrive(BWD_PP_FULL + 4 * cw + (i & 1), 160);
   }
 
-  u16* dKb = dK + (size_t)bh * Sk * D;
-  u16* dVb = dV + (size_t)bh * Sk * D;
-#pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int key = key0 + r * 8;
-    if (key < Sk) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dk[4 * dt + 2 * r] * scale, dk[4 * dt + 2 * r + 1] * scale);
-        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
-      }
-    }
-  }
+  bwd_store_dkdv<F16, D>(dK, dV, bh, Sk, key0, t, scale, dk, dv);
 }
 
 }  // namespace fa90
