@@ -638,6 +638,29 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	}
 }
 
+// flashSpeedInputs uploads count bf16 tensors of n values in [-2, 2) for the
+// speed tests, tensor i from a linear congruential sequence seeded seed+i;
+// they are freed when the test ends.
+func flashSpeedInputs(t *testing.T, d *Device, count, n int, seed uint32) []DevicePtr {
+	t.Helper()
+	host := make([]uint16, n)
+	in := make([]DevicePtr, count)
+	for i := range in {
+		x := seed + uint32(i)
+		for j := range host {
+			x = x*1664525 + 1013904223
+			host[j] = BF16FromFloat32(float32(int32(x)>>20) / 1024)
+		}
+		p, err := Upload(d, host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Free(p) })
+		in[i] = p
+	}
+	return in
+}
+
 // TestFlashSM90Speed times the forward on bench-sized bf16 problems (B·S =
 // 16k tokens, H·D = 2048, S = 4096: what `flashgraph bench -sm90` runs, less
 // PyTorch) for FA2 and every sm90 kernel, logs TFLOP/s, and checks each sm90
@@ -652,21 +675,7 @@ func TestFlashSM90Speed(t *testing.T) {
 	for _, dim := range []int{64, 128} {
 		bh := tokens / s * (width / dim)
 		n := bh * s * dim
-		host := make([]uint16, n)
-		var in [3]DevicePtr
-		for i := range in {
-			x := uint32(dim + i)
-			for j := range host {
-				x = x*1664525 + 1013904223
-				host[j] = BF16FromFloat32(float32(int32(x)>>20) / 1024) // in [-2, 2)
-			}
-			p, err := Upload(d, host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Free(p) })
-			in[i] = p
-		}
+		in := flashSpeedInputs(t, d, 3, n, uint32(dim))
 		o := flashAlloc(t, d, n, 2)
 		lse := flashAlloc(t, d, bh*s, 4)
 		scale := float32(1 / math.Sqrt(float64(dim)))
@@ -900,21 +909,7 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 	for _, dim := range []int{64, 128} {
 		bh := tokens / s * (width / dim)
 		n := bh * s * dim
-		host := make([]uint16, n)
-		var in [4]DevicePtr
-		for i := range in {
-			x := uint32(7*dim + i)
-			for j := range host {
-				x = x*1664525 + 1013904223
-				host[j] = BF16FromFloat32(float32(int32(x)>>20) / 1024) // in [-2, 2)
-			}
-			p, err := Upload(d, host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { d.Free(p) })
-			in[i] = p
-		}
+		in := flashSpeedInputs(t, d, 4, n, uint32(7*dim))
 		q, k, v, dO := in[0], in[1], in[2], in[3]
 		o := flashAlloc(t, d, n, 2)
 		lse := flashAlloc(t, d, bh*s, 4)
