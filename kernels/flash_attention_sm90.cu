@@ -1421,7 +1421,7 @@ __device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
 // key0 + 8(e>>1), query q0+8nt+2t+(e&1); ld the block's LSE row (natural
 // log; +inf gives 0). The mask zeroes keys >= Sk, queries >= Sq and, when
 // causal, keys above the query: MASK 0 never, 1 always, 2 where need_mask.
-// At D=64 the caller picks 0 or 1 per block: with 2, ptxas if-converted the
+// At D=64 bwd_probs_block picks 0 or 1 per block: with 2, ptxas if-converted the
 // mask into predicated compares and selects that every block paid for
 // (about 200 instructions a block and warp). At D=128 (255 registers) the
 // two copies made ptxas spill, so it stays 2 there.
@@ -1441,6 +1441,23 @@ __device__ __forceinline__ void bwd_probs(float* pr, const float* s, const float
       }
       pr[4 * nt + e] = p;
     }
+  }
+}
+
+// bwd_probs for a block, masked only when need_mask: at D=64 as two copies
+// (masked, unmasked), at D=128 as one with the mask under need_mask (see
+// bwd_probs for why).
+template <int D, int BR>
+__device__ __forceinline__ void bwd_probs_block(float* pr, const float* s, const float* ld, float c, int key0, int q0,
+                                                int t, int Sk, int Sq, int causal, bool need_mask) {
+  if constexpr (D == 64) {
+    if (need_mask) {
+      bwd_probs<1, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
+    } else {
+      bwd_probs<0, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
+    }
+  } else {
+    bwd_probs<2, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal, need_mask);
   }
 }
 
@@ -1481,6 +1498,19 @@ __device__ __forceinline__ void bwd_ds_pack(const float* pr, const float* dp, co
       dsa[kk][j] = pack2<F16>(dsr[8 * kk + 2 * j], dsr[8 * kk + 2 * j + 1]);
     }
   }
+}
+
+// dV += Pᵀ·dO and dK += dSᵀ·Q for one block (issued, not committed): A
+// from registers (pa, dsa: bwd_ds_pack), B = the stage's dO and Q tiles, rows
+// are queries, 64-column blocks BR*128 bytes apart.
+template <bool F16, int D, int BR>
+__device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u32 (*dsa)[4], u32 sdO, u32 sQ) {
+  constexpr u32 lbo = D == 64 ? 1024 : BR * 128;
+  const u64 ddo = make_desc(sdO, lbo, 1024), dq0 = make_desc(sQ, lbo, 1024);
+#pragma unroll
+  for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], desc_off(ddo, kk * 16 * 128));
+#pragma unroll
+  for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
 }
 
 // The backward's end: the thread's rows key0 and key0 + 8 of dK (times
@@ -1618,15 +1648,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // another wgmma group is in flight, which the pipelined variants have.
     float pr[BR / 2];
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
-    if constexpr (D == 64) {
-      if (need_mask) {
-        bwd_probs<1, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
-      } else {
-        bwd_probs<0, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
-      }
-    } else {
-      bwd_probs<2, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal, need_mask);
-    }
+    bwd_probs_block<D, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal, need_mask);
     if constexpr (PIPE) wgmma_wait<0>();
     reg_fence<BR / 2>(dp);
     u32 pa[BR / 16][4], dsa[BR / 16][4];
@@ -1637,16 +1659,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     for (int kk = 0; kk < BR / 16; kk++) bwd_store_ds<BC>(sdS, cw * 64 + wq * 16, kk, lane, dsa[kk]);
     fence_proxy_async();  // the stores are read by wgmma (the async proxy)
 
-    // dV += Pᵀ·dO, dK += dSᵀ·Q: B rows are queries, 64-column blocks BR*128 apart.
     wgmma_fence();
-    {
-      constexpr u32 lbo = D == 64 ? 1024 : BR * 128;
-      const u64 ddo = make_desc(sdO, lbo, 1024), dq0 = make_desc(sQ, lbo, 1024);
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], desc_off(ddo, kk * 16 * 128));
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
-    }
+    bwd_dv_dk<F16, D, BR>(dv, dk, pa, dsa, sdO, sQ);
     wgmma_commit();
 
     // Block i stages into the tiles that the last reduction issued reads
@@ -1914,11 +1928,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
 
     float pr[BR / 2];
     const bool need_mask = (n0 + BC > Sk) || (q0 + BR > Sq) || (causal && kw0 + 63 > q0);
-    if (need_mask) {
-      bwd_probs<1, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
-    } else {
-      bwd_probs<0, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal);
-    }
+    bwd_probs_block<D, BR>(pr, s, ld, c, key0, q0, t, Sk, Sq, causal, need_mask);
     wgmma_wait<0>();
     reg_fence<BR / 2>(dp);
     u32 pa[BR / 16][4], dsa[BR / 16][4];
@@ -1932,12 +1942,8 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     float dq[32];
     if (i > 0 || cw == 1) named_bar_sync(my_turn, 256);
     wgmma_fence();
+    bwd_dv_dk<F16, D, BR>(dv, dk, pa, dsa, sdO, sQ);
     {
-      const u64 ddo = make_desc(sdO, 1024, 1024), dq0 = make_desc(sQ, 1024, 1024);
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dv, pa[kk], desc_off(ddo, kk * 16 * 128));
-#pragma unroll
-      for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
       // dQ over the warpgroup's 64 keys: A = dS (queries × keys, from the
       // dSᵀ rows 64cw..), B = its K rows, all 64 columns.
       const u64 dqa0 = make_desc(sdS + cw * 64 * 128, 1024, 1024), dqb0 = make_desc(sKw, 1024, 1024);
