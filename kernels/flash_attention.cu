@@ -24,6 +24,9 @@
 //     dynamic smem 2*BC*D*2 + 4*BR*D*2 + BC*BR*2 + 4*BR*4 (BC = 16*BWD_NW).
 //       d64 : BWD_BR=128, BWD_NW=8 -> 133120 B;  d128: BWD_BR=64, BWD_NW=8 -> 148480 B
 //   flash_bwd_convert_<T>(dQaccum, dQ, n, scale)   any grid (grid-stride), block 256: dQ = dQaccum*scale.
+//   flash_bwd_prevec_<T>(o, dO, Dsum, dQaccum, rows, D), flash_bwd_convertvec_<T>(dQaccum, dQ, n/8, scale)
+//     the same, 16 bytes of each 16-bit tensor a thread (all four tensors 16-byte aligned; D in
+//     {64, 128, 256}, dQaccum non-null): grid ceil(rows*D/8/256) and any (grid-stride), block 256.
 //
 // The tensor-core path requires scale > 0 (row maxima are taken on raw scores).
 //
@@ -597,6 +600,82 @@ __device__ __forceinline__ void bwd_convert(const float* __restrict__ acc, T* __
     out[i] = Ty<T>::from_f(acc[i] * scale);
 }
 
+// The tensor-core path's bwd_pre and bwd_convert, 16 bytes of every 16-bit
+// tensor a thread: the one-element-a-lane versions above issue four times the
+// loads and stores for the same bytes and left these memory-bound kernels
+// well short of the bandwidth (O, dO, dQ and dQaccum must be 16-byte aligned;
+// the launcher falls back to the versions above when they are not).
+//
+// bwd_pre_vec: dim/8 consecutive threads share a row (dim in {64, 128, 256}:
+// a power of two dividing the warp), each reading 8 elements of O and dO and
+// zeroing 8 floats of dQaccum. Threads past the last row still join the
+// shuffles.
+template <typename T>
+__device__ __forceinline__ float dot8(uint4 a, uint4 b);
+template <>
+__device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 a, uint4 b) {
+  const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float acc = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x[k]));
+    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y[k]));
+    acc = fmaf(u.x, v.x, acc);
+    acc = fmaf(u.y, v.y, acc);
+  }
+  return acc;
+}
+template <>
+__device__ __forceinline__ float dot8<__half>(uint4 a, uint4 b) {
+  const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
+  float acc = 0.f;
+#pragma unroll
+  for (int k = 0; k < 4; k++) {
+    const float2 u = __half22float2(*reinterpret_cast<const __half2*>(&x[k]));
+    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&y[k]));
+    acc = fmaf(u.x, v.x, acc);
+    acc = fmaf(u.y, v.y, acc);
+  }
+  return acc;
+}
+
+template <typename T>
+__device__ __forceinline__ void bwd_pre_vec(const T* __restrict__ O, const T* __restrict__ dO,
+                                            float* __restrict__ Dsum, float* __restrict__ dQacc, int rows,
+                                            int dim) {
+  const int per = dim >> 3;  // threads a row
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  const long long row = i / per;
+  const int c = (int)(i - row * per);
+  float acc = 0.f;
+  if (row < rows) {
+    const size_t off = (size_t)row * dim + 8 * c;
+    acc = dot8<T>(*reinterpret_cast<const uint4*>(O + off), *reinterpret_cast<const uint4*>(dO + off));
+    float4* q = reinterpret_cast<float4*>(dQacc + off);
+    q[0] = make_float4(0.f, 0.f, 0.f, 0.f);
+    q[1] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  for (int s = per >> 1; s > 0; s >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, s);
+  if (row < rows && c == 0) Dsum[row] = acc;
+}
+
+// bwd_convert_vec: n8 = n/8 groups of 8 elements, one a thread (grid-stride).
+template <typename T>
+__device__ __forceinline__ void bwd_convert_vec(const float* __restrict__ acc, T* __restrict__ out, long long n8,
+                                                float scale) {
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
+       i += (long long)gridDim.x * blockDim.x) {
+    const float4 a = reinterpret_cast<const float4*>(acc)[2 * i];
+    const float4 b = reinterpret_cast<const float4*>(acc)[2 * i + 1];
+    uint4 r;
+    r.x = Ty<T>::pack(a.x * scale, a.y * scale);
+    r.y = Ty<T>::pack(a.z * scale, a.w * scale);
+    r.z = Ty<T>::pack(b.x * scale, b.y * scale);
+    r.w = Ty<T>::pack(b.z * scale, b.w * scale);
+    reinterpret_cast<uint4*>(out)[i] = r;
+  }
+}
+
 // ---------------------------------------------------------------- generic path (CUDA cores)
 //
 // 4 warps per CTA, 4 rows per warp (16 rows per CTA), tiles of 32 rows of the
@@ -967,6 +1046,18 @@ FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
 FLASH_TYPED(fp32, float)
 FLASH_TYPED(bf16, __nv_bfloat16)
 FLASH_TYPED(fp16, __half)
+
+#define FLASH_VEC(SUF, T)                                                                                       \
+  extern "C" __global__ void flash_bwd_prevec_##SUF(const T* o, const T* dO, float* dsum, float* dqacc, int rows, \
+                                                    int dim) {                                                   \
+    flash::bwd_pre_vec<T>(o, dO, dsum, dqacc, rows, dim);                                                       \
+  }                                                                                                              \
+  extern "C" __global__ void flash_bwd_convertvec_##SUF(const float* acc, T* out, long long n8, float scale) {    \
+    flash::bwd_convert_vec<T>(acc, out, n8, scale);                                                             \
+  }
+
+FLASH_VEC(bf16, __nv_bfloat16)
+FLASH_VEC(fp16, __half)
 
 // ---------------------------------------------------------------- decode forward (split K/V)
 //

@@ -18,17 +18,20 @@ type flashPlan struct {
 	// Kernel names: the forward; the backward's preprocessing (Dsum) and
 	// then its tensor-core main kernel and dQ conversion, or its generic
 	// dQ and dK/dV kernels (the others are empty).
-	fwd, bwdPre          string
-	bwd, bwdConvert      string
-	genBwdDQ, genBwdDKDV string
-	fwdRows              int // query rows per CTA (forward)
-	fwdThreads           int
-	fwdSmem              int
-	bwdKeys              int // keys per CTA (tensor-core backward)
-	bwdThreads           int
-	bwdSmem              int
-	genDQSmem            int
-	genKVSmem            int
+	fwd, bwdPre     string
+	bwd, bwdConvert string
+	// The tensor-core path's pre and convert kernels that move 16 bytes a
+	// thread, for 16-byte aligned tensors (see flashVecAligned).
+	bwdPreVec, bwdConvertVec string
+	genBwdDQ, genBwdDKDV     string
+	fwdRows                  int // query rows per CTA (forward)
+	fwdThreads               int
+	fwdSmem                  int
+	bwdKeys                  int // keys per CTA (tensor-core backward)
+	bwdThreads               int
+	bwdSmem                  int
+	genDQSmem                int
+	genKVSmem                int
 }
 
 // flashTile is a tensor-core kernel pair's tiling, exactly as
@@ -95,6 +98,8 @@ func planFlash(dt GemmType, dim int, scale float32) (flashPlan, error) {
 		p.fwd = fmt.Sprintf("flash_fwd_%s_d%d", p.suffix, dim)
 		p.bwd = fmt.Sprintf("flash_bwd_%s_d%d", p.suffix, dim)
 		p.bwdConvert = "flash_bwd_convert_" + p.suffix
+		p.bwdPreVec = "flash_bwd_prevec_" + p.suffix
+		p.bwdConvertVec = "flash_bwd_convertvec_" + p.suffix
 		p.fwdRows, p.fwdThreads, p.fwdSmem = 16*t.fwdWarps, 32*t.fwdWarps, t.fwdSmem(dim)
 		p.bwdKeys, p.bwdThreads, p.bwdSmem = 16*t.bwdWarps, 32*t.bwdWarps, t.bwdSmem(dim)
 		return p, nil
@@ -285,6 +290,13 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err != nil {
 		return err
 	}
+	vec := flashVecAligned(o, dO, dq, dqacc)
+	if vec {
+		if pre, err = ks.fn(p.bwdPreVec, 0); err != nil {
+			return err
+		}
+		preGrid = [3]uint32{Grid1D(rows*dim/8, 256), 1, 1}
+	}
 	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
 		return err
 	}
@@ -295,13 +307,29 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, dim, scale, causal); err != nil {
 		return err
 	}
-	conv, err := ks.fn(p.bwdConvert, 0)
+	n := int64(rows) * int64(dim)
+	name := p.bwdConvert
+	if vec {
+		name, n = p.bwdConvertVec, n/8
+	}
+	conv, err := ks.fn(name, 0)
 	if err != nil {
 		return err
 	}
-	n := int64(rows) * int64(dim)
 	blocks := min((n+255)/256, 65535*16)
 	return d.Launch(conv, [3]uint32{uint32(blocks), 1, 1}, blk256, 0, dqacc, dq, n, scale)
+}
+
+// flashVecAligned reports whether the backward's pre and convert kernels
+// may move 16 bytes a thread: every tensor they touch starts 16-byte aligned
+// (the head dims of the tensor-core path keep every row so).
+func flashVecAligned(ptrs ...DevicePtr) bool {
+	for _, p := range ptrs {
+		if p%16 != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // flashBackwardFA2 launches FA2's tensor-core backward main kernel.

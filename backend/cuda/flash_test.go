@@ -35,9 +35,15 @@ func TestPlanFlash(t *testing.T) {
 		if p.tensorCore != c.tc || p.fwd != c.fwd {
 			t.Errorf("planFlash(%v, %d, %g) = %+v, want tensorCore %v fwd %s", c.dt, c.dim, c.scale, p, c.tc, c.fwd)
 		}
+		if c.tc && (p.bwdPreVec != "flash_bwd_prevec_"+p.suffix || p.bwdConvertVec != "flash_bwd_convertvec_"+p.suffix) {
+			t.Errorf("planFlash(%v, %d): vector pre/convert %q %q", c.dt, c.dim, p.bwdPreVec, p.bwdConvertVec)
+		}
 		if p.fwdSmem > 227*1024 || p.bwdSmem > 227*1024 || p.genDQSmem > 227*1024 || p.genKVSmem > 227*1024 {
 			t.Errorf("planFlash(%v, %d): shared memory over 227 KB: %+v", c.dt, c.dim, p)
 		}
+	}
+	if !flashVecAligned(0x1000, 0x2010) || flashVecAligned(0x1000, 0x2002) || flashVecAligned(0x1008) {
+		t.Error("flashVecAligned: wrong answer on 16-byte alignment")
 	}
 	if _, err := planFlash(GemmF32, 257, 1); err == nil || !strings.Contains(err.Error(), "head dim 257") {
 		t.Errorf("dim 257: got %v", err)
@@ -250,16 +256,18 @@ func TestFlashAttentionGPU(t *testing.T) {
 		dt              GemmType
 		bh, sq, sk, dim int
 		causal          bool
+		dqOff           int // bytes dQ sits past an allocation: 2 takes the pre/convert kernels' unaligned fallback
 	}{
-		{GemmBF16, 3, 200, 200, 64, true},
-		{GemmBF16, 2, 77, 300, 128, false},
-		{GemmF16, 2, 300, 77, 128, true},
-		{GemmF16, 2, 130, 130, 64, false},
-		{GemmBF16, 2, 65, 90, 40, true},
-		{GemmF32, 2, 150, 150, 128, true},
-		{GemmF32, 1, 33, 70, 20, false},
+		{GemmBF16, 3, 200, 200, 64, true, 0},
+		{GemmBF16, 2, 77, 300, 128, false, 0},
+		{GemmF16, 2, 300, 77, 128, true, 0},
+		{GemmF16, 2, 130, 130, 64, false, 0},
+		{GemmBF16, 2, 130, 100, 128, true, 2},
+		{GemmBF16, 2, 65, 90, 40, true, 0},
+		{GemmF32, 2, 150, 150, 128, true, 0},
+		{GemmF32, 1, 33, 70, 20, false, 0},
 	} {
-		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal)
+		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v/dqoff%d", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal, c.dqOff)
 		t.Run(name, func(t *testing.T) {
 			nq, nk := c.bh*c.sq*c.dim, c.bh*c.sk*c.dim
 			gen := flashNormals(rng)
@@ -270,7 +278,7 @@ func TestFlashAttentionGPU(t *testing.T) {
 			es := c.dt.ElemSize()
 			o := flashAlloc(t, d, nq, es)
 			lse := flashAlloc(t, d, c.bh*c.sq, 4)
-			dq, dk, dv := flashAlloc(t, d, nq, es), flashAlloc(t, d, nk, es), flashAlloc(t, d, nk, es)
+			dq, dk, dv := flashAlloc(t, d, nq+8, es).Offset(c.dqOff), flashAlloc(t, d, nk, es), flashAlloc(t, d, nk, es)
 			scale := float32(1 / math.Sqrt(float64(c.dim)))
 			if err := FlashForward(d, c.dt, q, k, v, o, lse, c.bh, c.sq, c.sk, c.dim, scale, c.causal); err != nil {
 				t.Fatal(err)
