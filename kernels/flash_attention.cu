@@ -23,10 +23,13 @@
 //     grid (ceil(Sk/(16*BWD_NW)), BH), block BWD_NW*32,
 //     dynamic smem 2*BC*D*2 + 4*BR*D*2 + BC*BR*2 + 4*BR*4 (BC = 16*BWD_NW).
 //       d64 : BWD_BR=128, BWD_NW=8 -> 133120 B;  d128: BWD_BR=64, BWD_NW=8 -> 148480 B
-//   flash_bwd_convert_<T>(dQaccum, dQ, n, scale)   any grid (grid-stride), block 256: dQ = dQaccum*scale.
-//   flash_bwd_prevec_<T>(o, dO, Dsum, dQaccum, rows, D), flash_bwd_convertvec_<T>(dQaccum, dQ, n/8, scale)
-//     the same, 16 bytes of each 16-bit tensor a thread (all four tensors 16-byte aligned; D in
-//     {64, 128, 256}, dQaccum non-null): grid ceil(rows*D/8/256) and any (grid-stride), block 256.
+//   flash_bwd_convert_<T>(dQaccum, dQ, n, D, Sq, scale, swz)   any grid (grid-stride), block 256:
+//     dQ = dQaccum*scale (D a power of two); swz = 1: dQaccum holds 8-column block j of a row at block
+//     j ^ (r & 3), r the row's index in its head (as flash_attention_sm90.cu's backward leaves it; D a
+//     multiple of 32), 0: in place.
+//   flash_bwd_prevec_<T>(o, dO, Dsum, dQaccum, rows, D), flash_bwd_convertvec_<T>(dQaccum, dQ, n/8, D,
+//     Sq, scale, swz) the same, 16 bytes of each 16-bit tensor a thread (all four tensors 16-byte aligned;
+//     D in {64, 128, 256}, dQaccum non-null): grid ceil(rows*D/8/256) and any (grid-stride), block 256.
 //
 // The tensor-core path requires scale > 0 (row maxima are taken on raw scores).
 //
@@ -593,11 +596,26 @@ __device__ __forceinline__ void bwd_pre(const T* __restrict__ O, const T* __rest
   }
 }
 
+// The index in dQaccum of element (row, col) of a dim-column dQ (row
+// counting over all BH·Sq rows): with swz, 8-column block j of a row sits
+// at block j ^ (r & 3), r the row's index in its head (the Hopper backward
+// stages dQ that way, see dq_stage in flash_attention_sm90.cu). When Sq is
+// a multiple of 4, r & 3 is row & 3 and no division is needed.
+__device__ __forceinline__ long long dq_acc_index(long long row, int col, int dim, int sq, int swz) {
+  if (!swz) return row * dim + col;
+  const int r = (sq & 3) == 0 ? (int)row : (int)(row % sq);
+  return row * dim + (col ^ ((r & 3) << 3));
+}
+
 template <typename T>
 __device__ __forceinline__ void bwd_convert(const float* __restrict__ acc, T* __restrict__ out, long long n,
-                                            float scale) {
-  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-    out[i] = Ty<T>::from_f(acc[i] * scale);
+                                            int dim, int sq, float scale, int swz) {
+  const int shift = __ffs(dim) - 1;  // dim is a power of two
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const long long row = i >> shift;
+    out[i] = Ty<T>::from_f(acc[dq_acc_index(row, (int)(i - row * dim), dim, sq, swz)] * scale);
+  }
 }
 
 // The tensor-core path's bwd_pre and bwd_convert, 16 bytes of every 16-bit
@@ -662,11 +680,14 @@ __device__ __forceinline__ void bwd_pre_vec(const T* __restrict__ O, const T* __
 // bwd_convert_vec: n8 = n/8 groups of 8 elements, one a thread (grid-stride).
 template <typename T>
 __device__ __forceinline__ void bwd_convert_vec(const float* __restrict__ acc, T* __restrict__ out, long long n8,
-                                                float scale) {
+                                                int dim, int sq, float scale, int swz) {
+  const int per = dim >> 3, shift = __ffs(per) - 1;  // groups a row, a power of two
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n8;
        i += (long long)gridDim.x * blockDim.x) {
-    const float4 a = reinterpret_cast<const float4*>(acc)[2 * i];
-    const float4 b = reinterpret_cast<const float4*>(acc)[2 * i + 1];
+    const long long row = i >> shift;
+    const long long src = dq_acc_index(row, 8 * (int)(i - row * per), dim, sq, swz) >> 3;
+    const float4 a = reinterpret_cast<const float4*>(acc)[2 * src];
+    const float4 b = reinterpret_cast<const float4*>(acc)[2 * src + 1];
     uint4 r;
     r.x = Ty<T>::pack(a.x * scale, a.y * scale);
     r.y = Ty<T>::pack(a.z * scale, a.w * scale);
@@ -1022,8 +1043,9 @@ FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
                                                  int dim) {                                                   \
     flash::bwd_pre<T>(o, dO, dsum, dqacc, rows, dim);                                                        \
   }                                                                                                           \
-  extern "C" __global__ void flash_bwd_convert_##SUF(const float* acc, T* out, long long n, float scale) {    \
-    flash::bwd_convert<T>(acc, out, n, scale);                                                               \
+  extern "C" __global__ void flash_bwd_convert_##SUF(const float* acc, T* out, long long n, int dim, int sq,     \
+                                                     float scale, int swz) {                                      \
+    flash::bwd_convert<T>(acc, out, n, dim, sq, scale, swz);                                                 \
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(128)                                                          \
       flash_fwd_generic_##SUF(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq, int Sk,   \
@@ -1052,8 +1074,9 @@ FLASH_TYPED(fp16, __half)
                                                     int dim) {                                                   \
     flash::bwd_pre_vec<T>(o, dO, dsum, dqacc, rows, dim);                                                       \
   }                                                                                                              \
-  extern "C" __global__ void flash_bwd_convertvec_##SUF(const float* acc, T* out, long long n8, float scale) {    \
-    flash::bwd_convert_vec<T>(acc, out, n8, scale);                                                             \
+  extern "C" __global__ void flash_bwd_convertvec_##SUF(const float* acc, T* out, long long n8, int dim, int sq, \
+                                                        float scale, int swz) {                                 \
+    flash::bwd_convert_vec<T>(acc, out, n8, dim, sq, scale, swz);                                               \
   }
 
 FLASH_VEC(bf16, __nv_bfloat16)

@@ -35,8 +35,9 @@
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
 //     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
-//     after); tq, tk, tv, tdo: CUtensorMaps of Q, K, V, dO (boxes of 64 columns ×
-//     64 rows for Q and dO, × 128 rows for K and V), see bwd; dQaccum 16-byte
+//     after, with swz = 1: see dq_stage); tq, tk, tv, tdo: CUtensorMaps of Q,
+//     K, V, dO (boxes of 64 columns × 64 rows for Q and dO, × 128 rows for K
+//     and V), see bwd; dQaccum 16-byte
 //     aligned; grid (ceil(Sk/128), BH), block 256 (two warpgroups), dynamic smem
 //     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes (d64
 //     117312, d128 199232) plus the dQ staging tiles, 2*64*64*4 (d64) or
@@ -596,6 +597,22 @@ __device__ __forceinline__ void named_bar_sync(u32 id, u32 n) {
 }
 __device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+// The warp's 16 rows (row0..) of a ROWS-row tile of KSTEPS·16 columns as
+// wgmma A fragments of its k-steps (ldmatrix: register j of k-step kk is
+// the 8×8 matrix of rows row0 + 8(j&1).., columns 16kk + 8(j>>1)..).
+template <int ROWS, int KSTEPS>
+__device__ __forceinline__ void load_a_frags(u32 (*a)[4], u32 tile, int row0, int lane) {
+  const int m = lane >> 3;
+#pragma unroll
+  for (int kk = 0; kk < KSTEPS; kk++) {
+    const u32 addr = tile + tile_off<ROWS>(row0 + (m & 1) * 8 + (lane & 7), 2 * kk + (m >> 1));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
+                 : "r"(addr)
+                 : "memory");
+  }
 }
 
 // Issues s = Q·Kᵀ (as qk_product, without waiting for it) for a Q tile of
@@ -1198,8 +1215,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
 // dQ leaves through shared memory: each warpgroup stores its dQ into a
 // float32 staging tile (dq_stage), and thread 0 adds the tile to dQaccum with
 // one cp.reduce.async.bulk (dq_reduce; flash_bwd_pre_<T> zeroes dQaccum,
-// flash_bwd_convert_<T> scales and converts it): rows q0..q0+63 of one bh are
-// one contiguous range. Per-thread float32 atomics instead (16 vector atomics
+// flash_bwd_convert_<T> scales, unpermutes and converts it): rows q0..q0+63
+// of one bh are one contiguous range. Per-thread float32 atomics instead (16 vector atomics
 // a thread per block) kept every warp issuing them while no tensor-core work
 // was in flight: 365 against 421 TFLOP/s at D=128 on the H200. At D=64 the
 // tiles are double-buffered, so a block's reduction is issued after the next
@@ -1243,6 +1260,20 @@ __device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accum
     asm volatile(FA90_SS64("f16") : FA90_ACC32 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
   } else {
     asm volatile(FA90_SS64("bf16") : FA90_ACC32 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+}
+
+#define FA90_RS64K(TY)                                                                              \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " FA90_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
+
+// d[0..31] (+)= A·B, m64n64k16, A from registers, B K-major in shared memory.
+template <bool F16>
+__device__ __forceinline__ void wgmma_rs_n64k(float* d, const u32* a, u64 db, int accumulate) {
+  if constexpr (F16) {
+    asm volatile(FA90_RS64K("f16") : FA90_ACC32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
+  } else {
+    asm volatile(FA90_RS64K("bf16") : FA90_ACC32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
   }
 }
 
@@ -1352,41 +1383,29 @@ __device__ __forceinline__ u32 dq_tile(u32 sdQ0, int i, int cw) {
 
 // Stores the warpgroup's dQ accumulator (dq[4nt+e]: row 16wq + g + 8(e>>1)
 // of the block, column 8nt + 2t + (e&1) of the warpgroup's 64) into its
-// staging tile at wt (dq_tile). Rows are a multiple of 128 bytes apart, so
+// staging tile at wt (dq_tile), 8-column block j of a row at block j ^ x,
+// x = g & 3, the low two bits of the row's index in its head (q0 + 16wq + g
+// + 8(e>>1), q0 a multiple of 64): every row of dQaccum holds its column
+// blocks permuted by its index in the head (flash_bwd_convert's swz undoes
+// it). Rows are a multiple of 128 bytes apart, so with the blocks in place
 // the 8 rows (g) that one store of a warp covers would all fall in the same
-// 8 banks (4-way conflicts in each half-warp, which is what one wavefront of
-// 8-byte stores serves). Instead, at step j thread g stores column block
-// j ^ (g&3): the four rows of a half-warp then use four different 32-byte
-// bank groups. A thread-dependent register index would go through local
-// memory, so the pairs are permuted with two rounds of selects (XOR by bit 0,
-// then bit 1, of g&3).
+// 8 banks (4-way conflicts in each half-warp, which is what one wavefront
+// of 8-byte stores serves); permuted, the four rows of a half-warp use four
+// different 32-byte bank groups. Storing in place conflict-free instead
+// needs the permutation in registers: two rounds of selects (a
+// thread-dependent register index would go through local memory), 64 of
+// the ~550 instructions a consumer warp issued per block.
 template <int D, int NT>
 __device__ __forceinline__ void dq_stage(const float* dq, u32 wt, int wq, int g, int t) {
   static_assert(NT == 8 || NT == 4, "n-tiles of a warpgroup's dQ");
   const int x = g & 3;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
-    float a[2 * NT], b[2 * NT];  // a[2n + e]: row g + 8r, column 8n + 2t + e
-#pragma unroll
-    for (int n = 0; n < NT; n++) {
-      a[2 * n] = dq[4 * n + 2 * r];
-      a[2 * n + 1] = dq[4 * n + 2 * r + 1];
-    }
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-#pragma unroll
-      for (int e = 0; e < 2; e++) b[2 * j + e] = (x & 1) ? a[2 * (j ^ 1) + e] : a[2 * j + e];
-    }
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-#pragma unroll
-      for (int e = 0; e < 2; e++) a[2 * j + e] = (x & 2) ? b[2 * (j ^ 2) + e] : b[2 * j + e];
-    }
-    // a[2j + e] now holds column block j ^ x.
     const u32 row = wt + (u32)(wq * 16 + g + 8 * r) * (D * 4) + 8 * t;
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row + 32 * (j ^ x)), "f"(a[2 * j]), "f"(a[2 * j + 1])
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(row + 32 * (j ^ x)), "f"(dq[4 * j + 2 * r]),
+                   "f"(dq[4 * j + 2 * r + 1])
                    : "memory");
     }
   }
@@ -1415,6 +1434,15 @@ __device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
     const u32 ko = (kk >> 2) * BWD_BC * 128 + (kk & 3) * 32, qo = (kk >> 2) * BWD_BR * 128 + (kk & 3) * 32;
     wgmma_ss_n64<F16, 0, 0>(d, desc_off(da0, ko), desc_off(db0, qo), kk > 0);
   }
+}
+
+// bwd_scores with A from registers (a[kk]: k-step kk's fragments, see
+// load_a_frags), D=64.
+template <bool F16>
+__device__ __forceinline__ void bwd_scores_rs(float* d, const u32 (*a)[4], u32 sB) {
+  const u64 db0 = make_desc(sB, 16, 1024);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) wgmma_rs_n64k<F16>(d, a[kk], desc_off(db0, kk * 32), kk > 0);
 }
 
 // Pᵀ for the thread's 32 (key, query) pairs of a block: s[4nt+e] is key
@@ -1782,7 +1810,15 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 //     one bundle, dV, dK and dQ; then dQ staged. Issuing the next block's
 //     Sᵀ before staging (as bwd's PIPE) took non-causal S=4096 from 400 to
 //     416 TFLOP/s but causal from 379 to 363, and NVRTC 13 spilled.
-// Registers: dK, dV 64, dQ 32, Sᵀ and dPᵀ 64, Pᵀ and dSᵀ packed 32.
+//   - Sᵀ and dPᵀ take A (the warpgroup's 64 keys of K and V, the same for
+//     every block) from registers, loaded once with ldmatrix: each of their
+//     wgmmas then reads 2 KiB of shared memory (its Q or dO slice) instead
+//     of 4 KiB. At D=64 a block's products read ~64 KiB a warpgroup, the
+//     dQ staging and its reduction 32 KiB more, against 128 bytes a cycle:
+//     from shared memory, 400 -> 462 (non-causal) and 379 -> 416 (causal)
+//     TFLOP/s at S=4096 (runs 22, 33).
+// Registers: dK, dV 64, dQ 32, Sᵀ and dPᵀ 64, Pᵀ and dSᵀ packed 32, K and
+// V fragments 32.
 constexpr u32 BWD_PP_FULL = 2;   // + 4cw + parity: a staged dQ tile (128 consumers + the writer)
 constexpr u32 BWD_PP_EMPTY = 4;  // + 4cw + parity: that tile read by the copy engine
 constexpr u32 BWD_PP_DS = 10;    // + cw: the warpgroup's dSᵀ stored
@@ -1902,7 +1938,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
   const int kw0 = n0 + cw * 64;
   const int key0 = kw0 + wq * 16 + g;
   const float c = scale * kLog2e;
-  const u32 sKw = sK + cw * 64 * 128, sVw = sV + cw * 64 * 128;
+  const u32 sKw = sK + cw * 64 * 128;
   const u32 my_turn = BWD_TURN + cw, other_turn = BWD_TURN + (cw ^ 1);
 
   float dk[D / 2], dv[D / 2];
@@ -1910,6 +1946,10 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
   for (int i = 0; i < D / 2; i++) dk[i] = dv[i] = 0.f;
 
   mbar_wait(barKV, 0);
+  // The warp's rows of K and V as A fragments (see above).
+  u32 ka[4][4], va[4][4];
+  load_a_frags<BC, 4>(ka, sK, cw * 64 + wq * 16, lane);
+  load_a_frags<BC, 4>(va, sV, cw * 64 + wq * 16, lane);
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
     const int q0 = (qb0 + i) * BR;
@@ -1919,9 +1959,9 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     float s[BR / 2], dp[BR / 2];
     mbar_spin(full0 + 8 * st, (i / 3) & 1);
     wgmma_fence();
-    bwd_scores<F16, D>(s, sKw, sQ);
+    bwd_scores_rs<F16>(s, ka, sQ);
     wgmma_commit();
-    bwd_scores<F16, D>(dp, sVw, sdO);
+    bwd_scores_rs<F16>(dp, va, sdO);
     wgmma_commit();
     wgmma_wait<1>();
     reg_fence<BR / 2>(s);

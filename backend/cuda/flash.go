@@ -316,8 +316,10 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err != nil {
 		return err
 	}
+	// The Hopper kernels leave dQaccum's column blocks permuted (see
+	// flash_bwd_convert in flash_attention.cu).
 	blocks := min((n+255)/256, 65535*16)
-	return d.Launch(conv, [3]uint32{uint32(blocks), 1, 1}, blk256, 0, dqacc, dq, n, scale)
+	return d.Launch(conv, [3]uint32{uint32(blocks), 1, 1}, blk256, 0, dqacc, dq, n, int32(dim), int32(sq), scale, b2i(sm90 != ""))
 }
 
 // flashVecAligned reports whether the backward's pre and convert kernels

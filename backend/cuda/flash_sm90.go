@@ -471,10 +471,11 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 // load and reduce dQ themselves (flash_bwd_sm90_cols_<T>_d<D>: the next
 // block's scores in flight during the dQ product, dQ's columns split between
 // the warpgroups at D=64); "dqtma" cols without either (kept to time
-// against); "0" FA2's. On the H200 (bf16, S=4096, TestFlashSM90BwdSpeed) pp
-// ran at 1.08x cols causal and 0.99-1.0x non-causal at D=64; cols at 1.0x
-// dqtma at D=64 and 1.12-1.13x at D=128. The preprocessing (Dsum, zeroed
-// dQaccum) and the dQ conversion are FA2's either way.
+// against); "0" FA2's. On the H200 (bf16, S=4096, TestFlashSM90BwdSpeed,
+// run 33) pp ran at 1.14x cols at D=64, causal and not; cols at 0.98x dqtma
+// at D=64 and 1.10x at D=128. The preprocessing (Dsum, zeroed dQaccum) and
+// the dQ conversion are FA2's either way, the conversion told that the
+// Hopper kernels leave dQaccum's column blocks permuted.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
 
 // The sm90 backward's tiling, as flash_attention_sm90.cu fixes it: a CTA of

@@ -172,7 +172,7 @@ int run_bwd(int D, int variant, int generic, const void* q, const void* k, const
             const void* dO, const float* lse, void* dq, void* dk, void* dv, float* dsum, float* dqacc, int BH, int Sq,
             int Sk, float scale, int causal, cudaStream_t st,
             void (*pre)(const T*, const T*, float*, float*, int, int),
-            void (*conv)(const float*, T*, long long, float),
+            void (*conv)(const float*, T*, long long, int, int, float, int),
             void (*gdq)(const T*, const T*, const T*, const T*, const float*, const float*, T*, int, int, int, int,
                         float, int),
             void (*gdkdv)(const T*, const T*, const T*, const T*, const float*, const float*, T*, T*, int, int, int,
@@ -187,7 +187,7 @@ int run_bwd(int D, int variant, int generic, const void* q, const void* k, const
     long long n = (long long)rows * D;
     long long blocks = (n + 255) / 256;
     if (blocks > 65535LL * 16) blocks = 65535LL * 16;
-    conv<<<(unsigned)blocks, 256, 0, st>>>(dqacc, (T*)dq, n, scale);
+    conv<<<(unsigned)blocks, 256, 0, st>>>(dqacc, (T*)dq, n, D, Sq, scale, 0);
     return (int)cudaGetLastError();
   }
   if (D > 256 || D < 1) return -1;
