@@ -256,19 +256,27 @@ func TestFlashAttentionGPU(t *testing.T) {
 		dt              GemmType
 		bh, sq, sk, dim int
 		causal          bool
-		dqOff           int // bytes dQ sits past an allocation: 2 takes the pre/convert kernels' unaligned fallback
+		dqOff           int  // bytes dQ sits past an allocation: 2 takes the pre/convert kernels' unaligned fallback
+		fa2             bool // FA2's kernels on a Hopper GPU too (FlashSM90Env, FlashSM90BwdEnv = 0): dQaccum unpermuted
 	}{
-		{GemmBF16, 3, 200, 200, 64, true, 0},
-		{GemmBF16, 2, 77, 300, 128, false, 0},
-		{GemmF16, 2, 300, 77, 128, true, 0},
-		{GemmF16, 2, 130, 130, 64, false, 0},
-		{GemmBF16, 2, 130, 100, 128, true, 2},
-		{GemmBF16, 2, 65, 90, 40, true, 0},
-		{GemmF32, 2, 150, 150, 128, true, 0},
-		{GemmF32, 1, 33, 70, 20, false, 0},
+		{GemmBF16, 3, 200, 200, 64, true, 0, false},
+		{GemmBF16, 2, 77, 300, 128, false, 0, false},
+		{GemmF16, 2, 300, 77, 128, true, 0, false},
+		{GemmF16, 2, 130, 130, 64, false, 0, false},
+		{GemmBF16, 2, 130, 100, 128, true, 2, false},
+		{GemmBF16, 3, 200, 200, 64, true, 0, true},
+		{GemmF16, 2, 77, 300, 128, false, 0, true},
+		{GemmBF16, 2, 130, 100, 128, true, 2, true},
+		{GemmBF16, 2, 65, 90, 40, true, 0, false},
+		{GemmF32, 2, 150, 150, 128, true, 0, false},
+		{GemmF32, 1, 33, 70, 20, false, 0, false},
 	} {
-		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v/dqoff%d", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal, c.dqOff)
+		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v/dqoff%d/fa2%v", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal, c.dqOff, c.fa2)
 		t.Run(name, func(t *testing.T) {
+			if c.fa2 {
+				t.Setenv(FlashSM90Env, "0")
+				t.Setenv(FlashSM90BwdEnv, "0")
+			}
 			nq, nk := c.bh*c.sq*c.dim, c.bh*c.sk*c.dim
 			gen := flashNormals(rng)
 			q, qh := flashUpload(t, d, c.dt, gen(nq))
