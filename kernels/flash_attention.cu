@@ -73,6 +73,10 @@ template <> struct Ty<__nv_bfloat16> {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<u32*>(&v);
   }
+  // The two values packed in v (lo in the low half), as floats.
+  static __device__ __forceinline__ float2 unpack(u32 v) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&v));
+  }
   // d += a * b, m16n8k16, f32 accumulate.
   static __device__ __forceinline__ void mma(float* d, const u32* a, u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
@@ -88,6 +92,9 @@ template <> struct Ty<__half> {
   static __device__ __forceinline__ u32 pack(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<u32*>(&v);
+  }
+  static __device__ __forceinline__ float2 unpack(u32 v) {
+    return __half22float2(*reinterpret_cast<const __half2*>(&v));
   }
   static __device__ __forceinline__ void mma(float* d, const u32* a, u32 b0, u32 b1) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
@@ -629,28 +636,12 @@ __device__ __forceinline__ void bwd_convert(const float* __restrict__ acc, T* __
 // zeroing 8 floats of dQaccum. Threads past the last row still join the
 // shuffles.
 template <typename T>
-__device__ __forceinline__ float dot8(uint4 a, uint4 b);
-template <>
-__device__ __forceinline__ float dot8<__nv_bfloat16>(uint4 a, uint4 b) {
+__device__ __forceinline__ float dot8(uint4 a, uint4 b) {
   const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
   float acc = 0.f;
 #pragma unroll
   for (int k = 0; k < 4; k++) {
-    const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&x[k]));
-    const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&y[k]));
-    acc = fmaf(u.x, v.x, acc);
-    acc = fmaf(u.y, v.y, acc);
-  }
-  return acc;
-}
-template <>
-__device__ __forceinline__ float dot8<__half>(uint4 a, uint4 b) {
-  const u32 x[4] = {a.x, a.y, a.z, a.w}, y[4] = {b.x, b.y, b.z, b.w};
-  float acc = 0.f;
-#pragma unroll
-  for (int k = 0; k < 4; k++) {
-    const float2 u = __half22float2(*reinterpret_cast<const __half2*>(&x[k]));
-    const float2 v = __half22float2(*reinterpret_cast<const __half2*>(&y[k]));
+    const float2 u = Ty<T>::unpack(x[k]), v = Ty<T>::unpack(y[k]);
     acc = fmaf(u.x, v.x, acc);
     acc = fmaf(u.y, v.y, acc);
   }
@@ -661,9 +652,9 @@ template <typename T>
 __device__ __forceinline__ void bwd_pre_vec(const T* __restrict__ O, const T* __restrict__ dO,
                                             float* __restrict__ Dsum, float* __restrict__ dQacc, int rows,
                                             int dim) {
-  const int per = dim >> 3;  // threads a row
+  const int per = dim >> 3, shift = __ffs(per) - 1;  // threads a row, a power of two
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long long row = i / per;
+  const long long row = i >> shift;
   const int c = (int)(i - row * per);
   float acc = 0.f;
   if (row < rows) {
