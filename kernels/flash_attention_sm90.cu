@@ -208,10 +208,11 @@ template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
 #define FA90_SS128(TY)                                                                              \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                     \
   "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
-// m64n64k16 / m64n128k16, A from registers, B N-major in shared memory.
+// m64n64k16 / m64n128k16, A from registers, B N-major in shared memory
+// (m64n64k16: B's layout from operand 38, 1 N-major, 0 K-major).
 #define FA90_RS64(TY)                                                                               \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " FA90_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 1;\n}\n"
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " FA90_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, %38;\n}\n"
 #define FA90_RS128(TY)                                                                              \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                                     \
   "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
@@ -230,9 +231,25 @@ template <bool F16> struct Wg {
   }
   static __device__ __forceinline__ void rs64(float* d, const u32* a, u64 db) {
     if constexpr (F16) {
-      asm volatile(FA90_RS64("f16") : FA90_ACC32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+      asm volatile(FA90_RS64("f16")
+                   : FA90_ACC32
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(1));
     } else {
-      asm volatile(FA90_RS64("bf16") : FA90_ACC32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1));
+      asm volatile(FA90_RS64("bf16")
+                   : FA90_ACC32
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(1));
+    }
+  }
+  // rs64 with B K-major, (+)= as accumulate says: the backward's Sᵀ and dPᵀ.
+  static __device__ __forceinline__ void rs64k(float* d, const u32* a, u64 db, int accumulate) {
+    if constexpr (F16) {
+      asm volatile(FA90_RS64("f16")
+                   : FA90_ACC32
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(0));
+    } else {
+      asm volatile(FA90_RS64("bf16")
+                   : FA90_ACC32
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(0));
     }
   }
   static __device__ __forceinline__ void rs128(float* d, const u32* a, u64 db) {
@@ -599,15 +616,23 @@ __device__ __forceinline__ void named_bar_arrive(u32 id, u32 n) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+// The address lane gives an x4 ldmatrix / stmatrix for the 16 × 16 block
+// (rows row0.., columns 16kk..) of a ROWS-row tile: matrix j = lane / 8, of
+// which lane supplies row lane % 8, is rows row0 + 8(j&1).., columns
+// 16kk + 8(j>>1)..; a matrix row is one 16-byte chunk of the tile. Register
+// j of the four is then the same matrix: a wgmma A fragment of k-step kk.
+template <int ROWS> __device__ __forceinline__ u32 x4_addr(u32 tile, int row0, int kk, int lane) {
+  const int m = lane >> 3;
+  return tile + tile_off<ROWS>(row0 + (m & 1) * 8 + (lane & 7), 2 * kk + (m >> 1));
+}
+
 // The warp's 16 rows (row0..) of a ROWS-row tile of KSTEPS·16 columns as
-// wgmma A fragments of its k-steps (ldmatrix: register j of k-step kk is
-// the 8×8 matrix of rows row0 + 8(j&1).., columns 16kk + 8(j>>1)..).
+// wgmma A fragments of its k-steps (ldmatrix, see x4_addr).
 template <int ROWS, int KSTEPS>
 __device__ __forceinline__ void load_a_frags(u32 (*a)[4], u32 tile, int row0, int lane) {
-  const int m = lane >> 3;
 #pragma unroll
   for (int kk = 0; kk < KSTEPS; kk++) {
-    const u32 addr = tile + tile_off<ROWS>(row0 + (m & 1) * 8 + (lane & 7), 2 * kk + (m >> 1));
+    const u32 addr = x4_addr<ROWS>(tile, row0, kk, lane);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(a[kk][0]), "=r"(a[kk][1]), "=r"(a[kk][2]), "=r"(a[kk][3])
                  : "r"(addr)
@@ -1263,20 +1288,6 @@ __device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accum
   }
 }
 
-#define FA90_RS64K(TY)                                                                              \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                     \
-  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " FA90_D32 ", {%32,%33,%34,%35}, %36, p, 1, 1, 0;\n}\n"
-
-// d[0..31] (+)= A·B, m64n64k16, A from registers, B K-major in shared memory.
-template <bool F16>
-__device__ __forceinline__ void wgmma_rs_n64k(float* d, const u32* a, u64 db, int accumulate) {
-  if constexpr (F16) {
-    asm volatile(FA90_RS64K("f16") : FA90_ACC32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-  } else {
-    asm volatile(FA90_RS64K("bf16") : FA90_ACC32 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate));
-  }
-}
-
 #define FA90_SS32(TY)                                                                               \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                                                     \
   "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                                      \
@@ -1442,7 +1453,7 @@ template <bool F16>
 __device__ __forceinline__ void bwd_scores_rs(float* d, const u32 (*a)[4], u32 sB) {
   const u64 db0 = make_desc(sB, 16, 1024);
 #pragma unroll
-  for (int kk = 0; kk < 4; kk++) wgmma_rs_n64k<F16>(d, a[kk], desc_off(db0, kk * 32), kk > 0);
+  for (int kk = 0; kk < 4; kk++) Wg<F16>::rs64k(d, a[kk], desc_off(db0, kk * 32), kk > 0);
 }
 
 // Pᵀ for the thread's 32 (key, query) pairs of a block: s[4nt+e] is key
@@ -1498,8 +1509,7 @@ __device__ __forceinline__ void bwd_probs_block(float* pr, const float* s, const
 // with its own address arithmetic.
 template <int BCROWS>
 __device__ __forceinline__ void bwd_store_ds(u32 sdS, int krow0, int kk, int lane, const u32* a) {
-  const int m = lane >> 3;
-  const u32 addr = sdS + tile_off<BCROWS>(krow0 + (m & 1) * 8 + (lane & 7), 2 * kk + (m >> 1));
+  const u32 addr = x4_addr<BCROWS>(sdS, krow0, kk, lane);
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a[0]), "r"(a[1]),
                "r"(a[2]), "r"(a[3])
                : "memory");
@@ -2028,15 +2038,19 @@ FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128)
 FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64)
 FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128)
 
-// Version 4 (fwd_pp): NWG consumer warpgroups and a producer warpgroup, K/V
-// rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V.
-#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP)                                              \
+// Versions 4 (fwd_pp) and 5 (fwd_ppp: fwd_pp's tilings, persistent): NWG
+// consumer warpgroups and a producer warpgroup, K/V rings of STAGES tiles;
+// OVERLAP: softmax under the warpgroup's own P·V. KERNEL is the device
+// function.
+#define FA90_FWD_PINGPONG(KERNEL, name, F16, D, NWG, STAGES, OVERLAP)                               \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal); \
+    fa90::KERNEL<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);   \
   }
+#define FA90_FWD_PP(...) FA90_FWD_PINGPONG(fwd_pp, __VA_ARGS__)
+#define FA90_FWD_PPP(...) FA90_FWD_PINGPONG(fwd_ppp, __VA_ARGS__)
 
 FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true)
 FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true)
@@ -2044,15 +2058,6 @@ FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true)
 FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true)
 FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false)
 FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false)
-
-// Version 5 (fwd_ppp): fwd_pp's tilings, persistent.
-#define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP)                                       \
-  extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
-      name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
-           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
-           int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);       \
-  }
 
 FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true)
 FA90_FWD_PPP(flash_fwd_sm90_ppp_bf16_d128, false, 128, 2, 2, true)
