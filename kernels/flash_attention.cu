@@ -652,9 +652,9 @@ template <typename T>
 __device__ __forceinline__ void bwd_pre_vec(const T* __restrict__ O, const T* __restrict__ dO,
                                             float* __restrict__ Dsum, float* __restrict__ dQacc, int rows,
                                             int dim) {
-  const int per = dim >> 3;  // threads a row
+  const int per = dim >> 3, shift = __ffs(per) - 1;  // threads a row, a power of two
   const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-  const long long row = i / per;
+  const long long row = i >> shift;
   const int c = (int)(i - row * per);
   float acc = 0.f;
   if (row < rows) {

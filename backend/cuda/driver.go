@@ -190,6 +190,10 @@ type Device struct {
 	cublasHandle uintptr // created lazily on the device goroutine
 	// cublasWorkspace is the handle's workspace (setCublasWorkspace).
 	cublasWorkspace DevicePtr
+	// flashSched is the persistent sm90 forward's dynamic schedule
+	// (flashSM90Sched), allocated on first use.
+	flashSchedMu sync.Mutex
+	flashSched   DevicePtr
 }
 
 // Open retains the primary context of the device with this ordinal, creates the
@@ -300,6 +304,10 @@ func (d *Device) teardown() error {
 	if d.cublasWorkspace != 0 {
 		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.cublasWorkspace))))
 		d.cublasWorkspace = 0
+	}
+	if d.flashSched != 0 {
+		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.flashSched))))
+		d.flashSched = 0
 	}
 	if d.stream != 0 {
 		errs = append(errs, api.check("cuStreamSynchronize", ccall(api.cuStreamSync, d.stream)))

@@ -6,6 +6,7 @@ package cuda
 // when flashSM90Pick says so.
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -20,7 +21,7 @@ const flashSM90File = "flash_attention_sm90.cu"
 
 // FlashSM90Env chooses the forward on a compute capability 9.0 device for
 // bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90DefaultFor the
-// shape ("ppp3", but "ppp" for causal D=64 up to 2048 query rows).
+// shape ("ppp3", but "ppp" for causal D=64 up to 1024 query rows).
 // "tma": the TMA, warp-specialised Hopper kernel (a producer warpgroup, two
 // consumer warpgroups); "pp": the two consumer warpgroups taking turns at the
 // tensor cores (ping-pong), each overlapping its softmax of the next tile
@@ -55,9 +56,11 @@ var flashSM90DefaultRules = []struct {
 	variant string
 }{
 	// Three warpgroups' 192-row tiles leave causal attention with few,
-	// unequal tiles per head at short sequences: at S=1024 ppp3 247 TFLOP/s
-	// against ppp's 274 and tma's 262 (run 8; pp3 227 in run 5).
-	{64, true, 2048, "ppp"},
+	// unequal tiles per head at short sequences: with the dynamic schedule
+	// (H200, bf16, B·S = 16384) ppp3 282 TFLOP/s against ppp's 297 at
+	// S=1024, but 385 against 357 at S=2048 (with the static pairs, before,
+	// ppp won up to 2048: 247 against 274 at S=1024, run 8).
+	{64, true, 1024, "ppp"},
 }
 
 // flashSM90DefaultFor is the forward variant the default runs for a shape.
@@ -366,13 +369,13 @@ var flashSM90PersistentGrid int
 
 // flashSM90PersistentGridFor is the grid of a persistent forward (fwd_ppp)
 // over bh heads of sq query rows, rows per tile: one CTA per SM (sms), or
-// fewer where there are fewer work items (tiles, pairs of tiles when
-// causal), or flashSM90PersistentGrid. The kernel indexes tiles with int:
-// it fails if the last index it forms does not fit.
-func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal bool) (int, error) {
+// fewer where there are fewer work items (tiles; pairs of tiles for the
+// static causal schedule), or flashSM90PersistentGrid. The kernel indexes
+// tiles with int: it fails if the last index it forms does not fit.
+func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal, dynamic bool) (int, error) {
 	tiles := int64(bh) * int64((sq+rows-1)/rows)
 	items := tiles
-	if causal {
+	if causal && !dynamic {
 		items = (tiles + 1) / 2
 	}
 	if sms <= 0 {
@@ -390,17 +393,95 @@ func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal bool) (int, error)
 	return int(grid), nil
 }
 
+// FlashSM90SchedEnv chooses how the persistent forwards (ppp, ppp3) hand
+// out their tiles: "dynamic", each CTA drawing its next tile from a counter
+// in device memory (causal: the longest tiles first, heads in sections
+// whose K and V stay in L2), or "static", each CTA walking a fixed stride
+// (causal: in pairs of a long and a short tile). Unset: dynamic for causal
+// attention, whose tiles differ in length, static otherwise.
+const FlashSM90SchedEnv = "FLASHGRAPH_FLASH_SM90_SCHED"
+
+// flashSM90Dynamic says whether the persistent forward draws its tiles
+// dynamically for causal attention, given the value of FlashSM90SchedEnv.
+func flashSM90Dynamic(causal bool, env string) (bool, error) {
+	switch env {
+	case "":
+		return causal, nil
+	case "dynamic":
+		return true, nil
+	case "static":
+		return false, nil
+	}
+	return false, fmt.Errorf("cuda: %s=%q: want dynamic or static (unset: dynamic for causal attention)", FlashSM90SchedEnv, env)
+}
+
+// flashSM90SectionHeadsOverride, when positive, is the heads of a causal
+// section instead of flashSM90SectionHeads' count: tests set it small so
+// that the sections' bounds are crossed.
+var flashSM90SectionHeadsOverride int
+
+// flashSM90SectionHeads is how many heads the dynamic causal schedule walks
+// together, heaviest tiles first: about 4096/dim (64 at D=64, 32 at D=128),
+// spread evenly over the sections (a short last section starts its long
+// tiles late: 15 heads a section of 64 ran 5–8% slower than 16), at least
+// one, at most bh. On the H200 (bf16, B·S = 16384, H·D = 2048, S 1024–16384,
+// causal) 32 to 64 heads ran 1.5–5% faster at D=128 and 4–10% at D=64 than
+// the static pairs (36% for the three-warpgroup kernel at S=2048), 2 to 8
+// heads and 120 up to 8% slower than 32 to 64.
+func flashSM90SectionHeads(bh, dim int) int {
+	bh = max(bh, 1)
+	nh := max(4096/max(dim, 1), 1)
+	if flashSM90SectionHeadsOverride > 0 {
+		nh = flashSM90SectionHeadsOverride
+	}
+	sections := (bh + nh - 1) / nh
+	return (bh + sections - 1) / sections
+}
+
+// flashSM90Sched is the device's dynamic schedule for the persistent
+// forward (two int32: the tile counter and the CTAs done), allocated and
+// zeroed on first use; each launch leaves it zeroed again for the next (the
+// last CTA resets it). The device's one stream orders the launches that
+// share it.
+func (d *Device) flashSM90Sched() (DevicePtr, error) {
+	d.flashSchedMu.Lock()
+	defer d.flashSchedMu.Unlock()
+	if d.flashSched != 0 {
+		return d.flashSched, nil
+	}
+	p, err := d.Alloc(8)
+	if err != nil {
+		return 0, err
+	}
+	if err := d.Memset(p, 0, 8); err != nil {
+		return 0, errors.Join(err, d.Free(p))
+	}
+	d.flashSched = p
+	return p, nil
+}
+
 // flashForwardSM90PPP launches a persistent ping-pong forward
-// (flash_fwd_sm90_ppp*_*: ppp, ppp3): the arguments of the other ping-pong kernels, all
-// heads in one launch (the grid is 1-D, so flashHeadChunks' limit on grid y
-// does not apply), a CTA per SM.
+// (flash_fwd_sm90_ppp*_*: ppp, ppp3): the arguments of the other ping-pong
+// kernels and the schedule (the counters or 0, the heads of a causal
+// section), all heads in one launch (the grid is 1-D, so flashHeadChunks'
+// limit on grid y does not apply), a CTA per SM.
 func flashForwardSM90PPP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
 	t := flashSM90PPOf(variant, dim)
 	smem := t.smem(dim)
-	grid, err := flashSM90PersistentGridFor(bh, sq, t.rows(), d.SMCount(), causal)
+	dynamic, err := flashSM90Dynamic(causal, os.Getenv(FlashSM90SchedEnv))
 	if err != nil {
 		return err
+	}
+	grid, err := flashSM90PersistentGridFor(bh, sq, t.rows(), d.SMCount(), causal, dynamic)
+	if err != nil {
+		return err
+	}
+	var sched DevicePtr
+	if dynamic {
+		if sched, err = d.flashSM90Sched(); err != nil {
+			return err
+		}
 	}
 	f, err := ks.fn(name, smem)
 	if err != nil {
@@ -408,7 +489,7 @@ func flashForwardSM90PPP(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 	}
 	maps := []flashTMATensor{{q, sq, t.rows()}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}}
 	return launchFlashTMA(d, f, name, [3]uint32{uint32(grid), 1, 1}, t.threads(), smem, bh, dim, maps,
-		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal)})
+		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal), sched, int32(flashSM90SectionHeads(bh, dim))})
 }
 
 // flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the

@@ -223,8 +223,9 @@ func TestFlashSM90Pick(t *testing.T) {
 		want    string
 	}{
 		{64, 1024, true, "", "flash_fwd_sm90_ppp_bf16_d64"},
-		{64, 2048, true, "1", "flash_fwd_sm90_ppp_bf16_d64"},
-		{64, 2049, true, "", "flash_fwd_sm90_ppp3_bf16_d64"},
+		{64, 1024, true, "1", "flash_fwd_sm90_ppp_bf16_d64"},
+		{64, 1025, true, "", "flash_fwd_sm90_ppp3_bf16_d64"},
+		{64, 2048, true, "1", "flash_fwd_sm90_ppp3_bf16_d64"},
 		{64, 1024, false, "", "flash_fwd_sm90_ppp3_bf16_d64"},
 		{128, 1024, true, "", "flash_fwd_sm90_ppp_bf16_d128"},
 		{64, 1024, true, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
@@ -308,40 +309,83 @@ func TestFlashSM90Pick(t *testing.T) {
 
 // TestFlashSM90PersistentGrid checks the persistent forwards' grid: one CTA
 // per SM, fewer where there are fewer work items (tiles, or pairs of tiles
-// when causal), the test override, and the error where the kernel's int tile
-// indices would overflow.
+// for the static causal schedule), the test override, and the error where
+// the kernel's int tile indices would overflow.
 func TestFlashSM90PersistentGrid(t *testing.T) {
 	for _, c := range []struct {
 		bh, sq, rows, sms int
-		causal            bool
+		causal, dynamic   bool
 		override, want    int
 	}{
-		{256, 1024, 128, 132, false, 0, 132},
-		{256, 1024, 128, 132, true, 0, 132},
-		{2, 300, 128, 132, false, 0, 6},   // 3 query blocks a head
-		{2, 300, 128, 132, true, 0, 3},    // 6 tiles in pairs
-		{1, 1000, 192, 132, true, 0, 3},   // 6 tiles in pairs
-		{1, 1, 128, 132, true, 0, 1},      // one tile, half a pair
-		{1, 2048, 128, 0, false, 0, 16},   // no SM count: the H200's
-		{64, 4096, 128, 0, false, 0, 132}, // no SM count: the H200's
-		{1, 2048, 128, 132, true, 3, 3},
-		{1, 2048, 128, 132, false, 1, 1},
-		{1, 128, 128, 132, false, 3, 1}, // the override bounded by the work
+		{256, 1024, 128, 132, false, false, 0, 132},
+		{256, 1024, 128, 132, true, false, 0, 132},
+		{256, 1024, 128, 132, true, true, 0, 132},
+		{2, 300, 128, 132, false, false, 0, 6},   // 3 query blocks a head
+		{2, 300, 128, 132, true, false, 0, 3},    // 6 tiles in pairs
+		{2, 300, 128, 132, true, true, 0, 6},     // 6 tiles drawn one by one
+		{1, 1000, 192, 132, true, false, 0, 3},   // 6 tiles in pairs
+		{1, 1, 128, 132, true, false, 0, 1},      // one tile, half a pair
+		{1, 1, 128, 132, true, true, 0, 1},       // one tile
+		{1, 2048, 128, 0, false, false, 0, 16},   // no SM count: the H200's
+		{64, 4096, 128, 0, false, false, 0, 132}, // no SM count: the H200's
+		{1, 2048, 128, 132, true, false, 3, 3},
+		{1, 2048, 128, 132, false, false, 1, 1},
+		{1, 128, 128, 132, false, false, 3, 1}, // the override bounded by the work
+		{1, 128, 128, 132, true, true, 3, 1},
 	} {
 		flashSM90PersistentGrid = c.override
-		got, err := flashSM90PersistentGridFor(c.bh, c.sq, c.rows, c.sms, c.causal)
+		got, err := flashSM90PersistentGridFor(c.bh, c.sq, c.rows, c.sms, c.causal, c.dynamic)
 		if err != nil || got != c.want {
-			t.Errorf("flashSM90PersistentGridFor(bh %d, sq %d, rows %d, sms %d, causal %v) with override %d = %d, %v; want %d",
-				c.bh, c.sq, c.rows, c.sms, c.causal, c.override, got, err, c.want)
+			t.Errorf("flashSM90PersistentGridFor(bh %d, sq %d, rows %d, sms %d, causal %v, dynamic %v) with override %d = %d, %v; want %d",
+				c.bh, c.sq, c.rows, c.sms, c.causal, c.dynamic, c.override, got, err, c.want)
 		}
 	}
 	flashSM90PersistentGrid = 0
-	if _, err := flashSM90PersistentGridFor(1<<25, 1<<12, 64, 132, false); err == nil {
+	if _, err := flashSM90PersistentGridFor(1<<25, 1<<12, 64, 132, false, false); err == nil {
 		t.Errorf("2^31 tiles: no error")
 	}
-	if _, err := flashSM90PersistentGridFor(1<<23, 255*128, 128, 132, false); err != nil {
+	if _, err := flashSM90PersistentGridFor(1<<23, 255*128, 128, 132, false, true); err != nil {
 		t.Errorf("2^31 - 2^23 tiles: %v", err)
 	}
+}
+
+// TestFlashSM90Schedule checks how the persistent forward's schedule is
+// chosen (FlashSM90SchedEnv) and how many heads a causal section holds.
+func TestFlashSM90Schedule(t *testing.T) {
+	for _, c := range []struct {
+		causal bool
+		env    string
+		want   bool
+	}{
+		{true, "", true}, {false, "", false},
+		{false, "dynamic", true}, {true, "static", false},
+	} {
+		got, err := flashSM90Dynamic(c.causal, c.env)
+		if err != nil || got != c.want {
+			t.Errorf("flashSM90Dynamic(causal %v, %q) = %v, %v; want %v", c.causal, c.env, got, err, c.want)
+		}
+	}
+	if _, err := flashSM90Dynamic(true, "lpt"); err == nil || !strings.Contains(err.Error(), FlashSM90SchedEnv) {
+		t.Errorf("flashSM90Dynamic of an unknown value: %v, want an error naming %s", err, FlashSM90SchedEnv)
+	}
+	for _, c := range []struct{ bh, dim, override, want int }{
+		{256, 64, 0, 64},
+		{256, 128, 0, 32},
+		{16, 128, 0, 16},  // fewer heads than a section holds
+		{64, 128, 0, 32},  // two sections of 32
+		{100, 128, 0, 25}, // four sections of 25, not 32, 32, 32 and 4
+		{65, 64, 0, 33},   // 33 and 32
+		{0, 64, 0, 1},
+		{2, 64, 1, 1}, // the test override
+		{5, 64, 2, 2}, // sections of 2, 2 and 1
+		{1, 64, 2, 1},
+	} {
+		flashSM90SectionHeadsOverride = c.override
+		if got := flashSM90SectionHeads(c.bh, c.dim); got != c.want {
+			t.Errorf("flashSM90SectionHeads(bh %d, dim %d) with override %d = %d, want %d", c.bh, c.dim, c.override, got, c.want)
+		}
+	}
+	flashSM90SectionHeadsOverride = 0
 }
 
 // flashForwardRef is the float64 forward (O, its magnitudes, LSE) of
@@ -530,17 +574,27 @@ func TestFlashSM90GPU(t *testing.T) {
 	// The persistent kernels (ppp, ppp3) run once with a CTA per SM (every
 	// problem here has fewer tiles than SMs: a CTA gets one tile, or a
 	// causal pair) and once on grids of 1 to 3 CTAs (grid > 0), where each
-	// CTA walks many tiles of different lengths through one K/V ring.
+	// CTA walks many tiles of different lengths through one K/V ring; with
+	// the default schedule (sched "": dynamic when causal) and with each
+	// schedule forced, the dynamic one in sections of one head (sec) so
+	// that the two heads' tiles cross a section's bound.
 	for _, fam := range []struct {
 		label, variant string
 		grid           int
+		sched          string
+		sec            int
 	}{
-		{"tma", "tma", 0}, {"pp", "pp", 0}, {"pp3", "pp3", 0},
-		{"ppp", "ppp", 0}, {"ppp3", "ppp3", 0}, {"ppp-grid3", "ppp", 3}, {"ppp3-grid2", "ppp3", 2}, {"ppp-grid1", "ppp", 1},
+		{"tma", "tma", 0, "", 0}, {"pp", "pp", 0, "", 0}, {"pp3", "pp3", 0, "", 0},
+		{"ppp", "ppp", 0, "", 0}, {"ppp3", "ppp3", 0, "", 0}, {"ppp-grid3", "ppp", 3, "", 0},
+		{"ppp3-grid2", "ppp3", 2, "", 0}, {"ppp-grid1", "ppp", 1, "", 0},
+		{"ppp-static-grid3", "ppp", 3, "static", 0}, {"ppp3-static-grid2", "ppp3", 2, "static", 0},
+		{"ppp-dynamic-grid3-sec1", "ppp", 3, "dynamic", 1}, {"ppp3-dynamic-grid2-sec1", "ppp3", 2, "dynamic", 1},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
 			flashSM90PersistentGrid = fam.grid
-			defer func() { flashSM90PersistentGrid = 0 }()
+			flashSM90SectionHeadsOverride = fam.sec
+			t.Setenv(FlashSM90SchedEnv, fam.sched)
+			defer func() { flashSM90PersistentGrid, flashSM90SectionHeadsOverride = 0, 0 }()
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
 				if !strings.Contains(kname, "_"+fam.variant+"_") {
