@@ -25,10 +25,14 @@
 //   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
 //     grid (ceil(Sq/192), BH), block 512, Q map box 64 × 192 rows, 4 stages,
 //     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
-//   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(...)  pp and pp3
-//     persistent (version 5, see fwd_ppp): 1-D grid of at most one CTA per
-//     SM, each walking (head, query block) tiles; block and Q map box as pp
-//     and pp3 (the maps span all BH heads), dynamic smem BRQ·D·2 +
+//   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(..., causal, sched, nh)
+//     pp and pp3 persistent (version 5, see fwd_ppp): 1-D grid of at most one
+//     CTA per SM and per work item (a tile; a pair of tiles for the static
+//     causal schedule), each walking (head, query block)
+//     tiles, a fixed stride apart (sched null) or drawn from the counters at
+//     sched (two int32, zero before the launch and left zero after it; nh
+//     heads a causal section), see "Dynamic schedule"; block and Q map box
+//     as pp and pp3 (the maps span all BH heads), dynamic smem BRQ·D·2 +
 //     2·stages·128·D·2 + 8·(4·stages + 2) + 32 + 1024 bytes (BRQ = 128 or
 //     192 query rows): d64 148656, d128 164976 (ppp), 156848 (ppp3).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
@@ -949,9 +953,9 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // Order, causal: heads in sections of nh, and within a section the query
 // blocks from the last (the longest tile) to the first, the section's heads
 // fastest: heaviest first, so that short tiles fill in at the end. The
-// launcher picks nh by measurement (H200: sections of 2 to 8 heads and of
-// 120 ran up to 8% slower than 32 to 64). Non-causal: f itself (all tiles
-// are equal; measured no faster than static). The CTA that ends last
+// launcher picks nh by measurement (H200: sections of 2 to 8 heads ran up
+// to 8% slower than 16 to 96). Non-causal: f itself (all tiles are equal;
+// measured no faster than static). The CTA that ends last
 // (sched[1] counts the CTAs done, each after its last draw from sched[0])
 // sets both back to 0 for the next launch: the launcher allocates them
 // zeroed once per device.

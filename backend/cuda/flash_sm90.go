@@ -57,9 +57,10 @@ var flashSM90DefaultRules = []struct {
 }{
 	// Three warpgroups' 192-row tiles leave causal attention with few,
 	// unequal tiles per head at short sequences: with the dynamic schedule
-	// (H200, bf16, B·S = 16384) ppp3 282 TFLOP/s against ppp's 297 at
-	// S=1024, but 385 against 357 at S=2048 (with the static pairs, before,
-	// ppp won up to 2048: 247 against 274 at S=1024, run 8).
+	// (H200, BenchmarkFlashSM90CausalSchedule, bf16) ppp3 283 TFLOP/s
+	// against ppp's 299 at S=1024, but 390 against 350 at S=2048 (with the
+	// static pairs, before, ppp won up to 2048: 247 against 274 at S=1024,
+	// run 8).
 	{64, true, 1024, "ppp"},
 }
 
@@ -424,10 +425,11 @@ var flashSM90SectionHeadsOverride int
 // together, heaviest tiles first: about 4096/dim (64 at D=64, 32 at D=128),
 // spread evenly over the sections (a short last section starts its long
 // tiles late: 15 heads a section of 64 ran 5–8% slower than 16), at least
-// one, at most bh. On the H200 (bf16, B·S = 16384, H·D = 2048, S 1024–16384,
-// causal) 32 to 64 heads ran 1.5–5% faster at D=128 and 4–10% at D=64 than
-// the static pairs (36% for the three-warpgroup kernel at S=2048), 2 to 8
-// heads and 120 up to 8% slower than 32 to 64.
+// one, at most bh. On the H200 (BenchmarkFlashSM90CausalSchedule: bf16,
+// B·S = 16384, H·D = 2048, S 1024–16384) this ran 1–4% faster than the
+// static pairs at D=128 and 2–9% at D=64 (36% for ppp3 at S=2048); 16 to 96
+// heads were within 2% of each other at all but a few shapes, 2 to 8 heads up
+// to 8% slower (run 40).
 func flashSM90SectionHeads(bh, dim int) int {
 	bh = max(bh, 1)
 	nh := max(4096/max(dim, 1), 1)

@@ -695,7 +695,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 // flashSpeedInputs uploads count bf16 tensors of n values in [-2, 2) for the
 // speed tests, tensor i from a linear congruential sequence seeded seed+i;
 // they are freed when the test ends.
-func flashSpeedInputs(t *testing.T, d *Device, count, n int, seed uint32) []DevicePtr {
+func flashSpeedInputs(t testing.TB, d *Device, count, n int, seed uint32) []DevicePtr {
 	t.Helper()
 	host := make([]uint16, n)
 	in := make([]DevicePtr, count)
@@ -770,6 +770,87 @@ func TestFlashSM90Speed(t *testing.T) {
 				}
 			}
 			t.Log(line)
+		}
+	}
+}
+
+// BenchmarkFlashSM90CausalSchedule times the persistent causal forwards
+// (bf16, B·S = 16384 tokens, H·D = 2048, S 1024–16384) with the static
+// schedule and with the dynamic one at several section sizes: 15 rounds,
+// each timing every schedule once (3 launches) in a rotating order, so that
+// the GPU's drift in clock and temperature falls on all alike; it reports
+// the median TFLOP/s of each schedule as a metric ("static", "nh16" ..
+// "nh96", and "default", the section the launcher picks). On the GPU
+// machine: ./.gpu/cuda.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
+func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
+	d := gpu(b)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		b.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	ks, err := d.flashSM90Kernels()
+	if err != nil {
+		b.Fatal(err)
+	}
+	sched, err := d.flashSM90Sched()
+	if err != nil {
+		b.Fatal(err)
+	}
+	const tokens, width, rounds = 16384, 2048, 15
+	for _, kc := range []struct {
+		dim     int
+		variant string
+	}{{128, "ppp"}, {64, "ppp3"}, {64, "ppp"}} {
+		for _, s := range []int{1024, 2048, 4096, 8192, 16384} {
+			b.Run(fmt.Sprintf("%s/d%d/s%d", kc.variant, kc.dim, s), func(b *testing.B) {
+				dim := kc.dim
+				bh := tokens / s * (width / dim)
+				n := bh * s * dim
+				in := flashSpeedInputs(b, d, 3, n, uint32(dim))
+				o := flashAlloc(b, d, n, 2)
+				lse := flashAlloc(b, d, bh*s, 4)
+				scale := float32(1 / math.Sqrt(float64(dim)))
+				name := flashSM90Name(GemmBF16, dim, kc.variant)
+				tl := flashSM90PPOf(kc.variant, dim)
+				smem := tl.smem(dim)
+				f, err := ks.fn(name, smem)
+				if err != nil {
+					b.Fatal(err)
+				}
+				// nh 0: the static schedule; the last, the launcher's section.
+				nhs := []int{0, 16, 32, 48, 64, 96, flashSM90SectionHeads(bh, dim)}
+				labels := []string{"static", "nh16", "nh32", "nh48", "nh64", "nh96", "default"}
+				flops := 4 * float64(bh) * float64(s) * float64(s) * float64(dim) / 2
+				maps := []flashTMATensor{{in[0], s, tl.rows()}, {in[1], s, flashSM90Keys}, {in[2], s, flashSM90Keys}}
+				for range b.N {
+					times := make([][]float64, len(nhs))
+					for r := range rounds {
+						for i := range nhs {
+							c := (i + r) % len(nhs)
+							nh, dyn := nhs[c], nhs[c] != 0
+							grid, err := flashSM90PersistentGridFor(bh, s, tl.rows(), d.SMCount(), true, dyn)
+							if err != nil {
+								b.Fatal(err)
+							}
+							var sp DevicePtr
+							if dyn {
+								sp = sched
+							}
+							ms, err := timeFlash(d, func() error {
+								return launchFlashTMA(d, f, name, [3]uint32{uint32(grid), 1, 1}, tl.threads(), smem, bh, dim, maps,
+									[]any{o, lse, int32(bh), int32(s), int32(s), scale, int32(1), sp, int32(nh)})
+							}, 3)
+							if err != nil {
+								b.Fatal(err)
+							}
+							times[c] = append(times[c], ms)
+						}
+					}
+					for c := range nhs {
+						slices.Sort(times[c])
+						b.ReportMetric(flops/(times[c][len(times[c])/2]*1e-3)/1e12, labels[c]+"-TFLOP/s")
+					}
+				}
+			})
 		}
 	}
 }

@@ -162,7 +162,7 @@ func flashUpload(t *testing.T, d *Device, dt GemmType, x []float64) (DevicePtr, 
 }
 
 // flashAlloc allocates n elements of dt poisoned with NaN (all bits set).
-func flashAlloc(t *testing.T, d *Device, n, elem int) DevicePtr {
+func flashAlloc(t testing.TB, d *Device, n, elem int) DevicePtr {
 	t.Helper()
 	p, err := d.Alloc(n * elem)
 	if err != nil {

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 // gpu returns the shared test device or skips the test with the reason.
-func gpu(t *testing.T) *Device {
+func gpu(t testing.TB) *Device {
 	t.Helper()
 	if testDev == nil {
 		t.Skip(testDevErr)
