@@ -32,9 +32,10 @@
 //     tiles, a fixed stride apart (sched null) or drawn from the counters at
 //     sched (two int32, zero before the launch and left zero after it; nh
 //     heads a causal section), see "Dynamic schedule"; block and Q map box
-//     as pp and pp3 (the maps span all BH heads), dynamic smem BRQ·D·2 +
-//     2·stages·128·D·2 + 8·(4·stages + 2) + 32 + 1024 bytes (BRQ = 128 or
-//     192 query rows): d64 148656, d128 164976 (ppp), 156848 (ppp3).
+//     as pp and pp3 (the maps span all BH heads), dynamic smem NQ·BRQ·D·2 +
+//     2·stages·128·D·2 + 8·(4·stages + 2·NQ) + 32 + 1024 bytes (BRQ = 128
+//     or 192 query rows, NQ = 1 or 2 Q buffers): d64 148656, d128 164976
+//     (ppp), 181440 (ppp3).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -990,6 +991,23 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // tiles, so all run the same sequence of phases and each barrier sees as
 // many arrivals (128 from the warpgroup before) as waits (128), also for a
 // CTA without tiles. o, m, l start afresh per tile.
+//
+// XQ (ppp3, three warpgroups): between tiles a warpgroup issued the next
+// tile's S_0 only after storing this tile's O, then waited for it and ran
+// its softmax with no P·V of its own in flight. With XQ each tile's S_0 goes
+// into the last phase of the tile before, behind its last P·V, and runs
+// while that tile's O is stored: a phase fewer per tile (the CTA's first
+// tile's S_0 has a phase of its own). Its Q must be in by then, so there
+// are two Q buffers, tile i's in buffer i % 2 with its own barQ and emptyQ,
+// and a tile's Q and slot are released after its epilogue (every thread
+// arrives on emptyQ once it has stored O), which tile i+2's Q and slot wait
+// for. After the last tile the end marker's "S_0" is issued all the same
+// (a product of whatever the buffers hold, never read; no copy is in flight
+// then): with S_0 in flight on some paths only, ptxas serialized every
+// wgmma (C7518). H200, bf16 (run 47): ppp3 1.7–5.6% faster non-causal and
+// 0–2.4% causal. At two warpgroups the producer's one thread needed more
+// than its 24 registers with two Q buffers; given 32 (the consumers 232),
+// ppp ran 3–6% slower at D=128, so ppp keeps one Q buffer.
 
 // Flat index of the i-th tile of this CTA (see above).
 __device__ __forceinline__ int ppp_tile(int i, int causal) {
@@ -1025,6 +1043,15 @@ __device__ __forceinline__ void ppp_decode_dyn(int f, int nqb, int BH, int nh, i
   ntiles = (min(Sk, q0 + BRQ) + BC - 1) / BC;
 }
 
+// atomicAdd without the warp aggregation the compiler wraps it in (the
+// producer's one thread draws alone; the wrapper's registers made it spill
+// at its 24).
+__device__ __forceinline__ int atomic_add_global(int* p, int v) {
+  int old;
+  asm volatile("atom.global.add.u32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 __device__ __forceinline__ int ld_shared(u32 addr) {
   int v;
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
@@ -1049,23 +1076,30 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
   static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
+  // XQ (three warpgroups): two Q buffers, and each tile's S_0 issued beside
+  // the tile before's last P·V (see above).
+  constexpr bool XQ = NWG == 3;
+  constexpr int NQ = XQ ? 2 : 1;  // Q buffers
   constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const u32 sQ = sbase;  // the Q tile
-  const u32 sK0 = sQ + QBYTES;
+  const u32 sQ0 = sbase;  // the Q tile(s): XQ, of even and odd tiles
+  const u32 sK0 = sQ0 + NQ * QBYTES;
   const u32 sV0 = sK0 + STAGES * KVBYTES;
-  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2 mbarriers of 8 bytes
+  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2·NQ mbarriers of 8 bytes
   const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
   const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
-  const u32 barQ = emptyV0 + 8 * STAGES, emptyQ = barQ + 8;
-  const u32 slots = emptyQ + 8;  // 2 tile slots {bh, q0, ntiles, unused} of 16 bytes
+  const u32 barQ0 = emptyV0 + 8 * STAGES, emptyQ0 = barQ0 + 8 * NQ;  // one each per Q buffer
+  const u32 slots = emptyQ0 + 8 * NQ;  // 2 tile slots {bh, q0, ntiles, unused} of 16 bytes
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
   if (tid == 0) {
-    mbar_init(barQ, 1);
-    mbar_init(emptyQ, 128 * NWG);
+#pragma unroll
+    for (int b = 0; b < NQ; b++) {
+      mbar_init(barQ0 + 8 * b, 1);
+      mbar_init(emptyQ0 + 8 * b, 128 * NWG);
+    }
     kv_ring_init<STAGES, NWG>(fullK0, fullV0, emptyK0, emptyV0);
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
@@ -1077,31 +1111,36 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     if (warp == 4 * NWG && lane == 0) {
       const int nqb = (Sq + BRQ - 1) / BRQ;
       const int total = BH * nqb;  // the launcher checks that total + 2·gridDim.x fits in int
-      // Tile i's slot, and its Q once tile i-1 has released the buffer;
-      // with bh < 0 the count of 0 that ends the consumers' loop instead.
+      // Tile i's slot (i % 2) and Q, once the tile before that used them
+      // has released them (i-1, XQ: i-2 and Q buffer i % 2); with bh < 0
+      // the count of 0 that ends the consumers' loop instead.
       auto issue_q = [&](int i, int bh, int q0, int ntiles) {
-        if (i > 0) mbar_wait(emptyQ, (i - 1) & 1);
+        const int b = XQ ? (i & 1) : 0;
+        if constexpr (XQ) {
+          if (i >= 2) mbar_wait(emptyQ0 + 8 * b, ((i - 2) >> 1) & 1);
+        } else {
+          if (i > 0) mbar_wait(emptyQ0, (i - 1) & 1);
+        }
         const u32 slot = slots + 16 * (i & 1);
         if (bh < 0) {
           st_shared(slot + 8, 0);
-          mbar_arrive(barQ);
+          mbar_arrive(barQ0 + 8 * b);
           return;
         }
         st_shared(slot, bh);
         st_shared(slot + 4, q0);
         st_shared(slot + 8, ntiles);
-        mbar_expect_tx(barQ, QBYTES);
+        mbar_expect_tx(barQ0 + 8 * b, QBYTES);
 #pragma unroll
-        for (int blk = 0; blk < D / 64; blk++) tma_load(sQ + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ);
+        for (int blk = 0; blk < D / 64; blk++)
+          tma_load(sQ0 + b * QBYTES + blk * BRQ * 128, tq, blk * 64, q0, bh, barQ0 + 8 * b);
       };
-      int st = 0;
-      u32 ph = 0;            // parity of the stage's current use
-      bool wrapped = false;  // every stage used once: wait for releases
+      u32 kvi = 0;  // K/V tiles issued: stage kvi % STAGES, the stage's use kvi / STAGES
       int i = 0;
       // Dynamic: the tile after f, drawn while f's copies are issued.
       int fnext = 0;
       int f = sched ? (int)blockIdx.x : ppp_tile(0, causal);
-      if (sched && f < total) fnext = (int)gridDim.x + atomicAdd(sched, 1);
+      if (sched && f < total) fnext = (int)gridDim.x + atomic_add_global(sched, 1);
       for (; f < total; ++i) {
         int bh, q0, ntiles;
         if (sched) {
@@ -1109,27 +1148,24 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         } else {
           ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
         }
-        for (int j = 0; j < ntiles; j++) {
-          if (wrapped) mbar_wait(emptyK0 + 8 * st, ph ^ 1);
+        for (int j = 0; j < ntiles; j++, kvi++) {
+          // A stage's use u waits for the release of use u-1 (parity (u-1) & 1).
+          const u32 st = kvi % STAGES, wait_ph = ((kvi / STAGES) & 1) ^ 1;
+          if (kvi >= STAGES) mbar_wait(emptyK0 + 8 * st, wait_ph);
           mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
 #pragma unroll
           for (int blk = 0; blk < D / 64; blk++)
             tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
           if (j == 0) issue_q(i, bh, q0, ntiles);
-          if (wrapped) mbar_wait(emptyV0 + 8 * st, ph ^ 1);
+          if (kvi >= STAGES) mbar_wait(emptyV0 + 8 * st, wait_ph);
           mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
 #pragma unroll
           for (int blk = 0; blk < D / 64; blk++)
             tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
-          if (++st == STAGES) {
-            st = 0;
-            ph ^= 1;
-            wrapped = true;
-          }
         }
         if (sched) {
           f = fnext;
-          if (f < total) fnext = (int)gridDim.x + atomicAdd(sched, 1);
+          if (f < total) fnext = (int)gridDim.x + atomic_add_global(sched, 1);
         } else {
           f = ppp_tile(i + 1, causal);
         }
@@ -1137,12 +1173,165 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       issue_q(i, -1, 0, 0);  // i = the CTA's tile count
       // Every CTA counts itself done after its last draw; the last one
       // resets the schedule for the next launch (see above).
-      if (sched && atomicAdd(sched + 1, 1) == (int)gridDim.x - 1) {
+      if (sched && atomic_add_global(sched + 1, 1) == (int)gridDim.x - 1) {
         atomicExch(sched, 0);
         atomicExch(sched + 1, 0);
       }
     }
-  } else {  // consumer warpgroups
+  } else if constexpr (XQ) {  // consumer warpgroups, three
+    consumer_regs<NWG>();
+    const int cw = warpgroup_index();
+    const int g = lane >> 2, t = lane & 3;
+    const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
+    // K/V tiles consumed in bits 0-29 (K_j, V_j are in stage kv % STAGES,
+    // parity (kv / STAGES) & 1: STAGES divides 2^30), and in bits 30-31 the
+    // tile count mod 4: its low bit picks the tile's slot and Q buffer, the
+    // next bit is the parity of that buffer's barQ phase. One register for
+    // fwd_pp's stage and parity counters and the tile's.
+    u32 kv = 0;
+    if (cw == NWG - 1) named_bar_arrive(next_turn, 256);  // warpgroup 0's first turn
+    // S_0 of a tile: the CTA's first tile's in a phase of its own, every
+    // later tile's in the last phase of the tile before, beside its last
+    // P·V, so that it runs while that tile's O is stored.
+    // Every CTA has a tile (the launcher's grid is at most the work), and
+    // an S_0 is in flight at the top of every tile, also the end marker's
+    // (a product of whatever the buffers hold, never read): with S_0 in
+    // flight on some paths only, ptxas serialized every wgmma (C7518).
+    float s[BC / 2];
+    mbar_wait<false>(barQ0, 0);
+    mbar_wait<false>(fullK0, 0);
+    named_bar_sync(my_turn, 256);
+    qk_issue_rows<F16, D, BRQ>(s, sQ0 + cw * 64 * 128, sK0);
+    named_bar_arrive(next_turn, 256);
+    for (;; kv += 1u << 30) {
+      const u32 ti = kv >> 30;
+      const u32 slot = slots + 16 * (ti & 1);
+      // This tile's barQ was waited for by the tile before's last step (or above).
+      const int ntiles = ld_shared(slot + 8);
+      if (ntiles == 0) break;
+      const u32 sQw = sQ0 + (ti & 1) * QBYTES + cw * 64 * 128;  // this warpgroup's rows of the Q tile
+      float o[D / 2];
+#pragma unroll
+      for (int k = 0; k < D / 2; k++) o[k] = 0.f;
+      float m[2] = {-inf_f(), -inf_f()};
+      float l[2] = {0.f, 0.f};
+      float alpha[2];
+      u32 p[BC / 16][4];
+
+      {
+        wgmma_wait<0>();
+        reg_fence<BC / 2>(s);
+        if (lane == 0) mbar_arrive(emptyK0 + 8 * (kv % STAGES));
+        // o = 0: no rescale
+        const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
+        if constexpr (NWG == 3) {
+          // One copy of the softmax: with a masked and an unmasked one, and
+          // the descriptors in uniform registers, NVRTC 13 spilled at the
+          // three warpgroups' 160 registers. A tile's first K/V tile only.
+          if (tile_masked(0, Sk, wgrow0, causal)) mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
+        } else if (tile_masked(0, Sk, wgrow0, causal)) {
+          mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
+        } else {
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
+        }
+      }
+
+      // Step j < n-1: P_j from pa, P_{j+1} into pb; kv counts K_j, V_j on
+      // entry. As fwd_pp's step, but the turn always passes on.
+      auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
+        const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
+        const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
+        mbar_wait<false>(fullK0 + 8 * st1, ph1);
+        mbar_wait<false>(fullV0 + 8 * st, ph);
+        named_bar_sync(my_turn, 256);
+        qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
+        pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
+        named_bar_arrive(next_turn, 256);
+        const int kb = (j + 1) * BC;
+        // Without OVERLAP the mask is looked up after the wait, where
+        // fewer registers are live.
+        if (OVERLAP && !tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
+          wgmma_wait<1>();
+          reg_fence<BC / 2>(s);
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
+          // See fwd_pp: the release's address depends on the row sums so
+          // that ptxas keeps the exponentials ahead of the next wait.
+          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
+          wgmma_wait<0>();
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&pa[0][0]);
+          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+        } else {
+          wgmma_wait<0>();
+          reg_fence<BC / 2>(s);
+          reg_fence<D / 2>(o);
+          reg_fence_u<BC / 4>(&pa[0][0]);
+          if (lane == 0) {
+            mbar_arrive(emptyK0 + 8 * st1);
+            mbar_arrive(emptyV0 + 8 * st);
+          }
+          const int wgrow0 = ld_shared(slot + 4) + cw * 64;
+          if (tile_masked(kb, Sk, wgrow0, causal)) {
+            mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
+          } else {
+            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
+          }
+        }
+        rescale_o<D>(o, alpha);
+        kv++;
+      };
+      // The last step: P_{n-1}·V_{n-1}, then the next tile's S_0 (its Q and
+      // K_0 waited for first; after the last tile, the end marker's), left
+      // in flight while this tile's O is stored. P·V goes first, so waiting
+      // for all groups but one waits for it.
+      auto last_step = [&](u32 (*pa)[4]) {
+        const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
+        const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
+        const u32 nb = (ti + 1) & 1;
+        mbar_wait<false>(barQ0 + 8 * nb, ((ti + 1) >> 1) & 1);
+        if (ld_shared(slots + 16 * nb + 8) > 0) mbar_wait<false>(fullK0 + 8 * st1, ph1);
+        mbar_wait<false>(fullV0 + 8 * st, ph);
+        named_bar_sync(my_turn, 256);
+        pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
+        qk_issue_rows<F16, D, BRQ>(s, sQ0 + nb * QBYTES + cw * 64 * 128, sK0 + st1 * KVBYTES);
+        named_bar_arrive(next_turn, 256);
+        wgmma_wait<1>();
+        reg_fence<D / 2>(o);
+        reg_fence_u<BC / 4>(&pa[0][0]);
+        if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+        kv++;
+      };
+      if constexpr (OVERLAP) {
+        u32 p2[BC / 16][4];
+        int j = 0;
+        for (; j + 2 < ntiles; j += 2) {
+          step(j, p, p2);
+          step(j + 1, p2, p);
+        }
+        if (j + 1 < ntiles) {
+          step(j, p, p2);
+          last_step(p2);
+        } else {
+          last_step(p);
+        }
+      } else {
+        for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
+        last_step(p);
+      }
+      const int bh = ld_shared(slot);
+      const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
+      store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+      // The tile's slot and Q buffer are read for the last time (each
+      // thread's own arrival orders its reads before the producer's rewrite).
+      mbar_arrive(emptyQ0 + 8 * (ti & 1));
+    }
+    wgmma_wait<0>();  // the end marker's S_0
+    if (cw == 0) named_bar_sync(my_turn, 256);  // the last warpgroup's last turn
+  } else {  // consumer warpgroups, two: one Q buffer
+    const u32 sQ = sQ0, barQ = barQ0, emptyQ = emptyQ0;
     consumer_regs<NWG>();
     const int cw = warpgroup_index();
     const int g = lane >> 2, t = lane & 3;
