@@ -1079,6 +1079,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   // XQ (three warpgroups): two Q buffers, and each tile's S_0 issued beside
   // the tile before's last P·V (see above).
   constexpr bool XQ = NWG == 3;
+  static_assert(XQ != OVERLAP, "ppp: two warpgroups with OVERLAP; ppp3: three without");
   constexpr int NQ = XQ ? 2 : 1;  // Q buffers
   constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -1224,22 +1225,16 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (lane == 0) mbar_arrive(emptyK0 + 8 * (kv % STAGES));
         // o = 0: no rescale
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
-        if constexpr (NWG == 3) {
-          // One copy of the softmax: with a masked and an unmasked one, and
-          // the descriptors in uniform registers, NVRTC 13 spilled at the
-          // three warpgroups' 160 registers. A tile's first K/V tile only.
-          if (tile_masked(0, Sk, wgrow0, causal)) mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
-        } else if (tile_masked(0, Sk, wgrow0, causal)) {
-          mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
-        } else {
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
-        }
+        // One copy of the softmax: with a masked and an unmasked one, and
+        // the descriptors in uniform registers, NVRTC 13 spilled at the
+        // three warpgroups' 160 registers. A tile's first K/V tile only.
+        if (tile_masked(0, Sk, wgrow0, causal)) mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+        softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
       }
 
-      // Step j < n-1: P_j from pa, P_{j+1} into pb; kv counts K_j, V_j on
-      // entry. As fwd_pp's step, but the turn always passes on.
+      // Step j < n-1: P_j from pa, P_{j+1} into pb (the same array); kv
+      // counts K_j, V_j on entry. As fwd_pp's step, but the turn always
+      // passes on.
       auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
         const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
         const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
@@ -1250,35 +1245,22 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
         named_bar_arrive(next_turn, 256);
         const int kb = (j + 1) * BC;
-        // Without OVERLAP the mask is looked up after the wait, where
-        // fewer registers are live.
-        if (OVERLAP && !tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
-          wgmma_wait<1>();
-          reg_fence<BC / 2>(s);
+        // No overlap of the softmax with the warpgroup's own P·V (three
+        // warpgroups' registers do not hold two P arrays).
+        wgmma_wait<0>();
+        reg_fence<BC / 2>(s);
+        reg_fence<D / 2>(o);
+        reg_fence_u<BC / 4>(&pa[0][0]);
+        if (lane == 0) {
+          mbar_arrive(emptyK0 + 8 * st1);
+          mbar_arrive(emptyV0 + 8 * st);
+        }
+        const int wgrow0 = ld_shared(slot + 4) + cw * 64;
+        if (tile_masked(kb, Sk, wgrow0, causal)) {
+          mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
           softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-          // See fwd_pp: the release's address depends on the row sums so
-          // that ptxas keeps the exponentials ahead of the next wait.
-          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
-          wgmma_wait<0>();
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&pa[0][0]);
-          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
         } else {
-          wgmma_wait<0>();
-          reg_fence<BC / 2>(s);
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&pa[0][0]);
-          if (lane == 0) {
-            mbar_arrive(emptyK0 + 8 * st1);
-            mbar_arrive(emptyV0 + 8 * st);
-          }
-          const int wgrow0 = ld_shared(slot + 4) + cw * 64;
-          if (tile_masked(kb, Sk, wgrow0, causal)) {
-            mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-          } else {
-            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-          }
+          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
         }
         rescale_o<D>(o, alpha);
         kv++;
@@ -1304,23 +1286,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
         kv++;
       };
-      if constexpr (OVERLAP) {
-        u32 p2[BC / 16][4];
-        int j = 0;
-        for (; j + 2 < ntiles; j += 2) {
-          step(j, p, p2);
-          step(j + 1, p2, p);
-        }
-        if (j + 1 < ntiles) {
-          step(j, p, p2);
-          last_step(p2);
-        } else {
-          last_step(p);
-        }
-      } else {
-        for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
-        last_step(p);
-      }
+      for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
+      last_step(p);
       const int bh = ld_shared(slot);
       const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
       store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
@@ -1370,13 +1337,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (ntiles == 1) mbar_arrive(emptyQ);  // S_0 was the tile's last S
         // o = 0: no rescale
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
-        if constexpr (NWG == 3) {
-          // One copy of the softmax: with a masked and an unmasked one, and
-          // the descriptors in uniform registers, NVRTC 13 spilled at the
-          // three warpgroups' 160 registers. A tile's first K/V tile only.
-          if (tile_masked(0, Sk, wgrow0, causal)) mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
-        } else if (tile_masked(0, Sk, wgrow0, causal)) {
+        if (tile_masked(0, Sk, wgrow0, causal)) {
           mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
           softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
         } else {
@@ -1403,9 +1364,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (next) {
           const int kb = (j + 1) * BC;
           const bool lastS = j + 2 == n;
-          // Without OVERLAP the mask is looked up after the wait, where
-          // fewer registers are live.
-          if (OVERLAP && !tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
+          if (!tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
             wgmma_wait<1>();
             reg_fence<BC / 2>(s);
             softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
@@ -1444,14 +1403,10 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         }
         kv++;
       };
-      if constexpr (OVERLAP) {
-        u32 p2[BC / 16][4];
-        for (int j = 0; j < ntiles; j += 2) {
-          step(j, p, p2);
-          if (j + 1 < ntiles) step(j + 1, p2, p);
-        }
-      } else {
-        for (int j = 0; j < ld_shared(slot + 8); j++) step(j, p, p);
+      u32 p2[BC / 16][4];
+      for (int j = 0; j < ntiles; j += 2) {
+        step(j, p, p2);
+        if (j + 1 < ntiles) step(j + 1, p2, p);
       }
       const int bh = ld_shared(slot);
       const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
