@@ -1069,6 +1069,45 @@ __device__ __forceinline__ float log2e_scale(float scale) {
   return c;
 }
 
+// The persistent consumers' pieces that both of fwd_ppp's consumer bodies
+// run. A tile's later softmax: masked where the K/V tile at kb crosses Sk
+// or the warpgroup's diagonal (two copies of the softmax, as in fwd_pp).
+template <bool F16>
+__device__ __forceinline__ void ppp_softmax(float* s, float* m, float* l, float scale, float* alpha, u32 (*pb)[4],
+                                            int kb, int Sk, int wgrow0, int warp, int g, int t, int causal) {
+  if (tile_masked(kb, Sk, wgrow0, causal)) {
+    mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
+    softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
+  } else {
+    softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
+  }
+}
+
+// A step's end without the softmax overlap: S_{j+1} and P_j·V_j done,
+// K_{j+1} (stage st1) and V_j (stage st) released.
+template <int D>
+__device__ __forceinline__ void ppp_step_done(float* s, float* o, u32 (*pa)[4], u32 emptyK0, u32 emptyV0, int st,
+                                              int st1, int lane) {
+  wgmma_wait<0>();
+  reg_fence<BC / 2>(s);
+  reg_fence<D / 2>(o);
+  reg_fence_u<BC / 4>(&pa[0][0]);
+  if (lane == 0) {
+    mbar_arrive(emptyK0 + 8 * st1);
+    mbar_arrive(emptyV0 + 8 * st);
+  }
+}
+
+// The tile's O and LSE, its head and first row read from its slot.
+template <bool F16, int D>
+__device__ __forceinline__ void ppp_store(const float* o, const float* m, const float* l, u16* __restrict__ O,
+                                          float* __restrict__ LSE, u32 slot, int cw, int warp, int Sq, int g, int t,
+                                          float scale) {
+  const int bh = ld_shared(slot);
+  const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
+  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+}
+
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
 __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal,
@@ -1247,21 +1286,9 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         const int kb = (j + 1) * BC;
         // No overlap of the softmax with the warpgroup's own P·V (three
         // warpgroups' registers do not hold two P arrays).
-        wgmma_wait<0>();
-        reg_fence<BC / 2>(s);
-        reg_fence<D / 2>(o);
-        reg_fence_u<BC / 4>(&pa[0][0]);
-        if (lane == 0) {
-          mbar_arrive(emptyK0 + 8 * st1);
-          mbar_arrive(emptyV0 + 8 * st);
-        }
+        ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;
-        if (tile_masked(kb, Sk, wgrow0, causal)) {
-          mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-        } else {
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-        }
+        ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
         rescale_o<D>(o, alpha);
         kv++;
       };
@@ -1288,9 +1315,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       };
       for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
       last_step(p);
-      const int bh = ld_shared(slot);
-      const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
-      store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+      ppp_store<F16, D>(o, m, l, O, LSE, slot, cw, warp, Sq, g, t, scale);
       // The tile's slot and Q buffer are read for the last time (each
       // thread's own arrival orders its reads before the producer's rewrite).
       mbar_arrive(emptyQ0 + 8 * (ti & 1));
@@ -1336,13 +1361,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (lane == 0) mbar_arrive(emptyK0 + 8 * (kv % STAGES));
         if (ntiles == 1) mbar_arrive(emptyQ);  // S_0 was the tile's last S
         // o = 0: no rescale
-        const int wgrow0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
-        if (tile_masked(0, Sk, wgrow0, causal)) {
-          mask_scores(s, 0, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
-        } else {
-          softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
-        }
+        ppp_softmax<F16>(s, m, l, scale, alpha, p, 0, Sk, ld_shared(slot + 4) + cw * 64, warp, g, t, causal);
       }
 
       // Step j: P_j from pa, P_{j+1} into pb; kv counts K_j, V_j on entry.
@@ -1377,22 +1396,9 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
             if (lastS) mbar_arrive(emptyQ);
           } else {
-            wgmma_wait<0>();
-            reg_fence<BC / 2>(s);
-            reg_fence<D / 2>(o);
-            reg_fence_u<BC / 4>(&pa[0][0]);
-            if (lane == 0) {
-              mbar_arrive(emptyK0 + 8 * st1);
-              mbar_arrive(emptyV0 + 8 * st);
-            }
+            ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
             if (lastS) mbar_arrive(emptyQ);
-            const int wgrow0 = ld_shared(slot + 4) + cw * 64;
-            if (tile_masked(kb, Sk, wgrow0, causal)) {
-              mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
-              softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-            } else {
-              softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-            }
+            ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, ld_shared(slot + 4) + cw * 64, warp, g, t, causal);
           }
           rescale_o<D>(o, alpha);
         } else {
@@ -1408,9 +1414,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         step(j, p, p2);
         if (j + 1 < ntiles) step(j + 1, p2, p);
       }
-      const int bh = ld_shared(slot);
-      const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
-      store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+      ppp_store<F16, D>(o, m, l, O, LSE, slot, cw, warp, Sq, g, t, scale);
     }
     if (cw == 0) named_bar_sync(my_turn, 256);  // the last warpgroup's last turn
   }

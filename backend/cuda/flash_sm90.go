@@ -401,14 +401,15 @@ func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal, dynamic bool) (in
 
 // FlashSM90SchedEnv chooses how the persistent forwards (ppp, ppp3) hand
 // out their tiles: "dynamic", each CTA drawing its next tile from a counter
-// in device memory (causal: the longest tiles first, heads in sections
-// whose K and V stay in L2), or "static", each CTA walking a fixed stride
+// in device memory (causal: the longest tiles first, heads in sections of
+// flashSM90SectionHeads), or "static", each CTA walking a fixed stride
 // (causal: in pairs of a long and a short tile). Unset: dynamic for causal
 // attention, whose tiles differ in length, static otherwise.
 const FlashSM90SchedEnv = "FLASHGRAPH_FLASH_SM90_SCHED"
 
 // flashSM90Dynamic says whether the persistent forward draws its tiles
-// dynamically for causal attention, given the value of FlashSM90SchedEnv.
+// from the counter, for causal or non-causal attention, given the value of
+// FlashSM90SchedEnv.
 func flashSM90Dynamic(causal bool, env string) (bool, error) {
 	switch env {
 	case "":
