@@ -32,10 +32,10 @@
 //     tiles, a fixed stride apart (sched null) or drawn from the counters at
 //     sched (two int32, zero before the launch and left zero after it; nh
 //     heads a causal section), see "Dynamic schedule"; block and Q map box
-//     as pp and pp3 (the maps span all BH heads), dynamic smem NQ·BRQ·D·2 +
-//     2·stages·128·D·2 + 8·(4·stages + 2·NQ) + 32 + 1024 bytes (BRQ = 128
-//     or 192 query rows, NQ = 1 or 2 Q buffers): d64 148656, d128 164976
-//     (ppp), 181440 (ppp3).
+//     as pp and pp3 (the maps span all BH heads), dynamic smem 2·BRQ·D·2 +
+//     2·stages·128·D·2 + 8·(4·stages + 4) + 32 + 1024 bytes (BRQ = 128 or
+//     192 query rows; two Q buffers): d64 165056, d128 197760 (ppp), 181440
+//     (ppp3).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -962,25 +962,20 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // zeroed once per device.
 //
 // Producer (one thread): it alone walks the CTA's tiles. One K/V ring for
-// all of them, its stage and parity counters running on across tiles. One
-// Q buffer: tile i's Q goes in once the consumers have released tile i-1's
-// (mbarrier emptyQ, 128·NWG arrivals, one per consumer thread after its
-// warpgroup's last Q·Kᵀ of that tile is done: each thread's own arrival
-// orders its reads of the tile's slot before the producer rewrites it; with
-// one arrival per warp, compute-sanitizer's racecheck reported the other
-// lanes' reads as racing with the rewrite). Per tile the producer issues
-// K_0, then the tile's Q, then V_0, K_1, V_1..: the Q thus waits until the
-// previous tile's last S, and loads (with K_0, V_0) while the consumers run
-// that tile's last P·V and store its O. (A second Q buffer, the next tile's
-// Q loaded a whole tile ahead, ran no faster on the H200 and made NVRTC 13
-// spill; it is gone.) With each Q it writes the tile's head, first row and
-// K/V tile count into slot i % 2 (16 bytes), which barQ's completion
-// publishes to the consumers (arrive releases, try_wait acquires); after
-// the last tile a count of 0, with a plain arrive on barQ, ends the
-// consumers' loop. Tile i's slot is written once tile i-1's Q is released,
-// after the consumers' last read of tile i-2's slot (its epilogue). The
-// consumers thus keep no tile index, tile count or head in registers (pp3's
-// have none to spare) and read them again where they need them.
+// all of them, its stage and parity counters running on across tiles. Two
+// Q buffers: tile i's Q goes into buffer i % 2 once the consumers have
+// released tile i-2's (mbarrier emptyQ of the buffer, 128·NWG arrivals, one
+// per consumer thread after its epilogue: each thread's own arrival orders
+// its reads of the tile's slot before the producer rewrites it; with one
+// arrival per warp, compute-sanitizer's racecheck reported the other lanes'
+// reads as racing with the rewrite). Per tile the producer issues K_0, then
+// the tile's Q, then V_0, K_1, V_1..: the Q thus loads while the tile before
+// runs. With each Q it writes the tile's head, first row and K/V tile count
+// into slot i % 2 (16 bytes), which the buffer's barQ completion publishes
+// to the consumers (arrive releases, try_wait acquires); after the last
+// tile a count of 0, with a plain arrive on barQ, ends the consumers' loop.
+// The consumers thus keep no tile index, tile count or head in registers
+// (pp3's have none to spare) and read them again where they need them.
 //
 // Consumers: fwd_pp's issue phases, one more than the tile's K/V tiles per
 // tile, and its round-robin turns (named barriers 1..NWG) running on across
@@ -992,22 +987,17 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // many arrivals (128 from the warpgroup before) as waits (128), also for a
 // CTA without tiles. o, m, l start afresh per tile.
 //
-// XQ (ppp3, three warpgroups): between tiles a warpgroup issued the next
-// tile's S_0 only after storing this tile's O, then waited for it and ran
-// its softmax with no P·V of its own in flight. With XQ each tile's S_0 goes
-// into the last phase of the tile before, behind its last P·V, and runs
-// while that tile's O is stored: a phase fewer per tile (the CTA's first
-// tile's S_0 has a phase of its own). Its Q must be in by then, so there
-// are two Q buffers, tile i's in buffer i % 2 with its own barQ and emptyQ,
-// and a tile's Q and slot are released after its epilogue (every thread
-// arrives on emptyQ once it has stored O), which tile i+2's Q and slot wait
-// for. After the last tile the end marker's "S_0" is issued all the same
-// (a product of whatever the buffers hold, never read; no copy is in flight
-// then): with S_0 in flight on some paths only, ptxas serialized every
-// wgmma (C7518). H200, bf16 (run 47): ppp3 1.7–5.6% faster non-causal and
-// 0–2.4% causal. At two warpgroups the producer's one thread needed more
-// than its 24 registers with two Q buffers; given 32 (the consumers 232),
-// ppp ran 3–6% slower at D=128, so ppp keeps one Q buffer.
+// Each tile's S_0 goes into the last phase of the tile before, behind its
+// last P·V, and runs while that tile's O is stored: a phase fewer per tile
+// (the CTA's first tile's S_0 has a phase of its own). Its Q must be in by
+// then: hence the two Q buffers. With one, the next tile's S_0 was issued
+// only after this tile's O was stored, then waited for, and its softmax ran
+// with no P·V of the warpgroup's own in flight. After the last tile the end
+// marker's "S_0" is issued all the same (a product of whatever the buffers
+// hold, never read; no copy is in flight then): with S_0 in flight on some
+// paths only, ptxas serialized every wgmma (C7518). H200, bf16: ppp3
+// 1.7–5.6% faster non-causal and 0–2.4% causal (run 47), ppp at D=128 0–2.6%
+// non-causal and 0–4.2% causal (run 52).
 
 // Flat index of the i-th tile of this CTA (see above).
 __device__ __forceinline__ int ppp_tile(int i, int causal) {
@@ -1115,22 +1105,21 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
   static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
-  // XQ (three warpgroups): two Q buffers, and each tile's S_0 issued beside
-  // the tile before's last P·V (see above).
-  constexpr bool XQ = NWG == 3;
-  static_assert(XQ != OVERLAP, "ppp: two warpgroups with OVERLAP; ppp3: three without");
-  constexpr int NQ = XQ ? 2 : 1;  // Q buffers
+  static_assert(NWG == 2 || !OVERLAP, "ppp3: no overlap");
+  constexpr int NQ = 2;  // Q buffers: tile i's in buffer i % 2 (see above)
   constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sbase = (smem_u32(smem_raw) + 1023u) & ~1023u;
-  const u32 sQ0 = sbase;  // the Q tile(s): XQ, of even and odd tiles
+  const u32 sQ0 = sbase;  // the Q tiles of even and odd tiles
   const u32 sK0 = sQ0 + NQ * QBYTES;
   const u32 sV0 = sK0 + STAGES * KVBYTES;
   const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2·NQ mbarriers of 8 bytes
   const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
   const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
   const u32 barQ0 = emptyV0 + 8 * STAGES, emptyQ0 = barQ0 + 8 * NQ;  // one each per Q buffer
-  const u32 slots = emptyQ0 + 8 * NQ;  // 2 tile slots {bh, q0, ntiles, unused} of 16 bytes
+  // 2 tile slots {bh, q0, ntiles, -} of 16 bytes; the producer keeps its
+  // next drawn tile in slot 0's last word.
+  const u32 slots = emptyQ0 + 8 * NQ;
 
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
 
@@ -1151,16 +1140,12 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     if (warp == 4 * NWG && lane == 0) {
       const int nqb = (Sq + BRQ - 1) / BRQ;
       const int total = BH * nqb;  // the launcher checks that total + 2·gridDim.x fits in int
-      // Tile i's slot (i % 2) and Q, once the tile before that used them
-      // has released them (i-1, XQ: i-2 and Q buffer i % 2); with bh < 0
-      // the count of 0 that ends the consumers' loop instead.
+      // Tile i's slot and Q buffer (i % 2), once tile i-2 has released
+      // them; with bh < 0 the count of 0 that ends the consumers' loop
+      // instead.
       auto issue_q = [&](int i, int bh, int q0, int ntiles) {
-        const int b = XQ ? (i & 1) : 0;
-        if constexpr (XQ) {
-          if (i >= 2) mbar_wait(emptyQ0 + 8 * b, ((i - 2) >> 1) & 1);
-        } else {
-          if (i > 0) mbar_wait(emptyQ0, (i - 1) & 1);
-        }
+        const int b = i & 1;
+        if (i >= 2) mbar_wait(emptyQ0 + 8 * b, ((i - 2) >> 1) & 1);
         const u32 slot = slots + 16 * (i & 1);
         if (bh < 0) {
           st_shared(slot + 8, 0);
@@ -1177,10 +1162,12 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       };
       u32 kvi = 0;  // K/V tiles issued: stage kvi % STAGES, the stage's use kvi / STAGES
       int i = 0;
-      // Dynamic: the tile after f, drawn while f's copies are issued.
-      int fnext = 0;
+      // Dynamic: the tile after f, drawn while f's copies are issued, waits
+      // in slot 0's last word (in a register it made the 24-register
+      // producer of ppp spill one).
+      const u32 fnext = slots + 12;
       int f = sched ? (int)blockIdx.x : ppp_tile(0, causal);
-      if (sched && f < total) fnext = (int)gridDim.x + atomic_add_global(sched, 1);
+      if (sched && f < total) st_shared(fnext, (int)gridDim.x + atomic_add_global(sched, 1));
       for (; f < total; ++i) {
         int bh, q0, ntiles;
         if (sched) {
@@ -1204,8 +1191,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
         }
         if (sched) {
-          f = fnext;
-          if (f < total) fnext = (int)gridDim.x + atomic_add_global(sched, 1);
+          f = ld_shared(fnext);
+          if (f < total) st_shared(fnext, (int)gridDim.x + atomic_add_global(sched, 1));
         } else {
           f = ppp_tile(i + 1, causal);
         }
@@ -1218,7 +1205,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         atomicExch(sched + 1, 0);
       }
     }
-  } else if constexpr (XQ) {  // consumer warpgroups, three
+  } else {  // consumer warpgroups
     consumer_regs<NWG>();
     const int cw = warpgroup_index();
     const int g = lane >> 2, t = lane & 3;
@@ -1271,9 +1258,9 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, p);
       }
 
-      // Step j < n-1: P_j from pa, P_{j+1} into pb (the same array); kv
-      // counts K_j, V_j on entry. As fwd_pp's step, but the turn always
-      // passes on.
+      // Step j < n-1: P_j from pa, P_{j+1} into pb (OVERLAP: the other
+      // array, written while P_j·V_j runs; else the same one); kv counts
+      // K_j, V_j on entry. As fwd_pp's step, but the turn always passes on.
       auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
         const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
         const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
@@ -1284,11 +1271,27 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
         named_bar_arrive(next_turn, 256);
         const int kb = (j + 1) * BC;
-        // No overlap of the softmax with the warpgroup's own P·V (three
-        // warpgroups' registers do not hold two P arrays).
-        ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;
-        ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
+        if constexpr (OVERLAP) {
+          if (!tile_masked(kb, Sk, wgrow0, causal)) {
+            wgmma_wait<1>();
+            reg_fence<BC / 2>(s);
+            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
+            if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
+            wgmma_wait<0>();
+            reg_fence<D / 2>(o);
+            reg_fence_u<BC / 4>(&pa[0][0]);
+            if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+          } else {
+            ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
+            ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
+          }
+        } else {
+          // No overlap of the softmax with the warpgroup's own P·V (three
+          // warpgroups' registers do not hold two P arrays).
+          ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
+          ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
+        }
         rescale_o<D>(o, alpha);
         kv++;
       };
@@ -1313,109 +1316,40 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
         kv++;
       };
-      for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
-      last_step(p);
+      // One last_step call, so with OVERLAP an odd step count copies
+      // P_{n-1} back into p (32 moves a tile). With a last_step after each
+      // of the two steps, ptxas built the Q·Kᵀ descriptors in ordinary
+      // registers and moved them to uniform ones before every wgmma (3–4%
+      // slower on the H200, run 50); with a loop exit that did not pass
+      // through a last_step, it serialized every wgmma (C7514; 25–30%
+      // slower, run 51).
+      if constexpr (OVERLAP) {
+        u32 p2[BC / 16][4];
+        const int n = ld_shared(slot + 8);
+        int j = 0;
+        for (; j + 2 < n; j += 2) {
+          step(j, p, p2);
+          step(j + 1, p2, p);
+        }
+        if (j + 1 < n) {
+          step(j, p, p2);
+#pragma unroll
+          for (int k = 0; k < BC / 16; k++) {
+#pragma unroll
+            for (int q = 0; q < 4; q++) p[k][q] = p2[k][q];
+          }
+        }
+        last_step(p);
+      } else {
+        for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
+        last_step(p);
+      }
       ppp_store<F16, D>(o, m, l, O, LSE, slot, cw, warp, Sq, g, t, scale);
       // The tile's slot and Q buffer are read for the last time (each
       // thread's own arrival orders its reads before the producer's rewrite).
       mbar_arrive(emptyQ0 + 8 * (ti & 1));
     }
     wgmma_wait<0>();  // the end marker's S_0
-    if (cw == 0) named_bar_sync(my_turn, 256);  // the last warpgroup's last turn
-  } else {  // consumer warpgroups, two: one Q buffer
-    const u32 sQ = sQ0, barQ = barQ0, emptyQ = emptyQ0;
-    consumer_regs<NWG>();
-    const int cw = warpgroup_index();
-    const int g = lane >> 2, t = lane & 3;
-    const u32 my_turn = 1 + cw, next_turn = 1 + (cw + 1) % NWG;  // named barrier ids (0 is __syncthreads)
-    // K/V tiles consumed in bits 0-29 (K_j, V_j are in stage kv % STAGES,
-    // parity (kv / STAGES) & 1: STAGES divides 2^30), and in bits 30-31 the
-    // tile count mod 4, whose low bit is the parity of the tile's barQ phase
-    // and its slot: one register for fwd_pp's stage and parity counters and
-    // the tile's.
-    u32 kv = 0;
-    if (cw == NWG - 1) named_bar_arrive(next_turn, 256);  // warpgroup 0's first turn
-    for (;; kv += 1u << 30) {
-      const u32 ti = kv >> 30;
-      mbar_wait<false>(barQ, ti & 1);
-      const u32 slot = slots + 16 * (ti & 1);
-      const int ntiles = ld_shared(slot + 8);
-      if (ntiles == 0) break;
-      float o[D / 2];
-#pragma unroll
-      for (int k = 0; k < D / 2; k++) o[k] = 0.f;
-      float m[2] = {-inf_f(), -inf_f()};
-      float l[2] = {0.f, 0.f};
-      float alpha[2];
-      u32 p[BC / 16][4];
-      const u32 sQw = sQ + cw * 64 * 128;  // this warpgroup's rows of the Q tile
-
-      mbar_wait<false>(fullK0 + 8 * (kv % STAGES), (kv / STAGES) & 1);
-      named_bar_sync(my_turn, 256);
-      {
-        float s[BC / 2];
-        qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + (kv % STAGES) * KVBYTES);
-        named_bar_arrive(next_turn, 256);
-        wgmma_wait<0>();
-        reg_fence<BC / 2>(s);
-        if (lane == 0) mbar_arrive(emptyK0 + 8 * (kv % STAGES));
-        if (ntiles == 1) mbar_arrive(emptyQ);  // S_0 was the tile's last S
-        // o = 0: no rescale
-        ppp_softmax<F16>(s, m, l, scale, alpha, p, 0, Sk, ld_shared(slot + 4) + cw * 64, warp, g, t, causal);
-      }
-
-      // Step j: P_j from pa, P_{j+1} into pb; kv counts K_j, V_j on entry.
-      // As fwd_pp's step, but the turn always passes on, and Q is released
-      // once S_{n-1} is done. The tile's K/V tile count n is read from the
-      // slot again rather than kept in a register.
-      auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
-        const int n = ld_shared(slot + 8);
-        const bool next = j + 1 < n;
-        const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
-        const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
-        if (next) mbar_wait<false>(fullK0 + 8 * st1, ph1);
-        mbar_wait<false>(fullV0 + 8 * st, ph);
-        float s[BC / 2];
-        named_bar_sync(my_turn, 256);
-        if (next) qk_issue_rows<F16, D, BRQ>(s, sQw, sK0 + st1 * KVBYTES);
-        pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
-        named_bar_arrive(next_turn, 256);
-        if (next) {
-          const int kb = (j + 1) * BC;
-          const bool lastS = j + 2 == n;
-          if (!tile_masked(kb, Sk, ld_shared(slot + 4) + cw * 64, causal)) {
-            wgmma_wait<1>();
-            reg_fence<BC / 2>(s);
-            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-            // See fwd_pp: the release's address depends on the row sums so
-            // that ptxas keeps the exponentials ahead of the next wait.
-            if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
-            wgmma_wait<0>();
-            reg_fence<D / 2>(o);
-            reg_fence_u<BC / 4>(&pa[0][0]);
-            if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
-            if (lastS) mbar_arrive(emptyQ);
-          } else {
-            ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
-            if (lastS) mbar_arrive(emptyQ);
-            ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, ld_shared(slot + 4) + cw * 64, warp, g, t, causal);
-          }
-          rescale_o<D>(o, alpha);
-        } else {
-          wgmma_wait<0>();
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&pa[0][0]);
-          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
-        }
-        kv++;
-      };
-      u32 p2[BC / 16][4];
-      for (int j = 0; j < ntiles; j += 2) {
-        step(j, p, p2);
-        if (j + 1 < ntiles) step(j + 1, p2, p);
-      }
-      ppp_store<F16, D>(o, m, l, O, LSE, slot, cw, warp, Sq, g, t, scale);
-    }
     if (cw == 0) named_bar_sync(my_turn, 256);  // the last warpgroup's last turn
   }
 }

@@ -118,17 +118,13 @@ func (t flashSM90PP) threads() int { return 128 * (t.warpgroups + 1) }
 
 // smem is the kernel's dynamic shared memory: the Q tile, STAGES K and V
 // tiles (16-bit), 1 + 4·STAGES mbarriers and 1024 bytes to align the start
-// to a swizzle block; when persistent, 4·STAGES + 2·nq mbarriers and two
-// 16-byte tile slots instead, nq Q tiles: two with three warpgroups (one
-// for even and one for odd tiles, see fwd_ppp's XQ), else one.
+// to a swizzle block; when persistent, two Q tiles (one for even and one for
+// odd tiles, see fwd_ppp), 4·STAGES + 4 mbarriers and two 16-byte tile
+// slots instead.
 func (t flashSM90PP) smem(dim int) int {
 	kv := 2 * t.stages * flashSM90Keys * dim * 2
 	if t.persistent {
-		nq := 1
-		if t.warpgroups == 3 {
-			nq = 2
-		}
-		return nq*t.rows()*dim*2 + kv + 8*(4*t.stages+2*nq) + 16*2 + 1024
+		return 2*t.rows()*dim*2 + kv + 8*(4*t.stages+4) + 16*2 + 1024
 	}
 	return t.rows()*dim*2 + kv + 8*(1+4*t.stages) + 1024
 }
