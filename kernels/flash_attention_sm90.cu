@@ -755,6 +755,29 @@ __device__ __forceinline__ void consumer_regs() {
   }
 }
 
+// The overlapped end of a step (OVERLAP, unmasked tile): S_{j+1} is waited
+// for and its softmax packed into pb while P_j·V_j (reading pa) still runs,
+// then P_j·V_j is waited for; K_{j+1} (stage st1) and V_j (stage st) are
+// released. ptxas moves instructions that do not depend on a wgmma past
+// wgmma.wait_group: with a plain release every exponential ended up after
+// the wait for P_j·V_j, so no softmax overlapped it. It keeps an mbarrier
+// arrive ahead of the wait, though, so K_{j+1} is released only after the
+// softmax, at an address computed from the row sums (l >= 0: the offset is
+// 0), which pulls every exponential ahead.
+template <bool F16, int D>
+__device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, float* l, float c, float* alpha,
+                                                 u32 (*pa)[4], u32 (*pb)[4], u32 emptyK0, u32 emptyV0, int st,
+                                                 int st1, int lane) {
+  wgmma_wait<1>();
+  reg_fence<BC / 2>(s);
+  softmax_pack<F16>(s, m, l, c, alpha, pb);
+  if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
+  wgmma_wait<0>();
+  reg_fence<D / 2>(o);
+  reg_fence_u<BC / 4>(&pa[0][0]);
+  if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+}
+
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
 __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
@@ -868,20 +891,7 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
         const int kb = (j + 1) * BC;
         const bool masked = tile_masked(kb, Sk, wgrow0, causal);
         if (OVERLAP && !masked) {
-          wgmma_wait<1>();
-          reg_fence<BC / 2>(s);
-          softmax_pack<F16>(s, m, l, c, alpha, pb);
-          // ptxas moves instructions that do not depend on a wgmma past
-          // wgmma.wait_group: here (and in version 3) every exponential
-          // ended up after the wait for P_j·V_j, so no softmax overlapped it.
-          // It keeps an mbarrier arrive ahead of the wait, though, so K_{j+1}
-          // is released only now, at an address computed from the row sums
-          // (l >= 0: the offset is 0), which pulls every exponential ahead.
-          if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
-          wgmma_wait<0>();
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&pa[0][0]);
-          if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+          softmax_under_pv<F16, D>(s, o, m, l, c, alpha, pa, pb, emptyK0, emptyV0, st, st1, lane);
         } else {
           wgmma_wait<0>();
           reg_fence<BC / 2>(s);
@@ -1274,14 +1284,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         const int wgrow0 = ld_shared(slot + 4) + cw * 64;
         if constexpr (OVERLAP) {
           if (!tile_masked(kb, Sk, wgrow0, causal)) {
-            wgmma_wait<1>();
-            reg_fence<BC / 2>(s);
-            softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-            if (lane == 0) mbar_arrive(emptyK0 + 8 * st1 + (l[0] + l[1] < 0.f ? 8u : 0u));
-            wgmma_wait<0>();
-            reg_fence<D / 2>(o);
-            reg_fence_u<BC / 4>(&pa[0][0]);
-            if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
+            softmax_under_pv<F16, D>(s, o, m, l, log2e_scale(scale), alpha, pa, pb, emptyK0, emptyV0, st, st1,
+                                     lane);
           } else {
             ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
             ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
