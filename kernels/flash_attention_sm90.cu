@@ -987,15 +987,17 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 // The consumers thus keep no tile index, tile count or head in registers
 // (pp3's have none to spare) and read them again where they need them.
 //
-// Consumers: fwd_pp's issue phases, one more than the tile's K/V tiles per
-// tile, and its round-robin turns (named barriers 1..NWG) running on across
-// tiles. Every warpgroup waits for its turn before each phase and passes it
-// on after each; the last warpgroup hands warpgroup 0 its first turn at the
-// start, and warpgroup 0 takes the turn the last one passes on after its
-// last phase with one more wait at the end. Every warpgroup walks the same
-// tiles, so all run the same sequence of phases and each barrier sees as
-// many arrivals (128 from the warpgroup before) as waits (128), also for a
-// CTA without tiles. o, m, l start afresh per tile.
+// Consumers: fwd_pp's issue phases, one per K/V tile of a tile (its S_0
+// goes into the tile before's last phase, below), and its round-robin turns
+// (named barriers 1..NWG) running on across tiles. Every warpgroup waits for
+// its turn before each phase and passes it on after each; the last
+// warpgroup hands warpgroup 0 its first turn at the start, and warpgroup 0
+// takes the turn the last one passes on after its last phase with one more
+// wait at the end. Every warpgroup walks the same tiles, so all run the same
+// sequence of phases and each barrier sees as many arrivals (128 from the
+// warpgroup before) as waits (128). Every CTA has a tile (the launcher's
+// grid is at most the work) and every tile a K/V tile. o, m, l start afresh
+// per tile.
 //
 // Each tile's S_0 goes into the last phase of the tile before, behind its
 // last P·V, and runs while that tile's O is stored: a phase fewer per tile
