@@ -755,6 +755,21 @@ __device__ __forceinline__ void consumer_regs() {
   }
 }
 
+// A step's end without the softmax overlap: S_{j+1} and P_j·V_j done,
+// K_{j+1} (stage st1) and V_j (stage st) released.
+template <int D>
+__device__ __forceinline__ void step_done(float* s, float* o, u32 (*pa)[4], u32 emptyK0, u32 emptyV0, int st, int st1,
+                                          int lane) {
+  wgmma_wait<0>();
+  reg_fence<BC / 2>(s);
+  reg_fence<D / 2>(o);
+  reg_fence_u<BC / 4>(&pa[0][0]);
+  if (lane == 0) {
+    mbar_arrive(emptyK0 + 8 * st1);
+    mbar_arrive(emptyV0 + 8 * st);
+  }
+}
+
 // The overlapped end of a step (OVERLAP, unmasked tile): S_{j+1} is waited
 // for and its softmax packed into pb while P_j·V_j (reading pa) still runs,
 // then P_j·V_j is waited for; K_{j+1} (stage st1) and V_j (stage st) are
@@ -893,14 +908,7 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
         if (OVERLAP && !masked) {
           softmax_under_pv<F16, D>(s, o, m, l, c, alpha, pa, pb, emptyK0, emptyV0, st, st1, lane);
         } else {
-          wgmma_wait<0>();
-          reg_fence<BC / 2>(s);
-          reg_fence<D / 2>(o);
-          reg_fence_u<BC / 4>(&pa[0][0]);
-          if (lane == 0) {
-            mbar_arrive(emptyK0 + 8 * st1);
-            mbar_arrive(emptyV0 + 8 * st);
-          }
+          step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
           if (masked) {
             mask_scores(s, kb, Sk, wrow0, g, t, causal);
             softmax_pack<F16>(s, m, l, c, alpha, pb);
@@ -1082,21 +1090,6 @@ __device__ __forceinline__ void ppp_softmax(float* s, float* m, float* l, float 
     softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
   } else {
     softmax_pack<F16>(s, m, l, log2e_scale(scale), alpha, pb);
-  }
-}
-
-// A step's end without the softmax overlap: S_{j+1} and P_j·V_j done,
-// K_{j+1} (stage st1) and V_j (stage st) released.
-template <int D>
-__device__ __forceinline__ void ppp_step_done(float* s, float* o, u32 (*pa)[4], u32 emptyK0, u32 emptyV0, int st,
-                                              int st1, int lane) {
-  wgmma_wait<0>();
-  reg_fence<BC / 2>(s);
-  reg_fence<D / 2>(o);
-  reg_fence_u<BC / 4>(&pa[0][0]);
-  if (lane == 0) {
-    mbar_arrive(emptyK0 + 8 * st1);
-    mbar_arrive(emptyV0 + 8 * st);
   }
 }
 
@@ -1289,13 +1282,13 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
             softmax_under_pv<F16, D>(s, o, m, l, log2e_scale(scale), alpha, pa, pb, emptyK0, emptyV0, st, st1,
                                      lane);
           } else {
-            ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
+            step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
             ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
           }
         } else {
           // No overlap of the softmax with the warpgroup's own P·V (three
           // warpgroups' registers do not hold two P arrays).
-          ppp_step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
+          step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
           ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
         }
         rescale_o<D>(o, alpha);
