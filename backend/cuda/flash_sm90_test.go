@@ -29,6 +29,17 @@ var flashSM90AllKernels = []string{
 	"flash_bwd_sm90_pp_bf16_d64", "flash_bwd_sm90_pp_fp16_d64",
 }
 
+// sm90GPU is the test GPU (gpu) when it is compute capability 9.0, where
+// the sm_90a kernels run; elsewhere the test skips and says why.
+func sm90GPU(tb testing.TB) *Device {
+	tb.Helper()
+	d := gpu(tb)
+	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
+		tb.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
+	}
+	return d
+}
+
 // flashSM90MaxSmem is the dynamic shared memory an H100/H200 block may opt
 // into (227 KiB); every sm90 kernel's launch must fit.
 const flashSM90MaxSmem = 227 * 1024
@@ -518,10 +529,7 @@ func flashSM90Where(got, ref, mag []float64, bh, sq, sk, dim int, causal bool, f
 // TestFlashSM90Resources prints each sm90 kernel's registers and local
 // (spill) bytes as the driver reports them for the loaded cubin.
 func TestFlashSM90Resources(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	ks, err := d.flashSM90Kernels()
 	if err != nil {
 		t.Fatal(err)
@@ -561,10 +569,7 @@ func TestFlashSM90Resources(t *testing.T) {
 // points at P·V (P's fragments or V's descriptor), "LSE bad" at Q·Kᵀ, the
 // mask or the loads.
 func TestFlashSM90GPU(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	d.SetCubinCacheDir(t.TempDir())
 	type tol struct{ frac, rtol, l2 float64 }
 	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
@@ -685,10 +690,7 @@ func TestFlashSM90GPU(t *testing.T) {
 // kernel) and FA2 when it is 0 (FA2 tiles keys by 64 for d128, so its
 // rounding differs and some element of 76800 differs).
 func TestFlashSM90Dispatch(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	const bh, s, dim = 2, 300, 128
 	rng := rand.New(rand.NewPCG(3, 4))
 	gen := flashNormals(rng)
@@ -766,10 +768,7 @@ func flashSpeedInputs(t testing.TB, d *Device, count, n int, seed uint32) []Devi
 // output against FA2's (relative L2 error at most 1e-2, the bf16 tolerance
 // of TestFlashAttentionGPU): the correctness test stops at S = 2048.
 func TestFlashSM90Speed(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	const tokens, width, s, iters = 16384, 2048, 4096, 10
 	for _, dim := range []int{64, 128} {
 		bh := tokens / s * (width / dim)
@@ -828,10 +827,7 @@ func TestFlashSM90Speed(t *testing.T) {
 // "nh96", and "default", the section the launcher picks). On the GPU
 // machine: ./.gpu/cuda.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
 func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
-	d := gpu(b)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		b.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(b)
 	ks, err := d.flashSM90Kernels()
 	if err != nil {
 		b.Fatal(err)
@@ -948,10 +944,7 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // Each run also checks that FlashBackward chose the variant's kernel. Runs
 // after the forward tests: a kernel that faults leaves the context unusable.
 func TestFlashSM90Backward(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	d.SetCubinCacheDir(t.TempDir())
 	type tol struct{ frac, rtol, l2 float64 }
 	tols := map[GemmType]tol{GemmBF16: {1.0 / 128, 0.02, 1e-2}, GemmF16: {1.0 / 1024, 0.004, 2e-3}}
@@ -1081,10 +1074,7 @@ func TestFlashSM90Backward(t *testing.T) {
 // against FA2's (relative L2 error at most 1e-2, the bf16 tolerance of
 // TestFlashAttentionGPU): the correctness test stops at S = 520.
 func TestFlashSM90BwdSpeed(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	const tokens, width, s, iters = 16384, 2048, 4096, 5
 	for _, dim := range []int{64, 128} {
 		bh := tokens / s * (width / dim)
@@ -1168,10 +1158,7 @@ func TestFlashHeadChunks(t *testing.T) {
 // flashHeadChunks) and compares O, LSE, dQ, dK and dV with FA2's on the same
 // inputs: a head offset gone wrong in the second launch shows in its heads.
 func TestFlashSM90ManyHeads(t *testing.T) {
-	d := gpu(t)
-	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		t.Skipf("device is compute capability %d.%d, the sm90 kernels need 9.0", maj, mnr)
-	}
+	d := sm90GPU(t)
 	const bh, s, dim = flashMaxGridY + 7, 3, 64
 	rng := rand.New(rand.NewPCG(65, 535))
 	gen := flashNormals(rng)
