@@ -1433,6 +1433,20 @@ __device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accum
   "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                                      \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
 
+#define FA90_SS128T(TY)                                                                             \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                     \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
+
+// d[0..63] (+)= A·B, m64n128k16, A and B in shared memory, as wgmma_ss_n64.
+template <bool F16, int TA, int TB>
+__device__ __forceinline__ void wgmma_ss_n128(float* d, u64 da, u64 db, int accumulate) {
+  if constexpr (F16) {
+    asm volatile(FA90_SS128T("f16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  } else {
+    asm volatile(FA90_SS128T("bf16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
+  }
+}
+
 // d[0..15] (+)= A·B, m64n32k16, A and B in shared memory, as wgmma_ss_n64.
 template <bool F16, int TA, int TB>
 __device__ __forceinline__ void wgmma_ss_n32(float* d, u64 da, u64 db, int accumulate) {
@@ -1548,7 +1562,7 @@ __device__ __forceinline__ u32 dq_tile(u32 sdQ0, int i, int cw) {
 // the ~550 instructions a consumer warp issued per block.
 template <int D, int NT>
 __device__ __forceinline__ void dq_stage(const float* dq, u32 wt, int wq, int g, int t) {
-  static_assert(NT == 8 || NT == 4, "n-tiles of a warpgroup's dQ");
+  static_assert(NT == 16 || NT == 8 || NT == 4, "n-tiles of a warpgroup's dQ");
   const int x = g & 3;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
@@ -1713,7 +1727,7 @@ __device__ __forceinline__ void bwd_store_dkdv(u16* __restrict__ dK, u16* __rest
   }
 }
 
-template <bool F16, int D, bool PIPE, bool COLS_ASKED>
+template <bool F16, int D, bool PIPE, bool COLS_ASKED, bool ALT_ASKED = false>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
@@ -1721,6 +1735,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   static_assert(D == 64 || D == 128, "head dim");
   // COLS: see dq_tile; at D=128 the columns are split that way already.
   constexpr bool COLS = COLS_ASKED && D == 64;
+  // ALT: see the header; D=128 with PIPE only.
+  constexpr bool ALT = ALT_ASKED && D == 128 && PIPE;
   constexpr int BR = BWD_BR, BC = BWD_BC;
   constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
   // dQ staging tiles (dq_tile), double-buffered at D=64; D=128 one (two
@@ -1841,6 +1857,66 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     bwd_dv_dk<F16, D, BR>(dv, dk, pa, dsa, sdO, sQ);
     wgmma_commit();
 
+    if constexpr (ALT) {
+      // Warpgroup i&1 takes block i's dQ; the other one only arrives at
+      // the block's barrier (ids 1 and 2 by parity: it may reach the next
+      // block's before the first has left this one) and goes on to the next
+      // block. The thread that issued the last reduction (block i-1's, the
+      // other warpgroup's first thread) waits for its read before arriving,
+      // so the tile is free once the barrier is passed.
+      // dV and dK are waited for first: with them in flight (Pᵀ and dSᵀ
+      // still held) beside dQ's 64 accumulators, ptxas serializes every
+      // wgmma (C7512).
+      const bool mine = (i & 1) == cw;
+      const u32 turn = 1 + (i & 1);
+      wgmma_wait<0>();
+      reg_fence<D / 2>(dv);
+      reg_fence<D / 2>(dk);
+      reg_fence_u<BR / 4>(&pa[0][0]);
+      reg_fence_u<BR / 4>(&dsa[0][0]);
+      if ((tid & 127) == 0) bulk_wait_read<0>();
+      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");
+      if (mine) {
+        named_bar_sync(turn, 256);
+        // Both warpgroups have finished block i-1 (see the stage ring).
+        if (i + 2 < nblk) {
+          const int sn = (i + 2) % 3;
+          bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
+                            full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid & 127);
+        }
+        // dQ = dS·K for the block's 64 queries, all D columns, over all 128
+        // keys: m64n128k16, A = dS M-major, B = K N-major (its two 64-column
+        // blocks BC*128 bytes apart).
+        float dq[D / 2];
+        wgmma_fence();
+        const u64 dqa0 = make_desc(sdS, 1024, 1024);
+        const u64 dqb0 = make_desc(sK, BC * 128, 1024);
+#pragma unroll
+        for (int kk = 0; kk < BC / 16; kk++) {
+          const u32 ko = kk * 16 * 128;
+          wgmma_ss_n128<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        reg_fence<D / 2>(dq);
+        dq_stage<D, D / 8>(dq, sdQ0, wq, g, t);
+        fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
+        named_bar_sync(3 + cw, 128);
+        if ((tid & 127) == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
+        asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
+      } else {
+        named_bar_arrive(turn, 256);
+      }
+      if (i + 1 < nblk) {
+        const int sn = (i + 1) % 3;
+        mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
+        wgmma_fence();
+        bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
+        wgmma_commit();
+      }
+      continue;
+    }
+
     // Block i stages into the tiles that the last reduction issued reads
     // (D=64: block i-2's, issued after the previous block's barrier; D=128:
     // the one tile, block i-1's, issued at the end of that block); the
@@ -1922,7 +1998,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
     if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
   }
-  if (tid == 0) bulk_wait<0>();
+  if ((ALT ? (tid & 127) : tid) == 0) bulk_wait<0>();
 
   bwd_store_dkdv<F16, D>(dK, dV, bh, Sk, key0, t, scale, dk, dv);
 }
@@ -2213,23 +2289,25 @@ FA90_FWD_PPP(flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true)
 FA90_FWD_PPP(flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false)
 FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false)
 
-#define FA90_BWD(name, F16, D, PIPE, COLS)                                                                \
+#define FA90_BWD(name, F16, D, PIPE, COLS, ALT)                                                           \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
            int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd<F16, D, PIPE, COLS>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+    fa90::bwd<F16, D, PIPE, COLS, ALT>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
   }
 
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, false)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, false)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, false)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, false)
-FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, true, true)
-FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, true, true)
-FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, true, true)
-FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, true, true)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, false, false)
+FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, false, false)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, false, false)
+FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, false, false)
+FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, true, true, false)
+FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, true, true, false)
+FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, true, true, false)
+FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, true, true, false)
+FA90_BWD(flash_bwd_sm90_alt_bf16_d128, false, 128, true, true, true)
+FA90_BWD(flash_bwd_sm90_alt_fp16_d128, true, 128, true, true, true)
 
 #define FA90_BWD_PP(name, F16)                                                                            \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                      \

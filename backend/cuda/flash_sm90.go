@@ -602,13 +602,25 @@ func flashSM90BwdSmem(dim int, variant string) int {
 
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows
 // (see FlashSM90BwdEnv).
-var flashSM90BwdVariants = []string{"pp", "cols", "dqtma"}
+var flashSM90BwdVariants = []string{"pp", "alt", "cols", "dqtma"}
+
+// flashSM90BwdHasDim says which head dims variant has a kernel for: "pp" D=64
+// only, "alt" D=128 only, the others both.
+func flashSM90BwdHasDim(variant string, dim int) bool {
+	switch variant {
+	case "pp":
+		return dim == 64
+	case "alt":
+		return dim == 128
+	}
+	return true
+}
 
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
 func flashSM90BwdName(dt GemmType, dim int, variant string) string {
 	fwd := flashSM90Name(dt, dim, "tma")
-	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) || (variant == "pp" && dim != 64) {
+	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) || !flashSM90BwdHasDim(variant, dim) {
 		return ""
 	}
 	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_tma_")
@@ -633,10 +645,10 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 		variant = flashSM90BwdDefaultFor(dim)
 	case "0":
 		return "", nil
-	case "pp", "cols", "dqtma":
+	case "pp", "alt", "cols", "dqtma":
 		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), cols (two warpgroups), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), alt (dQ by each warpgroup in turn, D=128), cols (two warpgroups), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -644,8 +656,8 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	if name := flashSM90BwdName(dt, dim, variant); name != "" {
 		return name, nil
 	}
-	// A variant without a kernel for this head dim (pp at D=128) runs the
-	// default one.
+	// A variant without a kernel for this head dim (pp at D=128, alt at
+	// D=64) runs the default one.
 	return flashSM90BwdName(dt, dim, flashSM90BwdDefaultFor(dim)), nil
 }
 

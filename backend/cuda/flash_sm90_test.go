@@ -27,6 +27,7 @@ var flashSM90AllKernels = []string{
 	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 	"flash_bwd_sm90_pp_bf16_d64", "flash_bwd_sm90_pp_fp16_d64",
+	"flash_bwd_sm90_alt_bf16_d128", "flash_bwd_sm90_alt_fp16_d128",
 }
 
 // sm90GPU is the test GPU (gpu) when it is compute capability 9.0, where
@@ -68,8 +69,8 @@ func TestFlashSM90Entries(t *testing.T) {
 		for _, dim := range []int{64, 128} {
 			for _, v := range flashSM90BwdVariants {
 				name := flashSM90BwdName(dt, dim, v)
-				if name == "" && v == "pp" && dim == 128 {
-					continue // ping-pong is D=64 only
+				if name == "" && !flashSM90BwdHasDim(v, dim) {
+					continue // pp is D=64 only, alt D=128 only
 				}
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90BwdName(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -83,7 +84,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}, {"pp", 64, 182848}} {
+	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}, {"alt", 128, 232000}, {"pp", 64, 182848}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -330,6 +331,8 @@ func TestFlashSM90Pick(t *testing.T) {
 		{8, 0, GemmBF16, 64, 0.1, "pp", ""},
 		{9, 0, GemmBF16, 64, 0.1, "pp", "flash_bwd_sm90_pp_bf16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "pp", "flash_bwd_sm90_cols_fp16_d128"}, // no D=128 ping-pong: the default
+		{9, 0, GemmBF16, 128, 0.1, "alt", "flash_bwd_sm90_alt_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "alt", "flash_bwd_sm90_pp_fp16_d64"}, // no D=64 alt: the default
 		{9, 0, GemmF16, 64, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
@@ -957,7 +960,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"pp", "pp"}, {"cols", "cols"}, {"dqtma", "dqtma"}}
+	variants := []struct{ env, variant string }{{"pp", "pp"}, {"alt", "alt"}, {"cols", "cols"}, {"dqtma", "dqtma"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := flashNormals(rng)
 	fails, runs := map[string]int{}, map[string]int{}
@@ -1032,7 +1035,7 @@ func TestFlashSM90Backward(t *testing.T) {
 						for _, vr := range variants {
 							kname := flashSM90BwdName(dt, dim, vr.variant)
 							if kname == "" {
-								continue // pp at D=128
+								continue // pp at D=128, alt at D=64
 							}
 							runs[kname]++
 							dq, dk, dv, err := backward(vr.env)
@@ -1096,12 +1099,12 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "dqtma", "cols", "pp"} {
-				if env == "pp" && dim != 64 {
+			for _, env := range []string{"0", "dqtma", "cols", "pp", "alt"} {
+				if env != "0" && !flashSM90BwdHasDim(env, dim) {
 					continue
 				}
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols", "pp": "sm90-pp"}[env]
+				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols", "pp": "sm90-pp", "alt": "sm90-alt"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)
