@@ -1858,26 +1858,31 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     wgmma_commit();
 
     if constexpr (ALT) {
-      // Warpgroup i&1 takes block i's dQ; the other one only arrives at
-      // the block's barrier (ids 1 and 2 by parity: it may reach the next
-      // block's before the first has left this one) and goes on to the next
+      // Warpgroup i&1 takes block i's dQ (see ALT in the header); the other
+      // one arrives at the block's barrier without waiting (ids 1 and 2 by
+      // parity: it may reach the next block's barrier before the first has
+      // left this one) as soon as its dSᵀ is stored, and goes on to the next
       // block. The thread that issued the last reduction (block i-1's, the
       // other warpgroup's first thread) waits for its read before arriving,
       // so the tile is free once the barrier is passed.
-      // dV and dK are waited for first: with them in flight (Pᵀ and dSᵀ
-      // still held) beside dQ's 64 accumulators, ptxas serializes every
-      // wgmma (C7512).
       const bool mine = (i & 1) == cw;
       const u32 turn = 1 + (i & 1);
+      if ((tid & 127) == 0) bulk_wait_read<0>();
+      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");
+      if (mine) {
+        named_bar_sync(turn, 256);
+      } else {
+        named_bar_arrive(turn, 256);
+      }
+      // dV and dK are waited for before dQ: with them in flight (Pᵀ and dSᵀ
+      // still held) beside dQ's 64 accumulators, ptxas serializes every
+      // wgmma (C7512).
       wgmma_wait<0>();
       reg_fence<D / 2>(dv);
       reg_fence<D / 2>(dk);
       reg_fence_u<BR / 4>(&pa[0][0]);
       reg_fence_u<BR / 4>(&dsa[0][0]);
-      if ((tid & 127) == 0) bulk_wait_read<0>();
-      asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");
       if (mine) {
-        named_bar_sync(turn, 256);
         // Both warpgroups have finished block i-1 (see the stage ring).
         if (i + 2 < nblk) {
           const int sn = (i + 2) % 3;
@@ -1897,17 +1902,24 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
           wgmma_ss_n128<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
         }
         wgmma_commit();
-        wgmma_wait<0>();
+        // The next block's Sᵀ goes in behind dQ and runs while dQ is staged.
+        if (i + 1 < nblk) {
+          const int sn = (i + 1) % 3;
+          mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
+          wgmma_fence();
+          bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
+          wgmma_commit();
+          wgmma_wait<1>();
+        } else {
+          wgmma_wait<0>();
+        }
         reg_fence<D / 2>(dq);
         dq_stage<D, D / 8>(dq, sdQ0, wq, g, t);
         fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
         named_bar_sync(3 + cw, 128);
         if ((tid & 127) == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
         asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
-      } else {
-        named_bar_arrive(turn, 256);
-      }
-      if (i + 1 < nblk) {
+      } else if (i + 1 < nblk) {
         const int sn = (i + 1) % 3;
         mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
         wgmma_fence();
