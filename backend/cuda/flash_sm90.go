@@ -632,7 +632,7 @@ func flashSM90BwdDefaultFor(dim int) string {
 	if dim == 64 {
 		return "pp"
 	}
-	return "cols"
+	return "alt"
 }
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for

@@ -324,20 +324,20 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_cols_bf16_d128"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_alt_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_pp_fp16_d64"},
 		{9, 0, GemmF16, 128, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d128"},
 		{9, 0, GemmBF16, 128, 0.1, "dqtma", "flash_bwd_sm90_dqtma_bf16_d128"},
 		{8, 0, GemmBF16, 64, 0.1, "pp", ""},
 		{9, 0, GemmBF16, 64, 0.1, "pp", "flash_bwd_sm90_pp_bf16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "pp", "flash_bwd_sm90_cols_fp16_d128"}, // no D=128 ping-pong: the default
+		{9, 0, GemmF16, 128, 0.1, "pp", "flash_bwd_sm90_alt_fp16_d128"}, // no D=128 ping-pong: the default
 		{9, 0, GemmBF16, 128, 0.1, "alt", "flash_bwd_sm90_alt_bf16_d128"},
 		{9, 0, GemmF16, 64, 0.1, "alt", "flash_bwd_sm90_pp_fp16_d64"}, // no D=64 alt: the default
 		{9, 0, GemmF16, 64, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d64"},
 		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
 		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_cols_bf16_d128"}, // the default
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_alt_bf16_d128"}, // the default
 		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_pp_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
 		{9, 0, GemmF32, 64, 0.1, "", ""},
