@@ -51,6 +51,9 @@
 //     without COLS (see bwd): four staging tiles, d64 182848, d128 232000.
 //   flash_bwd_sm90_pp_<T>_d64(...)  the consumer warpgroups take turns
 //     (see bwd_pp): block 384, dqtma's shared memory at D=64 (182848).
+//   flash_bwd_sm90_alt_<T>_d128(...)  cols with each block's dQ taken by one
+//     warpgroup in turn (see ALT in bwd's header): cols' block and shared
+//     memory (232000).
 //
 // Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
 // K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
@@ -1407,6 +1410,28 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
 // thread has finished block i-1 by then, so its stage is free. dSᵀ is double
 // buffered by block parity, so that one barrier per block also orders the
 // stores of block i+2 after every read of block i.
+//
+// ALT (D=128, with PIPE): each block's dQ is one warpgroup's, block i's
+// warpgroup i&1's: dQ = dS·K for all 64 queries and all 128 columns over
+// all 128 keys (m64n128k16, B = K N-major across both of its 64-column
+// blocks; dQ's 64 accumulators take the place that Sᵀ and dPᵀ held).
+// The other warpgroup only arrives at the block's barrier (bar.arrive, as
+// soon as its dSᵀ is stored) and goes on to the next block, so the two run
+// half a block apart and one's softmax overlaps the other's products, as in
+// the ping-pong forwards; they swap roles every block. The barrier
+// alternates between ids 1 and 2 by block parity: the warpgroup that only
+// arrived may reach the next block's barrier before the other has left this
+// one. The dQ warpgroup issues the next block's Sᵀ behind dQ, stages dQ
+// (dq_stage, one tile, all 128 columns), and its first thread issues the
+// reduction after a warpgroup barrier; before its warpgroup next arrives
+// at a block barrier that thread waits for the reduction's read, so the
+// tile is free for the next block's dQ warpgroup. The dQ warpgroup also
+// issues the loads of block i+2 (its threads 0-63), once past the barrier.
+// Both wait for their dV and dK before dQ: with them in flight beside dQ's
+// accumulators ptxas serializes every wgmma (C7512). On the H200 (run 58,
+// TestFlashSM90BwdSpeed, S=4096) 579 and 504 TFLOP/s non-causal and causal
+// against cols' 512 and 447; ncu (run 57, before the last two changes):
+// 4.24M cycles against cols' 4.59M and cuDNN's 4.01M.
 
 constexpr int BWD_BR = 64;
 constexpr int BWD_BC = 128;

@@ -548,17 +548,20 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 
 // FlashSM90BwdEnv chooses FlashBackward's main kernel on a compute
 // capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset or "1"
-// runs the default (flashSM90BwdDefaultFor: pp at D=64, cols at D=128); "pp"
+// runs the default (flashSM90BwdDefaultFor: pp at D=64, alt at D=128); "pp"
 // the ping-pong backward of flash_attention_sm90.cu
 // (flash_bwd_sm90_pp_<T>_d64, D=64 only, elsewhere the default: a producer
 // warpgroup loads and hands dQ to the copy engine, the two consumer
-// warpgroups take turns at the tensor cores); "cols" two warpgroups that
-// load and reduce dQ themselves (flash_bwd_sm90_cols_<T>_d<D>: the next
-// block's scores in flight during the dQ product, dQ's columns split between
-// the warpgroups at D=64); "dqtma" cols without either (kept to time
-// against); "0" FA2's. On the H200 (bf16, S=4096, TestFlashSM90BwdSpeed,
-// run 33) pp ran at 1.14x cols at D=64, causal and not; cols at 0.98x dqtma
-// at D=64 and 1.10x at D=128. The preprocessing (Dsum, zeroed dQaccum) and
+// warpgroups take turns at the tensor cores); "alt" (flash_bwd_sm90_alt_<T>_d128,
+// D=128 only, elsewhere the default) cols with each block's dQ product
+// taken by one warpgroup in turn while the other goes on to the next block;
+// "cols" two warpgroups that load and reduce dQ themselves
+// (flash_bwd_sm90_cols_<T>_d<D>: the next block's scores in flight during
+// the dQ product, dQ's columns split between the warpgroups); "dqtma" cols
+// without either (kept to time against); "0" FA2's. On the H200 (bf16,
+// S=4096, TestFlashSM90BwdSpeed) pp ran at 1.14x cols at D=64, causal and
+// not (run 33); alt at 1.13x cols at D=128 (run 58); cols at 0.98x dqtma at
+// D=64 and 1.10x at D=128 (run 33). The preprocessing (Dsum, zeroed dQaccum) and
 // the dQ conversion are FA2's either way, the conversion told that the
 // Hopper kernels leave dQaccum's column blocks permuted.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
@@ -585,9 +588,9 @@ func flashSM90BwdThreads(variant string) int {
 // dSᵀ tiles (16-bit), three stages of LSE and Dsum rows (float32), 64 bytes
 // of mbarriers, 1024 bytes to align the start to a swizzle block, and the
 // float32 dQ staging tiles of 64 rows × dim: at D=64 two for "cols" (one per
-// block, double-buffered) for "cols" and four for "dqtma" and "pp" (block
-// parity × warpgroup), at D=128 one (a second would not fit in the
-// 227 KiB a block may have).
+// block, double-buffered) and four for "dqtma" and "pp" (block parity ×
+// warpgroup), at D=128 one (a second would not fit in the 227 KiB a block
+// may have).
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
