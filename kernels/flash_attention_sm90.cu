@@ -1626,6 +1626,20 @@ __device__ __forceinline__ void bwd_scores(float* d, u32 sAw, u32 sB) {
   }
 }
 
+// PIPE: block j's Sᵀ into s (bwd_scores), issued and committed once block
+// j's stage (j%3 of the Q ring at sQ0, its barrier at full0 + 8(j%3)) has
+// landed; the block before issues it, so that it runs behind that block's
+// last products.
+template <bool F16, int D>
+__device__ __forceinline__ void bwd_issue_scores(float* s, u32 sKw, u32 sQ0, u32 full0, int j) {
+  constexpr u32 QBYTES = BWD_BR * D * 2;
+  const int st = j % 3;
+  mbar_wait(full0 + 8 * st, (j / 3) & 1);
+  wgmma_fence();
+  bwd_scores<F16, D>(s, sKw, sQ0 + st * QBYTES);
+  wgmma_commit();
+}
+
 // bwd_scores with A from registers (a[kk]: k-step kk's fragments, see
 // load_a_frags), D=64.
 template <bool F16>
@@ -1838,12 +1852,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   // of the block before (see PIPE in the header).
   float s[BR / 2], dp[BR / 2];
   mbar_wait(barKV, 0);
-  if (PIPE && nblk > 0) {
-    mbar_wait(full0, 0);
-    wgmma_fence();
-    bwd_scores<F16, D>(s, sKw, sQ0);
-    wgmma_commit();
-  }
+  if (PIPE && nblk > 0) bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, 0);
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
     const int q0 = (qb0 + i) * BR;
@@ -1936,11 +1945,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         }
         // The next block's Sᵀ goes in behind dQ and runs while dQ is staged.
         if (i + 1 < nblk) {
-          const int sn = (i + 1) % 3;
-          mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
-          wgmma_fence();
-          bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
-          wgmma_commit();
+          bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, i + 1);
           wgmma_wait<1>();
         } else {
           wgmma_wait<0>();
@@ -1952,11 +1957,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         if ((tid & 127) == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
         asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
       } else if (i + 1 < nblk) {
-        const int sn = (i + 1) % 3;
-        mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
-        wgmma_fence();
-        bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
-        wgmma_commit();
+        bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, i + 1);
       }
       continue;
     }
@@ -2008,11 +2009,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
       reg_fence<D / 2>(dk);
       reg_fence_u<BR / 4>(&pa[0][0]);
       reg_fence_u<BR / 4>(&dsa[0][0]);
-      const int sn = (i + 1) % 3;
-      mbar_wait(full0 + 8 * sn, ((i + 1) / 3) & 1);
-      wgmma_fence();
-      bwd_scores<F16, D>(s, sKw, sQ0 + sn * QBYTES);
-      wgmma_commit();
+      bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, i + 1);
       wgmma_wait<1>();
     } else {
       wgmma_wait<0>();
