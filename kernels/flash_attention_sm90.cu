@@ -212,10 +212,11 @@ template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
   "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"                               \
   "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"                               \
   "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63}"
-// m64n128k16, A and B K-major in shared memory; scale-d from operand 66.
+// m64n128k16, A and B in shared memory; scale-d from operand 66, A's and
+// B's layouts from operands 67 and 68 (1 M-/N-major, 0 K-major).
 #define FA90_SS128(TY)                                                                              \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                     \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", %64, %65, p, 1, 1, 0, 0;\n}\n"
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
 // m64n64k16 / m64n128k16, A from registers, B N-major in shared memory
 // (m64n64k16: B's layout from operand 38, 1 N-major, 0 K-major).
 #define FA90_RS64(TY)                                                                               \
@@ -226,15 +227,17 @@ template <int ROWS> __device__ __forceinline__ u32 tile_off(int r, int c) {
   "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", {%64,%65,%66,%67}, %68, p, 1, 1, 1;\n}\n"
 
 // The three products of the forwards (Wg<F16>): d[0..63] (+)= A·B with
-// ss128 (m64n128k16, A and B K-major in shared memory); d[0..31] or
-// d[0..63] += A·B with rs64 / rs128 (m64n64k16 / m64n128k16, A from
-// registers a[0..3], B N-major in shared memory).
+// ss128 (m64n128k16, A and B in shared memory, K-major unless TA / TB is 1:
+// the backward's dQ has both transposed); d[0..31] or d[0..63] += A·B with
+// rs64 / rs128 (m64n64k16 / m64n128k16, A from registers a[0..3], B N-major
+// in shared memory).
 template <bool F16> struct Wg {
+  template <int TA = 0, int TB = 0>
   static __device__ __forceinline__ void ss128(float* d, u64 da, u64 db, int accumulate) {
     if constexpr (F16) {
-      asm volatile(FA90_SS128("f16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate));
+      asm volatile(FA90_SS128("f16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
     } else {
-      asm volatile(FA90_SS128("bf16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate));
+      asm volatile(FA90_SS128("bf16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
     }
   }
   static __device__ __forceinline__ void rs64(float* d, const u32* a, u64 db) {
@@ -1458,20 +1461,6 @@ __device__ __forceinline__ void wgmma_ss_n64(float* d, u64 da, u64 db, int accum
   "wgmma.mma_async.sync.aligned.m64n32k16.f32." TY "." TY " "                                      \
   "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, %19, %20;\n}\n"
 
-#define FA90_SS128T(TY)                                                                             \
-  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                     \
-  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " FA90_D64 ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-
-// d[0..63] (+)= A·B, m64n128k16, A and B in shared memory, as wgmma_ss_n64.
-template <bool F16, int TA, int TB>
-__device__ __forceinline__ void wgmma_ss_n128(float* d, u64 da, u64 db, int accumulate) {
-  if constexpr (F16) {
-    asm volatile(FA90_SS128T("f16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
-  } else {
-    asm volatile(FA90_SS128T("bf16") : FA90_ACC64 : "l"(da), "l"(db), "r"(accumulate), "n"(TA), "n"(TB));
-  }
-}
-
 // d[0..15] (+)= A·B, m64n32k16, A and B in shared memory, as wgmma_ss_n64.
 template <bool F16, int TA, int TB>
 __device__ __forceinline__ void wgmma_ss_n32(float* d, u64 da, u64 db, int accumulate) {
@@ -1931,7 +1920,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 #pragma unroll
         for (int kk = 0; kk < BC / 16; kk++) {
           const u32 ko = kk * 16 * 128;
-          wgmma_ss_n128<F16, 1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
+          Wg<F16>::template ss128<1, 1>(dq, desc_off(dqa0, ko), desc_off(dqb0, ko), kk > 0);
         }
         wgmma_commit();
         // Both warpgroups have finished block i-1 (see the stage ring), so
