@@ -648,10 +648,11 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 		variant = flashSM90BwdDefaultFor(dim)
 	case "0":
 		return "", nil
-	case "pp", "alt", "cols", "dqtma":
-		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), alt (dQ by each warpgroup in turn, D=128), cols (two warpgroups), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		if !slices.Contains(flashSM90BwdVariants, env) {
+			return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), alt (dQ by each warpgroup in turn, D=128), cols (two warpgroups), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
+		}
+		variant = env
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
