@@ -25,17 +25,19 @@
 //   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
 //     grid (ceil(Sq/192), BH), block 512, Q map box 64 × 192 rows, 4 stages,
 //     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
-//   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(..., causal, sched, nh)
-//     pp and pp3 persistent (version 5, see fwd_ppp): 1-D grid of at most one
+//   flash_fwd_sm90_ppp_<T>_d<D>, flash_fwd_sm90_ppp3_<T>_d64(tq, tk, tv, to, lse, BH, Sq, Sk,
+//                                   scale, causal, sched, nh)
+//     pp and pp3 persistent (version 5, see fwd_ppp), O stored with TMA
+//     through the map to (box 64 × 64 rows, see ppp_store): 1-D grid of at most one
 //     CTA per SM and per work item (a tile; a pair of tiles for the static
 //     causal schedule), each walking (head, query block)
 //     tiles, a fixed stride apart (sched null) or drawn from the counters at
 //     sched (two int32, zero before the launch and left zero after it; nh
 //     heads a causal section), see "Dynamic schedule"; block and Q map box
-//     as pp and pp3 (the maps span all BH heads), dynamic smem 2·BRQ·D·2 +
+//     as pp and pp3 (the maps span all BH heads), dynamic smem 3·BRQ·D·2 +
 //     2·stages·128·D·2 + 8·(4·stages + 4) + 32 + 1024 bytes (BRQ = 128 or
-//     192 query rows; two Q buffers): d64 165056, d128 197760 (ppp), 181440
-//     (ppp3).
+//     192 query rows; two Q buffers and the O tiles): d64 181440, d128
+//     230528 (ppp), 206016 (ppp3).
 //   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
@@ -496,6 +498,37 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, int col, in
       "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
       "l"(reinterpret_cast<u64>(map)), "r"(col), "r"(row), "r"(head), "r"(bar)
       : "memory");
+}
+
+// 16-byte aligned, bytes a multiple of 16. The shared source must have been
+// written before through the generic proxy, fenced with fence_proxy_async by
+// each writer, then a barrier; it may be rewritten once bulk_wait_read says
+// the group has read it.
+__device__ __forceinline__ void bulk_reduce_add_f32(float* gaddr, u32 saddr, u32 bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gaddr), "r"(saddr),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's bulk groups still read their
+// shared-memory sources (their global writes may still be in flight).
+template <int N> __device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N of this thread's bulk groups are incomplete (reads
+// and writes done).
+template <int N> __device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// One TMA box from shared memory at src to (col, row, head) of the map's
+// tensor; coordinates past the tensor's bounds are not written. Same rules
+// for the source as bulk_reduce_add_f32.
+__device__ __forceinline__ void tma_store(const TmaMap* map, u32 src, int col, int row, int head) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%1, %2, %3}], [%4];\n" ::"l"(
+                   reinterpret_cast<u64>(map)),
+               "r"(col), "r"(row), "r"(head), "r"(src)
+               : "memory");
 }
 
 template <bool F16, int D>
@@ -1099,18 +1132,57 @@ __device__ __forceinline__ void ppp_softmax(float* s, float* m, float* l, float 
   }
 }
 
-// The tile's O and LSE, its head and first row read from its slot.
-template <bool F16, int D>
-__device__ __forceinline__ void ppp_store(const float* o, const float* m, const float* l, u16* __restrict__ O,
-                                          float* __restrict__ LSE, u32 slot, int cw, int warp, int Sq, int g, int t,
-                                          float scale) {
+// The tile's O and LSE, its head and first row read from its slot. O leaves
+// through shared memory: the warpgroup's 64 rows, divided by l and packed to
+// 16 bits, go into its O tile sOw (stmatrix; the swizzled layout of the Q
+// tiles, 64 rows) and the warpgroup's first thread stores the tile with TMA
+// (rows past Sq are not written); LSE is stored directly. Storing O from
+// registers (4-byte stores, 32 a thread at D=128) kept each warpgroup in
+// its stores for about a K/V tile's worth of time at every tile's end (ncu
+// on the H200, run 61: 7% of the consumers' stall samples). The tile is
+// written again only after the thread has waited for the store's read
+// (bulk_wait_read before its turn in the next tile's last step).
+template <bool F16, int D, int NWG>
+__device__ __forceinline__ void ppp_store(const float* o, const float* m, const float* l, const TmaMap* to,
+                                          float* __restrict__ LSE, u32 sOw, u32 slot, int cw, int warp, int lane,
+                                          int Sq, int g, int t, float scale) {
   const int bh = ld_shared(slot);
-  const int wrow0 = ld_shared(slot + 4) + cw * 64 + (warp & 3) * 16;
-  store_rows<F16, D>(o, m, l, O + (size_t)bh * Sq * D, LSE + (size_t)bh * Sq, wrow0, Sq, g, t, scale);
+  const int row0 = ld_shared(slot + 4) + cw * 64;  // the warpgroup's first row
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; r++) {
+    float lsum = l[r];
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 1);
+    lsum += __shfl_xor_sync(0xffffffffu, lsum, 2);
+    const int row = row0 + (warp & 3) * 16 + g + r * 8;
+    const bool ok = lsum > 0.f;
+    inv[r] = ok ? 1.f / lsum : 0.f;
+    if (t == 0 && row < Sq) LSE[(size_t)bh * Sq + row] = ok ? m[r] * scale + logf(lsum) : inf_f();
+  }
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    u32 a[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float* x = o + 8 * kk + 2 * j;  // 8-column block 2kk + (j >> 1), row g + 8(j & 1)
+      a[j] = pack2<F16>(x[0] * inv[j & 1], x[1] * inv[j & 1]);
+    }
+    const u32 addr = x4_addr<64>(sOw, (warp & 3) * 16, kk, lane);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a[0]),
+                 "r"(a[1]), "r"(a[2]), "r"(a[3])
+                 : "memory");
+  }
+  fence_proxy_async();
+  named_bar_sync(1 + NWG + cw, 128);  // ids 1..NWG are the turns
+  if ((threadIdx.x & 127) == 0) {
+#pragma unroll
+    for (int blk = 0; blk < D / 64; blk++) tma_store(to, sOw + blk * 64 * 128, blk * 64, row0, bh);
+    bulk_commit();
+  }
 }
 
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
-__device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+__device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* to,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal,
                                         int* sched, int nh) {
   static_assert(D == 64 || D == 128, "head dim");
@@ -1124,7 +1196,8 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   const u32 sQ0 = sbase;  // the Q tiles of even and odd tiles
   const u32 sK0 = sQ0 + NQ * QBYTES;
   const u32 sV0 = sK0 + STAGES * KVBYTES;
-  const u32 bars = sV0 + STAGES * KVBYTES;  // 4·STAGES + 2·NQ mbarriers of 8 bytes
+  const u32 sO0 = sV0 + STAGES * KVBYTES;  // each consumer warpgroup's O tile (ppp_store)
+  const u32 bars = sO0 + NWG * 64 * D * 2;  // 4·STAGES + 2·NQ mbarriers of 8 bytes
   const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
   const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
   const u32 barQ0 = emptyV0 + 8 * STAGES, emptyQ0 = barQ0 + 8 * NQ;  // one each per Q buffer
@@ -1311,6 +1384,9 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         mbar_wait<false>(barQ0 + 8 * nb, ((ti + 1) >> 1) & 1);
         if (ld_shared(slots + 16 * nb + 8) > 0) mbar_wait<false>(fullK0 + 8 * st1, ph1);
         mbar_wait<false>(fullV0 + 8 * st, ph);
+        // The tile before's O store has read the O tile (see ppp_store):
+        // past the turn, the whole warpgroup knows.
+        if ((tid & 127) == 0) bulk_wait_read<0>();
         named_bar_sync(my_turn, 256);
         pv_issue<F16, D>(o, pa, sV0 + st * KVBYTES);
         qk_issue_rows<F16, D, BRQ>(s, sQ0 + nb * QBYTES + cw * 64 * 128, sK0 + st1 * KVBYTES);
@@ -1349,13 +1425,14 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
         last_step(p);
       }
-      ppp_store<F16, D>(o, m, l, O, LSE, slot, cw, warp, Sq, g, t, scale);
+      ppp_store<F16, D, NWG>(o, m, l, to, LSE, sO0 + cw * 64 * D * 2, slot, cw, warp, lane, Sq, g, t, scale);
       // The tile's slot and Q buffer are read for the last time (each
       // thread's own arrival orders its reads before the producer's rewrite).
       mbar_arrive(emptyQ0 + 8 * (ti & 1));
     }
     wgmma_wait<0>();  // the end marker's S_0
     if (cw == 0) named_bar_sync(my_turn, 256);  // the last warpgroup's last turn
+    if ((tid & 127) == 0) bulk_wait<0>();        // the last O store done before the CTA's shared memory goes
   }
 }
 
@@ -1485,27 +1562,6 @@ __device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u64 db) {
 
 // Bulk asynchronous reduction global[gaddr..+bytes) += shared[saddr..+bytes)
 // (float32 adds in L2), in this thread's current bulk group: both addresses
-// 16-byte aligned, bytes a multiple of 16. The shared source must have been
-// written before through the generic proxy, fenced with fence_proxy_async by
-// each writer, then a barrier; it may be rewritten once bulk_wait_read says
-// the group has read it.
-__device__ __forceinline__ void bulk_reduce_add_f32(float* gaddr, u32 saddr, u32 bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(gaddr), "r"(saddr),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// Waits until at most N of this thread's bulk groups still read their
-// shared-memory sources (their global writes may still be in flight).
-template <int N> __device__ __forceinline__ void bulk_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
-}
-// Waits until at most N of this thread's bulk groups are incomplete (reads
-// and writes done).
-template <int N> __device__ __forceinline__ void bulk_wait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
 // 4-byte async copy global->shared; zero-filled when src_bytes is 0.
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -2299,9 +2355,9 @@ FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128)
 #define FA90_FWD_PPP(name, F16, D, NWG, STAGES, OVERLAP)                                            \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
-           const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
-           int Sk, float scale, int causal, int* sched, int nh) {                                   \
-    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal,   \
+           const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap to,        \
+           float* lse, int BH, int Sq, int Sk, float scale, int causal, int* sched, int nh) {       \
+    fa90::fwd_ppp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, &to, lse, BH, Sq, Sk, scale, causal, \
                                                 sched, nh);                                         \
   }
 

@@ -7,6 +7,7 @@ package cuda
 
 import (
 	"fmt"
+	"os"
 	"sync"
 )
 
@@ -160,7 +161,8 @@ func b2i(b bool) int32 {
 // FlashForward computes O = softmax(scale·Q·Kᵀ [causal mask])·V and LSE (natural
 // log, float32 [bh, sq]) on the device's stream. A query that sees no key gets
 // O = 0 and LSE = +inf. On an sm_90 device the Hopper kernel may run instead of
-// FA2 (see FlashSM90Env); for a few query rows against many keys the decode
+// FA2 (see FlashSM90Env) when Q, K, V and O are 16-byte aligned (FA2 needs
+// 4); for a few query rows against many keys the decode
 // forward (see flash_decode.go, FlashDecodeEnv) runs instead of both, on a
 // workspace FlashForward allocates and frees (FlashForwardWS takes one).
 func FlashForward(d *Device, dt GemmType, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
@@ -191,7 +193,10 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 	}
 	if name, err := flashSM90Choice(d, dt, dim, sq, causal, scale); err != nil {
 		return err
-	} else if name != "" {
+	} else if name != "" && (flashVecAligned(q, k, v, o) || os.Getenv(FlashSM90Env) != "") {
+		// The Hopper kernels move Q, K, V and O with TMA, which needs
+		// 16-byte aligned tensors: FA2 takes the others, unless a kernel was
+		// asked for by name (then the launch says which tensor is not).
 		return flashForwardSM90(d, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	p, err := planFlash(dt, dim, scale)

@@ -119,12 +119,12 @@ func (t flashSM90PP) threads() int { return 128 * (t.warpgroups + 1) }
 // smem is the kernel's dynamic shared memory: the Q tile, STAGES K and V
 // tiles (16-bit), 1 + 4·STAGES mbarriers and 1024 bytes to align the start
 // to a swizzle block; when persistent, two Q tiles (one for even and one for
-// odd tiles, see fwd_ppp), 4·STAGES + 4 mbarriers and two 16-byte tile
-// slots instead.
+// odd tiles, see fwd_ppp), an O tile (the rows of a Q tile, see ppp_store),
+// 4·STAGES + 4 mbarriers and two 16-byte tile slots instead.
 func (t flashSM90PP) smem(dim int) int {
 	kv := 2 * t.stages * flashSM90Keys * dim * 2
 	if t.persistent {
-		return 2*t.rows()*dim*2 + kv + 8*(4*t.stages+4) + 16*2 + 1024
+		return 3*t.rows()*dim*2 + kv + 8*(4*t.stages+4) + 16*2 + 1024
 	}
 	return t.rows()*dim*2 + kv + 8*(1+4*t.stages) + 1024
 }
@@ -491,9 +491,10 @@ func flashForwardSM90PPP(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 	if err != nil {
 		return err
 	}
-	maps := []flashTMATensor{{q, sq, t.rows()}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}}
+	// O is stored with TMA too, a warpgroup's 64 rows a box.
+	maps := []flashTMATensor{{q, sq, t.rows()}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}, {o, sq, 64}}
 	return launchFlashTMA(d, f, name, [3]uint32{uint32(grid), 1, 1}, t.threads(), smem, bh, dim, maps,
-		[]any{o, lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal), sched, int32(flashSM90SectionHeads(bh, dim))})
+		[]any{lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal), sched, int32(flashSM90SectionHeads(bh, dim))})
 }
 
 // flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the
