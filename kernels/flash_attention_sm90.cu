@@ -38,13 +38,13 @@
 //     2·stages·128·D·2 + 8·(4·stages + 4) + 32 + 1024 bytes (BRQ = 128 or
 //     192 query rows; two Q buffers and the O tiles): d64 181440, d128
 //     230528 (ppp), 206016 (ppp3).
-//   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, lse, Dsum, dQaccum, dK, dV, BH,
+//   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, tdk, tdv, lse, Dsum, dQaccum, BH,
 //                                Sq, Sk, scale, causal)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
 //     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
-//     after, with swz = 1: see dq_stage); tq, tk, tv, tdo: CUtensorMaps of Q,
-//     K, V, dO (boxes of 64 columns × 64 rows for Q and dO, × 128 rows for K
-//     and V), see bwd; dQaccum 16-byte
+//     after, with swz = 1: see dq_stage); tq, tk, tv, tdo, tdk, tdv: CUtensorMaps
+//     of Q, K, V, dO, dK, dV (boxes of 64 columns × 64 rows for Q, dO, dK and
+//     dV, × 128 rows for K and V), see bwd and bwd_store_dkdv; dQaccum 16-byte
 //     aligned; grid (ceil(Sk/128), BH), block 256 (two warpgroups), dynamic smem
 //     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes (d64
 //     117312, d128 199232) plus the dQ staging tiles, 2*64*64*4 (d64) or
@@ -1132,6 +1132,28 @@ __device__ __forceinline__ void ppp_softmax(float* s, float* m, float* l, float 
   }
 }
 
+// A warpgroup's 64 × D accumulator x (the layout of S and O: a thread has
+// rows g and g+8 of its warp's 16 and two columns of each 8-column block),
+// row g+8r times mul[r], packed to 16 bits into the warp's rows wrow0.. of a
+// swizzled tile of ROWS rows (stmatrix, see x4_addr), as the source of a
+// TMA store.
+template <bool F16, int D, int ROWS>
+__device__ __forceinline__ void stage_rows(const float* x, const float* mul, u32 tile, int wrow0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; kk++) {
+    u32 a[4];
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+      const float* xj = x + 8 * kk + 2 * j;  // 8-column block 2kk + (j >> 1), row g + 8(j & 1)
+      a[j] = pack2<F16>(xj[0] * mul[j & 1], xj[1] * mul[j & 1]);
+    }
+    const u32 addr = x4_addr<ROWS>(tile, wrow0, kk, lane);
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a[0]),
+                 "r"(a[1]), "r"(a[2]), "r"(a[3])
+                 : "memory");
+  }
+}
+
 // The tile's O and LSE, its head and first row read from its slot. O leaves
 // through shared memory: the warpgroup's 64 rows, divided by l and packed to
 // 16 bits, go into its O tile sOw (stmatrix; the swizzled layout of the Q
@@ -1159,19 +1181,7 @@ __device__ __forceinline__ void ppp_store(const float* o, const float* m, const 
     inv[r] = ok ? 1.f / lsum : 0.f;
     if (t == 0 && row < Sq) LSE[(size_t)bh * Sq + row] = ok ? m[r] * scale + logf(lsum) : inf_f();
   }
-#pragma unroll
-  for (int kk = 0; kk < D / 16; kk++) {
-    u32 a[4];
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      const float* x = o + 8 * kk + 2 * j;  // 8-column block 2kk + (j >> 1), row g + 8(j & 1)
-      a[j] = pack2<F16>(x[0] * inv[j & 1], x[1] * inv[j & 1]);
-    }
-    const u32 addr = x4_addr<64>(sOw, (warp & 3) * 16, kk, lane);
-    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr), "r"(a[0]),
-                 "r"(a[1]), "r"(a[2]), "r"(a[3])
-                 : "memory");
-  }
+  stage_rows<F16, D, 64>(o, inv, sOw, (warp & 3) * 16, lane);
   fence_proxy_async();
   named_bar_sync(1 + NWG + cw, 128);  // ids 1..NWG are the turns
   if ((threadIdx.x & 127) == 0) {
@@ -1458,7 +1468,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
 //                                 COLS the 32 columns 32cw.. over all 128 keys
 //                                 (m64n32k16), without it all 64 columns over
 //                                 its own 64 keys.
-// dK = scale·ΣdSᵀQ and dV are stored at the end.
+// dK = scale·ΣdSᵀQ and dV are stored at the end (bwd_store_dkdv).
 //
 // dQ leaves through shared memory: each warpgroup stores its dQ into a
 // float32 staging tile (dq_stage), and thread 0 adds the tile to dQaccum with
@@ -1793,32 +1803,48 @@ __device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u3
   for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
 }
 
-// The backward's end: the thread's rows key0 and key0 + 8 of dK (times
-// scale) and dV, converted to 16 bits, keys >= Sk left out.
+// dK (times scale) and dV leave through shared memory, the K and V tiles
+// being free by then: each warpgroup stages its 64 keys (stage_rows) into
+// its own rows of the V tile, which only its own products read; into its
+// rows of the K tile only past cta_bar (nonzero: a barrier of both
+// warpgroups) where the other warpgroup's dQ product reads all of K; then,
+// past its barrier wg_bar0 + cw, its first thread stores them with TMA (keys past Sk are not written) and
+// waits for the stores before the CTA ends. Storing from registers (4-byte
+// stores, 64 a thread and tensor at D=128) kept the warps in the memory
+// queue for 3% of the kernel's stall samples (ncu on the H200, run 57).
 template <bool F16, int D>
-__device__ __forceinline__ void bwd_store_dkdv(u16* __restrict__ dK, u16* __restrict__ dV, int bh, int Sk, int key0,
-                                               int t, float scale, const float* dk, const float* dv) {
-  u16* dKb = dK + (size_t)bh * Sk * D;
-  u16* dVb = dV + (size_t)bh * Sk * D;
+__device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* tdv, float scale, const float* dk,
+                                               const float* dv, u32 cta_bar, u32 wg_bar0) {
+  constexpr int BC = BWD_BC;
+  wgmma_wait<0>();
+  // The K and V tiles open both kernels' shared memory. Their addresses,
+  // the warpgroup and the keys are computed here again rather than kept
+  // live through the callers' loops.
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const u32 sK = (smem_u32(smem_raw) + 1023u) & ~1023u, sV = sK + BC * D * 2;
+  const int cw = warpgroup_index(), wq = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
+  const int bh = blockIdx.y, kw0 = blockIdx.x * BC + cw * 64;
+  const float one[2] = {1.f, 1.f}, sc[2] = {scale, scale};
+  stage_rows<F16, D, BC>(dv, one, sV, cw * 64 + wq * 16, lane);
+  if (cta_bar) named_bar_sync(cta_bar, 256);
+  stage_rows<F16, D, BC>(dk, sc, sK, cw * 64 + wq * 16, lane);
+  fence_proxy_async();
+  named_bar_sync(wg_bar0 + cw, 128);
+  if ((threadIdx.x & 127) == 0) {
 #pragma unroll
-  for (int r = 0; r < 2; r++) {
-    const int key = key0 + r * 8;
-    if (key < Sk) {
-#pragma unroll
-      for (int dt = 0; dt < D / 8; dt++) {
-        *reinterpret_cast<u32*>(dKb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dk[4 * dt + 2 * r] * scale, dk[4 * dt + 2 * r + 1] * scale);
-        *reinterpret_cast<u32*>(dVb + (size_t)key * D + dt * 8 + 2 * t) =
-            pack2<F16>(dv[4 * dt + 2 * r], dv[4 * dt + 2 * r + 1]);
-      }
+    for (int blk = 0; blk < D / 64; blk++) {
+      tma_store(tdk, sK + blk * BC * 128 + cw * 64 * 128, blk * 64, kw0, bh);
+      tma_store(tdv, sV + blk * BC * 128 + cw * 64 * 128, blk * 64, kw0, bh);
     }
+    bulk_commit();
+    bulk_wait<0>();
   }
 }
 
 template <bool F16, int D, bool PIPE, bool COLS_ASKED, bool ALT_ASKED = false>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
-                                    float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
+                                    float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
                                     int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
   // COLS: see dq_tile; at D=128 the columns are split that way already.
@@ -2086,7 +2112,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   }
   if ((ALT ? (tid & 127) : tid) == 0) bulk_wait<0>();
 
-  bwd_store_dkdv<F16, D>(dK, dV, bh, Sk, key0, t, scale, dk, dv);
+  // ids 1-4 are the block barriers (ALT: 1, 2 and 3 + cw)
+  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, 5, 6);
 }
 
 // ------------------------------------------------ backward: ping-pong (D=64)
@@ -2167,7 +2194,7 @@ __device__ __forceinline__ void bwd_loader_block(const TmaMap* tq, const TmaMap*
 template <bool F16>
 __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                        const float* __restrict__ LSE, const float* __restrict__ Dsum,
-                                       float* __restrict__ dQacc, u16* __restrict__ dK, u16* __restrict__ dV, int BH,
+                                       float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
                                        int Sq, int Sk, float scale, int causal) {
   constexpr int D = 64;
   constexpr int BR = BWD_BR, BC = BWD_BC;
@@ -2322,7 +2349,8 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     named_bar_arrive(BWD_PP_FULL + 4 * cw + (i & 1), 160);
   }
 
-  bwd_store_dkdv<F16, D>(dK, dV, bh, Sk, key0, t, scale, dk, dv);
+  // K and V rows are the warpgroup's own (no barrier of both); ids 2-13 are taken
+  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, 0, 14);
 }
 
 }  // namespace fa90
@@ -2379,9 +2407,10 @@ FA90_FWD_PPP(flash_fwd_sm90_ppp3_fp16_d64, true, 64, 3, 4, false)
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
-           const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
-           int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd<F16, D, PIPE, COLS, ALT>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal); \
+           const __grid_constant__ fa90::TmaMap tdk, const __grid_constant__ fa90::TmaMap tdv,            \
+           const float* lse, const float* dsum, float* dqacc, int BH, int Sq, int Sk, float scale,       \
+           int causal) {                                                                                  \
+    fa90::bwd<F16, D, PIPE, COLS, ALT>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal); \
   }
 
 FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, false, false)
@@ -2399,9 +2428,10 @@ FA90_BWD(flash_bwd_sm90_alt_fp16_d128, true, 128, true, true, true)
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                      \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
-           const float* lse, const float* dsum, float* dqacc, unsigned short* dk, unsigned short* dv,    \
-           int BH, int Sq, int Sk, float scale, int causal) {                                            \
-    fa90::bwd_pp<F16>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal);         \
+           const __grid_constant__ fa90::TmaMap tdk, const __grid_constant__ fa90::TmaMap tdv,            \
+           const float* lse, const float* dsum, float* dqacc, int BH, int Sq, int Sk, float scale,       \
+           int causal) {                                                                                  \
+    fa90::bwd_pp<F16>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal);     \
   }
 
 FA90_BWD_PP(flash_bwd_sm90_pp_bf16_d64, false)

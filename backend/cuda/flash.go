@@ -295,6 +295,12 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err != nil {
 		return err
 	}
+	if sm90 != "" && !flashVecAligned(q, k, v, dO, dk, dv) && os.Getenv(FlashSM90BwdEnv) == "" {
+		// The Hopper backwards move Q, K, V, dO, dK and dV with TMA (16-byte
+		// aligned tensors only); FA2's takes the others unless a kernel was
+		// asked for by name (then the launch says which tensor is not).
+		sm90 = ""
+	}
 	vec := flashVecAligned(o, dO, dq, dqacc)
 	if vec {
 		if pre, err = ks.fn(p.bwdPreVec, 0); err != nil {

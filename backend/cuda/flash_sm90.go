@@ -700,8 +700,10 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2)
 		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
 		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(n), 1}
-		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows}, {k + ko, sk, flashSM90BwdKeys}, {v + ko, sk, flashSM90BwdKeys}, {dO + qo, sq, flashSM90BwdRows}}
+		// dK and dV are stored with TMA too, a warpgroup's 64 keys a box.
+		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows}, {k + ko, sk, flashSM90BwdKeys}, {v + ko, sk, flashSM90BwdKeys}, {dO + qo, sq, flashSM90BwdRows},
+			{dk + ko, sk, 64}, {dv + ko, sk, 64}}
 		return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads(variant), smem, n, dim, maps,
-			[]any{lse + lo, dsum + lo, dqacc + ao, dk + ko, dv + ko, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
+			[]any{lse + lo, dsum + lo, dqacc + ao, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
 }

@@ -257,7 +257,7 @@ func TestFlashAttentionGPU(t *testing.T) {
 		bh, sq, sk, dim int
 		causal          bool
 		dqOff           int  // bytes dQ sits past an allocation: 2 takes the pre/convert kernels' unaligned fallback
-		oOff            int  // bytes O sits past an allocation: 8 takes FA2's forward (the Hopper ones store O with TMA, which needs 16-byte alignment; FA2 needs 4)
+		outOff          int  // bytes O, dK and dV sit past their allocations: 8 takes FA2's kernels (the Hopper ones store them with TMA, which needs 16-byte alignment; FA2 4)
 		fa2             bool // FA2's kernels on a Hopper GPU too (FlashSM90Env, FlashSM90BwdEnv = 0): dQaccum unpermuted
 	}{
 		{GemmBF16, 3, 200, 200, 64, true, 0, 0, false},
@@ -273,7 +273,7 @@ func TestFlashAttentionGPU(t *testing.T) {
 		{GemmF32, 2, 150, 150, 128, true, 0, 0, false},
 		{GemmF32, 1, 33, 70, 20, false, 0, 0, false},
 	} {
-		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v/dqoff%d/ooff%d/fa2%v", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal, c.dqOff, c.oOff, c.fa2)
+		name := fmt.Sprintf("%v/bh%d/sq%d/sk%d/d%d/causal%v/dqoff%d/outoff%d/fa2%v", c.dt, c.bh, c.sq, c.sk, c.dim, c.causal, c.dqOff, c.outOff, c.fa2)
 		t.Run(name, func(t *testing.T) {
 			if c.fa2 {
 				t.Setenv(FlashSM90Env, "0")
@@ -286,9 +286,10 @@ func TestFlashAttentionGPU(t *testing.T) {
 			v, vh := flashUpload(t, d, c.dt, gen(nk))
 			dO, doh := flashUpload(t, d, c.dt, gen(nq))
 			es := c.dt.ElemSize()
-			o := flashAlloc(t, d, nq+8, es).Offset(c.oOff)
+			o := flashAlloc(t, d, nq+8, es).Offset(c.outOff)
 			lse := flashAlloc(t, d, c.bh*c.sq, 4)
-			dq, dk, dv := flashAlloc(t, d, nq+8, es).Offset(c.dqOff), flashAlloc(t, d, nk, es), flashAlloc(t, d, nk, es)
+			dq := flashAlloc(t, d, nq+8, es).Offset(c.dqOff)
+			dk, dv := flashAlloc(t, d, nk+8, es).Offset(c.outOff), flashAlloc(t, d, nk+8, es).Offset(c.outOff)
 			scale := float32(1 / math.Sqrt(float64(c.dim)))
 			if err := FlashForward(d, c.dt, q, k, v, o, lse, c.bh, c.sq, c.sk, c.dim, scale, c.causal); err != nil {
 				t.Fatal(err)

@@ -11,7 +11,8 @@ import (
 
 // wgmmaDescriptors is what sassDescriptorMoves finds in one kernel: its
 // wgmmas (HGMMA), and how many of them that are not the first of their
-// group have an R2UR between them and the wgmma before.
+// group read a descriptor that came from an ordinary register since the
+// wgmma before.
 type wgmmaDescriptors struct {
 	wgmmas, moved int
 }
@@ -19,6 +20,8 @@ type wgmmaDescriptors struct {
 var (
 	sassFunction    = regexp.MustCompile(`Function : (\S+)`)
 	sassInstruction = regexp.MustCompile(`^\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);`)
+	sassUniformReg  = regexp.MustCompile(`\bUR(\d+)\b`)
+	sassDescriptor  = regexp.MustCompile(`gdesc\[UR(\d+)\]`)
 )
 
 // sassDescriptorMoves reads a `cuobjdump -sass` listing. A wgmma takes its
@@ -29,13 +32,21 @@ var (
 // registers instead, every wgmma is preceded by R2URs (and the IMADs that
 // made them): on the H200 that cost the persistent forward 3–4% (run 50 in
 // BENCHMARKS.md) without any message from ptxas.
+//
+// A wgmma counts as moved when one of the four uniform registers from its
+// gdesc[URn] on was written, since the wgmma before, by an R2UR or by a
+// uniform instruction reading such a register (followed through straight
+// code, branches ignored). An R2UR that feeds something else (a loop bound
+// compared on the uniform datapath, say) leaves the wgmmas alone.
 func sassDescriptorMoves(sass string) map[string]wgmmaDescriptors {
 	out := map[string]wgmmaDescriptors{}
 	kernel := ""
-	first, r2ur := true, 0
+	first := true
+	fromR := map[int]bool{} // uniform registers holding a value moved from an ordinary one
 	for _, line := range strings.Split(sass, "\n") {
 		if m := sassFunction.FindStringSubmatch(line); m != nil {
-			kernel, first, r2ur = m[1], true, 0
+			kernel, first = m[1], true
+			clear(fromR)
 			continue
 		}
 		m := sassInstruction.FindStringSubmatch(line)
@@ -46,26 +57,60 @@ func sassDescriptorMoves(sass string) map[string]wgmmaDescriptors {
 		if len(f) == 0 {
 			continue
 		}
-		op := f[0]
-		if strings.HasPrefix(op, "@") && len(f) > 1 {
-			op = f[1] // predicated
+		if strings.HasPrefix(f[0], "@") && len(f) > 1 {
+			f = f[1:] // predicated
 		}
+		op := f[0]
 		switch {
 		case strings.HasPrefix(op, "WARPGROUP.ARRIVE"):
-			first, r2ur = true, 0
-		case strings.HasPrefix(op, "R2UR"):
-			r2ur++
+			first = true
 		case strings.HasPrefix(op, "HGMMA"):
 			d := out[kernel]
 			d.wgmmas++
-			if !first && r2ur > 0 {
-				d.moved++
+			if mm := sassDescriptor.FindStringSubmatch(m[1]); mm != nil && !first {
+				n := atoiDec(mm[1])
+				if fromR[n] || fromR[n+1] || fromR[n+2] || fromR[n+3] {
+					d.moved++
+				}
 			}
 			out[kernel] = d
-			first, r2ur = false, 0
+			first = false
+			clear(fromR)
+		default:
+			// A uniform destination is the first operand when it is a
+			// register URn (UISETP's are predicates); .64 writes two.
+			operands := strings.Split(strings.Join(f[1:], " "), ",")
+			if len(operands) == 0 {
+				continue
+			}
+			dst := sassUniformReg.FindStringSubmatch(strings.TrimSpace(operands[0]))
+			if dst == nil || strings.TrimSpace(operands[0]) != "UR"+dst[1] {
+				continue
+			}
+			moved := strings.HasPrefix(op, "R2UR")
+			for _, src := range operands[1:] {
+				for _, r := range sassUniformReg.FindAllStringSubmatch(src, -1) {
+					moved = moved || fromR[atoiDec(r[1])]
+				}
+			}
+			n := atoiDec(dst[1])
+			fromR[n] = moved
+			if strings.Contains(op, ".64") {
+				fromR[n+1] = moved
+			}
 		}
 	}
 	return out
+}
+
+// atoiDec is the value of a string of decimal digits (the regexps above
+// match nothing else).
+func atoiDec(s string) int {
+	n := 0
+	for _, c := range s {
+		n = 10*n + int(c-'0')
+	}
+	return n
 }
 
 // cudaTool is the path of a CUDA toolkit program (cuobjdump, nvdisasm): from
@@ -85,7 +130,9 @@ func cudaTool(name string) string {
 
 func TestSASSDescriptorMoves(t *testing.T) {
 	// Shortened from the sm_90a listings of run 50 (ppp with its
-	// descriptors in ordinary registers) and of the kept build.
+	// descriptors in ordinary registers) and of the kept build; "derived":
+	// a descriptor computed from a moved register; "bound": from bwd_pp
+	// (NVRTC 13), an R2UR that feeds a loop bound, not the descriptors.
 	const listing = `
 	code for sm_90a
 		Function : kept
@@ -109,9 +156,26 @@ func TestSASSDescriptorMoves(t *testing.T) {
         /*0560*/                   HGMMA.64x128x16.F32.BF16 R88, gdesc[UR20], R88 ;        /* 0x0 */
         /*0570*/                   R2UR UR20, R186 ;                                        /* 0x0 */
         /*0580*/                   HGMMA.64x128x16.F32.BF16 R88, gdesc[UR20], R88, gsb0 ;  /* 0x0 */
+		..........
+		Function : derived
+        /*0510*/                   WARPGROUP.ARRIVE ;                                      /* 0x00000000000079c5 */
+        /*0520*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12].tnspA.tnspB, RZ, !UPT ; /* 0x0 */
+        /*0530*/                   R2UR UR6, R0 ;                                           /* 0x0 */
+        /*0540*/                   UIADD3 UR14, UR6, 0x180, URZ ;                           /* 0x0 */
+        /*0550*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12].tnspA.tnspB, R24 ; /* 0x0 */
+		..........
+		Function : bound
+        /*0510*/                   WARPGROUP.ARRIVE ;                                      /* 0x00000000000079c5 */
+        /*0520*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12].tnspA.tnspB, RZ, !UPT ; /* 0x0 */
+        /*0530*/                   UIADD3 UR14, UR10, 0x180, URZ ;                          /* 0x0 */
+        /*0540*/                   R2UR UR10, R0 ;                                          /* 0x0 */
+        /*0550*/                   UIADD3 UR12, UR9, 0x180, URZ ;                           /* 0x0 */
+        /*0560*/                   UMOV UR15, 0x40000040 ;                                  /* 0x0 */
+        /*0570*/                   UISETP.GE.AND UP0, UPT, UR8, UR10, UPT ;                 /* 0x0 */
+        /*0580*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR12].tnspA.tnspB, R24, gsb0 ; /* 0x0 */
 `
 	got := sassDescriptorMoves(listing)
-	want := map[string]wgmmaDescriptors{"kept": {4, 0}, "moved": {3, 2}}
+	want := map[string]wgmmaDescriptors{"kept": {4, 0}, "moved": {3, 2}, "derived": {2, 1}, "bound": {2, 0}}
 	if len(got) != len(want) {
 		t.Fatalf("kernels %v, want %v", got, want)
 	}
