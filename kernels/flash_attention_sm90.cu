@@ -1804,6 +1804,32 @@ __device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u3
   for (int kk = 0; kk < BR / 16; kk++) wgmma_rs_nd<F16, D>(dk, dsa[kk], desc_off(dq0, kk * 16 * 128));
 }
 
+// The CTA's head and first key. Non-causal: grid (key block, head), as
+// launched. Causal: key block k does nqb − 2k query blocks, so with the
+// heads one after another (block order is x fastest) the last head's
+// longest CTAs started when most SMs were nearly done. Instead the heads
+// go in groups of BWD_GROUP, and a group's CTAs take the key blocks in
+// order, each key block for every head of the group before the next one:
+// the longest CTAs of a group come first, its shortest last, and a few
+// heads at a time share Q, dO and dQaccum in L2. On the H200 (run 67, bf16,
+// B·S = 16384, H·D = 2048) that ran 1.3–3.6% faster with 16 to 64 key
+// blocks a head (S 2048–8192) and 1.4% slower with 128 (S=16384, D=128,
+// where one head's CTAs are about a wave already): up to BWD_GROUP_KB key
+// blocks only.
+constexpr int BWD_GROUP = 8, BWD_GROUP_KB = 64;
+__device__ __forceinline__ void bwd_tile(int causal, int& bh, int& kb) {
+  if (!causal || (int)gridDim.x > BWD_GROUP_KB) {
+    bh = blockIdx.y;
+    kb = blockIdx.x;
+    return;
+  }
+  const int nkb = gridDim.x, l = blockIdx.y * nkb + blockIdx.x;
+  const int g = l / (BWD_GROUP * nkb), r = l - g * BWD_GROUP * nkb;
+  const int gh = min(BWD_GROUP, (int)gridDim.y - g * BWD_GROUP);  // heads in this group
+  kb = r / gh;
+  bh = g * BWD_GROUP + (r - kb * gh);
+}
+
 // dK (times scale) and dV leave through shared memory, the K and V tiles
 // being free by then: each warpgroup stages its 64 keys (stage_rows) into
 // its own rows of the V tile, which only its own products read; into its
@@ -1815,7 +1841,7 @@ __device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u3
 // queue for 3% of the kernel's stall samples (ncu on the H200, run 57).
 template <bool F16, int D>
 __device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* tdv, float scale, const float* dk,
-                                               const float* dv, u32 cta_bar, u32 wg_bar0) {
+                                               const float* dv, int causal, u32 cta_bar, u32 wg_bar0) {
   constexpr int BC = BWD_BC;
   wgmma_wait<0>();
   // The K and V tiles open both kernels' shared memory. Their addresses,
@@ -1824,7 +1850,9 @@ __device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* 
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const u32 sK = (smem_u32(smem_raw) + 1023u) & ~1023u, sV = sK + BC * D * 2;
   const int cw = warpgroup_index(), wq = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
-  const int bh = blockIdx.y, kw0 = blockIdx.x * BC + cw * 64;
+  int bh, kb;
+  bwd_tile(causal, bh, kb);
+  const int kw0 = kb * BC + cw * 64;
   const float one[2] = {1.f, 1.f}, sc[2] = {scale, scale};
   stage_rows<F16, D, BC>(dv, one, sV, cw * 64 + wq * 16, lane);
   if (cta_bar) named_bar_sync(cta_bar, 256);
@@ -1870,8 +1898,9 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 bars = sLD + 3 * 2 * BR * 4;  // 4 mbarriers of 8 bytes
   const u32 barKV = bars, full0 = bars + 8;
 
-  const int bh = blockIdx.y;
-  const int n0 = blockIdx.x * BC;
+  int bh, kb;
+  bwd_tile(causal, bh, kb);
+  const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;
@@ -2114,7 +2143,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   if ((ALT ? (tid & 127) : tid) == 0) bulk_wait<0>();
 
   // ids 1-4 are the block barriers (ALT: 1, 2 and 3 + cw)
-  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, 5, 6);
+  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, causal, 5, 6);
 }
 
 // ------------------------------------------------ backward: ping-pong (D=64)
@@ -2214,8 +2243,9 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
   const u32 bars = sLD + 3 * 2 * BR * 4;
   const u32 barKV = bars, full0 = bars + 8, empty0 = bars + 32;
 
-  const int bh = blockIdx.y;
-  const int n0 = blockIdx.x * BC;
+  int bh, kb;
+  bwd_tile(causal, bh, kb);
+  const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;
@@ -2351,7 +2381,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
   }
 
   // K and V rows are the warpgroup's own (no barrier of both); ids 2-13 are taken
-  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, 0, 14);
+  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, causal, 0, 14);
 }
 
 }  // namespace fa90

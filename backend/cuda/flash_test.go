@@ -269,6 +269,8 @@ func TestFlashAttentionGPU(t *testing.T) {
 		{GemmF16, 2, 77, 300, 128, false, 0, 0, true},
 		{GemmBF16, 2, 130, 100, 128, true, 2, 0, true},
 		{GemmBF16, 2, 130, 100, 128, false, 0, 8, false},
+		{GemmBF16, 11, 300, 300, 128, true, 0, 0, false}, // causal heads in groups of 8 (bwd_tile): 8 + 3
+		{GemmF16, 11, 260, 200, 64, true, 0, 0, false},
 		{GemmBF16, 2, 65, 90, 40, true, 0, 0, false},
 		{GemmF32, 2, 150, 150, 128, true, 0, 0, false},
 		{GemmF32, 1, 33, 70, 20, false, 0, 0, false},
