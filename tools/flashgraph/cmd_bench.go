@@ -480,7 +480,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
 	causalFlag := fs.String("causal", "both", "both, causal or noncausal")
-	iters := fs.Int("iters", 20, "timed iterations per measurement (the median is reported)")
+	iters := fs.Int("iters", 20, "timed iterations per measurement, forward and backward each in a loop of its own (the median is reported)")
 	warmup := fs.Int("warmup", 3, "untimed iterations before timing")
 	tokens := fs.Int("tokens", 16384, "B·S: B = tokens/S")
 	width := fs.Int("width", 2048, "H·D: H = width/D")
@@ -687,7 +687,7 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		torchNote = "PyTorch reference skipped (-torch \"\")"
 	}
 	fmt.Fprintf(stdout, "flashgraph bench: %s\n", header)
-	fmt.Fprintf(stdout, "bf16, B·S = %d tokens, H·D = %d; CUDA events, median of %d after %d warm-up; %s\n",
+	fmt.Fprintf(stdout, "bf16, B·S = %d tokens, H·D = %d; CUDA events, forward and backward each timed in a loop of its own (as PyTorch's), median of %d after %d warm-up; %s\n",
 		tokens, width, iters, warmup, time.Now().UTC().Format("2006-01-02"))
 	for _, r := range rows {
 		if r.Torch != "" {
