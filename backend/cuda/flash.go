@@ -233,7 +233,8 @@ func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
 
 // FlashBackward computes dQ, dK, dV from Q, K, V, O, dO and the forward's LSE.
 // On an sm_90 device its main kernel may be the Hopper one (see
-// FlashSM90BwdEnv).
+// FlashSM90BwdEnv) when Q, K, V, dO, dK and dV are 16-byte aligned (FA2's
+// needs 4).
 // workspace must hold FlashBackwardWorkspaceBytes(bh, sq, dim) bytes; when it is 0,
 // FlashBackward allocates it, waits for the kernels and frees it.
 func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
