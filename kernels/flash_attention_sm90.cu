@@ -500,6 +500,8 @@ __device__ __forceinline__ void tma_load(u32 dst, const TmaMap* map, int col, in
       : "memory");
 }
 
+// Bulk asynchronous reduction global[gaddr..+bytes) += shared[saddr..+bytes)
+// (float32 adds in L2), in this thread's current bulk group: both addresses
 // 16-byte aligned, bytes a multiple of 16. The shared source must have been
 // written before through the generic proxy, fenced with fence_proxy_async by
 // each writer, then a barrier; it may be rewritten once bulk_wait_read says
@@ -1571,8 +1573,6 @@ __device__ __forceinline__ void wgmma_rs_nd(float* d, const u32* a, u64 db) {
   }
 }
 
-// Bulk asynchronous reduction global[gaddr..+bytes) += shared[saddr..+bytes)
-// (float32 adds in L2), in this thread's current bulk group: both addresses
 // 4-byte async copy global->shared; zero-filled when src_bytes is 0.
 __device__ __forceinline__ void cp_async4(u32 dst, const void* src, int src_bytes) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
@@ -1835,8 +1835,9 @@ __device__ __forceinline__ void bwd_tile(int causal, int& bh, int& kb) {
 // its own rows of the V tile, which only its own products read; into its
 // rows of the K tile only past cta_bar (nonzero: a barrier of both
 // warpgroups) where the other warpgroup's dQ product reads all of K; then,
-// past its barrier wg_bar0 + cw, its first thread stores them with TMA (keys past Sk are not written) and
-// waits for the stores before the CTA ends. Storing from registers (4-byte
+// past its barrier wg_bar0 + cw, its first thread stores them with TMA
+// (keys past Sk are not written) and waits for the stores before the CTA
+// ends. Storing from registers (4-byte
 // stores, 64 a thread and tensor at D=128) kept the warps in the memory
 // queue for 3% of the kernel's stall samples (ncu on the H200, run 57).
 template <bool F16, int D>

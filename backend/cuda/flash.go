@@ -334,9 +334,10 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	return d.Launch(conv, [3]uint32{uint32(blocks), 1, 1}, blk256, 0, dqacc, dq, n, int32(dim), int32(sq), scale, b2i(sm90 != ""))
 }
 
-// flashVecAligned reports whether the backward's pre and convert kernels
-// may move 16 bytes a thread: every tensor they touch starts 16-byte aligned
-// (the head dims of the tensor-core path keep every row so).
+// flashVecAligned reports whether every tensor given starts 16-byte aligned
+// (the head dims of the tensor-core path keep every row so): what the
+// backward's pre and convert kernels need to move 16 bytes a thread, and the
+// Hopper kernels' TMA copies need at all.
 func flashVecAligned(ptrs ...DevicePtr) bool {
 	for _, p := range ptrs {
 		if p%16 != 0 {
