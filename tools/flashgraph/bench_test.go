@@ -202,3 +202,52 @@ func TestSM90Table(t *testing.T) {
 		t.Errorf("a failed sm90 run should print dashes and its reason")
 	}
 }
+
+// TestMedianRows merges three rounds: times are the medians, TFLOP/s follow
+// from them, each round's time is kept, a path that did not run stays as it
+// was, and one round alone is left untouched.
+func TestMedianRows(t *testing.T) {
+	row := func(impl string, fwd, bwd float64) benchRow {
+		f, b := attnFLOPs(2, 16, 8192, 128, true)
+		return benchRow{Kind: "attention", Impl: impl, B: 2, H: 16, S: 8192, D: 128, Causal: true,
+			FwdMs: fptr(fwd), BwdMs: fptr(bwd), FwdTFLOPs: fptr(tflops(f, fwd)), BwdTFLOPs: fptr(tflops(b, bwd))}
+	}
+	skipped := benchRow{Kind: "attention", Impl: "composed", B: 2, H: 16, S: 8192, D: 128, Causal: true, Error: sptr("skipped")}
+	rounds := [][]benchRow{
+		{row("fused", 1.0, 3.0), skipped, row("torch-cudnn", 1.2, 2.5)},
+		{row("torch-cudnn", 1.1, 2.9), row("fused", 0.8, 2.6), skipped},
+		{row("fused", 0.9, 2.7), skipped, row("torch-cudnn", 1.3, 2.4)},
+	}
+	got := medianRows(rounds)
+	if len(got) != 3 || got[0].Impl != "fused" || got[1].Impl != "composed" || got[2].Impl != "torch-cudnn" {
+		t.Fatalf("rows %v", got)
+	}
+	f, b := attnFLOPs(2, 16, 8192, 128, true)
+	for _, c := range []struct {
+		r        benchRow
+		fwd, bwd float64
+	}{{got[0], 0.9, 2.7}, {got[2], 1.2, 2.5}} {
+		if *c.r.FwdMs != c.fwd || *c.r.BwdMs != c.bwd {
+			t.Errorf("%s: fwd %v bwd %v ms, want medians %v %v", c.r.Impl, *c.r.FwdMs, *c.r.BwdMs, c.fwd, c.bwd)
+		}
+		if *c.r.FwdTFLOPs != tflops(f, c.fwd) || *c.r.BwdTFLOPs != tflops(b, c.bwd) {
+			t.Errorf("%s: TFLOP/s %v %v not from the medians", c.r.Impl, *c.r.FwdTFLOPs, *c.r.BwdTFLOPs)
+		}
+		if len(c.r.FwdMsRounds) != 3 || len(c.r.BwdMsRounds) != 3 {
+			t.Errorf("%s: rounds %v %v", c.r.Impl, c.r.FwdMsRounds, c.r.BwdMsRounds)
+		}
+	}
+	if got[0].FwdMsRounds[1] != 0.8 {
+		t.Errorf("fused rounds %v, want them in round order", got[0].FwdMsRounds)
+	}
+	if c := got[1]; c.Error == nil || c.FwdMs != nil || c.BwdMs != nil {
+		t.Errorf("the skipped path: %+v", c)
+	}
+	one := medianRows(rounds[:1])
+	if len(one) != 3 || *one[0].FwdMs != 1.0 || one[0].FwdMsRounds != nil {
+		t.Errorf("one round: %+v", one[0])
+	}
+	if m := medianPtr([]float64{4, 1, 3, 2}); *m != 2.5 {
+		t.Errorf("median of an even count: %v", *m)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -85,6 +86,11 @@ type benchRow struct {
 
 	StepMs *float64 `json:"step_ms,omitempty"` // train_memory
 	Loss   *float64 `json:"loss,omitempty"`    // train_memory
+
+	// FwdMsRounds and BwdMsRounds: each round's time when -rounds > 1
+	// (fwd_ms and bwd_ms are their medians).
+	FwdMsRounds []float64 `json:"fwd_ms_rounds,omitempty"`
+	BwdMsRounds []float64 `json:"bwd_ms_rounds,omitempty"`
 
 	Iters int     `json:"iters,omitempty"`
 	GPU   string  `json:"gpu,omitempty"`
@@ -482,13 +488,15 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	causalFlag := fs.String("causal", "both", "both, causal or noncausal")
 	iters := fs.Int("iters", 20, "timed iterations per measurement, forward and backward each in a loop of its own (the median is reported)")
 	warmup := fs.Int("warmup", 3, "untimed iterations before timing")
+	rounds := fs.Int("rounds", 3, "times the whole table is measured, ours and PyTorch's taking turns at going first; each\n"+
+		"row gives the median (the card's clock follows its load: one round's ratios move by up to 13%)")
 	tokens := fs.Int("tokens", 16384, "B·S: B = tokens/S")
 	width := fs.Int("width", 2048, "H·D: H = width/D")
 	torchPy := fs.String("torch", "python3", `python3 with PyTorch for the SDPA reference ("" skips PyTorch)`)
 	reference := fs.String("reference", "tools/reference/sdpa_bench.py", "path of the PyTorch SDPA script")
 	torchBackends := fs.String("torch-backends", "flash,cudnn,efficient", "SDPA backends to time")
 	jsonOut := fs.String("json", "", "write every row (ours, PyTorch's, -memory's) as JSON lines to FILE")
-	quick := fs.Bool("quick", false, "a smoke test: two shapes (S=1024 D=64 causal, S=4096 D=128 non-causal), 5 iterations")
+	quick := fs.Bool("quick", false, "a smoke test: two shapes (S=1024 D=64 causal, S=4096 D=128 non-causal), 5 iterations, one round")
 	composed := fs.Bool("composed", true, "time the composed path too (it materialises B·H·S² scores)")
 	attention := fs.Bool("attention", true, "run the attention table")
 	memory := fs.Bool("memory", false, "also run the training-step memory table (model small, fused vs unfused)")
@@ -529,6 +537,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if !set["warmup"] {
 			*warmup = 2
 		}
+		if !set["rounds"] {
+			*rounds = 1
+		}
 	} else {
 		ss, err := parseInts("seqs", *seqs)
 		if err != nil {
@@ -559,8 +570,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *iters < 1 || *warmup < 0 {
-		return errors.New("-iters must be at least 1 and -warmup at least 0")
+	if *iters < 1 || *warmup < 0 || *rounds < 1 {
+		return errors.New("-iters and -rounds must be at least 1 and -warmup at least 0")
 	}
 	if *tokens < 1 || *width < 1 {
 		return fmt.Errorf("-tokens and -width must be positive, got %d and %d", *tokens, *width)
@@ -581,7 +592,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	var rows []benchRow
 	if *attention {
-		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *composed, *sm90, *seed,
+		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *rounds, *composed, *sm90, *seed,
 			*torchPy, *reference, *torchBackends)
 		rows = append(rows, r...)
 		if err != nil {
@@ -615,9 +626,8 @@ func deviceLine(d *cuda.Device) string {
 	return s
 }
 
-func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed, sm90 bool,
+func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters, rounds int, composed, sm90 bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
-	t0 := time.Now()
 	if sm90 {
 		// FlashForward reads the variable at each call: "fused" runs FA2 with
 		// it 0, each sm90Variants row with its value; the caller's value comes
@@ -632,63 +642,63 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		}()
 		os.Setenv(cuda.FlashSM90Env, "0")
 	}
-	ab, err := bench.NewAttnBench(tokens*width, seed)
-	if err != nil {
-		return nil, fmt.Errorf("bench needs -device cuda: %w", err)
-	}
-	ab.Warmup, ab.Iters = warmup, iters
-	gpu := ab.Device().Name()
-	header := deviceLine(ab.Device())
-	fmt.Fprintf(stderr, "bench: %s; inputs ready in %v\n", header, time.Since(t0).Round(time.Millisecond))
-	var rows []benchRow
-	for _, sh := range shapes {
-		as := bench.AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
-		t1 := time.Now()
-		r, err := ab.Run(as, composed)
-		if err != nil {
-			ab.Close()
-			return rows, fmt.Errorf("%v: %w", as, err)
-		}
-		rows = append(rows, attnRows(r, iters, gpu)...)
-		fmt.Fprintf(stderr, "bench: %v: fused %s, composed %s (%v)\n", as, timingText(r.Fused), timingText(r.Composed), time.Since(t1).Round(time.Millisecond))
-		for _, v := range sm90Variants {
-			if !sm90 {
-				break
-			}
-			os.Setenv(cuda.FlashSM90Env, v.env)
-			r90, err := ab.Run(as, false)
-			os.Setenv(cuda.FlashSM90Env, "0")
-			if err != nil {
-				ab.Close()
-				return rows, fmt.Errorf("%v (%s): %w", as, v.impl, err)
-			}
-			row := attnRows(r90, iters, gpu)[0]
-			row.Impl = v.impl
-			rows = append(rows, row)
-			fmt.Fprintf(stderr, "bench: %v: %s %s\n", as, v.impl, timingText(r90.Fused))
-		}
-		if r.Checked {
-			fmt.Fprintf(stderr, "bench:   max|fused-composed| O %.2g dQ %.2g dK %.2g dV %.2g (max|composed| %.3g %.3g %.3g %.3g)\n",
-				r.MaxAbsErr[0], r.MaxAbsErr[1], r.MaxAbsErr[2], r.MaxAbsErr[3], r.MaxAbsRef[0], r.MaxAbsRef[1], r.MaxAbsRef[2], r.MaxAbsRef[3])
-		}
-	}
-	if err := ab.Close(); err != nil {
-		return rows, err
-	}
-	torchNote := ""
-	if torchPy != "" {
-		tr, err := runTorch(stderr, torchPy, reference, torchBackends, shapes, tokens, width, warmup, iters)
-		if err != nil {
-			torchNote = "PyTorch reference not run: " + err.Error()
-			fmt.Fprintln(stderr, "bench: "+torchNote)
-		}
-		rows = append(rows, tr...)
-	} else {
+	// Rounds take turns at going first, ours and PyTorch's: the card's clock
+	// follows its temperature and power draw, so whichever runs right after
+	// the other's minutes of load, or after an idle pause, is timed on a
+	// different clock (run 62 in BENCHMARKS.md: up to 13% either way on one
+	// shape). The table gives each row's median over the rounds.
+	var perRound [][]benchRow
+	header, torchNote := "", ""
+	if torchPy == "" {
 		torchNote = "PyTorch reference skipped (-torch \"\")"
 	}
+	for r := range rounds {
+		var round []benchRow
+		ours := func() error {
+			rows, h, err := benchOurs(stderr, shapes, tokens, width, warmup, iters, composed, sm90, seed)
+			header = h
+			round = append(round, rows...)
+			return err
+		}
+		torch := func() {
+			if torchPy == "" || torchNote != "" {
+				return
+			}
+			tr, err := runTorch(stderr, torchPy, reference, torchBackends, shapes, tokens, width, warmup, iters)
+			if err != nil {
+				// Not retried in later rounds: what failed once (no
+				// PyTorch, no GPU for it) fails again.
+				torchNote = "PyTorch reference not run: " + err.Error()
+				fmt.Fprintln(stderr, "bench: "+torchNote)
+			}
+			round = append(round, tr...)
+		}
+		if rounds > 1 {
+			first := "ours"
+			if r%2 == 1 {
+				first = "PyTorch's"
+			}
+			fmt.Fprintf(stderr, "bench: round %d of %d, %s first\n", r+1, rounds, first)
+		}
+		if r%2 == 1 {
+			torch()
+		}
+		if err := ours(); err != nil {
+			return medianRows(append(perRound, round)), err
+		}
+		if r%2 == 0 {
+			torch()
+		}
+		perRound = append(perRound, round)
+	}
+	rows := medianRows(perRound)
 	fmt.Fprintf(stdout, "flashgraph bench: %s\n", header)
-	fmt.Fprintf(stdout, "bf16, B·S = %d tokens, H·D = %d; CUDA events, forward and backward each timed in a loop of its own (as PyTorch's), median of %d after %d warm-up; %s\n",
-		tokens, width, iters, warmup, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(stdout, "bf16, B·S = %d tokens, H·D = %d; CUDA events, forward and backward each timed in a loop of its own (as PyTorch's), median of %d after %d warm-up",
+		tokens, width, iters, warmup)
+	if rounds > 1 {
+		fmt.Fprintf(stdout, "; median of %d rounds, ours and PyTorch's taking turns at going first", rounds)
+	}
+	fmt.Fprintf(stdout, "; %s\n", time.Now().UTC().Format("2006-01-02"))
 	for _, r := range rows {
 		if r.Torch != "" {
 			fmt.Fprintf(stdout, "PyTorch %s (SDPA, tools/reference/sdpa_bench.py)\n", r.Torch)
@@ -706,6 +716,125 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 		fmt.Fprintln(stdout, torchNote)
 	}
 	return rows, nil
+}
+
+// benchOurs times our fused (and composed, and with sm90 each Hopper
+// forward's) attention on every shape once; it returns the rows and the
+// device line.
+func benchOurs(stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed, sm90 bool, seed uint64) ([]benchRow, string, error) {
+	t0 := time.Now()
+	ab, err := bench.NewAttnBench(tokens*width, seed)
+	if err != nil {
+		return nil, "", fmt.Errorf("bench needs -device cuda: %w", err)
+	}
+	ab.Warmup, ab.Iters = warmup, iters
+	gpu := ab.Device().Name()
+	header := deviceLine(ab.Device())
+	fmt.Fprintf(stderr, "bench: %s; inputs ready in %v\n", header, time.Since(t0).Round(time.Millisecond))
+	var rows []benchRow
+	for _, sh := range shapes {
+		as := bench.AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
+		t1 := time.Now()
+		r, err := ab.Run(as, composed)
+		if err != nil {
+			ab.Close()
+			return rows, header, fmt.Errorf("%v: %w", as, err)
+		}
+		rows = append(rows, attnRows(r, iters, gpu)...)
+		fmt.Fprintf(stderr, "bench: %v: fused %s, composed %s (%v)\n", as, timingText(r.Fused), timingText(r.Composed), time.Since(t1).Round(time.Millisecond))
+		for _, v := range sm90Variants {
+			if !sm90 {
+				break
+			}
+			os.Setenv(cuda.FlashSM90Env, v.env)
+			r90, err := ab.Run(as, false)
+			os.Setenv(cuda.FlashSM90Env, "0")
+			if err != nil {
+				ab.Close()
+				return rows, header, fmt.Errorf("%v (%s): %w", as, v.impl, err)
+			}
+			row := attnRows(r90, iters, gpu)[0]
+			row.Impl = v.impl
+			rows = append(rows, row)
+			fmt.Fprintf(stderr, "bench: %v: %s %s\n", as, v.impl, timingText(r90.Fused))
+		}
+		if r.Checked {
+			fmt.Fprintf(stderr, "bench:   max|fused-composed| O %.2g dQ %.2g dK %.2g dV %.2g (max|composed| %.3g %.3g %.3g %.3g)\n",
+				r.MaxAbsErr[0], r.MaxAbsErr[1], r.MaxAbsErr[2], r.MaxAbsErr[3], r.MaxAbsRef[0], r.MaxAbsRef[1], r.MaxAbsRef[2], r.MaxAbsRef[3])
+		}
+	}
+	if err := ab.Close(); err != nil {
+		return rows, header, err
+	}
+	return rows, header, nil
+}
+
+// medianRows merges the rounds' rows of each implementation and shape into
+// one: forward and backward times are the medians of the rounds that have
+// them (each kept in fwd_ms_rounds, bwd_ms_rounds when there are several),
+// TFLOP/s follow from those; the rest is the first round's.
+func medianRows(rounds [][]benchRow) []benchRow {
+	type key struct {
+		kind, impl string
+		s, d       int
+		causal     bool
+	}
+	var order []key
+	byKey := map[key][]benchRow{}
+	for _, round := range rounds {
+		for _, r := range round {
+			k := key{r.Kind, r.Impl, r.S, r.D, r.Causal}
+			if _, ok := byKey[k]; !ok {
+				order = append(order, k)
+			}
+			byKey[k] = append(byKey[k], r)
+		}
+	}
+	rows := make([]benchRow, 0, len(order))
+	for _, k := range order {
+		all := byKey[k]
+		row := all[0]
+		if len(all) > 1 {
+			row.FwdMsRounds, row.BwdMsRounds = msOf(all, func(r benchRow) *float64 { return r.FwdMs }), msOf(all, func(r benchRow) *float64 { return r.BwdMs })
+			row.FwdMs, row.BwdMs = medianPtr(row.FwdMsRounds), medianPtr(row.BwdMsRounds)
+			f, b := attnFLOPs(row.B, row.H, row.S, row.D, row.Causal)
+			row.FwdTFLOPs, row.BwdTFLOPs = nil, nil
+			if row.FwdMs != nil {
+				row.FwdTFLOPs = fptr(tflops(f, *row.FwdMs))
+			}
+			if row.BwdMs != nil {
+				row.BwdTFLOPs = fptr(tflops(b, *row.BwdMs))
+			}
+		}
+		rows = append(rows, row)
+	}
+	return rows
+}
+
+// msOf collects the times get finds in rows (nil when none has one).
+func msOf(rows []benchRow, get func(benchRow) *float64) []float64 {
+	var ms []float64
+	for _, r := range rows {
+		if v := get(r); v != nil {
+			ms = append(ms, *v)
+		}
+	}
+	return ms
+}
+
+// medianPtr is the median of v (the mean of the middle two for an even
+// count), nil for none.
+func medianPtr(v []float64) *float64 {
+	if len(v) == 0 {
+		return nil
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	m := s[len(s)/2]
+	if len(s)%2 == 0 {
+		m = (s[len(s)/2-1] + s[len(s)/2]) / 2
+	}
+	return &m
 }
 
 func timingText(t bench.AttnTiming) string {
