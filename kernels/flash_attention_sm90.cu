@@ -1815,19 +1815,26 @@ __device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u3
 // B·S = 16384, H·D = 2048) that ran 1.3–3.6% faster with 16 to 64 key
 // blocks a head (S 2048–8192) and 1.4% slower with 128 (S=16384, D=128,
 // where one head's CTAs are about a wave already): up to BWD_GROUP_KB key
-// blocks only.
-constexpr int BWD_GROUP = 8, BWD_GROUP_KB = 64;
-__device__ __forceinline__ void bwd_tile(int causal, int& bh, int& kb) {
+// blocks only. A group's heads keep their Q, dO and dQaccum (8·Sq·D bytes
+// a head) within BWD_GROUP_BYTES, so fewer than eight from 4 MiB a head
+// (D=128, S=8192: four). There eight heads (64 MiB, more than the L2 holds)
+// read 676 MB from DRAM and wrote 412, four 406 and 269, and ran 0.7–0.9%
+// faster (runs 72, 73: ncu, and three passes each); at S ≤ 4096 four
+// instead of eight ran 2.3–2.5% slower (the longest CTAs less often first).
+constexpr int BWD_GROUP = 8, BWD_GROUP_KB = 64, BWD_GROUP_BYTES = 32 << 20;
+template <int D>
+__device__ __forceinline__ void bwd_tile(int causal, int Sq, int& bh, int& kb) {
   if (!causal || (int)gridDim.x > BWD_GROUP_KB) {
     bh = blockIdx.y;
     kb = blockIdx.x;
     return;
   }
+  const int heads = max(1, min(BWD_GROUP, BWD_GROUP_BYTES / (8 * D) / Sq));
   const int nkb = gridDim.x, l = blockIdx.y * nkb + blockIdx.x;
-  const int g = l / (BWD_GROUP * nkb), r = l - g * BWD_GROUP * nkb;
-  const int gh = min(BWD_GROUP, (int)gridDim.y - g * BWD_GROUP);  // heads in this group
+  const int g = l / (heads * nkb), r = l - g * heads * nkb;
+  const int gh = min(heads, (int)gridDim.y - g * heads);  // heads in this group
   kb = r / gh;
-  bh = g * BWD_GROUP + (r - kb * gh);
+  bh = g * heads + (r - kb * gh);
 }
 
 // dK (times scale) and dV leave through shared memory, the K and V tiles
@@ -1842,7 +1849,7 @@ __device__ __forceinline__ void bwd_tile(int causal, int& bh, int& kb) {
 // queue for 3% of the kernel's stall samples (ncu on the H200, run 57).
 template <bool F16, int D>
 __device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* tdv, float scale, const float* dk,
-                                               const float* dv, int causal, u32 cta_bar, u32 wg_bar0) {
+                                               const float* dv, int causal, int Sq, u32 cta_bar, u32 wg_bar0) {
   constexpr int BC = BWD_BC;
   wgmma_wait<0>();
   // The K and V tiles open both kernels' shared memory. Their addresses,
@@ -1852,7 +1859,7 @@ __device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* 
   const u32 sK = (smem_u32(smem_raw) + 1023u) & ~1023u, sV = sK + BC * D * 2;
   const int cw = warpgroup_index(), wq = (threadIdx.x >> 5) & 3, lane = threadIdx.x & 31;
   int bh, kb;
-  bwd_tile(causal, bh, kb);
+  bwd_tile<D>(causal, Sq, bh, kb);
   const int kw0 = kb * BC + cw * 64;
   const float one[2] = {1.f, 1.f}, sc[2] = {scale, scale};
   stage_rows<F16, D, BC>(dv, one, sV, cw * 64 + wq * 16, lane);
@@ -1900,7 +1907,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 barKV = bars, full0 = bars + 8;
 
   int bh, kb;
-  bwd_tile(causal, bh, kb);
+  bwd_tile<D>(causal, Sq, bh, kb);
   const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
@@ -2144,7 +2151,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   if ((ALT ? (tid & 127) : tid) == 0) bulk_wait<0>();
 
   // ids 1-4 are the block barriers (ALT: 1, 2 and 3 + cw)
-  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, causal, 5, 6);
+  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, causal, Sq, 5, 6);
 }
 
 // ------------------------------------------------ backward: ping-pong (D=64)
@@ -2245,7 +2252,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
   const u32 barKV = bars, full0 = bars + 8, empty0 = bars + 32;
 
   int bh, kb;
-  bwd_tile(causal, bh, kb);
+  bwd_tile<D>(causal, Sq, bh, kb);
   const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
@@ -2382,7 +2389,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
   }
 
   // K and V rows are the warpgroup's own (no barrier of both); ids 2-13 are taken
-  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, causal, 0, 14);
+  bwd_store_dkdv<F16, D>(tdk, tdv, scale, dk, dv, causal, Sq, 0, 14);
 }
 
 }  // namespace fa90

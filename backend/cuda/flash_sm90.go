@@ -252,7 +252,7 @@ const flashMaxGridY = 65535
 // and V (forward) or Q, dO and dQaccum (backward) in L2; with the head on
 // grid x, as before, each of the 132 resident CTAs streamed a different
 // head's tensors from DRAM. (The causal backwards regroup their CTAs a
-// little, eight heads at a time: see bwd_tile in the .cu.)
+// little, a few heads at a time: see bwd_tile in the .cu.)
 func flashHeadChunks(bh int, launch func(h0, n int) error) error {
 	for h0 := 0; h0 < bh; h0 += flashMaxGridY {
 		if err := launch(h0, min(flashMaxGridY, bh-h0)); err != nil {

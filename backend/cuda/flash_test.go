@@ -270,6 +270,7 @@ func TestFlashAttentionGPU(t *testing.T) {
 		{GemmBF16, 2, 130, 100, 128, true, 2, 0, true},
 		{GemmBF16, 2, 130, 100, 128, false, 0, 8, false},
 		{GemmBF16, 11, 300, 300, 128, true, 0, 0, false}, // causal heads in groups of 8 (bwd_tile): 8 + 3
+		{GemmBF16, 5, 8200, 130, 128, true, 0, 0, false}, // 8 MiB of Q, dO, dQaccum a head: groups of 3 (bwd_tile): 3 + 2
 		{GemmF16, 11, 260, 200, 64, true, 0, 0, false},
 		{GemmBF16, 2, 65, 90, 40, true, 0, 0, false},
 		{GemmF32, 2, 150, 150, 128, true, 0, 0, false},
