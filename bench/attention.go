@@ -12,6 +12,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
@@ -153,6 +154,10 @@ type AttnBench struct {
 	in     [4]cuda.DevicePtr // q, k, v, dout
 	Warmup int               // untimed runs before timing (at least 1)
 	Iters  int               // timed runs; the median is reported
+	// Settle is how long the device idles before each timed loop's warm-up,
+	// so that every loop starts from the same state: the card's clock drops
+	// under minutes of load and recovers when idle.
+	Settle time.Duration
 }
 
 // NewAttnBench opens the GPU, compiles the kernels and uploads random normal
@@ -314,6 +319,12 @@ func (ab *AttnBench) timeLoop(phases []func() error, timed []bool) ([]float64, e
 				return nil, err
 			}
 			continue
+		}
+		if ab.Settle > 0 {
+			if err := d.Synchronize(); err != nil {
+				return nil, err
+			}
+			time.Sleep(ab.Settle)
 		}
 		for range max(1, ab.Warmup) {
 			if err := f(); err != nil {

@@ -163,6 +163,11 @@ func TestBenchFlags(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "multiples") {
 		t.Errorf("S that does not divide the tokens: code %d, %s", code, stderr)
 	}
+	for _, bad := range [][]string{{"-rounds", "0"}, {"-settle", "-1s"}, {"-iters", "0"}} {
+		if code, _, stderr := runCode(append([]string{"bench"}, bad...)...); code == 0 || !strings.Contains(stderr, "at least") {
+			t.Errorf("bench %v: code %d, %s", bad, code, stderr)
+		}
+	}
 }
 
 // Without a GPU the bench says why and fails; with one this test is moot.

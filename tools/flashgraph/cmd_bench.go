@@ -488,6 +488,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	causalFlag := fs.String("causal", "both", "both, causal or noncausal")
 	iters := fs.Int("iters", 20, "timed iterations per measurement, forward and backward each in a loop of its own (the median is reported)")
 	warmup := fs.Int("warmup", 3, "untimed iterations before timing")
+	settle := fs.Duration("settle", 500*time.Millisecond, "the device idles this long before each timed loop, ours and PyTorch's (whose\n"+
+		"first call of a shape otherwise idles it while cuDNN builds its plan): every loop starts from the same clock")
 	rounds := fs.Int("rounds", 3, "times the whole table is measured, ours and PyTorch's taking turns at going first; each\n"+
 		"row gives the median (the card's clock follows its load: one round's ratios move by up to 13%)")
 	tokens := fs.Int("tokens", 16384, "B·S: B = tokens/S")
@@ -570,8 +572,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *iters < 1 || *warmup < 0 || *rounds < 1 {
-		return errors.New("-iters and -rounds must be at least 1 and -warmup at least 0")
+	if *iters < 1 || *warmup < 0 || *rounds < 1 || *settle < 0 {
+		return errors.New("-iters and -rounds must be at least 1, -warmup and -settle at least 0")
 	}
 	if *tokens < 1 || *width < 1 {
 		return fmt.Errorf("-tokens and -width must be positive, got %d and %d", *tokens, *width)
@@ -592,7 +594,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	var rows []benchRow
 	if *attention {
-		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *rounds, *composed, *sm90, *seed,
+		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *rounds, *settle, *composed, *sm90, *seed,
 			*torchPy, *reference, *torchBackends)
 		rows = append(rows, r...)
 		if err != nil {
@@ -626,7 +628,7 @@ func deviceLine(d *cuda.Device) string {
 	return s
 }
 
-func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters, rounds int, composed, sm90 bool,
+func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters, rounds int, settle time.Duration, composed, sm90 bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	if sm90 {
 		// FlashForward reads the variable at each call: "fused" runs FA2 with
@@ -655,7 +657,7 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 	for r := range rounds {
 		var round []benchRow
 		ours := func() error {
-			rows, h, err := benchOurs(stderr, shapes, tokens, width, warmup, iters, composed, sm90, seed)
+			rows, h, err := benchOurs(stderr, shapes, tokens, width, warmup, iters, settle, composed, sm90, seed)
 			header = h
 			round = append(round, rows...)
 			return err
@@ -664,7 +666,7 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 			if torchPy == "" || torchNote != "" {
 				return
 			}
-			tr, err := runTorch(stderr, torchPy, reference, torchBackends, shapes, tokens, width, warmup, iters)
+			tr, err := runTorch(stderr, torchPy, reference, torchBackends, shapes, tokens, width, warmup, iters, settle)
 			if err != nil {
 				// Not retried in later rounds: what failed once (no
 				// PyTorch, no GPU for it) fails again.
@@ -695,6 +697,9 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 	fmt.Fprintf(stdout, "flashgraph bench: %s\n", header)
 	fmt.Fprintf(stdout, "bf16, B·S = %d tokens, H·D = %d; CUDA events, forward and backward each timed in a loop of its own (as PyTorch's), median of %d after %d warm-up",
 		tokens, width, iters, warmup)
+	if settle > 0 {
+		fmt.Fprintf(stdout, ", each loop after %v idle", settle)
+	}
 	if rounds > 1 {
 		fmt.Fprintf(stdout, "; median of %d rounds, ours and PyTorch's taking turns at going first", rounds)
 	}
@@ -721,13 +726,13 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 // benchOurs times our fused (and composed, and with sm90 each Hopper
 // forward's) attention on every shape once; it returns the rows and the
 // device line.
-func benchOurs(stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, composed, sm90 bool, seed uint64) ([]benchRow, string, error) {
+func benchOurs(stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, settle time.Duration, composed, sm90 bool, seed uint64) ([]benchRow, string, error) {
 	t0 := time.Now()
 	ab, err := bench.NewAttnBench(tokens*width, seed)
 	if err != nil {
 		return nil, "", fmt.Errorf("bench needs -device cuda: %w", err)
 	}
-	ab.Warmup, ab.Iters = warmup, iters
+	ab.Warmup, ab.Iters, ab.Settle = warmup, iters, settle
 	gpu := ab.Device().Name()
 	header := deviceLine(ab.Device())
 	fmt.Fprintf(stderr, "bench: %s; inputs ready in %v\n", header, time.Since(t0).Round(time.Millisecond))
@@ -845,7 +850,7 @@ func timingText(t bench.AttnTiming) string {
 }
 
 // runTorch runs sdpa_bench.py on the same shapes and returns its rows.
-func runTorch(stderr io.Writer, py, script, backends string, shapes []benchShape, tokens, width, warmup, iters int) ([]benchRow, error) {
+func runTorch(stderr io.Writer, py, script, backends string, shapes []benchShape, tokens, width, warmup, iters int, settle time.Duration) ([]benchRow, error) {
 	if _, err := os.Stat(script); err != nil {
 		return nil, fmt.Errorf("-reference %s: %w (run from the repository root or pass -reference)", script, err)
 	}
@@ -878,6 +883,9 @@ func runTorch(stderr io.Writer, py, script, backends string, shapes []benchShape
 	args := []string{script, "--backends", backends, "--seqs", strings.Join(seqs, ","), "--head-dims", strings.Join(dims, ","),
 		"--causal", c, "--tokens", strconv.Itoa(tokens), "--width", strconv.Itoa(width),
 		"--iters", strconv.Itoa(iters), "--warmup", strconv.Itoa(max(1, warmup)), "--out", tmp.Name()}
+	if settle > 0 {
+		args = append(args, "--settle-ms", strconv.FormatFloat(float64(settle)/float64(time.Millisecond), 'f', -1, 64))
+	}
 	return runPythonJSONLines(stderr, py, args, tmp.Name(), parseTorchRows)
 }
 

@@ -4,8 +4,8 @@
 Usage (GPU machine):
   python3 sdpa_bench.py [--backends flash,cudnn,efficient,math] [--seqs 512,1024,...]
       [--head-dims 64,128] [--causal both|causal|noncausal] [--tokens 16384] [--width 2048]
-      [--iters 20] [--warmup 5] [--math-max-seq 8192] [--dtype bfloat16|float16] [--out FILE]
-      [--decode-sq 1,16]
+      [--iters 20] [--warmup 5] [--settle-ms 0] [--math-max-seq 8192] [--dtype bfloat16|float16]
+      [--out FILE] [--decode-sq 1,16]
 
 Shapes: q, k, v are [B, H, S, D] with B = tokens / S and H = width / D (defaults: B·S = 16384
 tokens, H·D = 2048), random normal, dtype bf16 by default.
@@ -35,6 +35,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 import warnings
 
 import torch
@@ -49,7 +50,14 @@ BACKENDS = {
 }
 
 
+# Seconds the device idles before each timed loop (--settle-ms): see there.
+SETTLE_S = 0.0
+
+
 def _median_ms(fn, warmup, iters):
+    if SETTLE_S > 0:
+        torch.cuda.synchronize()
+        time.sleep(SETTLE_S)
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
@@ -153,6 +161,9 @@ def main(argv=None):
     ap.add_argument("--width", type=int, default=2048, help="H·D")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--settle-ms", type=float, default=0.0,
+                    help="let the device idle this long before each timed loop's warm-up (flashgraph bench "
+                         "passes its -settle, so that both sides start every loop from the same state)")
     ap.add_argument("--math-max-seq", type=int, default=8192,
                     help="skip the MATH backend above this S (it materialises S×S scores)")
     ap.add_argument("--dtype", choices=["bfloat16", "float16"], default="bfloat16")
@@ -160,6 +171,8 @@ def main(argv=None):
     ap.add_argument("--decode-sq", default="",
                     help="time decode forwards instead: these query counts against S keys (e.g. 1,16)")
     a = ap.parse_args(argv)
+    global SETTLE_S
+    SETTLE_S = max(0.0, a.settle_ms) / 1e3
     if not torch.cuda.is_available():
         print("sdpa_bench: no CUDA device", file=sys.stderr)
         return 2
