@@ -526,7 +526,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	}
 	if *decode != "" {
 		return runBenchDecode(stdout, stderr, decodeOptions{sqs: *decode, seqs: *seqs, dims: *dims, tokens: *tokens, width: *width,
-			warmup: *warmup, iters: *iters, seed: *seed, torchPy: *torchPy, reference: *reference, torchBackends: *torchBackends,
+			warmup: *warmup, iters: *iters, settle: *settle, seed: *seed, torchPy: *torchPy, reference: *reference, torchBackends: *torchBackends,
 			jsonOut: *jsonOut, device: *device})
 	}
 

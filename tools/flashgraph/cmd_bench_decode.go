@@ -17,6 +17,7 @@ import (
 type decodeOptions struct {
 	sqs, seqs, dims                   string
 	tokens, width, warmup, iters      int
+	settle                            time.Duration
 	seed                              uint64
 	torchPy, reference, torchBackends string
 	jsonOut, device                   string
@@ -62,8 +63,8 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.iters < 1 || o.warmup < 0 {
-		return errors.New("-iters must be at least 1 and -warmup at least 0")
+	if o.iters < 1 || o.warmup < 0 || o.settle < 0 {
+		return errors.New("-iters must be at least 1, -warmup and -settle at least 0")
 	}
 	if o.device != "cuda" {
 		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked", o.device)
@@ -75,7 +76,7 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 	if err != nil {
 		return fmt.Errorf("bench needs -device cuda: %w", err)
 	}
-	ab.Warmup, ab.Iters = o.warmup, o.iters
+	ab.Warmup, ab.Iters, ab.Settle = o.warmup, o.iters, o.settle
 	gpu := ab.Device().Name()
 	header := deviceLine(ab.Device())
 	var rows []benchRow
@@ -113,8 +114,8 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 		rows = append(rows, tr...)
 	}
 	fmt.Fprintf(stdout, "flashgraph bench -decode: %s\n", header)
-	fmt.Fprintf(stdout, "bf16 forward, non-causal, B·S = %d key tokens, H·D = %d; CUDA events, median of %d after %d warm-up; %s\n",
-		o.tokens, o.width, o.iters, o.warmup, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(stdout, "bf16 forward, non-causal, B·S = %d key tokens, H·D = %d; CUDA events, median of %d after %d warm-up, each loop after %v idle; %s\n",
+		o.tokens, o.width, o.iters, o.warmup, o.settle, time.Now().UTC().Format("2006-01-02"))
 	printDecodeTable(stdout, shapes, rows)
 	fmt.Fprintln(stdout, "decode: FlashForward (split-K/V decode forward where Sq <= 16 and S >= 1024); nosplit: the same with "+cuda.FlashDecodeEnv+"=0")
 	fmt.Fprintln(stdout, "(one CTA per batch·head and query tile). GB/s: K and V bytes / time. best SDPA: the fastest backend that ran.")
@@ -206,6 +207,9 @@ func runTorchDecode(stderr io.Writer, o decodeOptions) ([]benchRow, error) {
 	args := []string{o.reference, "--backends", o.torchBackends, "--seqs", o.seqs, "--head-dims", o.dims,
 		"--decode-sq", o.sqs, "--tokens", strconv.Itoa(o.tokens), "--width", strconv.Itoa(o.width),
 		"--iters", strconv.Itoa(o.iters), "--warmup", strconv.Itoa(max(1, o.warmup)), "--out", tmp.Name()}
+	if o.settle > 0 {
+		args = append(args, "--settle-ms", strconv.FormatFloat(float64(o.settle)/float64(time.Millisecond), 'f', -1, 64))
+	}
 	return runPythonJSONLines(stderr, o.torchPy, args, tmp.Name(), parseTorchDecodeRows)
 }
 
