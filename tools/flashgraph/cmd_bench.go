@@ -98,6 +98,19 @@ type benchRow struct {
 	Error *string `json:"error"`
 }
 
+// setTFLOPs sets an attention row's TFLOP/s from its times (attnFLOPs over
+// FwdMs, BwdMs; nil where a time is).
+func (r *benchRow) setTFLOPs() {
+	f, b := attnFLOPs(r.B, r.H, r.S, r.D, r.Causal)
+	r.FwdTFLOPs, r.BwdTFLOPs = nil, nil
+	if r.FwdMs != nil {
+		r.FwdTFLOPs = fptr(tflops(f, *r.FwdMs))
+	}
+	if r.BwdMs != nil {
+		r.BwdTFLOPs = fptr(tflops(b, *r.BwdMs))
+	}
+}
+
 func fptr(v float64) *float64 {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return nil
@@ -138,13 +151,7 @@ func parseTorchRows(r io.Reader) ([]benchRow, error) {
 			Causal: rec.Causal, DType: rec.DType, FwdMs: rec.FwdMs, BwdMs: rec.BwdMs, PeakMemBytes: rec.PeakMemBytes,
 			Iters: rec.Iters, GPU: rec.GPU, Torch: rec.Torch, Error: rec.Error}
 		// TFLOP/s recomputed with our formula, so every column divides the same count.
-		f, b := attnFLOPs(rec.B, rec.H, rec.S, rec.D, rec.Causal)
-		if rec.FwdMs != nil {
-			row.FwdTFLOPs = fptr(tflops(f, *rec.FwdMs))
-		}
-		if rec.BwdMs != nil {
-			row.BwdTFLOPs = fptr(tflops(b, *rec.BwdMs))
-		}
+		row.setTFLOPs()
 		rows = append(rows, row)
 		return nil
 	})
@@ -802,14 +809,7 @@ func medianRows(rounds [][]benchRow) []benchRow {
 		if len(all) > 1 {
 			row.FwdMsRounds, row.BwdMsRounds = msOf(all, func(r benchRow) *float64 { return r.FwdMs }), msOf(all, func(r benchRow) *float64 { return r.BwdMs })
 			row.FwdMs, row.BwdMs = medianPtr(row.FwdMsRounds), medianPtr(row.BwdMsRounds)
-			f, b := attnFLOPs(row.B, row.H, row.S, row.D, row.Causal)
-			row.FwdTFLOPs, row.BwdTFLOPs = nil, nil
-			if row.FwdMs != nil {
-				row.FwdTFLOPs = fptr(tflops(f, *row.FwdMs))
-			}
-			if row.BwdMs != nil {
-				row.BwdTFLOPs = fptr(tflops(b, *row.BwdMs))
-			}
+			row.setTFLOPs()
 		}
 		rows = append(rows, row)
 	}
