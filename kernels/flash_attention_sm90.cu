@@ -1816,7 +1816,7 @@ __device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u3
 // blocks a head (S 2048–8192) and 1.4% slower with 128 (S=16384, D=128,
 // where one head's CTAs are about a wave already): up to BWD_GROUP_KB key
 // blocks only. A group's heads keep their Q, dO and dQaccum (8·Sq·D bytes
-// a head) within BWD_GROUP_BYTES, so fewer than eight from 4 MiB a head
+// a head) within BWD_GROUP_BYTES, so fewer than eight above 4 MiB a head
 // (D=128, S=8192: four). There eight heads (64 MiB, more than the L2 holds)
 // read 676 MB from DRAM and wrote 412, four 406 and 269, and ran 0.7–0.9%
 // faster (runs 72, 73: ncu, and three passes each); at S ≤ 4096 four

@@ -745,6 +745,26 @@ func TestFlashSM90Dispatch(t *testing.T) {
 // flashSpeedInputs uploads count bf16 tensors of n values in [-2, 2) for the
 // speed tests, tensor i from a linear congruential sequence seeded seed+i;
 // they are freed when the test ends.
+// flashSpeedProblem is one bf16 problem of the speed tests, sized as the
+// bench's (B·S = tokens, H·D = width): B·H, the elements of a tensor, count
+// random inputs (Q, K, V and, for the backward, dO), O and LSE to write, and
+// the softmax scale.
+type flashSpeedProblem struct {
+	bh, n  int
+	in     []DevicePtr
+	o, lse DevicePtr
+	scale  float32
+}
+
+func newFlashSpeedProblem(tb testing.TB, d *Device, tokens, width, s, dim, count int, seed uint32) flashSpeedProblem {
+	tb.Helper()
+	bh := tokens / s * (width / dim)
+	n := bh * s * dim
+	in := flashSpeedInputs(tb, d, count, n, seed)
+	o := flashAlloc(tb, d, n, 2)
+	return flashSpeedProblem{bh: bh, n: n, in: in, o: o, lse: flashAlloc(tb, d, bh*s, 4), scale: float32(1 / math.Sqrt(float64(dim)))}
+}
+
 func flashSpeedInputs(t testing.TB, d *Device, count, n int, seed uint32) []DevicePtr {
 	t.Helper()
 	host := make([]uint16, n)
@@ -774,12 +794,8 @@ func TestFlashSM90Speed(t *testing.T) {
 	d := sm90GPU(t)
 	const tokens, width, s, iters = 16384, 2048, 4096, 10
 	for _, dim := range []int{64, 128} {
-		bh := tokens / s * (width / dim)
-		n := bh * s * dim
-		in := flashSpeedInputs(t, d, 3, n, uint32(dim))
-		o := flashAlloc(t, d, n, 2)
-		lse := flashAlloc(t, d, bh*s, 4)
-		scale := float32(1 / math.Sqrt(float64(dim)))
+		p := newFlashSpeedProblem(t, d, tokens, width, s, dim, 3, uint32(dim))
+		bh, n, in, o, lse, scale := p.bh, p.n, p.in, p.o, p.lse, p.scale
 		for _, causal := range []bool{false, true} {
 			flops := 4 * float64(bh) * s * s * float64(dim)
 			if causal {
@@ -847,12 +863,8 @@ func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 		for _, s := range []int{1024, 2048, 4096, 8192, 16384} {
 			b.Run(fmt.Sprintf("%s/d%d/s%d", kc.variant, kc.dim, s), func(b *testing.B) {
 				dim := kc.dim
-				bh := tokens / s * (width / dim)
-				n := bh * s * dim
-				in := flashSpeedInputs(b, d, 3, n, uint32(dim))
-				o := flashAlloc(b, d, n, 2)
-				lse := flashAlloc(b, d, bh*s, 4)
-				scale := float32(1 / math.Sqrt(float64(dim)))
+				p := newFlashSpeedProblem(b, d, tokens, width, s, dim, 3, uint32(dim))
+				bh, in, o, lse, scale := p.bh, p.in, p.o, p.lse, p.scale
 				name := flashSM90Name(GemmBF16, dim, kc.variant)
 				tl := flashSM90PPOf(kc.variant, dim)
 				smem := tl.smem(dim)
@@ -1080,15 +1092,11 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 	d := sm90GPU(t)
 	const tokens, width, s, iters = 16384, 2048, 4096, 5
 	for _, dim := range []int{64, 128} {
-		bh := tokens / s * (width / dim)
-		n := bh * s * dim
-		in := flashSpeedInputs(t, d, 4, n, uint32(7*dim))
-		q, k, v, dO := in[0], in[1], in[2], in[3]
-		o := flashAlloc(t, d, n, 2)
-		lse := flashAlloc(t, d, bh*s, 4)
+		p := newFlashSpeedProblem(t, d, tokens, width, s, dim, 4, uint32(7*dim))
+		bh, n, o, lse, scale := p.bh, p.n, p.o, p.lse, p.scale
+		q, k, v, dO := p.in[0], p.in[1], p.in[2], p.in[3]
 		grads := [3]DevicePtr{flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2)}
 		ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(bh, s, dim), 1)
-		scale := float32(1 / math.Sqrt(float64(dim)))
 		for _, causal := range []bool{false, true} {
 			if err := FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, scale, causal); err != nil {
 				t.Fatal(err)
