@@ -260,7 +260,7 @@ func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
 		{"train_graph.txt", graph.Format(gs.Step.Graph)},
 	} {
 		p := filepath.Join(dir, f.name)
-		if err := writeFileAtomic("-out", p, []byte(f.text)); err != nil {
+		if err := train.WriteOutputFile("-out", p, []byte(f.text)); err != nil {
 			return nil, err
 		}
 		files = append(files, p)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -7,9 +7,6 @@ import (
 	"math"
 	"strings"
 	"testing"
-
-	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/bench"
 )
 
 func TestAttnFLOPs(t *testing.T) {
@@ -61,10 +58,10 @@ func TestParseTorchRowsAndTable(t *testing.T) {
 	}
 
 	// Our two rows for the same shape, as attnRows makes them.
-	res := &bench.AttnResult{
-		Shape:    bench.AttnShape{B: 4, H: 16, S: 4096, D: 128},
-		Fused:    bench.AttnTiming{FwdMs: 1.8, BwdMs: 5.5, PlannedBytes: 700 << 20, MeasuredBytes: 704 << 20},
-		Composed: bench.AttnTiming{FwdMs: 6, BwdMs: 16.5, PlannedBytes: 5 << 30, MeasuredBytes: 5 << 30},
+	res := &AttnResult{
+		Shape:    AttnShape{B: 4, H: 16, S: 4096, D: 128},
+		Fused:    AttnTiming{FwdMs: 1.8, BwdMs: 5.5, PlannedBytes: 700 << 20, MeasuredBytes: 704 << 20},
+		Composed: AttnTiming{FwdMs: 6, BwdMs: 16.5, PlannedBytes: 5 << 30, MeasuredBytes: 5 << 30},
 		Checked:  true, MaxAbsErr: [4]float64{0.0078125, 0.03, 0.05, 0.02}, MaxAbsRef: [4]float64{1, 2, 3, 4},
 	}
 	ours := attnRows(res, 20, "NVIDIA H200")
@@ -72,14 +69,14 @@ func TestParseTorchRowsAndTable(t *testing.T) {
 		t.Fatalf("attnRows: %+v", ours)
 	}
 	// A composed path that ran out of memory.
-	oom := &bench.AttnResult{
-		Shape:    bench.AttnShape{B: 16, H: 32, S: 1024, D: 64, Causal: true},
-		Fused:    bench.AttnTiming{FwdMs: 1, BwdMs: 3},
-		Composed: bench.AttnTiming{Err: "out of memory: needs 9 GiB by plan, 1 GiB free"},
+	oom := &AttnResult{
+		Shape:    AttnShape{B: 16, H: 32, S: 1024, D: 64, Causal: true},
+		Fused:    AttnTiming{FwdMs: 1, BwdMs: 3},
+		Composed: AttnTiming{Err: "out of memory: needs 9 GiB by plan, 1 GiB free"},
 	}
 	all := append(append(rows, ours...), attnRows(oom, 20, "NVIDIA H200")...)
 	var out bytes.Buffer
-	printAttnTable(&out, []benchShape{{S: 4096, D: 128}, {S: 1024, D: 64, Causal: true}}, all)
+	printAttnTable(&out, []TableShape{{S: 4096, D: 128}, {S: 1024, D: 64, Causal: true}}, all)
 	text := out.String()
 	t.Log("\n" + text)
 	lines := strings.Split(strings.TrimSpace(text), "\n")
@@ -141,61 +138,18 @@ func TestParseTorchRowsRejectsGarbage(t *testing.T) {
 	}
 }
 
-func TestBenchFlags(t *testing.T) {
-	if _, err := parseInts("seqs", "512, 1024"); err != nil {
-		t.Error(err)
-	}
-	for _, bad := range []string{"", "0", "x", "-5"} {
-		if _, err := parseInts("seqs", bad); err == nil {
-			t.Errorf("parseInts(%q) accepted", bad)
-		}
-	}
-	if ms, err := parseMemShapes("4096:8,16384:16"); err != nil || len(ms) != 2 || ms[1] != (memShape{16384, 16}) {
-		t.Errorf("parseMemShapes: %v %v", ms, err)
-	}
-	if _, err := parseMemShapes("4096"); err == nil {
-		t.Error("parseMemShapes accepted S without B")
-	}
-	if _, err := parseCausal("sometimes"); err == nil {
-		t.Error("parseCausal accepted nonsense")
-	}
-	code, _, stderr := runCode("bench", "-seqs", "1000")
-	if code == 0 || !strings.Contains(stderr, "multiples") {
-		t.Errorf("S that does not divide the tokens: code %d, %s", code, stderr)
-	}
-	for _, bad := range [][]string{{"-rounds", "0"}, {"-settle", "-1s"}, {"-iters", "0"}} {
-		if code, _, stderr := runCode(append([]string{"bench"}, bad...)...); code == 0 || !strings.Contains(stderr, "at least") {
-			t.Errorf("bench %v: code %d, %s", bad, code, stderr)
-		}
-	}
-}
-
-// Without a GPU the bench says why and fails; with one this test is moot.
-func TestBenchWithoutGPU(t *testing.T) {
-	if cuda.Available() == nil {
-		t.Skip("a GPU is present: bench would run")
-	}
-	code, stdout, stderr := runCode("bench", "-quick")
-	if code == 0 || !strings.Contains(stderr, "bench needs -device cuda: ") || stdout != "" {
-		t.Fatalf("code %d, stdout %q, stderr %q", code, stdout, stderr)
-	}
-	if code, _, stderr := runCode("bench", "-device", "cpu"); code == 0 || !strings.Contains(stderr, "bench needs -device cuda") {
-		t.Fatalf("-device cpu: code %d, %s", code, stderr)
-	}
-}
-
 func TestSM90Table(t *testing.T) {
-	sh := bench.AttnShape{B: 4, H: 16, S: 4096, D: 128, Causal: true}
-	fa2 := attnRows(&bench.AttnResult{Shape: sh, Fused: bench.AttnTiming{FwdMs: 2, BwdMs: 5}, Composed: bench.AttnTiming{Err: "skipped"}}, 20, "H200")[0]
-	h := attnRows(&bench.AttnResult{Shape: sh, Fused: bench.AttnTiming{FwdMs: 1, BwdMs: 5}, Composed: bench.AttnTiming{Err: "skipped"}}, 20, "H200")[0]
+	sh := AttnShape{B: 4, H: 16, S: 4096, D: 128, Causal: true}
+	fa2 := attnRows(&AttnResult{Shape: sh, Fused: AttnTiming{FwdMs: 2, BwdMs: 5}, Composed: AttnTiming{Err: "skipped"}}, 20, "H200")[0]
+	h := attnRows(&AttnResult{Shape: sh, Fused: AttnTiming{FwdMs: 1, BwdMs: 5}, Composed: AttnTiming{Err: "skipped"}}, 20, "H200")[0]
 	h.Impl = "fused-sm90"
 	f, _ := attnFLOPs(4, 16, 4096, 128, true)
 	cd := benchRow{Kind: "attention", Impl: "torch-cudnn", S: 4096, D: 128, Causal: true, FwdMs: fptr(0.8), FwdTFLOPs: fptr(tflops(f, 0.8))}
-	cp := attnRows(&bench.AttnResult{Shape: sh, Fused: bench.AttnTiming{FwdMs: 1.25, BwdMs: 5}, Composed: bench.AttnTiming{Err: "skipped"}}, 20, "H200")[0]
+	cp := attnRows(&AttnResult{Shape: sh, Fused: AttnTiming{FwdMs: 1.25, BwdMs: 5}, Composed: AttnTiming{Err: "skipped"}}, 20, "H200")[0]
 	cp.Impl = "fused-sm90ppp3"
 	failed := benchRow{Kind: "attention", Impl: "fused-sm90", S: 1024, D: 64, Error: sptr("cuda: flash_attention_sm90.cu needs compute capability 9.0")}
 	var out bytes.Buffer
-	printSM90Table(&out, []benchShape{{S: 4096, D: 128, Causal: true}, {S: 1024, D: 64}}, []benchRow{fa2, h, cp, cd, failed})
+	printSM90Table(&out, []TableShape{{S: 4096, D: 128, Causal: true}, {S: 1024, D: 64}}, []benchRow{fa2, h, cp, cd, failed})
 	text := out.String()
 	t.Log("\n" + text)
 	// tma 1 ms, pp .. ppp not run, ppp3 1.25 ms: the best is tma.

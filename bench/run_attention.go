@@ -1,10 +1,9 @@
-package main
+package bench
 
 import (
 	"bufio"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -18,19 +17,14 @@ import (
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/bench"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
 
-func init() {
-	register(&command{name: "bench", summary: "time fused vs composed attention vs PyTorch SDPA on the GPU (one run, one table)", run: runBench})
-}
-
-// benchShape is one attention problem of the table.
-type benchShape struct {
+// TableShape is one attention problem of the table.
+type TableShape struct {
 	S, D   int
 	Causal bool
 }
@@ -184,10 +178,10 @@ func readJSONLines[T any](r io.Reader, each func(line int, rec T) error) error {
 }
 
 // attnRows turns one of our results into its fused and composed rows.
-func attnRows(r *bench.AttnResult, iters int, gpu string) []benchRow {
+func attnRows(r *AttnResult, iters int, gpu string) []benchRow {
 	sh := r.Shape
 	f, b := attnFLOPs(sh.B, sh.H, sh.S, sh.D, sh.Causal)
-	mk := func(impl string, t bench.AttnTiming) benchRow {
+	mk := func(impl string, t AttnTiming) benchRow {
 		row := benchRow{Kind: "attention", Impl: impl, B: sh.B, H: sh.H, S: sh.S, D: sh.D, Causal: sh.Causal,
 			DType: "bfloat16", Iters: iters, GPU: gpu}
 		if t.PlannedBytes > 0 {
@@ -236,7 +230,7 @@ var tableColumns = []string{"fused", "composed", "torch-flash", "torch-cudnn", "
 // forward+backward by total time), measured peak memory and the fused−composed
 // error. Rows are shapes in order; a missing number prints "-", a path that
 // failed prints its reason in the notes below the table.
-func printAttnTable(w io.Writer, shapes []benchShape, rows []benchRow) {
+func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 	by := map[attnKey]benchRow{}
 	for _, r := range rows {
 		if r.Kind == "attention" {
@@ -334,7 +328,7 @@ var sm90Variants = []struct{ impl, column, env string }{
 // printSM90Table writes the forward TFLOP/s of FA2 ("fused"), each Hopper
 // kernel of sm90Variants and cuDNN, and the fastest Hopper kernel's speed
 // over FA2 and over cuDNN.
-func printSM90Table(w io.Writer, shapes []benchShape, rows []benchRow) {
+func printSM90Table(w io.Writer, shapes []TableShape, rows []benchRow) {
 	by := map[attnKey]benchRow{}
 	for _, r := range rows {
 		if r.Kind == "attention" {
@@ -414,210 +408,58 @@ func sum(a, b *float64) *float64 {
 	return &s
 }
 
-// parseInts reads a comma-separated list of positive integers.
-func parseInts(flagName, s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		v, err := strconv.Atoi(f)
-		if err != nil || v <= 0 {
-			return nil, fmt.Errorf("-%s: %q is not a positive integer", flagName, f)
-		}
-		out = append(out, v)
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("-%s: empty list", flagName)
-	}
-	return out, nil
+// MemShape is one training step of the -memory table.
+type MemShape struct{ S, B int }
+
+// AttentionOptions are what `flashgraph bench` runs with: the attention
+// table's shapes (B = Tokens/S, H = Width/D), its timing and PyTorch's
+// script, the -memory table's shapes and the -json file.
+type AttentionOptions struct {
+	Shapes                            []TableShape
+	Tokens, Width, Warmup, Iters      int
+	Rounds                            int
+	Settle                            time.Duration
+	Composed, SM90                    bool
+	Seed                              uint64
+	TorchPy, Reference, TorchBackends string
+	Attention, Memory                 bool
+	MemShapes                         []MemShape
+	JSONOut                           string
 }
 
-func parseCausal(s string) ([]bool, error) {
-	switch s {
-	case "both":
-		return []bool{false, true}, nil
-	case "causal":
-		return []bool{true}, nil
-	case "noncausal":
-		return []bool{false}, nil
-	}
-	return nil, fmt.Errorf("-causal %q: want both, causal or noncausal", s)
-}
-
-// memShape is one training step of the -memory table.
-type memShape struct{ S, B int }
-
-func parseMemShapes(s string) ([]memShape, error) {
-	var out []memShape
-	for _, f := range strings.Split(s, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		a, b, ok := strings.Cut(f, ":")
-		sv, err1 := strconv.Atoi(a)
-		bv, err2 := strconv.Atoi(b)
-		if !ok || err1 != nil || err2 != nil || sv <= 0 || bv <= 0 {
-			return nil, fmt.Errorf("-memory-shapes: %q is not S:B", f)
-		}
-		out = append(out, memShape{sv, bv})
-	}
-	if len(out) == 0 {
-		return nil, errors.New("-memory-shapes: empty list")
-	}
-	return out, nil
-}
-
-func runBench(args []string, stdout, stderr io.Writer) error {
-	for _, a := range args {
-		if a == "-train" || a == "--train" || a == "-train=true" || a == "--train=true" {
-			return runBenchTrain(args, stdout, stderr)
-		}
-	}
-	fs := newFlags("bench", "",
-		"Times, in one run on one GPU and on the same bf16 inputs, attention forward and backward\n"+
-			"three ways: our fused kernels (FlashForward/FlashBackward), our composed path (the unfused\n"+
-			"graph as the CUDA executor runs it op by op: cuBLAS, scale, mask, softmax, cuBLAS; backward\n"+
-			"with SoftmaxGrad) and PyTorch SDPA (FLASH, cuDNN, EFFICIENT; tools/reference/sdpa_bench.py\n"+
-			"run as a subprocess). Shapes keep B·S and H·D fixed. Prints one table of TFLOP/s, ratios,\n"+
-			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
-			"(model small, fused vs unfused attention). On a compute capability 9.0 GPU the fused forward is\n"+
-			"a Hopper kernel unless "+cuda.FlashSM90Env+"=0, and so is the backward unless "+cuda.FlashSM90BwdEnv+"=0;\n"+
-			"-sm90 times FA2 (\"fused\") and each Hopper forward (kernels/flash_attention_sm90.cu) and prints\n"+
-			"their forward table. -accuracy measures instead the fused kernels' error against a float64\n"+
-			"reference beside cuDNN's and FLASH's on the same inputs (tools/reference/sdpa_error.py);\n"+
-			"-decode times generation-shaped attention.", stderr)
-	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
-	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
-	dims := fs.String("dims", "64,128", "head dims D")
-	causalFlag := fs.String("causal", "both", "both, causal or noncausal")
-	iters := fs.Int("iters", 20, "timed iterations per measurement, forward and backward each in a loop of its own (the median is reported)")
-	warmup := fs.Int("warmup", 3, "untimed iterations before timing")
-	settle := fs.Duration("settle", 500*time.Millisecond, "the device idles this long before each timed loop, ours and PyTorch's (whose\n"+
-		"first call of a shape otherwise idles it while cuDNN builds its plan): every loop starts from the same clock")
-	rounds := fs.Int("rounds", 3, "times the whole table is measured, ours and PyTorch's taking turns at going first; each\n"+
-		"row gives the median (the card's clock follows its load: one round's ratios move by up to 13%)")
-	tokens := fs.Int("tokens", 16384, "B·S: B = tokens/S")
-	width := fs.Int("width", 2048, "H·D: H = width/D")
-	torchPy := fs.String("torch", "python3", `python3 with PyTorch for the SDPA reference ("" skips PyTorch)`)
-	reference := fs.String("reference", "tools/reference/sdpa_bench.py", "path of the PyTorch SDPA script")
-	torchBackends := fs.String("torch-backends", "flash,cudnn,efficient", "SDPA backends to time")
-	jsonOut := fs.String("json", "", "write every row (ours, PyTorch's, -memory's) as JSON lines to FILE")
-	quick := fs.Bool("quick", false, "a smoke test: two shapes (S=1024 D=64 causal, S=4096 D=128 non-causal), 5 iterations, one round")
-	composed := fs.Bool("composed", true, "time the composed path too (it materialises B·H·S² scores)")
-	attention := fs.Bool("attention", true, "run the attention table")
-	memory := fs.Bool("memory", false, "also run the training-step memory table (model small, fused vs unfused)")
-	memShapesFlag := fs.String("memory-shapes", "4096:8,16384:8,16384:16", "S:B pairs of the -memory table")
-	seed := fs.Uint64("seed", 1, "seed of the random inputs")
-	sm90 := fs.Bool("sm90", false, "time the fused path once more per Hopper forward, its forward on FA2 (\"fused\") and on\n"+
-		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pp, fused-sm90pp3,\n"+
-		"fused-sm90ppp, fused-sm90ppp3: "+cuda.FlashSM90Env+"=tma, pp, pp3, ppp, ppp3), and print the forwards beside\n"+
-		"cuDNN's (needs a compute capability 9.0 GPU)")
-	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
-		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
-		"without the decode forward ("+cuda.FlashDecodeEnv+"=0) and SDPA's backends (sdpa_bench.py --decode-sq)")
-	accuracy := addAccuracyFlags(fs)
-	if err := parseFlags(fs, args, 0); err != nil {
-		return err
-	}
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	if *accuracy.on {
-		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, *seed, *torchPy, *jsonOut, *device)
-		if err != nil {
-			return err
-		}
-		return runBenchAccuracy(stdout, stderr, o)
-	}
-	if *decode != "" {
-		return runBenchDecode(stdout, stderr, decodeOptions{sqs: *decode, seqs: *seqs, dims: *dims, tokens: *tokens, width: *width,
-			warmup: *warmup, iters: *iters, settle: *settle, seed: *seed, torchPy: *torchPy, reference: *reference, torchBackends: *torchBackends,
-			jsonOut: *jsonOut, device: *device})
-	}
-
-	var shapes []benchShape
-	if *quick {
-		shapes = []benchShape{{S: 1024, D: 64, Causal: true}, {S: 4096, D: 128, Causal: false}}
-		if !set["iters"] {
-			*iters = 5
-		}
-		if !set["warmup"] {
-			*warmup = 2
-		}
-		if !set["rounds"] {
-			*rounds = 1
-		}
-	} else {
-		ss, err := parseInts("seqs", *seqs)
-		if err != nil {
-			return err
-		}
-		ds, err := parseInts("dims", *dims)
-		if err != nil {
-			return err
-		}
-		cs, err := parseCausal(*causalFlag)
-		if err != nil {
-			return err
-		}
-		for _, d := range ds {
-			for _, s := range ss {
-				for _, c := range cs {
-					shapes = append(shapes, benchShape{S: s, D: d, Causal: c})
-				}
-			}
-		}
-	}
-	for _, sh := range shapes {
-		if *tokens%sh.S != 0 || *width%sh.D != 0 {
-			return fmt.Errorf("S=%d, D=%d: -tokens %d and -width %d must be multiples of S and D", sh.S, sh.D, *tokens, *width)
-		}
-	}
-	memShapes, err := parseMemShapes(*memShapesFlag)
-	if err != nil {
-		return err
-	}
-	if *iters < 1 || *warmup < 0 || *rounds < 1 || *settle < 0 {
-		return errors.New("-iters and -rounds must be at least 1, -warmup and -settle at least 0")
-	}
-	if *tokens < 1 || *width < 1 {
-		return fmt.Errorf("-tokens and -width must be positive, got %d and %d", *tokens, *width)
-	}
-	if *device != "cuda" {
-		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked (the table compares GPU kernels)", *device)
-	}
+// RunAttention runs the attention table and, with Memory, the
+// training-step memory table, and writes every row to JSONOut.
+func RunAttention(stdout, stderr io.Writer, o AttentionOptions) error {
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("bench needs -device cuda: %v", err)
 	}
 	// The rows are written after minutes of GPU time: a -json path that
 	// cannot be written fails now, not then.
-	if *jsonOut != "" {
-		if err := train.WriteFileAtomic(*jsonOut, func(io.Writer) error { return nil }); err != nil {
-			return fmt.Errorf("-json %s: %w", *jsonOut, err)
+	if o.JSONOut != "" {
+		if err := train.WriteFileAtomic(o.JSONOut, func(io.Writer) error { return nil }); err != nil {
+			return fmt.Errorf("-json %s: %w", o.JSONOut, err)
 		}
 	}
 
 	var rows []benchRow
-	if *attention {
-		r, err := benchAttention(stdout, stderr, shapes, *tokens, *width, *warmup, *iters, *rounds, *settle, *composed, *sm90, *seed,
-			*torchPy, *reference, *torchBackends)
+	if o.Attention {
+		r, err := benchAttention(stdout, stderr, o.Shapes, o.Tokens, o.Width, o.Warmup, o.Iters, o.Rounds, o.Settle, o.Composed, o.SM90, o.Seed,
+			o.TorchPy, o.Reference, o.TorchBackends)
 		rows = append(rows, r...)
 		if err != nil {
 			return err
 		}
 	}
-	if *memory {
-		r, err := benchMemory(stdout, stderr, memShapes, *seed)
+	if o.Memory {
+		r, err := benchMemory(stdout, stderr, o.MemShapes, o.Seed)
 		rows = append(rows, r...)
 		if err != nil {
 			return err
 		}
 	}
-	if *jsonOut != "" {
+	if o.JSONOut != "" {
 		sortRows(rows)
-		if err := writeJSONLines(stderr, *jsonOut, rows); err != nil {
+		if err := writeJSONLines(stderr, o.JSONOut, rows); err != nil {
 			return err
 		}
 	}
@@ -635,7 +477,7 @@ func deviceLine(d *cuda.Device) string {
 	return s
 }
 
-func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters, rounds int, settle time.Duration, composed, sm90 bool,
+func benchAttention(stdout, stderr io.Writer, shapes []TableShape, tokens, width, warmup, iters, rounds int, settle time.Duration, composed, sm90 bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	if sm90 {
 		// FlashForward reads the variable at each call: "fused" runs FA2 with
@@ -733,9 +575,9 @@ func benchAttention(stdout, stderr io.Writer, shapes []benchShape, tokens, width
 // benchOurs times our fused (and composed, and with sm90 each Hopper
 // forward's) attention on every shape once; it returns the rows and the
 // device line.
-func benchOurs(stderr io.Writer, shapes []benchShape, tokens, width, warmup, iters int, settle time.Duration, composed, sm90 bool, seed uint64) ([]benchRow, string, error) {
+func benchOurs(stderr io.Writer, shapes []TableShape, tokens, width, warmup, iters int, settle time.Duration, composed, sm90 bool, seed uint64) ([]benchRow, string, error) {
 	t0 := time.Now()
-	ab, err := bench.NewAttnBench(tokens*width, seed)
+	ab, err := NewAttnBench(tokens*width, seed)
 	if err != nil {
 		return nil, "", fmt.Errorf("bench needs -device cuda: %w", err)
 	}
@@ -745,7 +587,7 @@ func benchOurs(stderr io.Writer, shapes []benchShape, tokens, width, warmup, ite
 	fmt.Fprintf(stderr, "bench: %s; inputs ready in %v\n", header, time.Since(t0).Round(time.Millisecond))
 	var rows []benchRow
 	for _, sh := range shapes {
-		as := bench.AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
+		as := AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
 		t1 := time.Now()
 		r, err := ab.Run(as, composed)
 		if err != nil {
@@ -842,7 +684,7 @@ func medianPtr(v []float64) *float64 {
 	return &m
 }
 
-func timingText(t bench.AttnTiming) string {
+func timingText(t AttnTiming) string {
 	if t.Err != "" {
 		return firstLine(t.Err, 120)
 	}
@@ -850,7 +692,7 @@ func timingText(t bench.AttnTiming) string {
 }
 
 // runTorch runs sdpa_bench.py on the same shapes and returns its rows.
-func runTorch(stderr io.Writer, py, script, backends string, shapes []benchShape, tokens, width, warmup, iters int, settle time.Duration) ([]benchRow, error) {
+func runTorch(stderr io.Writer, py, script, backends string, shapes []TableShape, tokens, width, warmup, iters int, settle time.Duration) ([]benchRow, error) {
 	if _, err := os.Stat(script); err != nil {
 		return nil, fmt.Errorf("-reference %s: %w (run from the repository root or pass -reference)", script, err)
 	}
@@ -921,7 +763,7 @@ func runPythonJSONLines[R any](stderr io.Writer, py string, args []string, out s
 // executable took (cuMemGetInfo before compiling vs after the step) next to
 // the static plan. An unfused step that does not fit must fail cleanly: the
 // out-of-memory error is reported, the bench goes on.
-func benchMemory(stdout, stderr io.Writer, shapes []memShape, seed uint64) ([]benchRow, error) {
+func benchMemory(stdout, stderr io.Writer, shapes []MemShape, seed uint64) ([]benchRow, error) {
 	be, err := cuda.NewBackend(cuda.Options{Compute: graph.BFloat16})
 	if err != nil {
 		return nil, fmt.Errorf("bench needs -device cuda: %w", err)
@@ -937,7 +779,7 @@ func benchMemory(stdout, stderr io.Writer, shapes []memShape, seed uint64) ([]be
 	d := cb.Device()
 	gpu := d.Name()
 	type line struct {
-		sh                      memShape
+		sh                      MemShape
 		fuse                    bool
 		arena, planned, measure int64
 		stepMs, loss            float64
@@ -1011,7 +853,7 @@ func smallDesc() string {
 
 // memTrainGraph builds the training step of model small at S, B with or
 // without the attention fusion, the way `flashgraph train` builds it.
-func memTrainGraph(ms memShape, fuse bool) (*passes.TrainStep, *cuda.Plan, error) {
+func memTrainGraph(ms MemShape, fuse bool) (*passes.TrainStep, *cuda.Plan, error) {
 	cfg, err := model.Lookup("small")
 	if err != nil {
 		return nil, nil, err
@@ -1048,7 +890,7 @@ func memRunStep(d *cuda.Device, be backend.Backend, ts *passes.TrainStep, seed u
 		return 0, 0, 0, err
 	}
 	defer exe.Close()
-	feeds, err := randomFeeds(ts.Graph, seed)
+	feeds, err := RandomFeeds(ts.Graph, seed)
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -1097,7 +939,7 @@ func writeJSONLines[R any](stderr io.Writer, path string, rows []R) error {
 		b.Write(line)
 		b.WriteByte('\n')
 	}
-	if err := writeFileAtomic("-json", path, []byte(b.String())); err != nil {
+	if err := train.WriteOutputFile("-json", path, []byte(b.String())); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "wrote %d rows to %s\n", len(rows), path)

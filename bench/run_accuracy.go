@@ -1,4 +1,4 @@
-package main
+package bench
 
 // `flashgraph bench -accuracy`: the error of our FlashAttention forward and
 // backward against a float64 reference, next to PyTorch SDPA's cuDNN and
@@ -11,7 +11,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -23,16 +22,12 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/bench"
+	"github.com/flashgraph/flashgraph/train"
 )
 
 // accuracyFormat names the folder layout sdpa_error.py reads (see its
 // docstring); a change to the layout changes the name.
 const accuracyFormat = "flashgraph-attention-accuracy/1"
-
-// accuracyDefaultSeqs replaces -seqs's default under -accuracy: the float64
-// reference is S² work per head, and the error settles by S = 4096.
-const accuracyDefaultSeqs = "1024,4096"
 
 // accuracyOutputs are the outputs the table compares, in column order (LSE
 // is ours alone: SDPA does not return it).
@@ -41,115 +36,17 @@ var accuracyOutputs = []string{"o", "dq", "dk", "dv"}
 // accuracyOutputNames are the outputs as the report writes them.
 var accuracyOutputNames = map[string]string{"o": "O", "dq": "dQ", "dk": "dK", "dv": "dV", "lse": "LSE"}
 
-// accuracyFlags are the flags -accuracy adds to `flashgraph bench`.
-type accuracyFlags struct {
-	on                     *bool
-	heads                  *int
-	dtypes, script, keep   *string
-	backends, scriptDevice *string
-}
-
-func addAccuracyFlags(fs *flag.FlagSet) accuracyFlags {
-	return accuracyFlags{
-		on: fs.Bool("accuracy", false, "measure error instead of time: our FlashForward/FlashBackward (the kernels the\n"+
-			"environment picks) and PyTorch SDPA with cuDNN and with FLASH forced, each against a float64\n"+
-			"reference computed from the same 16-bit inputs (tools/reference/sdpa_error.py); B=1,\n"+
-			"H=-accuracy-heads, -dims × -seqs (default "+accuracyDefaultSeqs+" here) × -causal × -accuracy-dtypes.\n"+
-			"Prints the relative L2 error of O, dQ, dK, dV and ours/cuDNN per output"),
-		heads:  fs.Int("accuracy-heads", 4, "-accuracy: heads H (B is 1)"),
-		dtypes: fs.String("accuracy-dtypes", "bf16,fp16", "-accuracy: element types (bf16, fp16)"),
-		script: fs.String("accuracy-script", "tools/reference/sdpa_error.py", "-accuracy: path of the error script"),
-		keep: fs.String("accuracy-dir", "", "-accuracy: write inputs, our outputs, manifest.json and errors.jsonl\n"+
-			"into this folder and keep it (default: a temporary folder, removed at the end)"),
-		backends:     fs.String("accuracy-backends", "cudnn,flash", "-accuracy: SDPA backends to compare"),
-		scriptDevice: fs.String("accuracy-ref-device", "cuda", "-accuracy: where the reference and SDPA run (cuda or cpu)"),
-	}
-}
-
-// accuracyOptions is everything -accuracy runs with.
-type accuracyOptions struct {
-	cases    []bench.AccuracyCase
-	seed     uint64
-	torchPy  string
-	script   string
-	keep     string
-	backends string
-	refDev   string
-	jsonOut  string
-	command  string // the command line, for the header
-}
-
-// options checks the flags -accuracy uses, the bench's shared ones with it
-// (set: the flags given on the command line).
-func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, causal string, seed uint64,
-	torchPy, jsonOut, device string) (accuracyOptions, error) {
-	for _, other := range []string{"decode", "memory", "sm90", "quick"} {
-		if set[other] {
-			return accuracyOptions{}, fmt.Errorf("-accuracy runs alone: drop -%s", other)
-		}
-	}
-	if device != "cuda" {
-		return accuracyOptions{}, fmt.Errorf("bench -accuracy needs -device cuda: -device %s runs no flash kernels", device)
-	}
-	if !set["seqs"] {
-		seqs = accuracyDefaultSeqs
-	}
-	cases, err := accuracyCases(seqs, dims, causal, *f.dtypes, *f.heads)
-	if err != nil {
-		return accuracyOptions{}, err
-	}
-	if torchPy == "" {
-		return accuracyOptions{}, errors.New("bench -accuracy needs PyTorch for the float64 reference and cuDNN: -torch is empty")
-	}
-	return accuracyOptions{cases: cases, seed: seed, torchPy: torchPy, script: *f.script, keep: *f.keep,
-		backends: *f.backends, refDev: *f.scriptDevice, jsonOut: jsonOut,
-		command: strings.TrimSpace("flashgraph bench " + strings.Join(args, " "))}, nil
-}
-
-// accuracyCases lists the cases: each element type, D, S and causal, in that
-// nesting, with B = 1.
-func accuracyCases(seqs, dims, causal, dtypes string, heads int) ([]bench.AccuracyCase, error) {
-	ss, err := parseInts("seqs", seqs)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := parseInts("dims", dims)
-	if err != nil {
-		return nil, err
-	}
-	cs, err := parseCausal(causal)
-	if err != nil {
-		return nil, err
-	}
-	if heads < 1 {
-		return nil, fmt.Errorf("-accuracy-heads %d: want at least 1", heads)
-	}
-	var dts []string
-	for _, f := range strings.Split(dtypes, ",") {
-		switch strings.TrimSpace(f) {
-		case "":
-		case "bf16", "bfloat16":
-			dts = append(dts, "bfloat16")
-		case "fp16", "f16", "float16":
-			dts = append(dts, "float16")
-		default:
-			return nil, fmt.Errorf("-accuracy-dtypes: %q: want bf16 or fp16", f)
-		}
-	}
-	if len(dts) == 0 {
-		return nil, errors.New("-accuracy-dtypes: empty list")
-	}
-	var out []bench.AccuracyCase
-	for _, dt := range dts {
-		for _, d := range ds {
-			for _, s := range ss {
-				for _, c := range cs {
-					out = append(out, bench.AccuracyCase{DType: dt, B: 1, H: heads, S: s, D: d, Causal: c})
-				}
-			}
-		}
-	}
-	return out, bench.CheckAccuracyCases(out)
+// AccuracyOptions is everything -accuracy runs with.
+type AccuracyOptions struct {
+	Cases    []AccuracyCase
+	Seed     uint64
+	TorchPy  string
+	Script   string
+	Keep     string
+	Backends string
+	RefDev   string
+	JSONOut  string
+	Command  string // the command line, for the header
 }
 
 // shortDType is the table's name of an element type.
@@ -164,7 +61,7 @@ func shortDType(dt string) string {
 }
 
 // accuracyCaseName names a case in the manifest, the files and the rows.
-func accuracyCaseName(c bench.AccuracyCase) string {
+func accuracyCaseName(c AccuracyCase) string {
 	mask := "full"
 	if c.Causal {
 		mask = "causal"
@@ -202,7 +99,7 @@ const accuracyLayout = "q k v do o dq dk dv: [B, H, S, D] row-major, the element
 
 // writeAccuracyCase writes one case's tensors under dir/<name>/ and returns
 // its manifest entry.
-func writeAccuracyCase(dir string, r *bench.AccuracyData) (accuracyCaseEnt, error) {
+func writeAccuracyCase(dir string, r *AccuracyData) (accuracyCaseEnt, error) {
 	c := r.Case
 	ent := accuracyCaseEnt{Name: accuracyCaseName(c), DType: c.DType, B: c.B, H: c.H, S: c.S, D: c.D, Causal: c.Causal,
 		Scale: float64(c.Scale()), Files: map[string]string{}}
@@ -375,19 +272,22 @@ func runAccuracyPython(stderr io.Writer, py, script, dir, backends, refDev strin
 	return runPythonJSONLines(stderr, py, args, out, parseAccuracyRows)
 }
 
-func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
+// RunAccuracyReport is `flashgraph bench -accuracy`: our kernels run each
+// case, sdpa_error.py measures them and SDPA's against a float64 reference,
+// and the report compares the errors.
+func RunAccuracyReport(stdout, stderr io.Writer, o AccuracyOptions) error {
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("bench -accuracy needs a CUDA GPU: %v", err)
 	}
-	if err := checkAccuracyPython(o.torchPy, o.script); err != nil {
+	if err := checkAccuracyPython(o.TorchPy, o.Script); err != nil {
 		return err
 	}
-	if o.jsonOut != "" {
-		if err := writeFileAtomic("-json", o.jsonOut, nil); err != nil {
+	if o.JSONOut != "" {
+		if err := train.WriteOutputFile("-json", o.JSONOut, nil); err != nil {
 			return err
 		}
 	}
-	dir := o.keep
+	dir := o.Keep
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "flashgraph-accuracy-*")
 		if err != nil {
@@ -409,12 +309,12 @@ func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
 			env[name] = v
 		}
 	}
-	man := accuracyManifest{Format: accuracyFormat, Layout: accuracyLayout, Device: header, Seed: o.seed, Env: env}
+	man := accuracyManifest{Format: accuracyFormat, Layout: accuracyLayout, Device: header, Seed: o.Seed, Env: env}
 	var rows []accuracyRow
 	var failed []string
 	t0 := time.Now()
-	for _, c := range o.cases {
-		data, err := bench.RunAccuracy(d, c, o.seed)
+	for _, c := range o.Cases {
+		data, err := RunAccuracy(d, c, o.Seed)
 		if err == nil {
 			var ent accuracyCaseEnt
 			if ent, err = writeAccuracyCase(dir, data); err == nil {
@@ -427,14 +327,14 @@ func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
 		fmt.Fprintf(stderr, "bench: accuracy %v: %v\n", c, err)
 		failed = append(failed, fmt.Sprintf("%v: %s", c, firstLine(err.Error(), 200)))
 		rows = append(rows, accuracyRow{Kind: "attention_accuracy", Case: accuracyCaseName(c), Impl: "fused", DType: c.DType,
-			B: c.B, H: c.H, S: c.S, D: c.D, Causal: c.Causal, Scale: float64(c.Scale()), Seed: o.seed, GPU: d.Name(),
+			B: c.B, H: c.H, S: c.S, D: c.D, Causal: c.Causal, Scale: float64(c.Scale()), Seed: o.Seed, GPU: d.Name(),
 			Error: sptr(err.Error())})
 	}
 	gpu := d.Name()
 	if err := d.Close(); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "bench: our kernels ran %d of %d cases in %v\n", len(man.Cases), len(o.cases), time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(stderr, "bench: our kernels ran %d of %d cases in %v\n", len(man.Cases), len(o.Cases), time.Since(t0).Round(time.Millisecond))
 	var pyErr error
 	if len(man.Cases) > 0 {
 		if err := writeAccuracyManifest(dir, man); err != nil {
@@ -444,10 +344,10 @@ func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
 		if _, err := readAccuracyManifest(dir); err != nil {
 			return err
 		}
-		pr, err := runAccuracyPython(stderr, o.torchPy, o.script, dir, o.backends, o.refDev)
+		pr, err := runAccuracyPython(stderr, o.TorchPy, o.Script, dir, o.Backends, o.RefDev)
 		pyErr = err
 		for i := range pr {
-			pr[i].Seed = o.seed
+			pr[i].Seed = o.Seed
 			if pr[i].GPU == "" {
 				pr[i].GPU = gpu
 			}
@@ -456,25 +356,25 @@ func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
 	}
 
 	fmt.Fprintf(stdout, "flashgraph bench -accuracy: %s\n", header)
-	fmt.Fprintf(stdout, "command: %s; %s\n", o.command, time.Now().UTC().Format("2006-01-02"))
+	fmt.Fprintf(stdout, "command: %s; %s\n", o.Command, time.Now().UTC().Format("2006-01-02"))
 	printAccuracyPreamble(stdout, o, rows, env)
-	printAccuracyTable(stdout, o.cases, rows, "rel")
+	printAccuracyTable(stdout, o.Cases, rows, "rel")
 	fmt.Fprintln(stdout)
-	printAccuracyTable(stdout, o.cases, rows, "max")
+	printAccuracyTable(stdout, o.Cases, rows, "max")
 	fmt.Fprintln(stdout)
-	printAccuracyVerdict(stdout, o.cases, rows)
-	if o.keep != "" {
+	printAccuracyVerdict(stdout, o.Cases, rows)
+	if o.Keep != "" {
 		fmt.Fprintf(stdout, "inputs, our outputs, manifest.json and errors.jsonl kept in %s\n", dir)
 	}
 
-	if o.jsonOut != "" {
-		if err := writeJSONLines(stderr, o.jsonOut, rows); err != nil {
+	if o.JSONOut != "" {
+		if err := writeJSONLines(stderr, o.JSONOut, rows); err != nil {
 			return err
 		}
 	}
 	var errs []error
 	if len(failed) > 0 {
-		errs = append(errs, fmt.Errorf("our kernels failed on %d of %d cases: %s", len(failed), len(o.cases), strings.Join(failed, "; ")))
+		errs = append(errs, fmt.Errorf("our kernels failed on %d of %d cases: %s", len(failed), len(o.Cases), strings.Join(failed, "; ")))
 	}
 	if pyErr != nil {
 		errs = append(errs, fmt.Errorf("the reference script failed: %w", pyErr))
@@ -484,12 +384,12 @@ func runBenchAccuracy(stdout, stderr io.Writer, o accuracyOptions) error {
 
 // printAccuracyPreamble says what was compared: shapes, inputs, our
 // kernels' selection, PyTorch's version and where the reference ran.
-func printAccuracyPreamble(w io.Writer, o accuracyOptions, rows []accuracyRow, env map[string]string) {
+func printAccuracyPreamble(w io.Writer, o AccuracyOptions, rows []accuracyRow, env map[string]string) {
 	h := 0
-	if len(o.cases) > 0 {
-		h = o.cases[0].H
+	if len(o.Cases) > 0 {
+		h = o.Cases[0].H
 	}
-	fmt.Fprintf(w, "B=1 H=%d, Sq=Sk=S, scale 1/√D; Q, K, V, dO ~ N(0,1) rounded to the element type (seed %d), the same for every impl\n", h, o.seed)
+	fmt.Fprintf(w, "B=1 H=%d, Sq=Sk=S, scale 1/√D; Q, K, V, dO ~ N(0,1) rounded to the element type (seed %d), the same for every impl\n", h, o.Seed)
 	sel := []string{}
 	for _, name := range []string{cuda.FlashSM90Env, cuda.FlashSM90BwdEnv} {
 		v, ok := env[name]
@@ -569,7 +469,7 @@ func sciOr(v *float64, why string) string {
 // cuDNN's, ours/cuDNN and FLASH's error, then our LSE's; metric "rel" is
 // the relative L2 error, "max" the max absolute error. Impls that did not
 // run are listed below it with their reason.
-func printAccuracyTable(w io.Writer, cases []bench.AccuracyCase, rows []accuracyRow, metric string) {
+func printAccuracyTable(w io.Writer, cases []AccuracyCase, rows []accuracyRow, metric string) {
 	by := indexAccuracyRows(rows)
 	if metric == "max" {
 		fmt.Fprintln(w, "max |x − ref| vs float64 (ours/cd: ours ÷ cuDNN; * marks a ratio above 1):")
@@ -630,7 +530,7 @@ func boolDigit(b bool) int {
 // printAccuracyVerdict closes the report: whether ours/cuDNN <= 1 for the
 // relative L2 error of every output of every case, and where not (or where
 // there is no pair to compare).
-func printAccuracyVerdict(w io.Writer, cases []bench.AccuracyCase, rows []accuracyRow) {
+func printAccuracyVerdict(w io.Writer, cases []AccuracyCase, rows []accuracyRow) {
 	by := indexAccuracyRows(rows)
 	var over, missing []string
 	total, compared := 0, 0

@@ -1,10 +1,8 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"encoding/binary"
-	"errors"
-	"flag"
 	"io"
 	"math"
 	"os"
@@ -15,98 +13,21 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/bench"
 )
 
-func TestAccuracyCases(t *testing.T) {
-	got, err := accuracyCases("1024,4096", "128,64", "both", "bf16,fp16", 4)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 16 {
-		t.Fatalf("%d cases, want 2 dtypes × 2 D × 2 S × 2 causal", len(got))
-	}
-	want0 := bench.AccuracyCase{DType: "bfloat16", B: 1, H: 4, S: 1024, D: 128, Causal: false}
-	want15 := bench.AccuracyCase{DType: "float16", B: 1, H: 4, S: 4096, D: 64, Causal: true}
-	if got[0] != want0 || got[1].Causal != true || got[15] != want15 {
-		t.Errorf("order: first %v, second %v, last %v", got[0], got[1], got[15])
-	}
-	if n := accuracyCaseName(got[15]); n != "fp16_b1_h4_s4096_d64_causal" {
+// A case's name in the manifest, the files and the rows.
+func TestAccuracyCaseName(t *testing.T) {
+	c := AccuracyCase{DType: "float16", B: 1, H: 4, S: 4096, D: 64, Causal: true}
+	if n := accuracyCaseName(c); n != "fp16_b1_h4_s4096_d64_causal" {
 		t.Errorf("name %q", n)
 	}
-	for _, bad := range []struct{ seqs, dims, causal, dtypes string }{
-		{"1024", "64", "both", "fp32"},
-		{"1024", "64", "both", ""},
-		{"0", "64", "both", "bf16"},
-		{"1024", "64", "sometimes", "bf16"},
-	} {
-		if _, err := accuracyCases(bad.seqs, bad.dims, bad.causal, bad.dtypes, 4); err == nil {
-			t.Errorf("%+v accepted", bad)
-		}
-	}
-	if _, err := accuracyCases("1024", "64", "both", "bf16", 0); err == nil {
-		t.Error("0 heads accepted")
-	}
 }
 
-// options replaces the timing default of -seqs, refuses the modes it cannot
-// run with, and needs PyTorch and -device cuda.
-func TestAccuracyOptions(t *testing.T) {
-	parse := func(args ...string) (accuracyOptions, error) {
-		fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "")
-		dims := fs.String("dims", "64,128", "")
-		causal := fs.String("causal", "both", "")
-		torchPy := fs.String("torch", "python3", "")
-		device := fs.String("device", "cuda", "")
-		fs.String("decode", "", "")
-		fs.Bool("memory", false, "")
-		a := addAccuracyFlags(fs)
-		if err := fs.Parse(args); err != nil {
-			return accuracyOptions{}, err
-		}
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !*a.on {
-			return accuracyOptions{}, errors.New("-accuracy not set")
-		}
-		return a.options(args, set, *seqs, *dims, *causal, 1, *torchPy, "", *device)
-	}
-	o, err := parse("-accuracy", "-dims", "128")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(o.cases) != 8 || o.cases[0].S != 1024 || o.cases[7].S != 4096 || o.cases[0].H != 4 {
-		t.Errorf("default cases %v", o.cases)
-	}
-	if o.command != "flashgraph bench -accuracy -dims 128" || o.script != "tools/reference/sdpa_error.py" || o.refDev != "cuda" {
-		t.Errorf("options %+v", o)
-	}
-	o, err = parse("-accuracy", "-seqs", "256", "-dims", "64", "-causal", "causal", "-accuracy-dtypes", "bf16", "-accuracy-heads", "2")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := (bench.AccuracyCase{DType: "bfloat16", B: 1, H: 2, S: 256, D: 64, Causal: true}); len(o.cases) != 1 || o.cases[0] != want {
-		t.Errorf("cases %v, want [%v]", o.cases, want)
-	}
-	for args, want := range map[string]string{
-		"-accuracy -decode 1":   "-accuracy runs alone",
-		"-accuracy -memory":     "-accuracy runs alone",
-		"-accuracy -torch=":     "-torch is empty",
-		"-accuracy -device cpu": "needs -device cuda",
-	} {
-		if _, err := parse(strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("%s: %v, want an error with %q", args, err, want)
-		}
-	}
-}
-
-// testAccuracyData is a case's inputs (bench.AccuracyInputs) with outputs
+// testAccuracyData is a case's inputs (AccuracyInputs) with outputs
 // that are a float64 attention (naiveAttention) rounded to the element type.
-func testAccuracyData(t *testing.T, c bench.AccuracyCase) *bench.AccuracyData {
+func testAccuracyData(t *testing.T, c AccuracyCase) *AccuracyData {
 	t.Helper()
-	q, k, v, dout, err := bench.AccuracyInputs(c, 3)
+	q, k, v, dout, err := AccuracyInputs(c, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +54,7 @@ func testAccuracyData(t *testing.T, c bench.AccuracyCase) *bench.AccuracyData {
 	for i, f := range lse {
 		l32[i] = float32(f)
 	}
-	return &bench.AccuracyData{Case: c, Q: q, K: k, V: v, DO: dout, O: r16(o), DQ: r16(dq), DK: r16(dk), DV: r16(dv), LSE: l32}
+	return &AccuracyData{Case: c, Q: q, K: k, V: v, DO: dout, O: r16(o), DQ: r16(dq), DK: r16(dk), DV: r16(dv), LSE: l32}
 }
 
 // naiveAttention is attention forward and backward in float64, row by row
@@ -197,7 +118,7 @@ func naiveAttention(q, k, v, dout []float64, bh, s, d int, scale float64, causal
 // and readAccuracyManifest notices a file of the wrong size.
 func TestAccuracyManifestRoundTrip(t *testing.T) {
 	dir := t.TempDir()
-	c := bench.AccuracyCase{DType: "bfloat16", B: 1, H: 2, S: 24, D: 8, Causal: true}
+	c := AccuracyCase{DType: "bfloat16", B: 1, H: 2, S: 24, D: 8, Causal: true}
 	data := testAccuracyData(t, c)
 	ent, err := writeAccuracyCase(dir, data)
 	if err != nil {
@@ -269,7 +190,7 @@ func TestAccuracyTable(t *testing.T) {
 	if m := rows[0].Metrics["dq"]; m.RelL2 == nil || *m.RelL2 != 0.0033 || m.RefMaxAbs != 2 {
 		t.Errorf("ours dq %+v", m)
 	}
-	cases := []bench.AccuracyCase{
+	cases := []AccuracyCase{
 		{DType: "bfloat16", B: 1, H: 4, S: 1024, D: 128, Causal: false},
 		{DType: "bfloat16", B: 1, H: 4, S: 1024, D: 128, Causal: true},
 	}
@@ -413,7 +334,7 @@ func TestAccuracyScriptOnCPU(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs python3 with torch")
 	}
-	script, err := filepath.Abs("../reference/sdpa_error.py")
+	script, err := filepath.Abs("../tools/reference/sdpa_error.py")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +343,7 @@ func TestAccuracyScriptOnCPU(t *testing.T) {
 		t.Skip("no python3 with torch and numpy")
 	}
 	dir := t.TempDir()
-	cases := []bench.AccuracyCase{
+	cases := []AccuracyCase{
 		{DType: "bfloat16", B: 1, H: 2, S: 40, D: 16, Causal: true},
 		{DType: "float16", B: 1, H: 2, S: 40, D: 16, Causal: false},
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -43,92 +43,62 @@ type trainBenchRow struct {
 	Error        *string  `json:"error"`
 }
 
-// runBenchTrain is `flashgraph bench -train`: our training step against the
+// TrainOptions are what `flashgraph bench -train` runs with.
+type TrainOptions struct {
+	Config                                  model.Config
+	BF16, Fuse, FuseElementwise, Recompute  bool
+	Curve                                   int
+	Grads                                   bool
+	Warmup, Steps                           int
+	Profile                                 bool
+	Top                                     int
+	ProfileOut                              string
+	TorchPy, Reference, TorchModes, JSONOut string
+}
+
+// RunTrain is `flashgraph bench -train`: our training step against the
 // same model in PyTorch eager and torch.compile, on the same shapes, in one
 // process and one table.
-func runBenchTrain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("bench -train", "",
-		"Times the whole training step (forward, backward, AdamW) of a model config on the GPU and,\n"+
-			"through tools/reference/train_bench.py, the same model in PyTorch eager and torch.compile\n"+
-			"(SDPA attention, fused AdamW, float32 master weights). Prints one table: tokens/s, step ms,\n"+
-			"peak device memory and the ratios. -profile adds where our step's time goes, per op type.", stderr)
-	fs.Bool("train", true, "the training-step benchmark (this table)")
-	cfgName := fs.String("config", "gpt2", "model config: "+strings.Join(model.Names(), ", "))
-	batch := fs.Int("batch", 0, "batch size (0: the config's)")
-	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
-	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
-	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
-	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
-	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also two noise samples: the unfused step in f32, and again with every weight moved by half a bf16 step)")
-	grads := fs.Bool("grads", false, "also compare the first step's gradients from the same weights and batch: fused and unfused elementwise in bf16 against float32")
-	warmup := fs.Int("warmup", 5, "untimed steps first")
-	steps := fs.Int("steps", 30, "timed steps")
-	profile := fs.Bool("profile", false, "also print the device time of one step per op type and the slowest nodes")
-	top := fs.Int("top", 20, "with -profile: how many of the slowest nodes to list")
-	profileOut := fs.String("profile-out", "", "with -profile: also write every node's time (node, op, ms) as TSV to FILE")
-	torchPy := fs.String("torch", "python3", `python3 with PyTorch ("" skips PyTorch)`)
-	reference := fs.String("reference", "tools/reference/train_bench.py", "path of the PyTorch training-step script")
-	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile")
-	jsonOut := fs.String("json", "", "write every row as JSON lines to FILE")
-	if err := parseFlags(fs, args, 0); err != nil {
-		return err
-	}
-	cfg, err := model.Lookup(*cfgName)
-	if err != nil {
-		return err
-	}
-	if *batch < 0 || *warmup < 0 || *steps < 1 || *top < 0 || *curve < 0 {
-		return errors.New("-batch and -warmup must be at least 0, -steps at least 1, -top at least 0")
-	}
-	if *batch > 0 {
-		cfg.Batch = *batch
-	}
-	bf16 := false
-	switch strings.ToLower(*dtypeFlag) {
-	case "bf16", "bfloat16":
-		bf16 = true
-	case "f32", "fp32", "float32":
-	default:
-		return fmt.Errorf("-dtype %q: want bf16 or f32", *dtypeFlag)
-	}
+func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
+	cfg, bf16 := o.Config, o.BF16
 	dtName := map[bool]string{true: "bfloat16", false: "float32"}[bf16]
-	if *jsonOut != "" {
-		if err := train.WriteFileAtomic(*jsonOut, func(io.Writer) error { return nil }); err != nil {
-			return fmt.Errorf("-json %s: %w", *jsonOut, err)
+	if o.JSONOut != "" {
+		if err := train.WriteFileAtomic(o.JSONOut, func(io.Writer) error { return nil }); err != nil {
+			return fmt.Errorf("-json %s: %w", o.JSONOut, err)
 		}
 	}
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("bench -train needs -device cuda: %v", err)
 	}
 
-	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, *fuse, !*fuseEW, *recompute, *warmup, *steps, *profile)
+	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, o.Fuse, !o.FuseElementwise, o.Recompute, o.Warmup, o.Steps, o.Profile)
 	if err != nil {
 		return err
 	}
 	ours.DType = dtName
 	rows := []trainBenchRow{ours}
-	if *torchPy != "" {
-		tr, terr := runTorchTrainBench(stderr, *torchPy, *reference, cfg, dtName, *torchModes, *warmup, *steps)
+	if o.TorchPy != "" {
+		tr, terr := runTorchTrainBench(stderr, o.TorchPy, o.Reference, cfg, dtName, o.TorchModes, o.Warmup, o.Steps)
 		rows = append(rows, tr...)
 		if terr != nil {
 			fmt.Fprintf(stderr, "bench: PyTorch reference: %v\n", terr)
 		}
 	}
 	printTrainTable(stdout, rows)
-	if *curve > 0 {
-		if err := compareCurves(stdout, stderr, cfg, bf16, *curve); err != nil {
+	if o.Curve > 0 {
+		if err := compareCurves(stdout, stderr, cfg, bf16, o.Curve); err != nil {
 			return err
 		}
 	}
-	if *grads {
+	if o.Grads {
 		if err := compareGradients(stdout, stderr, cfg); err != nil {
 			return err
 		}
 	}
 	if prof != nil {
-		printProfile(stdout, prof, *top)
-		if *profileOut != "" {
-			err := train.WriteFileAtomic(*profileOut, func(w io.Writer) error {
+		printProfile(stdout, prof, o.Top)
+		if o.ProfileOut != "" {
+			err := train.WriteFileAtomic(o.ProfileOut, func(w io.Writer) error {
 				for _, t := range prof {
 					if _, err := fmt.Fprintf(w, "%s\t%s\t%.4f\n", t.Node, t.Op, t.Ms); err != nil {
 						return err
@@ -141,8 +111,8 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
-	if *jsonOut != "" {
-		return train.WriteFileAtomic(*jsonOut, func(w io.Writer) error {
+	if o.JSONOut != "" {
+		return train.WriteFileAtomic(o.JSONOut, func(w io.Writer) error {
 			enc := json.NewEncoder(w)
 			for _, r := range rows {
 				if err := enc.Encode(r); err != nil {
@@ -160,7 +130,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 // loss back) over random bytes.
 func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW, recompute bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
 	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
-	be, err := newCUDABackend(bf16)
+	be, err := cuda.NewMixedBackend(bf16)
 	if err != nil {
 		return row, nil, fmt.Errorf("bench -train needs -device cuda: %w", err)
 	}
@@ -369,7 +339,7 @@ func compareCurves(stdout, stderr io.Writer, cfg model.Config, bf16 bool, steps 
 	}
 	curves := make([][]float64, len(runs))
 	for k, r := range runs {
-		be, err := newCUDABackend(r.bf16)
+		be, err := cuda.NewMixedBackend(r.bf16)
 		if err != nil {
 			return err
 		}
@@ -515,7 +485,7 @@ func compareGradients(stdout, stderr io.Writer, cfg model.Config) error {
 	res := make([]map[string]*graph.Tensor, len(variants))
 	for k, v := range variants {
 		fmt.Fprintf(stderr, "bench: gradients %d/%d (%s)\n", k+1, len(variants), v.name)
-		be, err := newCUDABackend(v.bf16)
+		be, err := cuda.NewMixedBackend(v.bf16)
 		if err != nil {
 			return err
 		}

@@ -1,38 +1,10 @@
-package main
+package bench
 
 import (
 	"bytes"
 	"strings"
 	"testing"
-
-	"github.com/flashgraph/flashgraph/bench"
 )
-
-func TestDecodeShapes(t *testing.T) {
-	got, err := decodeShapes(decodeOptions{sqs: "1,16", seqs: "4096,16384", dims: "128", tokens: 32768, width: 2048})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []bench.DecodeShape{{B: 8, H: 16, Sq: 1, Sk: 4096, D: 128}, {B: 8, H: 16, Sq: 16, Sk: 4096, D: 128},
-		{B: 2, H: 16, Sq: 1, Sk: 16384, D: 128}, {B: 2, H: 16, Sq: 16, Sk: 16384, D: 128}}
-	if len(got) != len(want) {
-		t.Fatalf("%v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("shape %d: %v, want %v", i, got[i], want[i])
-		}
-	}
-	for _, o := range []decodeOptions{
-		{sqs: "1", seqs: "1000", dims: "128", tokens: 32768, width: 2048}, // 32768 % 1000
-		{sqs: "32", seqs: "16", dims: "64", tokens: 32, width: 64},        // more rows than keys
-		{sqs: "x", seqs: "16", dims: "64", tokens: 32, width: 64},
-	} {
-		if _, err := decodeShapes(o); err == nil {
-			t.Errorf("%+v accepted", o)
-		}
-	}
-}
 
 func TestParseTorchDecodeRows(t *testing.T) {
 	in := `{"backend": "flash", "B": 2, "H": 16, "Sq": 1, "S": 16384, "D": 128, "causal": false, "dtype": "bfloat16", "fwd_ms": 0.05, "bwd_ms": null, "peak_mem_bytes": 100, "iters": 20, "gpu": "H200", "torch": "2.5", "error": null}
@@ -57,7 +29,7 @@ func TestParseTorchDecodeRows(t *testing.T) {
 		t.Error("a record without Sq accepted")
 	}
 	var buf bytes.Buffer
-	sh := []bench.DecodeShape{{B: 2, H: 16, Sq: 1, Sk: 16384, D: 128}}
+	sh := []DecodeShape{{B: 2, H: 16, Sq: 1, Sk: 16384, D: 128}}
 	printDecodeTable(&buf, sh, append([]benchRow{decodeRow(sh[0], "fused-decode", 0.025, 20, "H200")}, rows...))
 	if !strings.Contains(buf.String(), "2.00x") || !strings.Contains(buf.String(), "flash") {
 		t.Errorf("table:\n%s\nwant the decode forward at 2.00x the best SDPA backend (flash)", buf.String())

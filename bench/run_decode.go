@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"errors"
@@ -10,73 +10,35 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/bench"
 )
 
-// decodeOptions are `flashgraph bench -decode`'s flags.
-type decodeOptions struct {
-	sqs, seqs, dims                   string
-	tokens, width, warmup, iters      int
-	settle                            time.Duration
-	seed                              uint64
-	torchPy, reference, torchBackends string
-	jsonOut, device                   string
+// DecodeOptions are `flashgraph bench -decode`'s flags.
+type DecodeOptions struct {
+	Sqs, Seqs, Dims                   string
+	Tokens, Width, Warmup, Iters      int
+	Settle                            time.Duration
+	Seed                              uint64
+	TorchPy, Reference, TorchBackends string
+	JSONOut, Device                   string
 }
 
-// decodeShapes lists the -decode shapes: each D, S (the key count) and Sq,
-// with B = tokens/S and H = width/D as in the attention table.
-func decodeShapes(o decodeOptions) ([]bench.DecodeShape, error) {
-	sqs, err := parseInts("decode", o.sqs)
-	if err != nil {
-		return nil, err
-	}
-	ss, err := parseInts("seqs", o.seqs)
-	if err != nil {
-		return nil, err
-	}
-	ds, err := parseInts("dims", o.dims)
-	if err != nil {
-		return nil, err
-	}
-	if o.tokens < 1 || o.width < 1 {
-		return nil, fmt.Errorf("-tokens and -width must be positive, got %d and %d", o.tokens, o.width)
-	}
-	var out []bench.DecodeShape
-	for _, d := range ds {
-		for _, s := range ss {
-			if o.tokens%s != 0 || o.width%d != 0 {
-				return nil, fmt.Errorf("S=%d, D=%d: -tokens %d and -width %d must be multiples of S and D", s, d, o.tokens, o.width)
-			}
-			for _, q := range sqs {
-				if q > s {
-					return nil, fmt.Errorf("-decode %d: more query rows than the %d keys", q, s)
-				}
-				out = append(out, bench.DecodeShape{B: o.tokens / s, H: o.width / d, Sq: q, Sk: s, D: d})
-			}
-		}
-	}
-	return out, nil
-}
-
-func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
-	shapes, err := decodeShapes(o)
-	if err != nil {
-		return err
-	}
-	if o.iters < 1 || o.warmup < 0 || o.settle < 0 {
+// RunDecode is `flashgraph bench -decode`: generation-shaped attention on
+// shapes, ours and SDPA's, in one table.
+func RunDecode(stdout, stderr io.Writer, shapes []DecodeShape, o DecodeOptions) error {
+	if o.Iters < 1 || o.Warmup < 0 || o.Settle < 0 {
 		return errors.New("-iters must be at least 1, -warmup and -settle at least 0")
 	}
-	if o.device != "cuda" {
-		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked", o.device)
+	if o.Device != "cuda" {
+		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked", o.Device)
 	}
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("bench needs -device cuda: %v", err)
 	}
-	ab, err := bench.NewAttnBench(o.tokens*o.width, o.seed)
+	ab, err := NewAttnBench(o.Tokens*o.Width, o.Seed)
 	if err != nil {
 		return fmt.Errorf("bench needs -device cuda: %w", err)
 	}
-	ab.Warmup, ab.Iters, ab.Settle = o.warmup, o.iters, o.settle
+	ab.Warmup, ab.Iters, ab.Settle = o.Warmup, o.Iters, o.Settle
 	gpu := ab.Device().Name()
 	header := deviceLine(ab.Device())
 	var rows []benchRow
@@ -92,7 +54,7 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 			name string
 			ms   float64
 		}{{"fused-decode", r.SplitMs}, {"fused-nosplit", r.WholeMs}} {
-			row := decodeRow(sh, impl.name, impl.ms, o.iters, gpu)
+			row := decodeRow(sh, impl.name, impl.ms, o.Iters, gpu)
 			if impl.name == "fused-decode" {
 				row.MaxAbsErr = map[string]float64{"o": r.MaxAbsDiff}
 				row.MaxAbsRef = map[string]float64{"o": r.MaxAbsRef}
@@ -104,7 +66,7 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 		return err
 	}
 	torchNote := "PyTorch reference skipped (-torch \"\")"
-	if o.torchPy != "" {
+	if o.TorchPy != "" {
 		tr, err := runTorchDecode(stderr, o)
 		torchNote = ""
 		if err != nil {
@@ -115,22 +77,22 @@ func runBenchDecode(stdout, stderr io.Writer, o decodeOptions) error {
 	}
 	fmt.Fprintf(stdout, "flashgraph bench -decode: %s\n", header)
 	fmt.Fprintf(stdout, "bf16 forward, non-causal, B·S = %d key tokens, H·D = %d; CUDA events, median of %d after %d warm-up, each loop after %v idle; %s\n",
-		o.tokens, o.width, o.iters, o.warmup, o.settle, time.Now().UTC().Format("2006-01-02"))
+		o.Tokens, o.Width, o.Iters, o.Warmup, o.Settle, time.Now().UTC().Format("2006-01-02"))
 	printDecodeTable(stdout, shapes, rows)
 	fmt.Fprintln(stdout, "decode: FlashForward (split-K/V decode forward where Sq <= 16 and S >= 1024); nosplit: the same with "+cuda.FlashDecodeEnv+"=0")
 	fmt.Fprintln(stdout, "(one CTA per batch·head and query tile). GB/s: K and V bytes / time. best SDPA: the fastest backend that ran.")
 	if torchNote != "" {
 		fmt.Fprintln(stdout, torchNote)
 	}
-	if o.jsonOut != "" {
-		if err := writeJSONLines(stderr, o.jsonOut, rows); err != nil {
+	if o.JSONOut != "" {
+		if err := writeJSONLines(stderr, o.JSONOut, rows); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func decodeRow(sh bench.DecodeShape, impl string, ms float64, iters int, gpu string) benchRow {
+func decodeRow(sh DecodeShape, impl string, ms float64, iters int, gpu string) benchRow {
 	row := benchRow{Kind: "attention_decode", Impl: impl, B: sh.B, H: sh.H, Sq: sh.Sq, S: sh.Sk, D: sh.D,
 		DType: "bfloat16", Iters: iters, GPU: gpu, FwdMs: fptr(ms)}
 	row.FwdTFLOPs = fptr(tflops(4*float64(sh.B*sh.H)*float64(sh.Sq)*float64(sh.Sk)*float64(sh.D), ms))
@@ -139,7 +101,7 @@ func decodeRow(sh bench.DecodeShape, impl string, ms float64, iters int, gpu str
 
 // printDecodeTable prints one line per shape: our two forwards, each SDPA
 // backend, and our decode forward's speed-up over the best SDPA backend.
-func printDecodeTable(w io.Writer, shapes []bench.DecodeShape, rows []benchRow) {
+func printDecodeTable(w io.Writer, shapes []DecodeShape, rows []benchRow) {
 	var impls []string
 	seen := map[string]bool{}
 	for _, r := range rows {
@@ -194,9 +156,9 @@ type decodeTorchRecord struct {
 }
 
 // runTorchDecode runs sdpa_bench.py --decode-sq on the same shapes.
-func runTorchDecode(stderr io.Writer, o decodeOptions) ([]benchRow, error) {
-	if _, err := os.Stat(o.reference); err != nil {
-		return nil, fmt.Errorf("-reference %s: %w (run from the repository root or pass -reference)", o.reference, err)
+func runTorchDecode(stderr io.Writer, o DecodeOptions) ([]benchRow, error) {
+	if _, err := os.Stat(o.Reference); err != nil {
+		return nil, fmt.Errorf("-reference %s: %w (run from the repository root or pass -reference)", o.Reference, err)
 	}
 	tmp, err := os.CreateTemp("", "flashgraph-sdpa-decode-*.jsonl")
 	if err != nil {
@@ -204,13 +166,13 @@ func runTorchDecode(stderr io.Writer, o decodeOptions) ([]benchRow, error) {
 	}
 	tmp.Close()
 	defer os.Remove(tmp.Name())
-	args := []string{o.reference, "--backends", o.torchBackends, "--seqs", o.seqs, "--head-dims", o.dims,
-		"--decode-sq", o.sqs, "--tokens", strconv.Itoa(o.tokens), "--width", strconv.Itoa(o.width),
-		"--iters", strconv.Itoa(o.iters), "--warmup", strconv.Itoa(max(1, o.warmup)), "--out", tmp.Name()}
-	if o.settle > 0 {
-		args = append(args, "--settle-ms", strconv.FormatFloat(float64(o.settle)/float64(time.Millisecond), 'f', -1, 64))
+	args := []string{o.Reference, "--backends", o.TorchBackends, "--seqs", o.Seqs, "--head-dims", o.Dims,
+		"--decode-sq", o.Sqs, "--tokens", strconv.Itoa(o.Tokens), "--width", strconv.Itoa(o.Width),
+		"--iters", strconv.Itoa(o.Iters), "--warmup", strconv.Itoa(max(1, o.Warmup)), "--out", tmp.Name()}
+	if o.Settle > 0 {
+		args = append(args, "--settle-ms", strconv.FormatFloat(float64(o.Settle)/float64(time.Millisecond), 'f', -1, 64))
 	}
-	return runPythonJSONLines(stderr, o.torchPy, args, tmp.Name(), parseTorchDecodeRows)
+	return runPythonJSONLines(stderr, o.TorchPy, args, tmp.Name(), parseTorchDecodeRows)
 }
 
 // parseTorchDecodeRows reads sdpa_bench.py --decode-sq's JSON lines.
@@ -220,7 +182,7 @@ func parseTorchDecodeRows(r io.Reader) ([]benchRow, error) {
 		if rec.Backend == "" || rec.Sq <= 0 || rec.S <= 0 || rec.D <= 0 || rec.B <= 0 || rec.H <= 0 {
 			return fmt.Errorf("PyTorch output line %d: missing backend or decode shape (Sq, S, D, B, H)", line)
 		}
-		sh := bench.DecodeShape{B: rec.B, H: rec.H, Sq: rec.Sq, Sk: rec.S, D: rec.D}
+		sh := DecodeShape{B: rec.B, H: rec.H, Sq: rec.Sq, Sk: rec.S, D: rec.D}
 		row := benchRow{Kind: "attention_decode", Impl: "torch-" + rec.Backend, B: rec.B, H: rec.H, Sq: rec.Sq, S: rec.S, D: rec.D,
 			DType: rec.DType, PeakMemBytes: rec.PeakMemBytes, Iters: rec.Iters, GPU: rec.GPU, Torch: rec.Torch, Error: rec.Error}
 		if rec.FwdMs != nil {
