@@ -5,7 +5,7 @@ import "math"
 // Reference computes attention the composed way, in float64, materialising
 // each head's Sq×Sk score matrix: S = scale·Q·Kᵀ, causal mask to −Inf,
 // row softmax, O = P·V. It returns O [BH,Sq,D] and LSE [BH,Sq]. It is the
-// oracle for tests (here and in other packages), deliberately sharing no
+// oracle of this package's tests only (a _test.go file), deliberately sharing no
 // code with Forward. A row with no visible key gets O = 0 and LSE = +Inf,
 // Forward's convention.
 func Reference(q, k, v []float64, bh, sq, sk, d int, scale float64, causal bool) (o, lse []float64, err error) {
