@@ -34,7 +34,7 @@ fuzz:
 	$(GO) test ./graph -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./onnx -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
-	$(GO) test ./train -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
+	$(GO) test ./checkpoint -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./backend/cpu -run '^$$' -fuzz '^FuzzFusedBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 
 # Not in CI: every parser fuzzed for FUZZ_LONG (10^6 executions; a time such
@@ -43,7 +43,7 @@ fuzz:
 # See docs/RELIABILITY.md.
 FUZZ_LONG ?= 1000000x
 FUZZ_LONG_TARGETS = ./graph:FuzzParse ./onnx:FuzzImport ./onnx/onnxpb:FuzzDecode \
-	./train:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists \
+	./checkpoint:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists \
 	./backend/cpu:FuzzFusedBody
 fuzz-long:
 	@mkdir -p out/fuzz-long

@@ -3,7 +3,10 @@
 // attention exactly as the CUDA executor lowers the unfused graph, timed on
 // the same device-resident inputs with CUDA events. The composed path is
 // timed by running the executable's own steps (cuda.Steps), so what is timed
-// is what `flashgraph train` runs for unfused attention, op by op.
+// is what `flashgraph train` runs for unfused attention, op by op. The rest
+// of `flashgraph bench` is here too (run_*.go): its tables and JSON rows,
+// -memory, -train, -decode and -accuracy, and the PyTorch scripts they run;
+// the CLI keeps only the flags.
 package bench
 
 import (

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -436,7 +437,7 @@ func RunAttention(stdout, stderr io.Writer, o AttentionOptions) error {
 	// The rows are written after minutes of GPU time: a -json path that
 	// cannot be written fails now, not then.
 	if o.JSONOut != "" {
-		if err := train.WriteFileAtomic(o.JSONOut, func(io.Writer) error { return nil }); err != nil {
+		if err := checkpoint.WriteFileAtomic(o.JSONOut, func(io.Writer) error { return nil }); err != nil {
 			return fmt.Errorf("-json %s: %w", o.JSONOut, err)
 		}
 	}

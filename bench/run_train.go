@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/flashgraph/flashgraph/backend"
-	"github.com/flashgraph/flashgraph/graph"
 	"hash/fnv"
 	"io"
 	"math"
@@ -20,7 +18,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/train"
 )
@@ -63,7 +64,7 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 	cfg, bf16 := o.Config, o.BF16
 	dtName := map[bool]string{true: "bfloat16", false: "float32"}[bf16]
 	if o.JSONOut != "" {
-		if err := train.WriteFileAtomic(o.JSONOut, func(io.Writer) error { return nil }); err != nil {
+		if err := checkpoint.WriteFileAtomic(o.JSONOut, func(io.Writer) error { return nil }); err != nil {
 			return fmt.Errorf("-json %s: %w", o.JSONOut, err)
 		}
 	}
@@ -98,7 +99,7 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 	if prof != nil {
 		printProfile(stdout, prof, o.Top)
 		if o.ProfileOut != "" {
-			err := train.WriteFileAtomic(o.ProfileOut, func(w io.Writer) error {
+			err := checkpoint.WriteFileAtomic(o.ProfileOut, func(w io.Writer) error {
 				for _, t := range prof {
 					if _, err := fmt.Fprintf(w, "%s\t%s\t%.4f\n", t.Node, t.Op, t.Ms); err != nil {
 						return err
@@ -112,7 +113,7 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 		}
 	}
 	if o.JSONOut != "" {
-		return train.WriteFileAtomic(o.JSONOut, func(w io.Writer) error {
+		return checkpoint.WriteFileAtomic(o.JSONOut, func(w io.Writer) error {
 			enc := json.NewEncoder(w)
 			for _, r := range rows {
 				if err := enc.Encode(r); err != nil {

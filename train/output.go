@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // CheckOutputFile refuses an output path that names a folder before any work
@@ -26,7 +28,7 @@ func WriteOutputFile(flag, path string, data []byte) error {
 	if err := CheckOutputFile(flag, path); err != nil {
 		return err
 	}
-	err := WriteFileAtomic(path, func(w io.Writer) error {
+	err := checkpoint.WriteFileAtomic(path, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})

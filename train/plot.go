@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
@@ -76,7 +77,7 @@ func PlotLosses(path, title string, losses []float64, val []ValPoint) error {
 	if err != nil {
 		return fmt.Errorf("loss plot: %w", err)
 	}
-	return WriteFileAtomic(path, func(w io.Writer) error {
+	return checkpoint.WriteFileAtomic(path, func(w io.Writer) error {
 		_, err := wt.WriteTo(w)
 		return err
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/model"
 )
 
@@ -117,7 +118,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if opts.CkptDir == "" {
 			return nil, fmt.Errorf("train: -resume needs a checkpoint folder (-ckpt)")
 		}
-		p, step, err := LatestCheckpoint(opts.CkptDir)
+		p, step, err := checkpoint.LatestCheckpoint(opts.CkptDir)
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
@@ -144,7 +145,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs}
 
 	if resumeFrom != "" {
-		ts, step, err := LoadCheckpoint(resumeFrom)
+		ts, step, err := checkpoint.LoadCheckpoint(resumeFrom)
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
@@ -163,7 +164,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		// later -resume, so this run replaces them; but only once it has a
 		// checkpoint of its own, so that a run that fails to start (or a
 		// forgotten -resume noticed at once) loses nothing.
-		old, err := ListCheckpoints(opts.CkptDir)
+		old, err := checkpoint.ListCheckpoints(opts.CkptDir)
 		if err != nil {
 			return nil, fmt.Errorf("train: checkpoint folder: %w", err)
 		}
@@ -208,14 +209,14 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if err != nil {
 			return err
 		}
-		p, err := SaveCheckpoint(opts.CkptDir, tr.StepsDone(), ts, opts.KeepEvery)
+		p, err := checkpoint.SaveCheckpoint(opts.CkptDir, tr.StepsDone(), ts, opts.KeepEvery)
 		if err != nil {
 			return err
 		}
 		res.Checkpoint = p
 		for _, st := range stale {
 			if st != tr.StepsDone() {
-				if err := os.Remove(CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
+				if err := os.Remove(checkpoint.CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
 					return fmt.Errorf("train: removing an earlier run's checkpoint: %w", err)
 				}
 			}

@@ -1,8 +1,8 @@
 // Package train trains the flashgraph transformer on bytes: a data loader
 // over text files, the training loop that drives one compiled training-step
 // graph (forward, backward and AdamW, passes.TrainingGraph) on any backend,
-// validation, a loss plot, and safetensors checkpoints that resume a run bit
-// for bit.
+// validation, a loss plot, and safetensors checkpoints (package checkpoint)
+// that resume a run bit for bit.
 package train
 
 import (
@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -301,8 +302,8 @@ func (t *Trainer) stateNames() []string {
 
 // State returns the weights, the optimizer moments and the metadata that
 // make up a checkpoint of the current step.
-func (t *Trainer) State() (*Tensors, error) {
-	ts := &Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
+func (t *Trainer) State() (*checkpoint.Tensors, error) {
+	ts := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
 	for _, n := range t.stateNames() {
 		w, err := t.exec.Initializer(n)
 		if err != nil {
@@ -318,17 +319,17 @@ func (t *Trainer) State() (*Tensors, error) {
 	losses, _ := json.Marshal(t.losses)
 	vals, _ := json.Marshal(t.vals)
 	m := ts.Metadata
-	m[MetaFormat] = CheckpointFormat
-	m[MetaStep] = strconv.FormatInt(t.step, 10)
-	m[MetaConfig] = string(cfg)
-	m[MetaOptions] = string(hyper)
-	m[MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
-	m[MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
-	m[MetaCorpus] = t.corpus.Fingerprint()
-	m[MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq), 10)
-	m[MetaLosses] = string(losses)
-	m[MetaValLosses] = string(vals)
-	m[MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)
+	m[checkpoint.MetaFormat] = checkpoint.CheckpointFormat
+	m[checkpoint.MetaStep] = strconv.FormatInt(t.step, 10)
+	m[checkpoint.MetaConfig] = string(cfg)
+	m[checkpoint.MetaOptions] = string(hyper)
+	m[checkpoint.MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
+	m[checkpoint.MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
+	m[checkpoint.MetaCorpus] = t.corpus.Fingerprint()
+	m[checkpoint.MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq), 10)
+	m[checkpoint.MetaLosses] = string(losses)
+	m[checkpoint.MetaValLosses] = string(vals)
+	m[checkpoint.MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)
 	return ts, nil
 }
 
@@ -337,22 +338,22 @@ func (t *Trainer) State() (*Tensors, error) {
 // hold exactly the step's state; the notes list settings that differ from
 // the checkpoint's (another schedule, data seed or corpus), which are allowed
 // but mean the run no longer continues the old one exactly.
-func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
+func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, err error) {
 	var cfg model.Config
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaConfig]), &cfg); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaConfig]), &cfg); err != nil {
 		return nil, fmt.Errorf("train: checkpoint config: %w", err)
 	}
 	if cfg != t.Config {
 		return nil, fmt.Errorf("train: the checkpoint is of another model (%s; pass the checkpoint's -config and overrides)", fieldDiffs(cfg, t.Config))
 	}
-	if err := CheckState(ts, t.stateTypes()); err != nil {
+	if err := checkpoint.CheckState(ts, t.stateTypes()); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	var old struct {
 		Hyper
 		Fused bool `json:"fused"`
 	}
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaOptions]), &old); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaOptions]), &old); err != nil {
 		return nil, fmt.Errorf("train: checkpoint options: %w", err)
 	}
 	if old.Hyper != t.Hyper {
@@ -361,21 +362,21 @@ func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
 	if old.Fused != t.Fused {
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with fusion %v, this run uses %v (same math, rounding differs)", old.Fused, t.Fused))
 	}
-	if fp := ts.Metadata[MetaCorpus]; fp != t.corpus.Fingerprint() {
+	if fp := ts.Metadata[checkpoint.MetaCorpus]; fp != t.corpus.Fingerprint() {
 		notes = append(notes, fmt.Sprintf("the data differs from the checkpoint's (corpus %s there, %s now)", fp, t.corpus.Fingerprint()))
 	}
 	var losses []float64
 	var vals []ValPoint
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaLosses]), &losses); err != nil || int64(len(losses)) != step {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaLosses]), &losses); err != nil || int64(len(losses)) != step {
 		return nil, fmt.Errorf("train: checkpoint loss history is damaged (%d losses for step %d)", len(losses), step)
 	}
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaValLosses]), &vals); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaValLosses]), &vals); err != nil {
 		return nil, fmt.Errorf("train: checkpoint validation history: %w", err)
 	}
-	if next := ts.Metadata[MetaDataNext]; next != strconv.FormatInt(step, 10) {
+	if next := ts.Metadata[checkpoint.MetaDataNext]; next != strconv.FormatInt(step, 10) {
 		return nil, fmt.Errorf("train: checkpoint of step %d says the next batch is %q; this sampler needs %d", step, next, step)
 	}
-	elapsed, _ := strconv.ParseFloat(ts.Metadata[MetaElapsed], 64)
+	elapsed, _ := strconv.ParseFloat(ts.Metadata[checkpoint.MetaElapsed], 64)
 	for _, n := range t.stateNames() {
 		if err := t.exec.SetInitializer(n, ts.Tensors[n]); err != nil {
 			return nil, fmt.Errorf("train: restore: %w", err)

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/generate"
 	"github.com/flashgraph/flashgraph/graph"
-	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -38,7 +38,7 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 	if st, err := os.Stat(path); err != nil {
 		return fmt.Errorf("-ckpt: %w (train writes checkpoints into -out's ckpt/ folder)", err)
 	} else if st.IsDir() {
-		p, _, err := train.LatestCheckpoint(path)
+		p, _, err := checkpoint.LatestCheckpoint(path)
 		if err != nil {
 			return fmt.Errorf("-ckpt: %w", err)
 		}

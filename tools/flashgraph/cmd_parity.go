@@ -14,10 +14,10 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
-	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -104,16 +104,16 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	weights := &train.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{"config": torchConfigJSON(cfg)}}
+	weights := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{"config": torchConfigJSON(cfg)}}
 	for _, p := range fwd.Params {
 		if weights.Tensors[p.Name], err = exe.Initializer(p.Name); err != nil {
 			return err
 		}
 	}
-	batch := &train.Tensors{Tensors: map[string]*graph.Tensor{"tokens": tokens, "targets": targets}}
+	batch := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{"tokens": tokens, "targets": targets}}
 	wPath, bPath, oPath := filepath.Join(dir, "weights.safetensors"), filepath.Join(dir, "batch.safetensors"), filepath.Join(dir, "torch.safetensors")
-	for path, ts := range map[string]*train.Tensors{wPath: weights, bPath: batch} {
-		if err := train.WriteFileAtomic(path, func(w io.Writer) error { return train.WriteSafetensors(w, ts) }); err != nil {
+	for path, ts := range map[string]*checkpoint.Tensors{wPath: weights, bPath: batch} {
+		if err := checkpoint.WriteFileAtomic(path, func(w io.Writer) error { return checkpoint.WriteSafetensors(w, ts) }); err != nil {
 			return err
 		}
 	}
@@ -131,7 +131,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprint(stderr, string(out))
 	}
-	ref, err := train.ReadSafetensorsFile(oPath)
+	ref, err := checkpoint.ReadSafetensorsFile(oPath)
 	if err != nil {
 		return fmt.Errorf("-reference %s output: %w", *script, err)
 	}

@@ -1,4 +1,4 @@
-package train
+package checkpoint
 
 import (
 	"bufio"
@@ -123,8 +123,8 @@ func TestCheckpointFailedWriteKeepsPrevious(t *testing.T) {
 	if _, err := SaveCheckpoint(dir, 1, ckptTensors(1, 1000), 0); err != nil {
 		t.Fatal(err)
 	}
-	saveHook = func(w io.Writer) io.Writer { return &failAfter{w: w, n: 1500} }
-	defer func() { saveHook = nil }()
+	SaveHook = func(w io.Writer) io.Writer { return &failAfter{w: w, n: 1500} }
+	defer func() { SaveHook = nil }()
 	_, err := SaveCheckpoint(dir, 2, ckptTensors(2, 1000), 0)
 	if !errors.Is(err, errDiskFull) {
 		t.Fatalf("save through a failing writer: err %v", err)
@@ -210,7 +210,7 @@ func ckptHelper(dir string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	saveHook = func(w io.Writer) io.Writer { return &stallAfter{w: w, n: 4 * size} }
+	SaveHook = func(w io.Writer) io.Writer { return &stallAfter{w: w, n: 4 * size} }
 	SaveCheckpoint(dir, 2, ckptTensors(2, size), 0)
 	os.Exit(3) // not reached: the parent kills us inside the write
 }

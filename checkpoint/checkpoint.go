@@ -1,4 +1,8 @@
-package train
+// Package checkpoint reads and writes safetensors files and keeps the
+// checkpoints of a training run: one file per step, written atomically,
+// pruned, listed and loaded. Package train fills and restores them; package
+// generate reads them without depending on train.
+package checkpoint
 
 import (
 	"errors"
@@ -93,9 +97,10 @@ func LatestCheckpoint(dir string) (string, int64, error) {
 	return CheckpointPath(dir, s), s, nil
 }
 
-// saveHook lets tests stand between the encoder and the file, to fail or
-// stall a write part way through; nil in normal use.
-var saveHook func(w io.Writer) io.Writer
+// SaveHook lets tests (here, and train's kill stress) stand between the
+// encoder and the file, to fail or stall a write part way through; nil in
+// normal use.
+var SaveHook func(w io.Writer) io.Writer
 
 // SaveCheckpoint writes ts as the checkpoint of step in dir, atomically, and
 // then prunes older checkpoints: the newest is always kept, and with
@@ -107,8 +112,8 @@ func SaveCheckpoint(dir string, step int64, ts *Tensors, keepEvery int64) (strin
 	}
 	path := CheckpointPath(dir, step)
 	err := WriteFileAtomic(path, func(w io.Writer) error {
-		if saveHook != nil {
-			w = saveHook(w)
+		if SaveHook != nil {
+			w = SaveHook(w)
 		}
 		return WriteSafetensors(w, ts)
 	})

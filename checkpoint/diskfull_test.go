@@ -1,6 +1,6 @@
 //go:build linux || darwin
 
-package train
+package checkpoint
 
 import (
 	"errors"
@@ -66,8 +66,8 @@ func TestCheckpointDiskFull(t *testing.T) {
 	if _, err := SaveCheckpoint(dir, 1, ckptTensors(1, size), 0); err != nil {
 		t.Fatal(err)
 	}
-	saveHook = func(w io.Writer) io.Writer { return &enospcAfter{w: w, n: 5000} }
-	defer func() { saveHook = nil }()
+	SaveHook = func(w io.Writer) io.Writer { return &enospcAfter{w: w, n: 5000} }
+	defer func() { SaveHook = nil }()
 	_, err := SaveCheckpoint(dir, 2, ckptTensors(2, size), 0)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("save on a full disk: err %v, want ENOSPC", err)
