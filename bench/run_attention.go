@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/checkpoint"
@@ -854,7 +855,7 @@ func smallDesc() string {
 
 // memTrainGraph builds the training step of model small at S, B with or
 // without the attention fusion, the way `flashgraph train` builds it.
-func memTrainGraph(ms MemShape, fuse bool) (*passes.TrainStep, *cuda.Plan, error) {
+func memTrainGraph(ms MemShape, fuse bool) (*autodiff.TrainStep, *cuda.Plan, error) {
 	cfg, err := model.Lookup("small")
 	if err != nil {
 		return nil, nil, err
@@ -867,7 +868,7 @@ func memTrainGraph(ms MemShape, fuse bool) (*passes.TrainStep, *cuda.Plan, error
 	if g, err = passes.Default(fuse).Run(g, nil); err != nil {
 		return nil, nil, err
 	}
-	ts, err := passes.TrainingGraph(g, passes.TrainOptions{Loss: "loss"})
+	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -881,7 +882,7 @@ func memTrainGraph(ms MemShape, fuse bool) (*passes.TrainStep, *cuda.Plan, error
 // memRunStep compiles the step, runs it twice (the second is timed, so the
 // first's one-time costs stay out) and measures the memory the executable
 // holds. The executable is closed before it returns.
-func memRunStep(d *cuda.Device, be backend.Backend, ts *passes.TrainStep, seed uint64) (used int64, stepMs, loss float64, err error) {
+func memRunStep(d *cuda.Device, be backend.Backend, ts *autodiff.TrainStep, seed uint64) (used int64, stepMs, loss float64, err error) {
 	free0, _, err := d.MemInfo()
 	if err != nil {
 		return 0, 0, 0, err

@@ -1,6 +1,6 @@
 // Package train trains the flashgraph transformer on bytes: a data loader
 // over text files, the training loop that drives one compiled training-step
-// graph (forward, backward and AdamW, passes.TrainingGraph) on any backend,
+// graph (forward, backward and AdamW, autodiff.TrainingGraph) on any backend,
 // validation, a loss plot, and safetensors checkpoints (package checkpoint)
 // that resume a run bit for bit.
 package train
@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
@@ -29,8 +30,8 @@ type Hyper struct {
 	Warmup      int64   `json:"warmup"`       // linear warmup steps
 	Steps       int64   `json:"steps"`        // total steps of the run
 	WeightDecay float64 `json:"weight_decay"` // AdamW decoupled decay (matrices only)
-	Beta1       float64 `json:"beta1"`        // 0: passes.DefaultBeta1
-	Beta2       float64 `json:"beta2"`        // 0: passes.DefaultBeta2
+	Beta1       float64 `json:"beta1"`        // 0: autodiff.DefaultBeta1
+	Beta2       float64 `json:"beta2"`        // 0: autodiff.DefaultBeta2
 	DataSeed    uint64  `json:"data_seed"`    // batch sampling seed
 	// NoFuseElementwise keeps the training step's elementwise ops as single
 	// nodes when attention is fused (the fuse_elementwise pass off). It
@@ -49,8 +50,8 @@ func (h Hyper) Schedule() Schedule {
 
 // Graphs are the graphs of a run.
 type Graphs struct {
-	Forward *graph.Graph      // the model's forward graph, fused when asked
-	Step    *passes.TrainStep // forward + backward + AdamW of Forward
+	Forward *graph.Graph        // the model's forward graph, fused when asked
+	Step    *autodiff.TrainStep // forward + backward + AdamW of Forward
 	// Log holds what the passes on the step reported (recompute says per
 	// layer what it recomputes); nil when none ran.
 	Log *passes.Log
@@ -82,7 +83,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 	if fwd, err = compileGraph(fwd, fuse); err != nil {
 		return nil, err
 	}
-	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{
+	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{
 		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,
 	})
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
@@ -65,7 +66,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	for _, p := range fwd.Params {
 		wrt = append(wrt, p.Name)
 	}
-	g, grads, err := passes.Gradients(fwd, "loss", wrt)
+	g, grads, err := autodiff.Gradients(fwd, "loss", wrt)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package passes
+package autodiff
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package passes
+package autodiff
 
 import (
 	"math"
@@ -8,6 +8,7 @@ import (
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/passes"
 )
 
 // tinyFeeds returns random tokens and targets for cfg.
@@ -64,7 +65,7 @@ func TestGradTinyModelFiniteDifference(t *testing.T) {
 // fuse runs the default fusing pipeline, verifying after every pass.
 func fuse(t *testing.T, g *graph.Graph) *graph.Graph {
 	t.Helper()
-	pl := Default(true)
+	pl := passes.Default(true)
 	pl.Verify = true
 	fg, err := pl.Run(g, nil)
 	if err != nil {
