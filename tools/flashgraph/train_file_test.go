@@ -1,0 +1,222 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+	"github.com/flashgraph/flashgraph/onnx"
+	"github.com/flashgraph/flashgraph/passes"
+	"github.com/flashgraph/flashgraph/train"
+)
+
+// logitsOnly is g without its loss: the targets input and the loss nodes
+// gone, logits the only output (what an exporter gives for inference).
+func logitsOnly(t *testing.T, g *graph.Graph) *graph.Graph {
+	t.Helper()
+	c := g.Clone()
+	c.Outputs = []*graph.Value{c.Value("logits")}
+	d, err := (passes.DCE{}).Run(c, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ins []*graph.Value
+	for _, in := range d.Inputs {
+		if in.Name != "targets" {
+			ins = append(ins, in)
+		}
+	}
+	d.Inputs = ins
+	if err := graph.Verify(d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// tinyONNX writes the tiny model (seq 16, batch 2, seed 0), logits only, as
+// an .onnx file.
+func tinyONNX(t *testing.T) string {
+	t.Helper()
+	cfg, err := model.Lookup("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Seq, cfg.Batch = 16, 2
+	g, err := model.Build(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "tiny.onnx")
+	if err := onnx.ExportFile(logitsOnly(t, g), p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// ckptLosses reads the per-step losses a checkpoint records.
+func ckptLosses(t *testing.T, path string) []float64 {
+	t.Helper()
+	ts, _, err := train.LoadCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var l []float64
+	if err := json.Unmarshal([]byte(ts.Metadata[train.MetaLosses]), &l); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// Our tiny model exported to ONNX without its loss, then trained as a FILE
+// with -loss next-token, trains exactly like -config tiny: the appended loss
+// is the built-in one, the params are the same, so are the batches.
+func TestTrainFileMatchesBuiltIn(t *testing.T) {
+	data := trainData(t)
+	file := tinyONNX(t)
+	dir := t.TempDir()
+	builtin, fromFile := filepath.Join(dir, "builtin"), filepath.Join(dir, "file")
+	runCLI(t, tinyTrainArgs(data, builtin, "4", "-lr", "3e-3")...)
+	_, stderr := runCLI(t, "train", "-steps", "4", "-data", data, "-out", fromFile, "-eval-every", "3", "-lr", "3e-3", "-loss", "next-token", file)
+	for _, want := range []string{"loss loss appended", "FlashAttention", "tokens tokens"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
+	a := ckptLosses(t, filepath.Join(builtin, "ckpt", "step-00000004.safetensors"))
+	b := ckptLosses(t, filepath.Join(fromFile, "ckpt", "step-00000004.safetensors"))
+	if len(a) != 4 || len(b) != 4 {
+		t.Fatalf("losses: built-in %v, file %v", a, b)
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			t.Errorf("step %d: built-in loss %v, file %v", i+1, a[i], b[i])
+		}
+	}
+	// The graph trained is fused and shows the appended loss.
+	fwd, err := os.ReadFile(filepath.Join(fromFile, "graph.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"FlashAttention", "SoftmaxCrossEntropyLoss", "input targets"} {
+		if !strings.Contains(string(fwd), want) {
+			t.Errorf("graph.txt lacks %q", want)
+		}
+	}
+
+	// -resume needs no flags and no FILE: the checkpoint folder keeps the model.
+	_, stderr = runCLI(t, "train", "-resume", "-steps", "6", "-data", data, "-out", fromFile, "-eval-every", "3", "-lr", "3e-3")
+	if !strings.Contains(stderr, "resumed from") || !strings.Contains(stderr, "graph: ") {
+		t.Errorf("resume without FILE:\n%s", stderr)
+	}
+	if l := ckptLosses(t, filepath.Join(fromFile, "ckpt", "step-00000006.safetensors")); len(l) != 6 || l[3] != b[3] {
+		t.Errorf("resumed losses %v", l)
+	}
+
+	// A checkpoint of another model is refused, both ways.
+	code, _, e := runCode("train", "-resume", "-steps", "8", "-data", data, "-out", builtin, "-lr", "3e-3", "-loss", "next-token", file)
+	if code == 0 || !strings.Contains(e, "built-in model") {
+		t.Errorf("a FILE resuming a built-in checkpoint: exit %d\n%s", code, e)
+	}
+	code, _, e = runCode("train", "-resume", "-steps", "8", "-data", data, "-out", fromFile, "-lr", "3e-3", "-loss", "next-token", "-freeze", "lm_head", file)
+	if code == 0 || !strings.Contains(e, "another model") || !strings.Contains(e, "-freeze") {
+		t.Errorf("resuming with other params: exit %d\n%s", code, e)
+	}
+}
+
+// The GPT-2-like fixture registers its causal mask as a float tril buffer:
+// it is not trained, and the attention fuses in training.
+func TestTrainFileTrilBufferFuses(t *testing.T) {
+	fixture := filepath.Join("..", "..", "onnx", "testdata", "byom", "gpt2_tril.onnx")
+	stdout, _ := runCLI(t, "train", "-explain", "-loss", "next-token", fixture)
+	for _, want := range []string{"input_ids", "appended", "7 trained", "fused"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("-explain lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "not fused") || strings.Contains(stdout, "attn.bias") {
+		t.Errorf("-explain:\n%s", stdout)
+	}
+	out := filepath.Join(t.TempDir(), "out")
+	_, stderr := runCLI(t, "train", "-steps", "2", "-data", trainData(t), "-out", out, "-eval-every", "0", "-loss", "next-token", "-fuse=require", fixture)
+	if !strings.Contains(stderr, "1 FlashAttention, 0 Softmax") {
+		t.Errorf("the attention did not fuse:\n%s", stderr)
+	}
+}
+
+// Bad input is refused with a clear error and leaves -out untouched.
+func TestTrainFileBadInput(t *testing.T) {
+	dir := t.TempDir()
+	data := trainData(t)
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// A graph text with no params.
+	noParams := write("noparams.txt", graphText(t, func(b *graph.Builder) {
+		x := b.Input("tokens", graph.Int64, 2, 4)
+		tab := b.Const("table", graph.Float32, graph.Shape{256, 8}, graph.Ones())
+		b.Output(b.Rename(b.Gather(tab, x, 0), "logits"))
+	}))
+	// Logits whose last axis is not the table's rows; a non-scalar "loss";
+	// an extra input.
+	model := func(vocab, logitsV int, extra bool) string {
+		return graphText(t, func(b *graph.Builder) {
+			x := b.Input("tokens", graph.Int64, 2, 4)
+			tab := b.Param("emb", graph.Float32, graph.Shape{vocab, 8}, graph.Normal(0.1, 1))
+			w := b.Param("head", graph.Float32, graph.Shape{8, logitsV}, graph.Normal(0.1, 2))
+			h := b.Gather(tab, x, 0)
+			if extra {
+				h = b.Add(h, b.Input("bias", graph.Float32, 2, 4, 8))
+			}
+			l := b.Rename(b.MatMul(h, w), "logits")
+			b.Output(l, b.Rename(b.ReduceMean(l, false, 2), "notscalar"))
+		})
+	}
+	badVocab := write("badvocab.txt", model(256, 100, false))
+	good := write("good.txt", model(256, 256, false))
+	unbound := write("unbound.txt", model(256, 256, true))
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-loss", "next-token", noParams}, "no float initializers"},
+		{[]string{"-loss", "next-token", badVocab}, "is not the vocabulary"},
+		{[]string{"-loss", "notscalar", good}, "must be a float scalar"},
+		{[]string{"-loss", "nope", good}, "not a graph output"},
+		{[]string{good}, "no loss"},
+		{[]string{"-loss", "next-token", unbound}, "bias float32[2,4,8] are not bound"},
+		{[]string{"-loss", "next-token", "-bind", "nope=x.safetensors", good}, "nope"},
+		{[]string{"-loss", "next-token", "-freeze", "zz*", good}, "matches no float param"},
+		{[]string{"-loss", "next-token", "-freeze", "*", good}, "no param left to train"},
+		{[]string{"-loss", "next-token", "-config", "small", good}, "-config"},
+		{[]string{"-loss", "next-token"}, "only with a graph FILE"},
+	} {
+		out := filepath.Join(dir, "out")
+		args := append([]string{"train", "-steps", "2", "-data", data, "-out", out}, c.args...)
+		code, _, stderr := runCode(args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("%v: exit %d, want an error with %q:\n%s", c.args, code, c.want, stderr)
+		}
+		if _, err := os.Stat(out); !os.IsNotExist(err) {
+			t.Errorf("%v: -out was created", c.args)
+		}
+	}
+}
+
+func graphText(t *testing.T, build func(b *graph.Builder)) string {
+	t.Helper()
+	b := graph.NewBuilder("m")
+	build(b)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return graph.Format(g)
+}
