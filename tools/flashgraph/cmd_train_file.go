@@ -115,7 +115,7 @@ func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume 
 			return nil, err
 		}
 		if spec != nil {
-			if set := append(gf.graphFlagsSet(), modelFlagsSet(mf, false)...); len(set) > 0 {
+			if set := append(gf.graphFlagsSet(), modelFlagsSet(mf, true)...); len(set) > 0 {
 				return nil, fmt.Errorf("-resume: %s was trained from %s, whose loss, inputs, params and shapes the checkpoint records: drop %s", ckpt, spec.File, strings.Join(set, ", "))
 			}
 			data, binds, err := train.LoadSourceFiles(ckptDir, *spec)
@@ -220,7 +220,8 @@ func readBind(name, file string) (*graph.Tensor, error) {
 
 // modelFlagsSet lists the model flags given that do not apply to a graph
 // FILE: every flag addModelFlags defines except -seed (it seeds the batches)
-// and -dtype float32 or bf16 (withDType false: -dtype too).
+// and, with withDType, -dtype float32 or bf16 (bf16 runs the graph in mixed
+// precision on CUDA); without it -dtype is listed too.
 func modelFlagsSet(mf *modelFlags, withDType bool) []string {
 	own := flag.NewFlagSet("", flag.ContinueOnError)
 	addModelFlags(own, defaultConfig, true)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,13 @@ func logitsOnly(t *testing.T, g *graph.Graph) *graph.Graph {
 // an .onnx file.
 func tinyONNX(t *testing.T) string {
 	t.Helper()
+	return tinyExport(t, true)
+}
+
+// tinyExport writes the tiny model as an .onnx file: logits only, or as
+// built (inputs tokens and targets, outputs loss and logits).
+func tinyExport(t *testing.T, logitsOnlyGraph bool) string {
+	t.Helper()
 	cfg, err := model.Lookup("tiny")
 	if err != nil {
 		t.Fatal(err)
@@ -50,8 +58,11 @@ func tinyONNX(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if logitsOnlyGraph {
+		g = logitsOnly(t, g)
+	}
 	p := filepath.Join(t.TempDir(), "tiny.onnx")
-	if err := onnx.ExportFile(logitsOnly(t, g), p); err != nil {
+	if err := onnx.ExportFile(g, p); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -96,6 +107,14 @@ func TestTrainFileMatchesBuiltIn(t *testing.T) {
 			t.Errorf("step %d: built-in loss %v, file %v", i+1, a[i], b[i])
 		}
 	}
+	// The model exported with its own loss trains the same with -loss loss
+	// (its targets input found by name).
+	ownLoss := filepath.Join(dir, "own")
+	runCLI(t, "train", "-steps", "4", "-data", data, "-out", ownLoss, "-eval-every", "3", "-lr", "3e-3", "-loss", "loss", tinyExport(t, false))
+	if c := ckptLosses(t, filepath.Join(ownLoss, "ckpt", "step-00000004.safetensors")); len(c) != 4 || c[0] != a[0] || c[3] != a[3] {
+		t.Errorf("-loss loss: losses %v, built-in %v", c, a)
+	}
+
 	// The graph trained is fused and shows the appended loss.
 	fwd, err := os.ReadFile(filepath.Join(fromFile, "graph.txt"))
 	if err != nil {
@@ -196,6 +215,8 @@ func TestTrainFileBadInput(t *testing.T) {
 		{[]string{"-loss", "next-token", "-freeze", "zz*", good}, "matches no float param"},
 		{[]string{"-loss", "next-token", "-freeze", "*", good}, "no param left to train"},
 		{[]string{"-loss", "next-token", "-config", "small", good}, "-config"},
+		{[]string{"-loss", "next-token", "-dtype", "float64", good}, "-dtype"},
+		{[]string{"-loss", "next-token", "-bind", "bias=" + filepath.Join(dir, "none.safetensors"), unbound}, "-bind bias"},
 		{[]string{"-loss", "next-token"}, "only with a graph FILE"},
 	} {
 		out := filepath.Join(dir, "out")
@@ -219,4 +240,63 @@ func graphText(t *testing.T, build func(b *graph.Builder)) string {
 		t.Fatal(err)
 	}
 	return graph.Format(g)
+}
+
+// -bind gives an input a fixed value from a safetensors file; the checkpoint
+// folder keeps it, so -resume needs no flags, and export's reference feeds it.
+func TestTrainFileBind(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "m.txt")
+	text := graphText(t, func(b *graph.Builder) {
+		x := b.Input("tokens", graph.Int64, 2, 4)
+		tab := b.Param("emb", graph.Float32, graph.Shape{256, 8}, graph.Normal(0.1, 1))
+		w := b.Param("head", graph.Float32, graph.Shape{8, 256}, graph.Normal(0.1, 2))
+		h := b.Add(b.Gather(tab, x, 0), b.Input("bias", graph.Float32, 2, 4, 8))
+		b.Output(b.Rename(b.MatMul(h, w), "logits"))
+	})
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bias := graph.NewTensor(graph.Float32, graph.Shape{2, 4, 8})
+	for i := range bias.Len() {
+		bias.Set(i, float64(i%7)/7)
+	}
+	bf := filepath.Join(dir, "bias.safetensors")
+	if err := train.WriteFileAtomic(bf, func(w io.Writer) error {
+		return train.WriteSafetensors(w, &train.Tensors{Tensors: map[string]*graph.Tensor{"x": bias}, Metadata: map[string]string{}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	data := trainData(t)
+	out := filepath.Join(dir, "out")
+	stdout, _ := runCLI(t, "train", "-explain", "-loss", "next-token", "-bind", "bias="+bf, p)
+	if !strings.Contains(stdout, "bound:   input bias") {
+		t.Errorf("-explain does not show the binding:\n%s", stdout)
+	}
+	runCLI(t, "train", "-steps", "2", "-data", data, "-out", out, "-eval-every", "0", "-loss", "next-token", "-bind", "bias="+bf, p)
+	_, stderr := runCLI(t, "train", "-resume", "-steps", "3", "-data", data, "-out", out, "-eval-every", "0")
+	if !strings.Contains(stderr, "resumed from") {
+		t.Errorf("resume:\n%s", stderr)
+	}
+	// Another value for the input is another model.
+	other := filepath.Join(dir, "other.safetensors")
+	bias.Set(0, 5)
+	if err := train.WriteFileAtomic(other, func(w io.Writer) error {
+		return train.WriteSafetensors(w, &train.Tensors{Tensors: map[string]*graph.Tensor{"bias": bias}, Metadata: map[string]string{}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	code, _, e := runCode("train", "-resume", "-steps", "4", "-data", data, "-out", out, "-loss", "next-token", "-bind", "bias="+other, p)
+	if code == 0 || !strings.Contains(e, "another model") || !strings.Contains(e, "-bind") {
+		t.Errorf("resume with another bound value: exit %d\n%s", code, e)
+	}
+	ref := filepath.Join(dir, "ref.safetensors")
+	runCLI(t, "export", "-ckpt", filepath.Join(out, "ckpt"), "-o", filepath.Join(dir, "m.onnx"), "-reference", ref)
+	rs, err := train.ReadSafetensorsFile(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := rs.Tensors["input.bias"]; got == nil || got.At(0) != 0 || got.At(1) != float64(float32(1.0/7)) {
+		t.Errorf("the reference does not feed the bound bias: %v", got)
+	}
 }
