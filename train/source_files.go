@@ -96,19 +96,25 @@ func CheckpointSpec(dir string) (*GraphSpec, string, error) {
 	if err != nil || p == "" {
 		return nil, p, err
 	}
+	spec, err := CheckpointFileSpec(p)
+	return spec, p, err
+}
+
+// CheckpointFileSpec is CheckpointSpec of one checkpoint file.
+func CheckpointFileSpec(p string) (*GraphSpec, error) {
 	meta, err := readSafetensorsMetadata(p)
 	if err != nil {
-		return nil, p, fmt.Errorf("checkpoint %s: %w", p, err)
+		return nil, fmt.Errorf("checkpoint %s: %w", p, err)
 	}
 	raw, ok := meta[MetaSource]
 	if !ok {
-		return nil, p, nil
+		return nil, nil
 	}
 	var spec GraphSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.SHA256 == "" {
-		return nil, p, fmt.Errorf("checkpoint %s: damaged source record %q", p, raw)
+		return nil, fmt.Errorf("checkpoint %s: damaged source record %q", p, raw)
 	}
-	return &spec, p, nil
+	return &spec, nil
 }
 
 // readSafetensorsMetadata reads the __metadata__ of a safetensors file from

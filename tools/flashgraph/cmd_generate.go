@@ -47,6 +47,9 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 		}
 		path = p
 	}
+	if spec, err := train.CheckpointFileSpec(path); err == nil && spec != nil {
+		return fmt.Errorf("-ckpt %s: the model was trained from %s; generate decodes the built-in models (flashgraph export -ckpt writes this one as ONNX)", path, spec.File)
+	}
 	cfg, weights, err := generate.FromCheckpoint(path)
 	if err != nil {
 		return err

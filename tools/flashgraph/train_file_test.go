@@ -164,6 +164,11 @@ func TestTrainFileTrilBufferFuses(t *testing.T) {
 	if !strings.Contains(stderr, "1 FlashAttention, 0 Softmax") {
 		t.Errorf("the attention did not fuse:\n%s", stderr)
 	}
+	// generate decodes the built-in models only, and says so.
+	code, _, e := runCode("generate", "-ckpt", filepath.Join(out, "ckpt"), "-prompt", "ab")
+	if code == 0 || !strings.Contains(e, "generate decodes the built-in models") {
+		t.Errorf("generate of a FILE-trained checkpoint: exit %d\n%s", code, e)
+	}
 }
 
 // Bad input is refused with a clear error and leaves -out untouched.
