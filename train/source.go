@@ -119,11 +119,9 @@ func (s GraphSpec) diff(now GraphSpec) string {
 // the loss reads none) one target input, both int64 [B, S] and fed with the
 // batch; every other input bound to a constant; a float scalar loss.
 type GraphModel struct {
-	// Source is the graph as read from the file (inputs unbound, no loss
-	// appended): export writes it back with the trained weights.
-	Source *graph.Graph
-	// Forward is the graph trained: Source with its bound inputs made
-	// constants and, for LossNextToken, the loss appended.
+	// Forward is the graph trained: the file's graph with its bound inputs
+	// made constants and, for LossNextToken, the loss appended. (Export
+	// writes the file's graph itself, read again, with the trained weights.)
 	Forward *graph.Graph
 	// Tokens, Targets and Loss name Forward's two batch inputs (Targets ""
 	// when there is none) and its loss value.
@@ -221,7 +219,7 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 	if binds[tokens] != nil {
 		return fail("-bind %s: that is the token input, fed with the batch", tokens)
 	}
-	m := &GraphModel{Source: src, Tokens: tokens, Frozen: map[string]string{}, Spec: spec}
+	m := &GraphModel{Tokens: tokens, Frozen: map[string]string{}, Spec: spec}
 
 	vals := g.Values()
 	nm := graph.NewNamer(g)
@@ -280,6 +278,9 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 			if targets == tokens {
 				return fail("-targets %s is the token input", targets)
 			}
+		}
+		if binds[targets] != nil {
+			return fail("-bind %s: that is the targets input, fed with the next tokens", targets)
 		}
 		m.Targets = targets
 	}
