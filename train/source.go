@@ -316,7 +316,16 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 		}
 	}
 	if len(unbound) > 0 {
-		return fail("input(s) %s are not bound: give each a value with -bind NAME=FILE.safetensors (the token input is %s%s)", strings.Join(unbound, ", "), m.Tokens, targetsNote(m.Targets))
+		hint := ""
+		if spec.Loss == LossNextToken {
+			for _, o := range src.Outputs {
+				if o.Type.DType.IsFloat() && o.Type.Shape.Numel() == 1 {
+					hint = fmt.Sprintf("; the graph has a scalar output %s: if that is its loss, -loss %s trains it with its own targets input", o.Name, o.Name)
+					break
+				}
+			}
+		}
+		return fail("input(s) %s are not bound: give each a value with -bind NAME=FILE.safetensors (the token input is %s%s)%s", strings.Join(unbound, ", "), m.Tokens, targetsNote(m.Targets), hint)
 	}
 	g.Inputs = kept
 	if err := graph.Verify(g); err != nil {

@@ -305,3 +305,22 @@ func TestTrainFileBind(t *testing.T) {
 		t.Errorf("the reference does not feed the bound bias: %v", got)
 	}
 }
+
+// A model PyTorch exported with its own loss (the fixtures of onnx/testdata,
+// TorchScript opset 17 and dynamo opset 18) trains with -loss loss, its
+// attention fused; -loss next-token on it says what to do instead.
+func TestTrainFileTorchExports(t *testing.T) {
+	data := trainData(t)
+	for _, f := range []string{"flashgraph_tiny_ts17.onnx", "flashgraph_tiny_dynamo18.onnx"} {
+		p := filepath.Join("..", "..", "onnx", "testdata", f)
+		out := filepath.Join(t.TempDir(), "out")
+		_, stderr := runCLI(t, "train", "-steps", "2", "-data", data, "-out", out, "-eval-every", "0", "-loss", "loss", "-fuse=require", p)
+		if !strings.Contains(stderr, "1 FlashAttention, 0 Softmax") || !strings.Contains(stderr, "step 2/2") {
+			t.Errorf("%s:\n%s", f, stderr)
+		}
+		code, _, e := runCode("train", "-steps", "2", "-data", data, "-out", out, "-loss", "next-token", p)
+		if code == 0 || !strings.Contains(e, "-loss loss trains it") {
+			t.Errorf("%s with -loss next-token: exit %d\n%s", f, code, e)
+		}
+	}
+}
