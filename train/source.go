@@ -62,6 +62,8 @@ type GraphSpec struct {
 	File   string `json:"file"`   // the file as given (for messages)
 	SHA256 string `json:"sha256"` // of the file's bytes: the model's identity
 	Format string `json:"format"` // "onnx" or "text"
+	// Dims sizes an ONNX model's symbolic dimensions (dim_param → size).
+	Dims map[string]int `json:"dims,omitempty"`
 	Loss   string `json:"loss"`   // a scalar graph output, or LossNextToken
 	// Tokens and Targets name the graph inputs fed with the batch ("" in
 	// the spec: found by name); Targets is "" when the loss reads no
@@ -90,6 +92,9 @@ func (s GraphSpec) key() GraphSpec {
 	if len(s.Bind) == 0 {
 		s.Bind = nil
 	}
+	if len(s.Dims) == 0 {
+		s.Dims = nil
+	}
 	return s
 }
 
@@ -110,6 +115,7 @@ func (s GraphSpec) diff(now GraphSpec) string {
 	add("-tokens", s.Tokens, now.Tokens)
 	add("-targets", s.Targets, now.Targets)
 	add("-bind", s.key().Bind, now.key().Bind)
+	add("-dims", s.key().Dims, now.key().Dims)
 	add("-train-params", s.TrainParams, now.TrainParams)
 	add("-freeze", s.Freeze, now.Freeze)
 	return strings.Join(out, "; ")

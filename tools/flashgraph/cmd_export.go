@@ -159,7 +159,7 @@ func trainedForward(tr *train.Trained, file string) (*graph.Graph, map[string]*g
 	if err != nil {
 		return nil, nil, err
 	}
-	src, err := parseGraphFile(path, data, tr.Spec.Format)
+	src, err := parseGraphFile(path, data, tr.Spec.Format, tr.Spec.Dims)
 	if err != nil {
 		return nil, nil, err
 	}

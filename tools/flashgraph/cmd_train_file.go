@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -38,6 +39,30 @@ func (l *listFlag) Set(s string) error {
 	return nil
 }
 
+// dimsFlag collects -dims NAME=N.
+type dimsFlag map[string]int
+
+func (d dimsFlag) String() string {
+	var out []string
+	for k, v := range d {
+		out = append(out, fmt.Sprintf("%s=%d", k, v))
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+func (d dimsFlag) Set(s string) error {
+	for _, kv := range strings.Split(s, ",") {
+		name, n, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		v, err := strconv.Atoi(n)
+		if !ok || name == "" || err != nil || v <= 0 {
+			return fmt.Errorf("want NAME=N with N > 0, got %q", kv)
+		}
+		d[name] = v
+	}
+	return nil
+}
+
 // bindFlag collects -bind NAME=FILE.
 type bindFlag map[string]string
 
@@ -64,6 +89,7 @@ func (b bindFlag) Set(s string) error {
 
 type graphTrainFlags struct {
 	fs          *flag.FlagSet
+	dims        dimsFlag
 	loss        string
 	tokens      string
 	targets     string
@@ -74,7 +100,8 @@ type graphTrainFlags struct {
 }
 
 func addGraphTrainFlags(fs *flag.FlagSet) *graphTrainFlags {
-	gf := &graphTrainFlags{fs: fs, bind: bindFlag{}}
+	gf := &graphTrainFlags{fs: fs, bind: bindFlag{}, dims: dimsFlag{}}
+	fs.Var(gf.dims, "dims", "with an .onnx FILE: NAME=N sizes its symbolic dimension NAME (dim_param: batch, sequence_length, s0, ...); comma-separated or repeated")
 	fs.StringVar(&gf.loss, "loss", "", "with a graph FILE: the loss, a scalar output of the graph, or \"next-token\": append the cross-entropy of the logits [B,S,V] against the next token (the built-in model's loss)")
 	fs.StringVar(&gf.tokens, "tokens", "", "with a graph FILE: the input that takes the tokens (default: the input called tokens, input_ids or idx, or the only int64 [B,S] input)")
 	fs.StringVar(&gf.targets, "targets", "", "with a graph FILE and -loss NAME: the input that takes the next tokens (default: one called targets or labels, if any)")
@@ -90,7 +117,7 @@ func (gf *graphTrainFlags) graphFlagsSet() []string {
 	var set []string
 	gf.fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "loss", "tokens", "targets", "bind", "train-params", "freeze":
+		case "loss", "tokens", "targets", "bind", "train-params", "freeze", "dims":
 			set = append(set, "-"+f.Name)
 		}
 	})
@@ -143,7 +170,7 @@ func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume 
 		return nil, fmt.Errorf("cannot read graph: %w", err)
 	}
 	spec := train.GraphSpec{
-		File: file, SHA256: train.FileSHA256(data), Format: graphFormat(file), Loss: gf.loss,
+		File: file, SHA256: train.FileSHA256(data), Format: graphFormat(file), Dims: gf.dims, Loss: gf.loss,
 		Tokens: gf.tokens, Targets: gf.targets, TrainParams: gf.trainParams, Freeze: gf.freeze,
 	}
 	binds := map[string]*graph.Tensor{}
@@ -168,7 +195,10 @@ func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume 
 
 // prepareSource parses a model file and prepares it as spec says.
 func prepareSource(path string, data []byte, spec train.GraphSpec, binds map[string]*graph.Tensor) (*trainSource, error) {
-	g, err := parseGraphFile(path, data, spec.Format)
+	if len(spec.Dims) > 0 && spec.Format != "onnx" {
+		return nil, fmt.Errorf("-dims: only for an .onnx FILE (a graph text has static shapes)")
+	}
+	g, err := parseGraphFile(path, data, spec.Format, spec.Dims)
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +218,13 @@ func graphFormat(file string) string {
 
 // parseGraphFile reads a graph from a file's bytes: ONNX (external data
 // resolved next to path) or our text format.
-func parseGraphFile(path string, data []byte, format string) (*graph.Graph, error) {
+func parseGraphFile(path string, data []byte, format string, dims map[string]int) (*graph.Graph, error) {
 	if format == "onnx" {
-		return onnx.Import(path)
+		g, err := onnx.ImportWith(path, onnx.Options{Dims: dims})
+		if err != nil && strings.Contains(err.Error(), "Options.Dims") {
+			err = fmt.Errorf("%w (train and export: -dims NAME=N)", err)
+		}
+		return g, err
 	}
 	return graph.ParseFile(path, string(data))
 }

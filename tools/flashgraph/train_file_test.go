@@ -11,6 +11,7 @@ import (
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/onnx"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
@@ -323,4 +324,30 @@ func TestTrainFileTorchExports(t *testing.T) {
 			t.Errorf("%s with -loss next-token: exit %d\n%s", f, code, e)
 		}
 	}
+}
+
+// An ONNX model with symbolic dimensions trains once -dims sizes them; the
+// sizes are part of the model's identity in the checkpoint.
+func TestTrainFileDims(t *testing.T) {
+	m, err := onnxpb.Load(filepath.Join("..", "..", "onnx", "testdata", "byom", "gpt2_tril.onnx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := m.Graph.Input[0].Type.Tensor.Shape
+	in.Dim[0] = onnxpb.Dimension{Param: "batch"}
+	in.Dim[1] = onnxpb.Dimension{Param: "seq"}
+	dir := t.TempDir()
+	p := filepath.Join(dir, "dyn.onnx")
+	if err := os.WriteFile(p, onnxpb.Encode(m), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	data := trainData(t)
+	out := filepath.Join(dir, "out")
+	code, _, e := runCode("train", "-steps", "2", "-data", data, "-out", out, "-loss", "next-token", p)
+	if code == 0 || !strings.Contains(e, `"batch"`) || !strings.Contains(e, "-dims") {
+		t.Errorf("symbolic dims without -dims: exit %d\n%s", code, e)
+	}
+	runCLI(t, "train", "-steps", "2", "-data", data, "-out", out, "-eval-every", "0", "-loss", "next-token", "-dims", "batch=2,seq=8", p)
+	runCLI(t, "train", "-resume", "-steps", "3", "-data", data, "-out", out, "-eval-every", "0")
+	runCLI(t, "export", "-ckpt", filepath.Join(out, "ckpt"), "-o", filepath.Join(dir, "dyn_trained.onnx"))
 }
