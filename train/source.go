@@ -64,7 +64,7 @@ type GraphSpec struct {
 	Format string `json:"format"` // "onnx" or "text"
 	// Dims sizes an ONNX model's symbolic dimensions (dim_param → size).
 	Dims map[string]int `json:"dims,omitempty"`
-	Loss   string `json:"loss"`   // a scalar graph output, or LossNextToken
+	Loss string         `json:"loss"` // a scalar graph output, or LossNextToken
 	// Tokens and Targets name the graph inputs fed with the batch ("" in
 	// the spec: found by name); Targets is "" when the loss reads no
 	// targets from outside.
