@@ -243,7 +243,6 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 		if vocab > 0 && V != vocab {
 			return fail("logits %s is %v: its last axis (%d) is not the vocabulary (%d rows in the table the tokens index)", logits.Name, logits.Type.Shape, V, vocab)
 		}
-		vocab = V
 		if spec.Targets != "" {
 			return fail("-targets %s: with -loss %s the targets input is appended (the next tokens); -targets is for a graph's own loss", spec.Targets, LossNextToken)
 		}
