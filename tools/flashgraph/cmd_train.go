@@ -214,12 +214,12 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 				return fmt.Errorf("%s: %w", d.flag, err)
 			}
 		}
-		if source.Graph != nil && ckptDir != "" {
-			if err := train.SaveSourceFiles(ckptDir, source.Graph.Spec, ts.data, ts.binds); err != nil {
-				return err
-			}
+		extra, err := readySource(*out, ckptDir, ts)
+		if err != nil {
+			return err
 		}
 		files, err = writeTrainGraphs(*out, gs)
+		files = append(files, extra...)
 		return err
 	}
 	res, err := train.Run(ctx, be, corpus, train.Options{

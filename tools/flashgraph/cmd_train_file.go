@@ -338,3 +338,24 @@ func sourceForward(s train.Source) (*graph.Graph, error) {
 	}
 	return model.Build(s.Config)
 }
+
+// readySource is train's setup of a graph FILE once the run starts: the
+// checkpoint folder gets the model file and the bound inputs (so that
+// -resume and export need no FILE), and -out gets train_source.txt, what
+// -explain says of the training graph. It returns the files written to -out.
+func readySource(out, ckptDir string, s *trainSource) ([]string, error) {
+	m := s.src.Graph
+	if m == nil {
+		return nil, nil
+	}
+	if ckptDir != "" {
+		if err := train.SaveSourceFiles(ckptDir, m.Spec, s.data, s.binds); err != nil {
+			return nil, err
+		}
+	}
+	p := filepath.Join(out, "train_source.txt")
+	if err := writeFileAtomic("-out", p, []byte(m.Explain())); err != nil {
+		return nil, err
+	}
+	return []string{p}, nil
+}

@@ -126,6 +126,9 @@ func TestTrainFileMatchesBuiltIn(t *testing.T) {
 			t.Errorf("graph.txt lacks %q", want)
 		}
 	}
+	if about, err := os.ReadFile(filepath.Join(fromFile, "train_source.txt")); err != nil || !strings.Contains(string(about), "SoftmaxCrossEntropyLoss(") {
+		t.Errorf("train_source.txt: %v\n%s", err, about)
+	}
 
 	// -resume needs no flags and no FILE: the checkpoint folder keeps the model.
 	_, stderr = runCLI(t, "train", "-resume", "-steps", "6", "-data", data, "-out", fromFile, "-eval-every", "3", "-lr", "3e-3")
