@@ -117,6 +117,10 @@ func CheckpointFileSpec(p string) (*GraphSpec, error) {
 	return &spec, nil
 }
 
+// maxMetaHeaderBytes bounds the header readSafetensorsMetadata parses, as
+// the safetensors reader bounds its own.
+const maxMetaHeaderBytes = 100 << 20
+
 // readSafetensorsMetadata reads the __metadata__ of a safetensors file from
 // its header alone.
 func readSafetensorsMetadata(path string) (map[string]string, error) {
@@ -129,7 +133,7 @@ func readSafetensorsMetadata(path string) (map[string]string, error) {
 	if err := binary.Read(f, binary.LittleEndian, &n); err != nil {
 		return nil, fmt.Errorf("safetensors: %w", err)
 	}
-	if n > maxHeaderBytes {
+	if n > maxMetaHeaderBytes {
 		return nil, fmt.Errorf("safetensors: header length %d is too large", n)
 	}
 	hj := make([]byte, n)
