@@ -322,6 +322,14 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 	}
 	if len(unbound) > 0 {
 		hint := ""
+		if spec.Loss != LossNextToken && m.Targets == "" {
+			for _, in := range g.Inputs {
+				if in.Kind == graph.Input && in.Name != m.Tokens && in.Type.Equal(tv.Type) {
+					hint = fmt.Sprintf("; if %s takes the next tokens, -targets %s", in.Name, in.Name)
+					break
+				}
+			}
+		}
 		if spec.Loss == LossNextToken {
 			for _, o := range src.Outputs {
 				if o.Type.DType.IsFloat() && o.Type.Shape.Numel() == 1 {
