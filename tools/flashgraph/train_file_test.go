@@ -3,11 +3,13 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/onnx"
@@ -384,4 +386,42 @@ func TestTrainFileDims(t *testing.T) {
 	runCLI(t, "train", "-steps", "2", "-data", data, "-out", out, "-eval-every", "0", "-loss", "next-token", "-dims", "batch=2,seq=8", p)
 	runCLI(t, "train", "-resume", "-steps", "3", "-data", data, "-out", out, "-eval-every", "0")
 	runCLI(t, "export", "-ckpt", filepath.Join(out, "ckpt"), "-o", filepath.Join(dir, "dyn_trained.onnx"))
+}
+
+// On CUDA (skipped without a GPU): the tiny model exported to ONNX trains
+// with -loss next-token like -config tiny does, float32 and bf16, and the
+// GPT-2-like fixture with a tril buffer trains fused in bf16.
+func TestTrainFileCUDA(t *testing.T) {
+	if why := cuda.Available(); why != nil {
+		t.Skipf("no CUDA: %v", why)
+	}
+	data := trainData(t)
+	file := tinyONNX(t)
+	for _, dtype := range []string{"float32", "bf16"} {
+		dir := t.TempDir()
+		builtin, fromFile := filepath.Join(dir, "builtin"), filepath.Join(dir, "file")
+		runCLI(t, tinyTrainArgs(data, builtin, "6", "-device", "cuda", "-dtype", dtype)...)
+		runCLI(t, "train", "-steps", "6", "-data", data, "-out", fromFile, "-eval-every", "3", "-device", "cuda", "-dtype", dtype, "-lr", "3e-3", "-loss", "next-token", file)
+		a := ckptLosses(t, filepath.Join(builtin, "ckpt", "step-00000006.safetensors"))
+		b := ckptLosses(t, filepath.Join(fromFile, "ckpt", "step-00000006.safetensors"))
+		if len(a) != 6 || len(b) != 6 {
+			t.Fatalf("%s: losses %v and %v", dtype, a, b)
+		}
+		// The same graph on the same device: the first step (before any
+		// update) is the same forward pass; later steps may differ only by
+		// the order of atomic additions in the backward.
+		if a[0] != b[0] {
+			t.Errorf("%s: step 1 loss %v built-in, %v from the file", dtype, a[0], b[0])
+		}
+		for i := range a {
+			if d := math.Abs(a[i] - b[i]); d > 1e-3*math.Abs(a[i]) {
+				t.Errorf("%s: step %d loss %v built-in, %v from the file", dtype, i+1, a[i], b[i])
+			}
+		}
+	}
+	fixture := filepath.Join("..", "..", "onnx", "testdata", "byom", "gpt2_tril.onnx")
+	_, stderr := runCLI(t, "train", "-steps", "4", "-data", data, "-out", filepath.Join(t.TempDir(), "o"), "-device", "cuda", "-dtype", "bf16", "-fuse=require", "-loss", "next-token", fixture)
+	if !strings.Contains(stderr, "1 FlashAttention, 0 Softmax") || !strings.Contains(stderr, "step 4/4") {
+		t.Errorf("tril fixture on CUDA:\n%s", stderr)
+	}
 }
