@@ -17,7 +17,17 @@ func (t *Trainer) StepFeeds() map[string]*graph.Tensor {
 	lr.Set(0, t.sched.LR(t.step))
 	st := graph.NewTensor(t.stepDType, graph.Shape{})
 	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
-	return map[string]*graph.Tensor{
-		"tokens": tokens, "targets": targets, t.Graphs.Step.LR: lr, t.Graphs.Step.Step: st,
+	feeds := t.batchFeeds(tokens, targets)
+	feeds[t.Graphs.Step.LR], feeds[t.Graphs.Step.Step] = lr, st
+	return feeds
+}
+
+// batchFeeds names a batch's tokens and targets as the forward graph's
+// inputs (a graph whose loss reads no targets gets the tokens only).
+func (t *Trainer) batchFeeds(tokens, targets *graph.Tensor) map[string]*graph.Tensor {
+	feeds := map[string]*graph.Tensor{t.tokensName: tokens}
+	if t.targetsName != "" {
+		feeds[t.targetsName] = targets
 	}
+	return feeds
 }

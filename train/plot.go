@@ -5,11 +5,12 @@ import (
 	"image/color"
 	"io"
 
-	"github.com/flashgraph/flashgraph/checkpoint"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // PlotLosses draws the loss curve as a PNG: every step's training loss (a

@@ -15,6 +15,9 @@ import (
 // Options configure Run.
 type Options struct {
 	Config model.Config
+	// Source, when set, is what is trained (a graph: see PrepareGraph);
+	// Config must then be Source.Config. Nil: the built-in model of Config.
+	Source *Source
 	Fuse   bool
 	Hyper  Hyper
 
@@ -137,7 +140,11 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	if log != nil {
 		fmt.Fprintf(log, "compiling the training step on %s...\n", be.Name())
 	}
-	tr, err := NewTrainer(be, opts.Config, opts.Fuse, opts.Hyper, corpus)
+	src := BuiltIn(opts.Config)
+	if opts.Source != nil {
+		src = *opts.Source
+	}
+	tr, err := NewSourceTrainer(be, src, opts.Fuse, opts.Hyper, corpus)
 	if err != nil {
 		return nil, err
 	}

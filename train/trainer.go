@@ -80,11 +80,18 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 	if err != nil {
 		return nil, err
 	}
-	if fwd, err = compileGraph(fwd, fuse); err != nil {
+	return buildStep(fwd, "loss", nil, fuse, h, remat)
+}
+
+// buildStep compiles a forward graph and derives its training step: the
+// gradient of loss with respect to params (nil: every param).
+func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hyper, remat bool) (*Graphs, error) {
+	fwd, err := compileGraph(fwd, fuse)
+	if err != nil {
 		return nil, err
 	}
 	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{
-		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,
+		Loss: loss, Params: params, Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,
 	})
 	if err != nil {
 		return nil, err
@@ -114,6 +121,9 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 // schedule of evaluations, checkpoints, progress and signals.
 type Trainer struct {
 	Config model.Config
+	// Source is what is trained: the built-in model of Config, or a graph
+	// (then Config describes it, see Source.Config).
+	Source Source
 	Fused  bool
 	Hyper  Hyper
 	Graphs *Graphs
@@ -132,6 +142,9 @@ type Trainer struct {
 	elapsed   float64    // seconds of training before this process (from a checkpoint)
 	lrDType   graph.DType
 	stepDType graph.DType
+	// The forward graph's batch inputs and loss (tokens, targets, loss for
+	// the built-in model); targets is "" when the loss reads none.
+	tokensName, targetsName, lossName string
 }
 
 // ValPoint is a validation loss after Step completed steps.
@@ -154,13 +167,19 @@ func EvalBatches(cfg model.Config) int {
 
 // NewTrainer builds and compiles the training step of cfg on be.
 func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	return NewSourceTrainer(be, BuiltIn(cfg), fuse, h, corpus)
+}
+
+// NewSourceTrainer builds and compiles the training step of src on be.
+func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	cfg := src.Config
 	if err := h.Schedule().Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	if cfg.Vocab != Vocab {
-		return nil, fmt.Errorf("train: the data is bytes (vocab %d), config %s has vocab %d", Vocab, cfg.Name, cfg.Vocab)
+	if err := checkVocab(src); err != nil {
+		return nil, err
 	}
-	gs, err := BuildGraphsFor(be, cfg, fuse, h)
+	gs, err := BuildSourceGraphs(be, src, fuse, h)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
@@ -168,7 +187,8 @@ func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus
 	if err != nil {
 		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
 	}
-	t := &Trainer{Config: cfg, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, sched: h.Schedule(), corpus: corpus}
+	t := &Trainer{Config: cfg, Source: src, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, sched: h.Schedule(), corpus: corpus}
+	t.tokensName, t.targetsName, t.lossName = src.names()
 	// The validation set may be too short for a window; then there is
 	// simply no validation (Eval says so).
 	t.val, _ = newBatcher(corpus.Val, cfg.Batch, cfg.Seq, h.DataSeed, valStream)
@@ -262,11 +282,11 @@ func (t *Trainer) Eval() (float64, error) {
 	nb := EvalBatches(t.Config)
 	for k := range nb {
 		tokens, targets := t.val.Batch(int64(k))
-		out, err := t.eval.Run(map[string]*graph.Tensor{"tokens": tokens, "targets": targets})
+		out, err := t.eval.Run(t.batchFeeds(tokens, targets))
 		if err != nil {
 			return 0, fmt.Errorf("train: eval: %w", err)
 		}
-		sum += out["loss"].At(0)
+		sum += out[t.lossName].At(0)
 	}
 	loss := sum / float64(nb)
 	t.recordVal(loss)
@@ -331,6 +351,10 @@ func (t *Trainer) State() (*checkpoint.Tensors, error) {
 	m[checkpoint.MetaLosses] = string(losses)
 	m[checkpoint.MetaValLosses] = string(vals)
 	m[checkpoint.MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)
+	if t.Source.Graph != nil {
+		spec, _ := json.Marshal(t.Source.Graph.Spec)
+		m[MetaSource] = string(spec)
+	}
 	return ts, nil
 }
 
@@ -340,6 +364,9 @@ func (t *Trainer) State() (*checkpoint.Tensors, error) {
 // the checkpoint's (another schedule, data seed or corpus), which are allowed
 // but mean the run no longer continues the old one exactly.
 func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, err error) {
+	if err := t.checkSource(ts); err != nil {
+		return nil, err
+	}
 	var cfg model.Config
 	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaConfig]), &cfg); err != nil {
 		return nil, fmt.Errorf("train: checkpoint config: %w", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/generate"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -46,6 +47,9 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 			return fmt.Errorf("-ckpt %s: no checkpoint in the folder", path)
 		}
 		path = p
+	}
+	if spec, err := train.CheckpointFileSpec(path); err == nil && spec != nil {
+		return fmt.Errorf("-ckpt %s: the model was trained from %s; generate decodes the built-in models (flashgraph export -ckpt writes this one as ONNX)", path, spec.File)
 	}
 	cfg, weights, err := generate.FromCheckpoint(path)
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/graph"
-	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
@@ -27,13 +26,15 @@ func init() {
 var defaultLR = map[string]float64{"tiny": 3e-3, "small": 1e-3, "gpt2": 6e-4}
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("train", "", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one
+	fs := newFlags("train", "[FILE]", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one
 static training-step graph, compiled once. With no flags it trains the tiny config with
 attention fusion on the Go standard library sources for a short run and writes, under -out:
 graph.txt and graph.dot (the forward graph), train_graph.txt (the training step), loss.png,
 and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
 finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
-the batch sampling.`, stderr)
+the batch sampling. A FILE (our graph text or .onnx) trains that graph instead: -loss names
+its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze say how;
+train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
@@ -54,12 +55,22 @@ the batch sampling.`, stderr)
 	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
 	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	df := addDistFlags(fs)
-	if err := parseFlags(fs, args, 0); err != nil {
+	gf := addGraphTrainFlags(fs)
+	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
 	cfg, err := mf.modelConfig()
 	if err != nil {
 		return err
+	}
+	ts, err := gf.resolve(mf, fs.Arg(0), ckptFolder(*ckpt, *out), *resume)
+	if err != nil {
+		return err
+	}
+	source := ts.src
+	cfg = source.Config
+	if gf.explain {
+		return explainSource(stdout, ts)
 	}
 	// Data parallel flags and environment: one rank runs on, several are
 	// checked and then refused until NCCL is wired into the loop.
@@ -69,6 +80,9 @@ the batch sampling.`, stderr)
 	peak := *lr
 	if peak == 0 {
 		peak = defaultLR[cfg.Name]
+		if source.Graph != nil {
+			peak = defaultGraphLR
+		}
 	}
 	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {
 		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
@@ -136,7 +150,7 @@ the batch sampling.`, stderr)
 		src, corpus.Files, corpus.Skip, trainBytes(int64(len(corpus.Train))), trainBytes(int64(len(corpus.Val))), time.Since(t0).Round(time.Millisecond))
 
 	if fuse.require {
-		built, err := model.Build(cfg)
+		built, err := sourceForward(source)
 		if err != nil {
 			return err
 		}
@@ -144,16 +158,17 @@ the batch sampling.`, stderr)
 			return fmt.Errorf("-fuse=require: %w", err)
 		}
 	}
-	gs, err := train.BuildGraphsFor(be, cfg, fuse.on, h)
+	gs, err := train.BuildSourceGraphs(be, source, fuse.on, h)
 	if err != nil {
 		return err
 	}
+	describeSource(stderr, source)
 	for _, e := range gs.Log.Filter(passes.PassRecompute, passes.Info) {
 		fmt.Fprintln(stderr, e)
 	}
 	ops := gs.Forward.CountOps()
 	fmt.Fprintf(stderr, "model: %s, %s params, %s; forward %d nodes (%d FlashAttention, %d Softmax), training step %d nodes\n",
-		cfg.Name, trainCount(model.ParamCount(cfg)), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))
+		source.Name(), trainCount(source.ParamCount()), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))
 	// The training step and the evaluation graph (its own copy of the
 	// weights) are both resident.
 	compute := graph.Float32
@@ -199,11 +214,16 @@ the batch sampling.`, stderr)
 				return fmt.Errorf("%s: %w", d.flag, err)
 			}
 		}
+		extra, err := readySource(*out, ckptDir, ts)
+		if err != nil {
+			return err
+		}
 		files, err = writeTrainGraphs(*out, gs)
+		files = append(files, extra...)
 		return err
 	}
 	res, err := train.Run(ctx, be, corpus, train.Options{
-		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
+		Config: cfg, Source: &source, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready,
 	})
