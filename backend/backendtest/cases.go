@@ -107,18 +107,20 @@ func opCases() []opCase {
 	addDT("Where", "int64", onlyInt64, whereCase(ints(-5, 5), []int{2, 1}, []int{2, 3}, []int{3}))
 	addDT("Where", "bool", onlyBool, whereCase(coin, []int{4}, []int{3, 4}, []int{1}))
 
-	// Equal, any dtype, bool result.
-	eq := func(g gen, as, bs []int) func(c *ctx) {
-		return func(c *ctx) {
-			a, ra := c.input(c.dt, g, as...)
-			b, rb := c.input(c.dt, g, bs...)
-			c.expect(c.op("Equal", nil, a, b), refElem("Equal", ra, rb))
+	// Comparisons, any dtype, bool result.
+	for _, op := range []string{"Equal", "Greater"} {
+		cmp := func(g gen, as, bs []int) func(c *ctx) {
+			return func(c *ctx) {
+				a, ra := c.input(c.dt, g, as...)
+				b, rb := c.input(c.dt, g, bs...)
+				c.expect(c.op(op, nil, a, b), refElem(op, ra, rb))
+			}
 		}
+		add(op, "[3,4]_[4]", cmp(fewValues, []int{3, 4}, []int{4}))
+		add(op, "[2,1,3]_[2,3]", cmp(fewValues, []int{2, 1, 3}, []int{2, 3}))
+		addDT(op, "int64", onlyInt64, cmp(ints(0, 3), []int{4, 5}, []int{5}))
+		addDT(op, "bool", onlyBool, cmp(coin, []int{3, 4}, []int{3, 1}))
 	}
-	add("Equal", "[3,4]_[4]", eq(fewValues, []int{3, 4}, []int{4}))
-	add("Equal", "[2,1,3]_[2,3]", eq(fewValues, []int{2, 1, 3}, []int{2, 3}))
-	addDT("Equal", "int64", onlyInt64, eq(ints(0, 3), []int{4, 5}, []int{5}))
-	addDT("Equal", "bool", onlyBool, eq(coin, []int{3, 4}, []int{3, 1}))
 
 	// Cast between every pair; float to int64 truncates toward zero.
 	for _, to := range []graph.DType{graph.Float32, graph.Float64, graph.BFloat16, graph.Float16, graph.Int64, graph.Bool} {
