@@ -324,6 +324,17 @@ func (e *Expr) Deriv(i int) *Expr {
 	return simplify(e.deriv(i))
 }
 
+// VJP is the cotangent that reaches operand i when the cotangent of e's
+// value is operand dy: dy·∂e/∂(operand i), simplified (nil when it is
+// identically zero: operand i is a condition, or only compared).
+func (e *Expr) VJP(i, dy int) *Expr {
+	g := simplify(ExprOf(PrimMul, ExprVar(dy), e.Deriv(i)))
+	if isConst(g, 0) {
+		return nil
+	}
+	return g
+}
+
 func (e *Expr) deriv(i int) *Expr {
 	zero, one := ExprConst(0), ExprConst(1)
 	switch e.Prim {
@@ -502,8 +513,8 @@ func (e *Expr) Match(t *Expr, bind []*Expr) bool {
 	return true
 }
 
-// ExprOps are the ops defined by an expression, largest expression first
-// (then by name): the order in which MatchOp tries them.
+// ExprOps are the ops defined by an expression, in the order in which
+// MatchOp tries them.
 func ExprOps() []*OpSpec { return exprOps() }
 
 // exprOps is computed once, after every init has registered its rows.
@@ -514,7 +525,14 @@ var exprOps = sync.OnceValue(func() []*OpSpec {
 			out = append(out, s)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b *OpSpec) int { return b.Expr.Size() - a.Expr.Size() })
+	// Larger patterns first, then the more specific (fewer operands: 1/x
+	// is a Reciprocal before it is a Div), then by name (Ops' order).
+	slices.SortStableFunc(out, func(a, b *OpSpec) int {
+		if d := b.Expr.Size() - a.Expr.Size(); d != 0 {
+			return d
+		}
+		return a.Expr.NumVars() - b.Expr.NumVars()
+	})
 	return out
 })
 
