@@ -71,6 +71,21 @@ func opCases() []opCase {
 		{"Erf", scaled(2, normal)}, {"Abs", normal},
 		{"Softplus", scaled(30, normal)}, // both branches, and e^x past float32's range
 	}
+	// Every other one-operand op defined by an expression (an activation
+	// added to the table) is covered on scaled normal values: an op defined
+	// only on part of the line gets a row above, with its domain.
+	listed := map[string]bool{}
+	for _, uo := range unOps {
+		listed[uo.op] = true
+	}
+	for _, s := range graph.ExprOps() {
+		if !listed[s.Name] && len(s.Inputs) == 1 {
+			unOps = append(unOps, struct {
+				op string
+				g  gen
+			}{s.Name, scaled(5, normal)})
+		}
+	}
 	for _, uo := range unOps {
 		for _, sh := range [][]int{{17}, {3, 5, 7}, {2, 3, 4, 5}, {}} {
 			add(uo.op, shapeName(sh), func(c *ctx) {
