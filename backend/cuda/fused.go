@@ -81,8 +81,8 @@ func renderC(e *graph.Expr, ct string, args []string, root bool) (string, error)
 		}
 		return args[e.Var], nil
 	case graph.PrimConst:
-		if ct == "long long" && e.Const != math.Trunc(e.Const) {
-			return "", fmt.Errorf("constant %v in integer code", e.Const)
+		if ct == "long long" && e.Const != math.Trunc(e.Const) || math.IsInf(e.Const, 0) || math.IsNaN(e.Const) {
+			return "", fmt.Errorf("constant %v has no C literal in %s", e.Const, ct)
 		}
 		return "(" + ct + ")" + strconv.FormatFloat(e.Const, 'g', -1, 64), nil
 	}
