@@ -37,8 +37,8 @@ type OpSpec struct {
 	Infer func(in []*TensorType, attrs Attrs, consts []*Tensor) ([]TensorType, error)
 	// Eval is the op's meaning as executable float64 reference code (eval.go):
 	// the one definition the conformance suite checks backends against and
-	// constant folding runs. Elementwise ops give Map instead and get
-	// Eval applied at every broadcast position.
+	// constant folding runs. Elementwise ops give Expr instead: it is
+	// compiled into Map, which Eval applies at every broadcast position.
 	Eval EvalFunc
 	// Map is the scalar function of an elementwise op (nil for others).
 	Map *MapFunc
