@@ -21,6 +21,7 @@ var knownValues = []struct {
 	{"Tanh", []float64{0}, 0}, {"Relu", []float64{-2}, 0}, {"Relu", []float64{2}, 2},
 	{"Erf", []float64{0}, 0}, {"Abs", []float64{-3}, 3},
 	{"Softplus", []float64{0}, math.Ln2}, {"Softplus", []float64{800}, 800}, {"Softplus", []float64{-40}, 4.248354255291589e-18},
+	{"Mish", []float64{1}, 0.8650983882673103}, {"Mish", []float64{-30}, -2.807286890651921e-12},
 	{"Where", []float64{1, 2, 3}, 2}, {"Where", []float64{0, 2, 3}, 3},
 	{"Equal", []float64{2, 2}, 1}, {"Greater", []float64{2, 2}, 0}, {"Greater", []float64{3, 2}, 1},
 }

@@ -79,6 +79,7 @@ var elementwise = []struct {
 	{"Erf", "the error function of X", ex(PrimErf, x0)},
 	{"Abs", "|X|", ex(PrimAbs, x0)},
 	{"Softplus", "ln(1 + e^X)", softplusExpr(x0)},
+	{"Mish", "X * tanh(ln(1 + e^X))", ex(PrimMul, x0, ex(PrimTanh, softplusExpr(x0)))},
 }
 
 func init() {
