@@ -85,6 +85,7 @@ func gradCases() []gradCase {
 		{"Relu", []gcInput{in("x", awayZero, 3, 4)}, op("Relu", nil)},
 		{"Erf", []gcInput{in("x", anyReal, 2, 3)}, op("Erf", nil)},
 		{"Softplus", []gcInput{in("x", anyReal, 2, 3)}, op("Softplus", nil)},
+		{"Abs", []gcInput{in("x", awayZero, 2, 3)}, op("Abs", nil)},
 		{"Identity", []gcInput{in("x", anyReal, 2, 3)}, op("Identity", nil)},
 		{"CastSame", []gcInput{in("x", anyReal, 2, 3)}, op("Cast", graph.Attrs{"to": graph.Str("float64")})},
 		{"MatMul2D", []gcInput{in("a", anyReal, 3, 4), in("b", anyReal, 4, 5)}, op("MatMul", nil)},
@@ -185,6 +186,19 @@ func gradCases() []gradCase {
 				build: op("FlashAttention", graph.Attrs{
 					"causal": graph.Int(causal), "scale": graph.Float(1 / math.Sqrt(float64(shape[len(shape)-1])))}),
 			})
+		}
+	}
+	// Every other op defined by an expression, with one input, on
+	// normal(0, 1) values: its rule is derived, so a new activation is
+	// checked without a line here (an op smooth only on part of the line
+	// gets an explicit case above, with its domain).
+	named := map[string]bool{}
+	for _, c := range cases {
+		named[c.name] = true
+	}
+	for _, spec := range graph.ExprOps() {
+		if _, ok := gradRules[spec.Name]; ok && !named[spec.Name] && len(spec.Inputs) == 1 {
+			cases = append(cases, gradCase{spec.Name, []gcInput{in("x", anyReal, 3, 4)}, op(spec.Name, nil)})
 		}
 	}
 	return cases

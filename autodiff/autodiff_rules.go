@@ -1,8 +1,6 @@
 package autodiff
 
 import (
-	"math"
-
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -18,81 +16,10 @@ type gradRule struct {
 	VJP func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value
 }
 
-// gradRules is the table of gradient rules, keyed by op name. Adding an op
-// to autodiff means adding a row here; the driver never names an op.
+// gradRules is the table of gradient rules, keyed by op name; the driver
+// never names an op. The ops defined by an expression get theirs from it
+// (exprRule, added at init); the rest are written here.
 var gradRules = map[string]gradRule{
-	"Add": {VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
-		return binary(e, n, need, dy[0], dy[0])
-	}},
-	"Sub": {VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
-		return binary(e, n, need, dy[0], lazy(need[1], func() *graph.Value { return e.op("Neg", nil, dy[0]) }))
-	}},
-	"Mul": {VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
-		a, b := n.Inputs[0], n.Inputs[1]
-		return binary(e, n, need,
-			lazy(need[0], func() *graph.Value { return e.op("Mul", nil, dy[0], b) }),
-			lazy(need[1], func() *graph.Value { return e.op("Mul", nil, dy[0], a) }))
-	}},
-	// C = A/B: dA = dC/B, dB = -dC·A/B² = -dC·C/B.
-	"Div": {VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
-		b, c := n.Inputs[1], n.Outputs[0]
-		return binary(e, n, need,
-			lazy(need[0], func() *graph.Value { return e.op("Div", nil, dy[0], b) }),
-			lazy(need[1], func() *graph.Value {
-				return e.op("Neg", nil, e.op("Div", nil, e.op("Mul", nil, dy[0], c), b))
-			}))
-	}},
-	// C = A^B: dA = dC·B·A^(B-1); dB = dC·C·ln A (only where asked: the
-	// model's exponents are constants).
-	"Pow": {VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
-		a, b, c := n.Inputs[0], n.Inputs[1], n.Outputs[0]
-		dt := b.Type.DType
-		return binary(e, n, need,
-			lazy(need[0], func() *graph.Value {
-				bm1 := e.op("Sub", nil, b, e.scalar(dt, 1))
-				return e.op("Mul", nil, dy[0], e.op("Mul", nil, b, e.op("Pow", nil, a, bm1)))
-			}),
-			lazy(need[1], func() *graph.Value {
-				return e.op("Mul", nil, dy[0], e.op("Mul", nil, c, e.op("Log", nil, a)))
-			}))
-	}},
-	"Neg": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value { return e.op("Neg", nil, dy) })},
-	// y = √x: dx = dy / (2y).
-	"Sqrt": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		return e.op("Div", nil, e.op("Mul", nil, dy, e.scalar(y.Type.DType, 0.5)), y)
-	})},
-	// y = 1/x: dx = -dy·y².
-	"Reciprocal": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		return e.op("Neg", nil, e.op("Mul", nil, dy, e.op("Mul", nil, y, y)))
-	})},
-	"Exp": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value { return e.op("Mul", nil, dy, y) })},
-	"Log": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value { return e.op("Div", nil, dy, x) })},
-	// dx = dy·y·(1−y).
-	"Sigmoid": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		one := e.scalar(y.Type.DType, 1)
-		return e.op("Mul", nil, dy, e.op("Mul", nil, y, e.op("Sub", nil, one, y)))
-	})},
-	// dx = dy·(1−y²).
-	"Tanh": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		one := e.scalar(y.Type.DType, 1)
-		return e.op("Mul", nil, dy, e.op("Sub", nil, one, e.op("Mul", nil, y, y)))
-	})},
-	// dx = dy where y > 0. The op table has no Greater; y == 0 exactly when
-	// x <= 0, which also picks the subgradient 0 at x = 0.
-	"Relu": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		zero := e.scalar(y.Type.DType, 0)
-		return e.op("Where", nil, e.op("Equal", nil, y, zero), zero, dy)
-	})},
-	// d erf(x)/dx = 2/√π · e^(−x²).
-	"Erf": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		dt := x.Type.DType
-		g := e.op("Exp", nil, e.op("Neg", nil, e.op("Mul", nil, x, x)))
-		return e.op("Mul", nil, dy, e.op("Mul", nil, g, e.scalar(dt, 2/math.Sqrt(math.Pi))))
-	})},
-	// d ln(1+e^x)/dx = e^x/(1+e^x) = sigmoid(x).
-	"Softplus": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
-		return e.op("Mul", nil, dy, e.op("Sigmoid", nil, x))
-	})},
 	"Identity": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value { return dy })},
 	"Cast": {VJP: unary(func(e *emitter, x, y, dy *graph.Value) *graph.Value {
 		if x.Type.DType == dy.Type.DType {
@@ -124,18 +51,6 @@ var gradRules = map[string]gradRule{
 	"Slice":      {Diff: []int{0}, VJP: sliceVJP},
 	"ReduceSum":  {Diff: []int{0}, VJP: reduceVJP(false)},
 	"ReduceMean": {Diff: []int{0}, VJP: reduceVJP(true)},
-	"Where": {Diff: []int{1, 2}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
-		cond := n.Inputs[0]
-		zero := e.scalar(dy[0].Type.DType, 0)
-		out := make([]*graph.Value, 3)
-		if need[1] {
-			out[1] = e.sumTo(e.op("Where", nil, cond, dy[0], zero), n.Inputs[1].Type.Shape)
-		}
-		if need[2] {
-			out[2] = e.sumTo(e.op("Where", nil, cond, zero, dy[0]), n.Inputs[2].Type.Shape)
-		}
-		return out
-	}},
 	// Trilu is linear and keeps the same triangle of the cotangent.
 	"Trilu": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
 		in := []*graph.Value{dy[0]}
@@ -184,25 +99,75 @@ var gradRules = map[string]gradRule{
 	}},
 }
 
-// lazy calls f only when the gradient is needed.
-func lazy(need bool, f func() *graph.Value) *graph.Value {
-	if !need {
-		return nil
+func init() {
+	for _, spec := range graph.ExprOps() {
+		if r, ok := exprRule(spec); ok {
+			gradRules[spec.Name] = r
+		}
 	}
-	return f()
 }
 
-// binary finishes a broadcasting binary op: da and db have the output's
-// shape and are summed down to each operand's shape.
-func binary(e *emitter, n *graph.Node, need []bool, da, db *graph.Value) []*graph.Value {
-	out := make([]*graph.Value, 2)
-	if need[0] {
-		out[0] = e.sumTo(da, n.Inputs[0].Type.Shape)
+// exprRule derives the gradient rule of an op defined by an expression:
+// each operand's cotangent is the expression's VJP (graph.Expr.VJP, the
+// symbolic derivative), emitted as nodes of the ops that compute its
+// subexpressions (graph.MatchOp) and summed down to the operand's shape.
+// The forward output stands for the whole expression wherever the
+// derivative uses it (e^x, tanh x, σ(x)). Operands the value does not
+// depend on smoothly (a condition, a compared value) get no gradient; an op
+// with none has no rule (a comparison).
+func exprRule(spec *graph.OpSpec) (gradRule, bool) {
+	nIn := len(spec.Inputs)
+	vjps := make([]*graph.Expr, nIn)
+	diff := []int{}
+	for i := range nIn {
+		if vjps[i] = spec.Expr.VJP(i, nIn); vjps[i] != nil {
+			diff = append(diff, i)
+		}
 	}
-	if need[1] {
-		out[1] = e.sumTo(db, n.Inputs[1].Type.Shape)
+	if len(diff) == 0 {
+		return gradRule{}, false
 	}
-	return out
+	root := spec.Expr.String()
+	return gradRule{Diff: diff, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		memo := map[string]*graph.Value{}
+		var emit func(x *graph.Expr) *graph.Value
+		emit = func(x *graph.Expr) *graph.Value {
+			key := x.String()
+			if v, ok := memo[key]; ok {
+				return v
+			}
+			var v *graph.Value
+			switch {
+			case key == root:
+				v = n.Outputs[0]
+			case x.Prim == graph.PrimVar && x.Var == nIn:
+				v = dy[0]
+			case x.Prim == graph.PrimVar:
+				v = n.Inputs[x.Var]
+			case x.Prim == graph.PrimConst:
+				v = e.scalar(dy[0].Type.DType, x.Const)
+			default:
+				op, operands, ok := graph.MatchOp(x)
+				if !ok {
+					return e.fail("the derivative of %s needs %s, which no op of the table computes", spec.Name, key)
+				}
+				in := make([]*graph.Value, len(operands))
+				for j, o := range operands {
+					in[j] = emit(o)
+				}
+				v = e.op(op, nil, in...)
+			}
+			memo[key] = v
+			return v
+		}
+		out := make([]*graph.Value, len(n.Inputs))
+		for _, i := range diff {
+			if i < len(need) && need[i] {
+				out[i] = e.sumTo(emit(vjps[i]), n.Inputs[i].Type.Shape)
+			}
+		}
+		return out
+	}}, true
 }
 
 // unary adapts f(x, y, dy) → dx into a rule for a one-input op.

@@ -40,7 +40,7 @@ func intDefines(src string) (map[string]int64, []string) {
 }
 
 // opsGoValues are the Go values of ops.cu's integer #defines, by define name:
-// the storage type and elementwise op codes, and the sizes launches depend on.
+// the storage type codes and the sizes launches depend on.
 func opsGoValues() (map[string]int64, []string) {
 	want := map[string]int64{}
 	var problems []string
@@ -56,9 +56,6 @@ func opsGoValues() (map[string]int64, []string) {
 	}
 	for i, k := range kernelDTypes {
 		set(k.define, int64(i), "storage type "+k.dt.String())
-	}
-	for i, name := range ewOpDefines {
-		set(name, int64(i), fmt.Sprintf("ew op code %d", i))
 	}
 	set("MAXR", maxRank, "maxRank")
 	set("GG_PER", ggPer, "ggPer")
@@ -106,15 +103,15 @@ func TestOpsCodesMatchKernels(t *testing.T) {
 	}
 	// The check must see the codes at all (a pattern that matched nothing
 	// would pass vacuously) and must fail on each kind of drift.
-	if defs, _ := intDefines(src); defs["OP_EQUAL"] != int64(opEqual) || defs["DT_BOOL"] != int64(dtCode(graph.Bool)) {
-		t.Fatalf("intDefines read OP_EQUAL=%d DT_BOOL=%d from ops.cu", defs["OP_EQUAL"], defs["DT_BOOL"])
+	if defs, _ := intDefines(src); defs["MAXR"] != maxRank || defs["DT_BOOL"] != int64(dtCode(graph.Bool)) {
+		t.Fatalf("intDefines read MAXR=%d DT_BOOL=%d from ops.cu", defs["MAXR"], defs["DT_BOOL"])
 	}
 	for _, c := range []struct {
 		name, from, to, want string
 	}{
-		{"value differs", "#define OP_ADD 1\n", "#define OP_ADD 7\n", "OP_ADD is 7 in ops.cu but 1 in Go"},
+		{"value differs", "#define DT_F64 1\n", "#define DT_F64 7\n", "DT_F64 is 7 in ops.cu but 1 in Go"},
 		{"define missing", "#define DT_F16 3\n", "", "ops.cu does not define DT_F16 (Go: 3)"},
-		{"no Go constant", "#define OP_EQUAL 17\n", "#define OP_EQUAL 17\n#define OP_SOFTPLUS 18\n", "ops.cu defines OP_SOFTPLUS 18, which no Go value matches"},
+		{"no Go constant", "#define DT_BOOL 5\n", "#define DT_BOOL 5\n#define DT_F8 6\n", "ops.cu defines DT_F8 6, which no Go value matches"},
 		{"defined twice", "#define MAXR 6\n", "#define MAXR 6\n#define MAXR 6\n", "MAXR is defined twice"},
 		{"size differs", "#define G64 16\n", "#define G64 32\n", "G64 is 32 in ops.cu but 16 in Go"},
 	} {
