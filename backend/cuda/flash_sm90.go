@@ -17,7 +17,38 @@ import (
 	"unsafe"
 )
 
-const flashSM90File = "flash_attention_sm90.cu"
+// The sm90 compile units (see package kernels): the forward and the
+// backward the dispatcher selects, each compiled on its first use, and the
+// variants kept only to time against, compiled only when one is asked for by
+// name (flashSM90UnitOf).
+const (
+	flashSM90FwdFile = "flash_sm90_fwd.cu"
+	flashSM90BwdFile = "flash_sm90_bwd.cu"
+	flashSM90DevFile = "dev/flash_sm90_dev.cu"
+)
+
+// flashSM90DevFwd and flashSM90DevBwd are the forward and backward variants
+// of flashSM90DevFile; every other variant is flashSM90FwdFile's or
+// flashSM90BwdFile's.
+var (
+	flashSM90DevFwd = []string{"tma", "pp", "pp3"}
+	flashSM90DevBwd = []string{"cols", "dqtma"}
+)
+
+// flashSM90UnitOf is the compile unit that defines the sm90 kernel name.
+func flashSM90UnitOf(name string) string {
+	if rest, ok := strings.CutPrefix(name, "flash_fwd_sm90_"); ok {
+		if v, _, _ := strings.Cut(rest, "_"); slices.Contains(flashSM90DevFwd, v) {
+			return flashSM90DevFile
+		}
+		return flashSM90FwdFile
+	}
+	rest := strings.TrimPrefix(name, "flash_bwd_sm90_")
+	if v, _, _ := strings.Cut(rest, "_"); slices.Contains(flashSM90DevBwd, v) {
+		return flashSM90DevFile
+	}
+	return flashSM90BwdFile
+}
 
 // FlashSM90Env chooses the forward on a compute capability 9.0 device for
 // bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90DefaultFor the
@@ -154,12 +185,15 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 			variant = "ppp"
 		}
 	}
-	switch variant {
-	case "tma", "pp", "pp3", "ppp", "ppp3":
-		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
+	if !slices.Contains(flashSM90FwdVariants, variant) {
+		return ""
 	}
-	return ""
+	return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 }
+
+// flashSM90FwdVariants are the forward variants flashSM90Name knows (see
+// FlashSM90Env).
+var flashSM90FwdVariants = []string{"tma", "pp", "pp3", "ppp", "ppp3"}
 
 // flashSM90Pick says which sm90 forward kernel FlashForward runs ("" for
 // FA2): the one env (the value of FlashSM90Env) names, the default when it is
@@ -173,10 +207,11 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 		return "", nil
 	case "", "1":
 		variant = flashSM90DefaultFor(dim, sq, causal)
-	case "tma", "pp", "pp3", "ppp", "ppp3":
-		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, pp, pp3, ppp or ppp3 (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		if !slices.Contains(flashSM90FwdVariants, env) {
+			return "", fmt.Errorf("cuda: %s=%q: want tma, pp, pp3, ppp or ppp3 (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		}
+		variant = env
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -184,49 +219,57 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 	return flashSM90Name(dt, dim, variant), nil
 }
 
-// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device, or
-// why it could not be compiled (so a default choice that falls back to FA2
-// does not recompile on every call).
+// flashSM90Kernels caches each compiled sm90 unit (flashSM90FwdFile,
+// flashSM90BwdFile, flashSM90DevFile) per device, or why it could not be
+// compiled (so a default choice that falls back to FA2 does not recompile on
+// every call). Each unit compiles on first use: a forward-only run never
+// compiles the backward, and only a variant asked for by name the dev unit.
 var flashSM90Kernels struct {
 	mu   sync.Mutex
-	m    map[*Device]*kernelSet
-	errs map[*Device]error
+	m    map[flashSM90Unit]*kernelSet
+	errs map[flashSM90Unit]error
 }
 
-func (d *Device) flashSM90Kernels() (*kernelSet, error) {
+type flashSM90Unit struct {
+	d    *Device
+	file string
+}
+
+func (d *Device) flashSM90Kernels(file string) (*kernelSet, error) {
 	flashSM90Kernels.mu.Lock()
 	defer flashSM90Kernels.mu.Unlock()
-	if ks, ok := flashSM90Kernels.m[d]; ok {
+	u := flashSM90Unit{d, file}
+	if ks, ok := flashSM90Kernels.m[u]; ok {
 		return ks, nil
 	}
-	if err, ok := flashSM90Kernels.errs[d]; ok {
+	if err, ok := flashSM90Kernels.errs[u]; ok {
 		return nil, err
 	}
-	ks, err := d.compileFlashSM90()
+	ks, err := d.compileFlashSM90(file)
 	if err != nil {
 		if flashSM90Kernels.errs == nil {
-			flashSM90Kernels.errs = map[*Device]error{}
+			flashSM90Kernels.errs = map[flashSM90Unit]error{}
 		}
-		flashSM90Kernels.errs[d] = err
+		flashSM90Kernels.errs[u] = err
 		return nil, err
 	}
 	if flashSM90Kernels.m == nil {
-		flashSM90Kernels.m = map[*Device]*kernelSet{}
+		flashSM90Kernels.m = map[flashSM90Unit]*kernelSet{}
 	}
-	flashSM90Kernels.m[d] = ks
+	flashSM90Kernels.m[u] = ks
 	return ks, nil
 }
 
-func (d *Device) compileFlashSM90() (*kernelSet, error) {
+func (d *Device) compileFlashSM90(file string) (*kernelSet, error) {
 	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", file, maj, mnr)
 	}
-	return compileKernelSet(d, flashSM90File)
+	return compileKernelSet(d, file)
 }
 
 // flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
 func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashSM90Kernels()
+	ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}
@@ -280,7 +323,7 @@ func flashSM90Choice(d *Device, dt GemmType, dim, sq int, causal bool, scale flo
 	if err != nil || name == "" || env != "" {
 		return name, err
 	}
-	if _, err := d.flashSM90Kernels(); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
+	if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
 		return "", nil
 	}
 	return name, nil
@@ -677,7 +720,7 @@ func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string,
 // (float32, zeroed before), dK, dV written. dsum and dqacc are
 // FlashBackward's workspace after flash_bwd_pre_<T>.
 func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashSM90Kernels()
+	ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,8 @@ import (
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
-// flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
+// flashSM90AllKernels are every entry point of the sm90 compile units
+// (flashSM90Files).
 var flashSM90AllKernels = []string{
 	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
 	"flash_fwd_sm90_pp_bf16_d64", "flash_fwd_sm90_pp_bf16_d128", "flash_fwd_sm90_pp_fp16_d64", "flash_fwd_sm90_pp_fp16_d128",
@@ -28,6 +29,29 @@ var flashSM90AllKernels = []string{
 	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
 	"flash_bwd_sm90_pp_bf16_d64", "flash_bwd_sm90_pp_fp16_d64",
 	"flash_bwd_sm90_alt_bf16_d128", "flash_bwd_sm90_alt_fp16_d128",
+}
+
+// flashSM90Instance matches an instantiation of an sm90 entry point.
+var flashSM90Instance = regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD|BWD_PP)\((flash_\w+),`)
+
+// flashSM90Files are the sm90 compile units: the forward and backward that
+// the dispatcher selects, and the dev unit of the variants kept to time
+// against.
+var flashSM90Files = []string{flashSM90FwdFile, flashSM90BwdFile, flashSM90DevFile}
+
+// flashSM90Sources returns the compile units' texts as NVRTC sees them
+// (kernels.Unit: headers inlined), by file.
+func flashSM90Sources(tb testing.TB) map[string]string {
+	tb.Helper()
+	srcs := map[string]string{}
+	for _, f := range flashSM90Files {
+		src, err := kernels.Unit(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		srcs[f] = src
+	}
+	return srcs
 }
 
 // sm90GPU is the test GPU (gpu) when it is compute capability 9.0, where
@@ -51,19 +75,22 @@ const flashSM90MaxSmem = 227 * 1024
 // memory sizes the launchers ask for are the ones the .cu header states and
 // fit in a block.
 func TestFlashSM90Entries(t *testing.T) {
-	src, err := kernels.Source(flashSM90File)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := flashSM90Sources(t)
+	src := srcs[flashSM90FwdFile] + srcs[flashSM90BwdFile] + srcs[flashSM90DevFile]
 	var defined []string
-	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD|BWD_PP)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
-		defined = append(defined, m[1])
+	for _, f := range flashSM90Files {
+		for _, m := range flashSM90Instance.FindAllStringSubmatch(srcs[f], -1) {
+			defined = append(defined, m[1])
+			if got := flashSM90UnitOf(m[1]); got != f {
+				t.Errorf("%s defines %s, flashSM90UnitOf says %s does", f, m[1], got)
+			}
+		}
 	}
 	want := slices.Clone(flashSM90AllKernels)
 	slices.Sort(defined)
 	slices.Sort(want)
 	if !slices.Equal(defined, want) {
-		t.Errorf("%s defines %v,\nflashSM90AllKernels lists %v", flashSM90File, defined, want)
+		t.Errorf("%v define %v,\nflashSM90AllKernels lists %v", flashSM90Files, defined, want)
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
@@ -149,17 +176,18 @@ func TestFlashSM90Entries(t *testing.T) {
 		"cp.async.bulk.wait_group %0;",
 		"fence.proxy.async.shared::cta;",
 	} {
-		if !strings.Contains(string(src), ptx) {
-			t.Errorf("%s has no %q", flashSM90File, ptx)
+		if !strings.Contains(srcs[flashSM90BwdFile], ptx) {
+			t.Errorf("%s has no %q", flashSM90BwdFile, ptx)
 		}
 	}
 }
 
-// TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
-// where it is installed (no GPU needed; NVRTC 12.0 or newer), checks that
-// every entry point is in the cubin, and logs ptxas's resource report
-// (registers, spill bytes per kernel; "wgmma ... serialized" warnings mean
-// the compiler had to wait on each wgmma and the kernel will be slow).
+// TestFlashSM90Compile compiles each sm90 unit (flashSM90Files) for sm_90a
+// with NVRTC where it is installed (no GPU needed; NVRTC 12.0 or newer),
+// checks that every entry point is in the cubin of the unit that defines it,
+// and logs ptxas's resource report (registers, spill bytes per kernel;
+// "wgmma ... serialized" warnings mean the compiler had to wait on each
+// wgmma and the kernel will be slow).
 func TestFlashSM90Compile(t *testing.T) {
 	nv, err := loadNVRTC()
 	if err != nil {
@@ -168,27 +196,32 @@ func TestFlashSM90Compile(t *testing.T) {
 	if strings.HasPrefix(nv.version, "11.") {
 		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
 	}
-	src, err := kernels.Source(flashSM90File)
-	if err != nil {
-		t.Fatal(err)
+	for file, src := range flashSM90Sources(t) {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".cu"), func(t *testing.T) {
+			cubin, log, err := nv.compile(file, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("NVRTC %s, sm_90a, %s, ptxas -v:\n%s", nv.version, file, log)
+			var names []string
+			for _, k := range flashSM90AllKernels {
+				if flashSM90UnitOf(k) != file {
+					continue
+				}
+				names = append(names, k)
+				if !bytes.Contains(cubin, []byte(k+"\x00")) {
+					t.Errorf("cubin of %s has no kernel %s", file, k)
+				}
+			}
+			if strings.Contains(log, "serializ") {
+				t.Errorf("ptxas serialized wgmma (see the log above): the kernel would be correct but slow")
+			}
+			if m := regexp.MustCompile(`[1-9][0-9]* bytes spill stores`).FindString(log); m != "" {
+				t.Errorf("ptxas spilled registers (%s, see the log above): the kernel would be correct but slow", m)
+			}
+			checkSM90Descriptors(t, cubin, names)
+		})
 	}
-	cubin, log, err := nv.compile(flashSM90File, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("NVRTC %s, sm_90a, ptxas -v:\n%s", nv.version, log)
-	for _, k := range flashSM90AllKernels {
-		if !bytes.Contains(cubin, []byte(k+"\x00")) {
-			t.Errorf("cubin has no kernel %s", k)
-		}
-	}
-	if strings.Contains(log, "serializ") {
-		t.Errorf("ptxas serialized wgmma (see the log above): the kernel would be correct but slow")
-	}
-	if m := regexp.MustCompile(`[1-9][0-9]* bytes spill stores`).FindString(log); m != "" {
-		t.Errorf("ptxas spilled registers (%s, see the log above): the kernel would be correct but slow", m)
-	}
-	checkSM90Descriptors(t, cubin)
 }
 
 // flashSM90MovedDescriptors are the kernels whose wgmma descriptors ptxas
@@ -204,7 +237,7 @@ var flashSM90MovedDescriptors = []string{"flash_fwd_sm90_pp_", "flash_fwd_sm90_p
 // toolkit has it, and fails for a kernel whose wgmmas take descriptors moved
 // in from ordinary registers (sassDescriptorMoves), which ptxas does not
 // report.
-func checkSM90Descriptors(t *testing.T, cubin []byte) {
+func checkSM90Descriptors(t *testing.T, cubin []byte, names []string) {
 	tool := cudaTool("cuobjdump")
 	if tool == "" {
 		t.Log("no cuobjdump in the CUDA toolkit or PATH: the wgmma descriptor check did not run")
@@ -219,7 +252,7 @@ func checkSM90Descriptors(t *testing.T, cubin []byte) {
 		t.Fatalf("%s -sass: %v\n%s", tool, err, out)
 	}
 	found := sassDescriptorMoves(string(out))
-	for _, k := range flashSM90AllKernels {
+	for _, k := range names {
 		d := found[k]
 		t.Logf("%-34s %3d wgmma, %3d after descriptor moves", k, d.wgmmas, d.moved)
 		if d.wgmmas == 0 {
@@ -533,11 +566,11 @@ func flashSM90Where(got, ref, mag []float64, bh, sq, sk, dim int, causal bool, f
 // (spill) bytes as the driver reports them for the loaded cubin.
 func TestFlashSM90Resources(t *testing.T) {
 	d := sm90GPU(t)
-	ks, err := d.flashSM90Kernels()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range flashSM90AllKernels {
+		ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
+		if err != nil {
+			t.Fatal(err)
+		}
 		f, err := ks.fn(name, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -847,7 +880,7 @@ func TestFlashSM90Speed(t *testing.T) {
 // machine: ./.gpu/cuda.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
 func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 	d := sm90GPU(b)
-	ks, err := d.flashSM90Kernels()
+	ks, err := d.flashSM90Kernels(flashSM90FwdFile)
 	if err != nil {
 		b.Fatal(err)
 	}
