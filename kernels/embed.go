@@ -21,9 +21,10 @@ import (
 	"strings"
 )
 
-// FS holds every *.cu and *.cuh file of this directory and of dev/.
+// FS holds every *.cu and *.cuh file of this directory and dev/'s NVRTC
+// unit (dev/harness.cu, built with nvcc for development, is not embedded).
 //
-//go:embed *.cu *.cuh dev/*.cu
+//go:embed *.cu *.cuh dev/flash_sm90_dev.cu
 var FS embed.FS
 
 // Source returns the text of an embedded kernel file as written (its own
