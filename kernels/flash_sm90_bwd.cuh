@@ -12,7 +12,7 @@ namespace fa90 {
 
 constexpr int WS_THREADS = 384;
 
-// mbar_wait without the watch, the loop inside one asm statement: in bwd_pp's
+// mbar_wait without the watch, the loop inside one asm statement: in bwd_pingpong's
 // consumers (240 registers) the watch's counter made NVRTC 13 spill.
 __device__ __forceinline__ void mbar_spin(u32 bar, u32 parity) {
   asm volatile(
@@ -124,8 +124,8 @@ __device__ __forceinline__ void load_a_frags(u32 (*a)[4], u32 tile, int row0, in
 // Both wait for their dV and dK before dQ: with them in flight beside dQ's
 // accumulators ptxas serializes every wgmma (C7512). On the H200 (run 58,
 // TestFlashSM90BwdSpeed, S=4096) 579 and 504 TFLOP/s non-causal and causal
-// against cols' 512 and 447; ncu (run 57, before the last two changes):
-// 4.24M cycles against cols' 4.59M and cuDNN's 4.01M.
+// against pipelined' 512 and 447; ncu (run 57, before the last two changes):
+// 4.24M cycles against pipelined' 4.59M and cuDNN's 4.01M.
 
 constexpr int BWD_BR = 64;
 constexpr int BWD_BC = 128;
@@ -757,10 +757,10 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 
 // ------------------------------------------------ backward: ping-pong (D=64)
 //
-// bwd_pp: bwd's tiling (a CTA owns 128 keys, warpgroup cw keys 64cw..,
+// bwd_pingpong: bwd's tiling (a CTA owns 128 keys, warpgroup cw keys 64cw..,
 // blocks of 64 queries), built so that the two consumer warpgroups share
 // nothing but the Q/dO ring and can take turns at the tensor cores, as the
-// forward's fwd_pp does. In bwd they meet at a barrier every block (the dQ
+// forward's fwd_pingpong does. In bwd they meet at a barrier every block (the dQ
 // product reads both halves of dSᵀ), so both compute Pᵀ and dSᵀ (exp2,
 // packing, stores) at the same time while the tensor cores idle; here one
 // does that while the other's products run.
@@ -772,17 +772,17 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 //     writer.
 //   - dQ as in bwd without COLS: warpgroup cw sums dS·K over its own 64 keys
 //     for all 64 columns (m64n64k16) and stages it into its own tile (two,
-//     by block parity); named barrier BWD_PP_FULL + 4cw + parity hands the
+//     by block parity); named barrier BWD_PINGPONG_FULL + 4cw + parity hands the
 //     tile to its writer, which adds it to dQaccum with one bulk reduction
 //     and, once the copy engine has read block i-1's tile, arrives on
-//     BWD_PP_EMPTY + 4cw + parity, which the warpgroup waits on before it
-//     stages block i+1 into that tile. Twice cols' reduction traffic (L2
+//     BWD_PINGPONG_EMPTY + 4cw + parity, which the warpgroup waits on before it
+//     stages block i+1 into that tile. Twice pipelined' reduction traffic (L2
 //     74% busy in ncu at S=4096 against 41%), but no barrier between the
 //     warpgroups: summing the two warpgroups' dQ in one tile first (one
 //     reduction, L2 39%) made one wait for the other every block again and
 //     ran at 380 instead of 400 TFLOP/s.
 //   - A warpgroup's dSᵀ (64 keys × 64 queries) is read by its own dQ
-//     product only: one buffer, a barrier of its four warps (BWD_PP_DS + cw).
+//     product only: one buffer, a barrier of its four warps (BWD_PINGPONG_DS + cw).
 //   - Per block: Sᵀ and dPᵀ (dPᵀ while Pᵀ is computed), Pᵀ, dSᵀ, then in
 //     the warpgroup's turn (named barriers BWD_TURN + cw; warpgroup 0 first)
 //     one bundle, dV, dK and dQ; then dQ staged. Issuing the next block's
@@ -797,12 +797,12 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 //     TFLOP/s at S=4096 (runs 22, 33).
 // Registers: dK, dV 64, dQ 32, Sᵀ and dPᵀ 64, Pᵀ and dSᵀ packed 32, K and
 // V fragments 32.
-constexpr u32 BWD_PP_FULL = 2;   // + 4cw + parity: a staged dQ tile (128 consumers + the writer)
-constexpr u32 BWD_PP_EMPTY = 4;  // + 4cw + parity: that tile read by the copy engine
-constexpr u32 BWD_PP_DS = 10;    // + cw: the warpgroup's dSᵀ stored
+constexpr u32 BWD_PINGPONG_FULL = 2;   // + 4cw + parity: a staged dQ tile (128 consumers + the writer)
+constexpr u32 BWD_PINGPONG_EMPTY = 4;  // + 4cw + parity: that tile read by the copy engine
+constexpr u32 BWD_PINGPONG_DS = 10;    // + cw: the warpgroup's dSᵀ stored
 constexpr u32 BWD_TURN = 12;     // + cw: this warpgroup may issue its bundle
 
-// The loader's copies of block i (bwd_pp's warp 8, every lane): lane 0 the TMA copies
+// The loader's copies of block i (bwd_pingpong's warp 8, every lane): lane 0 the TMA copies
 // of Q_i and dO_i; lane l LSE and Dsum of rows l and l+32 (zeros for rows >=
 // Sq, which the mask covers) by cp.async, then an arrival when they landed,
 // so full counts 1 + 32.
@@ -831,7 +831,7 @@ __device__ __forceinline__ void bwd_loader_block(const TmaMap* tq, const TmaMap*
 }
 
 template <bool F16>
-__device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
+__device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                        const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                        float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
                                        int Sq, int Sk, float scale, int causal) {
@@ -896,7 +896,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     } else if (warp <= 10) {  // the dQ writer of warpgroup cw
       const int cw = warp - 9;
       for (int i = 0; i < nblk; i++) {
-        named_bar_sync(BWD_PP_FULL + 4 * cw + (i & 1), 160);
+        named_bar_sync(BWD_PINGPONG_FULL + 4 * cw + (i & 1), 160);
         if (lane == 0) {
           const int q0 = (qb0 + i) * BR;
           bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D, false>(sdQ0, i, cw), (u32)min(BR, Sq - q0) * (D * 4));
@@ -904,7 +904,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
           bulk_wait_read<1>();  // block i-1's tile, the one block i+1 stages into, is read
         }
         __syncwarp();
-        if (i >= 1 && i + 1 < nblk) named_bar_arrive(BWD_PP_EMPTY + 4 * cw + ((i + 1) & 1), 160);
+        if (i >= 1 && i + 1 < nblk) named_bar_arrive(BWD_PINGPONG_EMPTY + 4 * cw + ((i + 1) & 1), 160);
       }
       if (lane == 0) bulk_wait<0>();
     }
@@ -955,7 +955,7 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
 #pragma unroll
     for (int kk = 0; kk < BR / 16; kk++) bwd_store_ds<BC>(sdS, cw * 64 + wq * 16, kk, lane, dsa[kk]);
     fence_proxy_async();
-    named_bar_sync(BWD_PP_DS + cw, 128);  // the warpgroup's dSᵀ is stored
+    named_bar_sync(BWD_PINGPONG_DS + cw, 128);  // the warpgroup's dSᵀ is stored
 
     // This warpgroup's turn (warpgroup 0 takes the first).
     float dq[32];
@@ -983,10 +983,10 @@ __device__ __forceinline__ void bwd_pp(const TmaMap* tq, const TmaMap* tk, const
     reg_fence_u<BR / 4>(&dsa[0][0]);
     mbar_arrive(empty0 + 8 * st);  // stage st's last readers are done
 
-    if (i >= 2) named_bar_sync(BWD_PP_EMPTY + 4 * cw + (i & 1), 160);
+    if (i >= 2) named_bar_sync(BWD_PINGPONG_EMPTY + 4 * cw + (i & 1), 160);
     dq_stage<D, 8>(dq, dq_tile<D, false>(sdQ0, i, cw), wq, g, t);
     fence_proxy_async();
-    named_bar_arrive(BWD_PP_FULL + 4 * cw + (i & 1), 160);
+    named_bar_arrive(BWD_PINGPONG_FULL + 4 * cw + (i & 1), 160);
   }
 
   // K and V rows are the warpgroup's own (no barrier of both); ids 2-13 are taken

@@ -17,18 +17,19 @@
 // Sq != Sk). A row that sees no key gets O = 0, LSE = +inf. Requires scale > 0
 // (row maxima are taken on raw scores).
 //
-// Design: one CTA = 128 query rows = two consumer warpgroups of 64 rows each,
-// K and V tiles of 128 keys double-buffered in 128-byte-swizzled shared memory.
-// Version 2 (flash_fwd_sm90_tma_*; version 1, all threads loading with
-// cp.async, and version 3, version 2 with the next Q·Kᵀ in flight during P·V,
-// lost to version 4 on the H200 and are gone): a producer warpgroup (one
-// thread of it) loads with TMA through an mbarrier ring and the consumer
-// warpgroups run unsynchronised. Version 4
-// (flash_fwd_sm90_pp_*, _pp3_*): the consumer warpgroups take turns issuing
-// their products (named barriers), so one's softmax runs under another's
-// wgmmas; see fwd_pp. Version 5 (flash_fwd_sm90_ppp*): version 4 with a
-// CTA per SM that walks the tiles, loading the next one's Q and K/V while
-// it finishes this one; see fwd_ppp.
+// Design (forward): consumer warpgroups of 64 query rows each, K and V tiles
+// of 128 keys in 128-byte-swizzled shared memory, loaded with TMA through an
+// mbarrier ring by one thread of a producer warpgroup. The variants, from
+// the first to the one that runs (kernels/dev holds those kept to time
+// against): warpspec (flash_fwd_sm90_warpspec_*, dev; fwd_warpspec), the
+// consumers unsynchronised; pingpong (flash_fwd_sm90_pingpong_*,
+// _pingpong3wg_*, dev; fwd_pingpong), the consumer warpgroups taking turns
+// issuing their products (named barriers), so one's softmax runs under
+// another's wgmmas; persistent (flash_fwd_sm90_persistent*, flash_sm90_fwd.cu;
+// fwd_persistent), pingpong with a CTA per SM that walks the tiles, loading
+// the next one's Q and K/V while it finishes this one. (All threads loading
+// with cp.async, and warpspec with the next Q·Kᵀ in flight during P·V, lost
+// to pingpong on the H200 and are gone.)
 //   S = Q·Kᵀ: wgmma m64n128k16, A = Q and B = K both K-major from shared memory.
 //   softmax as in flash_attention.cu (exp2, running max, fully-masked-row rules).
 //   O += P·V: wgmma m64nDk16, A = P from registers (the accumulator layout of S

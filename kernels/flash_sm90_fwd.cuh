@@ -66,7 +66,7 @@ __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
 // waits. All warpgroups of a CTA run the same number of phases (the tile
 // count is the CTA's), so the turns never stall.
 //
-// OVERLAP (the "pp" kernels, two consumer warpgroups): inside a warpgroup the
+// OVERLAP (the "pingpong" kernels, two consumer warpgroups): inside a warpgroup the
 // softmax of S_{j+1} also runs while P_j·V_j accumulates, as in version 3.
 // NVRTC 12.4's ptxas serialized every wgmma when ordinary instructions wrote
 // a wgmma's accumulator while a group was in flight (C7515), and when one
@@ -76,7 +76,7 @@ __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
 // steps use in turn (the loop unrolled by two), instead of version 3's
 // 64-register copy of S; and the tiles that need a mask (a warpgroup's
 // diagonal tile, the one crossing Sk: one or two of a CTA's) wait for
-// P_j·V_j first and mask S in place. Without OVERLAP (the "pp3" kernels,
+// P_j·V_j first and mask S in place. Without OVERLAP (the "pingpong3wg" kernels,
 // three consumer warpgroups, D=64 only: 160 registers a consumer thread,
 // too few for the second P array) a warpgroup waits for both products
 // before its softmax; the other two warpgroups' products fill the tensor
@@ -218,9 +218,9 @@ __device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, f
 
 // ---------------------------------------------------------------- version 5: persistent ping-pong
 //
-// fwd_pp with a CTA per SM (grid min(work items, SMs), 1-D) that walks
-// tiles, a tile being one (head, block of BRQ query rows) of fwd_pp's grid.
-// At short sequences a tile runs only a few K/V tiles, and fwd_pp's CTAs
+// fwd_pingpong with a CTA per SM (grid min(work items, SMs), 1-D) that walks
+// tiles, a tile being one (head, block of BRQ query rows) of fwd_pingpong's grid.
+// At short sequences a tile runs only a few K/V tiles, and fwd_pingpong's CTAs
 // spent a good part of their time loading Q and the first K/V tile and
 // storing O with the tensor cores idle; here the producer loads the next
 // tile's Q and first K/V tiles while the consumers finish this one.
@@ -234,7 +234,7 @@ __device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, f
 // have about as many K/V tiles together whichever pair it is (nqb+1 with
 // 128-row blocks and Sk >= Sq; a pair may span two heads where nqb is odd),
 // so the CTAs get about equal work, the heavy tile of each pair first.
-// ppp_tile gives the flat index of a CTA's i-th tile; it grows with i.
+// persistent_tile gives the flat index of a CTA's i-th tile; it grows with i.
 //
 // Dynamic schedule (sched != nullptr; the launcher's choice for causal
 // attention): CTA b starts with tile b and takes each next one from a
@@ -267,9 +267,9 @@ __device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, f
 // to the consumers (arrive releases, try_wait acquires); after the last
 // tile a count of 0, with a plain arrive on barQ, ends the consumers' loop.
 // The consumers thus keep no tile index, tile count or head in registers
-// (pp3's have none to spare) and read them again where they need them.
+// (pingpong3wg's have none to spare) and read them again where they need them.
 //
-// Consumers: fwd_pp's issue phases, one per K/V tile of a tile (its S_0
+// Consumers: fwd_pingpong's issue phases, one per K/V tile of a tile (its S_0
 // goes into the tile before's last phase, below), and its round-robin turns
 // (named barriers 1..NWG) running on across tiles. Every warpgroup waits for
 // its turn before each phase and passes it on after each; the last
@@ -289,19 +289,19 @@ __device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, f
 // with no P·V of the warpgroup's own in flight. After the last tile the end
 // marker's "S_0" is issued all the same (a product of whatever the buffers
 // hold, never read; no copy is in flight then): with S_0 in flight on some
-// paths only, ptxas serialized every wgmma (C7518). H200, bf16: ppp3
-// 1.7–5.6% faster non-causal and 0–2.4% causal (run 47), ppp at D=128 0–2.6%
+// paths only, ptxas serialized every wgmma (C7518). H200, bf16: persistent3wg
+// 1.7–5.6% faster non-causal and 0–2.4% causal (run 47), persistent at D=128 0–2.6%
 // non-causal and 0–4.2% causal (run 52).
 
 // Flat index of the i-th tile of this CTA (see above).
-__device__ __forceinline__ int ppp_tile(int i, int causal) {
+__device__ __forceinline__ int persistent_tile(int i, int causal) {
   return causal ? 2 * ((int)blockIdx.x + (i >> 1) * (int)gridDim.x) + (i & 1)
                 : (int)blockIdx.x + i * (int)gridDim.x;
 }
 
 // Head, first query row and K/V tile count of flat tile f.
 template <int BRQ>
-__device__ __forceinline__ void ppp_decode(int f, int nqb, int Sk, int causal, int& bh, int& q0, int& ntiles) {
+__device__ __forceinline__ void persistent_decode(int f, int nqb, int Sk, int causal, int& bh, int& q0, int& ntiles) {
   bh = f / nqb;
   const int pos = f - bh * nqb;
   const int qb = causal ? ((pos & 1) ? (pos >> 1) : nqb - 1 - (pos >> 1)) : pos;
@@ -313,10 +313,10 @@ __device__ __forceinline__ void ppp_decode(int f, int nqb, int Sk, int causal, i
 // Head, first query row and K/V tile count of flat tile f of the dynamic
 // schedule (see above): causal in sections of nh heads, heaviest first.
 template <int BRQ>
-__device__ __forceinline__ void ppp_decode_dyn(int f, int nqb, int BH, int nh, int Sk, int causal, int& bh, int& q0,
+__device__ __forceinline__ void persistent_decode_dyn(int f, int nqb, int BH, int nh, int Sk, int causal, int& bh, int& q0,
                                                int& ntiles) {
   if (!causal) {
-    ppp_decode<BRQ>(f, nqb, Sk, 0, bh, q0, ntiles);
+    persistent_decode<BRQ>(f, nqb, Sk, 0, bh, q0, ntiles);
     return;
   }
   const int sec = f / (nh * nqb), r = f - sec * nh * nqb;
@@ -353,11 +353,11 @@ __device__ __forceinline__ float log2e_scale(float scale) {
   return c;
 }
 
-// The persistent consumers' pieces that both of fwd_ppp's consumer bodies
+// The persistent consumers' pieces that both of fwd_persistent's consumer bodies
 // run. A tile's later softmax: masked where the K/V tile at kb crosses Sk
-// or the warpgroup's diagonal (two copies of the softmax, as in fwd_pp).
+// or the warpgroup's diagonal (two copies of the softmax, as in fwd_pingpong).
 template <bool F16>
-__device__ __forceinline__ void ppp_softmax(float* s, float* m, float* l, float scale, float* alpha, u32 (*pb)[4],
+__device__ __forceinline__ void persistent_softmax(float* s, float* m, float* l, float scale, float* alpha, u32 (*pb)[4],
                                             int kb, int Sk, int wgrow0, int warp, int g, int t, int causal) {
   if (tile_masked(kb, Sk, wgrow0, causal)) {
     mask_scores(s, kb, Sk, wgrow0 + (warp & 3) * 16, g, t, causal);
@@ -379,7 +379,7 @@ __device__ __forceinline__ void ppp_softmax(float* s, float* m, float* l, float 
 // written again only after the thread has waited for the store's read
 // (bulk_wait_read before its turn in the next tile's last step).
 template <bool F16, int D, int NWG>
-__device__ __forceinline__ void ppp_store(const float* o, const float* m, const float* l, const TmaMap* to,
+__device__ __forceinline__ void persistent_store(const float* o, const float* m, const float* l, const TmaMap* to,
                                           float* __restrict__ LSE, u32 sOw, u32 slot, int cw, int warp, int lane,
                                           int Sq, int g, int t, float scale) {
   const int bh = ld_shared(slot);
@@ -406,13 +406,13 @@ __device__ __forceinline__ void ppp_store(const float* o, const float* m, const 
 }
 
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
-__device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* to,
+__device__ __forceinline__ void fwd_persistent(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* to,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal,
                                         int* sched, int nh) {
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
   static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
-  static_assert(NWG == 2 || !OVERLAP, "ppp3: no overlap");
+  static_assert(NWG == 2 || !OVERLAP, "persistent3wg: no overlap");
   constexpr int NQ = 2;  // Q buffers: tile i's in buffer i % 2 (see above)
   constexpr int BRQ = 64 * NWG, QBYTES = BRQ * D * 2, KVBYTES = BC * D * 2;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -420,7 +420,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   const u32 sQ0 = sbase;  // the Q tiles of even and odd tiles
   const u32 sK0 = sQ0 + NQ * QBYTES;
   const u32 sV0 = sK0 + STAGES * KVBYTES;
-  const u32 sO0 = sV0 + STAGES * KVBYTES;  // each consumer warpgroup's O tile (ppp_store)
+  const u32 sO0 = sV0 + STAGES * KVBYTES;  // each consumer warpgroup's O tile (persistent_store)
   const u32 bars = sO0 + NWG * 64 * D * 2;  // 4·STAGES + 2·NQ mbarriers of 8 bytes
   const u32 fullK0 = bars, fullV0 = fullK0 + 8 * STAGES;
   const u32 emptyK0 = fullV0 + 8 * STAGES, emptyV0 = emptyK0 + 8 * STAGES;
@@ -442,7 +442,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
   }
   __syncthreads();
 
-  // Registers as in fwd_pp.
+  // Registers as in fwd_pingpong.
   if (warp >= 4 * NWG) {  // producer warpgroup: one thread issues every copy
     producer_regs<NWG>();
     if (warp == 4 * NWG && lane == 0) {
@@ -472,16 +472,16 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
       int i = 0;
       // Dynamic: the tile after f, drawn while f's copies are issued, waits
       // in slot 0's last word (in a register it made the 24-register
-      // producer of ppp spill one).
+      // producer of persistent spill one).
       const u32 fnext = slots + 12;
-      int f = sched ? (int)blockIdx.x : ppp_tile(0, causal);
+      int f = sched ? (int)blockIdx.x : persistent_tile(0, causal);
       if (sched && f < total) st_shared(fnext, (int)gridDim.x + atomic_add_global(sched, 1));
       for (; f < total; ++i) {
         int bh, q0, ntiles;
         if (sched) {
-          ppp_decode_dyn<BRQ>(f, nqb, BH, nh, Sk, causal, bh, q0, ntiles);
+          persistent_decode_dyn<BRQ>(f, nqb, BH, nh, Sk, causal, bh, q0, ntiles);
         } else {
-          ppp_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
+          persistent_decode<BRQ>(f, nqb, Sk, causal, bh, q0, ntiles);
         }
         for (int j = 0; j < ntiles; j++, kvi++) {
           // A stage's use u waits for the release of use u-1 (parity (u-1) & 1).
@@ -502,7 +502,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
           f = ld_shared(fnext);
           if (f < total) st_shared(fnext, (int)gridDim.x + atomic_add_global(sched, 1));
         } else {
-          f = ppp_tile(i + 1, causal);
+          f = persistent_tile(i + 1, causal);
         }
       }
       issue_q(i, -1, 0, 0);  // i = the CTA's tile count
@@ -522,7 +522,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
     // parity (kv / STAGES) & 1: STAGES divides 2^30), and in bits 30-31 the
     // tile count mod 4: its low bit picks the tile's slot and Q buffer, the
     // next bit is the parity of that buffer's barQ phase. One register for
-    // fwd_pp's stage and parity counters and the tile's.
+    // fwd_pingpong's stage and parity counters and the tile's.
     u32 kv = 0;
     if (cw == NWG - 1) named_bar_arrive(next_turn, 256);  // warpgroup 0's first turn
     // S_0 of a tile: the CTA's first tile's in a phase of its own, every
@@ -568,7 +568,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
 
       // Step j < n-1: P_j from pa, P_{j+1} into pb (OVERLAP: the other
       // array, written while P_j·V_j runs; else the same one); kv counts
-      // K_j, V_j on entry. As fwd_pp's step, but the turn always passes on.
+      // K_j, V_j on entry. As fwd_pingpong's step, but the turn always passes on.
       auto step = [&](int j, u32 (*pa)[4], u32 (*pb)[4]) {
         const int st = kv % STAGES, st1 = (kv + 1) % STAGES;
         const u32 ph = (kv / STAGES) & 1, ph1 = ((kv + 1) / STAGES) & 1;
@@ -586,13 +586,13 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
                                      lane);
           } else {
             step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
-            ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
+            persistent_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
           }
         } else {
           // No overlap of the softmax with the warpgroup's own P·V (three
           // warpgroups' registers do not hold two P arrays).
           step_done<D>(s, o, pa, emptyK0, emptyV0, st, st1, lane);
-          ppp_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
+          persistent_softmax<F16>(s, m, l, scale, alpha, pb, kb, Sk, wgrow0, warp, g, t, causal);
         }
         rescale_o<D>(o, alpha);
         kv++;
@@ -608,7 +608,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         mbar_wait<false>(barQ0 + 8 * nb, ((ti + 1) >> 1) & 1);
         if (ld_shared(slots + 16 * nb + 8) > 0) mbar_wait<false>(fullK0 + 8 * st1, ph1);
         mbar_wait<false>(fullV0 + 8 * st, ph);
-        // The tile before's O store has read the O tile (see ppp_store):
+        // The tile before's O store has read the O tile (see persistent_store):
         // past the turn, the whole warpgroup knows.
         if ((tid & 127) == 0) bulk_wait_read<0>();
         named_bar_sync(my_turn, 256);
@@ -649,7 +649,7 @@ __device__ __forceinline__ void fwd_ppp(const TmaMap* tq, const TmaMap* tk, cons
         for (int j = 0; j + 1 < ld_shared(slot + 8); j++) step(j, p, p);
         last_step(p);
       }
-      ppp_store<F16, D, NWG>(o, m, l, to, LSE, sO0 + cw * 64 * D * 2, slot, cw, warp, lane, Sq, g, t, scale);
+      persistent_store<F16, D, NWG>(o, m, l, to, LSE, sO0 + cw * 64 * D * 2, slot, cw, warp, lane, Sq, g, t, scale);
       // The tile's slot and Q buffer are read for the last time (each
       // thread's own arrival orders its reads before the producer's rewrite).
       mbar_arrive(emptyQ0 + 8 * (ti & 1));

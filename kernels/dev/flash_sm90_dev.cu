@@ -1,36 +1,35 @@
-// flash_sm90_dev.cu: the Hopper FlashAttention variants that the dispatcher
-// (backend/cuda/flash_sm90.go) never selects by default, kept to time
-// against the live ones (flash_sm90_fwd.cu, flash_sm90_bwd.cu): a separate
-// NVRTC compile unit, compiled only when one of them is asked for by name
-// (FLASHGRAPH_FLASH_SM90, FLASHGRAPH_FLASH_SM90_BWD, the tests and benchmarks
-// that time them), so a default run never spends NVRTC time on them.
+// flash_sm90_dev.cu: the Hopper FlashAttention variants the dispatcher
+// (backend/cuda/flash_sm90.go) never selects by default, kept to time the
+// live ones (flash_sm90_fwd.cu, flash_sm90_bwd.cu) against: a separate NVRTC
+// compile unit, compiled only when one of them is asked for by name
+// (FLASHGRAPH_FLASH_SM90, FLASHGRAPH_FLASH_SM90_BWD; the tests and `bench
+// -sm90` that time them), so a default run spends no NVRTC time on them.
+// It compiles the live units' device code (the headers below) unchanged.
 //
 // Entry points (T in {bf16, fp16}, D in {64, 128}):
-//   flash_fwd_sm90_tma_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
-//     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see fwd_ws;
-//     grid (ceil(Sq/128), BH), block 384 (two consumer warpgroups, one
-//     producer warpgroup), dynamic smem (128 + 4*128)*D*2 + 64 + 1024 bytes:
-//     d64 83008, d128 164928.
-//   flash_fwd_sm90_pp_<T>_d<D>(...)  the same arguments, ping-pong consumers
-//     (version 4, see fwd_pp): grid (ceil(Sq/128), BH), block 384, K/V rings
-//     of 4 (d64) or 2 (d128) tiles, dynamic smem 128·D·2 + 2·stages·128·D·2 +
-//     8·(1 + 4·stages) + 1024 bytes: d64 148616, d128 164936.
-//   flash_fwd_sm90_pp3_<T>_d64(...)  three ping-pong consumer warpgroups:
-//     grid (ceil(Sq/192), BH), block 512, Q map box 64 × 192 rows, 4 stages,
-//     dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 = 156808 bytes.
-//   flash_bwd_sm90_cols_<T>_d<D>(tq, tk, tv, tdo, tdk, tdv, lse, Dsum, dQaccum, BH,
-//                                Sq, Sk, scale, causal)
-//     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
-//     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
-//     after, with swz = 1: see dq_stage); tq, tk, tv, tdo, tdk, tdv: CUtensorMaps
-//     of Q, K, V, dO, dK, dV (boxes of 64 columns × 64 rows for Q, dO, dK and
-//     dV, × 128 rows for K and V), see bwd and bwd_store_dkdv; dQaccum 16-byte
-//     aligned; grid (ceil(Sk/128), BH), block 256 (two warpgroups), dynamic smem
-//     2*128*D*2 + 6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes (d64
-//     117312, d128 199232) plus the dQ staging tiles, 2*64*64*4 (d64) or
-//     64*128*4 (d128) bytes: d64 150080, d128 232000.
-//   flash_bwd_sm90_dqtma_<T>_d<D>(...)  the same without PIPE and, at D=64,
-//     without COLS (see bwd): four staging tiles, d64 182848, d128 232000.
+//   flash_fwd_sm90_warpspec_<T>_d<D>(tq, tk, tv, o, lse, BH, Sq, Sk, scale, causal)
+//     tq, tk, tv: CUtensorMaps (128 bytes, by value) of Q, K, V, see
+//     fwd_warpspec; grid (ceil(Sq/128), BH), block 384 (two consumer
+//     warpgroups, one producer warpgroup), dynamic smem (128 + 4*128)*D*2 +
+//     64 + 1024 bytes: d64 83008, d128 164928.
+//   flash_fwd_sm90_pingpong_<T>_d<D>(...)  the same arguments, ping-pong
+//     consumers (see fwd_pingpong): grid (ceil(Sq/128), BH), block 384, K/V
+//     rings of 4 (d64) or 2 (d128) tiles, dynamic smem 128·D·2 +
+//     2·stages·128·D·2 + 8·(1 + 4·stages) + 1024 bytes: d64 148616, d128
+//     164936.
+//   flash_fwd_sm90_pingpong3wg_<T>_d64(...)  three ping-pong consumer
+//     warpgroups: grid (ceil(Sq/192), BH), block 512, Q map box 64 × 192
+//     rows, 4 stages, dynamic smem 192·64·2 + 2·4·128·64·2 + 136 + 1024 =
+//     156808 bytes.
+//   flash_bwd_sm90_pipelined_<T>_d<D>(...)  the arguments and contract of
+//     flash_sm90_bwd.cu's kernels; both warpgroups in every block's dQ
+//     product (PIPE, COLS: see bwd): block 256, dynamic smem 2*128*D*2 +
+//     6*64*D*2 + 2*128*64*2 + 6*64*4 + 64 + 1024 bytes (d64 117312, d128
+//     199232) plus the dQ staging tiles, 2*64*64*4 (d64) or 64*128*4 (d128)
+//     bytes: d64 150080, d128 232000.
+//   flash_bwd_sm90_baseline_<T>_d<D>(...)  the same without PIPE and, at
+//     D=64, without COLS (see bwd): four staging tiles, d64 182848, d128
+//     232000.
 
 #include "../flash_sm90_common.cuh"
 #include "../flash_sm90_fwd.cuh"
@@ -162,7 +161,7 @@ __device__ __forceinline__ void store_rows(const float* o, const float* m, const
 // checks for spills and serialized wgmmas).
 
 template <bool F16, int D>
-__device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+__device__ __forceinline__ void fwd_warpspec(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
   constexpr int QBYTES = BR * D * 2, KVBYTES = BC * D * 2;
@@ -244,7 +243,7 @@ __device__ __forceinline__ void fwd_ws(const TmaMap* tq, const TmaMap* tk, const
 }
 
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
-__device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
+__device__ __forceinline__ void fwd_pingpong(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, u16* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal) {
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
@@ -394,41 +393,41 @@ __device__ __forceinline__ void fwd_pp(const TmaMap* tq, const TmaMap* tk, const
 
 }  // namespace fa90
 
-#define FA90_FWD_WS(name, F16, D)                                                                    \
+#define FA90_FWD_WARPSPEC(name, F16, D)                                                                    \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                 \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_ws<F16, D>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                         \
+    fa90::fwd_warpspec<F16, D>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);                         \
   }
 
-FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d64, false, 64)
-FA90_FWD_WS(flash_fwd_sm90_tma_bf16_d128, false, 128)
-FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d64, true, 64)
-FA90_FWD_WS(flash_fwd_sm90_tma_fp16_d128, true, 128)
+FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_bf16_d64, false, 64)
+FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_bf16_d128, false, 128)
+FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_fp16_d64, true, 64)
+FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_fp16_d128, true, 128)
 
-// Version 4 (fwd_pp): NWG consumer warpgroups and a producer warpgroup,
+// Version 4 (fwd_pingpong): NWG consumer warpgroups and a producer warpgroup,
 // K/V rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V.
-#define FA90_FWD_PP(name, F16, D, NWG, STAGES, OVERLAP)                                             \
+#define FA90_FWD_PINGPONG(name, F16, D, NWG, STAGES, OVERLAP)                                             \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, unsigned short* o, float* lse, int BH, int Sq,  \
            int Sk, float scale, int causal) {                                                       \
-    fa90::fwd_pp<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);   \
+    fa90::fwd_pingpong<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, o, lse, BH, Sq, Sk, scale, causal);   \
   }
 
-FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true)
-FA90_FWD_PP(flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true)
-FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d64, true, 64, 2, 4, true)
-FA90_FWD_PP(flash_fwd_sm90_pp_fp16_d128, true, 128, 2, 2, true)
-FA90_FWD_PP(flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false)
-FA90_FWD_PP(flash_fwd_sm90_pp3_fp16_d64, true, 64, 3, 4, false)
+FA90_FWD_PINGPONG(flash_fwd_sm90_pingpong_bf16_d64, false, 64, 2, 4, true)
+FA90_FWD_PINGPONG(flash_fwd_sm90_pingpong_bf16_d128, false, 128, 2, 2, true)
+FA90_FWD_PINGPONG(flash_fwd_sm90_pingpong_fp16_d64, true, 64, 2, 4, true)
+FA90_FWD_PINGPONG(flash_fwd_sm90_pingpong_fp16_d128, true, 128, 2, 2, true)
+FA90_FWD_PINGPONG(flash_fwd_sm90_pingpong3wg_bf16_d64, false, 64, 3, 4, false)
+FA90_FWD_PINGPONG(flash_fwd_sm90_pingpong3wg_fp16_d64, true, 64, 3, 4, false)
 
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d64, false, 64, false, false, false)
-FA90_BWD(flash_bwd_sm90_dqtma_bf16_d128, false, 128, false, false, false)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d64, true, 64, false, false, false)
-FA90_BWD(flash_bwd_sm90_dqtma_fp16_d128, true, 128, false, false, false)
-FA90_BWD(flash_bwd_sm90_cols_bf16_d64, false, 64, true, true, false)
-FA90_BWD(flash_bwd_sm90_cols_bf16_d128, false, 128, true, true, false)
-FA90_BWD(flash_bwd_sm90_cols_fp16_d64, true, 64, true, true, false)
-FA90_BWD(flash_bwd_sm90_cols_fp16_d128, true, 128, true, true, false)
+FA90_BWD(flash_bwd_sm90_baseline_bf16_d64, false, 64, false, false, false)
+FA90_BWD(flash_bwd_sm90_baseline_bf16_d128, false, 128, false, false, false)
+FA90_BWD(flash_bwd_sm90_baseline_fp16_d64, true, 64, false, false, false)
+FA90_BWD(flash_bwd_sm90_baseline_fp16_d128, true, 128, false, false, false)
+FA90_BWD(flash_bwd_sm90_pipelined_bf16_d64, false, 64, true, true, false)
+FA90_BWD(flash_bwd_sm90_pipelined_bf16_d128, false, 128, true, true, false)
+FA90_BWD(flash_bwd_sm90_pipelined_fp16_d64, true, 64, true, true, false)
+FA90_BWD(flash_bwd_sm90_pipelined_fp16_d128, true, 128, true, true, false)
