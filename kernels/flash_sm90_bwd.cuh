@@ -122,10 +122,9 @@ __device__ __forceinline__ void load_a_frags(u32 (*a)[4], u32 tile, int row0, in
 // tile is free for the next block's dQ warpgroup. The dQ warpgroup also
 // issues the loads of block i+2 (its threads 0-63), once past the barrier.
 // Both wait for their dV and dK before dQ: with them in flight beside dQ's
-// accumulators ptxas serializes every wgmma (C7512). On the H200 (run 58,
-// TestFlashSM90BwdSpeed, S=4096) 579 and 504 TFLOP/s non-causal and causal
-// against pipelined' 512 and 447; ncu (run 57, before the last two changes):
-// 4.24M cycles against pipelined' 4.59M and cuDNN's 4.01M.
+// accumulators ptxas serializes every wgmma (C7512). Faster than pipelined
+// at D=128, causal and not, in fewer cycles (BENCHMARKS.md, "Measurements
+// the Hopper kernels' comments cite").
 
 constexpr int BWD_BR = 64;
 constexpr int BWD_BC = 128;
@@ -320,7 +319,7 @@ __device__ __forceinline__ void bwd_probs(float* pr, const float* s, const float
 #pragma unroll
   for (int nt = 0; nt < BR / 8; nt++) {
     // One 8-byte load for the pair (two 4-byte ones were a third of the
-    // shared-memory instructions that waited for the MIO queue, run 57).
+    // shared-memory instructions that waited for the MIO queue, under ncu).
     const float2 lp = *reinterpret_cast<const float2*>(ld + nt * 8 + 2 * t);
     const float l0 = lp.x * kLog2e, l1 = lp.y * kLog2e;
 #pragma unroll
@@ -412,16 +411,15 @@ __device__ __forceinline__ void bwd_dv_dk(float* dv, float* dk, u32 (*pa)[4], u3
 // go in groups of BWD_GROUP, and a group's CTAs take the key blocks in
 // order, each key block for every head of the group before the next one:
 // the longest CTAs of a group come first, its shortest last, and a few
-// heads at a time share Q, dO and dQaccum in L2. On the H200 (run 67, bf16,
-// B·S = 16384, H·D = 2048) that ran 1.3–3.6% faster with 16 to 64 key
-// blocks a head (S 2048–8192) and 1.4% slower with 128 (S=16384, D=128,
-// where one head's CTAs are about a wave already): up to BWD_GROUP_KB key
-// blocks only. A group's heads keep their Q, dO and dQaccum (8·Sq·D bytes
-// a head) within BWD_GROUP_BYTES, so fewer than eight above 4 MiB a head
-// (D=128, S=8192: four). There eight heads (64 MiB, more than the L2 holds)
-// read 676 MB from DRAM and wrote 412, four 406 and 269, and ran 0.7–0.9%
-// faster (runs 72, 73: ncu, and three passes each); at S ≤ 4096 four
-// instead of eight ran 2.3–2.5% slower (the longest CTAs less often first).
+// heads at a time share Q, dO and dQaccum in L2. That helps with 16 to 64
+// key blocks a head and not with 128 (S=16384 at D=128, where one head's
+// CTAs are about a wave already): up to BWD_GROUP_KB key blocks only. A
+// group's heads keep their Q, dO and dQaccum (8·Sq·D bytes a head) within
+// BWD_GROUP_BYTES, so fewer than eight above 4 MiB a head (D=128, S=8192:
+// four): eight heads there (64 MiB) overflow the L2 and move more bytes
+// through DRAM; at S ≤ 4096 four instead of eight ran slower (the longest
+// CTAs less often first). The measurements: BENCHMARKS.md, "Measurements
+// the Hopper kernels' comments cite".
 constexpr int BWD_GROUP = 8, BWD_GROUP_KB = 64, BWD_GROUP_BYTES = 32 << 20;
 template <int D>
 __device__ __forceinline__ void bwd_tile(int causal, int Sq, int& bh, int& kb) {
@@ -447,7 +445,7 @@ __device__ __forceinline__ void bwd_tile(int causal, int Sq, int& bh, int& kb) {
 // (keys past Sk are not written) and waits for the stores before the CTA
 // ends. Storing from registers (4-byte
 // stores, 64 a thread and tensor at D=128) kept the warps in the memory
-// queue for 3% of the kernel's stall samples (ncu on the H200, run 57).
+// queue at the end (ncu's stall samples).
 template <bool F16, int D>
 __device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* tdv, float scale, const float* dk,
                                                const float* dv, int causal, int Sq, u32 cta_bar, u32 wg_bar0) {
@@ -793,8 +791,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 //     wgmmas then reads 2 KiB of shared memory (its Q or dO slice) instead
 //     of 4 KiB. At D=64 a block's products read ~64 KiB a warpgroup, the
 //     dQ staging and its reduction 32 KiB more, against 128 bytes a cycle:
-//     from shared memory, 400 -> 462 (non-causal) and 379 -> 416 (causal)
-//     TFLOP/s at S=4096 (runs 22, 33).
+//     from shared memory, the limit; with K and V from registers the
+//     backward ran faster, causal and not (BENCHMARKS.md).
 // Registers: dK, dV 64, dQ 32, Sᵀ and dPᵀ 64, Pᵀ and dSᵀ packed 32, K and
 // V fragments 32.
 constexpr u32 BWD_PINGPONG_FULL = 2;   // + 4cw + parity: a staged dQ tile (128 consumers + the writer)

@@ -289,9 +289,8 @@ __device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, f
 // with no P·V of the warpgroup's own in flight. After the last tile the end
 // marker's "S_0" is issued all the same (a product of whatever the buffers
 // hold, never read; no copy is in flight then): with S_0 in flight on some
-// paths only, ptxas serialized every wgmma (C7518). H200, bf16: persistent3wg
-// 1.7–5.6% faster non-causal and 0–2.4% causal (run 47), persistent at D=128 0–2.6%
-// non-causal and 0–4.2% causal (run 52).
+// paths only, ptxas serialized every wgmma (C7518). Faster than a phase of
+// its own, for both persistent forwards (BENCHMARKS.md).
 
 // Flat index of the i-th tile of this CTA (see above).
 __device__ __forceinline__ int persistent_tile(int i, int causal) {
@@ -373,9 +372,8 @@ __device__ __forceinline__ void persistent_softmax(float* s, float* m, float* l,
 // tiles, 64 rows) and the warpgroup's first thread stores the tile with TMA
 // (rows past Sq are not written); LSE is stored directly. Storing O from
 // registers (4-byte stores, 32 a thread at D=128) held the warps at every
-// tile's end (ncu on the H200, run 61: 7% of the stall samples, waiting for
-// the stores to drain); through TMA the forward ran 1–10% faster at D=128
-// (run 63). The tile is
+// tile's end, waiting for the stores to drain (ncu's stall samples);
+// through TMA the forward ran faster at D=128 (BENCHMARKS.md). The tile is
 // written again only after the thread has waited for the store's read
 // (bulk_wait_read before its turn in the next tile's last step).
 template <bool F16, int D, int NWG>
@@ -624,10 +622,10 @@ __device__ __forceinline__ void fwd_persistent(const TmaMap* tq, const TmaMap* t
       // One last_step call, so with OVERLAP an odd step count copies
       // P_{n-1} back into p (32 moves a tile). With a last_step after each
       // of the two steps, ptxas built the Q·Kᵀ descriptors in ordinary
-      // registers and moved them to uniform ones before every wgmma (3–4%
-      // slower on the H200, run 50); with a loop exit that did not pass
-      // through a last_step, it serialized every wgmma (C7514; 25–30%
-      // slower, run 51).
+      // registers and moved them to uniform ones before every wgmma
+      // (slower, see sass_test.go); with a loop exit that did not pass
+      // through a last_step, it serialized every wgmma (C7514; far
+      // slower).
       if constexpr (OVERLAP) {
         u32 p2[BC / 16][4];
         const int n = ld_shared(slot + 8);

@@ -83,8 +83,8 @@ var flashSM90FwdRenamed = map[string]string{
 // unless a rule of flashSM90DefaultRules matches the shape: the persistent
 // forwards beat the non-persistent ones at every shape timed (short
 // sequences most: they load the next tile while finishing this one), and
-// three warpgroups beat two at D=64 (BENCHMARKS.md, "sm90 forward
-// defaults").
+// three warpgroups beat two at D=64 (BENCHMARKS.md, "Measurements the
+// Hopper kernels' comments cite").
 const flashSM90Default = "persistent3wg"
 
 // flashSM90DefaultRules are the shapes where the default forward is another
@@ -617,7 +617,7 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 //     "baseline", the same without either.
 //
 // The former names still work (flashSM90BwdRenamed). Why the defaults:
-// BENCHMARKS.md, "sm90 backward defaults". The preprocessing (Dsum, zeroed
+// BENCHMARKS.md, "Measurements the Hopper kernels' comments cite". The preprocessing (Dsum, zeroed
 // dQaccum) and the dQ conversion are FA2's either way, the conversion told
 // that the Hopper kernels leave dQaccum's column blocks permuted.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
