@@ -606,7 +606,7 @@ func TestFlashSM90Resources(t *testing.T) {
 			threads = flashSM90BwdThreads(v)
 		} else if strings.HasPrefix(name, "flash_fwd_sm90_warpspec") {
 			threads = flashSM90WarpSpecThreads
-		} else if v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_"); strings.HasPrefix(v, "pingpong") {
+		} else if v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_"); strings.HasPrefix(v, "pingpong") || strings.HasPrefix(v, "persistent") {
 			threads = flashSM90PingPongOf(v, 64).threads()
 		}
 		if a.MaxThreadsPerBlock < threads {
