@@ -33,7 +33,8 @@ __device__ __forceinline__ void mask_scores(float* s, int kbase, int Sk, int wro
   }
 }
 
-// Issues o += P·V (see pv_product) without waiting for it.
+// Issues o += P·V (as pv_product, kernels/dev/flash_sm90_dev.cu) without
+// waiting for it.
 template <bool F16, int D>
 __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
   wgmma_fence();
@@ -49,9 +50,9 @@ __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
   wgmma_commit();
 }
 
-// ---------------------------------------------------------------- version 4: ping-pong
+// ---------------------------------------------------------------- ping-pong
 //
-// Version 2's producer and NWG consumer warpgroups (BRQ = 64·NWG query rows
+// warpspec's producer and NWG consumer warpgroups (BRQ = 64·NWG query rows
 // per CTA) that take turns at the tensor cores. Each consumer warpgroup works
 // in issue phases: the prologue issues S_0 = Q·K_0ᵀ, step j issues S_{j+1} and
 // P_j·V_j together (P_j·V_j alone in the last step). A warpgroup enters a
@@ -67,13 +68,14 @@ __device__ __forceinline__ void pv_issue(float* o, u32 (*p)[4], u32 sV) {
 // count is the CTA's), so the turns never stall.
 //
 // OVERLAP (the "pingpong" kernels, two consumer warpgroups): inside a warpgroup the
-// softmax of S_{j+1} also runs while P_j·V_j accumulates, as in version 3.
+// softmax of S_{j+1} also runs while P_j·V_j accumulates (as in a
+// warpspec variant with the next Q·Kᵀ in flight during P·V, since gone).
 // NVRTC 12.4's ptxas serialized every wgmma when ordinary instructions wrote
 // a wgmma's accumulator while a group was in flight (C7515), and when one
 // branch of the step packed P into the A registers and the other into a
 // spare array copied over them (C7513). So: the softmax only reads S
 // (softmax_pack) and packs P_{j+1} into the other of two P arrays, which
-// steps use in turn (the loop unrolled by two), instead of version 3's
+// steps use in turn (the loop unrolled by two), instead of that variant's
 // 64-register copy of S; and the tiles that need a mask (a warpgroup's
 // diagonal tile, the one crossing Sk: one or two of a CTA's) wait for
 // P_j·V_j first and mask S in place. Without OVERLAP (the "pingpong3wg" kernels,
@@ -216,7 +218,7 @@ __device__ __forceinline__ void softmax_under_pv(float* s, float* o, float* m, f
   if (lane == 0) mbar_arrive(emptyV0 + 8 * st);
 }
 
-// ---------------------------------------------------------------- version 5: persistent ping-pong
+// ---------------------------------------------------------------- persistent ping-pong
 //
 // fwd_pingpong with a CTA per SM (grid min(work items, SMs), 1-D) that walks
 // tiles, a tile being one (head, block of BRQ query rows) of fwd_pingpong's grid.

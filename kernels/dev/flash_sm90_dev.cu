@@ -145,7 +145,7 @@ __device__ __forceinline__ void store_rows(const float* o, const float* m, const
   }
 }
 
-// ---------------------------------------------------------------- version 2: TMA, warp-specialised
+// ---------------------------------------------------------------- warpspec: TMA, warp-specialised
 //
 // 384 threads: warps 0-7 are two consumer warpgroups (query rows q0+64cw..,
 // cw = warp/4), warps 8-11 the producer warpgroup, one thread of which issues
@@ -406,7 +406,7 @@ FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_bf16_d128, false, 128)
 FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_fp16_d64, true, 64)
 FA90_FWD_WARPSPEC(flash_fwd_sm90_warpspec_fp16_d128, true, 128)
 
-// Version 4 (fwd_pingpong): NWG consumer warpgroups and a producer warpgroup,
+// fwd_pingpong: NWG consumer warpgroups and a producer warpgroup,
 // K/V rings of STAGES tiles; OVERLAP: softmax under the warpgroup's own P·V.
 #define FA90_FWD_PINGPONG(name, F16, D, NWG, STAGES, OVERLAP)                                             \
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
