@@ -119,7 +119,7 @@ func LoadCorpus(path string, valFrac float64) (*Corpus, error) {
 
 // loadText reads a single text file as bytes.
 func loadText(path string, valFrac float64) (*Corpus, error) {
-	c := &Corpus{Source: path}
+	c := &Corpus{Source: path, Format: FormatText}
 	{
 		data, err := readPrefix(path, MaxCorpusBytes)
 		if err != nil {
@@ -139,6 +139,7 @@ func loadText(path string, valFrac float64) (*Corpus, error) {
 
 // loadFolder reads every text file under path (see LoadCorpus).
 func loadFolder(c *Corpus, path string, valFrac float64) (*Corpus, error) {
+	c.Format = FormatText
 	var train, val bytes.Buffer
 	// One bucket in `buckets` goes to validation.
 	const buckets = 1 << 16
@@ -207,7 +208,7 @@ func NewCorpus(source string, data []byte, valFrac float64) (*Corpus, error) {
 	if valFrac <= 0 || valFrac >= 1 {
 		return nil, fmt.Errorf("data: validation fraction must be in (0, 1), got %v", valFrac)
 	}
-	c := &Corpus{Source: source, Files: 1}
+	c := &Corpus{Source: source, Files: 1, Format: FormatText}
 	c.Train, c.Val = splitBytes(data, valFrac)
 	return c.check()
 }
