@@ -26,11 +26,16 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	pf := addPassFlags(fs, true)
 	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")
+	rio := addRunIOFlags(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
+		return err
+	}
+	order := inputNames(g)
+	if g, err = rio.bind.apply(g); err != nil {
 		return err
 	}
 	if g, err = pf.compileGraph(fs, g, stderr); err != nil {
@@ -62,7 +67,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	defer exe.Close()
 	compiled := time.Since(t0)
-	feeds, err := randomFeeds(g, *inputSeed)
+	feeds, err := rio.feeds(g, order, *inputSeed)
 	if err != nil {
 		return err
 	}
@@ -88,7 +93,10 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		mean, std, lo, hi := stats(t)
 		fmt.Fprintf(stdout, "%s: %v mean %.4g std %.4g min %.4g max %.4g\n", n, t.Type(), mean, std, lo, hi)
 	}
-	if l, ok := outs["loss"]; ok && l.Len() == 1 {
+	if err := rio.finish(stdout, g, outs); err != nil {
+		return err
+	}
+	if l, ok := outs["loss"]; ok && l.Len() == 1 && rio.inputs == "" {
 		if v := g.Value("logits"); v != nil && v.Type.Shape.Rank() > 0 {
 			vocab := v.Type.Shape[v.Type.Shape.Rank()-1]
 			fmt.Fprintf(stdout, "ln(vocab) = %.6g (the loss of an untrained model on uniform predictions)\n", math.Log(float64(vocab)))
