@@ -20,8 +20,10 @@ func init() {
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", "[FILE]",
 		"Compiles the model of -config (or FILE) and runs its forward pass once on random inputs\n"+
-			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs); prints the\n"+
-			"loss and a summary of every output.", stderr)
+			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs), or on -inputs\n"+
+			"(safetensors, or an ONNX test_data_set_N folder); prints the loss and a summary of every\n"+
+			"output. -outputs saves them; -expect DIR compares them with DIR's output_K.pb and exits\n"+
+			"non-zero on a mismatch; -bind NAME=FILE makes an input a constant before the passes.", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, true)
 	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
