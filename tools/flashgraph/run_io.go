@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx"
 	"github.com/flashgraph/flashgraph/train"
@@ -397,6 +398,7 @@ type runIOFlags struct {
 	inputs, outputs string
 	expect          string
 	rtol, atol      float64
+	force           bool
 }
 
 func addRunIOFlags(fs *flag.FlagSet) *runIOFlags {
@@ -406,7 +408,22 @@ func addRunIOFlags(fs *flag.FlagSet) *runIOFlags {
 	fs.StringVar(&r.expect, "expect", "", "an ONNX test data set folder: compare the outputs with its output_K.pb (and take its input_K.pb when -inputs is not given); prints the worst element of each output, exits non-zero on a mismatch")
 	fs.Float64Var(&r.rtol, "rtol", 1e-3, "with -expect: relative tolerance (an element passes when |got - expected| <= atol + rtol·|expected|)")
 	fs.Float64Var(&r.atol, "atol", 1e-7, "with -expect: absolute tolerance")
+	fs.BoolVar(&r.force, "force", false, "run even when the memory plan says the forward pass needs more memory than is available")
 	return r
+}
+
+// checkMemory refuses a forward pass whose memory plan does not fit on be
+// (as train does), unless -force.
+func (r *runIOFlags) checkMemory(w io.Writer, be backend.Backend, g *graph.Graph, bf16 bool) error {
+	compute := graph.Float32
+	if bf16 {
+		compute = graph.BFloat16
+	}
+	need, err := planNeed(compute, []*graph.Graph{g}, []map[string]string{nil})
+	if err != nil {
+		return err
+	}
+	return checkMemory(w, be, need, "the forward pass of "+g.Name, r.force)
 }
 
 // feeds are the run's inputs: from -inputs (or -expect's folder), else random.

@@ -236,3 +236,12 @@ func TestGraphBindErrors(t *testing.T) {
 		t.Error("Bind modified its graph")
 	}
 }
+
+// TestRunMemoryGuard: a forward pass whose plan cannot fit is refused before
+// anything is allocated (2 TiB of activations: more than any machine has).
+func TestRunMemoryGuard(t *testing.T) {
+	code, _, stderr := runCode("run", "-seq", "65536", "-batch", "16")
+	if code == 0 || !strings.Contains(stderr, "memory: the forward pass of tiny needs about") || !strings.Contains(stderr, "not enough memory") {
+		t.Errorf("exit %d, stderr %q", code, stderr)
+	}
+}
