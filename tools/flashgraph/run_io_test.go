@@ -240,6 +240,9 @@ func TestGraphBindErrors(t *testing.T) {
 // TestRunMemoryGuard: a forward pass whose plan cannot fit is refused before
 // anything is allocated (2 TiB of activations: more than any machine has).
 func TestRunMemoryGuard(t *testing.T) {
+	if _, _, ok := availableMemory(cpu.New()); !ok {
+		t.Skip("the available memory cannot be read here: the guard lets everything through")
+	}
 	code, _, stderr := runCode("run", "-seq", "65536", "-batch", "16")
 	if code == 0 || !strings.Contains(stderr, "memory: the forward pass of tiny needs about") || !strings.Contains(stderr, "not enough memory") {
 		t.Errorf("exit %d, stderr %q", code, stderr)
