@@ -33,7 +33,8 @@ const (
 	MaxCorpusBytes = 256 << 20
 )
 
-// Corpus is a byte-level training set with its held-out validation part.
+// Corpus is a training set with its held-out validation part: bytes of
+// text, or the tokens of a token file (see tokens.go).
 type Corpus struct {
 	Source string // the file or folder it was read from
 	Files  int    // text files read

@@ -254,10 +254,8 @@ func maxToken(c *Corpus) int {
 // and val.bin, llm.c's *_train.bin and *_val.bin): that file is then the
 // validation set, whole.
 func LoadData(path string, valFrac float64, format DataFormat) (*Corpus, error) {
-	if format == "" {
-		format = FormatAuto
-	}
-	if _, err := ParseDataFormat(string(format)); err != nil {
+	format, err := ParseDataFormat(string(format))
+	if err != nil {
 		return nil, fmt.Errorf("data: %w", err)
 	}
 	if valFrac <= 0 || valFrac >= 1 {

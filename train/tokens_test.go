@@ -59,6 +59,8 @@ func TestTokensFormats(t *testing.T) {
 		{"shakespeare.bin", llmcTokens(toks, int32(len(toks))), FormatAuto, FormatLLMC},
 		{"llmc.dat", llmcTokens(toks, int32(len(toks))), FormatAuto, FormatLLMC},
 		{"llmc2.bin", llmcTokens(toks, int32(len(toks))), FormatLLMC, FormatLLMC},
+		{"llmc3.bin", llmcTokens(toks, int32(len(toks))), DataFormat("LLM.C"), FormatLLMC},
+		{"raw2.dat", rawTokens(toks), DataFormat("UINT16"), FormatUint16},
 	} {
 		p := writeFile(t, dir, c.name, c.data)
 		corp, err := LoadData(p, 0.1, c.format)
