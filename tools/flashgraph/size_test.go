@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -78,6 +79,11 @@ func TestTrainTokenFileAndResume(t *testing.T) {
 	_, stderr = runCLI(t, tinyTrainArgs(data, out, "3", "-resume", "-data-order", "sequential")...)
 	if !strings.Contains(stderr, "resume: the model of") || !strings.Contains(stderr, "vocab 300, dim 32, 2 layers, 4 heads (2 key/value heads) of 8") || strings.Contains(stderr, "settings differ") && strings.Contains(stderr, "DataOrder") {
 		t.Errorf("-resume without model flags:\n%s", stderr)
+	}
+	// generate needs no flags either; tokens above 255 print as ids.
+	stdout, stderr := runCLI(t, "generate", "-ckpt", filepath.Join(out, "ckpt"), "-prompt", "ab", "-max-new", "3")
+	if !regexp.MustCompile(`^ab(<\d+>){3}\n$`).MatchString(stdout) || !strings.Contains(stderr, "vocabulary of 300 tokens") {
+		t.Errorf("generate from the token model: stdout %q, stderr %s", stdout, stderr)
 	}
 	// A flag that contradicts the checkpoint is refused by the restore.
 	if code, _, stderr := runCode(tinyTrainArgs(data, out, "4", "-resume", "-dim", "64")...); code == 0 || !strings.Contains(stderr, "the checkpoint is of another model") {
