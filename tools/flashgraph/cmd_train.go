@@ -59,7 +59,7 @@ the batch sampling.`, stderr)
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
-	cfg, err := trainModelConfig(mf, *resume, *ckpt, *out, stderr)
+	cfg, err := trainModelConfig(mf, *resume, resumeCkptDir(*ckpt, *out), stderr)
 	if err != nil {
 		return err
 	}

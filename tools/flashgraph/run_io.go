@@ -347,12 +347,12 @@ func unravel(i int, shape graph.Shape) []int {
 	return idx
 }
 
-// bindFlag is -bind NAME=FILE, repeatable: graph inputs made constants.
-type bindFlag []string
+// runBindFlag is -bind NAME=FILE, repeatable: graph inputs made constants.
+type runBindFlag []string
 
-func (b *bindFlag) String() string { return strings.Join(*b, ",") }
+func (b *runBindFlag) String() string { return strings.Join(*b, ",") }
 
-func (b *bindFlag) Set(s string) error {
+func (b *runBindFlag) Set(s string) error {
 	name, file, ok := strings.Cut(s, "=")
 	if !ok || name == "" || file == "" {
 		return errors.New("want NAME=FILE")
@@ -361,14 +361,14 @@ func (b *bindFlag) Set(s string) error {
 	return nil
 }
 
-func addBindFlag(fs *flag.FlagSet) *bindFlag {
-	b := &bindFlag{}
+func addBindFlag(fs *flag.FlagSet) *runBindFlag {
+	b := &runBindFlag{}
 	fs.Var(b, "bind", "NAME=FILE: make graph input NAME a constant holding FILE's tensor (a .pb TensorProto, or a safetensors file with a tensor NAME or only one), before the passes run, so they fold it; repeatable")
 	return b
 }
 
 // names are the inputs bound.
-func (b *bindFlag) names() map[string]bool {
+func (b *runBindFlag) names() map[string]bool {
 	m := map[string]bool{}
 	for _, s := range *b {
 		name, _, _ := strings.Cut(s, "=")
@@ -378,7 +378,7 @@ func (b *bindFlag) names() map[string]bool {
 }
 
 // apply binds every -bind to g, in order.
-func (b *bindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
+func (b *runBindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
 	for _, s := range *b {
 		name, file, _ := strings.Cut(s, "=")
 		t, err := readTensorFile(file, name)
@@ -394,7 +394,7 @@ func (b *bindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
 
 // runIOFlags are run's flags for real inputs and outputs.
 type runIOFlags struct {
-	bind            *bindFlag
+	bind            *runBindFlag
 	inputs, outputs string
 	expect          string
 	rtol, atol      float64

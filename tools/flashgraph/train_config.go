@@ -11,31 +11,41 @@ import (
 )
 
 // trainModelConfig is the model train builds. A -resume run starts from the
-// newest checkpoint's config (its size, dtype and seed included), so it needs
-// no model flags; flags given still override, and a checkpoint of another
-// model is then refused when it is restored.
-func trainModelConfig(mf *modelFlags, resume bool, ckptFlag, out string, log io.Writer) (model.Config, error) {
-	if !resume || ckptFlag == "none" {
+// newest checkpoint's config in ckptDir (its size, dtype and seed included),
+// so it needs no model flags; flags given still override, and a checkpoint
+// of another model is then refused when it is restored.
+func trainModelConfig(mf *modelFlags, resume bool, ckptDir string, log io.Writer) (model.Config, error) {
+	if !resume || ckptDir == "" {
 		return mf.modelConfig()
 	}
-	dir := ckptFlag
-	if dir == "" {
-		dir = filepath.Join(out, "ckpt")
-	}
-	p, _, err := train.LatestCheckpoint(dir)
+	p, _, err := train.LatestCheckpoint(ckptDir)
 	if err != nil || p == "" {
 		// The run reports the missing checkpoint itself.
 		return mf.modelConfig()
 	}
 	base, err := train.CheckpointConfig(p)
 	if err != nil {
-		return model.Config{}, fmt.Errorf("-resume: %w", err)
+		// Not a built-in model's checkpoint (or a damaged one): the flags
+		// decide, and restoring the checkpoint says what does not match.
+		return mf.modelConfig()
 	}
 	cfg, err := mf.modelConfigOn(&base)
 	if err == nil && cfg == base {
 		fmt.Fprintf(log, "resume: the model of %s: %s\n", p, describeConfig(cfg))
 	}
 	return cfg, err
+}
+
+// resumeCkptDir is the checkpoint folder of train's -ckpt and -out flags
+// ("" for -ckpt none).
+func resumeCkptDir(ckptFlag, out string) string {
+	switch ckptFlag {
+	case "none":
+		return ""
+	case "":
+		return filepath.Join(out, "ckpt")
+	}
+	return ckptFlag
 }
 
 // describeConfig is a config's size in one line.
