@@ -36,6 +36,7 @@ fuzz:
 	$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./checkpoint -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./backend/cpu -run '^$$' -fuzz '^FuzzFusedBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
+	$(GO) test ./train -run '^$$' -fuzz '^FuzzReadTokens$$' -fuzztime 2000x -fuzzminimizetime 100x
 
 # Not in CI: every parser fuzzed for FUZZ_LONG (10^6 executions; a time such
 # as 60s also works), each line giving the executions per second over the
@@ -44,7 +45,7 @@ fuzz:
 FUZZ_LONG ?= 1000000x
 FUZZ_LONG_TARGETS = ./graph:FuzzParse ./onnx:FuzzImport ./onnx/onnxpb:FuzzDecode \
 	./checkpoint:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists \
-	./backend/cpu:FuzzFusedBody
+	./backend/cpu:FuzzFusedBody ./train:FuzzReadTokens
 fuzz-long:
 	@mkdir -p out/fuzz-long
 	@for t in $(FUZZ_LONG_TARGETS); do \

@@ -28,9 +28,9 @@ import (
 // header. We write tensors sorted by name, contiguously, with the header
 // space-padded so the data starts 8-byte aligned.
 
-// maxHeaderBytes bounds the JSON header we are willing to parse: a corrupt
+// MaxHeaderBytes bounds the JSON header we are willing to parse: a corrupt
 // length field must be an error, not a multi-gigabyte allocation.
-const maxHeaderBytes = 100 << 20
+const MaxHeaderBytes = 100 << 20
 
 var stDTypes = map[graph.DType]string{
 	graph.Float32: "F32", graph.Float64: "F64", graph.BFloat16: "BF16",
@@ -125,7 +125,7 @@ func ReadSafetensors(data []byte) (*Tensors, error) {
 		return nil, fmt.Errorf("safetensors: file is %d bytes, too short for the 8-byte header length", len(data))
 	}
 	n := binary.LittleEndian.Uint64(data[:8])
-	if n > maxHeaderBytes || n > uint64(len(data)-8) {
+	if n > MaxHeaderBytes || n > uint64(len(data)-8) {
 		return nil, fmt.Errorf("safetensors: header length %d does not fit the %d-byte file (truncated or not safetensors)", n, len(data))
 	}
 	hj := data[8 : 8+n]

@@ -188,7 +188,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 	}
 	if !tr.HasVal() && log != nil {
-		fmt.Fprintf(log, "note: the validation split has %d bytes, too few for a window of %d: no validation\n", len(corpus.Val), opts.Config.Seq+1)
+		fmt.Fprintf(log, "note: the validation split has %d %s, too few for a window of %d: no validation\n", corpus.ValLen(), corpus.Unit(), opts.Config.Seq+1)
 	}
 
 	prog := newProgress(log, opts.Bar, tr.StepsDone(), total)

@@ -598,24 +598,6 @@ func targetsNote(t string) string {
 // GraphSpec (JSON); absent for the built-in model.
 const MetaSource = "source"
 
-// checkVocab checks that the data's tokens index the model's vocabulary.
-// The data is bytes: the built-in model's vocabulary must be exactly 256; a
-// graph's at least 256 (a larger vocabulary trains on bytes too, its other
-// rows unused).
-func checkVocab(src Source) error {
-	cfg := src.Config
-	if src.Graph == nil {
-		if cfg.Vocab != Vocab {
-			return fmt.Errorf("train: the data is bytes (vocab %d), config %s has vocab %d", Vocab, cfg.Name, cfg.Vocab)
-		}
-		return nil
-	}
-	if cfg.Vocab > 0 && cfg.Vocab < Vocab {
-		return fmt.Errorf("train: the data is bytes (tokens 0 to %d), the vocabulary of %s is %d", Vocab-1, src.Name(), cfg.Vocab)
-	}
-	return nil
-}
-
 // BuildSourceGraphs is BuildGraphsFor for any source: the built-in model's
 // graphs are exactly BuildGraphsFor's.
 func BuildSourceGraphs(be backend.Backend, src Source, fuse bool, h Hyper) (*Graphs, error) {

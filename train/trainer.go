@@ -41,6 +41,8 @@ type Hyper struct {
 	// keeping its activations (passes.Recompute): less memory for more
 	// arithmetic. On the CPU the step computes the same bits either way.
 	Recompute bool `json:"recompute,omitempty"`
+	// DataOrder is how batches are drawn ("": OrderRandom; see DataOrder).
+	DataOrder DataOrder `json:"data_order,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -176,22 +178,23 @@ func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus
 	if err := h.Schedule().Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	if err := checkVocab(src); err != nil {
-		return nil, err
+	if cfg.Vocab > 0 {
+		if err := corpus.CheckVocab(cfg.Vocab); err != nil {
+			return nil, fmt.Errorf("train: %s: %w", src.Name(), err)
+		}
 	}
 	gs, err := BuildSourceGraphs(be, src, fuse, h)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	tb, err := NewBatcher(corpus.Train, cfg.Batch, cfg.Seq, h.DataSeed)
+	// The validation set may be too short for a window; then there is
+	// simply no validation (Eval says so).
+	tb, vb, err := corpus.Batchers(cfg.Batch, cfg.Seq, h.DataSeed, h.DataOrder)
 	if err != nil {
 		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
 	}
-	t := &Trainer{Config: cfg, Source: src, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, sched: h.Schedule(), corpus: corpus}
+	t := &Trainer{Config: cfg, Source: src, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, val: vb, sched: h.Schedule(), corpus: corpus}
 	t.tokensName, t.targetsName, t.lossName = src.names()
-	// The validation set may be too short for a window; then there is
-	// simply no validation (Eval says so).
-	t.val, _ = newBatcher(corpus.Val, cfg.Batch, cfg.Seq, h.DataSeed, valStream)
 	for _, in := range gs.Step.Graph.Inputs {
 		switch in.Name {
 		case gs.Step.LR:
@@ -259,7 +262,7 @@ func (t *Trainer) HasVal() bool { return t.val != nil }
 // current weights, and records it at the current step.
 func (t *Trainer) Eval() (float64, error) {
 	if t.val == nil {
-		return 0, fmt.Errorf("train: no validation data (%d bytes, a window needs %d)", len(t.corpus.Val), t.Config.Seq+1)
+		return 0, fmt.Errorf("train: no validation data (%d %s, a window needs %d)", t.corpus.ValLen(), t.corpus.Unit(), t.Config.Seq+1)
 	}
 	if t.eval == nil {
 		e, err := t.be.Compile(t.Graphs.Forward, backend.Options{})

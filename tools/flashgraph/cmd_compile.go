@@ -27,6 +27,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); \"-\": stdout; default stdout unless -explain or -plan")
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")
 	plan := fs.Bool("plan", false, "print the device memory plan: peak activation memory and the largest tensors")
+	bind := addBindFlag(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
@@ -46,6 +47,9 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
+		return err
+	}
+	if g, err = bind.apply(g); err != nil {
 		return err
 	}
 	g, err = pf.compileGraph(fs, g, report)

@@ -89,12 +89,19 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 		fmt.Fprintln(stderr, note)
 	}
 	fmt.Fprintf(stderr, "generate: %s from %s, %d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, n, len(tokens), be.Name())
+	if cfg.Vocab > 256 {
+		fmt.Fprintf(stderr, "note: %s has a vocabulary of %d tokens, not bytes: the prompt's bytes are token ids 0-255 and each new token is printed as <id>\n", cfg.Name, cfg.Vocab)
+	}
 	out := bufio.NewWriter(stdout)
 	out.WriteString(*prompt)
 	t0 := time.Now()
 	_, st, err := generate.Generate(be, cfg, weights, tokens, n, generate.Sampling{Temperature: *temperature, TopK: *topK, Seed: *seed},
 		func(t int64) {
-			out.WriteByte(byte(t))
+			if cfg.Vocab > 256 {
+				fmt.Fprintf(out, "<%d>", t) // a token id: this model was not trained on bytes
+			} else {
+				out.WriteByte(byte(t))
+			}
 			out.Flush()
 		})
 	out.WriteString("\n")

@@ -203,6 +203,10 @@ func relErr(a, b *graph.Tensor) float64 {
 }
 
 func torchConfigJSON(c model.Config) string {
-	b, _ := json.Marshal(map[string]int{"vocab": c.Vocab, "dim": c.Dim, "layers": c.Layers, "heads": c.Heads, "head_dim": c.HeadDim, "ffn": c.FFN})
+	m := map[string]int{"vocab": c.Vocab, "dim": c.Dim, "layers": c.Layers, "heads": c.Heads, "head_dim": c.HeadDim, "ffn": c.FFN}
+	if c.KVHeads > 0 {
+		m["kv_heads"] = c.KVHeads
+	}
+	b, _ := json.Marshal(m)
 	return string(b)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/bench"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -20,17 +19,24 @@ func init() {
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", "[FILE]",
 		"Compiles the model of -config (or FILE) and runs its forward pass once on random inputs\n"+
-			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs); prints the\n"+
-			"loss and a summary of every output.", stderr)
+			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs), or on -inputs\n"+
+			"(safetensors, or an ONNX test_data_set_N folder); prints the loss and a summary of every\n"+
+			"output. -outputs saves them; -expect DIR compares them with DIR's output_K.pb and exits\n"+
+			"non-zero on a mismatch; -bind NAME=FILE makes an input a constant before the passes.", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, true)
 	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")
+	rio := addRunIOFlags(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
+		return err
+	}
+	order := inputNames(g)
+	if g, err = rio.bind.apply(g); err != nil {
 		return err
 	}
 	if g, err = pf.compileGraph(fs, g, stderr); err != nil {
@@ -45,6 +51,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	defer be.Close()
+	if err := rio.checkMemory(stderr, be, g, mf.bf16); err != nil {
+		return err
+	}
 	// A forward pass of a large model takes minutes on a CPU: say so before
 	// going quiet.
 	flops := matmulFLOPs(g)
@@ -62,7 +71,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	defer exe.Close()
 	compiled := time.Since(t0)
-	feeds, err := bench.RandomFeeds(g, *inputSeed)
+	feeds, err := rio.feeds(g, order, *inputSeed)
 	if err != nil {
 		return err
 	}
@@ -88,7 +97,10 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		mean, std, lo, hi := stats(t)
 		fmt.Fprintf(stdout, "%s: %v mean %.4g std %.4g min %.4g max %.4g\n", n, t.Type(), mean, std, lo, hi)
 	}
-	if l, ok := outs["loss"]; ok && l.Len() == 1 {
+	if err := rio.finish(stdout, g, outs); err != nil {
+		return err
+	}
+	if l, ok := outs["loss"]; ok && l.Len() == 1 && rio.inputs == "" {
 		if v := g.Value("logits"); v != nil && v.Type.Shape.Rank() > 0 {
 			vocab := v.Type.Shape[v.Type.Shape.Rank()-1]
 			fmt.Fprintf(stdout, "ln(vocab) = %.6g (the loss of an untrained model on uniform predictions)\n", math.Log(float64(vocab)))

@@ -44,7 +44,9 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
 	warmup := fs.Int64("warmup", -1, "linear warmup steps (-1: 10% of -steps)")
 	wd := fs.Float64("wd", 0.1, "AdamW weight decay of the weight matrices (norm gains are not decayed)")
-	data := fs.String("data", "", "text to train on: a file, or a folder whose text files are read (default: the Go sources under go env GOROOT)")
+	data := fs.String("data", "", "what to train on: a text file, a folder whose text files are read (default: the Go sources under go env GOROOT), or a token file (see -data-format)")
+	dataFormat := fs.String("data-format", "auto", dataFormatHelp)
+	dataOrder := fs.String("data-order", "random", dataOrderHelp)
 	valFrac := fs.Float64("val-frac", 0.1, "fraction of the data held out for validation (by file for a folder)")
 	evalEvery := fs.Int64("eval-every", 50, "validation loss every N steps (0: only at the start and the end)")
 	out := fs.String("out", "out", "folder for the graphs, the loss plot and (by default) the checkpoints")
@@ -59,16 +61,12 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
-	cfg, err := mf.modelConfig()
-	if err != nil {
-		return err
-	}
-	ts, err := gf.resolve(mf, fs.Arg(0), ckptFolder(*ckpt, *out), *resume)
+	ts, err := gf.resolve(mf, fs.Arg(0), ckptFolder(*ckpt, *out), *resume, stderr)
 	if err != nil {
 		return err
 	}
 	source := ts.src
-	cfg = source.Config
+	cfg := source.Config
 	if gf.explain {
 		return explainSource(stdout, ts)
 	}
@@ -102,7 +100,7 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute}
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -141,13 +139,14 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 			return err
 		}
 	}
-	t0 := time.Now()
-	corpus, err := train.LoadCorpus(src, *valFrac)
+	corpus, err := loadTrainData(stderr, src, *valFrac, *dataFormat, cfg)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "data: %s: %d files (%d skipped), %s train / %s validation bytes, read in %v\n",
-		src, corpus.Files, corpus.Skip, trainBytes(int64(len(corpus.Train))), trainBytes(int64(len(corpus.Val))), time.Since(t0).Round(time.Millisecond))
+	if h.DataOrder, err = parseDataOrder(*dataOrder); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, corpus.DescribeOrder(h.DataOrder, cfg.Batch, cfg.Seq, h.Steps))
 
 	if fuse.require {
 		built, err := sourceForward(source)

@@ -136,7 +136,7 @@ type trainSource struct {
 // resolve decides what train trains: the built-in model of cfg; the graph of
 // file; or, with -resume and no file, the graph the newest checkpoint in
 // ckptDir was trained from (its own copy of the file, so no flags are needed).
-func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume bool) (*trainSource, error) {
+func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume bool, log io.Writer) (*trainSource, error) {
 	if file == "" && resume && ckptDir != "" {
 		spec, ckpt, err := train.CheckpointSpec(ckptDir)
 		if err != nil {
@@ -157,7 +157,7 @@ func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume 
 		if set := gf.graphFlagsSet(); len(set) > 0 {
 			return nil, fmt.Errorf("%s: only with a graph FILE (train [flags] model.onnx)", strings.Join(set, ", "))
 		}
-		cfg, err := mf.modelConfig()
+		cfg, err := trainModelConfig(mf, resume, ckptDir, log)
 		if err != nil {
 			return nil, err
 		}
