@@ -50,6 +50,11 @@ type Options struct {
 	// OnStep, when set, is called after every step; tests use it to stop a
 	// run at a given step through the context.
 	OnStep func(step int64, loss float64)
+
+	// Peak is the device's peak rate for the run's compute type (see
+	// PeakFLOPS); with it the progress and the result give MFU. Zero: no
+	// MFU (the CPU).
+	Peak Peak
 }
 
 // Result is what a run did.
@@ -67,19 +72,57 @@ type Result struct {
 	Checkpoint  string // the last checkpoint written ("" if none)
 
 	Tokens       int64         // tokens trained on in this process
-	TrainTime    time.Duration // time inside training steps in this process
+	TrainTime    time.Duration // time inside training steps in this process (the first step included)
 	Wall         time.Duration // whole run in this process: compile, steps, evals, checkpoints
 	TotalElapsed time.Duration // training wall time over all resumed sessions
 	Stats        backend.Stats // training executable: peak activation and initializer bytes
 	Graphs       *Graphs
+
+	// Compile is the time spent building and compiling the training step in
+	// this process, FirstStep the first step's time (one-time work such as
+	// CUDA kernel compilation and graph capture included). Neither counts in
+	// the steady state.
+	Compile   time.Duration
+	FirstStep time.Duration
+	// SteadyStep is the mean time inside a step over the last SteadySteps
+	// (up to 32) steps of this process, the first excluded: the steady state
+	// that throughput and MFU are reported for. SteadySteps is 0 when the
+	// process ran one step or none.
+	SteadyStep    time.Duration
+	SteadySteps   int
+	TokensPerStep int64
+	// FLOPsPerToken is the training step's model FLOPs per token
+	// (GraphFLOPs(step).Model over the tokens of a step).
+	FLOPsPerToken float64
+	Peak          Peak // Options.Peak
 }
 
-// TokensPerSec is the training throughput of this process.
+// TokensPerSec is the mean training throughput of this process over all its
+// steps, the first (with its one-time work) included.
 func (r *Result) TokensPerSec() float64 {
 	if r.TrainTime <= 0 {
 		return 0
 	}
 	return float64(r.Tokens) / r.TrainTime.Seconds()
+}
+
+// SteadyTokensPerSec is the steady-state throughput: tokens per second
+// inside the steps of the recent window, the first step excluded (0 when
+// there is no such step).
+func (r *Result) SteadyTokensPerSec() float64 {
+	if r.SteadySteps == 0 || r.SteadyStep <= 0 {
+		return 0
+	}
+	return float64(r.TokensPerStep) / r.SteadyStep.Seconds()
+}
+
+// ModelFLOPS is the steady state's rate of model FLOPs per second.
+func (r *Result) ModelFLOPS() float64 { return r.FLOPsPerToken * r.SteadyTokensPerSec() }
+
+// MFU is the steady state's model FLOPs utilisation (0 when the device's
+// peak is not known).
+func (r *Result) MFU() float64 {
+	return MFU(r.FLOPsPerToken, r.SteadyTokensPerSec(), r.Peak.FLOPS)
 }
 
 // FinalTrainLoss is the mean train loss of the last (up to) 10 steps: one
@@ -136,12 +179,19 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	if log != nil {
 		fmt.Fprintf(log, "compiling the training step on %s...\n", be.Name())
 	}
+	tc := time.Now()
 	tr, err := NewTrainer(be, opts.Config, opts.Fuse, opts.Hyper, corpus)
 	if err != nil {
 		return nil, err
 	}
 	defer tr.Close()
-	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs}
+	tokensPerStep := int64(opts.Config.Batch * opts.Config.Seq)
+	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs,
+		Compile: time.Since(tc), TokensPerStep: tokensPerStep, Peak: opts.Peak,
+		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(tokensPerStep)}
+	if log != nil {
+		fmt.Fprintf(log, "compile: %s\n", roundDuration(res.Compile))
+	}
 
 	if resumeFrom != "" {
 		ts, step, err := LoadCheckpoint(resumeFrom)
@@ -228,8 +278,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return nil, err
 		}
 	}
-	tokensPerStep := int64(opts.Config.Batch * opts.Config.Seq)
 	lastSaved := tr.StepsDone()
+	var win window
+	prevEnd := time.Now()
 	for tr.StepsDone() < total {
 		if ctx.Err() != nil {
 			res.Interrupted = true
@@ -241,10 +292,23 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if err != nil {
 			return nil, err
 		}
-		res.TrainTime += time.Since(ts)
+		end := time.Now()
+		d := end.Sub(ts)
+		if res.Tokens == 0 {
+			res.FirstStep = d
+			if log != nil && !opts.Bar {
+				prog.note("first step: %s (one-time work included; not counted in tokens/s)", roundDuration(d))
+			}
+		} else {
+			win.add(d, end.Sub(prevEnd))
+			res.SteadyStep, res.SteadySteps = win.stepTime(), win.steps()
+		}
+		prevEnd = end
+		res.TrainTime += d
 		res.Tokens += tokensPerStep
 		step := tr.StepsDone()
-		prog.step(step, loss, lr, res.TokensPerSec())
+		prog.step(stepStatus{step: step, loss: loss, lr: lr, tokPerSec: res.SteadyTokensPerSec(), first: res.FirstStep,
+			mfu: res.MFU(), eta: time.Duration(total-step) * win.wallTime()})
 		if opts.OnStep != nil {
 			opts.OnStep(step, loss)
 		}

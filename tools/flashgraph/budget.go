@@ -13,6 +13,7 @@ import (
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/train"
 )
 
 // This file says, before long or large work starts, how much memory and time
@@ -97,37 +98,10 @@ func checkMemory(w io.Writer, be backend.Backend, need memoryNeed, what string, 
 	return fmt.Errorf("%s: not enough memory. Use a smaller -batch or -seq (activations grow with both), fewer -layers, or -force to try anyway", line)
 }
 
-// matmulFLOPs counts the multiply-adds (×2) of g's matrix products and
-// attention: the work that dominates a transformer's time.
-func matmulFLOPs(g *graph.Graph) float64 {
-	var f float64
-	for _, n := range g.Nodes {
-		switch n.Op {
-		case "MatMul", "Gemm":
-			a := n.Inputs[0].Type.Shape
-			if a.Rank() == 0 {
-				continue
-			}
-			k := a[a.Rank()-1]
-			if n.Op == "Gemm" && n.Attrs.Int("transA", 0) != 0 {
-				k = a[0]
-			}
-			f += 2 * float64(n.Outputs[0].Type.Shape.Numel()) * float64(k)
-		case "FlashAttention", "FlashAttentionGrad":
-			bh, sq, sk, d, err := graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
-			if err != nil {
-				continue
-			}
-			// Forward: Q·Kᵀ and P·V; backward: those recomputed plus three more.
-			products := 2.0
-			if n.Op == "FlashAttentionGrad" {
-				products = 5
-			}
-			f += products * 2 * float64(bh) * float64(sq) * float64(sk) * float64(d)
-		}
-	}
-	return f
-}
+// matmulFLOPs counts the FLOPs the device executes for g's matrix products
+// and attention (train.GraphFLOPs, recomputation included): the work that
+// dominates a transformer's time, and so the basis of time estimates.
+func matmulFLOPs(g *graph.Graph) float64 { return train.GraphFLOPs(g).Hardware }
 
 // cpuRate measures this machine's CPU backend on a matrix product of about
 // the size a small model multiplies, in FLOP/s: the basis of time estimates.

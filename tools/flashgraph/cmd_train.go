@@ -205,7 +205,7 @@ the batch sampling.`, stderr)
 	res, err := train.Run(ctx, be, corpus, train.Options{
 		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
-		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready,
+		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
 	})
 	if err != nil {
 		return err
@@ -290,7 +290,7 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 		row("val loss", "%.4f at step %d (nats/byte; %.3f bits/byte)", v, r.Val[len(r.Val)-1].Step, v/0.6931471805599453)
 		row("val trajectory", "%s", strings.Join(pts, " "))
 	}
-	row("throughput", "%s tokens/s (%d tokens in %v of training steps)", trainCount(int64(r.TokensPerSec())), r.Tokens, r.TrainTime.Round(time.Millisecond))
+	printThroughput(row, r)
 	if r.StartStep > 0 {
 		row("wall time", "%v (this run, compile included); %v of training since step 0 over all runs", r.Wall.Round(time.Millisecond), r.TotalElapsed.Round(time.Millisecond))
 	} else {
