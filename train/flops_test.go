@@ -154,7 +154,7 @@ func TestRunReportsSteadyState(t *testing.T) {
 			t.Errorf("step 1 reports a rate: %q", l)
 		}
 	}
-	if !strings.Contains(log.String(), "compile: ") || !strings.Contains(log.String(), "first step: ") {
+	if !strings.Contains(log.String(), "compile: ") || !strings.Contains(log.String(), "first step ") {
 		t.Errorf("compile and first step not reported:\n%s", log.String())
 	}
 }

@@ -148,12 +148,21 @@ func (r *Result) FinalValLoss() (float64, bool) {
 }
 
 // Run trains opts.Config on corpus with backend be until opts.Hyper.Steps
-// steps are done or ctx is cancelled. Cancellation is honoured between
-// steps: the step in flight finishes, a checkpoint is saved (when CkptDir is
-// set), and Run returns the result with Interrupted set and no error.
+// steps are done or ctx is cancelled. A cancellation is acknowledged on Log
+// at once (naming context.Cause(ctx)); a step in flight finishes, a
+// validation or a compilation is given up at once; a checkpoint of the
+// steps since the last one is saved (when CkptDir is set), and Run returns
+// the result with Interrupted set and no error. Cancelled before the first
+// step (while compiling), Run returns an error wrapping the cause.
 func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) (*Result, error) {
 	t0 := time.Now()
 	log := opts.Log
+	st := &runState{phase: phaseCompiling, ckpt: opts.CkptDir != ""}
+	if log != nil {
+		st.say = func(m string) { fmt.Fprintln(log, m) }
+	}
+	stopWatch := st.watch(ctx)
+	defer stopWatch()
 	var resumeFrom string
 	var stale []int64 // an earlier run's checkpoints, removed at our first save
 	if opts.Resume {
@@ -180,7 +189,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		fmt.Fprintf(log, "compiling the training step on %s...\n", be.Name())
 	}
 	tc := time.Now()
-	tr, err := NewTrainer(be, opts.Config, opts.Fuse, opts.Hyper, corpus)
+	tr, err := untilDone(ctx, "compiling the training step", func() (*Trainer, error) {
+		return NewTrainer(be, opts.Config, opts.Fuse, opts.Hyper, corpus)
+	}, (*Trainer).Close)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +205,15 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	}
 
 	if resumeFrom != "" {
-		ts, step, err := LoadCheckpoint(resumeFrom)
+		type loaded struct {
+			ts   *Tensors
+			step int64
+		}
+		l, err := untilDone(ctx, "reading the checkpoint", func() (loaded, error) {
+			ts, step, err := LoadCheckpoint(resumeFrom)
+			return loaded{ts, step}, err
+		}, nil)
+		ts, step := l.ts, l.step
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
@@ -234,6 +253,8 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	}
 
 	prog := newProgress(log, opts.Bar, tr.StepsDone(), total)
+	st.setSay(func(m string) { prog.note("%s", m) })
+	st.set(phaseBetween, tr.StepsDone())
 	// sessionStart marks the start of the training time not yet added to
 	// tr.elapsed (which checkpoints carry across resumed sessions).
 	sessionStart := time.Now()
@@ -241,8 +262,13 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if !tr.HasVal() {
 			return nil
 		}
-		l, err := tr.Eval()
+		st.set(phaseValidating, tr.StepsDone())
+		defer st.set(phaseBetween, tr.StepsDone())
+		l, err := tr.EvalContext(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: the loop stops and saves
+			}
 			return err
 		}
 		prog.note("step %d: validation loss %.4f", tr.StepsDone(), l)
@@ -263,9 +289,10 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return err
 		}
 		res.Checkpoint = p
-		for _, st := range stale {
-			if st != tr.StepsDone() {
-				if err := os.Remove(CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
+		st.unsaved(false)
+		for _, old := range stale {
+			if old != tr.StepsDone() {
+				if err := os.Remove(CheckpointPath(opts.CkptDir, old)); err != nil && !os.IsNotExist(err) {
 					return fmt.Errorf("train: removing an earlier run's checkpoint: %w", err)
 				}
 			}
@@ -288,17 +315,17 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 		ts := time.Now()
 		lr := tr.LR()
+		st.set(phaseStep, tr.StepsDone())
 		loss, err := tr.Step()
 		if err != nil {
 			return nil, err
 		}
+		st.set(phaseBetween, tr.StepsDone())
+		st.unsaved(true)
 		end := time.Now()
 		d := end.Sub(ts)
 		if res.Tokens == 0 {
 			res.FirstStep = d
-			if log != nil && !opts.Bar {
-				prog.note("first step: %s (one-time work included; not counted in tokens/s)", roundDuration(d))
-			}
 		} else {
 			win.add(d, end.Sub(prevEnd))
 			res.SteadyStep, res.SteadySteps = win.stepTime(), win.steps()
@@ -324,7 +351,11 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			lastSaved = step
 		}
 	}
+	if !res.Interrupted && ctx.Err() != nil {
+		res.Interrupted = true // during the last validation
+	}
 	if res.Interrupted {
+		stopWatch()
 		prog.note("interrupted: stopping after step %d", tr.StepsDone())
 	} else if n := len(tr.vals); tr.StepsDone() > 0 && (n == 0 || tr.vals[n-1].Step != tr.StepsDone()) {
 		if err := eval(); err != nil {

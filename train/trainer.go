@@ -6,6 +6,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -235,12 +236,19 @@ func (t *Trainer) HasVal() bool { return t.val != nil }
 // Eval returns the mean loss over EvalBatches(cfg) fixed validation batches (the
 // same batches every time, so the points of a curve are comparable), with the
 // current weights, and records it at the current step.
-func (t *Trainer) Eval() (float64, error) {
+func (t *Trainer) Eval() (float64, error) { return t.EvalContext(context.Background()) }
+
+// EvalContext is Eval, given up (with an error wrapping ctx's cause, and
+// nothing recorded) as soon as ctx is done: between batches, and while the
+// evaluation graph compiles.
+func (t *Trainer) EvalContext(ctx context.Context) (float64, error) {
 	if t.val == nil {
 		return 0, fmt.Errorf("train: no validation data (%d bytes, a window needs %d)", len(t.corpus.Val), t.Config.Seq+1)
 	}
 	if t.eval == nil {
-		e, err := t.be.Compile(t.Graphs.Forward, backend.Options{})
+		e, err := untilDone(ctx, "compiling the evaluation graph", func() (backend.Executable, error) {
+			return t.be.Compile(t.Graphs.Forward, backend.Options{})
+		}, backend.Executable.Close)
 		if err != nil {
 			return 0, fmt.Errorf("train: compiling the evaluation graph: %w", err)
 		}
@@ -259,6 +267,9 @@ func (t *Trainer) Eval() (float64, error) {
 	var sum float64
 	nb := EvalBatches(t.Config)
 	for k := range nb {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("train: %w during the validation at step %d", context.Cause(ctx), t.step)
+		}
 		tokens, targets := t.val.Batch(int64(k))
 		out, err := t.eval.Run(map[string]*graph.Tensor{"tokens": tokens, "targets": targets})
 		if err != nil {

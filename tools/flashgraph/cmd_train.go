@@ -1,15 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -32,8 +29,10 @@ static training-step graph, compiled once. With no flags it trains the tiny conf
 attention fusion on the Go standard library sources for a short run and writes, under -out:
 graph.txt and graph.dot (the forward graph), train_graph.txt (the training step), loss.png,
 and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
-finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
-the batch sampling.`, stderr)
+(SIGINT) or SIGTERM finishes the step in flight (or stops reading, compiling or validating at
+once), saves a checkpoint and exits with status 130 or 143; a second one aborts at once,
+removing what the run created except its last complete checkpoint. -seed seeds both the
+weights and the batch sampling.`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
@@ -112,6 +111,11 @@ the batch sampling.`, stderr)
 		}
 	}
 
+	// SIGINT and SIGTERM: acknowledged at once; honoured at once while
+	// reading data or compiling, after the step in flight while training
+	// (with a checkpoint); a second one aborts (see signals.go).
+	sigs := watchSignals(stderr)
+	defer sigs.stop()
 	be, note, err := resolveDevice(*device, mf.bf16)
 	if err != nil {
 		return err
@@ -127,9 +131,13 @@ the batch sampling.`, stderr)
 			return err
 		}
 	}
+	fmt.Fprintf(stderr, "data: reading %s…\n", src)
 	t0 := time.Now()
-	corpus, err := train.LoadCorpus(src, *valFrac)
-	if err != nil {
+	var corpus *train.Corpus
+	if err := sigs.do("reading the data", func() (err error) {
+		corpus, err = train.LoadCorpus(src, *valFrac)
+		return err
+	}); err != nil {
 		return err
 	}
 	fmt.Fprintf(stderr, "data: %s: %d files (%d skipped), %s train / %s validation bytes, read in %v\n",
@@ -144,8 +152,11 @@ the batch sampling.`, stderr)
 			return fmt.Errorf("-fuse=require: %w", err)
 		}
 	}
-	gs, err := train.BuildGraphsFor(be, cfg, fuse.on, h)
-	if err != nil {
+	var gs *train.Graphs
+	if err := sigs.do("building the training graph", func() (err error) {
+		gs, err = train.BuildGraphsFor(be, cfg, fuse.on, h)
+		return err
+	}); err != nil {
 		return err
 	}
 	for _, e := range gs.Log.Filter(passes.PassRecompute, passes.Info) {
@@ -160,8 +171,11 @@ the batch sampling.`, stderr)
 	if mf.bf16 {
 		compute = graph.BFloat16
 	}
-	need, err := planNeed(compute, []*graph.Graph{gs.Step.Graph, gs.Forward}, []map[string]string{gs.Step.Updates, nil})
-	if err != nil {
+	var need memoryNeed
+	if err := sigs.do("planning memory", func() (err error) {
+		need, err = planNeed(compute, []*graph.Graph{gs.Step.Graph, gs.Forward}, []map[string]string{gs.Step.Updates, nil})
+		return err
+	}); err != nil {
 		return err
 	}
 	if err := checkMemory(stderr, be, need, fmt.Sprintf("training %s at %d×%d tokens", cfg.Name, cfg.Batch, cfg.Seq), *force); err != nil {
@@ -177,37 +191,42 @@ the batch sampling.`, stderr)
 		}
 	}
 
-	// The first Ctrl-C asks the loop to stop after the step in flight and
-	// save; restoring the default handler then lets a second one kill the
-	// process at once (the checkpoint write is atomic, so that is safe).
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	if err := sigs.err(); err != nil {
+		return err
+	}
 
 	// The folders are made and the graphs written once the run is set up,
 	// and before it trains, so that they are there to look at during a long run.
+	// A second signal removes what this run made, checkpoints aside.
 	var files []string
+	var made createdFiles
+	sigs.onAbort(func() { made.remove(*out, ckptDir) })
 	ready := func(*train.Trainer) error {
 		for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
 			if d.dir == "" {
 				continue
 			}
+			made.dir(d.dir)
 			if err := os.MkdirAll(d.dir, 0o755); err != nil {
 				return fmt.Errorf("%s: %w", d.flag, err)
 			}
 		}
+		for _, f := range []string{"graph.txt", "graph.dot", "train_graph.txt", "loss.png"} {
+			made.file(filepath.Join(*out, f))
+		}
 		files, err = writeTrainGraphs(*out, gs)
 		return err
 	}
-	res, err := train.Run(ctx, be, corpus, train.Options{
+	sigs.setPhase("")
+	res, err := train.Run(sigs.ctx, be, corpus, train.Options{
 		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
 	})
 	if err != nil {
+		if serr := sigs.err(); serr != nil && !errors.As(err, new(*signalError)) {
+			return fmt.Errorf("%w: %v", serr, err)
+		}
 		return err
 	}
 	if len(res.Losses) > 0 {
@@ -219,6 +238,9 @@ the batch sampling.`, stderr)
 		files = append(files, p)
 	}
 	printTrainSummary(stdout, res, files)
+	if res.Interrupted {
+		return sigs.err() // the exit status says the run did not finish
+	}
 	return nil
 }
 
