@@ -20,6 +20,10 @@ type TrainOptions struct {
 	// norm gain pulls it towards 0, which rescales the layer instead of
 	// regularising it.
 	DecayNorms bool
+	// ClipNorm, when positive, clips the global gradient norm to it before
+	// the update (clip.go); the step then also outputs the norm
+	// (TrainStep.GradNorm).
+	ClipNorm float64
 }
 
 // Default AdamW hyperparameters (those of the AdamW op's table entry).
@@ -53,6 +57,9 @@ type TrainStep struct {
 	// Moments maps each param to its first and second moment initializers
 	// ("opt.m.<param>", "opt.v.<param>": zeros consts of the param's type).
 	Moments map[string][2]string
+	// GradNorm names the global gradient norm output (before clipping),
+	// "" unless TrainOptions.ClipNorm was set.
+	GradNorm string
 	// Updates maps each new-value output to the initializer it replaces,
 	// for backend.Options{Updates: ...}: weights and moments then stay
 	// inside the executable between steps, and Run returns only the loss.
@@ -144,6 +151,16 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 		Grads: grads, Moments: map[string][2]string{}, Updates: map[string]string{},
 	}
 	outs := []*graph.Value{lossV}
+	gradOf := func(p string) *graph.Value { return vals[grads[p]] }
+	var normOut *graph.Value
+	if opt.ClipNorm != 0 {
+		clipped, norm, err := clipGradients(g, nm, vals, grads, params, opt.ClipNorm)
+		if err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		gradOf = func(p string) *graph.Value { return clipped[p] }
+		normOut, ts.GradNorm = norm, norm.Name
+	}
 	for _, p := range params {
 		pv := vals[p]
 		mom := [2]*graph.Value{}
@@ -163,7 +180,7 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 		attrs := graph.Attrs{
 			"beta1": graph.Float(b1), "beta2": graph.Float(b2), "eps": graph.Float(eps), "weight_decay": graph.Float(wd),
 		}
-		n, err := graph.NewNode(nm.Fresh("opt/"+p), "AdamW", attrs, pv, vals[grads[p]], mom[0], mom[1], lr, step)
+		n, err := graph.NewNode(nm.Fresh("opt/"+p), "AdamW", attrs, pv, gradOf(p), mom[0], mom[1], lr, step)
 		if err != nil {
 			return nil, fmt.Errorf("training graph %s: AdamW for %s: %w", fwd.Name, p, err)
 		}
@@ -179,6 +196,9 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 		g.Nodes = append(g.Nodes, n)
 		outs = append(outs, n.Outputs...)
 		ts.Moments[p] = [2]string{mom[0].Name, mom[1].Name}
+	}
+	if normOut != nil {
+		outs = append(outs, normOut)
 	}
 	g.Outputs = outs
 	if err := graph.Verify(g); err != nil {

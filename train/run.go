@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -50,6 +51,11 @@ type Options struct {
 	// OnStep, when set, is called after every step; tests use it to stop a
 	// run at a given step through the context.
 	OnStep func(step int64, loss float64)
+
+	// Metrics, when set, receives a JSON line per step (step, loss, lr,
+	// grad_norm with Hyper.ClipNorm, tok_s and mfu once measured, step_ms)
+	// and one per validation (step, val_loss).
+	Metrics io.Writer
 
 	// Peak is the device's peak rate for the run's compute type (see
 	// PeakFLOPS); with it the progress and the result give MFU. Zero: no
@@ -252,6 +258,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		fmt.Fprintf(log, "note: the validation split has %d bytes, too few for a window of %d: no validation\n", len(corpus.Val), opts.Config.Seq+1)
 	}
 
+	met := &metrics{w: opts.Metrics}
+	// The last complete checkpoint, which a diverged run goes back to.
+	goodCkpt, goodStep := resumeFrom, tr.StepsDone()
 	prog := newProgress(log, opts.Bar, tr.StepsDone(), total)
 	st.setSay(func(m string) { prog.note("%s", m) })
 	st.set(phaseBetween, tr.StepsDone())
@@ -272,6 +281,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return err
 		}
 		prog.note("step %d: validation loss %.4f", tr.StepsDone(), l)
+		met.write(metricsLine{Step: tr.StepsDone(), ValLoss: some(l)})
 		return nil
 	}
 	save := func() error {
@@ -289,6 +299,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return err
 		}
 		res.Checkpoint = p
+		goodCkpt, goodStep = p, tr.StepsDone()
 		st.unsaved(false)
 		for _, old := range stale {
 			if old != tr.StepsDone() {
@@ -318,6 +329,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		st.set(phaseStep, tr.StepsDone())
 		loss, err := tr.Step()
 		if err != nil {
+			if errors.Is(err, ErrDiverged) {
+				return nil, divergedError(err, goodCkpt, goodStep)
+			}
 			return nil, err
 		}
 		st.set(phaseBetween, tr.StepsDone())
@@ -336,6 +350,12 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		step := tr.StepsDone()
 		prog.step(stepStatus{step: step, loss: loss, lr: lr, tokPerSec: res.SteadyTokensPerSec(), first: res.FirstStep,
 			mfu: res.MFU(), eta: time.Duration(total-step) * win.wallTime()})
+		line := metricsLine{Step: step, Loss: some(loss), LR: some(lr), TokS: positive(res.SteadyTokensPerSec()), MFU: positive(res.MFU()),
+			StepMs: some(float64(d.Microseconds()) / 1e3)}
+		if gn, ok := tr.GradNorm(); ok {
+			line.GradNorm = some(gn)
+		}
+		met.write(line)
 		if opts.OnStep != nil {
 			opts.OnStep(step, loss)
 		}
@@ -368,6 +388,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 	}
 	prog.finish()
+	if met.err != nil {
+		return nil, met.err
+	}
 	res.Step = tr.StepsDone()
 	res.Losses = tr.Losses()
 	res.Val = tr.ValLosses()

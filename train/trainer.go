@@ -40,6 +40,10 @@ type Hyper struct {
 	// keeping its activations (passes.Recompute): less memory for more
 	// arithmetic. On the CPU the step computes the same bits either way.
 	Recompute bool `json:"recompute,omitempty"`
+	// ClipNorm, when positive, clips the global gradient norm to it in the
+	// step graph (passes.TrainOptions.ClipNorm); the step then reports the
+	// norm (Trainer.GradNorm).
+	ClipNorm float64 `json:"clip_norm,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -83,7 +87,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 		return nil, err
 	}
 	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{
-		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,
+		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm,
 	})
 	if err != nil {
 		return nil, err
@@ -131,6 +135,7 @@ type Trainer struct {
 	elapsed   float64    // seconds of training before this process (from a checkpoint)
 	lrDType   graph.DType
 	stepDType graph.DType
+	gradNorm  float64 // the last step's global gradient norm (NaN: not reported)
 }
 
 // ValPoint is a validation loss after Step completed steps.
@@ -223,7 +228,10 @@ func (t *Trainer) Step() (float64, error) {
 	}
 	loss := lt.At(0)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return loss, fmt.Errorf("train: step %d: loss is %v (diverged; try a lower -lr)", t.step+1, loss)
+		return loss, fmt.Errorf("train: step %d: loss is %v (%w; try a lower -lr)", t.step+1, loss, ErrDiverged)
+	}
+	if err := t.readGradNorm(out); err != nil {
+		return loss, err
 	}
 	t.step++
 	t.losses = append(t.losses, loss)

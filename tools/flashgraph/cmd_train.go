@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,6 +53,8 @@ weights and the batch sampling.`, stderr)
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt (same config and flags: continues bit for bit)")
 	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
 	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
+	clip := fs.Float64("clip", 0, "clip the global gradient norm to this bound, in the step graph, and report the norm (0: no clipping)")
+	metricsPath := fs.String("metrics", "", "write a JSON line per step (step, loss, lr, grad_norm with -clip, tok_s, mfu, step_ms) and per validation (val_loss) to FILE; -resume appends")
 	df := addDistFlags(fs)
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
@@ -72,6 +75,9 @@ weights and the batch sampling.`, stderr)
 	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {
 		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
 	}
+	if !(*clip >= 0) || math.IsInf(*clip, 0) {
+		return fmt.Errorf("-clip must be a finite bound of at least 0 (0: no clipping), got %v", *clip)
+	}
 	if !(*wd >= 0) {
 		return fmt.Errorf("-wd must be at least 0, got %v", *wd)
 	}
@@ -87,7 +93,7 @@ weights and the batch sampling.`, stderr)
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip}
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -200,6 +206,12 @@ weights and the batch sampling.`, stderr)
 	// A second signal removes what this run made, checkpoints aside.
 	var files []string
 	var made createdFiles
+	var metricsFile *os.File
+	defer func() {
+		if metricsFile != nil {
+			metricsFile.Close()
+		}
+	}()
 	sigs.onAbort(func() { made.remove(*out, ckptDir) })
 	ready := func(*train.Trainer) error {
 		for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
@@ -215,6 +227,10 @@ weights and the batch sampling.`, stderr)
 			made.file(filepath.Join(*out, f))
 		}
 		files, err = writeTrainGraphs(*out, gs)
+		if err != nil || *metricsPath == "" {
+			return err
+		}
+		metricsFile, err = openMetrics(*metricsPath, *resume, &made)
 		return err
 	}
 	sigs.setPhase("")
@@ -222,6 +238,7 @@ weights and the batch sampling.`, stderr)
 		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
+		Metrics: metricsWriter{&metricsFile},
 	})
 	if err != nil {
 		if serr := sigs.err(); serr != nil && !errors.As(err, new(*signalError)) {

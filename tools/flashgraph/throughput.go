@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
@@ -67,4 +68,33 @@ func printThroughput(row func(k, format string, args ...any), r *train.Result) {
 		return
 	}
 	row("model FLOP/s", "%s (%s/token; no MFU: no peak rate is known for %s)", formatRate(flops), perTok, r.Backend)
+}
+
+// openMetrics opens -metrics FILE: appended to by a resumed run (its lines
+// continue the history), replaced by a fresh one.
+func openMetrics(path string, resume bool, made *createdFiles) (*os.File, error) {
+	if err := checkOutputFile("-metrics", path); err != nil {
+		return nil, err
+	}
+	made.file(path)
+	flags := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	if resume {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_APPEND
+	}
+	f, err := os.OpenFile(path, flags, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("-metrics: %w", err)
+	}
+	return f, nil
+}
+
+// metricsWriter writes to the -metrics file once Ready has opened it
+// (nothing before: a run that fails to start creates no file).
+type metricsWriter struct{ f **os.File }
+
+func (m metricsWriter) Write(b []byte) (int, error) {
+	if *m.f == nil {
+		return len(b), nil
+	}
+	return (*m.f).Write(b)
 }

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/train"
+)
+
+// -metrics writes a JSON line per step and per validation; -clip adds the
+// gradient norm to each step's line.
+func TestTrainMetricsAndClip(t *testing.T) {
+	dir := t.TempDir()
+	out, mpath := filepath.Join(dir, "out"), filepath.Join(dir, "m.jsonl")
+	runCLI(t, tinyTrainArgs(trainData(t), out, "6", "-clip", "0.5", "-metrics", mpath)...)
+	f, err := os.Open(mpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var steps, vals int
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var l map[string]any
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("line %q: %v", sc.Text(), err)
+		}
+		step, _ := l["step"].(float64)
+		if _, ok := l["val_loss"]; ok {
+			vals++
+			continue
+		}
+		steps++
+		for _, k := range []string{"loss", "lr", "grad_norm", "step_ms"} {
+			if v, ok := l[k].(float64); !ok || !(v > 0) {
+				t.Errorf("step %v: %s = %v", step, k, l[k])
+			}
+		}
+		// The steady state leaves the first step out: no rate on it.
+		if _, ok := l["tok_s"]; ok == (step == 1) {
+			t.Errorf("step %v: tok_s present %v", step, ok)
+		}
+		if _, ok := l["mfu"]; ok {
+			t.Errorf("step %v: MFU on the CPU, which has no peak", step)
+		}
+	}
+	if steps != 6 || vals < 2 {
+		t.Errorf("%d step lines and %d validation lines, want 6 and at least 2", steps, vals)
+	}
+
+	// A resumed run appends.
+	runCLI(t, tinyTrainArgs(trainData(t), out, "8", "-clip", "0.5", "-metrics", mpath, "-resume")...)
+	b, _ := os.ReadFile(mpath)
+	if !strings.Contains(string(b), `"step":8,"loss"`) || !strings.Contains(string(b), `"step":1,"loss"`) {
+		t.Errorf("-resume did not append:\n%s", b)
+	}
+	if code, _, stderr := runCode(tinyTrainArgs(trainData(t), filepath.Join(dir, "o2"), "2", "-clip", "-1")...); code != 1 || !strings.Contains(stderr, "-clip") {
+		t.Errorf("-clip -1: exit %d, %s", code, stderr)
+	}
+}
+
+// A run whose loss or gradient norm stops being finite stops at that step,
+// names it, exits non-zero and keeps the last good checkpoint.
+func TestTrainDivergenceGuard(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, stderr := runCode(tinyTrainArgs(trainData(t), out, "30", "-lr", "1e6", "-warmup", "0", "-clip", "1", "-ckpt-every", "1", "-eval-every", "0")...)
+	m := regexp.MustCompile(`step (\d+): (loss|the gradient norm) is (NaN|[+-]Inf) \(diverged`).FindStringSubmatch(stderr)
+	if code != 1 || m == nil || !strings.Contains(stderr, "last good checkpoint") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	bad, _ := strconv.Atoi(m[1])
+	p, step, err := train.LatestCheckpoint(filepath.Join(out, "ckpt"))
+	if err != nil || p == "" || step != int64(bad-1) {
+		t.Fatalf("diverged at step %d; newest checkpoint %q (step %d, %v), want step %d", bad, p, step, err, bad-1)
+	}
+	ts, _, err := train.LoadCheckpoint(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, x := range ts.Tensors {
+		for i := range x.Len() {
+			if v := x.At(i); v != v {
+				t.Fatalf("the kept checkpoint has NaN in %s[%d]", name, i)
+			}
+		}
+	}
+}
