@@ -84,6 +84,13 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 	if note != "" {
 		fmt.Fprintln(stderr, note)
 	}
+	gs, err := generate.Graphs(cfg, len(tokens), n)
+	if err != nil {
+		return err
+	}
+	if err := guardMemory(stderr, be, false, fmt.Sprintf("generating with %s", cfg.Name), "Use a shorter -prompt or -max-new, or -dtype float32", gs...); err != nil {
+		return err
+	}
 	fmt.Fprintf(stderr, "generate: %s from %s, %d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, n, len(tokens), be.Name())
 	out := bufio.NewWriter(stdout)
 	out.WriteString(*prompt)

@@ -45,6 +45,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	defer be.Close()
+	if err := guardMemory(stderr, be, mf.bf16, "a forward pass of "+g.Name, runMemoryHint(fs.NArg() > 0), g); err != nil {
+		return err
+	}
 	// A forward pass of a large model takes minutes on a CPU: say so before
 	// going quiet.
 	flops := matmulFLOPs(g)
