@@ -50,7 +50,7 @@ weights and the batch sampling.`, stderr)
 	ckpt := fs.String("ckpt", "", "checkpoint folder (default: OUT/ckpt; \"none\": no checkpoints)")
 	ckptEvery := fs.Int64("ckpt-every", 100, "checkpoint every N steps, besides the end (0: only at the end)")
 	keepEvery := fs.Int64("keep-every", 0, "also keep the checkpoints of steps that are multiples of N (0: keep only the newest)")
-	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt (same config and flags: continues bit for bit)")
+	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt: the model (config, sizes, dtype, seed) is the checkpoint's, and model flags may only agree with it; with the same other flags it continues bit for bit")
 	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
 	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	clip := fs.Float64("clip", 0, "clip the global gradient norm to this bound, in the step graph, and report the norm (0: no clipping)")
@@ -60,6 +60,10 @@ weights and the batch sampling.`, stderr)
 		return err
 	}
 	cfg, err := mf.modelConfig()
+	if *resume && *ckpt != "none" {
+		// The model is the checkpoint's; model flags may only agree with it.
+		cfg, err = resumeConfig(fs, mf, *out, *ckpt)
+	}
 	if err != nil {
 		return err
 	}

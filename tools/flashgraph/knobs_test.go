@@ -91,3 +91,29 @@ func TestTrainDivergenceGuard(t *testing.T) {
 		}
 	}
 }
+
+// -resume builds the checkpoint's model: no model flags needed; flags that
+// disagree with it are named, all of them, in one error, and nothing runs.
+func TestResumeTakesTheCheckpointsModel(t *testing.T) {
+	data := trainData(t)
+	out := filepath.Join(t.TempDir(), "out")
+	runCLI(t, tinyTrainArgs(data, out, "2", "-layers", "1", "-seed", "3")...)
+	stdout, stderr := runCLI(t, "train", "-data", data, "-out", out, "-steps", "3", "-resume")
+	if !strings.Contains(stdout, "this run: 2 to 3") || !strings.Contains(stderr, "2×16 tokens") {
+		t.Errorf("resume without model flags:\n%s\n%s", stdout, stderr)
+	}
+	// Flags that agree are fine.
+	runCLI(t, "train", "-data", data, "-out", out, "-steps", "4", "-resume", "-layers", "1", "-seq", "16", "-dtype", "float32")
+	code, _, stderr := runCode("train", "-data", data, "-out", out, "-steps", "5", "-resume", "-config", "small", "-seq", "16", "-batch", "3", "-seed", "4")
+	if code != 1 || strings.Count(stderr, "\n") != 1 {
+		t.Fatalf("conflicting flags: exit %d, want one error line:\n%s", code, stderr)
+	}
+	for _, want := range []string{"-config small (the checkpoint's: tiny)", "-batch 3 (the checkpoint's: 2)", "-seed 4 (the checkpoint's: 3)", "drop those flags"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the error lacks %q:\n%s", want, stderr)
+		}
+	}
+	if strings.Contains(stderr, "-seq 16") {
+		t.Errorf("an agreeing flag named as a conflict:\n%s", stderr)
+	}
+}
