@@ -11,13 +11,13 @@ import (
 const TrainGradNormOutput = "grad_norm"
 
 // clipGradients adds global gradient-norm clipping to g (the gradients of
-// params, named by grads): norm = sqrt(Σ_params Σ g²), and every gradient
+// params, gradOf(param)): norm = sqrt(Σ_params Σ g²), and every gradient
 // scaled by c / max(norm, c), so that the update sees a gradient of norm at
 // most c and an unclipped one when the norm is below c. max(norm, c) is
 // written c + Relu(norm - c) (the op table has no Max). It returns the
 // clipped gradient of each param and the norm (before clipping), which the
 // step outputs.
-func clipGradients(g *graph.Graph, nm *graph.Namer, vals map[string]*graph.Value, grads map[string]string, params []string, c float64) (map[string]*graph.Value, *graph.Value, error) {
+func clipGradients(g *graph.Graph, nm *graph.Namer, gradOf func(string) *graph.Value, params []string, c float64) (map[string]*graph.Value, *graph.Value, error) {
 	if !(c > 0) {
 		return nil, nil, fmt.Errorf("gradient clipping: the norm bound must be positive, got %v", c)
 	}
@@ -33,7 +33,7 @@ func clipGradients(g *graph.Graph, nm *graph.Namer, vals map[string]*graph.Value
 		return n.Outputs[0], nil
 	}
 	add := func(op string, inputs ...*graph.Value) (*graph.Value, error) { return addAttrs(op, nil, inputs...) }
-	dt := vals[grads[params[0]]].Type.DType
+	dt := gradOf(params[0]).Type.DType
 	scalar := func(v float64) *graph.Value {
 		init := graph.Literal(v)
 		s := &graph.Value{Name: nm.Fresh("clip/c"), Type: graph.TensorType{DType: dt, Shape: graph.Shape{}}, Kind: graph.Const, Init: &init}
@@ -42,7 +42,7 @@ func clipGradients(g *graph.Graph, nm *graph.Namer, vals map[string]*graph.Value
 	}
 	var total *graph.Value
 	for _, p := range params {
-		gv := vals[grads[p]]
+		gv := gradOf(p)
 		sq, err := add("Mul", gv, gv)
 		if err != nil {
 			return nil, nil, err
@@ -80,7 +80,7 @@ func clipGradients(g *graph.Graph, nm *graph.Namer, vals map[string]*graph.Value
 	}
 	clipped := map[string]*graph.Value{}
 	for _, p := range params {
-		if clipped[p], err = add("Mul", vals[grads[p]], scale); err != nil {
+		if clipped[p], err = add("Mul", gradOf(p), scale); err != nil {
 			return nil, nil, err
 		}
 	}

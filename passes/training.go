@@ -24,6 +24,10 @@ type TrainOptions struct {
 	// the update (clip.go); the step then also outputs the norm
 	// (TrainStep.GradNorm).
 	ClipNorm float64
+	// Accum, above 1, accumulates the gradients of Accum runs (micro-batches)
+	// and applies their mean on the run whose TrainApplyInput is true
+	// (accum.go). With clipping, the mean is clipped.
+	Accum int
 }
 
 // Default AdamW hyperparameters (those of the AdamW op's table entry).
@@ -60,6 +64,9 @@ type TrainStep struct {
 	// GradNorm names the global gradient norm output (before clipping),
 	// "" unless TrainOptions.ClipNorm was set.
 	GradNorm string
+	// Apply names the bool input that applies an accumulated update,
+	// "" unless TrainOptions.Accum > 1.
+	Apply string
 	// Updates maps each new-value output to the initializer it replaces,
 	// for backend.Options{Updates: ...}: weights and moments then stay
 	// inside the executable between steps, and Run returns only the loss.
@@ -152,9 +159,18 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 	}
 	outs := []*graph.Value{lossV}
 	gradOf := func(p string) *graph.Value { return vals[grads[p]] }
+	var acc *accumulator
+	if opt.Accum > 1 {
+		a, mean, err := accumulate(g, nm, ts, vals, grads, params, opt.Accum)
+		if err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		acc, gradOf = a, func(p string) *graph.Value { return mean[p] }
+		ts.Apply = TrainApplyInput
+	}
 	var normOut *graph.Value
 	if opt.ClipNorm != 0 {
-		clipped, norm, err := clipGradients(g, nm, vals, grads, params, opt.ClipNorm)
+		clipped, norm, err := clipGradients(g, nm, gradOf, params, opt.ClipNorm)
 		if err != nil {
 			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
 		}
@@ -194,11 +210,20 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 			ts.Updates[name] = target
 		}
 		g.Nodes = append(g.Nodes, n)
-		outs = append(outs, n.Outputs...)
+		newVals := n.Outputs
+		if acc != nil {
+			if newVals, err = acc.gate(g, nm, n, []*graph.Value{pv, mom[0], mom[1]}); err != nil {
+				return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+			}
+		}
+		outs = append(outs, newVals...)
 		ts.Moments[p] = [2]string{mom[0].Name, mom[1].Name}
 	}
 	if normOut != nil {
 		outs = append(outs, normOut)
+	}
+	if acc != nil {
+		outs = append(outs, acc.next...)
 	}
 	g.Outputs = outs
 	if err := graph.Verify(g); err != nil {

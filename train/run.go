@@ -202,10 +202,12 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		return nil, err
 	}
 	defer tr.Close()
-	tokensPerStep := int64(opts.Config.Batch * opts.Config.Seq)
+	// A step runs the step graph once per micro-batch (Hyper.Accum).
+	runTokens := int64(opts.Config.Batch * opts.Config.Seq)
+	tokensPerStep := runTokens * int64(opts.Hyper.accum())
 	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs,
 		Compile: time.Since(tc), TokensPerStep: tokensPerStep, Peak: opts.Peak,
-		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(tokensPerStep)}
+		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(runTokens)}
 	if log != nil {
 		fmt.Fprintf(log, "compile: %s\n", roundDuration(res.Compile))
 	}

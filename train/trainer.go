@@ -44,6 +44,11 @@ type Hyper struct {
 	// step graph (passes.TrainOptions.ClipNorm); the step then reports the
 	// norm (Trainer.GradNorm).
 	ClipNorm float64 `json:"clip_norm,omitempty"`
+	// Accum, above 1, makes a step of Accum micro-batches of the config's
+	// batch size, their gradients accumulated in the step graph
+	// (passes.TrainOptions.Accum): the same update as one step on a batch
+	// Accum times larger, in the memory of one micro-batch.
+	Accum int `json:"accum,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -87,7 +92,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 		return nil, err
 	}
 	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{
-		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm,
+		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm, Accum: h.Accum,
 	})
 	if err != nil {
 		return nil, err
@@ -168,7 +173,10 @@ func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	tb, err := NewBatcher(corpus.Train, cfg.Batch, cfg.Seq, h.DataSeed)
+	if h.Accum < 0 {
+		return nil, fmt.Errorf("train: gradient accumulation over %d micro-batches: want at least 1", h.Accum)
+	}
+	tb, err := NewBatcher(corpus.Train, cfg.Batch*h.accum(), cfg.Seq, h.DataSeed)
 	if err != nil {
 		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
 	}
@@ -218,6 +226,9 @@ func (t *Trainer) LR() float64 { return t.sched.LR(t.step) }
 // non-finite loss is an error and does not count as a step; the executable's
 // weights are then damaged and the run must restart from a checkpoint.
 func (t *Trainer) Step() (float64, error) {
+	if t.Hyper.accum() > 1 {
+		return t.stepAccum()
+	}
 	out, err := t.exec.Run(t.StepFeeds())
 	if err != nil {
 		return 0, fmt.Errorf("train: step %d: %w", t.step+1, err)
@@ -344,7 +355,7 @@ func (t *Trainer) State() (*Tensors, error) {
 	m[MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
 	m[MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
 	m[MetaCorpus] = t.corpus.Fingerprint()
-	m[MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq), 10)
+	m[MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq*t.Hyper.accum()), 10)
 	m[MetaLosses] = string(losses)
 	m[MetaValLosses] = string(vals)
 	m[MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)

@@ -53,6 +53,7 @@ weights and the batch sampling.`, stderr)
 	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt: the model (config, sizes, dtype, seed) is the checkpoint's, and model flags may only agree with it; with the same other flags it continues bit for bit")
 	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
 	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
+	accum := fs.Int("accum", 1, "gradient accumulation: each step runs N micro-batches of -batch rows and applies their mean gradient once (the update of a batch N times larger, in the memory of one micro-batch)")
 	clip := fs.Float64("clip", 0, "clip the global gradient norm to this bound, in the step graph, and report the norm (0: no clipping)")
 	metricsPath := fs.String("metrics", "", "write a JSON line per step (step, loss, lr, grad_norm with -clip, tok_s, mfu, step_ms) and per validation (val_loss) to FILE; -resume appends")
 	df := addDistFlags(fs)
@@ -79,6 +80,9 @@ weights and the batch sampling.`, stderr)
 	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {
 		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
 	}
+	if *accum < 1 {
+		return fmt.Errorf("-accum must be at least 1 (1: no accumulation), got %d", *accum)
+	}
 	if !(*clip >= 0) || math.IsInf(*clip, 0) {
 		return fmt.Errorf("-clip must be a finite bound of at least 0 (0: no clipping), got %v", *clip)
 	}
@@ -97,7 +101,7 @@ weights and the batch sampling.`, stderr)
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip, Accum: *accum}
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -191,10 +195,13 @@ weights and the batch sampling.`, stderr)
 	if err := checkMemory(stderr, be, need, fmt.Sprintf("training %s at %d×%d tokens", cfg.Name, cfg.Batch, cfg.Seq), *force); err != nil {
 		return err
 	}
+	if *accum > 1 {
+		fmt.Fprintf(stderr, "accumulation: each step is %d micro-batches of %d×%d tokens, one update of %d×%d\n", *accum, cfg.Batch, cfg.Seq, *accum*cfg.Batch, cfg.Seq)
+	}
 	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
 	if be.Name() == "cpu" {
-		stepFLOPs := matmulFLOPs(gs.Step.Graph)
+		stepFLOPs := matmulFLOPs(gs.Step.Graph) * float64(*accum)
 		if d, rate, err := estimateCPUTime(stepFLOPs * float64(h.Steps)); err == nil {
 			fmt.Fprintf(stderr, "time: %s per step on a CPU that multiplies at ~%.0f GFLOP/s: %d steps take roughly %s (the progress lines give the measured ETA)\n",
 				formatFLOP(stepFLOPs), rate/1e9, h.Steps, roughDuration(d))

@@ -117,3 +117,42 @@ func TestResumeTakesTheCheckpointsModel(t *testing.T) {
 		t.Errorf("an agreeing flag named as a conflict:\n%s", stderr)
 	}
 }
+
+// train -accum 4 -batch 2 follows the -batch 8 curve (the defaults: fused,
+// with clipping), step by step from the metrics files.
+func TestTrainAccumFlag(t *testing.T) {
+	data, dir := trainData(t), t.TempDir()
+	losses := func(name string, args ...string) []float64 {
+		m := filepath.Join(dir, name+".jsonl")
+		runCLI(t, append([]string{"train", "-seq", "16", "-steps", "6", "-data", data, "-out", filepath.Join(dir, name), "-eval-every", "0", "-clip", "1", "-metrics", m}, args...)...)
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ls []float64
+		for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var l struct {
+				Loss *float64 `json:"loss"`
+			}
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Loss != nil {
+				ls = append(ls, *l.Loss)
+			}
+		}
+		return ls
+	}
+	whole, acc := losses("whole", "-batch", "8"), losses("acc", "-batch", "2", "-accum", "4")
+	if len(whole) != 6 || len(acc) != 6 {
+		t.Fatalf("%d and %d step losses", len(whole), len(acc))
+	}
+	for i := range whole {
+		if rel := (acc[i] - whole[i]) / whole[i]; rel > 1e-5 || rel < -1e-5 {
+			t.Errorf("step %d: %v accumulated, %v whole", i+1, acc[i], whole[i])
+		}
+	}
+	if code, _, stderr := runCode("train", "-accum", "0", "-data", data, "-out", filepath.Join(dir, "x")); code != 1 || !strings.Contains(stderr, "-accum must be at least 1") {
+		t.Errorf("-accum 0: exit %d: %s", code, stderr)
+	}
+}
