@@ -61,9 +61,10 @@ weights and the batch sampling.`, stderr)
 		return err
 	}
 	cfg, err := mf.modelConfig()
+	var fromStep int64 // the step a resumed run starts at
 	if *resume && *ckpt != "none" {
 		// The model is the checkpoint's; model flags may only agree with it.
-		cfg, err = resumeConfig(fs, mf, *out, *ckpt)
+		cfg, fromStep, err = resumeConfig(fs, mf, *out, *ckpt)
 	}
 	if err != nil {
 		return err
@@ -202,9 +203,13 @@ weights and the batch sampling.`, stderr)
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
 	if be.Name() == "cpu" {
 		stepFLOPs := matmulFLOPs(gs.Step.Graph) * float64(*accum)
-		if d, rate, err := estimateCPUTime(stepFLOPs * float64(h.Steps)); err == nil {
+		left := max(0, h.Steps-fromStep)
+		if d, rate, err := estimateCPUTime(stepFLOPs * float64(left)); err == nil {
 			fmt.Fprintf(stderr, "time: %s per step on a CPU that multiplies at ~%.0f GFLOP/s: %d steps take roughly %s (the progress lines give the measured ETA)\n",
-				formatFLOP(stepFLOPs), rate/1e9, h.Steps, roughDuration(d))
+				formatFLOP(stepFLOPs), rate/1e9, left, roughDuration(d))
+			if d > time.Hour {
+				fmt.Fprintln(stderr, "note: that is a long run for a CPU: -device auto trains on a GPU when there is one; fewer -steps, a smaller -config or -batch/-seq shorten it (Ctrl-C stops it with a checkpoint)")
+			}
 		}
 	}
 

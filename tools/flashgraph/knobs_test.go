@@ -102,6 +102,10 @@ func TestResumeTakesTheCheckpointsModel(t *testing.T) {
 	if !strings.Contains(stdout, "this run: 2 to 3") || !strings.Contains(stderr, "2×16 tokens") {
 		t.Errorf("resume without model flags:\n%s\n%s", stdout, stderr)
 	}
+	// The time estimate is for the steps left, not all of them.
+	if !strings.Contains(stderr, ": 1 steps take roughly") {
+		t.Errorf("the estimate of a resumed run is not of the one step left:\n%s", stderr)
+	}
 	// Flags that agree are fine.
 	runCLI(t, "train", "-data", data, "-out", out, "-steps", "4", "-resume", "-layers", "1", "-seq", "16", "-dtype", "float32")
 	code, _, stderr := runCode("train", "-data", data, "-out", out, "-steps", "5", "-resume", "-config", "small", "-seq", "16", "-batch", "3", "-seed", "4")

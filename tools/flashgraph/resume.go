@@ -11,26 +11,27 @@ import (
 	"github.com/flashgraph/flashgraph/train"
 )
 
-// resumeConfig is the model config of train -resume: the newest checkpoint's
+// resumeConfig is the model config of train -resume (and the step it
+// resumes from): the newest checkpoint's
 // (its config, sizes, dtype and seed), so that resuming needs no model
 // flags. A model flag given explicitly must agree with the checkpoint; all
 // the flags that do not are named in one error. -dtype bf16 (mixed
 // precision on CUDA: a float32 model) agrees with a float32 checkpoint.
-func resumeConfig(fs *flag.FlagSet, mf *modelFlags, out, ckpt string) (model.Config, error) {
+func resumeConfig(fs *flag.FlagSet, mf *modelFlags, out, ckpt string) (model.Config, int64, error) {
 	dir := ckpt
 	if dir == "" {
 		dir = filepath.Join(out, "ckpt")
 	}
-	p, _, err := train.LatestCheckpoint(dir)
+	p, step, err := train.LatestCheckpoint(dir)
 	if err != nil {
-		return model.Config{}, fmt.Errorf("-resume: %w", err)
+		return model.Config{}, 0, fmt.Errorf("-resume: %w", err)
 	}
 	if p == "" {
-		return model.Config{}, fmt.Errorf("-resume: no checkpoint in %s (train without -resume first, or give the folder with -ckpt)", dir)
+		return model.Config{}, 0, fmt.Errorf("-resume: no checkpoint in %s (train without -resume first, or give the folder with -ckpt)", dir)
 	}
 	ck, err := train.CheckpointConfig(p)
 	if err != nil {
-		return model.Config{}, fmt.Errorf("-resume: %w", err)
+		return model.Config{}, 0, fmt.Errorf("-resume: %w", err)
 	}
 	var conflicts []string
 	fs.Visit(func(f *flag.Flag) {
@@ -61,13 +62,13 @@ func resumeConfig(fs *flag.FlagSet, mf *modelFlags, out, ckpt string) (model.Con
 		}
 	})
 	if len(conflicts) > 0 {
-		return model.Config{}, fmt.Errorf("-resume: %s %s for another model than the checkpoint %s, a %s model (batch %d, seq %d, %d layers, %s, seed %d), which -resume continues: drop %s to resume it, or train a new run without -resume (into another -out)",
+		return model.Config{}, 0, fmt.Errorf("-resume: %s %s for another model than the checkpoint %s, a %s model (batch %d, seq %d, %d layers, %s, seed %d), which -resume continues: drop %s to resume it, or train a new run without -resume (into another -out)",
 			strings.Join(conflicts, ", "), conflictVerb(len(conflicts)), p, ck.Name, ck.Batch, ck.Seq, ck.Layers, ck.DType, ck.Seed, pronoun(len(conflicts)))
 	}
 	if _, err := mf.graphDType(); err != nil { // sets mf.bf16 from -dtype
-		return model.Config{}, err
+		return model.Config{}, 0, err
 	}
-	return ck, nil
+	return ck, step, nil
 }
 
 func conflictVerb(n int) string {
