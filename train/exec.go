@@ -13,5 +13,11 @@ func (t *Trainer) Executable() backend.Executable { return t.exec }
 // learning rate and AdamW's 1-based step count.
 func (t *Trainer) StepFeeds() map[string]*graph.Tensor {
 	tokens, targets := t.train.Batch(t.step)
-	return t.StepFeedsOf(tokens, targets)
+	lr := graph.NewTensor(t.lrDType, graph.Shape{})
+	lr.Set(0, t.sched.LR(t.step))
+	st := graph.NewTensor(t.stepDType, graph.Shape{})
+	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
+	return map[string]*graph.Tensor{
+		"tokens": tokens, "targets": targets, t.Graphs.Step.LR: lr, t.Graphs.Step.Step: st,
+	}
 }
