@@ -163,11 +163,11 @@ func (r *Result) FinalValLoss() (float64, bool) {
 func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) (*Result, error) {
 	t0 := time.Now()
 	log := opts.Log
-	st := &runState{phase: phaseCompiling, ckpt: opts.CkptDir != ""}
+	rs := &runState{phase: phaseCompiling, ckpt: opts.CkptDir != ""}
 	if log != nil {
-		st.say = func(m string) { fmt.Fprintln(log, m) }
+		rs.say = func(m string) { fmt.Fprintln(log, m) }
 	}
-	stopWatch := st.watch(ctx)
+	stopWatch := rs.watch(ctx)
 	defer stopWatch()
 	var resumeFrom string
 	var stale []int64 // an earlier run's checkpoints, removed at our first save
@@ -264,8 +264,8 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	// The last complete checkpoint, which a diverged run goes back to.
 	goodCkpt, goodStep := resumeFrom, tr.StepsDone()
 	prog := newProgress(log, opts.Bar, tr.StepsDone(), total)
-	st.setSay(func(m string) { prog.note("%s", m) })
-	st.set(phaseBetween, tr.StepsDone())
+	rs.setSay(func(m string) { prog.note("%s", m) })
+	rs.set(phaseBetween, tr.StepsDone())
 	// sessionStart marks the start of the training time not yet added to
 	// tr.elapsed (which checkpoints carry across resumed sessions).
 	sessionStart := time.Now()
@@ -273,8 +273,8 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if !tr.HasVal() {
 			return nil
 		}
-		st.set(phaseValidating, tr.StepsDone())
-		defer st.set(phaseBetween, tr.StepsDone())
+		rs.set(phaseValidating, tr.StepsDone())
+		defer rs.set(phaseBetween, tr.StepsDone())
 		l, err := tr.EvalContext(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -301,16 +301,16 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return err
 		}
 		res.Checkpoint = p
-		goodCkpt, goodStep = p, tr.StepsDone()
-		st.unsaved(false)
-		for _, old := range stale {
-			if old != tr.StepsDone() {
-				if err := os.Remove(CheckpointPath(opts.CkptDir, old)); err != nil && !os.IsNotExist(err) {
+		for _, st := range stale {
+			if st != tr.StepsDone() {
+				if err := os.Remove(CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
 					return fmt.Errorf("train: removing an earlier run's checkpoint: %w", err)
 				}
 			}
 		}
 		stale = nil
+		goodCkpt, goodStep = p, tr.StepsDone()
+		rs.unsaved(false)
 		return nil
 	}
 	if tr.StepsDone() == 0 {
@@ -328,7 +328,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 		ts := time.Now()
 		lr := tr.LR()
-		st.set(phaseStep, tr.StepsDone())
+		rs.set(phaseStep, tr.StepsDone())
 		loss, err := tr.Step()
 		if err != nil {
 			if errors.Is(err, ErrDiverged) {
@@ -336,8 +336,8 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			}
 			return nil, err
 		}
-		st.set(phaseBetween, tr.StepsDone())
-		st.unsaved(true)
+		rs.set(phaseBetween, tr.StepsDone())
+		rs.unsaved(true)
 		end := time.Now()
 		d := end.Sub(ts)
 		if res.Tokens == 0 {

@@ -134,13 +134,14 @@ type Trainer struct {
 	sched  Schedule
 	corpus *Corpus
 
+	gradNorm float64 // the last step's global gradient norm (with Hyper.ClipNorm)
+
 	step      int64      // completed steps
 	losses    []float64  // train loss of every completed step
 	vals      []ValPoint // validation losses so far
 	elapsed   float64    // seconds of training before this process (from a checkpoint)
 	lrDType   graph.DType
 	stepDType graph.DType
-	gradNorm  float64 // the last step's global gradient norm (NaN: not reported)
 }
 
 // ValPoint is a validation loss after Step completed steps.
