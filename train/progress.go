@@ -86,6 +86,10 @@ func newProgress(w io.Writer, bar bool, from, total int64) *progress {
 			progressbar.OptionSetDescription("train"),
 			progressbar.OptionShowCount(),
 			progressbar.OptionSetWidth(24),
+			// The bar's own time estimate averages from the start, first
+			// step and validations included; the description has the
+			// window's.
+			progressbar.OptionSetPredictTime(false),
 			progressbar.OptionThrottle(100*time.Millisecond),
 			progressbar.OptionClearOnFinish(),
 		)
