@@ -135,7 +135,13 @@ weights and the batch sampling.`, stderr)
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() {
+		// After a signal, work given up midway (a compilation) may still be
+		// using the device; the process is about to exit, which releases it.
+		if sigs.err() == nil {
+			be.Close()
+		}
+	}()
 	if note != "" {
 		fmt.Fprintln(stderr, note)
 	}
