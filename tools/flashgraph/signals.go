@@ -40,24 +40,22 @@ func signalName(s syscall.Signal) string {
 // signal aborts at once: the cleanup registered with onAbort runs and the
 // process exits.
 type runSignals struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	ch     chan os.Signal
-	done   chan struct{}
-	stderr io.Writer
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	ch       chan os.Signal
+	done     chan struct{} // closed by stop
+	finished chan struct{} // closed when loop returns
+	stderr   io.Writer
 
 	mu    sync.Mutex
 	first *signalError
 	phase string // what the command is doing; "" when the work acknowledges the signal itself
 	abort func()
-	// aborting is set by a second signal: the command must not exit on its
-	// own (with another status, or an error caused by the cleanup) first.
-	aborting bool
-	exit     func(int) // os.Exit
+	exit  func(int) // os.Exit
 }
 
 func watchSignals(stderr io.Writer) *runSignals {
-	s := &runSignals{ch: make(chan os.Signal, 2), done: make(chan struct{}), stderr: stderr, exit: os.Exit}
+	s := &runSignals{ch: make(chan os.Signal, 2), done: make(chan struct{}), finished: make(chan struct{}), stderr: stderr, exit: os.Exit}
 	s.ctx, s.cancel = context.WithCancelCause(context.Background())
 	signal.Notify(s.ch, syscall.SIGINT, syscall.SIGTERM)
 	go s.loop()
@@ -65,12 +63,19 @@ func watchSignals(stderr io.Writer) *runSignals {
 }
 
 func (s *runSignals) loop() {
+	defer close(s.finished)
 	for {
 		var sig os.Signal
 		select {
 		case sig = <-s.ch:
 		case <-s.done:
-			return
+			// A signal that came before stop still counts: a second one
+			// aborts even if the command was about to return.
+			select {
+			case sig = <-s.ch:
+			default:
+				return
+			}
 		}
 		ss, _ := sig.(syscall.Signal)
 		s.mu.Lock()
@@ -85,7 +90,6 @@ func (s *runSignals) loop() {
 			continue
 		}
 		abort := s.abort
-		s.aborting = true
 		s.mu.Unlock()
 		fmt.Fprintf(s.stderr, "\n%s: a second signal: aborting now; the last complete checkpoint is kept\n", signalName(ss))
 		if abort != nil {
@@ -96,17 +100,13 @@ func (s *runSignals) loop() {
 	}
 }
 
-// stop stops watching: signals get their default action again. During an
-// abort it never returns: the abort ends the process.
+// stop stops watching: signals get their default action again. It waits
+// for the watcher, so that a second signal that came in the meantime aborts
+// (and ends the process) before the command returns with another status.
 func (s *runSignals) stop() {
-	s.mu.Lock()
-	aborting := s.aborting
-	s.mu.Unlock()
-	if aborting {
-		select {}
-	}
 	signal.Stop(s.ch)
 	close(s.done)
+	<-s.finished
 	s.cancel(nil)
 }
 
