@@ -383,6 +383,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if err := eval(); err != nil {
 			return nil, err
 		}
+		// Interrupted during the final validation: every step is done,
+		// but the run did not finish as asked.
+		res.Interrupted = ctx.Err() != nil
 	}
 	if tr.StepsDone() != lastSaved {
 		if err := save(); err != nil {
