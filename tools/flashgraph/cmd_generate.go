@@ -109,7 +109,11 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 	if err := guardMemory(stderr, be, false, fmt.Sprintf("generating with %s", cfg.Name), "Use a shorter -prompt or -max-new, or -dtype float32", gs...); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "generate: %s from %s, %d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, n, len(tokens), be.Name())
+	upTo := ""
+	if *stop != "" {
+		upTo = "up to "
+	}
+	fmt.Fprintf(stderr, "generate: %s from %s, %s%d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, upTo, n, len(tokens), be.Name())
 	out := bufio.NewWriter(stdout)
 	text := newStopWriter(out, *stop)
 	t0 := time.Now()
