@@ -34,8 +34,9 @@ fuzz:
 	$(GO) test ./graph -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./onnx -run '^$$' -fuzz '^FuzzImport$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./onnx/onnxpb -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
-	$(GO) test ./train -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
+	$(GO) test ./checkpoint -run '^$$' -fuzz '^FuzzReadSafetensors$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
 	$(GO) test ./backend/cpu -run '^$$' -fuzz '^FuzzFusedBody$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 100x
+	$(GO) test ./train -run '^$$' -fuzz '^FuzzReadTokens$$' -fuzztime 2000x -fuzzminimizetime 100x
 
 # Not in CI: every parser fuzzed for FUZZ_LONG (10^6 executions; a time such
 # as 60s also works), each line giving the executions per second over the
@@ -43,8 +44,8 @@ fuzz:
 # See docs/RELIABILITY.md.
 FUZZ_LONG ?= 1000000x
 FUZZ_LONG_TARGETS = ./graph:FuzzParse ./onnx:FuzzImport ./onnx/onnxpb:FuzzDecode \
-	./train:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists \
-	./backend/cpu:FuzzFusedBody
+	./checkpoint:FuzzReadSafetensors ./train:FuzzRestoreCheckpoint ./tools/flashgraph:FuzzBenchLists \
+	./backend/cpu:FuzzFusedBody ./train:FuzzReadTokens
 fuzz-long:
 	@mkdir -p out/fuzz-long
 	@for t in $(FUZZ_LONG_TARGETS); do \

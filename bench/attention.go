@@ -3,7 +3,10 @@
 // attention exactly as the CUDA executor lowers the unfused graph, timed on
 // the same device-resident inputs with CUDA events. The composed path is
 // timed by running the executable's own steps (cuda.Steps), so what is timed
-// is what `flashgraph train` runs for unfused attention, op by op.
+// is what `flashgraph train` runs for unfused attention, op by op. The rest
+// of `flashgraph bench` is here too (run_*.go): its tables and JSON rows,
+// -memory, -train, -decode and -accuracy, and the PyTorch scripts they run;
+// the CLI keeps only the flags.
 package bench
 
 import (
@@ -15,10 +18,10 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
-	"github.com/flashgraph/flashgraph/passes"
 )
 
 // AttnShape is one attention problem: [B, H, S, D] queries, keys and values.
@@ -47,7 +50,7 @@ var attnInputs = [4]string{"q", "k", "v", "dout"}
 // UnfusedAttentionGraph is the benchmark's composed attention: the pattern
 // model.Build writes (MatMul(Q, Kᵀ) → scale → + causal mask → Softmax →
 // MatMul(·, V)) in bfloat16, followed by loss = ReduceSum(O∘dout) and its
-// gradient with respect to q, k and v from passes.Gradients, i.e. the unfused
+// gradient with respect to q, k and v from autodiff.Gradients, i.e. the unfused
 // backward the training graph runs (SoftmaxGrad and cuBLAS GEMMs over the
 // saved S×S probabilities). grads maps q, k, v to their gradient values.
 func UnfusedAttentionGraph(sh AttnShape) (g *graph.Graph, grads map[string]string, err error) {
@@ -73,7 +76,7 @@ func UnfusedAttentionGraph(sh AttnShape) (g *graph.Graph, grads map[string]strin
 	if err != nil {
 		return nil, nil, fmt.Errorf("attention graph: %w", err)
 	}
-	return passes.Gradients(fwd, "loss", attnInputs[:3])
+	return autodiff.Gradients(fwd, "loss", attnInputs[:3])
 }
 
 func boolInt(b bool) int {

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
-	"github.com/flashgraph/flashgraph/train"
 )
 
 // Sampling chooses the next token from the logits. Temperature 0 is greedy
@@ -72,12 +72,12 @@ func (s Stats) TokensPerSec() float64 {
 // FromCheckpoint reads a training checkpoint: the model config it was
 // trained with and its weights (the optimizer state is left out).
 func FromCheckpoint(path string) (model.Config, map[string]*graph.Tensor, error) {
-	ts, _, err := train.LoadCheckpoint(path)
+	ts, _, err := checkpoint.LoadCheckpoint(path)
 	if err != nil {
 		return model.Config{}, nil, err
 	}
 	var cfg model.Config
-	if err := json.Unmarshal([]byte(ts.Metadata[train.MetaConfig]), &cfg); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaConfig]), &cfg); err != nil {
 		return cfg, nil, fmt.Errorf("checkpoint %s: config: %w", path, err)
 	}
 	if err := cfg.Validate(); err != nil {

@@ -37,11 +37,15 @@ type OpSpec struct {
 	Infer func(in []*TensorType, attrs Attrs, consts []*Tensor) ([]TensorType, error)
 	// Eval is the op's meaning as executable float64 reference code (eval.go):
 	// the one definition the conformance suite checks backends against and
-	// constant folding runs. Elementwise ops give Map instead and get
-	// Eval applied at every broadcast position.
+	// constant folding runs. Elementwise ops give Expr instead: it is
+	// compiled into Map, which Eval applies at every broadcast position.
 	Eval EvalFunc
 	// Map is the scalar function of an elementwise op (nil for others).
 	Map *MapFunc
+	// Expr, for an elementwise op, is its one definition (expr.go):
+	// register compiles it into Map, backends generate code from it and
+	// autodiff differentiates it.
+	Expr *Expr
 }
 
 var ops = map[string]*OpSpec{}
@@ -50,6 +54,18 @@ var ops = map[string]*OpSpec{}
 func register(s *OpSpec) {
 	if _, dup := ops[s.Name]; dup {
 		panic("graph: op registered twice: " + s.Name) // programming error at init, not input
+	}
+	if s.Expr != nil {
+		if s.Map != nil {
+			panic("graph: op has both Expr and Map: " + s.Name) // programming error at init, not input
+		}
+		if n := s.Expr.NumVars(); n > len(s.Inputs) {
+			panic("graph: expression of " + s.Name + " reads more operands than the op has") // programming error at init
+		}
+		s.Map = &MapFunc{Float: s.Expr.CompileFloat(), Int: s.Expr.CompileInt()}
+		if fusible(s) {
+			FusibleElementwise[s.Name] = true
+		}
 	}
 	if s.Map != nil {
 		s.Eval = evalMap(s.Map)

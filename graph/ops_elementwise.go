@@ -2,7 +2,6 @@ package graph
 
 import (
 	"fmt"
-	"math"
 )
 
 // Elementwise ops: ONNX semantics, multidirectional broadcasting.
@@ -42,67 +41,63 @@ func inferSame(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 	return []TensorType{*in[0]}, nil
 }
 
+// Expression shorthands for the rows below.
+var (
+	x0, x1, x2 = ExprVar(0), ExprVar(1), ExprVar(2)
+)
+
+func ex(p Prim, args ...*Expr) *Expr { return ExprOf(p, args...) }
+
+// softplusExpr is ln(1 + e^x) in the form whose exponential cannot
+// overflow: max(x, 0) + ln(1 + e^−|x|), where e^−|x| ≤ 1 and log1p keeps
+// the tiny term exact, so large x gives x rather than +Inf.
+func softplusExpr(x *Expr) *Expr {
+	return ex(PrimAdd, ex(PrimMax, x, ExprConst(0)), ex(PrimLog1p, ex(PrimExp, ex(PrimNeg, ex(PrimAbs, x)))))
+}
+
+// elementwise are the elementwise ops defined by an expression: one row
+// each, nothing else to write (see expr.go for what follows from it).
+// Binary arithmetic has an int64 form (wrapping; Div truncates and refuses
+// a zero divisor), because its primitives do.
+var elementwise = []struct {
+	name, doc string
+	expr      *Expr
+}{
+	{"Add", "A + B", ex(PrimAdd, x0, x1)},
+	{"Sub", "A - B", ex(PrimSub, x0, x1)},
+	{"Mul", "A * B", ex(PrimMul, x0, x1)},
+	{"Div", "A / B (int64: truncating, division by zero is an error)", ex(PrimDiv, x0, x1)},
+	{"Pow", "A ^ B", ex(PrimPow, x0, x1)},
+	{"Neg", "-X", ex(PrimNeg, x0)},
+	{"Sqrt", "sqrt(X)", ex(PrimSqrt, x0)},
+	{"Reciprocal", "1 / X", ex(PrimDiv, ExprConst(1), x0)},
+	{"Exp", "e^X", ex(PrimExp, x0)},
+	{"Log", "ln(X)", ex(PrimLog, x0)},
+	{"Sigmoid", "1 / (1 + e^-X)", ex(PrimSigmoid, x0)},
+	{"Tanh", "tanh(X)", ex(PrimTanh, x0)},
+	{"Relu", "max(X, 0)", ex(PrimMax, x0, ExprConst(0))},
+	{"Erf", "the error function of X", ex(PrimErf, x0)},
+	{"Abs", "|X|", ex(PrimAbs, x0)},
+	{"Softplus", "ln(1 + e^X)", softplusExpr(x0)},
+	{"Mish", "X * tanh(ln(1 + e^X))", ex(PrimMul, x0, ex(PrimTanh, softplusExpr(x0)))},
+}
+
 func init() {
-	for _, op := range []struct {
-		name, doc string
-		f         func(a, b float64) float64
-		i         func(a, b int64) (int64, error)
-	}{
-		{"Add", "A + B", func(a, b float64) float64 { return a + b }, func(a, b int64) (int64, error) { return a + b, nil }},
-		{"Sub", "A - B", func(a, b float64) float64 { return a - b }, func(a, b int64) (int64, error) { return a - b, nil }},
-		{"Mul", "A * B", func(a, b float64) float64 { return a * b }, func(a, b int64) (int64, error) { return a * b, nil }},
-		{"Div", "A / B (int64: truncating, division by zero is an error)", func(a, b float64) float64 { return a / b },
-			func(a, b int64) (int64, error) {
-				if b == 0 {
-					return 0, errIntDivZero
-				}
-				return a / b, nil
-			}},
-		{"Pow", "A ^ B", math.Pow, func(a, b int64) (int64, error) { return IntPow(a, b), nil }},
-	} {
-		register(&OpSpec{Name: op.name, Doc: op.doc + ", broadcasting", Inputs: []string{"A", "B"}, Outputs: []string{"C"}, Infer: inferBroadcast,
-			Map: &MapFunc{
-				Float: func(x []float64) float64 { return op.f(x[0], x[1]) },
-				Int:   func(x []int64) (int64, error) { return op.i(x[0], x[1]) },
-			}})
-	}
-	for _, op := range []struct {
-		name, doc string
-		f         func(float64) float64
-	}{
-		{"Neg", "-X", func(x float64) float64 { return -x }},
-		{"Sqrt", "sqrt(X)", math.Sqrt},
-		{"Reciprocal", "1 / X", func(x float64) float64 { return 1 / x }},
-		{"Exp", "e^X", math.Exp},
-		{"Log", "ln(X)", math.Log},
-		{"Sigmoid", "1 / (1 + e^-X)", func(x float64) float64 { return 1 / (1 + math.Exp(-x)) }},
-		{"Tanh", "tanh(X)", math.Tanh},
-		{"Relu", "max(X, 0)", func(x float64) float64 { return math.Max(x, 0) }},
-		{"Erf", "the error function of X", math.Erf},
-		{"Abs", "|X|", math.Abs},
-		{"Softplus", "ln(1 + e^X)", softplus},
-	} {
-		register(&OpSpec{Name: op.name, Doc: op.doc + ", elementwise", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferUnaryFloat,
-			Map: &MapFunc{Float: func(x []float64) float64 { return op.f(x[0]) }}})
+	for _, op := range elementwise {
+		switch op.expr.NumVars() {
+		case 2:
+			register(&OpSpec{Name: op.name, Doc: op.doc + ", broadcasting", Inputs: []string{"A", "B"}, Outputs: []string{"C"},
+				Infer: inferBroadcast, Expr: op.expr})
+		default:
+			register(&OpSpec{Name: op.name, Doc: op.doc + ", elementwise", Inputs: []string{"X"}, Outputs: []string{"Y"},
+				Infer: inferUnaryFloat, Expr: op.expr})
+		}
 	}
 	register(&OpSpec{Name: "Identity", Doc: "Y = X", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferSame, Eval: evalCopy})
 	register(&OpSpec{
 		Name: "Where", Doc: "condition ? X : Y, broadcasting",
 		Inputs: []string{"condition", "X", "Y"}, Outputs: []string{"output"},
-		Map: &MapFunc{
-			Float: func(x []float64) float64 {
-				if x[0] != 0 {
-					return x[1]
-				}
-				return x[2]
-			},
-			Int: func(x []int64) (int64, error) {
-				if x[0] != 0 {
-					return x[1], nil
-				}
-				return x[2], nil
-			},
-		},
+		Expr: ex(PrimSelect, x0, x1, x2),
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if in[0].DType != Bool {
 				return nil, fmt.Errorf("condition must be bool, got %v", in[0].DType)
@@ -129,30 +124,22 @@ func init() {
 			return []TensorType{{dt, in[0].Shape}}, nil
 		},
 	})
-	register(&OpSpec{
-		Name: "Equal", Doc: "A == B, broadcasting, bool result",
-		Inputs: []string{"A", "B"}, Outputs: []string{"C"},
-		Map: &MapFunc{
-			Float: func(x []float64) float64 { return b2f(x[0] == x[1]) },
-			Int:   func(x []int64) (int64, error) { return int64(b2f(x[0] == x[1])), nil },
-		},
-		Infer: func(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
-			t, err := inferBroadcast(in, a, c)
-			if err != nil {
-				return nil, err
-			}
-			t[0].DType = Bool
-			return t, nil
-		},
-	})
-}
-
-// softplus is ln(1 + e^x) in the form whose exponential cannot overflow:
-// for x > 0 it is x + ln(1 + e^-x), where e^-x < 1 (and log1p keeps the tiny
-// term exact), so large x gives x rather than +Inf.
-func softplus(x float64) float64 {
-	if x > 0 {
-		return x + math.Log1p(math.Exp(-x))
+	for _, op := range []struct {
+		name, doc string
+		p         Prim
+	}{{"Equal", "A == B", PrimEqual}, {"Greater", "A > B", PrimGreater}} {
+		register(&OpSpec{
+			Name: op.name, Doc: op.doc + ", broadcasting, bool result",
+			Inputs: []string{"A", "B"}, Outputs: []string{"C"},
+			Expr: ex(op.p, x0, x1),
+			Infer: func(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
+				t, err := inferBroadcast(in, a, c)
+				if err != nil {
+					return nil, err
+				}
+				t[0].DType = Bool
+				return t, nil
+			},
+		})
 	}
-	return math.Log1p(math.Exp(x))
 }

@@ -50,13 +50,15 @@ import (
 //
 //	body = "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1)"
 
-// FusibleElementwise are the ops a body may use: elementwise and without
-// attributes, so a step is fully written as Op(operands).
-var FusibleElementwise = map[string]bool{
-	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true,
-	"Neg": true, "Sqrt": true, "Reciprocal": true, "Exp": true, "Log": true,
-	"Sigmoid": true, "Tanh": true, "Relu": true, "Erf": true, "Abs": true,
-	"Softplus": true, "Where": true,
+// FusibleElementwise are the ops a body may use: those defined by an
+// expression (Expr) and without attributes, so a step is fully written as
+// Op(operands). register fills it; comparisons stay out (their bool result
+// is a mask, built once and read as a node of its own).
+var FusibleElementwise = map[string]bool{}
+
+// fusible reports whether register lists s in FusibleElementwise.
+func fusible(s *OpSpec) bool {
+	return s.Expr != nil && len(s.Attrs) == 0 && s.Expr.Prim != PrimGreater && s.Expr.Prim != PrimEqual
 }
 
 // FusibleIndex are the index steps a body may use, with how many integer

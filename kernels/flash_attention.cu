@@ -25,7 +25,7 @@
 //       d64 : BWD_BR=128, BWD_NW=8 -> 133120 B;  d128: BWD_BR=64, BWD_NW=8 -> 148480 B
 //   flash_bwd_convert_<T>(dQaccum, dQ, n, D, Sq, scale, swz)   any grid (grid-stride), block 256:
 //     dQ = dQaccum*scale (D a power of two); swz = 1: dQaccum holds 8-column block j of a row at block
-//     j ^ (r & 3), r the row's index in its head (as flash_attention_sm90.cu's backward leaves it; D a
+//     j ^ (r & 3), r the row's index in its head (as flash_sm90_bwd.cu's backward leaves it; D a
 //     multiple of 32), 0: in place.
 //   flash_bwd_prevec_<T>(o, dO, Dsum, dQaccum, rows, D), flash_bwd_convertvec_<T>(dQaccum, dQ, n/8, D,
 //     Sq, scale, swz) the same, 16 bytes of each 16-bit tensor a thread (all four tensors 16-byte aligned;
@@ -606,7 +606,7 @@ __device__ __forceinline__ void bwd_pre(const T* __restrict__ O, const T* __rest
 // The index in dQaccum of element (row, col) of a dim-column dQ (row
 // counting over all BH·Sq rows): with swz, 8-column block j of a row sits
 // at block j ^ (r & 3), r the row's index in its head (the Hopper backward
-// stages dQ that way, see dq_stage in flash_attention_sm90.cu). When Sq is
+// stages dQ that way, see dq_stage in flash_sm90_bwd.cuh). When Sq is
 // a multiple of 4, r & 3 is row & 3 and no division is needed.
 __device__ __forceinline__ long long dq_acc_index(long long row, int col, int dim, int sq, int swz) {
   if (!swz) return row * dim + col;
@@ -1034,10 +1034,6 @@ FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
                                                  int dim) {                                                   \
     flash::bwd_pre<T>(o, dO, dsum, dqacc, rows, dim);                                                        \
   }                                                                                                           \
-  extern "C" __global__ void flash_bwd_convert_##SUF(const float* acc, T* out, long long n, int dim, int sq,     \
-                                                     float scale, int swz) {                                      \
-    flash::bwd_convert<T>(acc, out, n, dim, sq, scale, swz);                                                 \
-  }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(128)                                                          \
       flash_fwd_generic_##SUF(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq, int Sk,   \
                               int D, float scale, int causal) {                                               \
@@ -1059,6 +1055,17 @@ FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
 FLASH_TYPED(fp32, float)
 FLASH_TYPED(bf16, __nv_bfloat16)
 FLASH_TYPED(fp16, __half)
+
+// The tensor-core backward's dQ conversion: 16-bit types only (float32
+// never takes the tensor-core path).
+#define FLASH_CONVERT(SUF, T)                                                                                     \
+  extern "C" __global__ void flash_bwd_convert_##SUF(const float* acc, T* out, long long n, int dim, int sq,     \
+                                                     float scale, int swz) {                                      \
+    flash::bwd_convert<T>(acc, out, n, dim, sq, scale, swz);                                                 \
+  }
+
+FLASH_CONVERT(bf16, __nv_bfloat16)
+FLASH_CONVERT(fp16, __half)
 
 #define FLASH_VEC(SUF, T)                                                                                       \
   extern "C" __global__ void flash_bwd_prevec_##SUF(const T* o, const T* dO, float* dsum, float* dqacc, int rows, \

@@ -111,17 +111,32 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 
 	m.Push("attn")
 	// heads splits [B, S, H·D] into [B, H, S, D].
-	heads := func(v *graph.Value) *graph.Value {
-		return m.Transpose(m.Reshape(v, B, S, H, D), 0, 2, 1, 3)
+	heads := func(v *graph.Value, n int) *graph.Value {
+		return m.Transpose(m.Reshape(v, B, S, n, D), 0, 2, 1, 3)
 	}
-	q := heads(m.MatMul(h, m.p(i, "wq")))
-	k := heads(m.MatMul(h, m.p(i, "wk")))
-	v := heads(m.MatMul(h, m.p(i, "wv")))
-	m.Rename(v, scope+"/attn/v")
+	KV := c.KV()
+	q := heads(m.MatMul(h, m.p(i, "wq")), H)
+	k := heads(m.MatMul(h, m.p(i, "wk")), KV)
+	v := heads(m.MatMul(h, m.p(i, "wv")), KV)
+	if KV == H {
+		m.Rename(v, scope+"/attn/v")
+	} else {
+		m.Rename(v, scope+"/attn/v_kv")
+	}
 	q = m.rmsnorm("q_norm", q, m.p(i, "q_norm"))
 	k = m.rmsnorm("k_norm", k, m.p(i, "k_norm"))
 	q = m.Rename(m.rope("rope_q", q), scope+"/attn/q")
-	k = m.Rename(m.rope("rope_k", k), scope+"/attn/k")
+	k = m.rope("rope_k", k)
+	if KV != H {
+		// Grouped-query attention: the KV key/value heads are repeated to
+		// H, as exporters write LLaMA's repeat_kv, so that attention (and
+		// its fusion) sees equal head counts; the cache of the decoding
+		// graphs holds the repeated keys and values.
+		m.Rename(k, scope+"/attn/k_kv")
+		k = m.repeatKV("repeat_k", k)
+		v = m.Rename(m.repeatKV("repeat_v", v), scope+"/attn/v")
+	}
+	k = m.Rename(k, scope+"/attn/k")
 
 	var o *graph.Value
 	if m.attend != nil {
@@ -142,6 +157,19 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 	y := m.Rename(m.MatMul(m.Mul(act, up), m.p(i, "w_down")), scope+"/mlp/out")
 	m.Pop()
 	return m.Rename(m.Add(x, y), scope+"/resid_mlp")
+}
+
+// repeatKV repeats each of the KV heads of x [B, KV, S, D] Heads/KV times
+// along the head axis ([B, H, S, D], head h reading key/value head h/(H/KV)):
+// Reshape [B, KV, 1, S, D], Expand [B, KV, H/KV, S, D], Reshape.
+func (m *builder) repeatKV(scope string, x *graph.Value) *graph.Value {
+	c := m.cfg
+	m.Push(scope)
+	defer m.Pop()
+	B, S, H, KV, D := c.Batch, c.Seq, c.Heads, c.KV(), c.HeadDim
+	u := m.Reshape(x, B, KV, 1, S, D)
+	e := m.Op("Expand", nil, u, m.Ints(B, KV, H/KV, S, D))
+	return m.Reshape(e, B, H, S, D)
 }
 
 // causalAttention is softmax(q·kᵀ/√D + mask)·v as exporters write it; the

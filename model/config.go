@@ -15,11 +15,16 @@ import (
 // Config is one model size. The table in docs/MODEL.md is the contract;
 // tools/reference/torch_model.py has the same table.
 type Config struct {
-	Name    string
-	Vocab   int // vocabulary size (256: bytes)
-	Dim     int // model width
-	Layers  int
-	Heads   int
+	Name   string
+	Vocab  int // vocabulary size (256: bytes)
+	Dim    int // model width
+	Layers int
+	Heads  int
+	// KVHeads is the number of key/value heads (grouped-query attention:
+	// each group of Heads/KVHeads query heads shares one). 0 means Heads,
+	// plain multi-head attention, and keeps the graph of a config written
+	// before the field existed byte for byte.
+	KVHeads int `json:",omitempty"`
 	HeadDim int // per-head width D; Heads·HeadDim need not equal Dim
 	FFN     int // SwiGLU hidden width
 	Seq     int // sequence length S (static)
@@ -68,6 +73,14 @@ func (c Config) dtype() graph.DType {
 	return c.DType
 }
 
+// KV returns the number of key/value heads (Heads when KVHeads is 0).
+func (c Config) KV() int {
+	if c.KVHeads == 0 {
+		return c.Heads
+	}
+	return c.KVHeads
+}
+
 // maxSeed keeps every derived parameter seed exactly representable in the
 // float64 that initializer recipes store their arguments in.
 const maxSeed = 1 << 31
@@ -98,6 +111,12 @@ func (c Config) Validate() error {
 	if B*float64(c.Heads)*S*S > maxElems || B*S*float64(max(c.Vocab, c.FFN, c.Dim, c.Heads*c.HeadDim)) > maxElems {
 		return fmt.Errorf("model: config %s: activations over %d elements", c.Name, int64(maxElems))
 	}
+	if c.KVHeads < 0 || c.KVHeads > c.Heads || c.Heads%c.KV() != 0 {
+		return fmt.Errorf("model: config %s: kv_heads %d must divide heads %d (each key/value head serves heads/kv_heads query heads)", c.Name, c.KVHeads, c.Heads)
+	}
+	if c.Vocab < 2 {
+		return fmt.Errorf("model: config %s: vocab must be at least 2, got %d", c.Name, c.Vocab)
+	}
 	if c.HeadDim%2 != 0 {
 		return fmt.Errorf("model: config %s: head_dim must be even for rotate-half RoPE, got %d", c.Name, c.HeadDim)
 	}
@@ -122,9 +141,9 @@ var layerParams = []string{"attn_norm", "wq", "wk", "wv", "wo", "q_norm", "k_nor
 
 // Params lists every parameter of c with its shape, in declaration order.
 func (c Config) Params() []ParamShape {
-	hd := c.Heads * c.HeadDim
+	hd, kvd := c.Heads*c.HeadDim, c.KV()*c.HeadDim
 	per := map[string]graph.Shape{
-		"attn_norm": {c.Dim}, "wq": {c.Dim, hd}, "wk": {c.Dim, hd}, "wv": {c.Dim, hd}, "wo": {hd, c.Dim},
+		"attn_norm": {c.Dim}, "wq": {c.Dim, hd}, "wk": {c.Dim, kvd}, "wv": {c.Dim, kvd}, "wo": {hd, c.Dim},
 		"q_norm": {c.HeadDim}, "k_norm": {c.HeadDim}, "mlp_norm": {c.Dim},
 		"w_gate": {c.Dim, c.FFN}, "w_up": {c.Dim, c.FFN}, "w_down": {c.FFN, c.Dim},
 	}
@@ -152,7 +171,8 @@ func ParamCount(c Config) int64 {
 // costs about three times this.
 func (c Config) FLOPsPerToken() int64 {
 	d, hd, f, s := int64(c.Dim), int64(c.Heads*c.HeadDim), int64(c.FFN), int64(c.Seq)
-	perLayer := 2*d*hd*3 + 2*hd*d + 2*d*f*3 + 2*2*s*hd
+	kvd := int64(c.KV() * c.HeadDim)
+	perLayer := 2*d*hd + 2*2*d*kvd + 2*hd*d + 2*d*f*3 + 2*2*s*hd
 	return int64(c.Layers)*perLayer + 2*d*int64(c.Vocab)
 }
 

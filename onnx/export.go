@@ -23,12 +23,18 @@ const (
 // FlashAttention becomes opset-23 Attention (is_causal, scale) when its
 // logsumexp output is unused and its inputs are 4-D, and stays in the
 // "flashgraph" domain otherwise, like our other ops.
-func Export(g *graph.Graph) (*onnxpb.Model, error) {
+func Export(g *graph.Graph) (*onnxpb.Model, error) { return ExportWith(g, ExportOptions{}) }
+
+// ExportWith is Export with options (export_opset.go).
+func ExportWith(g *graph.Graph, opts ExportOptions) (*onnxpb.Model, error) {
 	if err := graph.Verify(g); err != nil {
 		return nil, fmt.Errorf("onnx: export: %w", err)
 	}
+	if err := opts.check(g); err != nil {
+		return nil, err
+	}
 	uses := g.Uses()
-	ex := &exporter{g: g, uses: uses}
+	ex := &exporter{g: g, uses: uses, opts: opts}
 	og := &onnxpb.Graph{Name: g.Name}
 	if og.Name == "" {
 		og.Name = "graph" // onnx.checker requires a graph name
@@ -75,6 +81,10 @@ func Export(g *graph.Graph) (*onnxpb.Model, error) {
 	if ex.attention {
 		opset = exportAttentionOpset
 	}
+	if opts.Opset != 0 {
+		opset = int64(opts.Opset)
+		og.Initializer = usedInitializers(og)
+	}
 	m := &onnxpb.Model{
 		IRVersion: exportIRVersion, ProducerName: Producer, ProducerVersion: "1",
 		OpsetImport: []onnxpb.OperatorSetID{{Domain: "", Version: opset}},
@@ -110,6 +120,7 @@ type exporter struct {
 	written   map[*graph.Value]bool // node outputs that appear in the model
 	attention bool                  // an Attention op was written
 	ours      bool                  // a node of our domain was written
+	opts      ExportOptions
 }
 
 func valueInfo(v *graph.Value) *onnxpb.ValueInfo {
@@ -193,6 +204,12 @@ func (ex *exporter) node(n *graph.Node) (*onnxpb.Node, error) {
 	for _, o := range outs {
 		pn.Output = append(pn.Output, o.Name)
 		ex.written[o] = true
+	}
+	if ex.opts.Opset != 0 && ex.opts.Opset < 18 {
+		var err error
+		if attrs, err = ex.axesAsAttribute(n, pn, attrs); err != nil {
+			return nil, err
+		}
 	}
 	for _, name := range attrs.Names() {
 		a, exact, err := attribute(n.Op, name, attrs[name])

@@ -30,32 +30,26 @@ func init() {
 	folders = map[string]folder{
 		"Constant": foldConstant, "ConstantOfShape": foldConstantOfShape, "Range": foldRange,
 		"Identity": func(_ *opCtx, in []*cval) ([]*cval, error) { return in[:1], nil },
-		"Cast":     foldCast, "Where": foldWhere, "Not": foldNot,
-		"Add": foldArith(tableMap("Add")), "Sub": foldArith(tableMap("Sub")),
-		"Mul": foldArith(tableMap("Mul")), "Div": foldArith(tableMap("Div")),
+		"Cast":     foldCast, "Not": foldNot,
 		"Pow":            foldPow,
-		"Equal":          foldCompare(tableCompare(tableMap("Equal"))),
 		"Less":           foldCompare(func(a, b float64) bool { return a < b }, func(a, b int64) bool { return a < b }),
-		"Greater":        foldCompare(func(a, b float64) bool { return a > b }, func(a, b int64) bool { return a > b }),
 		"LessOrEqual":    foldCompare(func(a, b float64) bool { return a <= b }, func(a, b int64) bool { return a <= b }),
 		"GreaterOrEqual": foldCompare(func(a, b float64) bool { return a >= b }, func(a, b int64) bool { return a >= b }),
-		"Neg":            foldUnary(tableUnary("Neg"), true),
-		"Abs":            foldUnary(tableUnary("Abs"), true),
-		"Relu":           foldUnary(tableUnary("Relu"), true),
-		"Sqrt":           foldUnary(tableUnary("Sqrt"), false),
-		"Reciprocal":     foldUnary(tableUnary("Reciprocal"), false),
-		"Exp":            foldUnary(tableUnary("Exp"), false),
-		"Log":            foldUnary(tableUnary("Log"), false),
 		"Sin":            foldUnary(math.Sin, false),
 		"Cos":            foldUnary(math.Cos, false),
-		"Tanh":           foldUnary(tableUnary("Tanh"), false),
-		"Erf":            foldUnary(tableUnary("Erf"), false),
-		"Sigmoid":        foldUnary(tableUnary("Sigmoid"), false),
 		"Floor":          foldUnary(math.Floor, false),
 		"Ceil":           foldUnary(math.Ceil, false),
 		"Gather":         foldGather, "Unsqueeze": foldUnsqueeze, "Squeeze": foldSqueeze,
 		"Concat": foldConcat, "Slice": foldSlice, "Reshape": foldReshape, "Expand": foldExpand,
 		"Transpose": foldTranspose, "Trilu": foldTrilu,
+	}
+	// Every elementwise op of the table folds with its own definition
+	// (Pow keeps its ONNX form above: a float base with an integer
+	// exponent).
+	for _, s := range graph.ExprOps() {
+		if _, ok := folders[s.Name]; !ok {
+			folders[s.Name] = foldExpr(s)
+		}
 	}
 }
 
@@ -70,18 +64,75 @@ func tableMap(op string) *graph.MapFunc {
 	return s.Map
 }
 
-func tableUnary(op string) func(float64) float64 {
-	m := tableMap(op)
-	return func(x float64) float64 { return m.Float([]float64{x}) }
-}
-
-// tableCompare turns a table comparison (1 for true) into predicates.
-func tableCompare(m *graph.MapFunc) (func(a, b float64) bool, func(a, b int64) bool) {
-	return func(a, b float64) bool { return m.Float([]float64{a, b}) != 0 },
-		func(a, b int64) bool {
-			r, err := m.Int([]int64{a, b})
-			return err == nil && r != 0
+// foldExpr folds an op the table defines by an expression, with its
+// broadcasting and the ONNX element types around it: operands of one type
+// (a select's condition apart, which is bool), float math rounded to that
+// type, integer math (where the definition has an integer form) wrapped to
+// its width, a comparison's result bool.
+func foldExpr(s *graph.OpSpec) folder {
+	cond := -1 // the operand that is a condition, not a value
+	if s.Expr.Prim == graph.PrimSelect && s.Expr.Args[0].Prim == graph.PrimVar {
+		cond = s.Expr.Args[0].Var
+	}
+	compare := s.Expr.Prim == graph.PrimGreater || s.Expr.Prim == graph.PrimEqual
+	return func(c *opCtx, in []*cval) ([]*cval, error) {
+		var values []*cval
+		for k, v := range in {
+			if k == cond {
+				if v.dt != onnxpb.Bool {
+					return nil, c.errf("condition must be bool, got %v", v.dt)
+				}
+				continue
+			}
+			values = append(values, v)
 		}
+		if err := sameType(c, values...); err != nil {
+			return nil, err
+		}
+		dt := values[0].dt
+		float := values[0].f != nil
+		switch {
+		case !float && s.Map.Int == nil:
+			return nil, c.errf("not defined for %v", dt)
+		case dt == onnxpb.Bool && !compare && cond < 0:
+			return nil, c.errf("arithmetic on bool")
+		}
+		shape, idx, err := broadcastAll(c, in...)
+		if err != nil {
+			return nil, err
+		}
+		outDT := dt
+		if compare {
+			outDT = onnxpb.Bool
+		}
+		out := newCval(outDT, shape)
+		fx, ix := make([]float64, len(in)), make([]int64, len(in))
+		for k := range out.n() {
+			var v float64
+			if float {
+				for j, x := range in {
+					fx[j] = x.at(idx[j][k])
+				}
+				v = s.Map.Float(fx)
+			} else {
+				for j, x := range in {
+					ix[j] = x.i[idx[j][k]]
+				}
+				r, err := s.Map.Int(ix)
+				if err != nil {
+					return nil, c.errf("%v", err)
+				}
+				out.i[k] = wrapInt(outDT, r)
+				continue
+			}
+			if out.f != nil {
+				out.f[k] = roundTo(outDT, v)
+			} else {
+				out.i[k] = boolInt(v != 0)
+			}
+		}
+		return []*cval{out}, nil
+	}
 }
 
 // tensor gives the data as a graph tensor for the op table's Eval: float
@@ -356,38 +407,6 @@ func sameType(c *opCtx, in ...*cval) error {
 	return nil
 }
 
-func foldArith(m *graph.MapFunc) folder {
-	return func(c *opCtx, in []*cval) ([]*cval, error) {
-		a, b := in[0], in[1]
-		if err := sameType(c, a, b); err != nil {
-			return nil, err
-		}
-		if a.dt == onnxpb.Bool {
-			return nil, c.errf("arithmetic on bool")
-		}
-		shape, idx, err := broadcastAll(c, a, b)
-		if err != nil {
-			return nil, err
-		}
-		out := newCval(a.dt, shape)
-		fx, ix := make([]float64, 2), make([]int64, 2)
-		for k := range out.n() {
-			if out.f != nil {
-				fx[0], fx[1] = a.f[idx[0][k]], b.f[idx[1][k]]
-				out.f[k] = roundTo(a.dt, m.Float(fx))
-				continue
-			}
-			ix[0], ix[1] = a.i[idx[0][k]], b.i[idx[1][k]]
-			v, err := m.Int(ix)
-			if err != nil {
-				return nil, c.errf("%v", err)
-			}
-			out.i[k] = wrapInt(a.dt, v)
-		}
-		return []*cval{out}, nil
-	}
-}
-
 func foldPow(c *opCtx, in []*cval) ([]*cval, error) {
 	a, b := in[0], in[1]
 	if a.dt == onnxpb.Bool || b.dt == onnxpb.Bool {
@@ -457,24 +476,6 @@ func foldNot(c *opCtx, in []*cval) ([]*cval, error) {
 		out.i[k] = 1 - v
 	}
 	return []*cval{out}, nil
-}
-
-func foldWhere(c *opCtx, in []*cval) ([]*cval, error) {
-	cond, x, y := in[0], in[1], in[2]
-	if cond.dt != onnxpb.Bool {
-		return nil, c.errf("condition must be bool, got %v", cond.dt)
-	}
-	if err := sameType(c, x, y); err != nil {
-		return nil, err
-	}
-	if _, _, err := broadcastAll(c, cond, x, y); err != nil {
-		return nil, err
-	}
-	condT := &graph.Tensor{DType: graph.Bool, Shape: cond.shape.Clone(), B: make([]bool, cond.n())}
-	for k, v := range cond.i {
-		condT.B[k] = v != 0
-	}
-	return evalTable(c, "Where", nil, x.dt, condT, x.tensor(), y.tensor())
 }
 
 func foldGather(c *opCtx, in []*cval) ([]*cval, error) {

@@ -565,6 +565,7 @@ func (im *importer) finish() (*graph.Graph, error) {
 	for _, v := range im.g.Outputs {
 		used[v] = true
 	}
+	im.constParams()
 	order := slices.Clone(im.inits)
 	slices.SortStableFunc(order, func(a, b *entry) int { return a.seq - b.seq })
 	seen := map[*graph.Value]bool{}

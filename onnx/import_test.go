@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -637,5 +638,61 @@ func TestEveryTableOpImports(t *testing.T) {
 		default:
 			t.Errorf("op %s has domain %q, which export cannot name", s.Name, s.Domain)
 		}
+	}
+}
+
+// Every elementwise op of the table imports, and folds on constant operands
+// to what its definition computes (rounded to float32): the op table is
+// the one list, so a new activation needs no line here.
+func TestEveryElementwiseOpFolds(t *testing.T) {
+	xs := []float32{0.5, 1.25, 2} // in every op's domain (Log, Sqrt)
+	for _, s := range graph.ExprOps() {
+		if s.Domain != graph.DomainONNX {
+			continue
+		}
+		var nodes []*onnxpb.Node
+		var names []string
+		for k := range s.Inputs {
+			name := fmt.Sprintf("c%d", k)
+			names = append(names, name)
+			if s.Name == "Where" && k == 0 {
+				nodes = append(nodes, nd("Constant", nil, []string{name}, aTensor("value", onnxpb.NewBool("", []int64{3}, []bool{true, false, true}))))
+				continue
+			}
+			v := make([]float32, len(xs))
+			for i, x := range xs {
+				v[i] = x * float32(k+1) // distinct operands
+			}
+			nodes = append(nodes, nd("Constant", nil, []string{name}, aTensor("value", onnxpb.NewFloat32("", []int64{3}, v))))
+		}
+		// A comparison's bool result is cast back to float (Cast folds
+		// too) so that every case ends in the same Add.
+		nodes = append(nodes, nd(s.Name, names, []string{"r"}),
+			nd("Cast", []string{"r"}, []string{"f"}, aInt("to", int64(onnxpb.Float))),
+			nd("Add", []string{"x", "f"}, []string{"y"}))
+		m := modelOf(18, []*onnxpb.ValueInfo{vi("x", onnxpb.Float, 3)}, nil, []string{"y"}, nodes...)
+		g, err := ImportBytes(onnxpb.Encode(m))
+		if err != nil {
+			t.Errorf("%s: %v", s.Name, err)
+			continue
+		}
+		if ops := g.CountOps(); len(ops) != 1 || ops["Add"] != 1 {
+			t.Errorf("%s on constants did not fold: ops %v", s.Name, ops)
+			continue
+		}
+		zero := graph.NewTensor(graph.Float32, graph.Shape{3})
+		out := runGraph(t, g, map[string]*graph.Tensor{"x": zero})
+		var want []float64
+		for i := range xs {
+			args := make([]float64, len(s.Inputs))
+			for k := range args {
+				args[k] = float64(xs[i] * float32(k+1))
+			}
+			if s.Name == "Where" {
+				args[0] = float64(1 - i%2)
+			}
+			want = append(want, float64(float32(s.Map.Float(args))))
+		}
+		closeTo(t, s.Name, out["y"], want, graph.Shape{3}, 0)
 	}
 }

@@ -17,8 +17,7 @@ var handlers map[string]handler
 
 func init() {
 	handlers = map[string]handler{
-		"Add": direct("Add"), "Sub": direct("Sub"), "Mul": direct("Mul"), "Div": direct("Div"),
-		"Pow": importPow, "Where": direct("Where"), "Equal": direct("Equal"), "MatMul": direct("MatMul"),
+		"Pow": importPow, "MatMul": direct("MatMul"),
 		"Identity": importIdentity, "Cast": importCast, "Gemm": importGemm,
 		"ReduceMean": importReduce(18), "ReduceMax": importReduce(18), "ReduceSum": importReduce(13),
 		"Softmax": importSoftmax, "LogSoftmax": importSoftmax,
@@ -29,8 +28,12 @@ func init() {
 		"LayerNormalization": importLayerNorm, "RMSNormalization": importRMSNorm,
 		"Gelu": importGelu, "Attention": importAttention,
 	}
-	for _, op := range []string{"Neg", "Sqrt", "Reciprocal", "Exp", "Log", "Sigmoid", "Tanh", "Relu", "Erf", "Abs", "Softplus"} {
-		handlers[op] = direct(op)
+	// Every elementwise op of the table has the ONNX op's name and
+	// operands (Pow keeps its handler above for ONNX's mixed types).
+	for _, s := range graph.ExprOps() {
+		if _, ok := handlers[s.Name]; !ok && s.Domain == graph.DomainONNX {
+			handlers[s.Name] = direct(s.Name)
+		}
 	}
 }
 

@@ -70,7 +70,7 @@ func (ce *constEval) compute(v *graph.Value, depth int) (*graph.Tensor, error) {
 		return nil, fmt.Errorf("%s is computed at run time (by node %s, %s)", v.Name, n.Name, n.Op)
 	}
 	spec, _ := graph.LookupOp(n.Op)
-	if !constOps[n.Op] || spec == nil || len(n.Outputs) != 1 {
+	if spec == nil || !(constOps[n.Op] || spec.Expr != nil) || len(n.Outputs) != 1 {
 		return nil, fmt.Errorf("%s is computed at run time (by node %s, %s)", v.Name, n.Name, n.Op)
 	}
 	in := make([]*graph.Tensor, len(n.Inputs))
@@ -92,10 +92,9 @@ func (ce *constEval) compute(v *graph.Value, depth int) (*graph.Tensor, error) {
 }
 
 // constOps are the ops constant evaluation runs (with the op table's
-// reference Eval): those that scale and mask expressions are built from.
+// reference Eval) besides every elementwise op (those defined by an
+// expression): the data movement scale and mask expressions are built with.
 var constOps = map[string]bool{
 	"Identity": true, "Reshape": true, "Unsqueeze": true, "Squeeze": true, "Cast": true,
-	"Neg": true, "Sqrt": true, "Reciprocal": true, "Abs": true,
-	"Add": true, "Sub": true, "Mul": true, "Div": true, "Equal": true,
-	"Expand": true, "Where": true, "Trilu": true, "Transpose": true, "Slice": true,
+	"Expand": true, "Trilu": true, "Transpose": true, "Slice": true,
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
@@ -87,7 +88,7 @@ func TestFusedBF16GradientsNoWorseThanUnfused(t *testing.T) {
 	if fwd, err = Default(true).Run(fwd, nil); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := TrainingGraph(fwd, TrainOptions{Loss: "loss"})
+	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		t.Fatal(err)
 	}

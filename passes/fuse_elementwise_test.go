@@ -5,12 +5,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
 
 // tinyTrainStep is the tiny model's training step with fused attention.
-func tinyTrainStep(t *testing.T, dt graph.DType) *TrainStep {
+func tinyTrainStep(t *testing.T, dt graph.DType) *autodiff.TrainStep {
 	t.Helper()
 	cfg, err := model.Lookup("tiny")
 	if err != nil {
@@ -24,7 +25,7 @@ func tinyTrainStep(t *testing.T, dt graph.DType) *TrainStep {
 	if fwd, err = Default(true).Run(fwd, nil); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := TrainingGraph(fwd, TrainOptions{Loss: "loss"})
+	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		t.Fatal(err)
 	}

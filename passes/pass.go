@@ -1,7 +1,8 @@
 // Package passes rewrites graphs: the Pass and Pipeline abstractions, a
 // rewrite engine whose rules are data (rewrite.go), the cleanup passes
-// (dce, canonicalize, check_consts), the attention fusion (fuse_attention)
-// and autodiff.
+// (dce, canonicalize, check_consts), the attention fusion (fuse_attention),
+// the elementwise fusions and recompute. Gradients and the training graph
+// are package autodiff.
 //
 // A pass never mutates its input graph: it rewrites a clone and returns it,
 // or returns its input unchanged when it has nothing to do. That is what

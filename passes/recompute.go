@@ -22,7 +22,7 @@ const (
 	recomputeCloneScope = "recompute/"
 )
 
-// Recompute trades compute for memory in a training step (passes.TrainingGraph
+// Recompute trades compute for memory in a training step (autodiff.TrainingGraph
 // output): per transformer layer, the backward recomputes the layer's forward
 // from the layer's input instead of reading the activations the forward
 // saved, so those activations die at the end of the layer's forward instead

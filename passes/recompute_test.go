@@ -5,11 +5,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
 // stepFeeds are random tokens and targets, a small learning rate and step 1.
-func stepFeeds(ts *TrainStep, seed uint64) map[string]*graph.Tensor {
+func stepFeeds(ts *autodiff.TrainStep, seed uint64) map[string]*graph.Tensor {
 	feeds := map[string]*graph.Tensor{}
 	r := rand.New(rand.NewPCG(seed, 7))
 	for _, in := range ts.Graph.Inputs {

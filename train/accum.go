@@ -19,7 +19,6 @@ func (t *Trainer) stepAccum() (float64, error) {
 	n := t.Hyper.accum()
 	tokens, targets := t.train.Batch(t.step)
 	rows := t.Config.Batch * t.Config.Seq
-	feeds := t.StepFeedsOf(nil, nil)
 	var sum float64
 	for j := range n {
 		tok := graph.NewTensor(graph.Int64, graph.Shape{t.Config.Batch, t.Config.Seq})
@@ -28,7 +27,8 @@ func (t *Trainer) stepAccum() (float64, error) {
 		copy(tg.I64, targets.I64[j*rows:(j+1)*rows])
 		apply := graph.NewTensor(graph.Bool, graph.Shape{})
 		apply.B[0] = j == n-1
-		feeds["tokens"], feeds["targets"], feeds[t.Graphs.Step.Apply] = tok, tg, apply
+		feeds := t.StepFeedsOf(tok, tg)
+		feeds[t.Graphs.Step.Apply] = apply
 		out, err := t.exec.Run(feeds)
 		if err != nil {
 			return 0, fmt.Errorf("train: step %d, micro-batch %d of %d: %w", t.step+1, j+1, n, err)
@@ -54,14 +54,15 @@ func (t *Trainer) stepAccum() (float64, error) {
 	return loss, nil
 }
 
-// StepFeedsOf are the next step's feeds for the given tokens and targets:
-// the learning rate and AdamW's 1-based step count besides.
+// StepFeedsOf are the next step's feeds for the given tokens and targets
+// (named as the forward graph's batch inputs, batchFeeds): the learning rate
+// and AdamW's 1-based step count besides.
 func (t *Trainer) StepFeedsOf(tokens, targets *graph.Tensor) map[string]*graph.Tensor {
 	lr := graph.NewTensor(t.lrDType, graph.Shape{})
 	lr.Set(0, t.sched.LR(t.step))
 	st := graph.NewTensor(t.stepDType, graph.Shape{})
 	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
-	return map[string]*graph.Tensor{
-		"tokens": tokens, "targets": targets, t.Graphs.Step.LR: lr, t.Graphs.Step.Step: st,
-	}
+	feeds := t.batchFeeds(tokens, targets)
+	feeds[t.Graphs.Step.LR], feeds[t.Graphs.Step.Step] = lr, st
+	return feeds
 }

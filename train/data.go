@@ -33,19 +33,36 @@ const (
 	MaxCorpusBytes = 256 << 20
 )
 
-// Corpus is a byte-level training set with its held-out validation part.
+// Corpus is a training set with its held-out validation part: bytes of
+// text, or the tokens of a token file (see tokens.go).
 type Corpus struct {
 	Source string // the file or folder it was read from
 	Files  int    // text files read
 	Skip   int    // files skipped (binary, huge, unreadable)
 	Train  []byte
 	Val    []byte
+
+	// A token file (Format FormatUint16 or FormatLLMC) is held as tokens
+	// instead of bytes: TrainTokens and ValTokens, with Train and Val empty.
+	Format      DataFormat // FormatText for bytes (also the zero value)
+	TrainTokens []uint16
+	ValTokens   []uint16
+	// ValSource is the file the validation tokens came from when it is not
+	// Source (nanoGPT's val.bin beside train.bin); Note says what else the
+	// reader decided (a prefix of a file over the size limit).
+	ValSource string
+	Note      string
+	// where the token streams start in their files, for error messages
+	trainAt, valAt tokenOrigin
 }
 
 // Fingerprint identifies the corpus content (sha256 of the train and
 // validation bytes, and their sizes): a checkpoint records it so that resuming
 // on different data is caught instead of silently changing the batches.
 func (c *Corpus) Fingerprint() string {
+	if c.isTokens() {
+		return c.tokenFingerprint()
+	}
 	h := sha256.New()
 	fmt.Fprintf(h, "train %d val %d\n", len(c.Train), len(c.Val))
 	h.Write(c.Train)
@@ -96,23 +113,39 @@ func LoadCorpus(path string, valFrac float64) (*Corpus, error) {
 	}
 	c := &Corpus{Source: path}
 	if !st.IsDir() {
+		return loadFile(path, valFrac, FormatAuto)
+	}
+	return loadFolder(c, path, valFrac)
+}
+
+// loadText reads a single text file as bytes.
+func loadText(path string, valFrac float64) (*Corpus, error) {
+	c := &Corpus{Source: path, Format: FormatText}
+	{
 		data, err := readPrefix(path, MaxCorpusBytes)
 		if err != nil {
 			return nil, fmt.Errorf("data: %w", err)
 		}
 		// A folder walk skips binary files; a single one is a mistake.
 		if len(data) > 0 && !isText(data) {
-			return nil, fmt.Errorf("data: %s is not text (it has NUL bytes or is not UTF-8): give a text file or a folder of them", path)
+			return nil, fmt.Errorf("data: %s is not text (it has NUL bytes or is not UTF-8): give a text file or a folder of them, or a token file (an llm.c .bin with its header; raw uint16 tokens named *.bin or read with -data-format uint16)", path)
 		}
 		c.Files = 1
 		c.Train, c.Val = splitBytes(data, valFrac)
+		c.trainAt = tokenOrigin{file: path}
+		c.valAt = tokenOrigin{file: path, first: int64(len(c.Train))}
 		return c.check()
 	}
+}
+
+// loadFolder reads every text file under path (see LoadCorpus).
+func loadFolder(c *Corpus, path string, valFrac float64) (*Corpus, error) {
+	c.Format = FormatText
 	var train, val bytes.Buffer
 	// One bucket in `buckets` goes to validation.
 	const buckets = 1 << 16
 	cut := uint32(valFrac * buckets)
-	err = filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			// An unreadable subfolder costs its files, not the run.
 			c.Skip++
@@ -166,6 +199,8 @@ func LoadCorpus(path string, valFrac float64) (*Corpus, error) {
 		all := append(c.Train, c.Val...)
 		c.Train, c.Val = splitBytes(all, valFrac)
 	}
+	// Offsets name the byte in the stream read (train part, then validation).
+	c.valAt.first = int64(len(c.Train))
 	return c.check()
 }
 
@@ -174,7 +209,7 @@ func NewCorpus(source string, data []byte, valFrac float64) (*Corpus, error) {
 	if valFrac <= 0 || valFrac >= 1 {
 		return nil, fmt.Errorf("data: validation fraction must be in (0, 1), got %v", valFrac)
 	}
-	c := &Corpus{Source: source, Files: 1}
+	c := &Corpus{Source: source, Files: 1, Format: FormatText}
 	c.Train, c.Val = splitBytes(data, valFrac)
 	return c.check()
 }
@@ -225,12 +260,16 @@ func isText(data []byte) bool {
 // batch depends on nothing but the seed and the step: a resumed run needs no
 // saved RNG state to see exactly the batches the uninterrupted run would have.
 type Batcher struct {
-	data      []byte
+	data      tokenStream
 	batch     int
 	seq       int
 	seed      uint64
 	stream    uint64
 	numStarts int
+	// sequential: batch k's row r is window (k·batch + r) mod windows of
+	// seq+1 tokens, back to back from token 0 (see DataOrder).
+	sequential bool
+	windows    int
 }
 
 // Streams keep the train and validation draws independent for one seed.
@@ -245,13 +284,25 @@ func NewBatcher(data []byte, batch, seq int, seed uint64) (*Batcher, error) {
 }
 
 func newBatcher(data []byte, batch, seq int, seed, stream uint64) (*Batcher, error) {
+	return newStreamBatcher(tokenStream{b: data}, batch, seq, seed, stream, OrderRandom)
+}
+
+func newStreamBatcher(data tokenStream, batch, seq int, seed, stream uint64, order DataOrder) (*Batcher, error) {
 	if batch <= 0 || seq <= 0 {
 		return nil, fmt.Errorf("data: batch and seq must be positive, got %d and %d", batch, seq)
 	}
-	if len(data) < seq+1 {
-		return nil, fmt.Errorf("data: %d bytes cannot fill one window of %d tokens plus its target", len(data), seq)
+	if data.len() < seq+1 {
+		return nil, fmt.Errorf("data: %d %s cannot fill one window of %d tokens plus its target", data.len(), data.unit(), seq)
 	}
-	return &Batcher{data: data, batch: batch, seq: seq, seed: seed, stream: stream, numStarts: len(data) - seq}, nil
+	b := &Batcher{data: data, batch: batch, seq: seq, seed: seed, stream: stream, numStarts: data.len() - seq}
+	switch order {
+	case OrderRandom, "":
+	case OrderSequential:
+		b.sequential, b.windows = true, data.len()/(seq+1)
+	default:
+		return nil, fmt.Errorf("data: unknown order %q (want %s or %s)", order, OrderRandom, OrderSequential)
+	}
+	return b, nil
 }
 
 // Batch returns the tokens and targets of batch k (int64 [B, S]).
@@ -269,14 +320,20 @@ func (b *Batcher) Fill(k int64, tokens, targets []int64) {
 	// generator itself is used (its output is specified), and the bounded
 	// draw is written here (multiply-high), so that batches never change
 	// with the Go release: resuming a checkpoint depends on them.
+	if b.sequential {
+		// Window indices (k·B + r) mod W, computed without overflow: W and
+		// B are below 2^31, so (k mod W)·B + r fits in 64 bits.
+		w := uint64(b.windows)
+		first := (uint64(k) % w) * uint64(b.batch)
+		for r := range b.batch {
+			start := int((first+uint64(r))%w) * (b.seq + 1)
+			b.data.window(start, tokens[r*b.seq:(r+1)*b.seq], targets[r*b.seq:(r+1)*b.seq])
+		}
+		return
+	}
 	rng := rand.NewPCG(b.seed^(uint64(k)*0x9e3779b97f4a7c15), b.stream)
 	for r := range b.batch {
 		hi, _ := bits.Mul64(rng.Uint64(), uint64(b.numStarts))
-		start := int(hi)
-		w := b.data[start : start+b.seq+1]
-		for j := range b.seq {
-			tokens[r*b.seq+j] = int64(w[j])
-			targets[r*b.seq+j] = int64(w[j+1])
-		}
+		b.data.window(int(hi), tokens[r*b.seq:(r+1)*b.seq], targets[r*b.seq:(r+1)*b.seq])
 	}
 }

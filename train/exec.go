@@ -12,12 +12,15 @@ func (t *Trainer) Executable() backend.Executable { return t.exec }
 // StepFeeds are the inputs Step would feed for the next step: the batch, the
 // learning rate and AdamW's 1-based step count.
 func (t *Trainer) StepFeeds() map[string]*graph.Tensor {
-	tokens, targets := t.train.Batch(t.step)
-	lr := graph.NewTensor(t.lrDType, graph.Shape{})
-	lr.Set(0, t.sched.LR(t.step))
-	st := graph.NewTensor(t.stepDType, graph.Shape{})
-	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
-	return map[string]*graph.Tensor{
-		"tokens": tokens, "targets": targets, t.Graphs.Step.LR: lr, t.Graphs.Step.Step: st,
+	return t.StepFeedsOf(t.train.Batch(t.step))
+}
+
+// batchFeeds names a batch's tokens and targets as the forward graph's
+// inputs (a graph whose loss reads no targets gets the tokens only).
+func (t *Trainer) batchFeeds(tokens, targets *graph.Tensor) map[string]*graph.Tensor {
+	feeds := map[string]*graph.Tensor{t.tokensName: tokens}
+	if t.targetsName != "" {
+		feeds[t.targetsName] = targets
 	}
+	return feeds
 }

@@ -3,6 +3,7 @@ package train
 import (
 	"strings"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -118,4 +119,14 @@ func MFU(modelFLOPsPerToken, tokensPerSec, peak float64) float64 {
 		return 0
 	}
 	return modelFLOPsPerToken * tokensPerSec / peak
+}
+
+// ComputeDType is the type be computes a model of type dt in: bf16 on the
+// mixed-precision CUDA backend, the model's own type otherwise (what
+// PeakFLOPS is looked up for).
+func ComputeDType(be backend.Backend, dt graph.DType) graph.DType {
+	if be.Name() == "cuda-bf16" {
+		return graph.BFloat16
+	}
+	return dt
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
@@ -52,17 +53,17 @@ func FuzzRestoreCheckpoint(f *testing.F) {
 	defer tr.Close()
 	// The seed must pass the whole path, so that mutations start from a
 	// checkpoint that restores.
-	if ts, err := ReadSafetensors(seed); err != nil {
+	if ts, err := checkpoint.ReadSafetensors(seed); err != nil {
 		f.Fatal(err)
 	} else if _, err := tr.Restore(ts, 2); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ts, err := ReadSafetensors(b)
-		if err != nil || ts.Metadata[MetaFormat] != CheckpointFormat {
+		ts, err := checkpoint.ReadSafetensors(b)
+		if err != nil || ts.Metadata[checkpoint.MetaFormat] != checkpoint.CheckpointFormat {
 			return
 		}
-		step, err := strconv.ParseInt(ts.Metadata[MetaStep], 10, 64)
+		step, err := strconv.ParseInt(ts.Metadata[checkpoint.MetaStep], 10, 64)
 		if err != nil || step < 0 {
 			return
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -61,7 +62,7 @@ func TestRunCancelledWhileCompiling(t *testing.T) {
 	if !strings.Contains(log.String(), "interrupted (SIGTEST): stopping now (the training step was compiling") {
 		t.Errorf("no acknowledgement:\n%s", log.String())
 	}
-	if old, _ := ListCheckpoints(dir); len(old) != 0 {
+	if old, _ := checkpoint.ListCheckpoints(dir); len(old) != 0 {
 		t.Errorf("checkpoints %v", old)
 	}
 }
@@ -82,7 +83,7 @@ func TestRunCancelledDuringValidation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res.Interrupted || res.Step != 3 || res.Checkpoint != CheckpointPath(dir, 3) {
+	if !res.Interrupted || res.Step != 3 || res.Checkpoint != checkpoint.CheckpointPath(dir, 3) {
 		t.Fatalf("interrupted %v at step %d, checkpoint %q", res.Interrupted, res.Step, res.Checkpoint)
 	}
 	for _, v := range res.Val {

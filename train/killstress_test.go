@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -47,12 +48,12 @@ func stressOptions(t *testing.T, dir string, resume bool) Options {
 func stressChild(t *testing.T, dir string) {
 	say := func(format string, args ...any) { fmt.Printf(stressPrefix+format+"\n", args...) }
 	if at, err := strconv.Atoi(os.Getenv("FLASHGRAPH_KILL_CKPT_AT")); err == nil {
-		saveHook = func(w io.Writer) io.Writer {
-			saveHook = nil
+		checkpoint.SaveHook = func(w io.Writer) io.Writer {
+			checkpoint.SaveHook = nil
 			return &killMeAfter{w: w, n: at, say: say}
 		}
 	}
-	latest, _, err := LatestCheckpoint(dir)
+	latest, _, err := checkpoint.LatestCheckpoint(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestTrainKillStress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, _, err := LoadCheckpoint(ref.Checkpoint)
+	want, _, err := checkpoint.LoadCheckpoint(ref.Checkpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -229,13 +230,13 @@ func runStressChild(t *testing.T, env []string, target string, delay time.Durati
 // checkStressResult compares the final checkpoint of a killed-and-resumed
 // run with the uninterrupted run's: every tensor bit for bit, and the loss
 // and validation history.
-func checkStressResult(t *testing.T, dir string, want *Tensors) {
+func checkStressResult(t *testing.T, dir string, want *checkpoint.Tensors) {
 	t.Helper()
-	p, step, err := LatestCheckpoint(dir)
+	p, step, err := checkpoint.LatestCheckpoint(dir)
 	if err != nil || step != stressSteps {
 		t.Fatalf("after the last resume the newest checkpoint is step %d (%v), want %d", step, err, stressSteps)
 	}
-	got, _, err := LoadCheckpoint(p)
+	got, _, err := checkpoint.LoadCheckpoint(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +248,7 @@ func checkStressResult(t *testing.T, dir string, want *Tensors) {
 			t.Errorf("tensor %s differs from the uninterrupted run", n)
 		}
 	}
-	for _, k := range []string{MetaLosses, MetaValLosses, MetaTrainTokens, MetaDataNext} {
+	for _, k := range []string{checkpoint.MetaLosses, checkpoint.MetaValLosses, checkpoint.MetaTrainTokens, checkpoint.MetaDataNext} {
 		if got.Metadata[k] != want.Metadata[k] {
 			t.Errorf("metadata %s: resumed %.80q, uninterrupted %.80q", k, got.Metadata[k], want.Metadata[k])
 		}

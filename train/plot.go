@@ -9,6 +9,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // PlotLosses draws the loss curve as a PNG: every step's training loss (a
@@ -76,7 +78,7 @@ func PlotLosses(path, title string, losses []float64, val []ValPoint) error {
 	if err != nil {
 		return fmt.Errorf("loss plot: %w", err)
 	}
-	return WriteFileAtomic(path, func(w io.Writer) error {
+	return checkpoint.WriteFileAtomic(path, func(w io.Writer) error {
 		_, err := wt.WriteTo(w)
 		return err
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
@@ -23,7 +24,7 @@ func TestTrainRecomputeBitExact(t *testing.T) {
 			cfg := testConfig(t, dt)
 			corpus := testCorpus(t)
 			var losses [2][]float64
-			var states [2]*Tensors
+			var states [2]*checkpoint.Tensors
 			for k, rc := range []bool{false, true} {
 				h := testHyper(steps)
 				h.Recompute = rc

@@ -9,12 +9,16 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/model"
 )
 
 // Options configure Run.
 type Options struct {
 	Config model.Config
+	// Source, when set, is what is trained (a graph: see PrepareGraph);
+	// Config must then be Source.Config. Nil: the built-in model of Config.
+	Source *Source
 	Fuse   bool
 	Hyper  Hyper
 
@@ -175,7 +179,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if opts.CkptDir == "" {
 			return nil, fmt.Errorf("train: -resume needs a checkpoint folder (-ckpt)")
 		}
-		p, step, err := LatestCheckpoint(opts.CkptDir)
+		p, step, err := checkpoint.LatestCheckpoint(opts.CkptDir)
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
@@ -195,8 +199,12 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		fmt.Fprintf(log, "compiling the training step on %s...\n", be.Name())
 	}
 	tc := time.Now()
+	src := BuiltIn(opts.Config)
+	if opts.Source != nil {
+		src = *opts.Source
+	}
 	tr, err := untilDone(ctx, "compiling the training step", func() (*Trainer, error) {
-		return NewTrainer(be, opts.Config, opts.Fuse, opts.Hyper, corpus)
+		return NewSourceTrainer(be, src, opts.Fuse, opts.Hyper, corpus)
 	}, (*Trainer).Close)
 	if err != nil {
 		return nil, err
@@ -214,11 +222,11 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 
 	if resumeFrom != "" {
 		type loaded struct {
-			ts   *Tensors
+			ts   *checkpoint.Tensors
 			step int64
 		}
 		l, err := untilDone(ctx, "reading the checkpoint", func() (loaded, error) {
-			ts, step, err := LoadCheckpoint(resumeFrom)
+			ts, step, err := checkpoint.LoadCheckpoint(resumeFrom)
 			return loaded{ts, step}, err
 		}, nil)
 		ts, step := l.ts, l.step
@@ -240,7 +248,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		// later -resume, so this run replaces them; but only once it has a
 		// checkpoint of its own, so that a run that fails to start (or a
 		// forgotten -resume noticed at once) loses nothing.
-		old, err := ListCheckpoints(opts.CkptDir)
+		old, err := checkpoint.ListCheckpoints(opts.CkptDir)
 		if err != nil {
 			return nil, fmt.Errorf("train: checkpoint folder: %w", err)
 		}
@@ -257,7 +265,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 	}
 	if !tr.HasVal() && log != nil {
-		fmt.Fprintf(log, "note: the validation split has %d bytes, too few for a window of %d: no validation\n", len(corpus.Val), opts.Config.Seq+1)
+		fmt.Fprintf(log, "note: the validation split has %d %s, too few for a window of %d: no validation\n", corpus.ValLen(), corpus.Unit(), opts.Config.Seq+1)
 	}
 
 	met := &metrics{w: opts.Metrics}
@@ -296,14 +304,14 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if err != nil {
 			return err
 		}
-		p, err := SaveCheckpoint(opts.CkptDir, tr.StepsDone(), ts, opts.KeepEvery)
+		p, err := checkpoint.SaveCheckpoint(opts.CkptDir, tr.StepsDone(), ts, opts.KeepEvery)
 		if err != nil {
 			return err
 		}
 		res.Checkpoint = p
 		for _, st := range stale {
 			if st != tr.StepsDone() {
-				if err := os.Remove(CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
+				if err := os.Remove(checkpoint.CheckpointPath(opts.CkptDir, st)); err != nil && !os.IsNotExist(err) {
 					return fmt.Errorf("train: removing an earlier run's checkpoint: %w", err)
 				}
 			}

@@ -1,8 +1,8 @@
 // Package train trains the flashgraph transformer on bytes: a data loader
 // over text files, the training loop that drives one compiled training-step
-// graph (forward, backward and AdamW, passes.TrainingGraph) on any backend,
-// validation, a loss plot, and safetensors checkpoints that resume a run bit
-// for bit.
+// graph (forward, backward and AdamW, autodiff.TrainingGraph) on any backend,
+// validation, a loss plot, and safetensors checkpoints (package checkpoint)
+// that resume a run bit for bit.
 package train
 
 import (
@@ -15,7 +15,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -29,8 +31,8 @@ type Hyper struct {
 	Warmup      int64   `json:"warmup"`       // linear warmup steps
 	Steps       int64   `json:"steps"`        // total steps of the run
 	WeightDecay float64 `json:"weight_decay"` // AdamW decoupled decay (matrices only)
-	Beta1       float64 `json:"beta1"`        // 0: passes.DefaultBeta1
-	Beta2       float64 `json:"beta2"`        // 0: passes.DefaultBeta2
+	Beta1       float64 `json:"beta1"`        // 0: autodiff.DefaultBeta1
+	Beta2       float64 `json:"beta2"`        // 0: autodiff.DefaultBeta2
 	DataSeed    uint64  `json:"data_seed"`    // batch sampling seed
 	// NoFuseElementwise keeps the training step's elementwise ops as single
 	// nodes when attention is fused (the fuse_elementwise pass off). It
@@ -41,14 +43,16 @@ type Hyper struct {
 	// arithmetic. On the CPU the step computes the same bits either way.
 	Recompute bool `json:"recompute,omitempty"`
 	// ClipNorm, when positive, clips the global gradient norm to it in the
-	// step graph (passes.TrainOptions.ClipNorm); the step then reports the
+	// step graph (autodiff.TrainOptions.ClipNorm); the step then reports the
 	// norm (Trainer.GradNorm).
 	ClipNorm float64 `json:"clip_norm,omitempty"`
 	// Accum, above 1, makes a step of Accum micro-batches of the config's
 	// batch size, their gradients accumulated in the step graph
-	// (passes.TrainOptions.Accum): the same update as one step on a batch
+	// (autodiff.TrainOptions.Accum): the same update as one step on a batch
 	// Accum times larger, in the memory of one micro-batch.
 	Accum int `json:"accum,omitempty"`
+	// DataOrder is how batches are drawn ("": OrderRandom; see DataOrder).
+	DataOrder DataOrder `json:"data_order,omitempty"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -58,8 +62,8 @@ func (h Hyper) Schedule() Schedule {
 
 // Graphs are the graphs of a run.
 type Graphs struct {
-	Forward *graph.Graph      // the model's forward graph, fused when asked
-	Step    *passes.TrainStep // forward + backward + AdamW of Forward
+	Forward *graph.Graph        // the model's forward graph, fused when asked
+	Step    *autodiff.TrainStep // forward + backward + AdamW of Forward
 	// Log holds what the passes on the step reported (recompute says per
 	// layer what it recomputes); nil when none ran.
 	Log *passes.Log
@@ -88,11 +92,18 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 	if err != nil {
 		return nil, err
 	}
-	if fwd, err = compileGraph(fwd, fuse); err != nil {
+	return buildStep(fwd, "loss", nil, fuse, h, remat)
+}
+
+// buildStep compiles a forward graph and derives its training step: the
+// gradient of loss with respect to params (nil: every param).
+func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hyper, remat bool) (*Graphs, error) {
+	fwd, err := compileGraph(fwd, fuse)
+	if err != nil {
 		return nil, err
 	}
-	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{
-		Loss: "loss", Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm, Accum: h.Accum,
+	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{
+		Loss: loss, Params: params, Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm, Accum: h.Accum,
 	})
 	if err != nil {
 		return nil, err
@@ -122,6 +133,9 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 // schedule of evaluations, checkpoints, progress and signals.
 type Trainer struct {
 	Config model.Config
+	// Source is what is trained: the built-in model of Config, or a graph
+	// (then Config describes it, see Source.Config).
+	Source Source
 	Fused  bool
 	Hyper  Hyper
 	Graphs *Graphs
@@ -142,6 +156,9 @@ type Trainer struct {
 	elapsed   float64    // seconds of training before this process (from a checkpoint)
 	lrDType   graph.DType
 	stepDType graph.DType
+	// The forward graph's batch inputs and loss (tokens, targets, loss for
+	// the built-in model); targets is "" when the loss reads none.
+	tokensName, targetsName, lossName string
 }
 
 // ValPoint is a validation loss after Step completed steps.
@@ -164,27 +181,40 @@ func EvalBatches(cfg model.Config) int {
 
 // NewTrainer builds and compiles the training step of cfg on be.
 func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	return NewSourceTrainer(be, BuiltIn(cfg), fuse, h, corpus)
+}
+
+// NewSourceTrainer builds and compiles the training step of src on be.
+func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	cfg := src.Config
 	if err := h.Schedule().Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
-	if cfg.Vocab != Vocab {
-		return nil, fmt.Errorf("train: the data is bytes (vocab %d), config %s has vocab %d", Vocab, cfg.Name, cfg.Vocab)
+	if cfg.Vocab > 0 {
+		if err := corpus.CheckVocab(cfg.Vocab); err != nil {
+			return nil, fmt.Errorf("train: %s: %w", src.Name(), err)
+		}
 	}
-	gs, err := BuildGraphsFor(be, cfg, fuse, h)
+	gs, err := BuildSourceGraphs(be, src, fuse, h)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	if h.Accum < 0 {
 		return nil, fmt.Errorf("train: gradient accumulation over %d micro-batches: want at least 1", h.Accum)
 	}
-	tb, err := NewBatcher(corpus.Train, cfg.Batch*h.accum(), cfg.Seq, h.DataSeed)
+	// The validation set may be too short for a window; then there is
+	// simply no validation (Eval says so).
+	tb, vb, err := corpus.Batchers(cfg.Batch, cfg.Seq, h.DataSeed, h.DataOrder)
+	if err == nil && h.accum() > 1 {
+		// A step of Accum micro-batches trains on the batch a run at Accum
+		// times the batch size draws (split in StepFeedsOf).
+		tb, _, err = corpus.Batchers(cfg.Batch*h.accum(), cfg.Seq, h.DataSeed, h.DataOrder)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
 	}
-	t := &Trainer{Config: cfg, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, sched: h.Schedule(), corpus: corpus}
-	// The validation set may be too short for a window; then there is
-	// simply no validation (Eval says so).
-	t.val, _ = newBatcher(corpus.Val, cfg.Batch, cfg.Seq, h.DataSeed, valStream)
+	t := &Trainer{Config: cfg, Source: src, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, val: vb, sched: h.Schedule(), corpus: corpus}
+	t.tokensName, t.targetsName, t.lossName = src.names()
 	for _, in := range gs.Step.Graph.Inputs {
 		switch in.Name {
 		case gs.Step.LR:
@@ -263,7 +293,7 @@ func (t *Trainer) Eval() (float64, error) { return t.EvalContext(context.Backgro
 // evaluation graph compiles.
 func (t *Trainer) EvalContext(ctx context.Context) (float64, error) {
 	if t.val == nil {
-		return 0, fmt.Errorf("train: no validation data (%d bytes, a window needs %d)", len(t.corpus.Val), t.Config.Seq+1)
+		return 0, fmt.Errorf("train: no validation data (%d %s, a window needs %d)", t.corpus.ValLen(), t.corpus.Unit(), t.Config.Seq+1)
 	}
 	if t.eval == nil {
 		e, err := untilDone(ctx, "compiling the evaluation graph", func() (backend.Executable, error) {
@@ -291,11 +321,11 @@ func (t *Trainer) EvalContext(ctx context.Context) (float64, error) {
 			return 0, fmt.Errorf("train: %w during the validation at step %d", context.Cause(ctx), t.step)
 		}
 		tokens, targets := t.val.Batch(int64(k))
-		out, err := t.eval.Run(map[string]*graph.Tensor{"tokens": tokens, "targets": targets})
+		out, err := t.eval.Run(t.batchFeeds(tokens, targets))
 		if err != nil {
 			return 0, fmt.Errorf("train: eval: %w", err)
 		}
-		sum += out["loss"].At(0)
+		sum += out[t.lossName].At(0)
 	}
 	loss := sum / float64(nb)
 	t.recordVal(loss)
@@ -332,8 +362,8 @@ func (t *Trainer) stateNames() []string {
 
 // State returns the weights, the optimizer moments and the metadata that
 // make up a checkpoint of the current step.
-func (t *Trainer) State() (*Tensors, error) {
-	ts := &Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
+func (t *Trainer) State() (*checkpoint.Tensors, error) {
+	ts := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
 	for _, n := range t.stateNames() {
 		w, err := t.exec.Initializer(n)
 		if err != nil {
@@ -349,17 +379,21 @@ func (t *Trainer) State() (*Tensors, error) {
 	losses, _ := json.Marshal(t.losses)
 	vals, _ := json.Marshal(t.vals)
 	m := ts.Metadata
-	m[MetaFormat] = CheckpointFormat
-	m[MetaStep] = strconv.FormatInt(t.step, 10)
-	m[MetaConfig] = string(cfg)
-	m[MetaOptions] = string(hyper)
-	m[MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
-	m[MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
-	m[MetaCorpus] = t.corpus.Fingerprint()
-	m[MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq*t.Hyper.accum()), 10)
-	m[MetaLosses] = string(losses)
-	m[MetaValLosses] = string(vals)
-	m[MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)
+	m[checkpoint.MetaFormat] = checkpoint.CheckpointFormat
+	m[checkpoint.MetaStep] = strconv.FormatInt(t.step, 10)
+	m[checkpoint.MetaConfig] = string(cfg)
+	m[checkpoint.MetaOptions] = string(hyper)
+	m[checkpoint.MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
+	m[checkpoint.MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
+	m[checkpoint.MetaCorpus] = t.corpus.Fingerprint()
+	m[checkpoint.MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq*t.Hyper.accum()), 10)
+	m[checkpoint.MetaLosses] = string(losses)
+	m[checkpoint.MetaValLosses] = string(vals)
+	m[checkpoint.MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)
+	if t.Source.Graph != nil {
+		spec, _ := json.Marshal(t.Source.Graph.Spec)
+		m[MetaSource] = string(spec)
+	}
 	return ts, nil
 }
 
@@ -368,22 +402,25 @@ func (t *Trainer) State() (*Tensors, error) {
 // hold exactly the step's state; the notes list settings that differ from
 // the checkpoint's (another schedule, data seed or corpus), which are allowed
 // but mean the run no longer continues the old one exactly.
-func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
+func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, err error) {
+	if err := t.checkSource(ts); err != nil {
+		return nil, err
+	}
 	var cfg model.Config
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaConfig]), &cfg); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaConfig]), &cfg); err != nil {
 		return nil, fmt.Errorf("train: checkpoint config: %w", err)
 	}
 	if cfg != t.Config {
 		return nil, fmt.Errorf("train: the checkpoint is of another model (%s; pass the checkpoint's -config and overrides)", fieldDiffs(cfg, t.Config))
 	}
-	if err := CheckState(ts, t.stateTypes()); err != nil {
+	if err := checkpoint.CheckState(ts, t.stateTypes()); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	var old struct {
 		Hyper
 		Fused bool `json:"fused"`
 	}
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaOptions]), &old); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaOptions]), &old); err != nil {
 		return nil, fmt.Errorf("train: checkpoint options: %w", err)
 	}
 	if old.Hyper != t.Hyper {
@@ -392,21 +429,21 @@ func (t *Trainer) Restore(ts *Tensors, step int64) (notes []string, err error) {
 	if old.Fused != t.Fused {
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with fusion %v, this run uses %v (same math, rounding differs)", old.Fused, t.Fused))
 	}
-	if fp := ts.Metadata[MetaCorpus]; fp != t.corpus.Fingerprint() {
+	if fp := ts.Metadata[checkpoint.MetaCorpus]; fp != t.corpus.Fingerprint() {
 		notes = append(notes, fmt.Sprintf("the data differs from the checkpoint's (corpus %s there, %s now)", fp, t.corpus.Fingerprint()))
 	}
 	var losses []float64
 	var vals []ValPoint
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaLosses]), &losses); err != nil || int64(len(losses)) != step {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaLosses]), &losses); err != nil || int64(len(losses)) != step {
 		return nil, fmt.Errorf("train: checkpoint loss history is damaged (%d losses for step %d)", len(losses), step)
 	}
-	if err := json.Unmarshal([]byte(ts.Metadata[MetaValLosses]), &vals); err != nil {
+	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaValLosses]), &vals); err != nil {
 		return nil, fmt.Errorf("train: checkpoint validation history: %w", err)
 	}
-	if next := ts.Metadata[MetaDataNext]; next != strconv.FormatInt(step, 10) {
+	if next := ts.Metadata[checkpoint.MetaDataNext]; next != strconv.FormatInt(step, 10) {
 		return nil, fmt.Errorf("train: checkpoint of step %d says the next batch is %q; this sampler needs %d", step, next, step)
 	}
-	elapsed, _ := strconv.ParseFloat(ts.Metadata[MetaElapsed], 64)
+	elapsed, _ := strconv.ParseFloat(ts.Metadata[checkpoint.MetaElapsed], 64)
 	for _, n := range t.stateNames() {
 		if err := t.exec.SetInitializer(n, ts.Tensors[n]); err != nil {
 			return nil, fmt.Errorf("train: restore: %w", err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 )
@@ -98,7 +99,7 @@ func TestTrainResumeBitExact(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !first.Interrupted || first.Step != N || first.Checkpoint != CheckpointPath(dir, N) {
+	if !first.Interrupted || first.Step != N || first.Checkpoint != checkpoint.CheckpointPath(dir, N) {
 		t.Fatalf("interrupted run: interrupted %v at step %d, checkpoint %q", first.Interrupted, first.Step, first.Checkpoint)
 	}
 	second, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(2 * N), EvalEvery: 4, CkptDir: dir, Resume: true})
@@ -119,11 +120,11 @@ func TestTrainResumeBitExact(t *testing.T) {
 	if !slices.Equal(straight.Val, second.Val) {
 		t.Errorf("validation points: straight %v, resumed %v", straight.Val, second.Val)
 	}
-	a, _, err := LoadCheckpoint(straight.Checkpoint)
+	a, _, err := checkpoint.LoadCheckpoint(straight.Checkpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := LoadCheckpoint(second.Checkpoint)
+	b, _, err := checkpoint.LoadCheckpoint(second.Checkpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func TestTrainResumeErrors(t *testing.T) {
 			t.Errorf("resume at -steps %d from step 2: err %v, ready called %v", steps, err, ready)
 		}
 	}
-	p, _, _ := LatestCheckpoint(dir)
+	p, _, _ := checkpoint.LatestCheckpoint(dir)
 	data, _ := os.ReadFile(p)
 	os.WriteFile(p, data[:len(data)/2], 0o644)
 	_, err = Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(4), CkptDir: dir, Resume: true})
@@ -277,7 +278,7 @@ func TestTrainFreshRunReplacesOldCheckpoints(t *testing.T) {
 	if _, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(5), CkptDir: dir, CkptEvery: 2, KeepEvery: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if steps, _ := ListCheckpoints(dir); len(steps) != 3 {
+	if steps, _ := checkpoint.ListCheckpoints(dir); len(steps) != 3 {
 		t.Fatalf("first run left checkpoints %v, want [2 4 5]", steps)
 	}
 	// A fresh run cancelled before its first step (while compiling) saves
@@ -287,15 +288,15 @@ func TestTrainFreshRunReplacesOldCheckpoints(t *testing.T) {
 	if _, err := Run(ctx, be, corpus, Options{Config: cfg, Hyper: testHyper(3), CkptDir: dir}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("a run cancelled before it started: err %v, want the cancellation", err)
 	}
-	if steps, _ := ListCheckpoints(dir); len(steps) != 3 {
+	if steps, _ := checkpoint.ListCheckpoints(dir); len(steps) != 3 {
 		t.Fatalf("a run that did nothing changed the checkpoints to %v", steps)
 	}
 	res, err := Run(context.Background(), be, corpus, Options{Config: cfg, Hyper: testHyper(3), CkptDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	steps, _ := ListCheckpoints(dir)
-	if len(steps) != 1 || steps[0] != 3 || res.Checkpoint != CheckpointPath(dir, 3) {
+	steps, _ := checkpoint.ListCheckpoints(dir)
+	if len(steps) != 1 || steps[0] != 3 || res.Checkpoint != checkpoint.CheckpointPath(dir, 3) {
 		t.Errorf("after a fresh 3-step run the folder holds %v, want only [3]", steps)
 	}
 }

@@ -71,6 +71,21 @@ func opCases() []opCase {
 		{"Erf", scaled(2, normal)}, {"Abs", normal},
 		{"Softplus", scaled(30, normal)}, // both branches, and e^x past float32's range
 	}
+	// Every other one-operand op defined by an expression (an activation
+	// added to the table) is covered on scaled normal values: an op defined
+	// only on part of the line gets a row above, with its domain.
+	listed := map[string]bool{}
+	for _, uo := range unOps {
+		listed[uo.op] = true
+	}
+	for _, s := range graph.ExprOps() {
+		if !listed[s.Name] && len(s.Inputs) == 1 {
+			unOps = append(unOps, struct {
+				op string
+				g  gen
+			}{s.Name, scaled(5, normal)})
+		}
+	}
 	for _, uo := range unOps {
 		for _, sh := range [][]int{{17}, {3, 5, 7}, {2, 3, 4, 5}, {}} {
 			add(uo.op, shapeName(sh), func(c *ctx) {
@@ -107,18 +122,20 @@ func opCases() []opCase {
 	addDT("Where", "int64", onlyInt64, whereCase(ints(-5, 5), []int{2, 1}, []int{2, 3}, []int{3}))
 	addDT("Where", "bool", onlyBool, whereCase(coin, []int{4}, []int{3, 4}, []int{1}))
 
-	// Equal, any dtype, bool result.
-	eq := func(g gen, as, bs []int) func(c *ctx) {
-		return func(c *ctx) {
-			a, ra := c.input(c.dt, g, as...)
-			b, rb := c.input(c.dt, g, bs...)
-			c.expect(c.op("Equal", nil, a, b), refElem("Equal", ra, rb))
+	// Comparisons, any dtype, bool result.
+	for _, op := range []string{"Equal", "Greater"} {
+		cmp := func(g gen, as, bs []int) func(c *ctx) {
+			return func(c *ctx) {
+				a, ra := c.input(c.dt, g, as...)
+				b, rb := c.input(c.dt, g, bs...)
+				c.expect(c.op(op, nil, a, b), refElem(op, ra, rb))
+			}
 		}
+		add(op, "[3,4]_[4]", cmp(fewValues, []int{3, 4}, []int{4}))
+		add(op, "[2,1,3]_[2,3]", cmp(fewValues, []int{2, 1, 3}, []int{2, 3}))
+		addDT(op, "int64", onlyInt64, cmp(ints(0, 3), []int{4, 5}, []int{5}))
+		addDT(op, "bool", onlyBool, cmp(coin, []int{3, 4}, []int{3, 1}))
 	}
-	add("Equal", "[3,4]_[4]", eq(fewValues, []int{3, 4}, []int{4}))
-	add("Equal", "[2,1,3]_[2,3]", eq(fewValues, []int{2, 1, 3}, []int{2, 3}))
-	addDT("Equal", "int64", onlyInt64, eq(ints(0, 3), []int{4, 5}, []int{5}))
-	addDT("Equal", "bool", onlyBool, eq(coin, []int{3, 4}, []int{3, 1}))
 
 	// Cast between every pair; float to int64 truncates toward zero.
 	for _, to := range []graph.DType{graph.Float32, graph.Float64, graph.BFloat16, graph.Float16, graph.Int64, graph.Bool} {

@@ -59,7 +59,7 @@ func TestFusedElementwiseDoesNotMaterialiseSteps(t *testing.T) {
 	yv := out[g.Outputs[0].Name]
 	for _, i := range []int{0, 1, cols - 1, cols, rows*cols/2 + 17, rows*cols - 1} {
 		xv, wv, rv := feeds["x"].At(i), feeds["w"].At(i%cols), feeds["r"].At(i/cols)
-		want := roundF32(-(roundF32(roundF32(roundF32(xv*roundF32(sigmoid(xv)))*wv)*rv) + xv))
+		want := roundF32(-(roundF32(roundF32(roundF32(xv*roundF32(graph.Sigmoid(xv)))*wv)*rv) + xv))
 		if yv.At(i) != want {
 			t.Fatalf("element %d = %v, want %v", i, yv.At(i), want)
 		}

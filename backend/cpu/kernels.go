@@ -20,15 +20,9 @@ var kernels map[string]kernel
 
 func init() {
 	kernels = map[string]kernel{
-		// elementwise.go
-		"Add": binaryKernel(opAdd), "Sub": binaryKernel(opSub), "Mul": binaryKernel(opMul),
-		"Div": binaryKernel(opDiv), "Pow": binaryKernel(opPow),
-		"Neg": unaryKernel(uNeg), "Sqrt": unaryKernel(uSqrt), "Reciprocal": unaryKernel(uRecip),
-		"Exp": unaryKernel(uExp), "Log": unaryKernel(uLog), "Sigmoid": unaryKernel(uSigmoid),
-		"Tanh": unaryKernel(uTanh), "Relu": unaryKernel(uRelu), "Erf": unaryKernel(uErf),
-		"Abs": unaryKernel(uAbs), "Softplus": tableUnaryKernel("Softplus"),
+		// elementwise.go; the ops defined by an expression are added below
 		"FusedElementwise": fusedKernel,
-		"Identity":         identityKernel, "Where": whereKernel, "Cast": castKernel, "Equal": equalKernel,
+		"Identity":         identityKernel, "Cast": castKernel,
 		// matmul.go
 		"MatMul": matmulKernel, "Gemm": gemmKernel,
 		// reduce.go
@@ -44,6 +38,12 @@ func init() {
 		// flashgraph.go
 		"FlashAttention": flashAttentionKernel, "FlashAttentionGrad": flashAttentionGradKernel,
 		"AdamW": adamwKernel,
+	}
+	// expr.go: every op the op table defines by an expression.
+	for _, s := range graph.Ops() {
+		if s.Expr != nil {
+			kernels[s.Name] = exprKernel(s.Name)
+		}
 	}
 }
 

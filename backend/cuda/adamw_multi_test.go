@@ -509,7 +509,7 @@ func newAdamWCase(t *testing.T, roomy bool) *adamwCase {
 	}
 	name := func(s string, i int) string { return s + string(rune('a'+i)) }
 	// The gradients first, then the AdamW nodes one after another, as
-	// passes.TrainingGraph orders them.
+	// autodiff.TrainingGraph orders them.
 	var grads []*graph.Value
 	for i, n := range c.sizes {
 		grads = append(grads, b.Neg(b.Input(name("x", i), dtOf(i), n)))

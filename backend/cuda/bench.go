@@ -97,11 +97,19 @@ func (b *Backend) BenchWarmUp() error {
 	if _, err := d.flashKernels(); err != nil {
 		return err
 	}
-	// On compute capability 9.0 the forward is flash_attention_sm90.cu's.
+	// On compute capability 9.0 the forward and the backward are the sm90
+	// units' (flash_sm90_fwd.cu, flash_sm90_bwd.cu), each its own compile.
 	if name, err := flashSM90Choice(d, GemmBF16, 128, 4096, false, 1); err != nil {
 		return err
 	} else if name != "" {
-		if _, err := d.flashSM90Kernels(); err != nil {
+		if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil {
+			return err
+		}
+	}
+	if name, err := flashSM90BwdChoice(d, GemmBF16, 128, 1); err != nil {
+		return err
+	} else if name != "" {
+		if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil {
 			return err
 		}
 	}

@@ -52,7 +52,7 @@ var opsCompileOptions = []string{"-std=c++17", "--fmad=false"}
 // opsKernelNames lists every entry point of ops.cu the backend launches (a
 // test checks the cubin has each).
 var opsKernelNames = []string{
-	"ew_f32", "ew_f64", "ew_i64", "copy2d", "trilu",
+	"copy2d", "trilu",
 	"reduce_rows_f32", "reduce_rows_f64", "reduce_rows_warp_f32", "reduce_rows_warp_f64", "reduce_cols_f32", "reduce_cols_f64",
 	"softmax_f64", "softmax_grad_f64", "sce_rows_f64", "sum_scalar", "sce_grad_f64",
 	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_vec4_f32", "adamw_f64", "adamw_multi_f32",

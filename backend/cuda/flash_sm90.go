@@ -1,9 +1,11 @@
 package cuda
 
-// Launcher for kernels/flash_attention_sm90.cu: the Hopper (sm_90a, wgmma)
-// FlashAttention forward. Same layout, masking and LSE contract as
-// FlashForward's FA2 kernels (flash.go); FlashForward runs it instead of FA2
-// when flashSM90Pick says so.
+// Launchers for the Hopper (sm_90a: wgmma, TMA) FlashAttention kernels:
+// kernels/flash_sm90_fwd.cu's forwards and kernels/flash_sm90_bwd.cu's
+// backwards, which FlashForward and FlashBackward run instead of FA2's when
+// flashSM90Pick and flashSM90BwdPick say so, and the variants of
+// kernels/dev/flash_sm90_dev.cu, kept to time against. Same layout, masking
+// and LSE contract as FA2's kernels (flash.go).
 
 import (
 	"errors"
@@ -17,34 +19,73 @@ import (
 	"unsafe"
 )
 
-const flashSM90File = "flash_attention_sm90.cu"
+// The sm90 compile units (see package kernels): the forward and the
+// backward the dispatcher selects, each compiled on its first use, and the
+// variants kept only to time against, compiled only when one is asked for by
+// name (flashSM90UnitOf).
+const (
+	flashSM90FwdFile = "flash_sm90_fwd.cu"
+	flashSM90BwdFile = "flash_sm90_bwd.cu"
+	flashSM90DevFile = "dev/flash_sm90_dev.cu"
+)
+
+// flashSM90DevFwd and flashSM90DevBwd are the forward and backward variants
+// of flashSM90DevFile; every other variant is flashSM90FwdFile's or
+// flashSM90BwdFile's.
+var (
+	flashSM90DevFwd = []string{"warpspec", "pingpong", "pingpong3wg"}
+	flashSM90DevBwd = []string{"pipelined", "baseline"}
+)
+
+// flashSM90UnitOf is the compile unit that defines the sm90 kernel name.
+func flashSM90UnitOf(name string) string {
+	if rest, ok := strings.CutPrefix(name, "flash_fwd_sm90_"); ok {
+		if v, _, _ := strings.Cut(rest, "_"); slices.Contains(flashSM90DevFwd, v) {
+			return flashSM90DevFile
+		}
+		return flashSM90FwdFile
+	}
+	rest := strings.TrimPrefix(name, "flash_bwd_sm90_")
+	if v, _, _ := strings.Cut(rest, "_"); slices.Contains(flashSM90DevBwd, v) {
+		return flashSM90DevFile
+	}
+	return flashSM90BwdFile
+}
 
 // FlashSM90Env chooses the forward on a compute capability 9.0 device for
-// bf16/fp16 with head dim 64 or 128. Unset or "1": flashSM90DefaultFor the
-// shape ("ppp3", but "ppp" for causal D=64 up to 1024 query rows).
-// "tma": the TMA, warp-specialised Hopper kernel (a producer warpgroup, two
-// consumer warpgroups); "pp": the two consumer warpgroups taking turns at the
-// tensor cores (ping-pong), each overlapping its softmax of the next tile
-// with its P·V of this one, K and V released apart, a deeper ring at D=64;
-// "pp3": three such warpgroups (192 query rows a CTA) without the overlap
-// inside a warpgroup, at D=64 (at D=128 their registers do not fit: "pp3"
-// runs "pp" there); "ppp", "ppp3":
-// "pp" and "pp3" persistent, a CTA per SM walking the (head, query block)
-// tiles and loading the next one's Q and K/V while it finishes this one (at
-// D=128 "ppp3" runs "ppp"); "0": FA2.
-// Other devices, dtypes and head dims always run FA2. Every forward writes
-// the LSE the backward reads the same way (natural log, +inf for a row that
-// sees no key).
+// bf16/fp16 with head dim 64 or 128: unset or "1", the default for the
+// shape (flashSM90DefaultFor); "0", FA2; or a variant by name:
+//   - "persistent": two consumer warpgroups (128 query rows) taking turns at
+//     the tensor cores (ping-pong), each overlapping the softmax of its next
+//     K/V tile with the P·V of this one, in a CTA per SM that walks the
+//     (head, query block) tiles and loads the next one's Q and K/V while it
+//     finishes this one;
+//   - "persistent3wg": the same with three consumer warpgroups (192 rows)
+//     and no overlap inside a warpgroup; D=64 only ("persistent" at D=128,
+//     where their registers do not fit).
+//   - kept to time against (kernels/dev, compiled only when named):
+//     "pingpong" and "pingpong3wg", the same without the persistent CTAs
+//     (one CTA per query block); "warpspec", a producer warpgroup loading
+//     with TMA and two consumer warpgroups that never wait on each other.
+//
+// The former names (BENCHMARKS.md's runs use them) still work:
+// flashSM90FwdRenamed. Other devices, dtypes and head dims always run FA2.
+// Every forward writes the LSE the backward reads the same way (natural log,
+// +inf for a row that sees no key).
 const FlashSM90Env = "FLASHGRAPH_FLASH_SM90"
 
+// flashSM90FwdRenamed maps the forward variants' former names to theirs.
+var flashSM90FwdRenamed = map[string]string{
+	"ppp": "persistent", "ppp3": "persistent3wg", "pp": "pingpong", "pp3": "pingpong3wg", "tma": "warpspec",
+}
+
 // flashSM90Default is the kernel FlashSM90Env selects when unset or "1",
-// unless a rule of flashSM90DefaultRules matches the shape: "ppp3", the
-// persistent three-warpgroup forward, which is "ppp" at D=128. On the H200
-// (bf16, `bench -sm90`, run 8, TFLOP/s) ppp ran D=128 at 512/390 (S=1024,
-// non-causal/causal) and 575/548 (S=4096) against pp's 468/343 and 562/515;
-// ppp3 D=64 at 380 (S=1024) and 449/390 (S=4096) against pp3's 355 and
-// 449/382.
-const flashSM90Default = "ppp3"
+// unless a rule of flashSM90DefaultRules matches the shape: the persistent
+// forwards beat the non-persistent ones at every shape timed (short
+// sequences most: they load the next tile while finishing this one), and
+// three warpgroups beat two at D=64 (BENCHMARKS.md, "Measurements the
+// Hopper kernels' comments cite").
+const flashSM90Default = "persistent3wg"
 
 // flashSM90DefaultRules are the shapes where the default forward is another
 // kernel than flashSM90Default: the first rule whose head dim and causality
@@ -56,12 +97,9 @@ var flashSM90DefaultRules = []struct {
 	variant string
 }{
 	// Three warpgroups' 192-row tiles leave causal attention with few,
-	// unequal tiles per head at short sequences: with the dynamic schedule
-	// (H200, BenchmarkFlashSM90CausalSchedule, bf16) ppp3 283 TFLOP/s
-	// against ppp's 299 at S=1024, but 390 against 350 at S=2048 (with the
-	// static pairs, before, ppp won up to 2048: 247 against 274 at S=1024,
-	// run 8).
-	{64, true, 1024, "ppp"},
+	// unequal tiles per head at short sequences: two warpgroups win there
+	// up to S=1024 (BenchmarkFlashSM90CausalSchedule; BENCHMARKS.md).
+	{64, true, 1024, "persistent"},
 }
 
 // flashSM90DefaultFor is the forward variant the default runs for a shape.
@@ -74,54 +112,56 @@ func flashSM90DefaultFor(dim, sq int, causal bool) string {
 	return flashSM90Default
 }
 
-// The tma forward's tiling, as flash_attention_sm90.cu fixes it: a CTA of two
-// consumer warpgroups and a producer warpgroup owns 128 query rows; K/V tiles
-// of 128 keys, double-buffered.
+// The warpspec forward's tiling, as kernels/dev/flash_sm90_dev.cu fixes it:
+// a CTA of two consumer warpgroups and a producer warpgroup owns 128 query
+// rows; K/V tiles of 128 keys (every sm90 forward's), double-buffered.
 const (
-	flashSM90Rows       = 128
-	flashSM90Keys       = 128
-	flashSM90TMAThreads = 384
+	flashSM90Rows            = 128
+	flashSM90Keys            = 128
+	flashSM90WarpSpecThreads = 384
 )
 
-// flashSM90TMASmem is the tma forward's dynamic shared memory: the Q tile,
-// two K and two V tiles (16-bit), 64 bytes of mbarriers and 1024 bytes to
+// flashSM90WarpSpecSmem is the warpspec forward's dynamic shared memory: the
+// Q tile, two K and two V tiles (16-bit), 64 bytes of mbarriers and 1024 bytes to
 // align the start to a swizzle block.
-func flashSM90TMASmem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 + 64 + 1024 }
+func flashSM90WarpSpecSmem(dim int) int { return (flashSM90Rows+4*flashSM90Keys)*dim*2 + 64 + 1024 }
 
-// flashSM90PP is the tiling of a ping-pong forward (fwd_pp in
-// flash_attention_sm90.cu) as its entry points fix it: consumer warpgroups
-// of 64 query rows each, the depth of the K and V rings, and for the
-// persistent ones (fwd_ppp: a CTA per SM walking the tiles) whether it is.
-type flashSM90PP struct {
+// flashSM90PingPong is the tiling of a ping-pong forward (fwd_persistent in
+// kernels/flash_sm90_fwd.cuh, fwd_pingpong in kernels/dev/flash_sm90_dev.cu)
+// as its entry points fix it: consumer warpgroups of 64 query rows each, the
+// depth of the K and V rings, and whether it is persistent (a CTA per SM
+// walking the tiles).
+type flashSM90PingPong struct {
 	warpgroups, stages int
 	persistent         bool
 }
 
-// flashSM90PPOf is the tiling of the ping-pong kernel of variant ("pp",
-// "pp3", "ppp" or "ppp3") at dim: D=64
+// flashSM90PingPongOf is the tiling of the ping-pong kernel of variant
+// ("persistent", "persistent3wg", "pingpong" or "pingpong3wg") at dim: D=64
 // tiles take half the shared memory of D=128 ones, so its rings hold four
 // instead of two.
-func flashSM90PPOf(variant string, dim int) flashSM90PP {
-	t := flashSM90PP{warpgroups: 2, stages: 2}
+func flashSM90PingPongOf(variant string, dim int) flashSM90PingPong {
+	t := flashSM90PingPong{warpgroups: 2, stages: 2}
 	if dim == 64 {
 		t.stages = 4
-		if strings.HasPrefix(variant, "pp3") || strings.HasPrefix(variant, "ppp3") {
+		if strings.HasSuffix(variant, "3wg") {
 			t.warpgroups = 3
 		}
 	}
-	t.persistent = strings.HasPrefix(variant, "ppp")
+	t.persistent = strings.HasPrefix(variant, "persistent")
 	return t
 }
 
-func (t flashSM90PP) rows() int    { return 64 * t.warpgroups }
-func (t flashSM90PP) threads() int { return 128 * (t.warpgroups + 1) }
+func (t flashSM90PingPong) rows() int    { return 64 * t.warpgroups }
+func (t flashSM90PingPong) threads() int { return 128 * (t.warpgroups + 1) }
 
 // smem is the kernel's dynamic shared memory: the Q tile, STAGES K and V
 // tiles (16-bit), 1 + 4·STAGES mbarriers and 1024 bytes to align the start
 // to a swizzle block; when persistent, two Q tiles (one for even and one for
-// odd tiles, see fwd_ppp), an O tile (the rows of a Q tile, see ppp_store),
-// 4·STAGES + 4 mbarriers and two 16-byte tile slots instead.
-func (t flashSM90PP) smem(dim int) int {
+// odd tiles, see fwd_persistent), an O tile (the rows of a Q tile, see
+// persistent_store), 4·STAGES + 4 mbarriers and two 16-byte tile slots
+// instead.
+func (t flashSM90PingPong) smem(dim int) int {
 	kv := 2 * t.stages * flashSM90Keys * dim * 2
 	if t.persistent {
 		return 3*t.rows()*dim*2 + kv + 8*(4*t.stages+4) + 16*2 + 1024
@@ -130,9 +170,8 @@ func (t flashSM90PP) smem(dim int) int {
 }
 
 // flashSM90Name is the sm90 forward kernel for dt and dim ("" when there is
-// none): variant "tma" is the TMA kernel, "pp" and "pp3" the ping-pong
-// kernels (at D=128 both are "pp"), "ppp" and "ppp3" the persistent
-// ping-pong ones (at D=128 both are "ppp").
+// none) of variant (see FlashSM90Env); at D=128 "persistent3wg" is
+// "persistent" and "pingpong3wg" "pingpong".
 func flashSM90Name(dt GemmType, dim int, variant string) string {
 	var suffix string
 	switch dt {
@@ -148,18 +187,21 @@ func flashSM90Name(dt GemmType, dim int, variant string) string {
 	}
 	if dim == 128 {
 		switch variant {
-		case "pp3":
-			variant = "pp"
-		case "ppp3":
-			variant = "ppp"
+		case "pingpong3wg":
+			variant = "pingpong"
+		case "persistent3wg":
+			variant = "persistent"
 		}
 	}
-	switch variant {
-	case "tma", "pp", "pp3", "ppp", "ppp3":
-		return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
+	if !slices.Contains(flashSM90FwdVariants, variant) {
+		return ""
 	}
-	return ""
+	return fmt.Sprintf("flash_fwd_sm90_%s_%s_d%d", variant, suffix, dim)
 }
+
+// flashSM90FwdVariants are the forward variants flashSM90Name knows (see
+// FlashSM90Env).
+var flashSM90FwdVariants = []string{"warpspec", "pingpong", "pingpong3wg", "persistent", "persistent3wg"}
 
 // flashSM90Pick says which sm90 forward kernel FlashForward runs ("" for
 // FA2): the one env (the value of FlashSM90Env) names, the default when it is
@@ -173,10 +215,14 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 		return "", nil
 	case "", "1":
 		variant = flashSM90DefaultFor(dim, sq, causal)
-	case "tma", "pp", "pp3", "ppp", "ppp3":
-		variant = env
 	default:
-		return "", fmt.Errorf("cuda: %s=%q: want tma, pp, pp3, ppp or ppp3 (a Hopper forward), 1 or unset (the default, %s) or 0 (FA2)", FlashSM90Env, env, flashSM90Default)
+		if v, ok := flashSM90FwdRenamed[env]; ok {
+			env = v
+		}
+		if !slices.Contains(flashSM90FwdVariants, env) {
+			return "", fmt.Errorf("cuda: %s=%q: want 1 or unset (the default Hopper forward for the shape), persistent, persistent3wg, pingpong, pingpong3wg, warpspec (the last three kept to time against) or 0 (FA2)", FlashSM90Env, env)
+		}
+		variant = env
 	}
 	if ccMajor != 9 || ccMinor != 0 || !(scale > 0) {
 		return "", nil
@@ -184,60 +230,68 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 	return flashSM90Name(dt, dim, variant), nil
 }
 
-// flashSM90Kernels caches the compiled flash_attention_sm90.cu per device, or
-// why it could not be compiled (so a default choice that falls back to FA2
-// does not recompile on every call).
+// flashSM90Kernels caches each compiled sm90 unit (flashSM90FwdFile,
+// flashSM90BwdFile, flashSM90DevFile) per device, or why it could not be
+// compiled (so a default choice that falls back to FA2 does not recompile on
+// every call). Each unit compiles on first use: a forward-only run never
+// compiles the backward, and only a variant asked for by name the dev unit.
 var flashSM90Kernels struct {
 	mu   sync.Mutex
-	m    map[*Device]*kernelSet
-	errs map[*Device]error
+	m    map[flashSM90Unit]*kernelSet
+	errs map[flashSM90Unit]error
 }
 
-func (d *Device) flashSM90Kernels() (*kernelSet, error) {
+type flashSM90Unit struct {
+	d    *Device
+	file string
+}
+
+func (d *Device) flashSM90Kernels(file string) (*kernelSet, error) {
 	flashSM90Kernels.mu.Lock()
 	defer flashSM90Kernels.mu.Unlock()
-	if ks, ok := flashSM90Kernels.m[d]; ok {
+	u := flashSM90Unit{d, file}
+	if ks, ok := flashSM90Kernels.m[u]; ok {
 		return ks, nil
 	}
-	if err, ok := flashSM90Kernels.errs[d]; ok {
+	if err, ok := flashSM90Kernels.errs[u]; ok {
 		return nil, err
 	}
-	ks, err := d.compileFlashSM90()
+	ks, err := d.compileFlashSM90(file)
 	if err != nil {
 		if flashSM90Kernels.errs == nil {
-			flashSM90Kernels.errs = map[*Device]error{}
+			flashSM90Kernels.errs = map[flashSM90Unit]error{}
 		}
-		flashSM90Kernels.errs[d] = err
+		flashSM90Kernels.errs[u] = err
 		return nil, err
 	}
 	if flashSM90Kernels.m == nil {
-		flashSM90Kernels.m = map[*Device]*kernelSet{}
+		flashSM90Kernels.m = map[flashSM90Unit]*kernelSet{}
 	}
-	flashSM90Kernels.m[d] = ks
+	flashSM90Kernels.m[u] = ks
 	return ks, nil
 }
 
-func (d *Device) compileFlashSM90() (*kernelSet, error) {
+func (d *Device) compileFlashSM90(file string) (*kernelSet, error) {
 	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
-		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", flashSM90File, maj, mnr)
+		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", file, maj, mnr)
 	}
-	return compileKernelSet(d, flashSM90File)
+	return compileKernelSet(d, file)
 }
 
 // flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
 func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashSM90Kernels()
+	ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
-		return flashForwardSM90TMA(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+	if strings.HasPrefix(name, "flash_fwd_sm90_warpspec") {
+		return flashForwardSM90WarpSpec(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
-	if strings.HasPrefix(name, "flash_fwd_sm90_ppp") {
-		return flashForwardSM90PPP(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+	if strings.HasPrefix(name, "flash_fwd_sm90_persistent") {
+		return flashForwardSM90Persistent(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
-	if strings.HasPrefix(name, "flash_fwd_sm90_pp") {
-		return flashForwardSM90PP(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+	if strings.HasPrefix(name, "flash_fwd_sm90_pingpong") {
+		return flashForwardSM90PingPong(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	return fmt.Errorf("cuda: %s: no such sm90 forward", name)
 }
@@ -262,10 +316,10 @@ func flashHeadChunks(bh int, launch func(h0, n int) error) error {
 	return nil
 }
 
-// flashHeadOffset is the byte offset of head h0 in a [bh, rows, cols]
+// flashHeadOffset is the byte offset of head h0 in a [bh, rows, pipelined]
 // tensor of elem-byte elements.
-func flashHeadOffset(h0, rows, cols, elem int) DevicePtr {
-	return DevicePtr(h0 * rows * cols * elem)
+func flashHeadOffset(h0, rows, pipelined, elem int) DevicePtr {
+	return DevicePtr(h0 * rows * pipelined * elem)
 }
 
 // flashSM90Choice is flashSM90Pick for d and the environment. When the
@@ -280,7 +334,7 @@ func flashSM90Choice(d *Device, dt GemmType, dim, sq int, causal bool, scale flo
 	if err != nil || name == "" || env != "" {
 		return name, err
 	}
-	if _, err := d.flashSM90Kernels(); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
+	if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
 		return "", nil
 	}
 	return name, nil
@@ -303,7 +357,7 @@ type tensorMapArgs struct {
 }
 
 // encodeFlashTensorMap writes into dst (128 bytes, 64-byte aligned) the TMA
-// map of a [bh, rows, dim] 16-bit tensor at ptr as flash_attention_sm90.cu
+// map of a [bh, rows, dim] 16-bit tensor at ptr as the sm90 kernels
 // reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × boxRows × 1
 // elements with the 128-byte swizzle; reads past rows give zeros.
 func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim, boxRows int) error {
@@ -328,10 +382,10 @@ func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh,
 		0 /* no interleave */, tensorMapSwizzle128B, tensorMapL2Promote128B, 0 /* out of bounds: zeros */))
 }
 
-// flashForwardSM90TMA launches a TMA forward: tensor maps of Q, K, V, then
+// flashForwardSM90WarpSpec launches a TMA forward: tensor maps of Q, K, V, then
 // O, LSE and the sizes.
-func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	smem := flashSM90TMASmem(dim)
+func flashForwardSM90WarpSpec(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	smem := flashSM90WarpSpecSmem(dim)
 	f, err := ks.fn(name, smem)
 	if err != nil {
 		return err
@@ -340,17 +394,17 @@ func flashForwardSM90TMA(d *Device, ks *kernelSet, name string, q, k, v, o, lse 
 		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
 		grid := [3]uint32{uint32((sq + flashSM90Rows - 1) / flashSM90Rows), uint32(n), 1}
 		maps := []flashTMATensor{{q + qo, sq, flashSM90Rows}, {k + ko, sk, flashSM90Keys}, {v + ko, sk, flashSM90Keys}}
-		return launchFlashTMA(d, f, name, grid, flashSM90TMAThreads, smem, n, dim, maps,
+		return launchFlashTMA(d, f, name, grid, flashSM90WarpSpecThreads, smem, n, dim, maps,
 			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
 }
 
-// flashForwardSM90PP launches a ping-pong forward (flash_fwd_sm90_pp*_*):
+// flashForwardSM90PingPong launches a ping-pong forward (flash_fwd_sm90_pingpong*_*):
 // the arguments of the TMA kernels, with the Q map's box and the grid sized
 // to its rows per CTA.
-func flashForwardSM90PP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardSM90PingPong(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
-	t := flashSM90PPOf(variant, dim)
+	t := flashSM90PingPongOf(variant, dim)
 	smem := t.smem(dim)
 	f, err := ks.fn(name, smem)
 	if err != nil {
@@ -370,7 +424,7 @@ func flashForwardSM90PP(d *Device, ks *kernelSet, name string, q, k, v, o, lse D
 // walks many tiles of different lengths.
 var flashSM90PersistentGrid int
 
-// flashSM90PersistentGridFor is the grid of a persistent forward (fwd_ppp)
+// flashSM90PersistentGridFor is the grid of a persistent forward (fwd_persistent)
 // over bh heads of sq query rows, rows per tile: one CTA per SM (sms), or
 // fewer where there are fewer work items (tiles; pairs of tiles for the
 // static causal schedule), or flashSM90PersistentGrid. The kernel indexes
@@ -396,7 +450,7 @@ func flashSM90PersistentGridFor(bh, sq, rows, sms int, causal, dynamic bool) (in
 	return int(grid), nil
 }
 
-// FlashSM90SchedEnv chooses how the persistent forwards (ppp, ppp3) hand
+// FlashSM90SchedEnv chooses how the persistent forwards (persistent, persistent3wg) hand
 // out their tiles: "dynamic", each CTA drawing its next tile from a counter
 // in device memory (causal: the longest tiles first, heads in sections of
 // flashSM90SectionHeads), or "static", each CTA walking a fixed stride
@@ -427,12 +481,11 @@ var flashSM90SectionHeadsOverride int
 // flashSM90SectionHeads is how many heads the dynamic causal schedule walks
 // together, heaviest tiles first: about 4096/dim (64 at D=64, 32 at D=128),
 // spread evenly over the sections (a short last section starts its long
-// tiles late: 15 heads a section of 64 ran 5–8% slower than 16), at least
-// one, at most bh. On the H200 (BenchmarkFlashSM90CausalSchedule: bf16,
-// B·S = 16384, H·D = 2048, S 1024–16384) this ran 1–4% faster than the
-// static pairs at D=128 and 2–9% at D=64 (36% for ppp3 at S=2048); 16 to 96
-// heads were within 2% of each other at all but a few shapes, 2 to 8 heads up
-// to 8% slower (run 40).
+// tiles late: 15 heads a section of 64 ran slower than 16), at least one,
+// at most bh. Sections of 16 to 96 heads ran alike and faster than the
+// static pairs; 2 to 8 heads were slower (the heaviest tiles of too few
+// heads do not fill the GPU): BenchmarkFlashSM90CausalSchedule,
+// BENCHMARKS.md.
 func flashSM90SectionHeads(bh, dim int) int {
 	bh = max(bh, 1)
 	nh := max(4096/max(dim, 1), 1)
@@ -465,14 +518,14 @@ func (d *Device) flashSM90Sched() (DevicePtr, error) {
 	return p, nil
 }
 
-// flashForwardSM90PPP launches a persistent ping-pong forward
-// (flash_fwd_sm90_ppp*_*: ppp, ppp3): the arguments of the other ping-pong
+// flashForwardSM90Persistent launches a persistent ping-pong forward
+// (flash_fwd_sm90_persistent*_*: persistent, persistent3wg): the arguments of the other ping-pong
 // kernels and the schedule (the counters or 0, the heads of a causal
 // section), all heads in one launch (the grid is 1-D, so flashHeadChunks'
 // limit on grid y does not apply), a CTA per SM.
-func flashForwardSM90PPP(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardSM90Persistent(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
-	t := flashSM90PPOf(variant, dim)
+	t := flashSM90PingPongOf(variant, dim)
 	smem := t.smem(dim)
 	dynamic, err := flashSM90Dynamic(causal, os.Getenv(FlashSM90SchedEnv))
 	if err != nil {
@@ -549,26 +602,30 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 }
 
 // FlashSM90BwdEnv chooses FlashBackward's main kernel on a compute
-// capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset or "1"
-// runs the default (flashSM90BwdDefaultFor: pp at D=64, alt at D=128); "pp"
-// the ping-pong backward of flash_attention_sm90.cu
-// (flash_bwd_sm90_pp_<T>_d64, D=64 only, elsewhere the default: a producer
-// warpgroup loads and hands dQ to the copy engine, the two consumer
-// warpgroups take turns at the tensor cores); "alt" (flash_bwd_sm90_alt_<T>_d128,
-// D=128 only, elsewhere the default) cols with each block's dQ product
-// taken by one warpgroup in turn while the other goes on to the next block;
-// "cols" two warpgroups that load and reduce dQ themselves
-// (flash_bwd_sm90_cols_<T>_d<D>: the next block's scores in flight during
-// the dQ product, dQ's columns split between the warpgroups); "dqtma" cols
-// without either (kept to time against); "0" FA2's. On the H200 (bf16,
-// S=4096, TestFlashSM90BwdSpeed) pp ran at 1.14x cols at D=64, causal and
-// not (run 33); alt at 1.13x cols at D=128 (run 58); cols at 0.98x dqtma at
-// D=64 and 1.10x at D=128 (run 33). The preprocessing (Dsum, zeroed dQaccum) and
-// the dQ conversion are FA2's either way, the conversion told that the
-// Hopper kernels leave dQaccum's column blocks permuted.
+// capability 9.0 device for bf16/fp16 with head dim 64 or 128: unset or "1",
+// the default (flashSM90BwdDefaultFor: "pingpong" at D=64, "alternating" at
+// D=128); "0", FA2's; or a variant by name:
+//   - "pingpong" (D=64; elsewhere the default): a producer warpgroup loads
+//     and hands dQ to the copy engine, the two consumer warpgroups take turns
+//     at the tensor cores;
+//   - "alternating" (D=128; elsewhere the default): two warpgroups that load
+//     and reduce dQ themselves, each block's dQ product taken by one of them
+//     in turn while the other goes on to the next block;
+//   - kept to time against (kernels/dev, compiled only when named):
+//     "pipelined", both warpgroups in every block's dQ product (its columns
+//     split between them) with the next block's scores in flight during it;
+//     "baseline", the same without either.
+//
+// The former names still work (flashSM90BwdRenamed). Why the defaults:
+// BENCHMARKS.md, "Measurements the Hopper kernels' comments cite". The preprocessing (Dsum, zeroed
+// dQaccum) and the dQ conversion are FA2's either way, the conversion told
+// that the Hopper kernels leave dQaccum's column blocks permuted.
 const FlashSM90BwdEnv = "FLASHGRAPH_FLASH_SM90_BWD"
 
-// The sm90 backward's tiling, as flash_attention_sm90.cu fixes it: a CTA of
+// flashSM90BwdRenamed maps the backward variants' former names to theirs.
+var flashSM90BwdRenamed = map[string]string{"pp": "pingpong", "alt": "alternating", "cols": "pipelined", "dqtma": "baseline"}
+
+// The sm90 backward's tiling, as kernels/flash_sm90_bwd.cuh fixes it: a CTA of
 // two (consumer) warpgroups owns 128 keys and walks the queries in blocks of
 // 64.
 const (
@@ -576,10 +633,10 @@ const (
 	flashSM90BwdRows = 64
 )
 
-// flashSM90BwdThreads is the block size of the backward variant: "pp" adds
-// a producer warpgroup to the two consumer ones.
+// flashSM90BwdThreads is the block size of the backward variant: "pingpong"
+// adds a producer warpgroup to the two consumer ones.
 func flashSM90BwdThreads(variant string) int {
-	if variant == "pp" {
+	if variant == "pingpong" {
 		return 384
 	}
 	return 256
@@ -589,15 +646,15 @@ func flashSM90BwdThreads(variant string) int {
 // (see flashSM90BwdName): K and V tiles, three stages of Q and dO blocks, two
 // dSᵀ tiles (16-bit), three stages of LSE and Dsum rows (float32), 64 bytes
 // of mbarriers, 1024 bytes to align the start to a swizzle block, and the
-// float32 dQ staging tiles of 64 rows × dim: at D=64 two for "cols" (one per
-// block, double-buffered) and four for "dqtma" and "pp" (block parity ×
-// warpgroup), at D=128 one (a second would not fit in the 227 KiB a block
-// may have).
+// float32 dQ staging tiles of 64 rows × dim: at D=64 two for "pipelined"
+// (one per block, double-buffered) and four for "baseline" and "pingpong"
+// (block parity × warpgroup), at D=128 one (a second would not fit in the
+// 227 KiB a block may have).
 func flashSM90BwdSmem(dim int, variant string) int {
 	k, r := flashSM90BwdKeys, flashSM90BwdRows
 	n := 2*k*dim*2 + 6*r*dim*2 + 2*k*r*2 + 6*r*4 + 64 + 1024
 	tiles := 1
-	if dim == 64 && variant == "cols" {
+	if dim == 64 && variant == "pipelined" {
 		tiles = 2
 	} else if dim == 64 {
 		tiles = 4
@@ -607,15 +664,15 @@ func flashSM90BwdSmem(dim int, variant string) int {
 
 // flashSM90BwdVariants are the backward variants flashSM90BwdName knows
 // (see FlashSM90BwdEnv).
-var flashSM90BwdVariants = []string{"pp", "alt", "cols", "dqtma"}
+var flashSM90BwdVariants = []string{"pingpong", "alternating", "pipelined", "baseline"}
 
-// flashSM90BwdHasDim says which head dims variant has a kernel for: "pp" D=64
-// only, "alt" D=128 only, the others both.
+// flashSM90BwdHasDim says which head dims variant has a kernel for:
+// "pingpong" D=64 only, "alternating" D=128 only, the others both.
 func flashSM90BwdHasDim(variant string, dim int) bool {
 	switch variant {
-	case "pp":
+	case "pingpong":
 		return dim == 64
-	case "alt":
+	case "alternating":
 		return dim == 128
 	}
 	return true
@@ -624,20 +681,20 @@ func flashSM90BwdHasDim(variant string, dim int) bool {
 // flashSM90BwdName is the sm90 backward kernel for dt, dim and variant (see
 // flashSM90BwdVariants; "" when there is none).
 func flashSM90BwdName(dt GemmType, dim int, variant string) string {
-	fwd := flashSM90Name(dt, dim, "tma")
+	fwd := flashSM90Name(dt, dim, "warpspec")
 	if fwd == "" || !slices.Contains(flashSM90BwdVariants, variant) || !flashSM90BwdHasDim(variant, dim) {
 		return ""
 	}
-	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_tma_")
+	return "flash_bwd_sm90_" + variant + "_" + strings.TrimPrefix(fwd, "flash_fwd_sm90_warpspec_")
 }
 
 // flashSM90BwdDefaultFor is the backward variant FlashBackward runs at head
 // dim dim when FlashSM90BwdEnv is unset or "1" (see there).
 func flashSM90BwdDefaultFor(dim int) string {
 	if dim == 64 {
-		return "pp"
+		return "pingpong"
 	}
-	return "alt"
+	return "alternating"
 }
 
 // flashSM90BwdPick says which sm90 backward kernel FlashBackward runs ("" for
@@ -651,8 +708,11 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	case "0":
 		return "", nil
 	default:
+		if v, ok := flashSM90BwdRenamed[env]; ok {
+			env = v
+		}
 		if !slices.Contains(flashSM90BwdVariants, env) {
-			return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pp (ping-pong, D=64), alt (dQ by each warpgroup in turn, D=128), cols (two warpgroups), dqtma (cols' simpler form) or 0 (FA2's)", FlashSM90BwdEnv, env)
+			return "", fmt.Errorf("cuda: %s=%q: want 1 (the default Hopper backward), pingpong (D=64), alternating (D=128), pipelined, baseline (both kept to time against) or 0 (FA2's)", FlashSM90BwdEnv, env)
 		}
 		variant = env
 	}
@@ -662,8 +722,8 @@ func flashSM90BwdPick(ccMajor, ccMinor int, dt GemmType, dim int, scale float32,
 	if name := flashSM90BwdName(dt, dim, variant); name != "" {
 		return name, nil
 	}
-	// A variant without a kernel for this head dim (pp at D=128, alt at
-	// D=64) runs the default one.
+	// A variant without a kernel for this head dim (pingpong at D=128,
+	// alternating at D=64) runs the default one.
 	return flashSM90BwdName(dt, dim, flashSM90BwdDefaultFor(dim)), nil
 }
 
@@ -677,7 +737,7 @@ func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string,
 // (float32, zeroed before), dK, dV written. dsum and dqacc are
 // FlashBackward's workspace after flash_bwd_pre_<T>.
 func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashSM90Kernels()
+	ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}

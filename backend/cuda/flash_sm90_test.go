@@ -17,17 +17,41 @@ import (
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
-// flashSM90AllKernels are every entry point of flash_attention_sm90.cu.
+// flashSM90AllKernels are every entry point of the sm90 compile units
+// (flashSM90Files).
 var flashSM90AllKernels = []string{
-	"flash_fwd_sm90_tma_bf16_d64", "flash_fwd_sm90_tma_bf16_d128", "flash_fwd_sm90_tma_fp16_d64", "flash_fwd_sm90_tma_fp16_d128",
-	"flash_fwd_sm90_pp_bf16_d64", "flash_fwd_sm90_pp_bf16_d128", "flash_fwd_sm90_pp_fp16_d64", "flash_fwd_sm90_pp_fp16_d128",
-	"flash_fwd_sm90_pp3_bf16_d64", "flash_fwd_sm90_pp3_fp16_d64",
-	"flash_fwd_sm90_ppp_bf16_d64", "flash_fwd_sm90_ppp_bf16_d128", "flash_fwd_sm90_ppp_fp16_d64", "flash_fwd_sm90_ppp_fp16_d128",
-	"flash_fwd_sm90_ppp3_bf16_d64", "flash_fwd_sm90_ppp3_fp16_d64",
-	"flash_bwd_sm90_dqtma_bf16_d64", "flash_bwd_sm90_dqtma_bf16_d128", "flash_bwd_sm90_dqtma_fp16_d64", "flash_bwd_sm90_dqtma_fp16_d128",
-	"flash_bwd_sm90_cols_bf16_d64", "flash_bwd_sm90_cols_bf16_d128", "flash_bwd_sm90_cols_fp16_d64", "flash_bwd_sm90_cols_fp16_d128",
-	"flash_bwd_sm90_pp_bf16_d64", "flash_bwd_sm90_pp_fp16_d64",
-	"flash_bwd_sm90_alt_bf16_d128", "flash_bwd_sm90_alt_fp16_d128",
+	"flash_fwd_sm90_warpspec_bf16_d64", "flash_fwd_sm90_warpspec_bf16_d128", "flash_fwd_sm90_warpspec_fp16_d64", "flash_fwd_sm90_warpspec_fp16_d128",
+	"flash_fwd_sm90_pingpong_bf16_d64", "flash_fwd_sm90_pingpong_bf16_d128", "flash_fwd_sm90_pingpong_fp16_d64", "flash_fwd_sm90_pingpong_fp16_d128",
+	"flash_fwd_sm90_pingpong3wg_bf16_d64", "flash_fwd_sm90_pingpong3wg_fp16_d64",
+	"flash_fwd_sm90_persistent_bf16_d64", "flash_fwd_sm90_persistent_bf16_d128", "flash_fwd_sm90_persistent_fp16_d64", "flash_fwd_sm90_persistent_fp16_d128",
+	"flash_fwd_sm90_persistent3wg_bf16_d64", "flash_fwd_sm90_persistent3wg_fp16_d64",
+	"flash_bwd_sm90_baseline_bf16_d64", "flash_bwd_sm90_baseline_bf16_d128", "flash_bwd_sm90_baseline_fp16_d64", "flash_bwd_sm90_baseline_fp16_d128",
+	"flash_bwd_sm90_pipelined_bf16_d64", "flash_bwd_sm90_pipelined_bf16_d128", "flash_bwd_sm90_pipelined_fp16_d64", "flash_bwd_sm90_pipelined_fp16_d128",
+	"flash_bwd_sm90_pingpong_bf16_d64", "flash_bwd_sm90_pingpong_fp16_d64",
+	"flash_bwd_sm90_alternating_bf16_d128", "flash_bwd_sm90_alternating_fp16_d128",
+}
+
+// flashSM90Instance matches an instantiation of an sm90 entry point.
+var flashSM90Instance = regexp.MustCompile(`(?m)^FA90_(?:FWD_WARPSPEC|FWD_PINGPONG|FWD_PERSISTENT|BWD|BWD_PINGPONG)\((flash_\w+),`)
+
+// flashSM90Files are the sm90 compile units: the forward and backward that
+// the dispatcher selects, and the dev unit of the variants kept to time
+// against.
+var flashSM90Files = []string{flashSM90FwdFile, flashSM90BwdFile, flashSM90DevFile}
+
+// flashSM90Sources returns the compile units' texts as NVRTC sees them
+// (kernels.Unit: headers inlined), by file.
+func flashSM90Sources(tb testing.TB) map[string]string {
+	tb.Helper()
+	srcs := map[string]string{}
+	for _, f := range flashSM90Files {
+		src, err := kernels.Unit(f)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		srcs[f] = src
+	}
+	return srcs
 }
 
 // sm90GPU is the test GPU (gpu) when it is compute capability 9.0, where
@@ -51,26 +75,29 @@ const flashSM90MaxSmem = 227 * 1024
 // memory sizes the launchers ask for are the ones the .cu header states and
 // fit in a block.
 func TestFlashSM90Entries(t *testing.T) {
-	src, err := kernels.Source(flashSM90File)
-	if err != nil {
-		t.Fatal(err)
-	}
+	srcs := flashSM90Sources(t)
+	src := srcs[flashSM90FwdFile] + srcs[flashSM90BwdFile] + srcs[flashSM90DevFile]
 	var defined []string
-	for _, m := range regexp.MustCompile(`(?m)^FA90_(?:FWD|FWD_WS|FWD_PPP?|BWD|BWD_PP)\((flash_\w+),`).FindAllStringSubmatch(string(src), -1) {
-		defined = append(defined, m[1])
+	for _, f := range flashSM90Files {
+		for _, m := range flashSM90Instance.FindAllStringSubmatch(srcs[f], -1) {
+			defined = append(defined, m[1])
+			if got := flashSM90UnitOf(m[1]); got != f {
+				t.Errorf("%s defines %s, flashSM90UnitOf says %s does", f, m[1], got)
+			}
+		}
 	}
 	want := slices.Clone(flashSM90AllKernels)
 	slices.Sort(defined)
 	slices.Sort(want)
 	if !slices.Equal(defined, want) {
-		t.Errorf("%s defines %v,\nflashSM90AllKernels lists %v", flashSM90File, defined, want)
+		t.Errorf("%v define %v,\nflashSM90AllKernels lists %v", flashSM90Files, defined, want)
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
 			for _, v := range flashSM90BwdVariants {
 				name := flashSM90BwdName(dt, dim, v)
 				if name == "" && !flashSM90BwdHasDim(v, dim) {
-					continue // pp is D=64 only, alt D=128 only
+					continue // pingpong is D=64 only, alternating D=128 only
 				}
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90BwdName(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -84,7 +111,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		variant string
 		dim     int
 		want    int
-	}{{"dqtma", 64, 182848}, {"dqtma", 128, 232000}, {"cols", 64, 150080}, {"cols", 128, 232000}, {"alt", 128, 232000}, {"pp", 64, 182848}} {
+	}{{"baseline", 64, 182848}, {"baseline", 128, 232000}, {"pipelined", 64, 150080}, {"pipelined", 128, 232000}, {"alternating", 128, 232000}, {"pingpong", 64, 182848}} {
 		got := flashSM90BwdSmem(c.dim, c.variant)
 		if got != c.want {
 			t.Errorf("backward %q d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
@@ -97,7 +124,7 @@ func TestFlashSM90Entries(t *testing.T) {
 		}
 	}
 	for _, dim := range []int{64, 128} {
-		if n := flashSM90TMASmem(dim); n > flashSM90MaxSmem {
+		if n := flashSM90WarpSpecSmem(dim); n > flashSM90MaxSmem {
 			t.Errorf("TMA forward d%d needs %d bytes of shared memory, a block may have %d", dim, n, flashSM90MaxSmem)
 		}
 	}
@@ -110,14 +137,14 @@ func TestFlashSM90Entries(t *testing.T) {
 		instance   string
 		wantThread int
 	}{
-		{"pp", 64, 148616, "flash_fwd_sm90_pp_bf16_d64, false, 64, 2, 4, true", 384},
-		{"pp", 128, 164936, "flash_fwd_sm90_pp_bf16_d128, false, 128, 2, 2, true", 384},
-		{"pp3", 64, 156808, "flash_fwd_sm90_pp3_bf16_d64, false, 64, 3, 4, false", 512},
-		{"ppp", 64, 181440, "flash_fwd_sm90_ppp_bf16_d64, false, 64, 2, 4, true", 384},
-		{"ppp", 128, 230528, "flash_fwd_sm90_ppp_fp16_d128, true, 128, 2, 2, true", 384},
-		{"ppp3", 64, 206016, "flash_fwd_sm90_ppp3_bf16_d64, false, 64, 3, 4, false", 512},
+		{"pingpong", 64, 148616, "flash_fwd_sm90_pingpong_bf16_d64, false, 64, 2, 4, true", 384},
+		{"pingpong", 128, 164936, "flash_fwd_sm90_pingpong_bf16_d128, false, 128, 2, 2, true", 384},
+		{"pingpong3wg", 64, 156808, "flash_fwd_sm90_pingpong3wg_bf16_d64, false, 64, 3, 4, false", 512},
+		{"persistent", 64, 181440, "flash_fwd_sm90_persistent_bf16_d64, false, 64, 2, 4, true", 384},
+		{"persistent", 128, 230528, "flash_fwd_sm90_persistent_fp16_d128, true, 128, 2, 2, true", 384},
+		{"persistent3wg", 64, 206016, "flash_fwd_sm90_persistent3wg_bf16_d64, false, 64, 3, 4, false", 512},
 	} {
-		tl := flashSM90PPOf(c.variant, c.dim)
+		tl := flashSM90PingPongOf(c.variant, c.dim)
 		if got := tl.smem(c.dim); got != c.want {
 			t.Errorf("forward %s d%d smem %d, want %d (the .cu header)", c.variant, c.dim, got, c.want)
 		}
@@ -127,9 +154,9 @@ func TestFlashSM90Entries(t *testing.T) {
 		if got := tl.smem(c.dim); got > flashSM90MaxSmem {
 			t.Errorf("forward %s d%d needs %d bytes of shared memory, a block may have %d", c.variant, c.dim, got, flashSM90MaxSmem)
 		}
-		macro := "FA90_FWD_PP"
+		macro := "FA90_FWD_PINGPONG"
 		if tl.persistent {
-			macro = "FA90_FWD_PPP"
+			macro = "FA90_FWD_PERSISTENT"
 		}
 		if !strings.Contains(string(src), macro+"("+c.instance+")") {
 			t.Errorf("the .cu has no %s(%s) (forward %s d%d: %d warpgroups, %d stages)", macro, c.instance, c.variant, c.dim, tl.warpgroups, tl.stages)
@@ -149,17 +176,18 @@ func TestFlashSM90Entries(t *testing.T) {
 		"cp.async.bulk.wait_group %0;",
 		"fence.proxy.async.shared::cta;",
 	} {
-		if !strings.Contains(string(src), ptx) {
-			t.Errorf("%s has no %q", flashSM90File, ptx)
+		if !strings.Contains(srcs[flashSM90BwdFile], ptx) {
+			t.Errorf("%s has no %q", flashSM90BwdFile, ptx)
 		}
 	}
 }
 
-// TestFlashSM90Compile compiles flash_attention_sm90.cu for sm_90a with NVRTC
-// where it is installed (no GPU needed; NVRTC 12.0 or newer), checks that
-// every entry point is in the cubin, and logs ptxas's resource report
-// (registers, spill bytes per kernel; "wgmma ... serialized" warnings mean
-// the compiler had to wait on each wgmma and the kernel will be slow).
+// TestFlashSM90Compile compiles each sm90 unit (flashSM90Files) for sm_90a
+// with NVRTC where it is installed (no GPU needed; NVRTC 12.0 or newer),
+// checks that every entry point is in the cubin of the unit that defines it,
+// and logs ptxas's resource report (registers, spill bytes per kernel;
+// "wgmma ... serialized" warnings mean the compiler had to wait on each
+// wgmma and the kernel will be slow).
 func TestFlashSM90Compile(t *testing.T) {
 	nv, err := loadNVRTC()
 	if err != nil {
@@ -168,43 +196,48 @@ func TestFlashSM90Compile(t *testing.T) {
 	if strings.HasPrefix(nv.version, "11.") {
 		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
 	}
-	src, err := kernels.Source(flashSM90File)
-	if err != nil {
-		t.Fatal(err)
+	for file, src := range flashSM90Sources(t) {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".cu"), func(t *testing.T) {
+			cubin, log, err := nv.compile(file, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("NVRTC %s, sm_90a, %s, ptxas -v:\n%s", nv.version, file, log)
+			var names []string
+			for _, k := range flashSM90AllKernels {
+				if flashSM90UnitOf(k) != file {
+					continue
+				}
+				names = append(names, k)
+				if !bytes.Contains(cubin, []byte(k+"\x00")) {
+					t.Errorf("cubin of %s has no kernel %s", file, k)
+				}
+			}
+			if strings.Contains(log, "serializ") {
+				t.Errorf("ptxas serialized wgmma (see the log above): the kernel would be correct but slow")
+			}
+			if m := regexp.MustCompile(`[1-9][0-9]* bytes spill stores`).FindString(log); m != "" {
+				t.Errorf("ptxas spilled registers (%s, see the log above): the kernel would be correct but slow", m)
+			}
+			checkSM90Descriptors(t, cubin, names)
+		})
 	}
-	cubin, log, err := nv.compile(flashSM90File, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("NVRTC %s, sm_90a, ptxas -v:\n%s", nv.version, log)
-	for _, k := range flashSM90AllKernels {
-		if !bytes.Contains(cubin, []byte(k+"\x00")) {
-			t.Errorf("cubin has no kernel %s", k)
-		}
-	}
-	if strings.Contains(log, "serializ") {
-		t.Errorf("ptxas serialized wgmma (see the log above): the kernel would be correct but slow")
-	}
-	if m := regexp.MustCompile(`[1-9][0-9]* bytes spill stores`).FindString(log); m != "" {
-		t.Errorf("ptxas spilled registers (%s, see the log above): the kernel would be correct but slow", m)
-	}
-	checkSM90Descriptors(t, cubin)
 }
 
 // flashSM90MovedDescriptors are the kernels whose wgmma descriptors ptxas
 // (NVRTC 13) builds in ordinary registers: the non-persistent ping-pong
-// forwards, which only FlashSM90Env=pp/pp3 runs. Their warpgroup index is
+// forwards, which only FlashSM90Env=pingpong/pingpong3wg runs. Their warpgroup index is
 // computed per thread (warp >> 2; the broadcast warpgroup_index made ptxas
 // spill there), so the Q tile's address, and with it every descriptor, is
 // not uniform. Left as they are: not timed since the persistent ones
 // replaced them as the default.
-var flashSM90MovedDescriptors = []string{"flash_fwd_sm90_pp_", "flash_fwd_sm90_pp3_"}
+var flashSM90MovedDescriptors = []string{"flash_fwd_sm90_pingpong_", "flash_fwd_sm90_pingpong3wg_"}
 
 // checkSM90Descriptors disassembles the sm90 cubin with cuobjdump, where the
 // toolkit has it, and fails for a kernel whose wgmmas take descriptors moved
 // in from ordinary registers (sassDescriptorMoves), which ptxas does not
 // report.
-func checkSM90Descriptors(t *testing.T, cubin []byte) {
+func checkSM90Descriptors(t *testing.T, cubin []byte, names []string) {
 	tool := cudaTool("cuobjdump")
 	if tool == "" {
 		t.Log("no cuobjdump in the CUDA toolkit or PATH: the wgmma descriptor check did not run")
@@ -219,7 +252,7 @@ func checkSM90Descriptors(t *testing.T, cubin []byte) {
 		t.Fatalf("%s -sass: %v\n%s", tool, err, out)
 	}
 	found := sassDescriptorMoves(string(out))
-	for _, k := range flashSM90AllKernels {
+	for _, k := range names {
 		d := found[k]
 		t.Logf("%-34s %3d wgmma, %3d after descriptor moves", k, d.wgmmas, d.moved)
 		if d.wgmmas == 0 {
@@ -241,21 +274,21 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_ppp_bf16_d128"},
-		{9, 0, GemmBF16, 64, 0.1, "1", "flash_fwd_sm90_ppp3_bf16_d64"},
-		{9, 0, GemmF16, 64, 0.1, "tma", "flash_fwd_sm90_tma_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_fwd_sm90_persistent_bf16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "1", "flash_fwd_sm90_persistent3wg_bf16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "warpspec", "flash_fwd_sm90_warpspec_fp16_d64"},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_ppp_bf16_d128"}, // the default on 9.0
-		{9, 0, GemmBF16, 128, 0.1, "pp", "flash_fwd_sm90_pp_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "pp", "flash_fwd_sm90_pp_fp16_d64"},
-		{9, 0, GemmBF16, 64, 0.1, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "pp3", "flash_fwd_sm90_pp_fp16_d128"}, // no 3-warpgroup d128
-		{9, 0, GemmBF16, 64, 0.1, "ppp", "flash_fwd_sm90_ppp_bf16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "ppp", "flash_fwd_sm90_ppp_fp16_d128"},
-		{9, 0, GemmBF16, 64, 0.1, "ppp3", "flash_fwd_sm90_ppp3_bf16_d64"},
-		{9, 0, GemmBF16, 128, 0.1, "ppp3", "flash_fwd_sm90_ppp_bf16_d128"}, // no 3-warpgroup d128
-		{8, 0, GemmBF16, 64, 0.1, "ppp", ""},
-		{8, 0, GemmBF16, 128, 0.1, "pp", ""},
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_fwd_sm90_persistent_bf16_d128"}, // the default on 9.0
+		{9, 0, GemmBF16, 128, 0.1, "pingpong", "flash_fwd_sm90_pingpong_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "pingpong", "flash_fwd_sm90_pingpong_fp16_d64"},
+		{9, 0, GemmBF16, 64, 0.1, "pingpong3wg", "flash_fwd_sm90_pingpong3wg_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "pingpong3wg", "flash_fwd_sm90_pingpong_fp16_d128"}, // no 3-warpgroup d128
+		{9, 0, GemmBF16, 64, 0.1, "persistent", "flash_fwd_sm90_persistent_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "persistent", "flash_fwd_sm90_persistent_fp16_d128"},
+		{9, 0, GemmBF16, 64, 0.1, "persistent3wg", "flash_fwd_sm90_persistent3wg_bf16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "persistent3wg", "flash_fwd_sm90_persistent_bf16_d128"}, // no 3-warpgroup d128
+		{8, 0, GemmBF16, 64, 0.1, "persistent", ""},
+		{8, 0, GemmBF16, 128, 0.1, "pingpong", ""},
 		{9, 0, GemmBF16, 64, 0.1, "0", ""},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
 		{9, 0, GemmBF16, 96, 0.1, "", ""},
@@ -272,20 +305,20 @@ func TestFlashSM90Pick(t *testing.T) {
 		}
 	}
 	// The default by shape (flashSM90DefaultRules): short causal D=64 runs
-	// ppp, everything else ppp3 (ppp at D=128); a named kernel is a name.
+	// persistent, everything else persistent3wg (persistent at D=128); a named kernel is a name.
 	for _, c := range []struct {
 		dim, sq int
 		causal  bool
 		env     string
 		want    string
 	}{
-		{64, 1024, true, "", "flash_fwd_sm90_ppp_bf16_d64"},
-		{64, 1024, true, "1", "flash_fwd_sm90_ppp_bf16_d64"},
-		{64, 1025, true, "", "flash_fwd_sm90_ppp3_bf16_d64"},
-		{64, 2048, true, "1", "flash_fwd_sm90_ppp3_bf16_d64"},
-		{64, 1024, false, "", "flash_fwd_sm90_ppp3_bf16_d64"},
-		{128, 1024, true, "", "flash_fwd_sm90_ppp_bf16_d128"},
-		{64, 1024, true, "pp3", "flash_fwd_sm90_pp3_bf16_d64"},
+		{64, 1024, true, "", "flash_fwd_sm90_persistent_bf16_d64"},
+		{64, 1024, true, "1", "flash_fwd_sm90_persistent_bf16_d64"},
+		{64, 1025, true, "", "flash_fwd_sm90_persistent3wg_bf16_d64"},
+		{64, 2048, true, "1", "flash_fwd_sm90_persistent3wg_bf16_d64"},
+		{64, 1024, false, "", "flash_fwd_sm90_persistent3wg_bf16_d64"},
+		{128, 1024, true, "", "flash_fwd_sm90_persistent_bf16_d128"},
+		{64, 1024, true, "pingpong3wg", "flash_fwd_sm90_pingpong3wg_bf16_d64"},
 	} {
 		got, err := flashSM90Pick(9, 0, GemmBF16, c.dim, c.sq, c.causal, 0.1, c.env)
 		if err != nil || got != c.want {
@@ -300,15 +333,35 @@ func TestFlashSM90Pick(t *testing.T) {
 			t.Errorf("%s=%s: want an error (no such forward any more)", FlashSM90Env, v)
 		}
 	}
-	if got := flashSM90TMASmem(64); got != 83008 {
+	// The former names (BENCHMARKS.md's runs, bench -sm90's columns) pick
+	// the same kernels as the names now, forward and backward.
+	for old, now := range flashSM90FwdRenamed {
+		for _, dim := range []int{64, 128} {
+			got, err := flashSM90Pick(9, 0, GemmBF16, dim, 4096, false, 0.1, old)
+			want, werr := flashSM90Pick(9, 0, GemmBF16, dim, 4096, false, 0.1, now)
+			if err != nil || werr != nil || got != want || got == "" {
+				t.Errorf("%s=%s (former name of %s), d%d: %q, %v; want %q, %v", FlashSM90Env, old, now, dim, got, err, want, werr)
+			}
+		}
+	}
+	for old, now := range flashSM90BwdRenamed {
+		for _, dim := range []int{64, 128} {
+			got, err := flashSM90BwdPick(9, 0, GemmF16, dim, 0.1, old)
+			want, werr := flashSM90BwdPick(9, 0, GemmF16, dim, 0.1, now)
+			if err != nil || werr != nil || got != want || got == "" {
+				t.Errorf("%s=%s (former name of %s), d%d: %q, %v; want %q, %v", FlashSM90BwdEnv, old, now, dim, got, err, want, werr)
+			}
+		}
+	}
+	if got := flashSM90WarpSpecSmem(64); got != 83008 {
 		t.Errorf("d64 TMA smem %d, want 83008 (the .cu header)", got)
 	}
-	if got := flashSM90TMASmem(128); got != 164928 {
+	if got := flashSM90WarpSpecSmem(128); got != 164928 {
 		t.Errorf("d128 TMA smem %d, want 164928 (the .cu header)", got)
 	}
 	for _, dt := range []GemmType{GemmBF16, GemmF16} {
 		for _, dim := range []int{64, 128} {
-			for _, v := range []string{"tma", "pp", "pp3", "ppp", "ppp3"} {
+			for _, v := range []string{"warpspec", "pingpong", "pingpong3wg", "persistent", "persistent3wg"} {
 				name := flashSM90Name(dt, dim, v)
 				if !slices.Contains(flashSM90AllKernels, name) {
 					t.Errorf("flashSM90Name(%v, %d, %q) = %q, not a kernel of the file", dt, dim, v, name)
@@ -324,21 +377,21 @@ func TestFlashSM90Pick(t *testing.T) {
 		env      string
 		want     string
 	}{
-		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_alt_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_pp_fp16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d128"},
-		{9, 0, GemmBF16, 128, 0.1, "dqtma", "flash_bwd_sm90_dqtma_bf16_d128"},
-		{8, 0, GemmBF16, 64, 0.1, "pp", ""},
-		{9, 0, GemmBF16, 64, 0.1, "pp", "flash_bwd_sm90_pp_bf16_d64"},
-		{9, 0, GemmF16, 128, 0.1, "pp", "flash_bwd_sm90_alt_fp16_d128"}, // no D=128 ping-pong: the default
-		{9, 0, GemmBF16, 128, 0.1, "alt", "flash_bwd_sm90_alt_bf16_d128"},
-		{9, 0, GemmF16, 64, 0.1, "alt", "flash_bwd_sm90_pp_fp16_d64"}, // no D=64 alt: the default
-		{9, 0, GemmF16, 64, 0.1, "cols", "flash_bwd_sm90_cols_fp16_d64"},
-		{9, 0, GemmF16, 64, 0.1, "dqtma", "flash_bwd_sm90_dqtma_fp16_d64"},
-		{8, 0, GemmBF16, 128, 0.1, "dqtma", ""},
-		{9, 0, GemmBF16, 96, 0.1, "dqtma", ""},
-		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_alt_bf16_d128"}, // the default
-		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_pp_fp16_d64"},
+		{9, 0, GemmBF16, 128, 0.1, "1", "flash_bwd_sm90_alternating_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "1", "flash_bwd_sm90_pingpong_fp16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "pipelined", "flash_bwd_sm90_pipelined_fp16_d128"},
+		{9, 0, GemmBF16, 128, 0.1, "baseline", "flash_bwd_sm90_baseline_bf16_d128"},
+		{8, 0, GemmBF16, 64, 0.1, "pingpong", ""},
+		{9, 0, GemmBF16, 64, 0.1, "pingpong", "flash_bwd_sm90_pingpong_bf16_d64"},
+		{9, 0, GemmF16, 128, 0.1, "pingpong", "flash_bwd_sm90_alternating_fp16_d128"}, // no D=128 ping-pong: the default
+		{9, 0, GemmBF16, 128, 0.1, "alternating", "flash_bwd_sm90_alternating_bf16_d128"},
+		{9, 0, GemmF16, 64, 0.1, "alternating", "flash_bwd_sm90_pingpong_fp16_d64"}, // no D=64 alternating: the default
+		{9, 0, GemmF16, 64, 0.1, "pipelined", "flash_bwd_sm90_pipelined_fp16_d64"},
+		{9, 0, GemmF16, 64, 0.1, "baseline", "flash_bwd_sm90_baseline_fp16_d64"},
+		{8, 0, GemmBF16, 128, 0.1, "baseline", ""},
+		{9, 0, GemmBF16, 96, 0.1, "baseline", ""},
+		{9, 0, GemmBF16, 128, 0.1, "", "flash_bwd_sm90_alternating_bf16_d128"}, // the default
+		{9, 0, GemmF16, 64, 0.1, "", "flash_bwd_sm90_pingpong_fp16_d64"},
 		{8, 0, GemmBF16, 128, 0.1, "", ""},
 		{9, 0, GemmF32, 64, 0.1, "", ""},
 		{9, 0, GemmBF16, 128, 0.1, "0", ""},
@@ -355,7 +408,7 @@ func TestFlashSM90Pick(t *testing.T) {
 			t.Errorf("flashSM90BwdPick: %q is not a kernel of the file", got)
 		}
 	}
-	if _, err := flashSM90BwdPick(9, 0, GemmBF16, 128, 0.1, "tma"); err == nil || !strings.Contains(err.Error(), FlashSM90BwdEnv) {
+	if _, err := flashSM90BwdPick(9, 0, GemmBF16, 128, 0.1, "warpspec"); err == nil || !strings.Contains(err.Error(), FlashSM90BwdEnv) {
 		t.Errorf("bad %s value: got %v, want an error naming it", FlashSM90BwdEnv, err)
 	}
 	if name := flashSM90BwdName(GemmBF16, 128, "dq"); name != "" {
@@ -533,11 +586,11 @@ func flashSM90Where(got, ref, mag []float64, bh, sq, sk, dim int, causal bool, f
 // (spill) bytes as the driver reports them for the loaded cubin.
 func TestFlashSM90Resources(t *testing.T) {
 	d := sm90GPU(t)
-	ks, err := d.flashSM90Kernels()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for _, name := range flashSM90AllKernels {
+		ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
+		if err != nil {
+			t.Fatal(err)
+		}
 		f, err := ks.fn(name, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -551,10 +604,10 @@ func TestFlashSM90Resources(t *testing.T) {
 		if strings.HasPrefix(name, "flash_bwd_sm90") {
 			v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_bwd_sm90_"), "_")
 			threads = flashSM90BwdThreads(v)
-		} else if strings.HasPrefix(name, "flash_fwd_sm90_tma") {
-			threads = flashSM90TMAThreads
-		} else if v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_"); strings.HasPrefix(v, "pp") {
-			threads = flashSM90PPOf(v, 64).threads()
+		} else if strings.HasPrefix(name, "flash_fwd_sm90_warpspec") {
+			threads = flashSM90WarpSpecThreads
+		} else if v, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_"); strings.HasPrefix(v, "pingpong") || strings.HasPrefix(v, "persistent") {
+			threads = flashSM90PingPongOf(v, 64).threads()
 		}
 		if a.MaxThreadsPerBlock < threads {
 			t.Errorf("%s: at most %d threads per block, the launch uses %d", name, a.MaxThreadsPerBlock, threads)
@@ -624,7 +677,7 @@ func TestFlashSM90GPU(t *testing.T) {
 			}
 		}
 	}()
-	// The persistent kernels (ppp, ppp3) run once with a CTA per SM (every
+	// The persistent kernels (persistent, persistent3wg) run once with a CTA per SM (every
 	// problem here has fewer tiles than SMs: a CTA gets one tile, or a
 	// causal pair) and once on grids of 1 to 3 CTAs (grid > 0), where each
 	// CTA walks many tiles of different lengths through one K/V ring; with
@@ -637,11 +690,11 @@ func TestFlashSM90GPU(t *testing.T) {
 		sched          string
 		sec            int
 	}{
-		{"tma", "tma", 0, "", 0}, {"pp", "pp", 0, "", 0}, {"pp3", "pp3", 0, "", 0},
-		{"ppp", "ppp", 0, "", 0}, {"ppp3", "ppp3", 0, "", 0}, {"ppp-grid3", "ppp", 3, "", 0},
-		{"ppp3-grid2", "ppp3", 2, "", 0}, {"ppp-grid1", "ppp", 1, "", 0},
-		{"ppp-static-grid3", "ppp", 3, "static", 0}, {"ppp3-static-grid2", "ppp3", 2, "static", 0},
-		{"ppp-dynamic-grid3-sec1", "ppp", 3, "dynamic", 1}, {"ppp3-dynamic-grid2-sec1", "ppp3", 2, "dynamic", 1},
+		{"warpspec", "warpspec", 0, "", 0}, {"pingpong", "pingpong", 0, "", 0}, {"pingpong3wg", "pingpong3wg", 0, "", 0},
+		{"persistent", "persistent", 0, "", 0}, {"persistent3wg", "persistent3wg", 0, "", 0}, {"persistent-grid3", "persistent", 3, "", 0},
+		{"persistent3wg-grid2", "persistent3wg", 2, "", 0}, {"persistent-grid1", "persistent", 1, "", 0},
+		{"persistent-static-grid3", "persistent", 3, "static", 0}, {"persistent3wg-static-grid2", "persistent3wg", 2, "static", 0},
+		{"persistent-dynamic-grid3-sec1", "persistent", 3, "dynamic", 1}, {"persistent3wg-dynamic-grid2-sec1", "persistent3wg", 2, "dynamic", 1},
 	} {
 		t.Run(fam.label, func(t *testing.T) {
 			flashSM90PersistentGrid = fam.grid
@@ -651,7 +704,7 @@ func TestFlashSM90GPU(t *testing.T) {
 			for _, p := range problems {
 				kname := flashSM90Name(p.dt, p.dim, fam.variant)
 				if !strings.Contains(kname, "_"+fam.variant+"_") {
-					continue // pp3 at d128 is pp's kernel (ppp3 ppp's), checked already
+					continue // pingpong3wg at d128 is pingpong's kernel (persistent3wg persistent's), checked already
 				}
 				t.Run(p.name, func(t *testing.T) {
 					runs[kname]++
@@ -726,7 +779,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 	}
 	fa2 := run("0", "")
 	def := flashSM90DefaultFor(dim, s, true)
-	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"tma", "tma"}, {"pp", "pp"}, {"pp3", "pp3"}, {"ppp", "ppp"}, {"ppp3", "ppp3"}} {
+	for _, c := range []struct{ env, variant string }{{"", def}, {"1", def}, {"warpspec", "warpspec"}, {"pingpong", "pingpong"}, {"pingpong3wg", "pingpong3wg"}, {"persistent", "persistent"}, {"persistent3wg", "persistent3wg"}} {
 		kernel := flashSM90Name(GemmBF16, dim, c.variant)
 		direct, via := run("0", kernel), run(c.env, "")
 		if !same(direct, via) {
@@ -803,9 +856,9 @@ func TestFlashSM90Speed(t *testing.T) {
 			}
 			line := fmt.Sprintf("bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 []float64
-			for _, variant := range []string{"fa2", "tma", "pp", "pp3", "ppp", "ppp3"} {
-				if dim == 128 && slices.Contains([]string{"pp3", "ppp3"}, variant) {
-					continue // pp3 runs pp at d128, ppp3 ppp
+			for _, variant := range []string{"fa2", "warpspec", "pingpong", "pingpong3wg", "persistent", "persistent3wg"} {
+				if dim == 128 && slices.Contains([]string{"pingpong3wg", "persistent3wg"}, variant) {
+					continue // pingpong3wg runs pingpong at d128, persistent3wg persistent
 				}
 				t.Setenv(FlashSM90Env, "0")
 				launch := func() error {
@@ -847,7 +900,7 @@ func TestFlashSM90Speed(t *testing.T) {
 // machine: ./.gpu/cuda.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
 func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 	d := sm90GPU(b)
-	ks, err := d.flashSM90Kernels()
+	ks, err := d.flashSM90Kernels(flashSM90FwdFile)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -859,14 +912,14 @@ func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 	for _, kc := range []struct {
 		dim     int
 		variant string
-	}{{128, "ppp"}, {64, "ppp3"}, {64, "ppp"}} {
+	}{{128, "persistent"}, {64, "persistent3wg"}, {64, "persistent"}} {
 		for _, s := range []int{1024, 2048, 4096, 8192, 16384} {
 			b.Run(fmt.Sprintf("%s/d%d/s%d", kc.variant, kc.dim, s), func(b *testing.B) {
 				dim := kc.dim
 				p := newFlashSpeedProblem(b, d, tokens, width, s, dim, 3, uint32(dim))
 				bh, in, o, lse, scale := p.bh, p.in, p.o, p.lse, p.scale
 				name := flashSM90Name(GemmBF16, dim, kc.variant)
-				tl := flashSM90PPOf(kc.variant, dim)
+				tl := flashSM90PingPongOf(kc.variant, dim)
 				smem := tl.smem(dim)
 				f, err := ks.fn(name, smem)
 				if err != nil {
@@ -943,7 +996,7 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 }
 
 // TestFlashSM90Backward checks FlashBackward with each Hopper backward
-// (FlashSM90BwdEnv=cols, the default, and =dqtma) against the float64
+// (FlashSM90BwdEnv=pipelined, the default, and =baseline) against the float64
 // reference with the tolerances of TestFlashAttentionGPU (dQ, dK, dV), over
 // shapes around its 128-key and 64-query tiles, Sq != Sk, causal or not; O
 // and LSE come from FlashForward (the default forward). A failing problem
@@ -953,7 +1006,7 @@ func timeFlash(d *Device, launch func() error, iters int) (float64, error) {
 // them). Which gradients fail says where: dV uses P alone (Q·Kᵀ, LSE, mask,
 // Pᵀ·dO with dO as an N-major B); dK adds dP, Dsum and dSᵀ·Q; dQ alone bad
 // points at the dS tile in shared memory (its stores, its descriptor), the
-// dQ product's K descriptor (cols at D=64 starts 64 bytes into K's rows) or
+// dQ product's K descriptor (pipelined at D=64 starts 64 bytes into K's rows) or
 // the staging tile, its bulk reductions and their ordering ("dQ bad, only
 // rows of the last query block" points at the partial-block byte count).
 // Each run also checks that FlashBackward chose the variant's kernel. Runs
@@ -972,7 +1025,7 @@ func TestFlashSM90Backward(t *testing.T) {
 	outAtol := map[GemmType]float64{GemmF16: 0x1p-25}
 	type shape struct{ sq, sk int }
 	shapes := []shape{{1, 1}, {17, 17}, {64, 64}, {128, 128}, {129, 129}, {520, 520}, {77, 300}, {300, 77}, {200, 1}, {1, 257}}
-	variants := []struct{ env, variant string }{{"pp", "pp"}, {"alt", "alt"}, {"cols", "cols"}, {"dqtma", "dqtma"}}
+	variants := []struct{ env, variant string }{{"pingpong", "pingpong"}, {"alternating", "alternating"}, {"pipelined", "pipelined"}, {"baseline", "baseline"}}
 	rng := rand.New(rand.NewPCG(90, 2))
 	gen := flashNormals(rng)
 	fails, runs := map[string]int{}, map[string]int{}
@@ -1047,7 +1100,7 @@ func TestFlashSM90Backward(t *testing.T) {
 						for _, vr := range variants {
 							kname := flashSM90BwdName(dt, dim, vr.variant)
 							if kname == "" {
-								continue // pp at D=128, alt at D=64
+								continue // pingpong at D=128, alternating at D=64
 							}
 							runs[kname]++
 							dq, dk, dv, err := backward(vr.env)
@@ -1107,12 +1160,12 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 			}
 			line := fmt.Sprintf("backward bf16 D=%d S=%d B·H=%d causal=%v TFLOP/s:", dim, s, bh, causal)
 			var fa2 [3][]float64
-			for _, env := range []string{"0", "dqtma", "cols", "pp", "alt"} {
+			for _, env := range []string{"0", "baseline", "pipelined", "pingpong", "alternating"} {
 				if env != "0" && !flashSM90BwdHasDim(env, dim) {
 					continue
 				}
 				t.Setenv(FlashSM90BwdEnv, env)
-				label := map[string]string{"0": "fa2", "dqtma": "sm90-dqtma", "cols": "sm90-cols", "pp": "sm90-pp", "alt": "sm90-alt"}[env]
+				label := map[string]string{"0": "fa2", "baseline": "sm90-baseline", "pipelined": "sm90-pipelined", "pingpong": "sm90-pingpong", "alternating": "sm90-alternating"}[env]
 				ms, err := timeFlash(d, func() error {
 					return FlashBackward(d, GemmBF16, q, k, v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, s, s, dim, scale, causal)
 				}, iters)

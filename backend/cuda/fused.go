@@ -2,6 +2,8 @@ package cuda
 
 import (
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -36,6 +38,9 @@ type ewProgram struct {
 	// narrow, when set, is each step's dtype: a bfloat16 or float16 step is
 	// rounded to it before later steps read it, as separate nodes would be.
 	narrow []graph.DType
+	// usesFlag is set by generate when a step divides integers: the kernel
+	// then takes the error flag and the node's code after the buffers.
+	usesFlag bool
 }
 
 // ctype is the C type a buffer holds.
@@ -49,71 +54,169 @@ func ctype(dt graph.DType) (string, error) {
 		return "__nv_bfloat16", nil
 	case graph.Float16:
 		return "__half", nil
+	case graph.Int64:
+		return "long long", nil
 	case graph.Bool:
 		return "unsigned char", nil
 	}
 	return "", fmt.Errorf("generated elementwise kernels do not handle %v", dt)
 }
 
-// ewExpr is the C expression of one step over operand expressions a.
-func ewExpr(op string, ct string, a []string) (string, error) {
+// exprC renders an op-table expression (graph.Expr) as C over operand
+// expressions args, computed in ct: "float" or "double", or "long long" for
+// integer work (int64 and bool data). The renderer knows primitives, not
+// ops: every elementwise op gets its code from its one definition. Integer
+// division by zero calls fg_idiv, which raises the node's error flag (the
+// kernel then takes flag and code parameters: usesFlag).
+func exprC(e *graph.Expr, ct string, args []string) (string, error) {
+	return renderC(e, ct, args, true)
+}
+
+// renderC writes e; root leaves the outermost operator unparenthesised.
+func renderC(e *graph.Expr, ct string, args []string, root bool) (string, error) {
+	switch e.Prim {
+	case graph.PrimVar:
+		if e.Var >= len(args) {
+			return "", fmt.Errorf("expression reads operand %d of %d", e.Var, len(args))
+		}
+		return args[e.Var], nil
+	case graph.PrimConst:
+		if ct == "long long" && e.Const != math.Trunc(e.Const) || math.IsInf(e.Const, 0) || math.IsNaN(e.Const) {
+			return "", fmt.Errorf("constant %v has no C literal in %s", e.Const, ct)
+		}
+		return "(" + ct + ")" + strconv.FormatFloat(e.Const, 'g', -1, 64), nil
+	}
+	a := make([]string, len(e.Args))
+	for i, x := range e.Args {
+		var err error
+		if a[i], err = renderC(x, ct, args, false); err != nil {
+			return "", err
+		}
+	}
+	integer := ct == "long long"
 	f := func(name string) string { // float or double libm
 		if ct == "double" {
 			return name
 		}
 		return name + "f"
 	}
-	one := "(" + ct + ")1"
-	zero := "(" + ct + ")0"
-	switch op {
-	case "Add":
-		return a[0] + " + " + a[1], nil
-	case "Sub":
-		return a[0] + " - " + a[1], nil
-	case "Mul":
-		return a[0] + " * " + a[1], nil
-	case "Div":
-		return a[0] + " / " + a[1], nil
-	case "Pow":
+	one, zero := "("+ct+")1", "("+ct+")0"
+	group := func(s string) string {
+		if root {
+			return s
+		}
+		return "(" + s + ")"
+	}
+	call := func(name string) (string, error) {
+		if integer {
+			return "", fmt.Errorf("%v has no integer form", e.Prim)
+		}
+		return f(name) + "(" + a[0] + ")", nil
+	}
+	switch e.Prim {
+	case graph.PrimAdd:
+		return group(a[0] + " + " + a[1]), nil
+	case graph.PrimSub:
+		return group(a[0] + " - " + a[1]), nil
+	case graph.PrimMul:
+		return group(a[0] + " * " + a[1]), nil
+	case graph.PrimDiv:
+		if integer {
+			return "fg_idiv(" + a[0] + ", " + a[1] + ", flag, code)", nil
+		}
+		return group(a[0] + " / " + a[1]), nil
+	case graph.PrimPow:
+		if integer {
+			return "fg_ipow(" + a[0] + ", " + a[1] + ")", nil
+		}
 		return f("pow") + "(" + a[0] + ", " + a[1] + ")", nil
-	case "Neg":
-		return "-" + a[0], nil
-	case "Sqrt":
-		return f("sqrt") + "(" + a[0] + ")", nil
-	case "Reciprocal":
-		return one + " / " + a[0], nil
-	case "Exp":
-		return f("exp") + "(" + a[0] + ")", nil
-	case "Log":
-		return f("log") + "(" + a[0] + ")", nil
-	case "Sigmoid":
-		return one + " / (" + one + " + " + f("exp") + "(-" + a[0] + "))", nil
-	case "Tanh":
-		return f("tanh") + "(" + a[0] + ")", nil
-	case "Relu":
-		// NaN stays NaN, as on the CPU.
-		return "(" + a[0] + " > " + zero + " || " + a[0] + " != " + a[0] + ") ? " + a[0] + " : " + zero, nil
-	case "Erf":
-		return f("erf") + "(" + a[0] + ")", nil
-	case "Abs":
+	case graph.PrimNeg:
+		return group("-" + a[0]), nil
+	case graph.PrimExp:
+		return call("exp")
+	case graph.PrimLog:
+		return call("log")
+	case graph.PrimLog1p:
+		return call("log1p")
+	case graph.PrimSqrt:
+		return call("sqrt")
+	case graph.PrimTanh:
+		return call("tanh")
+	case graph.PrimErf:
+		return call("erf")
+	case graph.PrimSigmoid:
+		if integer {
+			return "", fmt.Errorf("%v has no integer form", e.Prim)
+		}
+		return group(one + " / (" + one + " + " + f("exp") + "(-" + a[0] + "))"), nil
+	case graph.PrimAbs:
+		if integer {
+			return group(a[0] + " < 0 ? -" + a[0] + " : " + a[0]), nil
+		}
 		return f("fabs") + "(" + a[0] + ")", nil
-	case "Softplus":
-		// max(x,0) + ln(1 + e^-|x|): the exponential is at most 1, so large
-		// x gives x, not +Inf (the op table's form).
-		return f("fmax") + "(" + a[0] + ", " + zero + ") + " + f("log1p") + "(" + f("exp") + "(-" + f("fabs") + "(" + a[0] + ")))", nil
-	case "Where":
-		return "(" + a[0] + ") ? " + a[1] + " : " + a[2], nil
-	case "Identity":
+	case graph.PrimMax:
+		if integer {
+			return group(a[0] + " > " + a[1] + " ? " + a[0] + " : " + a[1]), nil
+		}
+		// NaN in either operand gives NaN, as on the CPU (fmax would
+		// drop it).
+		return group("(" + a[0] + " > " + a[1] + " || " + a[0] + " != " + a[0] + ") ? " + a[0] + " : " + a[1]), nil
+	case graph.PrimGreater:
+		return group("(" + a[0] + " > " + a[1] + ") ? " + one + " : " + zero), nil
+	case graph.PrimEqual:
+		return group("(" + a[0] + " == " + a[1] + ") ? " + one + " : " + zero), nil
+	case graph.PrimSelect:
+		return group("(" + a[0] + " != " + zero + ") ? " + a[1] + " : " + a[2]), nil
+	}
+	return "", fmt.Errorf("no C for primitive %v", e.Prim)
+}
+
+// intHelpers are the device functions integer code calls: division that
+// reports a zero divisor through the node's flag (the first error wins),
+// and int64 powers as the op table computes them (graph.IntPow).
+const intHelpers = `__device__ __forceinline__ long long fg_idiv(long long a, long long b, int* flag, int code)
+{
+    if (b == 0) {
+        atomicCAS(flag, 0, code);
+        return 0;
+    }
+    return a / b;
+}
+__device__ __forceinline__ long long fg_ipow(long long x, long long y)
+{
+    if (y < 0) {
+        return (long long)pow((double)x, (double)y);
+    }
+    long long r = 1;
+    for (; y > 0; y >>= 1) {
+        if (y & 1) {
+            r *= x;
+        }
+        x *= x;
+    }
+    return r;
+}
+`
+
+// opExpr is the C expression of op over operand expressions a: the op
+// table's expression rendered, or the operand itself for Identity (a copy,
+// which converts between the operand's and the output's types).
+func opExpr(op, ct string, a []string) (string, error) {
+	if op == "Identity" {
 		return a[0], nil
 	}
-	return "", fmt.Errorf("no generated code for %s", op)
+	spec, ok := graph.LookupOp(op)
+	if !ok || spec.Expr == nil {
+		return "", fmt.Errorf("no generated code for %s (it has no expression in the op table)", op)
+	}
+	return exprC(spec.Expr, ct, a)
 }
 
 // stepExpr is the C expression of a body step: op over the operand
 // expressions ops, rounded to narrow when that is a 16-bit type, as the
 // result of a node of its own would be stored.
 func stepExpr(op, ct string, ops []string, narrow graph.DType) (string, error) {
-	e, err := ewExpr(op, ct, ops)
+	e, err := opExpr(op, ct, ops)
 	if err != nil {
 		return "", err
 	}
@@ -163,13 +266,16 @@ func loadExpr(t, ct, x string) string {
 	return "(" + ct + ")(" + x + ")"
 }
 
-// storeExpr converts a compute-type value to C type t (round to nearest even).
+// storeExpr converts a compute-type value to C type t (round to nearest
+// even; bool is x != 0; int64 truncates toward zero).
 func storeExpr(t, ct, x string) string {
 	switch t {
 	case "__nv_bfloat16":
 		return "__float2bfloat16_rn((float)(" + x + "))"
 	case "__half":
 		return "__float2half_rn((float)(" + x + "))"
+	case "unsigned char":
+		return "(unsigned char)((" + x + ") != (" + ct + ")0)"
 	}
 	return "(" + t + ")(" + x + ")"
 }
@@ -207,28 +313,25 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	dims, strides = coalesce(dims, strides)
 	r := len(dims)
 
-	ct := "float"
 	types := make([]string, len(p.ins))
 	otypes := make([]string, len(p.obufs))
 	maxSize := 1
+	var dts []graph.DType
 	for i, o := range p.ins {
 		if types[i], err = ctype(o.buf.dt); err != nil {
 			return "", 0, 0, err
 		}
-		if o.buf.dt == graph.Float64 {
-			ct = "double"
-		}
+		dts = append(dts, o.buf.dt)
 		maxSize = max(maxSize, o.buf.dt.Size())
 	}
 	for i, b := range p.obufs {
 		if otypes[i], err = ctype(b.dt); err != nil {
 			return "", 0, 0, err
 		}
-		if b.dt == graph.Float64 {
-			ct = "double"
-		}
+		dts = append(dts, b.dt)
 		maxSize = max(maxSize, b.dt.Size())
 	}
+	ct := computeType(dts...)
 
 	// Vector width: 16 bytes of the widest type, when the innermost axis
 	// splits into whole vectors, every operand reads it contiguously or
@@ -275,19 +378,11 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	if n >= 1<<31 {
 		idx = "unsigned long long"
 	}
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	w("// %v, %d inputs, %d steps, %d outputs, vector %d\n", p.shape, len(p.ins), len(p.steps), len(p.obufs), vec)
-	w("extern \"C\" __global__ void __launch_bounds__(256) ew(")
-	var params []string
-	for i, t := range types {
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, i))
-	}
-	for i, t := range otypes {
-		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
-	}
-	w("%s)\n{\n", strings.Join(params, ", "))
+	// The body is written first: the head declares the error flag's
+	// parameters only when a step divides integers.
+	var body strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&body, format, args...) }
+	p.usesFlag = false
 	// Operands that broadcast over everything are loaded once.
 	scalar := make([]bool, len(p.ins))
 	for k := range p.ins {
@@ -387,6 +482,7 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		if err != nil {
 			return "", 0, 0, err
 		}
+		p.usesFlag = p.usesFlag || strings.Contains(e, "fg_idiv(")
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}
 	for i, s := range p.outs {
@@ -404,7 +500,42 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		}
 	}
 	w("    }\n}\n")
-	return sb.String(), n, vec, nil
+	var head strings.Builder
+	hw := func(format string, args ...any) { fmt.Fprintf(&head, format, args...) }
+	hw("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
+	if ct == "long long" {
+		hw("%s", intHelpers)
+	}
+	hw("// %v, %d inputs, %d steps, %d outputs, vector %d\n", p.shape, len(p.ins), len(p.steps), len(p.obufs), vec)
+	hw("extern \"C\" __global__ void __launch_bounds__(256) ew(")
+	var params []string
+	for i, t := range types {
+		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, i))
+	}
+	for i, t := range otypes {
+		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
+	}
+	if p.usesFlag {
+		params = append(params, "int* __restrict__ flag", "int code")
+	}
+	hw("%s)\n{\n", strings.Join(params, ", "))
+	return head.String() + body.String(), n, vec, nil
+}
+
+// computeType is the C type a kernel over buffers of types dts computes in:
+// double if any is float64, float if any other is floating point, else
+// long long (int64 and bool data).
+func computeType(dts ...graph.DType) string {
+	ct := "long long"
+	for _, dt := range dts {
+		switch {
+		case dt == graph.Float64:
+			return "double"
+		case dt.IsFloat():
+			ct = "float"
+		}
+	}
+	return ct
 }
 
 // generatedFunction compiles (once per source) a generated kernel and
@@ -444,13 +575,23 @@ func (c *lowerCtx) lowerEwProgram(p *ewProgram) (func() error, error) {
 	for i, o := range p.ins {
 		ins[i] = o.buf
 	}
-	return c.launchGenerated(src, "ew", (n+int64(vec)-1)/int64(vec), ins, p.obufs)
+	var extra []any
+	if p.usesFlag {
+		extra = []any{c.flag(), c.code()}
+	}
+	return c.launchGeneratedWith(src, "ew", (n+int64(vec)-1)/int64(vec), extra, ins, p.obufs)
 }
 
 // launchGenerated compiles a generated kernel (once per source) and returns
 // the launch of its entry point with threads threads in blocks of 256 and
 // the buffers' addresses as its arguments, in order.
 func (c *lowerCtx) launchGenerated(src, entry string, threads int64, bufs ...[]buffer) (func() error, error) {
+	return c.launchGeneratedWith(src, entry, threads, nil, bufs...)
+}
+
+// launchGeneratedWith is launchGenerated with extra arguments after the
+// buffers (the error flag and the node's code).
+func (c *lowerCtx) launchGeneratedWith(src, entry string, threads int64, extra []any, bufs ...[]buffer) (func() error, error) {
 	f, err := c.x.b.generatedFunction(src, entry)
 	if err != nil {
 		return nil, err
@@ -461,6 +602,7 @@ func (c *lowerCtx) launchGenerated(src, entry string, threads int64, bufs ...[]b
 			args = append(args, b.ptr)
 		}
 	}
+	args = append(args, extra...)
 	l, err := newRawLaunch(f, c.gridFor(threads, 256), [3]uint32{256, 1, 1}, 0, args...)
 	if err != nil {
 		return nil, err
@@ -514,53 +656,34 @@ func lowerFusedElementwise(c *lowerCtx) (func() error, error) {
 	return c.lowerEwProgram(p)
 }
 
-// ewOpNames are the ops.cu op codes the generator writes, by op-table name
-// (a copy is an Identity step).
-var ewOpNames = map[int32]string{
-	opCopy: "Identity", opAdd: "Add", opSub: "Sub", opMul: "Mul", opDiv: "Div", opPow: "Pow",
-	opNeg: "Neg", opSqrt: "Sqrt", opRecip: "Reciprocal", opExp: "Exp", opLog: "Log",
-	opSigmoid: "Sigmoid", opTanh: "Tanh", opRelu: "Relu", opErf: "Erf", opAbs: "Abs", opWhere: "Where",
-}
-
-// generatedEw is the program of one ew launch when the generator handles it:
-// floating-point outputs and operands (and a bool condition), not the integer
-// kernel. nil sends it to the generic kernels.
-func generatedEw(op int32, kernel string, out buffer, shape graph.Shape, ops []operand) *ewProgram {
-	name, ok := ewOpNames[op]
-	if !ok || kernel == "ew_i64" || !out.dt.IsFloat() {
-		return nil
-	}
-	st := graph.FusedStep{Op: name}
-	for i, o := range ops {
-		if !o.buf.dt.IsFloat() && !(op == opWhere && i == 0 && o.buf.dt == graph.Bool) {
-			return nil
-		}
-		st.Args = append(st.Args, graph.FusedOperand{Index: i})
-	}
-	return &ewProgram{shape: shape, ins: ops, steps: []graph.FusedStep{st}, outs: []int{0}, obufs: []buffer{out}}
-}
-
-// lowerGenerated lowers a node of a float elementwise op that has generated
-// code (an ewExpr case) and no ops.cu op code: the node becomes a program of
-// one step, as generatedEw makes for the ops that have both.
+// lowerGenerated lowers a node of an op defined by an expression (every
+// elementwise op of the op table): the node becomes a generated program of
+// one step, in whatever dtypes it has (float work in float or double,
+// int64 and bool work in long long).
 func lowerGenerated(op string) lowerFn {
 	return func(c *lowerCtx) (func() error, error) {
 		shape := c.n.Outputs[0].Type.Shape
 		st := graph.FusedStep{Op: op}
 		p := &ewProgram{shape: shape, outs: []int{0}, obufs: []buffer{c.out(0)}}
-		if !c.out(0).dt.IsFloat() {
-			return nil, fmt.Errorf("%s has no CUDA code for %v", op, c.out(0).dt)
-		}
 		for i, v := range c.n.Inputs {
-			if !c.in(i).dt.IsFloat() {
-				return nil, fmt.Errorf("%s has no CUDA code for input %d of %v", op, i, c.in(i).dt)
-			}
 			p.ins = append(p.ins, broadcastOperand(c.in(i), v.Type.Shape, shape))
 			st.Args = append(st.Args, graph.FusedOperand{Index: i})
 		}
 		p.steps = []graph.FusedStep{st}
 		return c.lowerEwProgram(p)
 	}
+}
+
+// copyTo copies (and converts) operand src, read over shape, into dst:
+// data movement (Transpose, Slice, Expand, Cast, a copy) as a generated
+// program of one Identity step.
+func (c *lowerCtx) copyTo(dst buffer, shape graph.Shape, src operand) (func() error, error) {
+	if shape.Numel() == 0 {
+		return nop, nil
+	}
+	p := &ewProgram{shape: shape, ins: []operand{src}, outs: []int{0}, obufs: []buffer{dst},
+		steps: []graph.FusedStep{{Op: "Identity", Args: []graph.FusedOperand{{Index: 0}}}}}
+	return c.lowerEwProgram(p)
 }
 
 // outStrides are output k's strides over the program's shape.

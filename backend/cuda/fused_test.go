@@ -8,21 +8,57 @@ import (
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-// Every op a FusedElementwise body may use has generated code, for both
-// compute types.
+// Every op defined by an expression (which includes every op a
+// FusedElementwise body may use) has generated code in both float compute
+// types, and in integer code where its definition has an integer form;
+// every primitive renders.
 func TestEwExprCoversFusibleOps(t *testing.T) {
 	for op := range graph.FusibleElementwise {
-		spec, _ := graph.LookupOp(op)
-		_, hi := spec.Arity()
-		args := []string{"x", "y", "z"}[:hi]
-		for _, ct := range []string{"float", "double"} {
-			if _, err := ewExpr(op, ct, args); err != nil {
-				t.Errorf("%s (%s): %v", op, ct, err)
+		if spec, _ := graph.LookupOp(op); spec.Expr == nil {
+			t.Errorf("fusible op %s has no expression", op)
+		}
+	}
+	for _, spec := range graph.ExprOps() {
+		args := []string{"x", "y", "z"}[:len(spec.Inputs)]
+		cts := []string{"float", "double"}
+		if spec.Map.Int != nil {
+			cts = append(cts, "long long")
+		}
+		for _, ct := range cts {
+			if _, err := opExpr(spec.Name, ct, args); err != nil {
+				t.Errorf("%s (%s): %v", spec.Name, ct, err)
 			}
 		}
 	}
-	if _, err := ewExpr("MatMul", "float", []string{"x", "y"}); err == nil {
+	for _, p := range graph.Prims() {
+		args := make([]*graph.Expr, p.Arity())
+		for i := range args {
+			args[i] = graph.ExprVar(i)
+		}
+		if _, err := exprC(graph.ExprOf(p, args...), "double", []string{"x", "y", "z"}); err != nil {
+			t.Errorf("primitive %v: %v", p, err)
+		}
+	}
+	if _, err := opExpr("MatMul", "float", []string{"x", "y"}); err == nil {
 		t.Error("MatMul has no elementwise code, want an error")
+	}
+	if _, err := opExpr("Exp", "long long", []string{"x"}); err == nil {
+		t.Error("Exp has no integer form, want an error")
+	}
+}
+
+// The rendering keeps each operator's operands together: nested
+// primitives are parenthesised, and a negated operand never reads as a
+// decrement.
+func TestExprCParenthesises(t *testing.T) {
+	x := graph.ExprVar(0)
+	e := graph.ExprOf(graph.PrimMul, graph.ExprOf(graph.PrimAdd, x, graph.ExprConst(1)), graph.ExprOf(graph.PrimNeg, graph.ExprOf(graph.PrimNeg, x)))
+	got, err := exprC(e, "float", []string{"a0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "(a0 + (float)1) * (-(-a0))"; got != want {
+		t.Errorf("got %s, want %s", got, want)
 	}
 }
 
@@ -64,19 +100,48 @@ func TestEwProgramVectorWidth(t *testing.T) {
 	}
 }
 
-// Integer work and comparisons stay on the generic kernels.
-func TestGeneratedEwLeavesIntegerWork(t *testing.T) {
+// Integer work and comparisons are generated too: int64 arithmetic in long
+// long (a division reports a zero divisor through the error flag, which the
+// kernel then takes), a comparison of floats stored as a bool.
+func TestEwProgramIntegerWork(t *testing.T) {
 	sh := graph.Shape{16}
-	i64 := buffer{dt: graph.Int64, n: 16}
-	f32 := buffer{dt: graph.Float32, n: 16}
-	if generatedEw(opAdd, "ew_i64", i64, sh, []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}) != nil {
-		t.Error("int64 Add went to the generator")
+	i64 := buffer{ptr: 0x1000, dt: graph.Int64, n: 16}
+	f32 := buffer{ptr: 0x2000, dt: graph.Float32, n: 16}
+	b := buffer{ptr: 0x3000, dt: graph.Bool, n: 16}
+	step := func(op string, n int) []graph.FusedStep {
+		st := graph.FusedStep{Op: op}
+		for i := range n {
+			st.Args = append(st.Args, graph.FusedOperand{Index: i})
+		}
+		return []graph.FusedStep{st}
 	}
-	if generatedEw(opEqual, "ew_f32", buffer{dt: graph.Bool, n: 16}, sh, []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}) != nil {
-		t.Error("Equal went to the generator")
-	}
-	if generatedEw(opAdd, "ew_f32", f32, sh, []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}) == nil {
-		t.Error("float32 Add did not go to the generator")
+	for _, tc := range []struct {
+		name string
+		p    *ewProgram
+		want []string
+		flag bool
+	}{
+		{"int64 Div", &ewProgram{shape: sh, ins: []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}, steps: step("Div", 2), outs: []int{0}, obufs: []buffer{i64}},
+			[]string{"const long long t0 = fg_idiv(a0, a1, flag, code);", "int* __restrict__ flag, int code)"}, true},
+		{"int64 Add", &ewProgram{shape: sh, ins: []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}, steps: step("Add", 2), outs: []int{0}, obufs: []buffer{i64}},
+			[]string{"const long long t0 = a0 + a1;"}, false},
+		{"float Greater", &ewProgram{shape: sh, ins: []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}, steps: step("Greater", 2), outs: []int{0}, obufs: []buffer{b}},
+			[]string{"const float t0 = (a0 > a1) ? (float)1 : (float)0;", "(unsigned char)((t0) != (float)0)"}, false},
+		{"bool copy to float", &ewProgram{shape: sh, ins: []operand{broadcastOperand(b, sh, sh)}, steps: step("Identity", 1), outs: []int{0}, obufs: []buffer{f32}},
+			[]string{"const float a0 = (v0[e] != 0);"}, false},
+	} {
+		src, _, _, err := tc.p.generate()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(src, w) {
+				t.Errorf("%s: want %q in\n%s", tc.name, w, src)
+			}
+		}
+		if tc.p.usesFlag != tc.flag || strings.Contains(src, "int* __restrict__ flag") != tc.flag {
+			t.Errorf("%s: usesFlag %v, want %v:\n%s", tc.name, tc.p.usesFlag, tc.flag, src)
+		}
 	}
 }
 

@@ -40,7 +40,7 @@ func intDefines(src string) (map[string]int64, []string) {
 }
 
 // opsGoValues are the Go values of ops.cu's integer #defines, by define name:
-// the storage type and elementwise op codes, and the sizes launches depend on.
+// the storage type codes and the sizes launches depend on.
 func opsGoValues() (map[string]int64, []string) {
 	want := map[string]int64{}
 	var problems []string
@@ -56,9 +56,6 @@ func opsGoValues() (map[string]int64, []string) {
 	}
 	for i, k := range kernelDTypes {
 		set(k.define, int64(i), "storage type "+k.dt.String())
-	}
-	for i, name := range ewOpDefines {
-		set(name, int64(i), fmt.Sprintf("ew op code %d", i))
 	}
 	set("MAXR", maxRank, "maxRank")
 	set("GG_PER", ggPer, "ggPer")
@@ -106,15 +103,15 @@ func TestOpsCodesMatchKernels(t *testing.T) {
 	}
 	// The check must see the codes at all (a pattern that matched nothing
 	// would pass vacuously) and must fail on each kind of drift.
-	if defs, _ := intDefines(src); defs["OP_EQUAL"] != int64(opEqual) || defs["DT_BOOL"] != int64(dtCode(graph.Bool)) {
-		t.Fatalf("intDefines read OP_EQUAL=%d DT_BOOL=%d from ops.cu", defs["OP_EQUAL"], defs["DT_BOOL"])
+	if defs, _ := intDefines(src); defs["MAXR"] != maxRank || defs["DT_BOOL"] != int64(dtCode(graph.Bool)) {
+		t.Fatalf("intDefines read MAXR=%d DT_BOOL=%d from ops.cu", defs["MAXR"], defs["DT_BOOL"])
 	}
 	for _, c := range []struct {
 		name, from, to, want string
 	}{
-		{"value differs", "#define OP_ADD 1\n", "#define OP_ADD 7\n", "OP_ADD is 7 in ops.cu but 1 in Go"},
+		{"value differs", "#define DT_F64 1\n", "#define DT_F64 7\n", "DT_F64 is 7 in ops.cu but 1 in Go"},
 		{"define missing", "#define DT_F16 3\n", "", "ops.cu does not define DT_F16 (Go: 3)"},
-		{"no Go constant", "#define OP_EQUAL 17\n", "#define OP_EQUAL 17\n#define OP_SOFTPLUS 18\n", "ops.cu defines OP_SOFTPLUS 18, which no Go value matches"},
+		{"no Go constant", "#define DT_BOOL 5\n", "#define DT_BOOL 5\n#define DT_F8 6\n", "ops.cu defines DT_F8 6, which no Go value matches"},
 		{"defined twice", "#define MAXR 6\n", "#define MAXR 6\n#define MAXR 6\n", "MAXR is defined twice"},
 		{"size differs", "#define G64 16\n", "#define G64 32\n", "G64 is 32 in ops.cu but 16 in Go"},
 	} {
@@ -206,8 +203,6 @@ func TestOpsKernelNamesDeclared(t *testing.T) {
 var (
 	flashFwdTCPattern  = regexp.MustCompile(`(?m)^FLASH_FWD_TC\((\w+),\s*(\w+),\s*(\d+),\s*(\d+),\s*(\d+)\)`)
 	flashBwdTCPattern  = regexp.MustCompile(`(?m)^FLASH_BWD_TC\((\w+),\s*(\w+),\s*(\d+),\s*(\d+),\s*(\d+)\)`)
-	flashTypedPattern  = regexp.MustCompile(`(?m)^FLASH_TYPED\((\w+),[^)]*\)`)
-	flashTypedBody     = regexp.MustCompile(`(?m)^#define FLASH_TYPED\(SUF, T\)(?:.*\\\n)*.*$`)
 	flashTypedEntry    = regexp.MustCompile(`\b(\w+)##SUF\b`)
 	flashFwdHeaderLine = regexp.MustCompile(`d(\d+)\s*:\s*FWD_BR=(\d+),\s*FWD_BC=(\d+),\s*FWD_NW=(\d+)\s*->\s*(\d+) B`)
 	flashBwdHeaderLine = regexp.MustCompile(`d(\d+)\s*:\s*BWD_BR=(\d+),\s*BWD_NW=(\d+)\s*->\s*(\d+) B`)
@@ -221,10 +216,16 @@ var flashTypeSuffix = map[string]string{"__nv_bfloat16": "bf16", "__half": "fp16
 
 func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
-// flashUnlaunched are entry points flash_attention.cu instantiates that no
-// plan launches: FLASH_TYPED declares every kernel for every type, and
-// float32 never takes the tensor-core backward, whose dQ conversion this is.
-var flashUnlaunched = map[string]bool{"flash_bwd_convert_fp32": true}
+// flashTypedMacros are flash_attention.cu's macros that declare one entry
+// point per ##SUF of their body for each type they are instantiated with.
+var flashTypedMacros = []string{"FLASH_TYPED", "FLASH_CONVERT", "FLASH_VEC"}
+
+// flashTypedPatterns are, for a macro of flashTypedMacros, its definition
+// and its instantiations.
+func flashTypedPatterns(macro string) (body, inst *regexp.Regexp) {
+	return regexp.MustCompile(`(?m)^#define ` + macro + `\(SUF, T\)(?:.*\\\n)*.*$`),
+		regexp.MustCompile(`(?m)^` + macro + `\((\w+),[^)]*\)`)
+}
 
 // flashSourceProblems compares flash_attention.cu with flash.go: the
 // tensor-core instantiations with flashTiles, the header's shared-memory
@@ -290,16 +291,19 @@ func flashSourceProblems(src string) []string {
 			add("the header of flash_attention.cu gives no forward or backward shared memory for head dim %d", dim)
 		}
 	}
-	var typed []string
-	for _, m := range flashTypedEntry.FindAllStringSubmatch(flashTypedBody.FindString(src), -1) {
-		typed = append(typed, m[1])
-	}
-	if len(typed) == 0 {
-		add("found no entry points in the FLASH_TYPED macro")
-	}
-	for _, m := range flashTypedPattern.FindAllStringSubmatch(src, -1) {
-		for _, prefix := range typed {
-			declared[prefix+m[1]] = true
+	for _, macro := range flashTypedMacros {
+		body, inst := flashTypedPatterns(macro)
+		var typed []string
+		for _, m := range flashTypedEntry.FindAllStringSubmatch(body.FindString(src), -1) {
+			typed = append(typed, m[1])
+		}
+		if len(typed) == 0 {
+			add("found no entry points in the %s macro", macro)
+		}
+		for _, m := range inst.FindAllStringSubmatch(src, -1) {
+			for _, prefix := range typed {
+				declared[prefix+m[1]] = true
+			}
 		}
 	}
 	for _, m := range flashDecodeInstance.FindAllStringSubmatch(src, -1) {
@@ -317,7 +321,7 @@ func flashSourceProblems(src string) []string {
 					add("planFlash(%v, %d, %g): %v", dt, dim, scale, err)
 					continue
 				}
-				for _, k := range []string{p.fwd, p.bwdPre, p.bwd, p.bwdConvert, p.genBwdDQ, p.genBwdDKDV} {
+				for _, k := range []string{p.fwd, p.bwdPre, p.bwd, p.bwdConvert, p.bwdPreVec, p.bwdConvertVec, p.genBwdDQ, p.genBwdDKDV} {
 					if k != "" {
 						used[k] = true
 					}
@@ -341,7 +345,7 @@ func flashSourceProblems(src string) []string {
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(declared)) {
-		if !used[k] && !flashUnlaunched[k] {
+		if !used[k] {
 			add("flash_attention.cu declares %s, which planFlash never asks for", k)
 		}
 	}
@@ -368,7 +372,9 @@ func TestFlashKernelsMatchSource(t *testing.T) {
 			"flash_attention.cu declares no entry point flash_bwd_fp16_d128"},
 		{"header bytes differ", "-> 133120 B", "-> 131072 B", "header, backward d64: BR=128 NW=8 -> 131072 B"},
 		{"typed entry renamed", "flash_bwd_convert_##SUF", "flash_bwd_cvt_##SUF", "flash_attention.cu declares flash_bwd_cvt_bf16"},
-		{"unused type", "FLASH_TYPED(fp16, __half)", "FLASH_TYPED(fp16, __half)\nFLASH_TYPED(fp64, double)", "flash_attention.cu declares flash_bwd_convert_fp64, which planFlash never asks for"},
+		{"unused type", "FLASH_TYPED(fp16, __half)", "FLASH_TYPED(fp16, __half)\nFLASH_TYPED(fp64, double)", "flash_attention.cu declares flash_bwd_pre_fp64, which planFlash never asks for"},
+		{"float32 dQ conversion", "FLASH_CONVERT(fp16, __half)", "FLASH_CONVERT(fp16, __half)\nFLASH_CONVERT(fp32, float)", "flash_attention.cu declares flash_bwd_convert_fp32, which planFlash never asks for"},
+		{"vector entry renamed", "flash_bwd_convertvec_##SUF", "flash_bwd_cvtvec_##SUF", "flash_attention.cu declares flash_bwd_cvtvec_bf16"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if !strings.Contains(src, c.from) {

@@ -5,10 +5,10 @@ import (
 	"sync"
 )
 
-// kernelSet is one embedded kernel file compiled for one device, and the
+// kernelSet is one embedded compile unit compiled for one device, and the
 // entry points looked up in it so far: the one kernel cache of the backend
-// (the Backend holds ops.cu's; flash.go holds flash_attention.cu's per
-// device).
+// (the Backend holds ops.cu's; flash.go holds flash_attention.cu's and
+// flash_sm90.go each sm90 unit's per device).
 type kernelSet struct {
 	dev *Device
 	mod *Module
@@ -18,7 +18,7 @@ type kernelSet struct {
 	smem map[string]int // dynamic shared memory each kernel's limit is raised to
 }
 
-// compileKernelSet compiles an embedded kernel file (see package kernels).
+// compileKernelSet compiles an embedded compile unit (see package kernels).
 func compileKernelSet(d *Device, file string, opts ...string) (*kernelSet, error) {
 	mod, err := d.CompileFile(file, opts...)
 	if err != nil {

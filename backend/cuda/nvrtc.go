@@ -148,8 +148,10 @@ func compileOptions(arch string, extra []string) []string {
 
 // cacheKey identifies a cubin: the source, every option (the target included), the
 // architecture and the NVRTC version, since a newer compiler may emit different
-// code. Headers included from the toolkit are covered by the version; kernels
-// should not #include files of their own, which the key cannot see.
+// code. Headers included from the toolkit are covered by the version; the
+// kernels' own headers (kernels/*.cuh) by the source, since CompileFile hands
+// NVRTC the compile unit with them inlined (kernels.Unit): editing a header
+// changes the key of every unit that includes it.
 func cacheKey(source string, opts []string, arch, nvrtcVersion string) string {
 	h := sha256.New()
 	for _, part := range append([]string{"flashgraph-cubin-v1", nvrtcVersion, arch, source}, opts...) {
@@ -257,10 +259,10 @@ func (d *Device) Compile(name, source string, extraOpts ...string) (*Module, err
 	return d.loadModule(name, cubin)
 }
 
-// CompileFile compiles one of the embedded kernel sources (see package kernels),
-// e.g. d.CompileFile("util.cu").
+// CompileFile compiles one of the embedded compile units (see package kernels),
+// e.g. d.CompileFile("util.cu"), with the package's own headers inlined.
 func (d *Device) CompileFile(file string, extraOpts ...string) (*Module, error) {
-	src, err := kernels.Source(file)
+	src, err := kernels.Unit(file)
 	if err != nil {
 		return nil, err
 	}

@@ -42,17 +42,10 @@ type lowering struct {
 var lowerings map[string]lowering
 
 func init() {
-	ew := func(f lowerFn) lowering { return lowering{lower: f} }
 	lowerings = map[string]lowering{
-		"Add": ew(lowerBinary(opAdd)), "Sub": ew(lowerBinary(opSub)), "Mul": ew(lowerBinary(opMul)),
-		"Div": ew(lowerBinary(opDiv)), "Pow": ew(lowerBinary(opPow)),
-		"Neg": ew(lowerUnary(opNeg)), "Sqrt": ew(lowerUnary(opSqrt)), "Reciprocal": ew(lowerUnary(opRecip)),
-		"Exp": ew(lowerUnary(opExp)), "Log": ew(lowerUnary(opLog)), "Sigmoid": ew(lowerUnary(opSigmoid)),
-		"Tanh": ew(lowerUnary(opTanh)), "Relu": ew(lowerUnary(opRelu)), "Erf": ew(lowerUnary(opErf)), "Abs": ew(lowerUnary(opAbs)),
-		"Softplus":         ew(lowerGenerated("Softplus")),
 		"FusedElementwise": {lower: lowerFusedElementwise},
 		"Identity":         {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
-		"Cast": {lower: lowerCast}, "Where": {lower: lowerWhere}, "Equal": {lower: lowerEqual},
+		"Cast":      {lower: lowerCast},
 		"Transpose": {lower: lowerTranspose}, "Slice": {lower: lowerSlice}, "Expand": {lower: lowerExpand}, "Concat": {lower: lowerConcat},
 		"Gather": {lower: lowerGather}, "GatherGrad": {lower: lowerGatherGrad}, "Trilu": {lower: lowerTrilu},
 		"ReduceSum":  {lower: lowerReduce, scratch: reduceScratch},
@@ -66,6 +59,13 @@ func init() {
 		"FlashAttention":              {lower: lowerFlashAttention, scratch: attentionScratch},
 		"FlashAttentionGrad":          {lower: lowerFlashAttentionGrad, scratch: attentionScratch},
 		"AdamW":                       {lower: lowerAdamW},
+	}
+	// Every op the op table defines by an expression runs as a generated
+	// kernel rendered from that expression (fused.go).
+	for _, s := range graph.Ops() {
+		if s.Expr != nil {
+			lowerings[s.Name] = lowering{lower: lowerGenerated(s.Name)}
+		}
 	}
 }
 
@@ -246,39 +246,6 @@ func reduceSuffix(dts ...graph.DType) string {
 
 // ---------------------------------------------------------------- elementwise
 
-// Op codes of ops.cu's ew kernels.
-const (
-	opCopy int32 = iota
-	opAdd
-	opSub
-	opMul
-	opDiv
-	opPow
-	opNeg
-	opSqrt
-	opRecip
-	opExp
-	opLog
-	opSigmoid
-	opTanh
-	opRelu
-	opErf
-	opAbs
-	opWhere
-	opEqual
-	numEwOps // not an op: the number of op codes
-)
-
-// ewOpDefines names the #define of each op code in ops.cu (OP_*); a test
-// checks, without a GPU, that every one is defined there with the same value
-// and that ops.cu defines no other.
-var ewOpDefines = [numEwOps]string{
-	opCopy: "OP_COPY", opAdd: "OP_ADD", opSub: "OP_SUB", opMul: "OP_MUL", opDiv: "OP_DIV", opPow: "OP_POW",
-	opNeg: "OP_NEG", opSqrt: "OP_SQRT", opRecip: "OP_RECIP", opExp: "OP_EXP", opLog: "OP_LOG",
-	opSigmoid: "OP_SIGMOID", opTanh: "OP_TANH", opRelu: "OP_RELU", opErf: "OP_ERF", opAbs: "OP_ABS",
-	opWhere: "OP_WHERE", opEqual: "OP_EQUAL",
-}
-
 // maxRank matches MAXR in ops.cu: the most dims an ew kernel indexes.
 const maxRank = 6
 
@@ -343,100 +310,9 @@ func coalesce(dims []int64, strides [][]int64) ([]int64, [][]int64) {
 	return od, os
 }
 
-// ewKernel picks the compute type: double if anything is float64, integer
-// if everything is int64/bool, float otherwise.
-func ewKernel(dts ...graph.DType) string {
-	allInt := true
-	for _, dt := range dts {
-		if dt == graph.Float64 {
-			return "ew_f64"
-		}
-		if dt.IsFloat() {
-			allInt = false
-		}
-	}
-	if allInt {
-		return "ew_i64"
-	}
-	return "ew_f32"
-}
-
-// ew launches one elementwise op producing out (contiguous, shape outShape)
-// from up to three operands. Float work goes through the code generator
-// (fused.go: a kernel specialised to the dtypes and strides); integer work
-// and comparisons through the generic kernels of ops.cu.
-func (c *lowerCtx) ew(op int32, kernel string, out buffer, outShape graph.Shape, ops ...operand) (func() error, error) {
-	n := int64(outShape.Numel())
-	if n == 0 {
-		return nop, nil
-	}
-	if p := generatedEw(op, kernel, out, outShape, ops); p != nil {
-		return c.lowerEwProgram(p)
-	}
-	dims := make([]int64, outShape.Rank())
-	for i, d := range outShape {
-		dims[i] = int64(d)
-	}
-	strides := make([][]int64, len(ops))
-	for k, o := range ops {
-		strides[k] = o.strides
-	}
-	dims, strides = coalesce(dims, strides)
-	if len(dims) > maxRank {
-		return nil, fmt.Errorf("needs %d dims after merging contiguous ones; the CUDA kernels index at most %d", len(dims), maxRank)
-	}
-	args := []any{op, n, int32(len(dims))}
-	for i := range maxRank {
-		d := int64(1)
-		if i < len(dims) {
-			d = dims[i]
-		}
-		args = append(args, d)
-	}
-	args = append(args, out.ptr, dtCode(out.dt))
-	for k := range 3 {
-		if k >= len(ops) {
-			args = append(args, DevicePtr(0), int32(0))
-			for range maxRank {
-				args = append(args, int64(0))
-			}
-			continue
-		}
-		o := ops[k]
-		args = append(args, o.buf.ptr.Offset(int(o.off)*o.buf.dt.Size()), dtCode(o.buf.dt))
-		for i := range maxRank {
-			s := int64(0)
-			if i < len(dims) {
-				s = strides[k][i]
-			}
-			args = append(args, s)
-		}
-	}
-	args = append(args, c.flag(), c.code())
-	return c.kernel(kernel, c.gridFor(n, 256), [3]uint32{256, 1, 1}, args...)
-}
-
 // convert copies src into dst (same element count), converting the type.
 func (c *lowerCtx) convert(dst, src buffer) (func() error, error) {
-	sh := graph.Shape{dst.n}
-	return c.ew(opCopy, "ew_f32", dst, sh, operand{buf: src, strides: []int64{1}})
-}
-
-func lowerBinary(op int32) lowerFn {
-	return func(c *lowerCtx) (func() error, error) {
-		a, b, y := c.n.Inputs[0], c.n.Inputs[1], c.n.Outputs[0]
-		k := ewKernel(c.in(0).dt, c.in(1).dt, c.out(0).dt)
-		return c.ew(op, k, c.out(0), y.Type.Shape,
-			broadcastOperand(c.in(0), a.Type.Shape, y.Type.Shape), broadcastOperand(c.in(1), b.Type.Shape, y.Type.Shape))
-	}
-}
-
-func lowerUnary(op int32) lowerFn {
-	return func(c *lowerCtx) (func() error, error) {
-		y := c.n.Outputs[0]
-		return c.ew(op, ewKernel(c.in(0).dt, c.out(0).dt), c.out(0), y.Type.Shape,
-			broadcastOperand(c.in(0), c.n.Inputs[0].Type.Shape, y.Type.Shape))
-	}
+	return c.copyTo(dst, graph.Shape{dst.n}, operand{buf: src, strides: []int64{1}})
 }
 
 // lowerAlias: Reshape, Squeeze, Unsqueeze and Identity move no data when the
@@ -450,21 +326,6 @@ func lowerAlias(c *lowerCtx) (func() error, error) {
 }
 
 func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c.in(0)) }
-
-func lowerWhere(c *lowerCtx) (func() error, error) {
-	y := c.n.Outputs[0].Type.Shape
-	var ops []operand
-	for i := range 3 {
-		ops = append(ops, broadcastOperand(c.in(i), c.n.Inputs[i].Type.Shape, y))
-	}
-	return c.ew(opWhere, "ew_f32", c.out(0), y, ops...)
-}
-
-func lowerEqual(c *lowerCtx) (func() error, error) {
-	a, b, y := c.n.Inputs[0], c.n.Inputs[1], c.n.Outputs[0]
-	return c.ew(opEqual, ewKernel(c.in(0).dt, c.in(1).dt), c.out(0), y.Type.Shape,
-		broadcastOperand(c.in(0), a.Type.Shape, y.Type.Shape), broadcastOperand(c.in(1), b.Type.Shape, y.Type.Shape))
-}
 
 // ---------------------------------------------------------------- data movement
 
@@ -492,7 +353,7 @@ func lowerTranspose(c *lowerCtx) (func() error, error) {
 	for i, p := range perm {
 		st[i] = in[p]
 	}
-	return c.ew(opCopy, "ew_f32", c.out(0), c.n.Outputs[0].Type.Shape, operand{buf: c.in(0), strides: st})
+	return c.copyTo(c.out(0), c.n.Outputs[0].Type.Shape, operand{buf: c.in(0), strides: st})
 }
 
 func lowerSlice(c *lowerCtx) (func() error, error) {
@@ -521,7 +382,7 @@ func lowerSlice(c *lowerCtx) (func() error, error) {
 		}
 		st[i] = in[i] * int64(sp.Step[i])
 	}
-	return c.ew(opCopy, "ew_f32", c.out(0), shape, operand{buf: c.in(0), off: off, strides: st})
+	return c.copyTo(c.out(0), shape, operand{buf: c.in(0), off: off, strides: st})
 }
 
 func lowerExpand(c *lowerCtx) (func() error, error) {
@@ -529,7 +390,7 @@ func lowerExpand(c *lowerCtx) (func() error, error) {
 	if _, err := c.constInts(1, "shape"); err != nil {
 		return nil, err
 	}
-	return c.ew(opCopy, "ew_f32", c.out(0), y, broadcastOperand(c.in(0), c.n.Inputs[0].Type.Shape, y))
+	return c.copyTo(c.out(0), y, broadcastOperand(c.in(0), c.n.Inputs[0].Type.Shape, y))
 }
 
 func lowerConcat(c *lowerCtx) (func() error, error) {

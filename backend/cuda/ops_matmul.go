@@ -216,7 +216,7 @@ func lowerGemm(c *lowerCtx) (func() error, error) {
 	var fillC func() error
 	if c.hasIn(2) && beta != 0 {
 		ys := c.n.Outputs[0].Type.Shape
-		if fillC, err = c.ew(opCopy, "ew_f32", y, ys, broadcastOperand(c.in(2), c.n.Inputs[2].Type.Shape, ys)); err != nil {
+		if fillC, err = c.copyTo(y, ys, broadcastOperand(c.in(2), c.n.Inputs[2].Type.Shape, ys)); err != nil {
 			return nil, err
 		}
 	} else {

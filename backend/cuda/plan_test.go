@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -138,7 +139,7 @@ func TestPlanModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	fwd := plan(t, g, PlanOptions{})
-	ts, err := passes.TrainingGraph(g, passes.TrainOptions{})
+	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +199,7 @@ func TestPlanFoldsTransposeIntoMatMul(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err := passes.TrainingGraph(mg, passes.TrainOptions{})
+	ts, err := autodiff.TrainingGraph(mg, autodiff.TrainOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestPlanBF16Storage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err := passes.TrainingGraph(g, passes.TrainOptions{})
+	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +474,7 @@ func TestPlanLivesNeverShareBytes(t *testing.T) {
 	if fwd, err = passes.Default(true).Run(fwd, nil); err != nil {
 		t.Fatal(err)
 	}
-	ts, err := passes.TrainingGraph(fwd, passes.TrainOptions{Loss: "loss"})
+	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		t.Fatal(err)
 	}

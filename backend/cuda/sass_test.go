@@ -30,8 +30,9 @@ var (
 // back to back, and only the first wgmma of a group (after WARPGROUP.ARRIVE)
 // may need an R2UR to bring a base in. When it builds them in ordinary
 // registers instead, every wgmma is preceded by R2URs (and the IMADs that
-// made them): on the H200 that cost the persistent forward 3–4% (run 50 in
-// BENCHMARKS.md) without any message from ptxas.
+// made them): on the H200 that made the persistent forward slower
+// (BENCHMARKS.md, "Measurements the Hopper kernels' comments cite") without
+// any message from ptxas.
 //
 // A wgmma counts as moved when one of the four uniform registers from its
 // gdesc[URn] on was written, since the wgmma before, by an R2UR or by a
@@ -129,10 +130,11 @@ func cudaTool(name string) string {
 }
 
 func TestSASSDescriptorMoves(t *testing.T) {
-	// Shortened from the sm_90a listings of run 50 (ppp with its
-	// descriptors in ordinary registers) and of the kept build; "derived":
-	// a descriptor computed from a moved register; "bound": from bwd_pp
-	// (NVRTC 13), an R2UR that feeds a loop bound, not the descriptors.
+	// Shortened from the sm_90a listings of the persistent forward with its
+	// descriptors in ordinary registers and of the kept build (the kernels'
+	// former names); "derived": a descriptor computed from a moved register;
+	// "bound": from the ping-pong backward (NVRTC 13), an R2UR that feeds a
+	// loop bound, not the descriptors.
 	const listing = `
 	code for sm_90a
 		Function : kept

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
@@ -37,7 +38,7 @@ func TestNewBackendWithoutGPU(t *testing.T) {
 }
 
 // tinyTraining builds the tiny model's training step, fused or not.
-func tinyTraining(t *testing.T, fuse bool) (*passes.TrainStep, model.Config) {
+func tinyTraining(t *testing.T, fuse bool) (*autodiff.TrainStep, model.Config) {
 	t.Helper()
 	cfg, err := model.Lookup("tiny")
 	if err != nil {
@@ -55,7 +56,7 @@ func tinyTraining(t *testing.T, fuse bool) (*passes.TrainStep, model.Config) {
 			t.Fatal("the fusion pipeline left no FlashAttention")
 		}
 	}
-	ts, err := passes.TrainingGraph(g, passes.TrainOptions{WeightDecay: 0.1})
+	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{WeightDecay: 0.1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ func tinyTraining(t *testing.T, fuse bool) (*passes.TrainStep, model.Config) {
 }
 
 // stepFeeds is step k's batch: random bytes, the same for every backend.
-func stepFeeds(ts *passes.TrainStep, cfg model.Config, k int, lr float64) map[string]*graph.Tensor {
+func stepFeeds(ts *autodiff.TrainStep, cfg model.Config, k int, lr float64) map[string]*graph.Tensor {
 	rng := rand.New(rand.NewPCG(uint64(k), 11))
 	feeds := map[string]*graph.Tensor{}
 	for _, name := range []string{"tokens", "targets"} {

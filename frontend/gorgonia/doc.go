@@ -44,11 +44,12 @@
 //   - Sum and Max drop the reduced axes; Mean is gorgonia's Sum divided by a
 //     product of SizeOf nodes, and SizeOf becomes a scalar const (shapes are
 //     static).
-//   - Exp, Log, Neg, Sqrt, Abs, Tanh, Sigmoid map to the ops of those names,
-//     Inverse to Reciprocal, InverseSqrt to Reciprocal(Sqrt), Square and
-//     Cube to products (x·x, x·x·x, as gorgonia computes them).
+//   - Exp, Log, Neg, Sqrt, Abs, Tanh, Sigmoid and Softplus (which gorgonia
+//     builds log(sigmoid(x)) with) map to the ops of those names, Inverse
+//     to Reciprocal, InverseSqrt to Reciprocal(Sqrt), Square and Cube to
+//     products (x·x, x·x·x, as gorgonia computes them).
 //   - Rectify (x ⊙ (x ≥ 0)) becomes Relu; LeakyRelu's x ⊙ (x < 0) becomes
-//     −Relu(−x). The comparisons themselves have no flashgraph op.
+//     −Relu(−x). The comparisons themselves are not imported.
 //   - Transpose (with its pattern), Reshape, Concat, and Slice (one axis per
 //     node; an axis gorgonia drops after selecting one index is reshaped
 //     away) map to the ONNX ops.
@@ -62,9 +63,8 @@
 // Elsewhere results agree to rounding (float64: 1e-12 relative in the tests).
 //
 // Everything else is refused by name, never guessed at: comparisons on
-// their own, sin, cos, log2, log1p, expm1, softplus (gorgonia builds
-// log(sigmoid(x)) with it), sign, ceil, floor, At, Tensordot, convolutions,
-// pooling, dropout, random nodes, gradient ops... Import returns an
+// their own, sin, cos, log2, log1p, expm1, sign, ceil, floor, At,
+// Tensordot, convolutions, pooling, dropout, random nodes, gradient ops... Import returns an
 // *UnsupportedOpError saying "gorgonia op X (node N) is not supported".
 //
 // Typical use (the Example runs it), with this package imported as fg and

@@ -88,7 +88,7 @@ func ruleElemBinary(im *importer, n *G.Node, t graph.TensorType) (result, error)
 	sym, _ := parseBinary(n.Op())
 	op, ok := binaryOps[sym]
 	if !ok {
-		return result{}, unsupported(n, "comparisons have no flashgraph op (they are imported only inside Rectify and LeakyRelu)")
+		return result{}, unsupported(n, "comparisons are imported only inside Rectify and LeakyRelu")
 	}
 	kids := im.children(n)
 	if len(kids) != 2 {
@@ -257,26 +257,42 @@ func prependsOnes(in, out graph.Shape) bool {
 	return graph.Shape(out[k:]).Equal(in)
 }
 
-// unaryOps translate gorgonia's unary operators (their String) into a chain
-// of flashgraph ops applied in order. Square and cube are products, as
-// gorgonia computes them (x·x, x·x·x); invSqrt is 1/sqrt(x), as gorgonia's.
+// unaryOps translate gorgonia's unary operators (their String) whose name
+// is not their op's into a chain of flashgraph ops applied in order: the
+// one place where the names differ. Any other operator whose name,
+// capitalised, is a one-operand elementwise op of the table (exp, neg,
+// sqrt, abs, tanh, sigmoid, softplus) maps to it (unaryChain). Square and
+// cube are products, as gorgonia computes them (x·x, x·x·x); invSqrt is
+// 1/sqrt(x), as gorgonia's.
 var unaryOps = map[string][]string{
-	"abs": {"Abs"}, "exp": {"Exp"}, "ln": {"Log"}, "neg": {"Neg"}, "sqrt": {"Sqrt"},
-	"inv": {"Reciprocal"}, "invSqrt": {"Sqrt", "Reciprocal"},
-	"tanh": {"Tanh"}, "sigmoid": {"Sigmoid"},
+	"ln": {"Log"}, "inv": {"Reciprocal"}, "invSqrt": {"Sqrt", "Reciprocal"},
 	"square": {"square"}, "cube": {"cube"},
+}
+
+// unaryChain is the translation of a gorgonia unary operator.
+func unaryChain(name string) ([]string, bool) {
+	if chain, ok := unaryOps[name]; ok {
+		return chain, true
+	}
+	if name == "" {
+		return nil, false
+	}
+	op := strings.ToUpper(name[:1]) + name[1:]
+	if s, ok := graph.LookupOp(op); ok && s.Expr != nil && len(s.Inputs) == 1 {
+		return []string{op}, true
+	}
+	return nil, false
 }
 
 // noUnary says why a gorgonia unary operator is refused.
 var noUnary = map[string]string{
 	"sign": "no Sign op", "ceil": "no Ceil op", "floor": "no Floor op", "sin": "no Sin op",
 	"cos": "no Cos op", "log2": "no Log2 op", "log1p": "no Log1p op", "expm1": "no Expm1 op",
-	"softplus": "no Softplus op (gorgonia builds log(sigmoid(x)) as −softplus(−x))",
 }
 
 func ruleElemUnary(im *importer, n *G.Node, t graph.TensorType) (result, error) {
 	name := fmt.Sprint(n.Op())
-	chain, ok := unaryOps[name]
+	chain, ok := unaryChain(name)
 	if !ok {
 		return result{}, unsupported(n, noUnary[name])
 	}

@@ -10,6 +10,7 @@ import (
 	G "gorgonia.org/gorgonia"
 	"gorgonia.org/tensor"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
@@ -18,7 +19,7 @@ import (
 )
 
 // The check: docs/MODEL.md's transformer at a small size, built by
-// model.Build and differentiated by passes.Gradients (run on the CPU
+// model.Build and differentiated by autodiff.Gradients (run on the CPU
 // backend), against the same model written here from MODEL.md in gorgonia
 // and differentiated by gorgonia's symbolic backprop. Nothing is shared but
 // the parameter values and the tokens.
@@ -98,7 +99,7 @@ func ours(t *testing.T, pr *problem, fuse bool) (float64, map[string][]float64) 
 	for _, p := range g.Params {
 		names = append(names, p.Name)
 	}
-	gg, grads, err := passes.Gradients(g, "loss", names)
+	gg, grads, err := autodiff.Gradients(g, "loss", names)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -231,7 +231,7 @@ extern "C" int fa_bwd(int dt, int variant, int generic, const void* q, const voi
   switch (dt) {
     case 0:
       return run_bwd<float>(D, variant, 1, q, k, v, o, dO, lse, dq, dk, dv, dsum, dqacc, BH, Sq, Sk, scale, causal,
-                            st, flash_bwd_pre_fp32, flash_bwd_convert_fp32, flash_bwd_generic_dq_fp32,
+                            st, flash_bwd_pre_fp32, nullptr, flash_bwd_generic_dq_fp32,
                             flash_bwd_generic_dkdv_fp32);
     case 1:
       return run_bwd<__nv_bfloat16>(D, variant, generic, q, k, v, o, dO, lse, dq, dk, dv, dsum, dqacc, BH, Sq, Sk,

@@ -94,8 +94,8 @@ const cpuHeapFactor = 2.5
 // graphs) on be when their memory plan (the one train and compile -plan
 // use) does not fit in the memory available; what names the work. A graph
 // the planner cannot plan is let through with a note: the run then reports
-// its own errors.
-func guardMemory(w io.Writer, be backend.Backend, bf16 bool, what, hint string, gs ...*graph.Graph) error {
+// its own errors. With force a plan that does not fit is only reported.
+func guardMemory(w io.Writer, be backend.Backend, bf16 bool, what, hint string, force bool, gs ...*graph.Graph) error {
 	compute := graph.Float32
 	if bf16 {
 		compute = graph.BFloat16
@@ -109,7 +109,7 @@ func guardMemory(w io.Writer, be backend.Backend, bf16 bool, what, hint string, 
 	if be.Name() == "cpu" {
 		factor = cpuHeapFactor
 	}
-	return checkMemoryHint(w, be, need, factor, what, "weights and inputs", false, hint)
+	return checkMemoryHint(w, be, need, factor, what, "weights and inputs", force, hint)
 }
 
 // checkMemoryHint is checkMemory with the way out of a refusal given, and

@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -28,6 +27,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); \"-\": stdout; default stdout unless -explain or -plan")
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")
 	plan := fs.Bool("plan", false, "print the device memory plan: peak activation memory and the largest tensors")
+	bind := addBindFlag(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
@@ -40,13 +40,16 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	}
 	for _, o := range []struct{ flag, path string }{{"-o", *out}, {"-dot", *dot}} {
 		if o.path != "-" {
-			if err := checkOutputFile(o.flag, o.path); err != nil {
+			if err := train.CheckOutputFile(o.flag, o.path); err != nil {
 				return err
 			}
 		}
 	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
+		return err
+	}
+	if g, err = bind.apply(g); err != nil {
 		return err
 	}
 	g, err = pf.compileGraph(fs, g, report)
@@ -68,7 +71,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		if err := writeFileAtomic("-dot", *dot, []byte(d)); err != nil {
+		if err := train.WriteOutputFile("-dot", *dot, []byte(d)); err != nil {
 			return err
 		}
 	}
@@ -83,37 +86,8 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("-o %s: %w", *out, err)
 		}
-		return writeFileAtomic("-o", *out, b)
+		return train.WriteOutputFile("-o", *out, b)
 	default:
-		return writeFileAtomic("-o", *out, []byte(graph.Format(g)))
+		return train.WriteOutputFile("-o", *out, []byte(graph.Format(g)))
 	}
-}
-
-// checkOutputFile refuses an output path that names a folder before any work
-// is done (the rename at the end would fail with a message about a temp file).
-func checkOutputFile(flag, path string) error {
-	if path == "" {
-		return nil
-	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("%s %s: is a folder; give a file name (for example %s)", flag, path, filepath.Join(path, "graph.txt"))
-	}
-	return nil
-}
-
-// writeFileAtomic writes the output file of flag through a temp file and a
-// rename, so that a failed write never leaves half a file where a good one
-// was. Errors name the flag and the file, not the temp file.
-func writeFileAtomic(flag, path string, data []byte) error {
-	if err := checkOutputFile(flag, path); err != nil {
-		return err
-	}
-	err := train.WriteFileAtomic(path, func(w io.Writer) error {
-		_, err := w.Write(data)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", flag, path, err)
-	}
-	return nil
 }

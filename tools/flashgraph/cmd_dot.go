@@ -4,6 +4,7 @@ import (
 	"io"
 
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -41,7 +42,7 @@ func runDot(args []string, stdout, stderr io.Writer) error {
 		_, err = io.WriteString(stdout, text)
 		return err
 	}
-	return writeFileAtomic("-o", *out, []byte(text))
+	return train.WriteOutputFile("-o", *out, []byte(text))
 }
 
 func pipelineName(pf *passFlags) string {

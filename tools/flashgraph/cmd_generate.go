@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/generate"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/train"
@@ -53,7 +54,7 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 	if st, err := os.Stat(path); err != nil {
 		return fmt.Errorf("-ckpt: %w (train writes checkpoints into -out's ckpt/ folder)", err)
 	} else if st.IsDir() {
-		p, _, err := train.LatestCheckpoint(path)
+		p, _, err := checkpoint.LatestCheckpoint(path)
 		if err != nil {
 			return fmt.Errorf("-ckpt: %w", err)
 		}
@@ -61,6 +62,9 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 			return fmt.Errorf("-ckpt %s: no checkpoint in the folder", path)
 		}
 		path = p
+	}
+	if spec, err := train.CheckpointFileSpec(path); err == nil && spec != nil {
+		return fmt.Errorf("-ckpt %s: the model was trained from %s; generate decodes the built-in models (flashgraph export -ckpt writes this one as ONNX)", path, spec.File)
 	}
 	cfg, weights, err := generate.FromCheckpoint(path)
 	if err != nil {
@@ -106,7 +110,7 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 	if err != nil {
 		return err
 	}
-	if err := guardMemory(stderr, be, false, fmt.Sprintf("generating with %s", cfg.Name), "Use a shorter -prompt or -max-new, or -dtype float32", gs...); err != nil {
+	if err := guardMemory(stderr, be, false, fmt.Sprintf("generating with %s", cfg.Name), "Use a shorter -prompt or -max-new, or -dtype float32", false, gs...); err != nil {
 		return err
 	}
 	upTo := ""
@@ -114,6 +118,10 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 		upTo = "up to "
 	}
 	fmt.Fprintf(stderr, "generate: %s from %s, %s%d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, upTo, n, len(tokens), be.Name())
+	tokenIDs := cfg.Vocab > 256 // the model was not trained on bytes
+	if tokenIDs {
+		fmt.Fprintf(stderr, "note: %s has a vocabulary of %d tokens, not bytes: the prompt's bytes are token ids 0-255 and each new token is printed as <id>\n", cfg.Name, cfg.Vocab)
+	}
 	out := bufio.NewWriter(stdout)
 	text := newStopWriter(out, *stop)
 	t0 := time.Now()
@@ -124,7 +132,16 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 				out.WriteString(*prompt)
 				started = true
 			}
-			more := text.add(byte(t))
+			var more bool
+			if tokenIDs { // -stop matches the printed text, ids included
+				for _, b := range []byte(fmt.Sprintf("<%d>", t)) {
+					if more = text.add(b); !more {
+						break
+					}
+				}
+			} else {
+				more = text.add(byte(t))
+			}
 			out.Flush()
 			return more
 		})
@@ -136,7 +153,7 @@ anything is printed; a model whose logits are not finite is an error, not text.`
 	if err != nil {
 		return err
 	}
-	if note := greedyNote(sampling, newBytes); note != "" {
+	if note := greedyNote(sampling, newBytes, tokenIDs); note != "" {
 		fmt.Fprintln(stderr, note)
 	}
 	fmt.Fprintf(stderr, "generated %d bytes in %v: prefill of %d in %v, %.1f tokens/s decoding (compile %v)\n",

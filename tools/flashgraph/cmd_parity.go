@@ -13,11 +13,12 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
-	"github.com/flashgraph/flashgraph/train"
 )
 
 func init() {
@@ -65,7 +66,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	for _, p := range fwd.Params {
 		wrt = append(wrt, p.Name)
 	}
-	g, grads, err := passes.Gradients(fwd, "loss", wrt)
+	g, grads, err := autodiff.Gradients(fwd, "loss", wrt)
 	if err != nil {
 		return err
 	}
@@ -104,16 +105,16 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	weights := &train.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{"config": torchConfigJSON(cfg)}}
+	weights := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{"config": torchConfigJSON(cfg)}}
 	for _, p := range fwd.Params {
 		if weights.Tensors[p.Name], err = exe.Initializer(p.Name); err != nil {
 			return err
 		}
 	}
-	batch := &train.Tensors{Tensors: map[string]*graph.Tensor{"tokens": tokens, "targets": targets}}
+	batch := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{"tokens": tokens, "targets": targets}}
 	wPath, bPath, oPath := filepath.Join(dir, "weights.safetensors"), filepath.Join(dir, "batch.safetensors"), filepath.Join(dir, "torch.safetensors")
-	for path, ts := range map[string]*train.Tensors{wPath: weights, bPath: batch} {
-		if err := train.WriteFileAtomic(path, func(w io.Writer) error { return train.WriteSafetensors(w, ts) }); err != nil {
+	for path, ts := range map[string]*checkpoint.Tensors{wPath: weights, bPath: batch} {
+		if err := checkpoint.WriteFileAtomic(path, func(w io.Writer) error { return checkpoint.WriteSafetensors(w, ts) }); err != nil {
 			return err
 		}
 	}
@@ -131,7 +132,7 @@ func runParity(args []string, stdout, stderr io.Writer) error {
 	} else {
 		fmt.Fprint(stderr, string(out))
 	}
-	ref, err := train.ReadSafetensorsFile(oPath)
+	ref, err := checkpoint.ReadSafetensorsFile(oPath)
 	if err != nil {
 		return fmt.Errorf("-reference %s output: %w", *script, err)
 	}
@@ -202,6 +203,10 @@ func relErr(a, b *graph.Tensor) float64 {
 }
 
 func torchConfigJSON(c model.Config) string {
-	b, _ := json.Marshal(map[string]int{"vocab": c.Vocab, "dim": c.Dim, "layers": c.Layers, "heads": c.Heads, "head_dim": c.HeadDim, "ffn": c.FFN})
+	m := map[string]int{"vocab": c.Vocab, "dim": c.Dim, "layers": c.Layers, "heads": c.Heads, "head_dim": c.HeadDim, "ffn": c.FFN}
+	if c.KVHeads > 0 {
+		m["kv_heads"] = c.KVHeads
+	}
+	b, _ := json.Marshal(m)
 	return string(b)
 }

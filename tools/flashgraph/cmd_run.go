@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"math/rand/v2"
 	"sort"
 	"time"
 
@@ -20,17 +19,24 @@ func init() {
 func runRun(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("run", "[FILE]",
 		"Compiles the model of -config (or FILE) and runs its forward pass once on random inputs\n"+
-			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs); prints the\n"+
-			"loss and a summary of every output.", stderr)
+			"(token ids in [0, vocab) for int64 inputs, normal values for float inputs), or on -inputs\n"+
+			"(safetensors, or an ONNX test_data_set_N folder); prints the loss and a summary of every\n"+
+			"output. -outputs saves them; -expect DIR compares them with DIR's output_K.pb and exits\n"+
+			"non-zero on a mismatch; -bind NAME=FILE makes an input a constant before the passes.", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, true)
 	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")
+	rio := addRunIOFlags(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
+		return err
+	}
+	order := inputNames(g)
+	if g, err = rio.bind.apply(g); err != nil {
 		return err
 	}
 	if g, err = pf.compileGraph(fs, g, stderr); err != nil {
@@ -45,7 +51,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	defer be.Close()
-	if err := guardMemory(stderr, be, mf.bf16, "a forward pass of "+g.Name, runMemoryHint(fs.NArg() > 0), g); err != nil {
+	if err := rio.checkMemory(stderr, be, g, mf.bf16, runMemoryHint(fs.NArg() > 0)); err != nil {
 		return err
 	}
 	// A forward pass of a large model takes minutes on a CPU: say so before
@@ -65,7 +71,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	}
 	defer exe.Close()
 	compiled := time.Since(t0)
-	feeds, err := randomFeeds(g, *inputSeed)
+	feeds, err := rio.feeds(g, order, *inputSeed)
 	if err != nil {
 		return err
 	}
@@ -91,75 +97,16 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		mean, std, lo, hi := stats(t)
 		fmt.Fprintf(stdout, "%s: %v mean %.4g std %.4g min %.4g max %.4g\n", n, t.Type(), mean, std, lo, hi)
 	}
-	if l, ok := outs["loss"]; ok && l.Len() == 1 {
+	if err := rio.finish(stdout, g, outs); err != nil {
+		return err
+	}
+	if l, ok := outs["loss"]; ok && l.Len() == 1 && rio.inputs == "" {
 		if v := g.Value("logits"); v != nil && v.Type.Shape.Rank() > 0 {
 			vocab := v.Type.Shape[v.Type.Shape.Rank()-1]
 			fmt.Fprintf(stdout, "ln(vocab) = %.6g (the loss of an untrained model on uniform predictions)\n", math.Log(float64(vocab)))
 		}
 	}
 	return nil
-}
-
-// randomFeeds makes inputs for every graph input: token ids below the
-// vocabulary (read off the embedding table the input indexes) for int64
-// inputs, standard normals for floats.
-func randomFeeds(g *graph.Graph, seed uint64) (map[string]*graph.Tensor, error) {
-	r := rand.New(rand.NewPCG(seed, 7))
-	limit := indexLimits(g)
-	feeds := map[string]*graph.Tensor{}
-	for _, in := range g.Inputs {
-		t := graph.NewTensor(in.Type.DType, in.Type.Shape)
-		switch {
-		case in.Type.DType == graph.Int64:
-			hi, ok := limit[in]
-			if !ok {
-				return nil, fmt.Errorf("input %s is int64 but no Gather or loss says its range; give a graph whose int inputs index something", in.Name)
-			}
-			for i := range t.I64 {
-				t.I64[i] = int64(r.IntN(hi))
-			}
-		case in.Type.DType == graph.Bool:
-			for i := range t.B {
-				t.B[i] = r.IntN(2) == 1
-			}
-		default:
-			for i := range t.Len() {
-				t.Set(i, r.NormFloat64())
-			}
-		}
-		feeds[in.Name] = t
-	}
-	return feeds, nil
-}
-
-// indexLimits finds, for int64 inputs, the size of the axis they index
-// (Gather data axis, or the class count of a cross-entropy, through Reshapes).
-func indexLimits(g *graph.Graph) map[*graph.Value]int {
-	root := map[*graph.Value]*graph.Value{}
-	for _, in := range g.Inputs {
-		root[in] = in
-	}
-	out := map[*graph.Value]int{}
-	for _, n := range g.Nodes {
-		switch n.Op {
-		case "Reshape", "Identity", "Squeeze", "Unsqueeze":
-			if r, ok := root[n.Inputs[0]]; ok {
-				root[n.Outputs[0]] = r
-			}
-		case "Gather":
-			if r, ok := root[n.Inputs[1]]; ok {
-				ax, err := graph.NormAxis(int(n.Attrs.Int("axis", 0)), n.Inputs[0].Type.Shape.Rank())
-				if err == nil {
-					out[r] = n.Inputs[0].Type.Shape[ax]
-				}
-			}
-		case "SoftmaxCrossEntropyLoss":
-			if r, ok := root[n.Inputs[1]]; ok {
-				out[r] = n.Inputs[0].Type.Shape[1]
-			}
-		}
-	}
-	return out
 }
 
 func stats(t *graph.Tensor) (mean, std, lo, hi float64) {

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
-	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
@@ -25,7 +25,7 @@ func init() {
 var defaultLR = map[string]float64{"tiny": 3e-3, "small": 1e-3, "gpt2": 6e-4}
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("train", "", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one
+	fs := newFlags("train", "[FILE]", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one
 static training-step graph, compiled once. With no flags it trains the tiny config with
 attention fusion on the Go standard library sources for a short run and writes, under -out:
 graph.txt and graph.dot (the forward graph), train_graph.txt (the training step), loss.png,
@@ -33,7 +33,9 @@ and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). C
 (SIGINT) or SIGTERM finishes the step in flight (or stops reading, compiling or validating at
 once), saves a checkpoint and exits with status 130 or 143; a second one aborts at once,
 removing what the run created except its last complete checkpoint. -seed seeds both the
-weights and the batch sampling.`, stderr)
+weights and the batch sampling. A FILE (our graph text or .onnx) trains that graph instead:
+-loss names its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze
+say how; train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
@@ -43,7 +45,9 @@ weights and the batch sampling.`, stderr)
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
 	warmup := fs.Int64("warmup", -1, "linear warmup steps (-1: 10% of -steps)")
 	wd := fs.Float64("wd", 0.1, "AdamW weight decay of the weight matrices (norm gains are not decayed)")
-	data := fs.String("data", "", "text to train on: a file, or a folder whose text files are read (default: the Go sources under go env GOROOT)")
+	data := fs.String("data", "", "what to train on: a text file, a folder whose text files are read (default: the Go sources under go env GOROOT), or a token file (see -data-format)")
+	dataFormat := fs.String("data-format", "auto", dataFormatHelp)
+	dataOrder := fs.String("data-order", "random", dataOrderHelp)
 	valFrac := fs.Float64("val-frac", 0.1, "fraction of the data held out for validation (by file for a folder)")
 	evalEvery := fs.Int64("eval-every", 50, "validation loss every N steps (0: only at the start and the end)")
 	out := fs.String("out", "out", "folder for the graphs, the loss plot and (by default) the checkpoints")
@@ -57,17 +61,18 @@ weights and the batch sampling.`, stderr)
 	clip := fs.Float64("clip", 0, "clip the global gradient norm to this bound, in the step graph, and report the norm (0: no clipping)")
 	metricsPath := fs.String("metrics", "", "write a JSON line per step (step, loss, lr, grad_norm with -clip, tok_s, mfu, step_ms) and per validation (val_loss) to FILE; -resume appends")
 	df := addDistFlags(fs)
-	if err := parseFlags(fs, args, 0); err != nil {
+	gf := addGraphTrainFlags(fs)
+	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
-	cfg, err := mf.modelConfig()
-	var fromStep int64 // the step a resumed run starts at
-	if *resume && *ckpt != "none" {
-		// The model is the checkpoint's; model flags may only agree with it.
-		cfg, fromStep, err = resumeConfig(fs, mf, *out, *ckpt)
-	}
+	ts, err := gf.resolve(mf, fs.Arg(0), ckptFolder(*ckpt, *out), *resume, stderr)
 	if err != nil {
 		return err
+	}
+	source := ts.src
+	cfg := source.Config
+	if gf.explain {
+		return explainSource(stdout, ts)
 	}
 	// Data parallel flags and environment: one rank runs on, several are
 	// checked and then refused until NCCL is wired into the loop.
@@ -77,6 +82,9 @@ weights and the batch sampling.`, stderr)
 	peak := *lr
 	if peak == 0 {
 		peak = defaultLR[cfg.Name]
+		if source.Graph != nil {
+			peak = defaultGraphLR
+		}
 	}
 	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {
 		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
@@ -102,7 +110,7 @@ weights and the batch sampling.`, stderr)
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(mf.seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip, Accum: *accum}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip, Accum: *accum}
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -115,6 +123,12 @@ weights and the batch sampling.`, stderr)
 		}
 	case ckptDir == "":
 		ckptDir = filepath.Join(*out, "ckpt")
+	}
+	var fromStep int64 // the step a resumed run starts at
+	if *resume {
+		if _, step, err := checkpoint.LatestCheckpoint(ckptDir); err == nil {
+			fromStep = step
+		}
 	}
 	// Nothing is created or written until the run is set up: a run that
 	// fails to start (bad flags, no CUDA, a mismatched or missing
@@ -153,19 +167,20 @@ weights and the batch sampling.`, stderr)
 		}
 	}
 	fmt.Fprintf(stderr, "data: reading %s…\n", src)
-	t0 := time.Now()
 	var corpus *train.Corpus
 	if err := sigs.do("reading the data", func() (err error) {
-		corpus, err = train.LoadCorpus(src, *valFrac)
+		corpus, err = loadTrainData(stderr, src, *valFrac, *dataFormat, cfg)
 		return err
 	}); err != nil {
 		return err
 	}
-	fmt.Fprintf(stderr, "data: %s: %d files (%d skipped), %s train / %s validation bytes, read in %v\n",
-		src, corpus.Files, corpus.Skip, trainBytes(int64(len(corpus.Train))), trainBytes(int64(len(corpus.Val))), time.Since(t0).Round(time.Millisecond))
+	if h.DataOrder, err = parseDataOrder(*dataOrder); err != nil {
+		return err
+	}
+	fmt.Fprintln(stderr, corpus.DescribeOrder(h.DataOrder, cfg.Batch, cfg.Seq, h.Steps))
 
 	if fuse.require {
-		built, err := model.Build(cfg)
+		built, err := sourceForward(source)
 		if err != nil {
 			return err
 		}
@@ -175,17 +190,18 @@ weights and the batch sampling.`, stderr)
 	}
 	var gs *train.Graphs
 	if err := sigs.do("building the training graph", func() (err error) {
-		gs, err = train.BuildGraphsFor(be, cfg, fuse.on, h)
+		gs, err = train.BuildSourceGraphs(be, source, fuse.on, h)
 		return err
 	}); err != nil {
 		return err
 	}
+	describeSource(stderr, source)
 	for _, e := range gs.Log.Filter(passes.PassRecompute, passes.Info) {
 		fmt.Fprintln(stderr, e)
 	}
 	ops := gs.Forward.CountOps()
 	fmt.Fprintf(stderr, "model: %s, %s params, %s; forward %d nodes (%d FlashAttention, %d Softmax), training step %d nodes\n",
-		cfg.Name, trainCount(model.ParamCount(cfg)), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))
+		source.Name(), trainCount(source.ParamCount()), cfg.DType, len(gs.Forward.Nodes), ops["FlashAttention"], ops["Softmax"], len(gs.Step.Graph.Nodes))
 	// The training step and the evaluation graph (its own copy of the
 	// weights) are both resident.
 	compute := graph.Float32
@@ -245,10 +261,15 @@ weights and the batch sampling.`, stderr)
 				return fmt.Errorf("%s: %w", d.flag, err)
 			}
 		}
-		for _, f := range []string{"graph.txt", "graph.dot", "train_graph.txt", "loss.png"} {
+		for _, f := range []string{"graph.txt", "graph.dot", "train_graph.txt", "loss.png", "train_source.txt"} {
 			made.file(filepath.Join(*out, f))
 		}
+		extra, err := readySource(*out, ckptDir, ts)
+		if err != nil {
+			return err
+		}
 		files, err = writeTrainGraphs(*out, gs)
+		files = append(files, extra...)
 		if err != nil || *metricsPath == "" {
 			return err
 		}
@@ -257,7 +278,7 @@ weights and the batch sampling.`, stderr)
 	}
 	sigs.setPhase("")
 	res, err := train.Run(sigs.ctx, be, corpus, train.Options{
-		Config: cfg, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
+		Config: cfg, Source: &source, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
 		Metrics: metricsWriter{&metricsFile},
@@ -321,7 +342,7 @@ func writeTrainGraphs(dir string, gs *train.Graphs) ([]string, error) {
 		{"train_graph.txt", graph.Format(gs.Step.Graph)},
 	} {
 		p := filepath.Join(dir, f.name)
-		if err := writeFileAtomic("-out", p, []byte(f.text)); err != nil {
+		if err := train.WriteOutputFile("-out", p, []byte(f.text)); err != nil {
 			return nil, err
 		}
 		files = append(files, p)

@@ -3,32 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/backend/cuda"
-	"github.com/flashgraph/flashgraph/graph"
 )
-
-// newCUDABackend makes the CUDA backend; bf16 selects mixed precision
-// (float32 master weights and optimizer state, bfloat16 activations and
-// GEMMs). Without -dtype bf16, FLASHGRAPH_CUDA_DTYPE=bf16 selects it too.
-// On machines without a usable GPU it returns cuda.Available's error, which
-// says which library or device is missing.
-func newCUDABackend(bf16 bool) (backend.Backend, error) {
-	var opts cuda.Options
-	if bf16 {
-		opts.Compute = graph.BFloat16
-	} else if v := os.Getenv("FLASHGRAPH_CUDA_DTYPE"); v != "" {
-		dt, err := cuda.ParseCompute(v)
-		if err != nil {
-			return nil, fmt.Errorf("FLASHGRAPH_CUDA_DTYPE: %w", err)
-		}
-		opts.Compute = dt
-	}
-	return cuda.NewBackend(opts)
-}
 
 // resolveDevice resolves -device. auto prefers CUDA and falls back to the CPU
 // with a note saying why; cuda without a usable GPU is an error saying why.
@@ -42,13 +21,13 @@ func resolveDevice(device string, bf16 bool) (backend.Backend, string, error) {
 		}
 		return cpu.New(), "", nil
 	case "cuda":
-		be, err := newCUDABackend(bf16)
+		be, err := cuda.NewMixedBackend(bf16)
 		if err != nil {
 			return nil, "", fmt.Errorf("-device cuda: %w", err)
 		}
 		return be, "", nil
 	case "auto":
-		be, err := newCUDABackend(bf16)
+		be, err := cuda.NewMixedBackend(bf16)
 		if err != nil {
 			if bf16 {
 				return nil, "", fmt.Errorf("-dtype bf16 needs CUDA, which is unavailable: %w", err)

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgraph/flashgraph/train"
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // generate checks its flags and the prompt before printing anything; -stop
@@ -51,17 +51,17 @@ func TestGenerateFlagsStopAndNaN(t *testing.T) {
 	}
 
 	// A damaged checkpoint: NaN in a weight every position reads.
-	p, _, err := train.LatestCheckpoint(ckpt)
+	p, _, err := checkpoint.LatestCheckpoint(ckpt)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, step, err := train.LoadCheckpoint(p)
+	ts, step, err := checkpoint.LoadCheckpoint(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts.Tensors["layers.0.wo"].F32[0] = float32(math.NaN())
 	bad := filepath.Join(t.TempDir(), "bad")
-	if _, err := train.SaveCheckpoint(bad, step, ts, 0); err != nil {
+	if _, err := checkpoint.SaveCheckpoint(bad, step, ts, 0); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runCode("generate", "-ckpt", bad, "-prompt", "for ")

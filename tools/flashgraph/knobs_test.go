@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgraph/flashgraph/train"
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // -metrics writes a JSON line per step and per validation; -clip adds the
@@ -75,11 +75,11 @@ func TestTrainDivergenceGuard(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	bad, _ := strconv.Atoi(m[1])
-	p, step, err := train.LatestCheckpoint(filepath.Join(out, "ckpt"))
+	p, step, err := checkpoint.LatestCheckpoint(filepath.Join(out, "ckpt"))
 	if err != nil || p == "" || step != int64(bad-1) {
 		t.Fatalf("diverged at step %d; newest checkpoint %q (step %d, %v), want step %d", bad, p, step, err, bad-1)
 	}
-	ts, _, err := train.LoadCheckpoint(p)
+	ts, _, err := checkpoint.LoadCheckpoint(p)
 	if err != nil {
 		t.Fatal(err)
 	}

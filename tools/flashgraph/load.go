@@ -35,6 +35,7 @@ type modelFlags struct {
 	seq    int
 	layers int
 	seed   int
+	size   sizeFlags
 }
 
 // addModelFlags adds the model flags; withFile says the command also takes a
@@ -51,20 +52,38 @@ func addModelFlags(fs *flag.FlagSet, defConfig string, withFile bool) *modelFlag
 	fs.IntVar(&m.seq, "seq", 0, "sequence length (0: the config's)")
 	fs.IntVar(&m.layers, "layers", 0, "number of layers (0: the config's)")
 	fs.IntVar(&m.seed, "seed", 0, "parameter initialisation seed")
+	m.size.add(fs)
 	return m
 }
 
 // modelConfig resolves the config with the overrides applied.
 func (m *modelFlags) modelConfig() (model.Config, error) {
-	cfg, err := model.Lookup(m.config)
-	if err != nil {
+	return m.modelConfigOn(nil)
+}
+
+// modelConfigOn is modelConfig starting from base (a checkpoint's config)
+// instead of -config's table entry, unless -config is given: -dtype and
+// -seed then apply only when given, and the other flags override as usual.
+func (m *modelFlags) modelConfigOn(base *model.Config) (model.Config, error) {
+	given := map[string]bool{}
+	m.fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if given["config"] {
+		base = nil
+	}
+	var cfg model.Config
+	var err error
+	if base != nil {
+		cfg = *base
+	} else if cfg, err = model.Lookup(m.config); err != nil {
 		return cfg, err
 	}
 	dt, err := m.graphDType()
 	if err != nil {
 		return cfg, err
 	}
-	cfg.DType = dt
+	if base == nil || given["dtype"] {
+		cfg.DType = dt
+	}
 	for _, o := range []struct {
 		name string
 		v    int
@@ -77,7 +96,12 @@ func (m *modelFlags) modelConfig() (model.Config, error) {
 			*o.dst = o.v
 		}
 	}
-	cfg.Seed = m.seed
+	if base == nil || given["seed"] {
+		cfg.Seed = m.seed
+	}
+	if err := m.size.apply(&cfg); err != nil {
+		return cfg, err
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -114,7 +138,7 @@ func (m *modelFlags) load(file string) (*graph.Graph, error) {
 	var ignored []string
 	m.fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "config", "batch", "seq", "layers", "seed":
+		case "config", "batch", "seq", "layers", "seed", "dim", "heads", "kv-heads", "head-dim", "ffn", "vocab":
 			ignored = append(ignored, "-"+f.Name)
 		case "dtype":
 			if !m.bf16 && dt != graph.Float32 {

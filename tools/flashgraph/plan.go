@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 
+	"github.com/flashgraph/flashgraph/autodiff"
 	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/passes"
@@ -25,7 +26,7 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 	if loss == nil || loss.Type.Shape.Rank() != 0 || len(g.Params) == 0 {
 		return nil
 	}
-	ts, err := passes.TrainingGraph(g, passes.TrainOptions{Loss: "loss"})
+	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		return fmt.Errorf("training graph for the plan: %w", err)
 	}

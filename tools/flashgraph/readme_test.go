@@ -93,12 +93,39 @@ func needsGPU(args []string) bool {
 	return false
 }
 
+// yourFiles are the files README lines name that the reader brings (a model,
+// its test data, a token file): those lines are checked for their flags only.
+var yourFiles = []string{"model.onnx", "train.bin", "mask.pb", "test_data_set_0"}
+
+// needsYourFiles says whether a README line reads one of yourFiles.
+func needsYourFiles(args []string) bool {
+	for _, a := range args {
+		for _, f := range yourFiles {
+			if a == f || strings.HasSuffix(a, "="+f) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withHelp is args with -h among the flags: before a graph FILE operand
+// (flags come before positional arguments), else at the end.
+func withHelp(args []string) []string {
+	n := len(args)
+	if last := args[n-1]; strings.HasSuffix(last, ".onnx") || strings.HasSuffix(last, ".txt") {
+		return append(append(append([]string(nil), args[:n-1]...), "-h"), last)
+	}
+	return append(append([]string(nil), args...), "-h")
+}
+
 // TestReadmeCommandsRun runs the README's "Using it" block in a fresh
 // folder, in order, so that the sequence cannot rot: every CPU line runs as
 // written, with one change: train's -steps are divided by 10 (the README's
 // 300 and 400 tiny steps take about 15 s; the test trains 30 and resumes to
 // 40, the same sequence). The line that trains small for ~20 minutes and the
-// GPU lines run with -h after their flags: every flag must exist and parse.
+// GPU lines and those on the reader's own files (yourFiles) run with -h
+// after their flags: every flag must exist and parse.
 func TestReadmeCommandsRun(t *testing.T) {
 	lines := readmeBlock(t)
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
@@ -128,8 +155,8 @@ func TestReadmeCommandsRun(t *testing.T) {
 		}
 		args := words[1:]
 		long := args[0] == "train" && strings.Contains(line, "-config small")
-		if needsGPU(args) || long {
-			code, _, stderr := runCode(append(args, "-h")...)
+		if needsGPU(args) || long || needsYourFiles(args) {
+			code, _, stderr := runCode(withHelp(args)...)
 			if code != 0 {
 				t.Errorf("README line %q: its flags do not parse (exit %d):\n%s", line, code, stderr)
 			}
@@ -160,7 +187,7 @@ func TestReadmeCommandsRun(t *testing.T) {
 		t.Errorf("ran %d lines and checked %d: the block changed shape; look at this test", ran, checked)
 	}
 	// What the lines promised is there.
-	for _, f := range []string{"small.txt", "g.txt", "small.onnx", "tiny.dot", "out/loss.png", "out/ckpt/step-00000040.safetensors"} {
+	for _, f := range []string{"small.txt", "g.txt", "small.onnx", "tiny.dot", "tiny.onnx", "out/loss.png", "out/ckpt/step-00000040.safetensors"} {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("after the README's lines: %v", err)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgraph/flashgraph/train"
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // train -recompute writes a training step that recomputes each layer's
@@ -15,7 +15,7 @@ import (
 // same weights, moments and losses, bit for bit, as the same run without it.
 func TestTrainCLIRecompute(t *testing.T) {
 	data := trainData(t)
-	ckpts := map[bool]*train.Tensors{}
+	ckpts := map[bool]*checkpoint.Tensors{}
 	for _, rc := range []bool{false, true} {
 		out := filepath.Join(t.TempDir(), "out")
 		args := tinyTrainArgs(data, out, "4")
@@ -26,13 +26,13 @@ func TestTrainCLIRecompute(t *testing.T) {
 		if got := strings.Contains(stderr, "recompute: info: layers.1: recomputes "); got != rc {
 			t.Errorf("recompute=%v: stderr tells what was recomputed: %v\n%s", rc, got, stderr)
 		}
-		ts, step, err := train.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000004.safetensors"))
+		ts, step, err := checkpoint.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000004.safetensors"))
 		if err != nil || step != 4 {
 			t.Fatalf("recompute=%v: checkpoint step %d, %v", rc, step, err)
 		}
 		ckpts[rc] = ts
-		if got := strings.Contains(ts.Metadata[train.MetaOptions], `"recompute":true`); got != rc {
-			t.Errorf("recompute=%v: checkpoint settings %s", rc, ts.Metadata[train.MetaOptions])
+		if got := strings.Contains(ts.Metadata[checkpoint.MetaOptions], `"recompute":true`); got != rc {
+			t.Errorf("recompute=%v: checkpoint settings %s", rc, ts.Metadata[checkpoint.MetaOptions])
 		}
 		text, err := os.ReadFile(filepath.Join(out, "train_graph.txt"))
 		if err != nil {
@@ -43,8 +43,8 @@ func TestTrainCLIRecompute(t *testing.T) {
 		}
 	}
 	a, b := ckpts[false], ckpts[true]
-	if a.Metadata[train.MetaLosses] != b.Metadata[train.MetaLosses] {
-		t.Errorf("losses %s, with -recompute %s", a.Metadata[train.MetaLosses], b.Metadata[train.MetaLosses])
+	if a.Metadata[checkpoint.MetaLosses] != b.Metadata[checkpoint.MetaLosses] {
+		t.Errorf("losses %s, with -recompute %s", a.Metadata[checkpoint.MetaLosses], b.Metadata[checkpoint.MetaLosses])
 	}
 	if len(a.Tensors) != len(b.Tensors) {
 		t.Fatalf("%d and %d checkpoint tensors", len(a.Tensors), len(b.Tensors))

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flashgraph/flashgraph/train"
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // signalRun starts `flashgraph train -config tiny` in a process of its own,
@@ -59,11 +59,11 @@ func signalRun(t *testing.T, args []string, when func(line string) bool, sig sys
 // checkpointIntact says that dir's newest checkpoint exists and loads.
 func checkpointIntact(t *testing.T, dir string) int64 {
 	t.Helper()
-	p, step, err := train.LatestCheckpoint(dir)
+	p, step, err := checkpoint.LatestCheckpoint(dir)
 	if err != nil || p == "" {
 		t.Fatalf("no checkpoint in %s: %v", dir, err)
 	}
-	if _, _, err := train.LoadCheckpoint(p); err != nil {
+	if _, _, err := checkpoint.LoadCheckpoint(p); err != nil {
 		t.Fatalf("checkpoint %s: %v", p, err)
 	}
 	tmps, _ := filepath.Glob(filepath.Join(dir, ".*.tmp-*"))
@@ -108,14 +108,14 @@ func TestTrainSIGTERMEndsTheRunQuickly(t *testing.T) {
 
 		// Resuming it, interrupted while the step compiles: the checkpoint
 		// stays as it was.
-		p, step, _ := train.LatestCheckpoint(filepath.Join(out, "ckpt"))
+		p, step, _ := checkpoint.LatestCheckpoint(filepath.Join(out, "ckpt"))
 		ckptBytes, _ := os.ReadFile(p)
 		code, took, log = signalRun(t, append([]string{"-out", out, "-steps", "1000000", "-resume"}, short...),
 			func(l string) bool { return strings.HasPrefix(l, "compiling the training step") }, syscall.SIGTERM, false)
 		if code != 143 || took > 2*time.Second {
 			t.Fatalf("resume: exit %d after %v (want 143 within 2s):\n%s", code, took, log)
 		}
-		p2, step2, _ := train.LatestCheckpoint(filepath.Join(out, "ckpt"))
+		p2, step2, _ := checkpoint.LatestCheckpoint(filepath.Join(out, "ckpt"))
 		after, _ := os.ReadFile(p)
 		if step2 < step || (p2 == p && !bytes.Equal(after, ckptBytes)) {
 			t.Errorf("resume interrupted while compiling: checkpoint %s (step %d) became %s (step %d)", p, step, p2, step2)

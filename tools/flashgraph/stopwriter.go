@@ -63,7 +63,8 @@ func (s *stopWriter) finish() {
 // greedyNote says when greedy decoding degenerated into one byte repeated
 // (what a small model does: its most likely next byte after a space is
 // often a space), and how to sample instead.
-func greedyNote(s generate.Sampling, out []int64) string {
+// With tokenIDs (a vocabulary above 256) the token is named as <id>.
+func greedyNote(s generate.Sampling, out []int64, tokenIDs bool) string {
 	if s.Temperature != 0 || len(out) < 8 {
 		return ""
 	}
@@ -71,6 +72,9 @@ func greedyNote(s generate.Sampling, out []int64) string {
 		if t != out[0] {
 			return ""
 		}
+	}
+	if tokenIDs {
+		return fmt.Sprintf("note: greedy decoding (-temperature 0) repeated one token, <%d>, %d times; a small model reads better sampled: try -temperature 0.8 -top-p 0.95", out[0], len(out))
 	}
 	return fmt.Sprintf("note: greedy decoding (-temperature 0) repeated one byte, %q, %d times; a small model reads better sampled: try -temperature 0.8 -top-p 0.95", string(rune(out[0])), len(out))
 }

@@ -11,15 +11,6 @@ import (
 	"github.com/flashgraph/flashgraph/train"
 )
 
-// computeDType is the type be computes a model of type dt in: bf16 on the
-// mixed-precision CUDA backend, the model's own type otherwise.
-func computeDType(be backend.Backend, dt graph.DType) graph.DType {
-	if be.Name() == "cuda-bf16" {
-		return graph.BFloat16
-	}
-	return dt
-}
-
 // devicePeak is be's peak rate for a model of type dt from train's table
 // (zero for the CPU and for GPUs the table does not list).
 func devicePeak(be backend.Backend, dt graph.DType) train.Peak {
@@ -27,7 +18,7 @@ func devicePeak(be backend.Backend, dt graph.DType) train.Peak {
 	if !ok {
 		return train.Peak{}
 	}
-	p, _ := train.PeakFLOPS(cb.Device().Name(), computeDType(be, dt))
+	p, _ := train.PeakFLOPS(cb.Device().Name(), train.ComputeDType(be, dt))
 	return p
 }
 
@@ -73,7 +64,7 @@ func printThroughput(row func(k, format string, args ...any), r *train.Result) {
 // openMetrics opens -metrics FILE: appended to by a resumed run (its lines
 // continue the history), replaced by a fresh one.
 func openMetrics(path string, resume bool, made *createdFiles) (*os.File, error) {
-	if err := checkOutputFile("-metrics", path); err != nil {
+	if err := train.CheckOutputFile("-metrics", path); err != nil {
 		return nil, err
 	}
 	made.file(path)

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend/cuda"
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
-	"github.com/flashgraph/flashgraph/train"
 )
 
 // trainData writes a small text file to train on.
@@ -79,7 +79,7 @@ func TestTrainCLIEndToEnd(t *testing.T) {
 	if !strings.Contains(string(fwd), "FlashAttention") {
 		t.Error("graph.txt is not the fused graph")
 	}
-	ts, step, err := train.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000006.safetensors"))
+	ts, step, err := checkpoint.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000006.safetensors"))
 	if err != nil || step != 6 {
 		t.Fatalf("checkpoint: step %d, %v", step, err)
 	}
@@ -145,16 +145,16 @@ func TestTrainCLIResumeNewProcess(t *testing.T) {
 			t.Fatalf("subprocess %v: %v\n%s", args, err, out)
 		}
 	}
-	a, _, err := train.LoadCheckpoint(filepath.Join(straight, "ckpt", "step-00000008.safetensors"))
+	a, _, err := checkpoint.LoadCheckpoint(filepath.Join(straight, "ckpt", "step-00000008.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := train.LoadCheckpoint(filepath.Join(split, "ckpt", "step-00000008.safetensors"))
+	b, _, err := checkpoint.LoadCheckpoint(filepath.Join(split, "ckpt", "step-00000008.safetensors"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Metadata[train.MetaLosses] != b.Metadata[train.MetaLosses] {
-		t.Errorf("loss histories differ:\nstraight %s\nresumed  %s", a.Metadata[train.MetaLosses], b.Metadata[train.MetaLosses])
+	if a.Metadata[checkpoint.MetaLosses] != b.Metadata[checkpoint.MetaLosses] {
+		t.Errorf("loss histories differ:\nstraight %s\nresumed  %s", a.Metadata[checkpoint.MetaLosses], b.Metadata[checkpoint.MetaLosses])
 	}
 	for n, x := range a.Tensors {
 		y := b.Tensors[n]
@@ -208,11 +208,11 @@ func TestTrainCLIInterrupt(t *testing.T) {
 	if !strings.Contains(stdout.String(), "(interrupted)") || !strings.Contains(log.String(), "interrupted: stopping after step") {
 		t.Errorf("no interrupt in the output:\n%s\n%s", stdout.String(), log.String())
 	}
-	p, step, err := train.LatestCheckpoint(filepath.Join(out, "ckpt"))
+	p, step, err := checkpoint.LatestCheckpoint(filepath.Join(out, "ckpt"))
 	if err != nil || p == "" || step < 1 {
 		t.Fatalf("no checkpoint after SIGINT: %q step %d %v", p, step, err)
 	}
-	if _, _, err := train.LoadCheckpoint(p); err != nil {
+	if _, _, err := checkpoint.LoadCheckpoint(p); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("interrupted at step %d", step)

@@ -2,8 +2,8 @@
 """Checks an ONNX file and runs it with ONNX Runtime (CPU execution provider).
 
 Usage:
-  python3 check_onnx.py FILE.onnx [IO.json] [--dump OUT.io.json] [--atol 1e-4] [--rtol 1e-3]
-                        [--seed 0] [--dim 1] [--int-high 2] [--full]
+  python3 check_onnx.py FILE.onnx [IO.json|REF.safetensors] [--dump OUT.io.json] [--atol 1e-4]
+                        [--rtol 1e-3] [--seed 0] [--dim 1] [--int-high 2] [--full]
 
 Steps: onnx.checker.check_model (with full_check: strict shape inference; a failure of the
 strict check alone is reported as a warning), a count of the ops used, a run on ONNX Runtime.
@@ -21,6 +21,10 @@ Exit status 0 when the checker passed and every compared output matched, else 1.
 IO.json format (also what --dump writes, and what export_fixtures.py writes):
   {"inputs":  {name: {"dtype": "float32"|"int64"|..., "shape": [...], "data": [flat, row-major]}},
    "outputs": {name: {...same...}}, ...any other keys are ignored}
+
+REF.safetensors (what `flashgraph export -ckpt DIR -o model.onnx -reference REF.safetensors`
+writes): tensors "input.NAME" (the feeds) and "output.NAME" (flashgraph's outputs on the CPU
+from the checkpoint's weights); read here with numpy alone.
 """
 import argparse
 import collections
@@ -44,6 +48,40 @@ def tensor_to_json(a):
 
 def tensor_from_json(d):
     return np.asarray(d["data"], dtype=np.dtype(d["dtype"])).reshape(d["shape"])
+
+
+_ST_TO_NP = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+    "BOOL": np.bool_, "U8": np.uint8, "I8": np.int8,
+}
+
+
+def read_reference(path):
+    """A safetensors file of input.NAME / output.NAME tensors as an IO dict of numpy arrays."""
+    import struct
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise SystemExit(f"{path}: too short for a safetensors file")
+    (n,) = struct.unpack("<Q", data[:8])
+    if 8 + n > len(data):
+        raise SystemExit(f"{path}: header length {n} past the end of the file")
+    header = json.loads(data[8:8 + n].decode("utf-8"))
+    header.pop("__metadata__", None)
+    io = {"inputs": {}, "outputs": {}}
+    for name, info in header.items():
+        dt = _ST_TO_NP.get(info["dtype"])
+        if dt is None:
+            raise SystemExit(f"{path}: tensor {name}: unsupported dtype {info['dtype']}")
+        b, e = info["data_offsets"]
+        a = np.frombuffer(data[8 + n + b:8 + n + e], dtype=np.dtype(dt).newbyteorder("<"))
+        a = a.astype(dt).reshape([int(d) for d in info["shape"]])
+        kind, _, key = name.partition(".")
+        if kind == "input":
+            io["inputs"][key] = a
+        elif kind == "output":
+            io["outputs"][key] = a
+    return io
 
 
 def op_counts(model):
@@ -95,7 +133,7 @@ def run_ort(path, feeds):
 def main(argv=None):
     ap = argparse.ArgumentParser(description="onnx.checker + ONNX Runtime run of one model")
     ap.add_argument("model")
-    ap.add_argument("io", nargs="?", help="inputs (and expected outputs) as IO.json")
+    ap.add_argument("io", nargs="?", help="inputs (and expected outputs): IO.json, or a .safetensors of input.NAME/output.NAME (flashgraph export -reference)")
     ap.add_argument("--dump", help="write inputs and outputs here as IO.json")
     ap.add_argument("--atol", type=float, default=1e-4)
     ap.add_argument("--rtol", type=float, default=1e-3)
@@ -123,7 +161,10 @@ def main(argv=None):
     rep["ops"] = op_counts(model)
 
     io = None
-    if a.io:
+    if a.io and a.io.endswith(".safetensors"):
+        io = read_reference(a.io)
+        feeds = dict(io["inputs"])
+    elif a.io:
         with open(a.io) as f:
             io = json.load(f)
         feeds = {k: tensor_from_json(v) for k, v in io["inputs"].items()}
@@ -156,7 +197,7 @@ def main(argv=None):
                 rep["compare"][k] = {"ok": False, "error": "no such output"}
                 ok = False
                 continue
-            w = tensor_from_json(want).astype(np.float64)
+            w = (want if isinstance(want, np.ndarray) else tensor_from_json(want)).astype(np.float64)
             g = np.asarray(outs[k]).astype(np.float64)
             if w.shape != g.shape:
                 rep["compare"][k] = {"ok": False, "error": f"shape {list(g.shape)} != {list(w.shape)}"}

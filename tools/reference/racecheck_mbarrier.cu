@@ -4,7 +4,7 @@
 //   compute-sanitizer --tool racecheck ./mb          # per-thread arrivals
 //   compute-sanitizer --tool racecheck ./mb lane0    # lane 0 arrives for the warp
 // On the H200 (CUDA 13.0): 0 hazards, then 3. The persistent forward of
-// kernels/flash_attention_sm90.cu has every consumer thread arrive on its
+// kernels/flash_sm90_fwd.cuh has every consumer thread arrive on its
 // Q-release barrier for this reason (BENCHMARKS.md, Checks).
 // Thread 0 (producer) writes a slot with st.shared, then arrives on `full`;
 // warp 1 (consumer) waits on `full`, reads the slot, arrives on `empty`; the

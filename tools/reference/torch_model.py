@@ -66,7 +66,8 @@ def param_names(layers):
 
 def param_shapes(cfg):
     V, d, H, D, f = cfg["vocab"], cfg["dim"], cfg["heads"], cfg["head_dim"], cfg["ffn"]
-    per = {"attn_norm": [d], "wq": [d, H * D], "wk": [d, H * D], "wv": [d, H * D],
+    KV = cfg.get("kv_heads") or H  # grouped-query attention: KV key/value heads
+    per = {"attn_norm": [d], "wq": [d, H * D], "wk": [d, KV * D], "wv": [d, KV * D],
            "wo": [H * D, d], "q_norm": [D], "k_norm": [D], "mlp_norm": [d],
            "w_gate": [d, f], "w_up": [d, f], "w_down": [f, d]}
     shapes = {"tok_emb": [V, d], "final_norm": [d], "lm_head": [d, V]}
@@ -104,8 +105,13 @@ def infer_config(params, heads=None, meta_config=None):
     HD = params["layers.0.wq"].shape[1]
     if HD % D:
         raise ValueError(f"wq width {HD} is not a multiple of head_dim {D}")
+    KVD = params["layers.0.wk"].shape[1]
+    if KVD % D or (HD // D) % (KVD // D):
+        raise ValueError(f"wk width {KVD} is not a whole number of key/value heads of {D} dividing the {HD // D} heads")
     cfg = dict(vocab=int(V), dim=int(d), layers=layers, heads=HD // D, head_dim=int(D),
                ffn=int(params["layers.0.w_gate"].shape[1]))
+    if KVD != HD:
+        cfg["kv_heads"] = KVD // D
     for src, given in (("metadata config", meta_config or {}), ("--heads", {"heads": heads} if heads else {})):
         for k, v in given.items():
             if k in cfg and int(v) != cfg[k]:
@@ -168,9 +174,13 @@ def forward(params, tokens, targets, cfg, attn="composed", dtype=torch.float32):
         L = lambda n: P[f"layers.{i}.{n}"]  # noqa: E731
         h = rmsnorm(x, L("attn_norm"))
         q, k, v = h @ L("wq"), h @ L("wk"), h @ L("wv")
-        q, k, v = (t.reshape(B, S, H, D).transpose(1, 2) for t in (q, k, v))
+        KV = k.shape[-1] // D
+        q = q.reshape(B, S, H, D).transpose(1, 2)
+        k, v = (t.reshape(B, S, KV, D).transpose(1, 2) for t in (k, v))
         q = rope(rmsnorm(q, L("q_norm")), cos, sin)
         k = rope(rmsnorm(k, L("k_norm")), cos, sin)
+        if KV != H:  # repeat_kv: query head h reads key/value head h // (H // KV)
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
         o = attention(q, k, v, attn)
         o = o.transpose(1, 2).reshape(B, S, H * D)
         x = x + o @ L("wo")

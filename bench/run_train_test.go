@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"bytes"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
+)
+
+// The noise sample of bench -train -curve moves every parameter element by
+// exactly ±rel relative, with both signs, and leaves constants alone.
+func TestPerturbParams(t *testing.T) {
+	b := graph.NewBuilder("p")
+	x := b.Input("x", graph.Float32, 4)
+	w := b.Param("w", graph.Float32, graph.Shape{4}, graph.Normal(1, 3))
+	c := b.Const("c", graph.Float32, graph.Shape{4}, graph.Ones())
+	b.Output(b.Mul(b.Mul(x, w), c))
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := cpu.New().Compile(g, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	before, _ := exe.Initializer("w")
+	const rel = 0x1p-9
+	if err := perturbParams(exe, g, rel); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := exe.Initializer("w")
+	signs := map[bool]int{}
+	for i := range 4 {
+		r := after.At(i)/before.At(i) - 1
+		if math.Abs(math.Abs(r)-rel) > 1e-6 {
+			t.Errorf("w[%d]: moved by %g relative, want ±%g", i, r, rel)
+		}
+		signs[r > 0]++
+	}
+	if signs[true] == 0 || signs[false] == 0 {
+		t.Errorf("all four elements moved the same way: %v", signs)
+	}
+	if cv, _ := exe.Initializer("c"); cv.At(0) != 1 {
+		t.Errorf("the constant moved: %v", cv.At(0))
+	}
+}
+
+// bench -train -grads: the first step's gradients of every parameter, with
+// and without elementwise fusion, from the same weights and batch. On the CPU
+// the two are bit-identical, and the table lists each gradient with a zero
+// difference.
+func TestStepGradients(t *testing.T) {
+	cfg, err := model.Lookup("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := stepGradients(cpu.New(), cfg, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unfused, err := stepGradients(cpu.New(), cfg, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fused) != 3+cfg.Layers*11 || len(unfused) != len(fused) {
+		t.Fatalf("%d and %d gradients, want %d (one per parameter)", len(fused), len(unfused), 3+cfg.Layers*11)
+	}
+	nonzero := 0
+	for name, f := range fused {
+		u := unfused[name]
+		for i := range f.Len() {
+			if math.Float64bits(f.At(i)) != math.Float64bits(u.At(i)) {
+				t.Fatalf("%s[%d]: fused %v, unfused %v", name, i, f.At(i), u.At(i))
+			}
+			if f.At(i) != 0 {
+				nonzero++
+			}
+		}
+	}
+	if nonzero == 0 {
+		t.Fatal("every gradient is zero")
+	}
+	var buf bytes.Buffer
+	printGradientTable(&buf, cfg, unfused, fused, unfused)
+	out := buf.String()
+	if !strings.Contains(out, "grad.layers.1.wq") || !strings.Contains(out, "mean") || strings.Count(out, "\n") != len(fused)+4 {
+		t.Errorf("table:\n%s", out)
+	}
+}
