@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/graph"
 )
 
 // -metrics writes a JSON line per step and per validation; -clip adds the
@@ -158,5 +160,63 @@ func TestTrainAccumFlag(t *testing.T) {
 	}
 	if code, _, stderr := runCode("train", "-accum", "0", "-data", data, "-out", filepath.Join(dir, "x")); code != 1 || !strings.Contains(stderr, "-accum must be at least 1") {
 		t.Errorf("-accum 0: exit %d: %s", code, stderr)
+	}
+}
+
+// -accum and -clip work on a graph FILE too, whose batch inputs have their
+// own names (here ids and next, not tokens and targets): -accum 4 on a
+// file of batch 2 follows the same model at batch 8 step by step, and the
+// metrics carry the clipped step's gradient norm.
+func TestTrainFileAccumAndClip(t *testing.T) {
+	data, dir := trainData(t), t.TempDir()
+	bigram := func(batch int) string {
+		p := filepath.Join(dir, fmt.Sprintf("bigram%d.txt", batch))
+		if err := os.WriteFile(p, []byte(graphText(t, func(b *graph.Builder) {
+			x := b.Input("ids", graph.Int64, batch, 4)
+			y := b.Input("next", graph.Int64, batch, 4)
+			tab := b.Param("emb", graph.Float32, graph.Shape{256, 256}, graph.Normal(0.1, 1))
+			l := b.Reshape(b.Gather(tab, x, 0), batch*4, 256)
+			b.Output(b.Rename(b.Op("SoftmaxCrossEntropyLoss", nil, l, b.Reshape(y, batch*4)), "loss"))
+		})), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	type line struct {
+		Loss     *float64 `json:"loss"`
+		GradNorm *float64 `json:"grad_norm"`
+	}
+	run := func(name, file string, args ...string) []line {
+		m := filepath.Join(dir, name+".jsonl")
+		runCLI(t, append(append([]string{"train", "-steps", "5", "-data", data, "-out", filepath.Join(dir, name), "-eval-every", "0", "-lr", "0.1",
+			"-loss", "loss", "-tokens", "ids", "-targets", "next", "-clip", "1", "-metrics", m}, args...), file)...)
+		b, err := os.ReadFile(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ls []line
+		for _, s := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			var l line
+			if err := json.Unmarshal([]byte(s), &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Loss != nil {
+				ls = append(ls, l)
+			}
+		}
+		return ls
+	}
+	whole, acc := run("whole", bigram(8)), run("acc", bigram(2), "-accum", "4")
+	if len(whole) != 5 || len(acc) != 5 {
+		t.Fatalf("%d and %d step losses", len(whole), len(acc))
+	}
+	for i := range whole {
+		w, a := *whole[i].Loss, *acc[i].Loss
+		if rel := (a - w) / w; rel > 1e-5 || rel < -1e-5 {
+			t.Errorf("step %d: %v accumulated, %v whole", i+1, a, w)
+		}
+		if acc[i].GradNorm == nil || !(*acc[i].GradNorm > 0) {
+			t.Errorf("step %d: no gradient norm with -clip", i+1)
+		}
 	}
 }
