@@ -20,6 +20,14 @@ type TrainOptions struct {
 	// norm gain pulls it towards 0, which rescales the layer instead of
 	// regularising it.
 	DecayNorms bool
+	// ClipNorm, when positive, clips the global gradient norm to it before
+	// the update (clip.go); the step then also outputs the norm
+	// (TrainStep.GradNorm).
+	ClipNorm float64
+	// Accum, above 1, accumulates the gradients of Accum runs (micro-batches)
+	// and applies their mean on the run whose TrainApplyInput is true
+	// (accum.go). With clipping, the mean is clipped.
+	Accum int
 }
 
 // Default AdamW hyperparameters (those of the AdamW op's table entry).
@@ -53,6 +61,12 @@ type TrainStep struct {
 	// Moments maps each param to its first and second moment initializers
 	// ("opt.m.<param>", "opt.v.<param>": zeros consts of the param's type).
 	Moments map[string][2]string
+	// GradNorm names the global gradient norm output (before clipping),
+	// "" unless TrainOptions.ClipNorm was set.
+	GradNorm string
+	// Apply names the bool input that applies an accumulated update,
+	// "" unless TrainOptions.Accum > 1.
+	Apply string
 	// Updates maps each new-value output to the initializer it replaces,
 	// for backend.Options{Updates: ...}: weights and moments then stay
 	// inside the executable between steps, and Run returns only the loss.
@@ -144,6 +158,25 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 		Grads: grads, Moments: map[string][2]string{}, Updates: map[string]string{},
 	}
 	outs := []*graph.Value{lossV}
+	gradOf := func(p string) *graph.Value { return vals[grads[p]] }
+	var acc *accumulator
+	if opt.Accum > 1 {
+		a, mean, err := accumulate(g, nm, ts, vals, grads, params, opt.Accum)
+		if err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		acc, gradOf = a, func(p string) *graph.Value { return mean[p] }
+		ts.Apply = TrainApplyInput
+	}
+	var normOut *graph.Value
+	if opt.ClipNorm != 0 {
+		clipped, norm, err := clipGradients(g, nm, gradOf, params, opt.ClipNorm)
+		if err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		gradOf = func(p string) *graph.Value { return clipped[p] }
+		normOut, ts.GradNorm = norm, norm.Name
+	}
 	for _, p := range params {
 		pv := vals[p]
 		mom := [2]*graph.Value{}
@@ -163,7 +196,7 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 		attrs := graph.Attrs{
 			"beta1": graph.Float(b1), "beta2": graph.Float(b2), "eps": graph.Float(eps), "weight_decay": graph.Float(wd),
 		}
-		n, err := graph.NewNode(nm.Fresh("opt/"+p), "AdamW", attrs, pv, vals[grads[p]], mom[0], mom[1], lr, step)
+		n, err := graph.NewNode(nm.Fresh("opt/"+p), "AdamW", attrs, pv, gradOf(p), mom[0], mom[1], lr, step)
 		if err != nil {
 			return nil, fmt.Errorf("training graph %s: AdamW for %s: %w", fwd.Name, p, err)
 		}
@@ -177,8 +210,20 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 			ts.Updates[name] = target
 		}
 		g.Nodes = append(g.Nodes, n)
-		outs = append(outs, n.Outputs...)
+		newVals := n.Outputs
+		if acc != nil {
+			if newVals, err = acc.gate(g, nm, n, []*graph.Value{pv, mom[0], mom[1]}); err != nil {
+				return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+			}
+		}
+		outs = append(outs, newVals...)
 		ts.Moments[p] = [2]string{mom[0].Name, mom[1].Name}
+	}
+	if normOut != nil {
+		outs = append(outs, normOut)
+	}
+	if acc != nil {
+		outs = append(outs, acc.next...)
 	}
 	g.Outputs = outs
 	if err := graph.Verify(g); err != nil {

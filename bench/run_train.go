@@ -39,9 +39,13 @@ type trainBenchRow struct {
 	PeakMemBytes *int64   `json:"peak_mem_bytes"`
 	Loss         *float64 `json:"loss"`
 	CompileS     *float64 `json:"compile_s,omitempty"`
-	GPU          string   `json:"gpu,omitempty"`
-	Torch        string   `json:"torch,omitempty"`
-	Error        *string  `json:"error"`
+	// MFU is model FLOPs utilisation: train.GraphFLOPs of our training step
+	// per token (the same model for every row) times tok_s over the GPU's
+	// peak for the dtype (train.PeakFLOPS); absent when the peak is unknown.
+	MFU   *float64 `json:"mfu,omitempty"`
+	GPU   string   `json:"gpu,omitempty"`
+	Torch string   `json:"torch,omitempty"`
+	Error *string  `json:"error"`
 }
 
 // TrainOptions are what `flashgraph bench -train` runs with.
@@ -80,6 +84,12 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 	rows := []trainBenchRow{ours}
 	if o.TorchPy != "" {
 		tr, terr := runTorchTrainBench(stderr, o.TorchPy, o.Reference, cfg, dtName, o.TorchModes, o.Warmup, o.Steps)
+		for i := range tr {
+			// The same model: the same FLOPs per token, so MFU scales with tok/s.
+			if ours.MFU != nil && tr[i].TokS != nil && *ours.TokS > 0 {
+				tr[i].MFU = fptr(*ours.MFU * *tr[i].TokS / *ours.TokS)
+			}
+		}
 		rows = append(rows, tr...)
 		if terr != nil {
 			fmt.Fprintf(stderr, "bench: PyTorch reference: %v\n", terr)
@@ -176,6 +186,10 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW,
 		return row, nil, err
 	}
 	row.StepMs, row.TokS, row.Loss = fptr(ms), fptr(float64(cfg.Batch*cfg.Seq)/(ms*1e-3)), fptr(loss)
+	if p, ok := train.PeakFLOPS(d.Name(), train.ComputeDType(be, cfg.DType)); ok {
+		perTok := train.GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(cfg.Batch*cfg.Seq)
+		row.MFU = fptr(train.MFU(perTok, *row.TokS, p.FLOPS))
+	}
 	row.PeakMemBytes = iptr(int64(free0) - int64(free1))
 	var prof []cuda.NodeTime
 	if profile {
@@ -232,9 +246,12 @@ func printTrainTable(w io.Writer, rows []trainBenchRow) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "impl\tconfig\tB×S\tdtype\ttok/s\tstep ms\tpeak mem\tvs eager\tvs compile\t")
+	fmt.Fprintln(tw, "impl\tconfig\tB×S\tdtype\ttok/s\tMFU\tstep ms\tpeak mem\tvs eager\tvs compile\t")
 	for _, r := range rows {
-		tok, ms, mem, ve, vc := "-", "-", "-", "-", "-"
+		tok, mfu, ms, mem, ve, vc := "-", "-", "-", "-", "-", "-"
+		if r.MFU != nil {
+			mfu = fmt.Sprintf("%.1f%%", 100**r.MFU)
+		}
 		if r.TokS != nil {
 			tok = fmt.Sprintf("%.1fk", *r.TokS/1e3)
 			if e := ref["torch-eager"]; e > 0 {
@@ -250,7 +267,7 @@ func printTrainTable(w io.Writer, rows []trainBenchRow) {
 		if r.PeakMemBytes != nil {
 			mem = cuda.FormatBytes(*r.PeakMemBytes)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d×%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Impl, r.Config, r.B, r.S, r.DType, tok, ms, mem, ve, vc)
+		fmt.Fprintf(tw, "%s\t%s\t%d×%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.Impl, r.Config, r.B, r.S, r.DType, tok, mfu, ms, mem, ve, vc)
 	}
 	tw.Flush()
 	for _, r := range rows {

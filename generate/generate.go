@@ -22,11 +22,33 @@ import (
 
 // Sampling chooses the next token from the logits. Temperature 0 is greedy
 // (argmax, ties to the lowest id); otherwise softmax(logits/Temperature),
-// restricted to the TopK most likely tokens when TopK > 0, sampled with Seed.
+// restricted to the TopK most likely tokens when TopK > 0 and then to the
+// smallest set of most likely tokens whose probability reaches TopP when
+// 0 < TopP < 1 (nucleus sampling), sampled with Seed. TopK and TopP choose
+// among samples: with Temperature 0 they are an error (Validate), not
+// silently ignored.
 type Sampling struct {
 	Temperature float64
 	TopK        int
+	TopP        float64
 	Seed        uint64
+}
+
+// Validate says what is wrong with s, naming the CLI's flags.
+func (s Sampling) Validate() error {
+	if s.Temperature < 0 || math.IsNaN(s.Temperature) || math.IsInf(s.Temperature, 0) {
+		return fmt.Errorf("generate: -temperature must be finite and at least 0 (0: greedy), got %v", s.Temperature)
+	}
+	if s.TopK < 0 {
+		return fmt.Errorf("generate: -top-k must be at least 0 (0: all tokens), got %d", s.TopK)
+	}
+	if !(s.TopP >= 0 && s.TopP <= 1) {
+		return fmt.Errorf("generate: -top-p must be in [0, 1] (0 or 1: all tokens), got %v", s.TopP)
+	}
+	if s.Temperature == 0 && (s.TopK > 0 || (s.TopP > 0 && s.TopP < 1)) {
+		return fmt.Errorf("generate: -top-k and -top-p restrict sampling, and -temperature 0 is greedy (no sampling): give a -temperature above 0 as well (e.g. -temperature 0.8)")
+	}
+	return nil
 }
 
 // Stats is how long the parts of a generation took.
@@ -77,6 +99,18 @@ func FromCheckpoint(path string) (model.Config, map[string]*graph.Tensor, error)
 // prompt and the new tokens must fit in cfg.Seq, the context the model was
 // trained with. onToken, when set, sees each new token as it is chosen.
 func Generate(be backend.Backend, cfg model.Config, weights map[string]*graph.Tensor, prompt []int64, maxNew int, s Sampling, onToken func(int64)) ([]int64, Stats, error) {
+	return GenerateUntil(be, cfg, weights, prompt, maxNew, s, func(t int64) bool {
+		if onToken != nil {
+			onToken(t)
+		}
+		return true
+	})
+}
+
+// GenerateUntil is Generate with a callback that can stop the generation:
+// it sees each new token and returns false to stop after it (a stop
+// string); Stats.NewTokens is then the number generated.
+func GenerateUntil(be backend.Backend, cfg model.Config, weights map[string]*graph.Tensor, prompt []int64, maxNew int, s Sampling, onToken func(int64) bool) ([]int64, Stats, error) {
 	st := Stats{PromptTokens: len(prompt), NewTokens: maxNew}
 	if len(prompt) == 0 {
 		return nil, st, fmt.Errorf("generate: empty prompt: give at least one token")
@@ -92,8 +126,8 @@ func Generate(be backend.Backend, cfg model.Config, weights map[string]*graph.Te
 			return nil, st, fmt.Errorf("generate: prompt token %d is %d, outside the vocabulary [0, %d)", i, t, cfg.Vocab)
 		}
 	}
-	if s.Temperature < 0 || math.IsNaN(s.Temperature) || math.IsInf(s.Temperature, 0) || s.TopK < 0 {
-		return nil, st, fmt.Errorf("generate: temperature must be finite and ≥ 0 and top-k ≥ 0, got %v and %d", s.Temperature, s.TopK)
+	if err := s.Validate(); err != nil {
+		return nil, st, err
 	}
 	capacity := cfg.Seq
 
@@ -114,13 +148,21 @@ func Generate(be backend.Backend, cfg model.Config, weights map[string]*graph.Te
 
 	r := rand.New(rand.NewPCG(s.Seed, 0x9e3779b97f4a7c15))
 	var out []int64
-	emit := func(logits *graph.Tensor) int64 {
+	more := true
+	// emit picks the token at position pos from its logits; a non-finite
+	// logit (damaged weights) is an error, not a token.
+	emit := func(logits *graph.Tensor, pos int) (int64, error) {
+		for i := range logits.Len() {
+			if v := logits.At(i); math.IsNaN(v) || math.IsInf(v, 0) {
+				return 0, fmt.Errorf("generate: the logits at position %d are not finite (token %d: %v): the model's weights are damaged (a diverged checkpoint?)", pos, i, v)
+			}
+		}
 		t := pick(logits, s, r)
 		out = append(out, t)
 		if onToken != nil {
-			onToken(t)
+			more = onToken(t)
 		}
-		return t
+		return t, nil
 	}
 
 	t1 := time.Now()
@@ -141,7 +183,10 @@ func Generate(be backend.Backend, cfg model.Config, weights map[string]*graph.Te
 			caches[kv[1]] = c
 		}
 	}
-	next := emit(res[model.LogitsOut])
+	next, err := emit(res[model.LogitsOut], len(prompt))
+	if err != nil {
+		return nil, st, err
+	}
 	st.Prefill = time.Since(t1)
 
 	t2 := time.Now()
@@ -149,7 +194,7 @@ func Generate(be backend.Backend, cfg model.Config, weights map[string]*graph.Te
 	for k := range capacity {
 		mask.Set(k, math.Inf(-1))
 	}
-	for pos := len(prompt); len(out) < maxNew; pos++ {
+	for pos := len(prompt); more && len(out) < maxNew; pos++ {
 		// The token chosen last is at pos; the cache holds positions < pos.
 		cos, sin, err := model.RopeRows(cfg, pos)
 		if err != nil {
@@ -171,9 +216,12 @@ func Generate(be backend.Backend, cfg model.Config, weights map[string]*graph.Te
 			writeCache(caches[model.CacheKey(i)], res[model.KeyOut(i)], pos, capacity)
 			writeCache(caches[model.CacheValue(i)], res[model.ValueOut(i)], pos, capacity)
 		}
-		next = emit(res[model.LogitsOut])
+		if next, err = emit(res[model.LogitsOut], pos+1); err != nil {
+			return nil, st, err
+		}
 	}
 	st.Decode = time.Since(t2)
+	st.NewTokens = len(out)
 	return out, st, nil
 }
 
@@ -241,6 +289,18 @@ func pick(logits *graph.Tensor, s Sampling, r *rand.Rand) int64 {
 	for k, id := range ids {
 		ps[k] = math.Exp((logits.At(id) - top) / s.Temperature)
 		sum += ps[k]
+	}
+	if s.TopP > 0 && s.TopP < 1 {
+		// The smallest prefix (most likely first) whose probability
+		// reaches TopP.
+		var c float64
+		for k := range ps {
+			c += ps[k]
+			if c >= s.TopP*sum {
+				ids, ps, sum = ids[:k+1], ps[:k+1], c
+				break
+			}
+		}
 	}
 	u := r.Float64() * sum
 	for k, p := range ps {

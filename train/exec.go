@@ -12,14 +12,7 @@ func (t *Trainer) Executable() backend.Executable { return t.exec }
 // StepFeeds are the inputs Step would feed for the next step: the batch, the
 // learning rate and AdamW's 1-based step count.
 func (t *Trainer) StepFeeds() map[string]*graph.Tensor {
-	tokens, targets := t.train.Batch(t.step)
-	lr := graph.NewTensor(t.lrDType, graph.Shape{})
-	lr.Set(0, t.sched.LR(t.step))
-	st := graph.NewTensor(t.stepDType, graph.Shape{})
-	st.Set(0, float64(t.step+1)) // AdamW's t is 1-based
-	feeds := t.batchFeeds(tokens, targets)
-	feeds[t.Graphs.Step.LR], feeds[t.Graphs.Step.Step] = lr, st
-	return feeds
+	return t.StepFeedsOf(t.train.Batch(t.step))
 }
 
 // batchFeeds names a batch's tokens and targets as the forward graph's

@@ -2,6 +2,7 @@ package train
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -54,6 +55,16 @@ type Options struct {
 	// OnStep, when set, is called after every step; tests use it to stop a
 	// run at a given step through the context.
 	OnStep func(step int64, loss float64)
+
+	// Metrics, when set, receives a JSON line per step (step, loss, lr,
+	// grad_norm with Hyper.ClipNorm, tok_s and mfu once measured, step_ms)
+	// and one per validation (step, val_loss).
+	Metrics io.Writer
+
+	// Peak is the device's peak rate for the run's compute type (see
+	// PeakFLOPS); with it the progress and the result give MFU. Zero: no
+	// MFU (the CPU).
+	Peak Peak
 }
 
 // Result is what a run did.
@@ -71,19 +82,57 @@ type Result struct {
 	Checkpoint  string // the last checkpoint written ("" if none)
 
 	Tokens       int64         // tokens trained on in this process
-	TrainTime    time.Duration // time inside training steps in this process
+	TrainTime    time.Duration // time inside training steps in this process (the first step included)
 	Wall         time.Duration // whole run in this process: compile, steps, evals, checkpoints
 	TotalElapsed time.Duration // training wall time over all resumed sessions
 	Stats        backend.Stats // training executable: peak activation and initializer bytes
 	Graphs       *Graphs
+
+	// Compile is the time spent building and compiling the training step in
+	// this process, FirstStep the first step's time (one-time work such as
+	// CUDA kernel compilation and graph capture included). Neither counts in
+	// the steady state.
+	Compile   time.Duration
+	FirstStep time.Duration
+	// SteadyStep is the mean time inside a step over the last SteadySteps
+	// (up to 32) steps of this process, the first excluded: the steady state
+	// that throughput and MFU are reported for. SteadySteps is 0 when the
+	// process ran one step or none.
+	SteadyStep    time.Duration
+	SteadySteps   int
+	TokensPerStep int64
+	// FLOPsPerToken is the training step's model FLOPs per token
+	// (GraphFLOPs(step).Model over the tokens of a step).
+	FLOPsPerToken float64
+	Peak          Peak // Options.Peak
 }
 
-// TokensPerSec is the training throughput of this process.
+// TokensPerSec is the mean training throughput of this process over all its
+// steps, the first (with its one-time work) included.
 func (r *Result) TokensPerSec() float64 {
 	if r.TrainTime <= 0 {
 		return 0
 	}
 	return float64(r.Tokens) / r.TrainTime.Seconds()
+}
+
+// SteadyTokensPerSec is the steady-state throughput: tokens per second
+// inside the steps of the recent window, the first step excluded (0 when
+// there is no such step).
+func (r *Result) SteadyTokensPerSec() float64 {
+	if r.SteadySteps == 0 || r.SteadyStep <= 0 {
+		return 0
+	}
+	return float64(r.TokensPerStep) / r.SteadyStep.Seconds()
+}
+
+// ModelFLOPS is the steady state's rate of model FLOPs per second.
+func (r *Result) ModelFLOPS() float64 { return r.FLOPsPerToken * r.SteadyTokensPerSec() }
+
+// MFU is the steady state's model FLOPs utilisation (0 when the device's
+// peak is not known).
+func (r *Result) MFU() float64 {
+	return MFU(r.FLOPsPerToken, r.SteadyTokensPerSec(), r.Peak.FLOPS)
 }
 
 // FinalTrainLoss is the mean train loss of the last (up to) 10 steps: one
@@ -109,12 +158,21 @@ func (r *Result) FinalValLoss() (float64, bool) {
 }
 
 // Run trains opts.Config on corpus with backend be until opts.Hyper.Steps
-// steps are done or ctx is cancelled. Cancellation is honoured between
-// steps: the step in flight finishes, a checkpoint is saved (when CkptDir is
-// set), and Run returns the result with Interrupted set and no error.
+// steps are done or ctx is cancelled. A cancellation is acknowledged on Log
+// at once (naming context.Cause(ctx)); a step in flight finishes, a
+// validation or a compilation is given up at once; a checkpoint of the
+// steps since the last one is saved (when CkptDir is set), and Run returns
+// the result with Interrupted set and no error. Cancelled before the first
+// step (while compiling), Run returns an error wrapping the cause.
 func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) (*Result, error) {
 	t0 := time.Now()
 	log := opts.Log
+	rs := &runState{phase: phaseCompiling, ckpt: opts.CkptDir != ""}
+	if log != nil {
+		rs.say = func(m string) { fmt.Fprintln(log, m) }
+	}
+	stopWatch := rs.watch(ctx)
+	defer stopWatch()
 	var resumeFrom string
 	var stale []int64 // an earlier run's checkpoints, removed at our first save
 	if opts.Resume {
@@ -140,19 +198,38 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	if log != nil {
 		fmt.Fprintf(log, "compiling the training step on %s...\n", be.Name())
 	}
+	tc := time.Now()
 	src := BuiltIn(opts.Config)
 	if opts.Source != nil {
 		src = *opts.Source
 	}
-	tr, err := NewSourceTrainer(be, src, opts.Fuse, opts.Hyper, corpus)
+	tr, err := untilDone(ctx, "compiling the training step", func() (*Trainer, error) {
+		return NewSourceTrainer(be, src, opts.Fuse, opts.Hyper, corpus)
+	}, (*Trainer).Close)
 	if err != nil {
 		return nil, err
 	}
 	defer tr.Close()
-	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs}
+	// A step runs the step graph once per micro-batch (Hyper.Accum).
+	runTokens := int64(opts.Config.Batch * opts.Config.Seq)
+	tokensPerStep := runTokens * int64(opts.Hyper.accum())
+	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs,
+		Compile: time.Since(tc), TokensPerStep: tokensPerStep, Peak: opts.Peak,
+		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(runTokens)}
+	if log != nil {
+		fmt.Fprintf(log, "compile: %s\n", roundDuration(res.Compile))
+	}
 
 	if resumeFrom != "" {
-		ts, step, err := checkpoint.LoadCheckpoint(resumeFrom)
+		type loaded struct {
+			ts   *checkpoint.Tensors
+			step int64
+		}
+		l, err := untilDone(ctx, "reading the checkpoint", func() (loaded, error) {
+			ts, step, err := checkpoint.LoadCheckpoint(resumeFrom)
+			return loaded{ts, step}, err
+		}, nil)
+		ts, step := l.ts, l.step
 		if err != nil {
 			return nil, fmt.Errorf("train: %w", err)
 		}
@@ -191,7 +268,12 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		fmt.Fprintf(log, "note: the validation split has %d %s, too few for a window of %d: no validation\n", corpus.ValLen(), corpus.Unit(), opts.Config.Seq+1)
 	}
 
+	met := &metrics{w: opts.Metrics}
+	// The last complete checkpoint, which a diverged run goes back to.
+	goodCkpt, goodStep := resumeFrom, tr.StepsDone()
 	prog := newProgress(log, opts.Bar, tr.StepsDone(), total)
+	rs.setSay(func(m string) { prog.note("%s", m) })
+	rs.set(phaseBetween, tr.StepsDone())
 	// sessionStart marks the start of the training time not yet added to
 	// tr.elapsed (which checkpoints carry across resumed sessions).
 	sessionStart := time.Now()
@@ -199,11 +281,17 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if !tr.HasVal() {
 			return nil
 		}
-		l, err := tr.Eval()
+		rs.set(phaseValidating, tr.StepsDone())
+		defer rs.set(phaseBetween, tr.StepsDone())
+		l, err := tr.EvalContext(ctx)
 		if err != nil {
+			if ctx.Err() != nil {
+				return nil // interrupted: the loop stops and saves
+			}
 			return err
 		}
 		prog.note("step %d: validation loss %.4f", tr.StepsDone(), l)
+		met.write(metricsLine{Step: tr.StepsDone(), ValLoss: some(l)})
 		return nil
 	}
 	save := func() error {
@@ -229,6 +317,8 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			}
 		}
 		stale = nil
+		goodCkpt, goodStep = p, tr.StepsDone()
+		rs.unsaved(false)
 		return nil
 	}
 	if tr.StepsDone() == 0 {
@@ -236,8 +326,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			return nil, err
 		}
 	}
-	tokensPerStep := int64(opts.Config.Batch * opts.Config.Seq)
 	lastSaved := tr.StepsDone()
+	var win window
+	prevEnd := time.Now()
 	for tr.StepsDone() < total {
 		if ctx.Err() != nil {
 			res.Interrupted = true
@@ -245,14 +336,36 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 		ts := time.Now()
 		lr := tr.LR()
+		rs.set(phaseStep, tr.StepsDone())
 		loss, err := tr.Step()
 		if err != nil {
+			if errors.Is(err, ErrDiverged) {
+				return nil, divergedError(err, goodCkpt, goodStep)
+			}
 			return nil, err
 		}
-		res.TrainTime += time.Since(ts)
+		rs.set(phaseBetween, tr.StepsDone())
+		rs.unsaved(true)
+		end := time.Now()
+		d := end.Sub(ts)
+		if res.Tokens == 0 {
+			res.FirstStep = d
+		} else {
+			win.add(d, end.Sub(prevEnd))
+			res.SteadyStep, res.SteadySteps = win.stepTime(), win.steps()
+		}
+		prevEnd = end
+		res.TrainTime += d
 		res.Tokens += tokensPerStep
 		step := tr.StepsDone()
-		prog.step(step, loss, lr, res.TokensPerSec())
+		prog.step(stepStatus{step: step, loss: loss, lr: lr, tokPerSec: res.SteadyTokensPerSec(), first: res.FirstStep,
+			mfu: res.MFU(), eta: time.Duration(total-step) * win.wallTime()})
+		line := metricsLine{Step: step, Loss: some(loss), LR: some(lr), TokS: positive(res.SteadyTokensPerSec()), MFU: positive(res.MFU()),
+			StepMs: some(float64(d.Microseconds()) / 1e3)}
+		if gn, ok := tr.GradNorm(); ok {
+			line.GradNorm = some(gn)
+		}
+		met.write(line)
 		if opts.OnStep != nil {
 			opts.OnStep(step, loss)
 		}
@@ -268,12 +381,19 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			lastSaved = step
 		}
 	}
+	if !res.Interrupted && ctx.Err() != nil {
+		res.Interrupted = true // during the last validation
+	}
 	if res.Interrupted {
+		stopWatch()
 		prog.note("interrupted: stopping after step %d", tr.StepsDone())
 	} else if n := len(tr.vals); tr.StepsDone() > 0 && (n == 0 || tr.vals[n-1].Step != tr.StepsDone()) {
 		if err := eval(); err != nil {
 			return nil, err
 		}
+		// Interrupted during the final validation: every step is done,
+		// but the run did not finish as asked.
+		res.Interrupted = ctx.Err() != nil
 	}
 	if tr.StepsDone() != lastSaved {
 		if err := save(); err != nil {
@@ -281,6 +401,9 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 	}
 	prog.finish()
+	if met.err != nil {
+		return nil, met.err
+	}
 	res.Step = tr.StepsDone()
 	res.Losses = tr.Losses()
 	res.Val = tr.ValLosses()

@@ -6,6 +6,7 @@
 package train
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -41,6 +42,15 @@ type Hyper struct {
 	// keeping its activations (passes.Recompute): less memory for more
 	// arithmetic. On the CPU the step computes the same bits either way.
 	Recompute bool `json:"recompute,omitempty"`
+	// ClipNorm, when positive, clips the global gradient norm to it in the
+	// step graph (autodiff.TrainOptions.ClipNorm); the step then reports the
+	// norm (Trainer.GradNorm).
+	ClipNorm float64 `json:"clip_norm,omitempty"`
+	// Accum, above 1, makes a step of Accum micro-batches of the config's
+	// batch size, their gradients accumulated in the step graph
+	// (autodiff.TrainOptions.Accum): the same update as one step on a batch
+	// Accum times larger, in the memory of one micro-batch.
+	Accum int `json:"accum,omitempty"`
 	// DataOrder is how batches are drawn ("": OrderRandom; see DataOrder).
 	DataOrder DataOrder `json:"data_order,omitempty"`
 }
@@ -93,7 +103,7 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 		return nil, err
 	}
 	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{
-		Loss: loss, Params: params, Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay,
+		Loss: loss, Params: params, Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm, Accum: h.Accum,
 	})
 	if err != nil {
 		return nil, err
@@ -137,6 +147,8 @@ type Trainer struct {
 	val    *Batcher
 	sched  Schedule
 	corpus *Corpus
+
+	gradNorm float64 // the last step's global gradient norm (with Hyper.ClipNorm)
 
 	step      int64      // completed steps
 	losses    []float64  // train loss of every completed step
@@ -187,9 +199,17 @@ func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
+	if h.Accum < 0 {
+		return nil, fmt.Errorf("train: gradient accumulation over %d micro-batches: want at least 1", h.Accum)
+	}
 	// The validation set may be too short for a window; then there is
 	// simply no validation (Eval says so).
 	tb, vb, err := corpus.Batchers(cfg.Batch, cfg.Seq, h.DataSeed, h.DataOrder)
+	if err == nil && h.accum() > 1 {
+		// A step of Accum micro-batches trains on the batch a run at Accum
+		// times the batch size draws (split in StepFeedsOf).
+		tb, _, err = corpus.Batchers(cfg.Batch*h.accum(), cfg.Seq, h.DataSeed, h.DataOrder)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
 	}
@@ -237,6 +257,9 @@ func (t *Trainer) LR() float64 { return t.sched.LR(t.step) }
 // non-finite loss is an error and does not count as a step; the executable's
 // weights are then damaged and the run must restart from a checkpoint.
 func (t *Trainer) Step() (float64, error) {
+	if t.Hyper.accum() > 1 {
+		return t.stepAccum()
+	}
 	out, err := t.exec.Run(t.StepFeeds())
 	if err != nil {
 		return 0, fmt.Errorf("train: step %d: %w", t.step+1, err)
@@ -247,7 +270,10 @@ func (t *Trainer) Step() (float64, error) {
 	}
 	loss := lt.At(0)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return loss, fmt.Errorf("train: step %d: loss is %v (diverged; try a lower -lr)", t.step+1, loss)
+		return loss, fmt.Errorf("train: step %d: loss is %v (%w; try a lower -lr)", t.step+1, loss, ErrDiverged)
+	}
+	if err := t.readGradNorm(out); err != nil {
+		return loss, err
 	}
 	t.step++
 	t.losses = append(t.losses, loss)
@@ -260,12 +286,19 @@ func (t *Trainer) HasVal() bool { return t.val != nil }
 // Eval returns the mean loss over EvalBatches(cfg) fixed validation batches (the
 // same batches every time, so the points of a curve are comparable), with the
 // current weights, and records it at the current step.
-func (t *Trainer) Eval() (float64, error) {
+func (t *Trainer) Eval() (float64, error) { return t.EvalContext(context.Background()) }
+
+// EvalContext is Eval, given up (with an error wrapping ctx's cause, and
+// nothing recorded) as soon as ctx is done: between batches, and while the
+// evaluation graph compiles.
+func (t *Trainer) EvalContext(ctx context.Context) (float64, error) {
 	if t.val == nil {
 		return 0, fmt.Errorf("train: no validation data (%d %s, a window needs %d)", t.corpus.ValLen(), t.corpus.Unit(), t.Config.Seq+1)
 	}
 	if t.eval == nil {
-		e, err := t.be.Compile(t.Graphs.Forward, backend.Options{})
+		e, err := untilDone(ctx, "compiling the evaluation graph", func() (backend.Executable, error) {
+			return t.be.Compile(t.Graphs.Forward, backend.Options{})
+		}, backend.Executable.Close)
 		if err != nil {
 			return 0, fmt.Errorf("train: compiling the evaluation graph: %w", err)
 		}
@@ -284,6 +317,9 @@ func (t *Trainer) Eval() (float64, error) {
 	var sum float64
 	nb := EvalBatches(t.Config)
 	for k := range nb {
+		if ctx.Err() != nil {
+			return 0, fmt.Errorf("train: %w during the validation at step %d", context.Cause(ctx), t.step)
+		}
 		tokens, targets := t.val.Batch(int64(k))
 		out, err := t.eval.Run(t.batchFeeds(tokens, targets))
 		if err != nil {
@@ -350,7 +386,7 @@ func (t *Trainer) State() (*checkpoint.Tensors, error) {
 	m[checkpoint.MetaDataSeed] = strconv.FormatUint(t.Hyper.DataSeed, 10)
 	m[checkpoint.MetaDataNext] = strconv.FormatInt(t.step, 10) // step k trains on batch k
 	m[checkpoint.MetaCorpus] = t.corpus.Fingerprint()
-	m[checkpoint.MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq), 10)
+	m[checkpoint.MetaTrainTokens] = strconv.FormatInt(t.step*int64(t.Config.Batch*t.Config.Seq*t.Hyper.accum()), 10)
 	m[checkpoint.MetaLosses] = string(losses)
 	m[checkpoint.MetaValLosses] = string(vals)
 	m[checkpoint.MetaElapsed] = strconv.FormatFloat(t.elapsed, 'g', -1, 64)

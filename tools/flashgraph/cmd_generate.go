@@ -23,17 +23,32 @@ func runGenerate(args []string, stdout, stderr io.Writer) error {
 new bytes to stdout as they come. The prompt runs once through the prefill graph (attention
 fused into FlashAttention); every new byte runs through the decode graph, which reads the
 keys and values of the earlier positions from a KV cache. Prompt and new bytes must fit in
-the context the model was trained with (its -seq). -temperature 0 is greedy decoding.`, stderr)
+the context the model was trained with (its -seq): a longer prompt is refused. -temperature 0
+is greedy decoding; -top-k and -top-p restrict sampling and so need a -temperature above 0.
+-stop ends the text before the first occurrence of a string. Flags are checked before
+anything is printed; a model whose logits are not finite is an error, not text.`, stderr)
 	ckpt := fs.String("ckpt", filepath.Join("out", "ckpt"), "a checkpoint file, or a folder: its newest checkpoint (train's default folder)")
 	prompt := fs.String("prompt", "\n", "the text to continue (bytes)")
 	maxNew := fs.Int("max-new", 0, "new bytes to write (0: up to the end of the model's context)")
 	temperature := fs.Float64("temperature", 0, "sampling temperature (0: greedy, the most likely byte every time)")
-	topK := fs.Int("top-k", 0, "sample only among the k most likely bytes (0: all)")
+	topK := fs.Int("top-k", 0, "sample only among the k most likely bytes (0: all; needs -temperature > 0)")
+	topP := fs.Float64("top-p", 0, "sample only among the most likely bytes whose probability adds up to p (nucleus sampling; 0 or 1: all; needs -temperature > 0)")
+	stop := fs.String("stop", "", "end the text before the first occurrence of this string (not printed)")
 	seed := fs.Uint64("seed", 0, "seed of the sampling")
 	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	dtype := fs.String("dtype", "", "compute type: float32 or float64 (default: the checkpoint's); float64 on both sides makes a token-for-token comparison with PyTorch immune to rounding")
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
+	}
+	sampling := generate.Sampling{Temperature: *temperature, TopK: *topK, TopP: *topP, Seed: *seed}
+	if err := sampling.Validate(); err != nil {
+		return err
+	}
+	if *maxNew < 0 {
+		return fmt.Errorf("-max-new must be at least 0 (0: up to the end of the context), got %d", *maxNew)
+	}
+	if *prompt == "" {
+		return fmt.Errorf("-prompt is empty: give at least one byte to continue")
 	}
 	path := *ckpt
 	if st, err := os.Stat(path); err != nil {
@@ -73,6 +88,9 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 	for i := range len(*prompt) {
 		tokens[i] = int64((*prompt)[i])
 	}
+	if len(tokens) > cfg.Seq {
+		return fmt.Errorf("the prompt is %d bytes; %s was trained with a context of %d bytes (-seq), and this model cannot read past it: give a prompt of at most %d bytes (e.g. its last %d)", len(tokens), cfg.Name, cfg.Seq, cfg.Seq, cfg.Seq)
+	}
 	n := *maxNew
 	if n == 0 {
 		n = cfg.Seq - len(tokens) + 1
@@ -88,26 +106,55 @@ the context the model was trained with (its -seq). -temperature 0 is greedy deco
 	if note != "" {
 		fmt.Fprintln(stderr, note)
 	}
-	fmt.Fprintf(stderr, "generate: %s from %s, %d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, n, len(tokens), be.Name())
-	if cfg.Vocab > 256 {
+	gs, err := generate.Graphs(cfg, len(tokens), n)
+	if err != nil {
+		return err
+	}
+	if err := guardMemory(stderr, be, false, fmt.Sprintf("generating with %s", cfg.Name), "Use a shorter -prompt or -max-new, or -dtype float32", false, gs...); err != nil {
+		return err
+	}
+	upTo := ""
+	if *stop != "" {
+		upTo = "up to "
+	}
+	fmt.Fprintf(stderr, "generate: %s from %s, %s%d new bytes after a %d-byte prompt on %s\n", cfg.Name, path, upTo, n, len(tokens), be.Name())
+	tokenIDs := cfg.Vocab > 256 // the model was not trained on bytes
+	if tokenIDs {
 		fmt.Fprintf(stderr, "note: %s has a vocabulary of %d tokens, not bytes: the prompt's bytes are token ids 0-255 and each new token is printed as <id>\n", cfg.Name, cfg.Vocab)
 	}
 	out := bufio.NewWriter(stdout)
-	out.WriteString(*prompt)
+	text := newStopWriter(out, *stop)
 	t0 := time.Now()
-	_, st, err := generate.Generate(be, cfg, weights, tokens, n, generate.Sampling{Temperature: *temperature, TopK: *topK, Seed: *seed},
-		func(t int64) {
-			if cfg.Vocab > 256 {
-				fmt.Fprintf(out, "<%d>", t) // a token id: this model was not trained on bytes
+	started := false
+	newBytes, st, err := generate.GenerateUntil(be, cfg, weights, tokens, n, sampling,
+		func(t int64) bool {
+			if !started { // the prompt once the first byte is there: an error prints nothing
+				out.WriteString(*prompt)
+				started = true
+			}
+			var more bool
+			if tokenIDs { // -stop matches the printed text, ids included
+				for _, b := range []byte(fmt.Sprintf("<%d>", t)) {
+					if more = text.add(b); !more {
+						break
+					}
+				}
 			} else {
-				out.WriteByte(byte(t))
+				more = text.add(byte(t))
 			}
 			out.Flush()
+			return more
 		})
-	out.WriteString("\n")
-	out.Flush()
+	if started {
+		text.finish()
+		out.WriteString("\n")
+		out.Flush()
+	}
 	if err != nil {
 		return err
+	}
+	if note := greedyNote(sampling, newBytes, tokenIDs); note != "" {
+		fmt.Fprintln(stderr, note)
 	}
 	fmt.Fprintf(stderr, "generated %d bytes in %v: prefill of %d in %v, %.1f tokens/s decoding (compile %v)\n",
 		st.NewTokens, time.Since(t0).Round(time.Millisecond), st.PromptTokens, st.Prefill.Round(time.Microsecond), st.TokensPerSec(), st.Compile.Round(time.Millisecond))

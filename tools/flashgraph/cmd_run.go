@@ -51,7 +51,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintln(stderr, note)
 	}
 	defer be.Close()
-	if err := rio.checkMemory(stderr, be, g, mf.bf16); err != nil {
+	if err := rio.checkMemory(stderr, be, g, mf.bf16, runMemoryHint(fs.NArg() > 0)); err != nil {
 		return err
 	}
 	// A forward pass of a large model takes minutes on a CPU: say so before

@@ -1,17 +1,16 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
@@ -31,10 +30,12 @@ static training-step graph, compiled once. With no flags it trains the tiny conf
 attention fusion on the Go standard library sources for a short run and writes, under -out:
 graph.txt and graph.dot (the forward graph), train_graph.txt (the training step), loss.png,
 and ckpt/ (safetensors checkpoints; -resume continues the newest one exactly). Ctrl-C
-finishes the current step, saves a checkpoint and exits. -seed seeds both the weights and
-the batch sampling. A FILE (our graph text or .onnx) trains that graph instead: -loss names
-its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze say how;
-train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
+(SIGINT) or SIGTERM finishes the step in flight (or stops reading, compiling or validating at
+once), saves a checkpoint and exits with status 130 or 143; a second one aborts at once,
+removing what the run created except its last complete checkpoint. -seed seeds both the
+weights and the batch sampling. A FILE (our graph text or .onnx) trains that graph instead:
+-loss names its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze
+say how; train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
@@ -53,9 +54,12 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	ckpt := fs.String("ckpt", "", "checkpoint folder (default: OUT/ckpt; \"none\": no checkpoints)")
 	ckptEvery := fs.Int64("ckpt-every", 100, "checkpoint every N steps, besides the end (0: only at the end)")
 	keepEvery := fs.Int64("keep-every", 0, "also keep the checkpoints of steps that are multiples of N (0: keep only the newest)")
-	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt (same config and flags: continues bit for bit)")
+	resume := fs.Bool("resume", false, "continue from the newest checkpoint in -ckpt: the model (config, sizes, dtype, seed) is the checkpoint's, and model flags may only agree with it; with the same other flags it continues bit for bit")
 	force := fs.Bool("force", false, "train even when the memory plan says the run needs more memory than is available")
 	device := fs.String("device", defaultDevice, "where to train: cpu, cuda, or auto (CUDA when present, else the CPU)")
+	accum := fs.Int("accum", 1, "gradient accumulation: each step runs N micro-batches of -batch rows and applies their mean gradient once (the update of a batch N times larger, in the memory of one micro-batch)")
+	clip := fs.Float64("clip", 0, "clip the global gradient norm to this bound, in the step graph, and report the norm (0: no clipping)")
+	metricsPath := fs.String("metrics", "", "write a JSON line per step (step, loss, lr, grad_norm with -clip, tok_s, mfu, step_ms) and per validation (val_loss) to FILE; -resume appends")
 	df := addDistFlags(fs)
 	gf := addGraphTrainFlags(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
@@ -85,6 +89,12 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {
 		return fmt.Errorf("-min-lr-frac must be in [0, 1], got %v", *minLRFrac)
 	}
+	if *accum < 1 {
+		return fmt.Errorf("-accum must be at least 1 (1: no accumulation), got %d", *accum)
+	}
+	if !(*clip >= 0) || math.IsInf(*clip, 0) {
+		return fmt.Errorf("-clip must be a finite bound of at least 0 (0: no clipping), got %v", *clip)
+	}
 	if !(*wd >= 0) {
 		return fmt.Errorf("-wd must be at least 0, got %v", *wd)
 	}
@@ -100,7 +110,7 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip, Accum: *accum}
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -114,6 +124,12 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	case ckptDir == "":
 		ckptDir = filepath.Join(*out, "ckpt")
 	}
+	var fromStep int64 // the step a resumed run starts at
+	if *resume {
+		if _, step, err := checkpoint.LatestCheckpoint(ckptDir); err == nil {
+			fromStep = step
+		}
+	}
 	// Nothing is created or written until the run is set up: a run that
 	// fails to start (bad flags, no CUDA, a mismatched or missing
 	// checkpoint, not enough memory) leaves -out as it was. Paths that
@@ -124,11 +140,22 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 		}
 	}
 
+	// SIGINT and SIGTERM: acknowledged at once; honoured at once while
+	// reading data or compiling, after the step in flight while training
+	// (with a checkpoint); a second one aborts (see signals.go).
+	sigs := watchSignals(stderr)
+	defer sigs.stop()
 	be, note, err := resolveDevice(*device, mf.bf16)
 	if err != nil {
 		return err
 	}
-	defer be.Close()
+	defer func() {
+		// After a signal, work given up midway (a compilation) may still be
+		// using the device; the process is about to exit, which releases it.
+		if sigs.err() == nil {
+			be.Close()
+		}
+	}()
 	if note != "" {
 		fmt.Fprintln(stderr, note)
 	}
@@ -139,8 +166,12 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 			return err
 		}
 	}
-	corpus, err := loadTrainData(stderr, src, *valFrac, *dataFormat, cfg)
-	if err != nil {
+	fmt.Fprintf(stderr, "data: reading %s…\n", src)
+	var corpus *train.Corpus
+	if err := sigs.do("reading the data", func() (err error) {
+		corpus, err = loadTrainData(stderr, src, *valFrac, *dataFormat, cfg)
+		return err
+	}); err != nil {
 		return err
 	}
 	if h.DataOrder, err = parseDataOrder(*dataOrder); err != nil {
@@ -157,8 +188,11 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 			return fmt.Errorf("-fuse=require: %w", err)
 		}
 	}
-	gs, err := train.BuildSourceGraphs(be, source, fuse.on, h)
-	if err != nil {
+	var gs *train.Graphs
+	if err := sigs.do("building the training graph", func() (err error) {
+		gs, err = train.BuildSourceGraphs(be, source, fuse.on, h)
+		return err
+	}); err != nil {
 		return err
 	}
 	describeSource(stderr, source)
@@ -174,44 +208,61 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 	if mf.bf16 {
 		compute = graph.BFloat16
 	}
-	need, err := planNeed(compute, []*graph.Graph{gs.Step.Graph, gs.Forward}, []map[string]string{gs.Step.Updates, nil})
-	if err != nil {
+	var need memoryNeed
+	if err := sigs.do("planning memory", func() (err error) {
+		need, err = planNeed(compute, []*graph.Graph{gs.Step.Graph, gs.Forward}, []map[string]string{gs.Step.Updates, nil})
+		return err
+	}); err != nil {
 		return err
 	}
 	if err := checkMemory(stderr, be, need, fmt.Sprintf("training %s at %d×%d tokens", cfg.Name, cfg.Batch, cfg.Seq), *force); err != nil {
 		return err
 	}
+	if *accum > 1 {
+		fmt.Fprintf(stderr, "accumulation: each step is %d micro-batches of %d×%d tokens, one update of %d×%d\n", *accum, cfg.Batch, cfg.Seq, *accum*cfg.Batch, cfg.Seq)
+	}
 	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
 	if be.Name() == "cpu" {
-		stepFLOPs := matmulFLOPs(gs.Step.Graph)
-		if d, rate, err := estimateCPUTime(stepFLOPs * float64(h.Steps)); err == nil {
+		stepFLOPs := matmulFLOPs(gs.Step.Graph) * float64(*accum)
+		left := max(0, h.Steps-fromStep)
+		if d, rate, err := estimateCPUTime(stepFLOPs * float64(left)); err == nil {
 			fmt.Fprintf(stderr, "time: %s per step on a CPU that multiplies at ~%.0f GFLOP/s: %d steps take roughly %s (the progress lines give the measured ETA)\n",
-				formatFLOP(stepFLOPs), rate/1e9, h.Steps, roughDuration(d))
+				formatFLOP(stepFLOPs), rate/1e9, left, roughDuration(d))
+			if d > time.Hour {
+				fmt.Fprintln(stderr, "note: that is a long run for a CPU: -device auto trains on a GPU when there is one; fewer -steps, a smaller -config or -batch/-seq shorten it (Ctrl-C stops it with a checkpoint)")
+			}
 		}
 	}
 
-	// The first Ctrl-C asks the loop to stop after the step in flight and
-	// save; restoring the default handler then lets a second one kill the
-	// process at once (the checkpoint write is atomic, so that is safe).
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() {
-		<-ctx.Done()
-		stop()
-	}()
+	if err := sigs.err(); err != nil {
+		return err
+	}
 
 	// The folders are made and the graphs written once the run is set up,
 	// and before it trains, so that they are there to look at during a long run.
+	// A second signal removes what this run made, checkpoints aside.
 	var files []string
+	var made createdFiles
+	var metricsFile *os.File
+	defer func() {
+		if metricsFile != nil {
+			metricsFile.Close()
+		}
+	}()
+	sigs.onAbort(func() { made.remove(*out, ckptDir) })
 	ready := func(*train.Trainer) error {
 		for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
 			if d.dir == "" {
 				continue
 			}
+			made.dir(d.dir)
 			if err := os.MkdirAll(d.dir, 0o755); err != nil {
 				return fmt.Errorf("%s: %w", d.flag, err)
 			}
+		}
+		for _, f := range []string{"graph.txt", "graph.dot", "train_graph.txt", "loss.png", "train_source.txt"} {
+			made.file(filepath.Join(*out, f))
 		}
 		extra, err := readySource(*out, ckptDir, ts)
 		if err != nil {
@@ -219,14 +270,23 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 		}
 		files, err = writeTrainGraphs(*out, gs)
 		files = append(files, extra...)
+		if err != nil || *metricsPath == "" {
+			return err
+		}
+		metricsFile, err = openMetrics(*metricsPath, *resume, &made)
 		return err
 	}
-	res, err := train.Run(ctx, be, corpus, train.Options{
+	sigs.setPhase("")
+	res, err := train.Run(sigs.ctx, be, corpus, train.Options{
 		Config: cfg, Source: &source, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
-		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready,
+		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
+		Metrics: metricsWriter{&metricsFile},
 	})
 	if err != nil {
+		if serr := sigs.err(); serr != nil && !errors.As(err, new(*signalError)) {
+			return fmt.Errorf("%w: %v", serr, err)
+		}
 		return err
 	}
 	if len(res.Losses) > 0 {
@@ -238,6 +298,9 @@ train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
 		files = append(files, p)
 	}
 	printTrainSummary(stdout, res, files)
+	if res.Interrupted {
+		return sigs.err() // the exit status says the run did not finish
+	}
 	return nil
 }
 
@@ -309,7 +372,7 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 		row("val loss", "%.4f at step %d (nats/byte; %.3f bits/byte)", v, r.Val[len(r.Val)-1].Step, v/0.6931471805599453)
 		row("val trajectory", "%s", strings.Join(pts, " "))
 	}
-	row("throughput", "%s tokens/s (%d tokens in %v of training steps)", trainCount(int64(r.TokensPerSec())), r.Tokens, r.TrainTime.Round(time.Millisecond))
+	printThroughput(row, r)
 	if r.StartStep > 0 {
 		row("wall time", "%v (this run, compile included); %v of training since step 0 over all runs", r.Wall.Round(time.Millisecond), r.TotalElapsed.Round(time.Millisecond))
 	} else {

@@ -77,6 +77,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, errUsage) {
 			return 2
 		}
+		if se := (*signalError)(nil); errors.As(err, &se) {
+			fmt.Fprintf(stderr, "flashgraph %s: %s\n", c.name, errorText(c.name, err))
+			return se.exitCode()
+		}
 		fmt.Fprintf(stderr, "flashgraph %s: %s\n", c.name, errorText(c.name, err))
 		return 1
 	}

@@ -415,17 +415,10 @@ func addRunIOFlags(fs *flag.FlagSet) *runIOFlags {
 }
 
 // checkMemory refuses a forward pass whose memory plan does not fit on be
-// (as train does), unless -force.
-func (r *runIOFlags) checkMemory(w io.Writer, be backend.Backend, g *graph.Graph, bf16 bool) error {
-	compute := graph.Float32
-	if bf16 {
-		compute = graph.BFloat16
-	}
-	need, err := planNeed(compute, []*graph.Graph{g}, []map[string]string{nil})
-	if err != nil {
-		return err
-	}
-	return checkMemory(w, be, need, "the forward pass of "+g.Name, r.force)
+// (as train does; on the CPU with the executor's overhead, guardMemory),
+// unless -force; hint says what to change.
+func (r *runIOFlags) checkMemory(w io.Writer, be backend.Backend, g *graph.Graph, bf16 bool, hint string) error {
+	return guardMemory(w, be, bf16, "the forward pass of "+g.Name, hint+", or -force to try anyway", r.force, g)
 }
 
 // feeds are the run's inputs: from -inputs (or -expect's folder), else random.

@@ -1,19 +1,26 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/train"
 )
 
-// trainModelConfig is the model train builds. A -resume run starts from the
-// newest checkpoint's config in ckptDir (its size, dtype and seed included),
-// so it needs no model flags; flags given still override, and a checkpoint
-// of another model is then refused when it is restored.
+// trainModelConfig is the model train builds. A -resume run builds the
+// newest checkpoint's model in ckptDir (its config, sizes, dtype and seed),
+// so it needs no model flags. A model flag given explicitly must agree with
+// the checkpoint; all the flags that do not are named in one error, before
+// anything runs. -dtype bf16 (mixed precision on CUDA: a float32 model)
+// agrees with a float32 checkpoint. Without a checkpoint, or with one that
+// is not a built-in model's (or a damaged one), the flags decide, and the
+// run reports what is missing or does not match when it restores.
 func trainModelConfig(mf *modelFlags, resume bool, ckptDir string, log io.Writer) (model.Config, error) {
 	if !resume || ckptDir == "" {
 		return mf.modelConfig()
@@ -25,15 +32,80 @@ func trainModelConfig(mf *modelFlags, resume bool, ckptDir string, log io.Writer
 	}
 	base, err := train.CheckpointConfig(p)
 	if err != nil {
-		// Not a built-in model's checkpoint (or a damaged one): the flags
-		// decide, and restoring the checkpoint says what does not match.
 		return mf.modelConfig()
 	}
-	cfg, err := mf.modelConfigOn(&base)
-	if err == nil && cfg == base {
-		fmt.Fprintf(log, "resume: the model of %s: %s\n", p, describeConfig(cfg))
+	dt, err := mf.graphDType() // also sets mf.bf16 from -dtype
+	if err != nil {
+		return base, err
 	}
-	return cfg, err
+	kvHeads := func(c model.Config) int {
+		if c.KVHeads == 0 {
+			return c.Heads
+		}
+		return c.KVHeads
+	}
+	var conflicts []string
+	mf.fs.Visit(func(f *flag.Flag) {
+		var ok bool
+		var have string
+		flagInt := func(v, ck int) {
+			ok, have = v == ck, fmt.Sprint(ck)
+		}
+		switch f.Name {
+		case "config":
+			ok, have = mf.config == base.Name, base.Name
+		case "batch":
+			flagInt(mf.batch, base.Batch)
+		case "seq":
+			flagInt(mf.seq, base.Seq)
+		case "layers":
+			flagInt(mf.layers, base.Layers)
+		case "seed":
+			flagInt(mf.seed, base.Seed)
+		case "dim":
+			flagInt(mf.size.dim, base.Dim)
+		case "heads":
+			flagInt(mf.size.heads, base.Heads)
+		case "kv-heads":
+			flagInt(mf.size.kvHeads, kvHeads(base))
+		case "head-dim":
+			flagInt(mf.size.headDim, base.HeadDim)
+		case "ffn":
+			flagInt(mf.size.ffn, base.FFN)
+		case "vocab":
+			flagInt(mf.size.vocab, base.Vocab)
+		case "dtype":
+			ok, have = dt == base.DType, base.DType.String()
+			if base.DType == graph.Float32 {
+				have += " (or bf16)"
+			}
+		default:
+			return
+		}
+		if !ok {
+			conflicts = append(conflicts, fmt.Sprintf("-%s %s (the checkpoint's: %s)", f.Name, f.Value, have))
+		}
+	})
+	if len(conflicts) > 0 {
+		return base, fmt.Errorf("-resume: the checkpoint is of another model than %s %s for: %s, a %s model (batch %d, seq %d, %d layers, %s, seed %d), which -resume continues: drop %s to resume it, or train a new run without -resume (into another -out)",
+			strings.Join(conflicts, ", "), conflictVerb(len(conflicts)), p, base.Name, base.Batch, base.Seq, base.Layers, base.DType, base.Seed, pronoun(len(conflicts)))
+	}
+	fmt.Fprintf(log, "resume: the model of %s: %s\n", p, describeConfig(base))
+	return base, nil
+}
+
+func conflictVerb(n int) string {
+	if n == 1 {
+		return "asks"
+	}
+	return "ask"
+}
+
+func pronoun(n int) string {
+	if n == 1 {
+		return "that flag"
+	}
+	return "those flags"
 }
 
 // describeConfig is a config's size in one line.

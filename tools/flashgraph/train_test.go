@@ -170,7 +170,8 @@ func TestTrainCLIResumeNewProcess(t *testing.T) {
 }
 
 // TestTrainCLIInterrupt sends SIGINT to a training process: it must finish
-// the step in flight, save a checkpoint of it, print the summary and exit 0;
+// the step in flight, save a checkpoint of it, print the summary and exit
+// with status 130 (128 + SIGINT: the run did not finish);
 // the checkpoint then resumes.
 func TestTrainCLIInterrupt(t *testing.T) {
 	data := trainData(t)
@@ -201,8 +202,8 @@ func TestTrainCLIInterrupt(t *testing.T) {
 	for sc.Scan() {
 		log.WriteString(sc.Text() + "\n")
 	}
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("after SIGINT: %v\nstderr:\n%s", err, log.String())
+	if err := cmd.Wait(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 130 {
+		t.Fatalf("after SIGINT: %v (want exit status 130)\nstderr:\n%s", err, log.String())
 	}
 	if !strings.Contains(stdout.String(), "(interrupted)") || !strings.Contains(log.String(), "interrupted: stopping after step") {
 		t.Errorf("no interrupt in the output:\n%s\n%s", stdout.String(), log.String())
