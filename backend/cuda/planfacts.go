@@ -285,8 +285,10 @@ func (p *Plan) ReportFacts(w io.Writer) error {
 	}
 	t := &f.tally
 	fmt.Fprintf(w, "planning facts (compute %v):\n", f.compute)
-	if f.compute != graph.Float32 {
-		fmt.Fprintf(w, "  storage: %d values stored in %v (%s); kept in their dtype: %s (op table KeepDType), %d scalars, %d update sources\n",
+	if f.compute == graph.Float32 {
+		fmt.Fprintln(w, "  storage: every value in its graph dtype")
+	} else {
+		fmt.Fprintf(w, "  storage: %d values stored in %v (%s); float32 kept for %s (op table KeepDType), %d scalars, %d update sources\n",
 			sum(t.narrowed), f.compute, byOp(t.narrowed), byOp(t.kept), t.keptScalar, t.keptUpdate)
 	}
 	fmt.Fprintf(w, "  views: %d values share their input's buffer (op table View): %s\n", sum(t.views), byOp(t.views))
@@ -294,17 +296,17 @@ func (p *Plan) ReportFacts(w io.Writer) error {
 		sum(t.folded), byOp(t.folded))
 	fmt.Fprintf(w, "  in place: %d update outputs (%s) lie on the initializers they replace (op table InPlace, guarded lowering): %s\n",
 		sum(t.inPlace), FormatBytes(t.inPlaceBytes), byOp(t.inPlace))
-	fmt.Fprintf(w, "  scratch: %d buffers (%s in all) the lowerings take: %s\n", sum(t.scratch), FormatBytes(t.scratchBytes), byOp(t.scratch))
+	fmt.Fprintf(w, "  scratch: %d buffers (%s in all) the lowerings take (lowering scratch): %s\n", sum(t.scratch), FormatBytes(t.scratchBytes), byOp(t.scratch))
 	if t.groups == 0 {
-		fmt.Fprintln(w, "  grouped launches: none")
+		fmt.Fprintln(w, "  grouped launches (lowering): none")
 		return nil
 	}
-	kept := "kept"
+	kept := "kept: it costs no arena"
 	if !p.readsExtended {
-		kept = "not kept"
+		kept = "not kept: it would grow the arena"
 	}
-	fmt.Fprintf(w, "  grouped launches: %d runs of %s; inputs live to each run's end %s (arena %s, %s the other way)\n",
-		t.groups, byOp(t.grouped), kept, FormatBytes(p.PeakBytes), FormatBytes(p.otherPeak))
+	fmt.Fprintf(w, "  grouped launches (lowering): %s nodes in %d run(s); their inputs live to the run's end %s (arena %s, %s the other way)\n",
+		byOp(t.grouped), t.groups, kept, FormatBytes(p.PeakBytes), FormatBytes(p.otherPeak))
 	return nil
 }
 
