@@ -190,11 +190,13 @@ func planFactsOf(g *graph.Graph, opts PlanOptions) (*planFacts, error) {
 	}
 	f.readUntil = groupReadEnds(g)
 	for i, n := range g.Nodes {
-		if f.readUntil != nil && f.readUntil[i] != i {
-			t.grouped[n.Op]++
-			if i == 0 || f.readUntil[i-1] != f.readUntil[i] {
-				t.groups++
-			}
+		// A run's nodes read until its last; the last reads until itself.
+		if f.readUntil == nil || f.readUntil[i] == i && (i == 0 || f.readUntil[i-1] != i) {
+			continue
+		}
+		t.grouped[n.Op]++
+		if i == 0 || f.readUntil[i-1] != f.readUntil[i] {
+			t.groups++
 		}
 	}
 	return f, nil

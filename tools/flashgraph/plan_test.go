@@ -37,7 +37,7 @@ func TestCompilePlanExplainsFacts(t *testing.T) {
 	if strings.Count(stdout, "planning facts (compute bfloat16):") != 3 {
 		t.Fatalf("want the planning facts of the forward, the step and the recomputing step:\n%s", stdout)
 	}
-	for _, want := range []string{"op table KeepDType", "op table View", "75 AdamW", "Transpose", "grouped launches (lowering): ", "AdamW nodes in 1 run(s)"} {
+	for _, want := range []string{"op table KeepDType", "op table View", "75 AdamW", "Transpose", "grouped launches (lowering): ", "25 AdamW nodes in 1 run(s)"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("planning facts do not mention %q:\n%s", want, stdout)
 		}
