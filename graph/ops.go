@@ -46,7 +46,38 @@ type OpSpec struct {
 	// register compiles it into Map, backends generate code from it and
 	// autodiff differentiates it.
 	Expr *Expr
+
+	// Planning facts: what a memory planner may assume of a node of the op
+	// without knowing the op (backend/cuda/planfacts.go reads them).
+	//
+	// View: output 0 is input 0's elements in the same order under another
+	// shape, so it may share input 0's buffer.
+	View bool
+	// InPlace[k] is the input whose new value output k is (an optimizer's
+	// param and moments), computed element by element: output k may be
+	// written over that input's buffer where nothing reads the old value
+	// afterwards. -1, or k past the slice: none.
+	InPlace []int
+	// KeepDType lists the outputs a mixed-precision lowering stores in their
+	// graph dtype, never narrowed: optimizer state, a loss, softmax
+	// statistics, an explicit cast's result.
+	KeepDType []int
+	// Permutation, for an op whose output is input 0 with its axes permuted,
+	// gives the permutation of a node's input of rank r.
+	Permutation func(attrs Attrs, rank int) ([]int, error)
 }
+
+// InPlaceInput is the input output k may be written over (InPlace), or -1.
+func (s *OpSpec) InPlaceInput(k int) int {
+	if k < len(s.InPlace) {
+		return s.InPlace[k]
+	}
+	return -1
+}
+
+// KeepsDType reports whether output k stays in its graph dtype under mixed
+// precision (KeepDType).
+func (s *OpSpec) KeepsDType(k int) bool { return slices.Contains(s.KeepDType, k) }
 
 var ops = map[string]*OpSpec{}
 
@@ -72,6 +103,16 @@ func register(s *OpSpec) {
 	}
 	if s.Eval == nil {
 		panic("graph: op has no Eval: " + s.Name) // programming error at init, not input
+	}
+	for _, i := range s.InPlace {
+		if i >= len(s.Inputs) || len(s.InPlace) > len(s.Outputs) {
+			panic("graph: op's InPlace is out of range: " + s.Name) // programming error at init, not input
+		}
+	}
+	for _, k := range s.KeepDType {
+		if k < 0 || k >= len(s.Outputs) {
+			panic("graph: op's KeepDType is out of range: " + s.Name) // programming error at init, not input
+		}
 	}
 	ops[s.Name] = s
 }

@@ -93,7 +93,7 @@ func init() {
 				Infer: inferUnaryFloat, Expr: op.expr})
 		}
 	}
-	register(&OpSpec{Name: "Identity", Doc: "Y = X", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferSame, Eval: evalCopy})
+	register(&OpSpec{Name: "Identity", Doc: "Y = X", Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferSame, Eval: evalCopy, View: true})
 	register(&OpSpec{
 		Name: "Where", Doc: "condition ? X : Y, broadcasting",
 		Inputs: []string{"condition", "X", "Y"}, Outputs: []string{"output"},
@@ -114,7 +114,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Cast", Doc: "X converted to the dtype `to` (floats to int64 truncate toward zero, to bool: X != 0)",
-		Inputs: []string{"input"}, Outputs: []string{"output"}, Eval: evalCopy,
+		Inputs: []string{"input"}, Outputs: []string{"output"}, Eval: evalCopy, KeepDType: []int{0},
 		Attrs: []AttrSpec{{Name: "to", Kind: AttrString, Required: true}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			dt, err := ParseDType(a.String("to", ""))

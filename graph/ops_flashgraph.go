@@ -51,7 +51,7 @@ func init() {
 	register(&OpSpec{
 		Name: "FlashAttention", Domain: DomainFlashgraph,
 		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale); a row with no visible key gives Y = 0, L = +inf",
-		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs, Eval: evalAttention,
+		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs, Eval: evalAttention, KeepDType: []int{1},
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in); err != nil {
 				return nil, err
@@ -136,6 +136,7 @@ func init() {
 		Name: "AdamW", Domain: DomainFlashgraph,
 		Doc:    "one AdamW step (decoupled weight decay, bias correction at step t): param', m', v'",
 		Inputs: []string{"param", "grad", "m", "v", "lr", "step"}, Outputs: []string{"param_out", "m_out", "v_out"}, Eval: evalAdamW,
+		InPlace: []int{0, 2, 3}, KeepDType: []int{0, 1, 2},
 		Attrs: []AttrSpec{
 			{Name: "beta1", Kind: AttrFloat, Default: Float(0.9)}, {Name: "beta2", Kind: AttrFloat, Default: Float(0.95)},
 			{Name: "eps", Kind: AttrFloat, Default: Float(1e-8)}, {Name: "weight_decay", Kind: AttrFloat, Default: Float(0)},

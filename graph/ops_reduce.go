@@ -94,7 +94,7 @@ func init() {
 		Eval: evalSoftmax(true)})
 	register(&OpSpec{
 		Name: "SoftmaxCrossEntropyLoss", Doc: "mean (or sum) over rows of -log softmax(scores)[label]",
-		Inputs: []string{"scores", "labels"}, Outputs: []string{"output"}, Eval: evalSCE,
+		Inputs: []string{"scores", "labels"}, Outputs: []string{"output"}, Eval: evalSCE, KeepDType: []int{0},
 		Attrs: []AttrSpec{{Name: "reduction", Kind: AttrString, Default: Str("mean")}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in[:1]); err != nil {

@@ -145,7 +145,7 @@ func optInts(c *Tensor, present bool, what string) ([]int, error) {
 func init() {
 	register(&OpSpec{
 		Name: "Transpose", Doc: "permute the axes of X by perm",
-		Inputs: []string{"data"}, Outputs: []string{"transposed"}, Eval: evalTranspose,
+		Inputs: []string{"data"}, Outputs: []string{"transposed"}, Eval: evalTranspose, Permutation: TransposePerm,
 		Attrs: []AttrSpec{{Name: "perm", Kind: AttrInts}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			perm, err := TransposePerm(a, in[0].Shape.Rank())
@@ -161,7 +161,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Reshape", Doc: "same data, new shape (0 copies a dim, -1 infers one)",
-		Inputs: []string{"data", "shape"}, Outputs: []string{"reshaped"}, Eval: evalCopy,
+		Inputs: []string{"data", "shape"}, Outputs: []string{"reshaped"}, Eval: evalCopy, View: true,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			target, err := constInts(c[1], "shape")
 			if err != nil {
@@ -229,7 +229,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Unsqueeze", Doc: "insert size-1 axes",
-		Inputs: []string{"data", "axes"}, Outputs: []string{"expanded"}, Eval: evalCopy,
+		Inputs: []string{"data", "axes"}, Outputs: []string{"expanded"}, Eval: evalCopy, View: true,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			axes, err := constInts(c[1], "axes")
 			if err != nil {
@@ -259,7 +259,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "Squeeze", Doc: "remove size-1 axes (all of them when axes is omitted)",
-		Inputs: []string{"data", "axes?"}, Outputs: []string{"squeezed"}, Eval: evalCopy,
+		Inputs: []string{"data", "axes?"}, Outputs: []string{"squeezed"}, Eval: evalCopy, View: true,
 		Infer: func(in []*TensorType, _ Attrs, c []*Tensor) ([]TensorType, error) {
 			s := in[0].Shape
 			drop := make([]bool, s.Rank())

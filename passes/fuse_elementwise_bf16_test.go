@@ -11,12 +11,13 @@ import (
 )
 
 // emulateBF16Storage rounds, through a Cast to bfloat16 and back, every value
-// that CUDA's mixed precision stores in bfloat16 (backend/cuda/plan.go,
-// chooseStorage): every float32 result of rank ≥ 1 except AdamW's, the loss,
-// casts, logsumexps and aliases; and the params a MatMul reads (its GEMM
-// takes bfloat16 copies). A FusedElementwise node's intermediates stay
-// float32, as in its generated kernel. On the CPU the result computes what
-// the GPU's rounding does, without a GPU.
+// that CUDA's mixed precision stores in bfloat16 (backend/cuda/planfacts.go,
+// chooseStorage, from the op table's KeepDType and View): every float32
+// result of rank ≥ 1 except AdamW's, the loss, casts, logsumexps and
+// aliases; and the params a MatMul reads (its GEMM takes bfloat16 copies).
+// A FusedElementwise node's intermediates stay float32, as in its generated
+// kernel. On the CPU the result computes what the GPU's rounding does,
+// without a GPU.
 func emulateBF16Storage(g *graph.Graph) *graph.Graph {
 	c := g.Clone()
 	uses := c.Uses()

@@ -28,7 +28,9 @@ import (
 // gradient was) must keep their order: each node goes into a later launch
 // than every earlier node it conflicts with, so the launches of a run are
 // layers, and a launch never holds two nodes whose order matters. The memory
-// plan avoids such overlaps where it costs no arena (PlanMemoryWith): gpt2's
+// plan avoids such overlaps where it costs no arena: the planning facts mark
+// AdamW as grouped (loweringPlans in planfacts.go), and the plan keeps a
+// run's inputs live to its end where that is free (PlanMemoryWith): gpt2's
 // step is one launch, with -recompute a few.
 //
 // FLASHGRAPH_CUDA_MULTI_ADAMW=0 launches every AdamW node on its own (to
@@ -214,28 +216,6 @@ func groupAdamW(run []*adamwMember) [][]int {
 		}
 	}
 	return launches
-}
-
-// adamwRunEnds gives, for each node, the last node index until which its
-// inputs are read when the executor groups AdamW runs: its own index, or for
-// an AdamW node the last of the run of consecutive AdamW nodes it is in. The
-// memory plan keeps inputs live that long where that costs nothing (see
-// PlanMemoryWith), so that no output of a run lies over an input of the same
-// run and the run is one launch. Nil when g has no run of two AdamW nodes.
-func adamwRunEnds(g *graph.Graph) []int {
-	ends := make([]int, len(g.Nodes))
-	runs := false
-	for i := len(g.Nodes) - 1; i >= 0; i-- {
-		ends[i] = i
-		if g.Nodes[i].Op == "AdamW" && i+1 < len(g.Nodes) && g.Nodes[i+1].Op == "AdamW" {
-			ends[i] = ends[i+1]
-			runs = true
-		}
-	}
-	if !runs {
-		return nil
-	}
-	return ends
 }
 
 // adamwTable lays out one launch: a segment per member, each owning

@@ -313,7 +313,7 @@ func TestAdamWSegLayoutMatchesKernel(t *testing.T) {
 // CUDA, planned in mixed precision with its updates: every AdamW node
 // qualifies and they form one run. Without recompute the arena's peak is in
 // the backward, the plan keeps the run's inputs live to its end for free
-// (adamwRunEnds), and the run is one launch. With recompute the optimizer's
+// (groupReadEnds), and the run is one launch. With recompute the optimizer's
 // outputs are the peak: the plan keeps its smaller arena and the launches
 // are layered around the memory it reuses.
 func TestAdamWGroupsGPT2Step(t *testing.T) {
@@ -335,10 +335,11 @@ func TestAdamWGroupsGPT2Step(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plain, err := planMemory(g, opts, nil)
+		facts, err := planFactsOf(g, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
+		plain := assignBuffers(g, facts, nil)
 		if plan.PeakBytes > plain.PeakBytes {
 			t.Errorf("recompute=%v: arena %d bytes, %d without keeping AdamW inputs live", recompute, plan.PeakBytes, plain.PeakBytes)
 		}
@@ -373,8 +374,9 @@ func TestAdamWGroupsGPT2Step(t *testing.T) {
 	}
 }
 
-// TestAdamWRunEnds: the runs of consecutive AdamW nodes, and the plan that
-// keeps their inputs live to the run's end unless that grows the arena.
+// TestAdamWRunEnds: the runs of consecutive AdamW nodes (a grouped op, see
+// loweringPlans), and the plan that keeps their inputs live to the run's end
+// unless that grows the arena.
 func TestAdamWRunEnds(t *testing.T) {
 	b := graph.NewBuilder("runs")
 	lr := b.Input("lr", graph.Float32)
@@ -390,28 +392,29 @@ func TestAdamWRunEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := adamwRunEnds(g); got != nil {
+	if got := groupReadEnds(g); got != nil {
 		t.Errorf("Neg AdamW Neg AdamW: ends %v, want nil (no run of two)", got)
 	}
 	// Move the second Neg before the first AdamW: Neg Neg AdamW AdamW.
 	g.Nodes[1], g.Nodes[2] = g.Nodes[2], g.Nodes[1]
-	ends := adamwRunEnds(g)
+	ends := groupReadEnds(g)
 	if want := []int{0, 1, 3, 3}; !slices.Equal(ends, want) {
 		t.Fatalf("Neg Neg AdamW AdamW: ends %v, want %v", ends, want)
 	}
-	grouped, err := planMemory(g, PlanOptions{}, ends)
+	facts, err := planFactsOf(g, PlanOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if !slices.Equal(facts.readUntil, ends) {
+		t.Fatalf("planning facts read until %v, want %v", facts.readUntil, ends)
+	}
+	grouped := assignBuffers(g, facts, ends)
 	for _, pt := range grouped.Tensors {
 		if pt.Op == "Neg" && pt.Last != 3 {
 			t.Errorf("gradient %s is live until node %d, want 3 (the run's last AdamW)", pt.Name, pt.Last)
 		}
 	}
-	plain, err := planMemory(g, PlanOptions{}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plain := assignBuffers(g, facts, nil)
 	chosen, err := PlanMemoryWith(g, PlanOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -77,6 +77,16 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 	return seq(calls...), nil
 }
 
+// gemmType is the element type a GEMM producing storage type dt runs in
+// (cuBLAS takes A, B and C in one type; float64 uses our own kernel).
+func gemmType(dt graph.DType) graph.DType {
+	switch dt {
+	case graph.BFloat16, graph.Float16, graph.Float64:
+		return dt
+	}
+	return graph.Float32
+}
+
 // gemmScratch: MatMul and Gemm multiply in gemmType of their output's
 // storage; an operand stored in another type is converted into scratch
 // first (gemmOperand).

@@ -19,31 +19,14 @@ import (
 // one device arena, allocated once at Compile: a run allocates nothing, so
 // memory stays flat however many runs there are. A value is live from the node
 // that writes it through the last node that reads it (graph outputs to the end
-// of the run); buffers whose live ranges do not overlap share memory. Shape
-// ops that do not move data (Reshape, Squeeze, Unsqueeze, Identity) are
-// aliases: their output is their input's buffer, whose live range grows to
-// cover the alias's uses.
-
-// PlanOptions selects the lowering a plan describes.
-type PlanOptions struct {
-	// Compute is the storage type of float32 activations: Float32 (the zero
-	// value) keeps every value in its graph dtype; BFloat16 is mixed precision:
-	// float32 intermediates are stored (and multiplied) in bfloat16, while
-	// params, consts, optimizer state, the loss and logsumexps stay float32.
-	Compute graph.DType
-	// ComposedAttention lowers FlashAttention(Grad) to the composed path
-	// (cuBLAS, softmax kernel, cuBLAS; [BH, Sq, Sk] scores in scratch) even
-	// where the fused kernels apply: for comparisons and tests.
-	ComposedAttention bool
-	// Updates is backend.Options.Updates. An update source keeps its graph
-	// dtype and either lies on the initializer it replaces (written in place,
-	// see inplace.go) or has a buffer of its own, so copying it over its
-	// initializer after a run is a plain copy.
-	Updates map[string]string
-	// CopyUpdates gives every update source a buffer of its own, copied after
-	// each run, instead of writing it in place where that is safe.
-	CopyUpdates bool
-}
+// of the run); buffers whose live ranges do not overlap share memory.
+//
+// The planner knows no op. What it must know of them comes as planning facts
+// (planfacts.go), worked out once before it runs: each value's storage type,
+// which values use another's buffer (views, in-place updates, folded
+// layouts: reads of such a value extend its root's live range), each node's
+// scratch, and how long grouped launches read their inputs. From those, the
+// values' lifetimes and their sizes, it assigns the buffers.
 
 // Plan is a static memory plan.
 type Plan struct {
@@ -71,6 +54,11 @@ type Plan struct {
 	composed bool // PlanOptions.ComposedAttention
 	values   map[*graph.Value]*valuePlan
 	scratch  [][]int // per node: indices into Tensors of its scratch buffers
+	facts    *planFacts
+	// readsExtended says whether the plan keeps inputs live until the
+	// facts' readUntil; otherPeak is the arena the other choice takes.
+	readsExtended bool
+	otherPeak     int64
 }
 
 // PlannedTensor is one buffer of the arena.
@@ -97,11 +85,9 @@ const (
 	placeInit                   // a buffer per param or const, kept between runs
 	placeArena                  // a range of the arena
 	placeAlias                  // the buffer of another value (root): a view, or an update written in place
-	// placeFolded is a Transpose of the last two axes read only by MatMuls:
-	// it has no buffer; the MatMuls read its input (root) with cuBLAS's
-	// transpose flag instead of a transposed copy. Autodiff writes every
-	// weight gradient as MatMul(Transpose(x), dy), so this saves a copy of
-	// each such activation per step.
+	// placeFolded has no buffer and no kernel of its own: it is its root's
+	// data in another layout, and the lowering of each of its readers reads
+	// the root's buffer in that layout (planfacts.go, foldsIntoReaders).
 	placeFolded
 )
 
@@ -109,8 +95,9 @@ const (
 type valuePlan struct {
 	storage graph.DType
 	kind    placeKind
-	root    *graph.Value // placeAlias: the (non-alias) value whose buffer this is
+	root    *graph.Value // placeAlias, placeFolded: the value whose buffer this is
 	tensor  int          // placeArena: index into Plan.Tensors
+	inPlace bool         // placeAlias: an update written over its root, the initializer it replaces
 }
 
 // arenaAlign keeps every buffer aligned for vector loads and cuBLAS.
@@ -120,98 +107,64 @@ const arenaAlign = 256
 // dtype) without updates.
 func PlanMemory(g *graph.Graph) (*Plan, error) { return PlanMemoryWith(g, PlanOptions{}) }
 
-// PlanMemoryWith plans g for the lowering opts describes.
+// PlanMemoryWith plans g for the lowering opts describes: it works out the
+// planning facts, then assigns the buffers.
 //
-// Where it costs no arena bytes, the plan keeps the inputs of each run of
-// consecutive AdamW nodes live to the run's end, so that no output of the run
-// lies over an input of it and the executor updates the run in one launch
-// (adamw_multi.go). Where that would grow the arena (a recomputing step,
-// whose peak is the optimizer's outputs), inputs die at their node as usual
-// and the executor orders the run's launches around the reuse.
+// Where the facts ask for inputs to stay live past their last read
+// (readUntil: a grouped launch reads all of a run's inputs before it writes
+// any output), the plan keeps them live if that costs no arena bytes, and
+// otherwise lets them die at their last read (the executor then orders the
+// run's launches around the reuse): it places both ways and keeps the
+// smaller arena.
 func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	if g == nil {
 		return nil, errors.New("memory plan: nil graph")
 	}
-	ends := adamwRunEnds(g)
-	if ends == nil {
-		return planMemory(g, opts, nil)
-	}
-	grouped, err := planMemory(g, opts, ends)
+	f, err := planFactsOf(g, opts)
 	if err != nil {
 		return nil, err
 	}
-	plain, err := planMemory(g, opts, nil)
-	if err != nil || plain.PeakBytes < grouped.PeakBytes {
-		return plain, err
+	if f.readUntil == nil {
+		return assignBuffers(g, f, nil), nil
 	}
-	return grouped, nil
+	extended := assignBuffers(g, f, f.readUntil)
+	plain := assignBuffers(g, f, nil)
+	if plain.PeakBytes < extended.PeakBytes {
+		plain.otherPeak = extended.PeakBytes
+		return plain, nil
+	}
+	extended.readsExtended, extended.otherPeak = true, plain.PeakBytes
+	return extended, nil
 }
 
-// planMemory plans g; an input of node i is read until node readUntil[i]
-// (nil: until node i).
-func planMemory(g *graph.Graph, opts PlanOptions, readUntil []int) (*Plan, error) {
-	compute := opts.Compute
-	if compute == graph.InvalidDType {
-		compute = graph.Float32
-	}
-	if compute != graph.Float32 && compute != graph.BFloat16 {
-		return nil, fmt.Errorf("memory plan: compute type %v (want float32 or bfloat16)", compute)
-	}
-	p := &Plan{compute: compute, composed: opts.ComposedAttention, values: map[*graph.Value]*valuePlan{}, scratch: make([][]int, len(g.Nodes))}
-	outputs := map[string]*graph.Value{}
-	for _, v := range g.Outputs {
-		outputs[v.Name] = v
-	}
-	updateSrc := map[*graph.Value]bool{}
-	for from := range opts.Updates {
-		v, ok := outputs[from]
-		if !ok {
-			return nil, fmt.Errorf("memory plan: update source %s is not a graph output", from)
-		}
-		updateSrc[v] = true
-	}
-	var inPlace map[*graph.Value]*graph.Value
-	if !opts.CopyUpdates {
-		inPlace = inPlaceUpdates(g, opts.Updates)
-	}
-
+// assignBuffers places g's buffers from its planning facts; an input of
+// node i is read until node readUntil[i] (nil: until node i).
+func assignBuffers(g *graph.Graph, f *planFacts, readUntil []int) *Plan {
+	p := &Plan{compute: f.compute, composed: f.opts.ComposedAttention, values: make(map[*graph.Value]*valuePlan, len(f.values)),
+		scratch: make([][]int, len(g.Nodes)), facts: f}
 	for _, v := range g.Inputs {
-		p.values[v] = &valuePlan{storage: v.Type.DType, kind: placeInput}
+		p.values[v] = f.value(v)
 		p.InputBytes += bytesOf(v.Type.DType, v.Type.Shape)
 	}
 	for _, v := range g.Initializers() {
-		p.values[v] = &valuePlan{storage: v.Type.DType, kind: placeInit}
+		p.values[v] = f.value(v)
 		p.InitializerBytes += bytesOf(v.Type.DType, v.Type.Shape)
 	}
-	// rootOf resolves aliases and folded transposes: the value whose
-	// buffer v uses.
+	// rootOf: the value whose buffer v uses.
 	rootOf := func(v *graph.Value) *graph.Value {
-		if vp := p.values[v]; vp != nil && (vp.kind == placeAlias || vp.kind == placeFolded) {
+		if vp := p.values[v]; vp.kind == placeAlias || vp.kind == placeFolded {
 			return vp.root
 		}
 		return v
 	}
-	uses := g.Uses()
-	storage := func(v *graph.Value) graph.DType { return p.values[v].storage }
-
 	for i, n := range g.Nodes {
-		for _, in := range n.Inputs {
-			if in != nil && p.values[in] == nil {
-				return nil, fmt.Errorf("memory plan: node %s reads %s, which no earlier node, input or initializer defines", n.Name, in.Name)
-			}
-		}
-		for k, out := range n.Outputs {
-			vp := &valuePlan{storage: chooseStorage(n, k, compute, updateSrc[out], storage), kind: placeArena}
-			if init := inPlace[out]; init != nil && vp.storage == storage(init) {
-				vp.kind, vp.root = placeAlias, init
+		for _, out := range n.Outputs {
+			vp := f.value(out)
+			switch {
+			case vp.inPlace:
 				p.InPlace++
 				p.InPlaceBytes += bytesOf(vp.storage, out.Type.Shape)
-			} else if foldableTranspose(n, uses[out]) && !updateSrc[out] && !g.IsOutput(out) {
-				vp.kind, vp.root, vp.storage = placeFolded, rootOf(n.Inputs[0]), storage(n.Inputs[0])
-			} else if aliasOps[n.Op] && !updateSrc[out] && n.Inputs[0] != nil && vp.storage == storage(n.Inputs[0]) &&
-				out.Type.Shape.Numel() == n.Inputs[0].Type.Shape.Numel() {
-				vp.kind, vp.root = placeAlias, rootOf(n.Inputs[0])
-			} else {
+			case vp.kind == placeArena:
 				vp.tensor = len(p.Tensors)
 				p.Tensors = append(p.Tensors, PlannedTensor{
 					Name: out.Name, Node: n.Name, Op: n.Op, DType: vp.storage, Shape: out.Type.Shape.Clone(),
@@ -220,14 +173,14 @@ func planMemory(g *graph.Graph, opts PlanOptions, readUntil []int) (*Plan, error
 			}
 			p.values[out] = vp
 		}
-		for _, s := range scratchFor(n, storage, opts) {
+		for _, s := range f.scratch[i] {
 			p.scratch[i] = append(p.scratch[i], len(p.Tensors))
 			p.Tensors = append(p.Tensors, PlannedTensor{
 				Name: n.Name + "/" + s.what, Node: n.Name, Op: n.Op, DType: s.dt, Shape: s.shape.Clone(),
 				Bytes: bytesOf(s.dt, s.shape), First: i, Last: i, Scratch: true,
 			})
 		}
-		// Reads extend the live range of the buffer read (through aliases).
+		// Reads extend the live range of the buffer read (through roots).
 		until := i
 		if readUntil != nil {
 			until = readUntil[i]
@@ -242,75 +195,19 @@ func planMemory(g *graph.Graph, opts PlanOptions, readUntil []int) (*Plan, error
 		}
 	}
 	for _, v := range g.Outputs {
-		vp := p.values[rootOf(v)]
-		if vp == nil {
-			return nil, fmt.Errorf("memory plan: graph output %s is not defined", v.Name)
-		}
-		if vp.kind == placeArena {
+		if vp := p.values[rootOf(v)]; vp.kind == placeArena {
 			p.Tensors[vp.tensor].Last = len(g.Nodes)
 		}
 	}
 	p.place()
 	p.measure(g)
-	return p, nil
+	return p
 }
 
-// aliasOps never move data: their output is their input's buffer.
-var aliasOps = map[string]bool{"Reshape": true, "Squeeze": true, "Unsqueeze": true, "Identity": true}
-
-// foldableTranspose reports whether n transposes the last two axes (and no
-// others) and every reader of its output is a MatMul.
-func foldableTranspose(n *graph.Node, users []*graph.Node) bool {
-	if n.Op != "Transpose" || len(users) == 0 {
-		return false
-	}
-	r := n.Inputs[0].Type.Shape.Rank()
-	perm, err := graph.TransposePerm(n.Attrs, r)
-	if err != nil || r < 2 || perm[r-2] != r-1 || perm[r-1] != r-2 {
-		return false
-	}
-	for i := range r - 2 {
-		if perm[i] != i {
-			return false
-		}
-	}
-	for _, u := range users {
-		if u.Op != "MatMul" {
-			return false
-		}
-	}
-	return true
-}
-
-// chooseStorage picks the device element type of output k of n.
-func chooseStorage(n *graph.Node, k int, compute graph.DType, updateSource bool, storage func(*graph.Value) graph.DType) graph.DType {
-	v := n.Outputs[k]
-	dt := v.Type.DType
-	if compute != graph.BFloat16 || dt != graph.Float32 || updateSource || v.Type.Shape.Rank() == 0 {
-		return dt
-	}
-	switch {
-	case n.Op == "AdamW", n.Op == "SoftmaxCrossEntropyLoss", n.Op == "Cast":
-		// Optimizer state, the loss and explicit casts to float32 are the
-		// values mixed precision keeps in float32.
-		return dt
-	case n.Op == "FlashAttention" && k == 1:
-		return dt // the logsumexp
-	case aliasOps[n.Op] && n.Inputs[0] != nil:
-		// A reshape of a float32 param stays an alias of it.
-		return storage(n.Inputs[0])
-	}
-	return graph.BFloat16
-}
-
-// gemmType is the element type a GEMM producing storage type dt runs in
-// (cuBLAS takes A, B and C in one type; float64 uses our own kernel).
-func gemmType(dt graph.DType) graph.DType {
-	switch dt {
-	case graph.BFloat16, graph.Float16, graph.Float64:
-		return dt
-	}
-	return graph.Float32
+// value is a copy of v's facts for one plan to fill in.
+func (f *planFacts) value(v *graph.Value) *valuePlan {
+	vp := *f.values[v]
+	return &vp
 }
 
 // place assigns arena offsets: largest buffers first, each into the

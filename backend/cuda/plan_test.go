@@ -4,7 +4,13 @@ package cuda
 
 import (
 	"bytes"
+	"go/scanner"
+	"go/token"
 	"math"
+	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -330,6 +336,69 @@ func TestEveryOpHasLowering(t *testing.T) {
 	for name := range lowerings {
 		if _, ok := graph.LookupOp(name); !ok {
 			t.Errorf("lowering %s is for an op the op table does not have", name)
+		}
+	}
+}
+
+// The planner knows no op: plan.go holds no string literal that looks like
+// an op name (what `grep -nE '"[A-Z][A-Za-z]+"' plan.go` looks for), and
+// names no op of the op table in a literal. Ops reach it only as planning
+// facts (planfacts.go).
+func TestPlanNamesNoOp(t *testing.T) {
+	src, err := os.ReadFile("plan.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	var s scanner.Scanner
+	s.Init(fset.AddFile("plan.go", -1, len(src)), src, nil, 0)
+	capitalized := regexp.MustCompile(`^[A-Z][A-Za-z]+$`)
+	for {
+		pos, tok, lit := s.Scan()
+		if tok == token.EOF {
+			break
+		}
+		if tok != token.STRING {
+			continue
+		}
+		v, err := strconv.Unquote(lit)
+		if err != nil {
+			continue
+		}
+		if _, isOp := graph.LookupOp(v); isOp || capitalized.MatchString(v) {
+			t.Errorf("%s: plan.go names %q; op knowledge belongs in the planning facts", fset.Position(pos), v)
+		}
+	}
+}
+
+// The lowering's planning columns are for ops that have a lowering, and the
+// op table's are where the planner used to hard-code them.
+func TestPlanningFactsColumns(t *testing.T) {
+	for op, lp := range loweringPlans {
+		spec, ok := graph.LookupOp(op)
+		if _, lowered := lowerings[op]; !ok || !lowered {
+			t.Errorf("loweringPlans has %s, which has no lowering", op)
+			continue
+		}
+		for _, i := range lp.transposed {
+			if i < 0 || i >= len(spec.Inputs) {
+				t.Errorf("%s: transposed input %d out of range", op, i)
+			}
+		}
+	}
+	var views []string
+	for _, s := range graph.Ops() {
+		if s.View {
+			views = append(views, s.Name)
+		}
+	}
+	if want := []string{"Identity", "Reshape", "Squeeze", "Unsqueeze"}; !slices.Equal(views, want) {
+		t.Errorf("view ops %v, want %v", views, want)
+	}
+	adamw, _ := graph.LookupOp("AdamW")
+	for k, want := range []int{0, 2, 3} {
+		if got := adamw.InPlaceInput(k); got != want {
+			t.Errorf("AdamW output %d updates input %d, want %d", k, got, want)
 		}
 	}
 }

@@ -26,7 +26,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	pf := addPassFlags(fs, true)
 	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); \"-\": stdout; default stdout unless -explain or -plan")
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")
-	plan := fs.Bool("plan", false, "print the device memory plan: peak activation memory and the largest tensors")
+	plan := fs.Bool("plan", false, "print the device memory plan: peak activation memory and the largest tensors (with -explain: also the planning facts it was made from)")
 	bind := addBindFlag(fs)
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
@@ -62,7 +62,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if mf.bf16 {
 			compute = graph.BFloat16
 		}
-		if err := printPlan(report, g, compute); err != nil {
+		if err := printPlan(report, g, compute, pf.explain); err != nil {
 			return err
 		}
 	}

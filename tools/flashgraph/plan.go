@@ -12,8 +12,11 @@ import (
 
 // printPlan prints the device memory plan of g and, when g has a scalar
 // loss output, of its training step (forward, backward and AdamW), which is
-// where the unfused attention keeps its S×S probabilities alive.
-func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
+// where the unfused attention keeps its S×S probabilities alive. With
+// explain, each plan is followed by the planning facts it was made from
+// (views, folded transposes, storage types, in-place updates, scratch,
+// grouped launches) and where they come from.
+func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) error {
 	p, err := cuda.PlanMemoryWith(g, cuda.PlanOptions{Compute: compute})
 	if err != nil {
 		return fmt.Errorf("memory plan: %w", err)
@@ -21,6 +24,11 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 	fmt.Fprintf(w, "memory plan of %s (forward):\n", g.Name)
 	if err := p.Report(w, 5); err != nil {
 		return err
+	}
+	if explain {
+		if err := p.ReportFacts(w); err != nil {
+			return err
+		}
 	}
 	loss := g.Value("loss")
 	if loss == nil || loss.Type.Shape.Rank() != 0 || len(g.Params) == 0 {
@@ -53,6 +61,11 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 	if err := tp.Report(w, 5); err != nil {
 		return err
 	}
+	if explain {
+		if err := tp.ReportFacts(w); err != nil {
+			return err
+		}
+	}
 	// What train -recompute saves: the same step with each layer's forward
 	// recomputed in the backward.
 	rc, err := (passes.Recompute{}).Run(ts.Graph, nil)
@@ -73,5 +86,8 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType) error {
 	}
 	fmt.Fprintf(w, "with train -recompute: activation arena %s (peak live %s at %s), %.0f%% of the above\n",
 		cuda.FormatBytes(rp.PeakBytes), cuda.FormatBytes(rp.LiveBytes), rp.PeakNode, 100*float64(rp.PeakBytes)/float64(tp.PeakBytes))
+	if explain {
+		return rp.ReportFacts(w)
+	}
 	return nil
 }
