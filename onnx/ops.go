@@ -25,7 +25,7 @@ func init() {
 		"SoftmaxCrossEntropyLoss": importSCELoss,
 		"Transpose":               importTranspose, "Reshape": importReshape, "Concat": importConcat,
 		"Slice": importSlice, "Unsqueeze": importUnsqueeze, "Squeeze": importSqueeze,
-		"Expand": direct("Expand"), "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
+		"Expand": importExpand, "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
 		"LayerNormalization": importLayerNorm, "RMSNormalization": importRMSNorm,
 		"Gelu": importGelu, "Attention": importAttention,
 	}
@@ -81,7 +81,13 @@ func (c *opCtx) dispatch() error {
 	h, ok := handlers[op]
 	if !ok {
 		if _, foldable := folders[op]; foldable {
-			return c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
+			err := c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
+			for _, e := range c.in {
+				if e != nil && e.c == nil && e.v != nil && e.v.Kind == graph.Input {
+					return &BindError{Input: e.name, err: err}
+				}
+			}
+			return err
 		}
 		return c.errf("op is not supported")
 	}
@@ -348,6 +354,14 @@ func importSCELoss(c *opCtx) error {
 	c.outNames = c.n.Output[:1]
 	_, err = c.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
 	return err
+}
+
+// importExpand needs its shape operand known: our shapes are static.
+func importExpand(c *opCtx) error {
+	if _, err := c.constInput(1, "shape"); err != nil {
+		return err
+	}
+	return direct("Expand")(c)
 }
 
 func importTranspose(c *opCtx) error {
