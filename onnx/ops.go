@@ -681,9 +681,6 @@ func importSplit(c *opCtx) error {
 // importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that
 // defines it: normalize over the axes from axis on, then scale and shift.
 func importLayerNorm(c *opCtx) error {
-	if c.outputUsed(1) || c.outputUsed(2) {
-		return c.errf("the Mean and InvStdDev outputs are not supported")
-	}
 	x, axes, eps, err := normInputs(c)
 	if err != nil {
 		return err
@@ -705,51 +702,64 @@ func importLayerNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	nrm, err := rmsScale(c, d, axes, eps)
+	nrm, inv, err := rmsScale(c, d, axes, eps)
 	if err != nil {
 		return err
 	}
 	c.outNames = c.n.Output[:1]
 	if bias == nil {
 		_, err = c.emit("Mul", nil, nrm, scale)
-		return err
+	} else {
+		y, err := c.sub("Mul", nil, nrm, scale)
+		if err != nil {
+			return err
+		}
+		_, err = c.emit("Add", nil, y, bias)
 	}
-	y, err := c.sub("Mul", nil, nrm, scale)
 	if err != nil {
 		return err
 	}
-	_, err = c.emit("Add", nil, y, bias)
-	return err
+	// The Mean and InvStdDev outputs (the statistics, reduced axes kept as 1).
+	for i, v := range map[int]*graph.Value{1: mean, 2: inv} {
+		if c.outputUsed(i) {
+			if err := c.emitOutput(i, "Identity", nil, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // rmsScale writes v · 1/√(mean(v², axes) + eps), the step LayerNormalization
-// (v = X − mean) and RMSNormalization (v = X) share.
-func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, error) {
+// (v = X − mean) and RMSNormalization (v = X) share, and returns it with
+// 1/√(mean(v², axes) + eps).
+func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, *graph.Value, error) {
 	sq, err := c.sub("Mul", nil, v, v)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	epsV, err := c.scalar("epsilon", v.Type.DType, eps)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mse, err := c.sub("Add", nil, ms, epsV)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rms, err := c.sub("Sqrt", nil, mse)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	inv, err := c.sub("Reciprocal", nil, rms)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.sub("Mul", nil, v, inv)
+	y, err := c.sub("Mul", nil, v, inv)
+	return y, inv, err
 }
 
 // normInputs reads what LayerNormalization and RMSNormalization share: the
@@ -799,7 +809,7 @@ func importRMSNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	nrm, err := rmsScale(c, x, axes, eps)
+	nrm, _, err := rmsScale(c, x, axes, eps)
 	if err != nil {
 		return err
 	}

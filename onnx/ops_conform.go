@@ -1,0 +1,473 @@
+package onnx
+
+import (
+	"slices"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// Standard ops imported as table ops with the same meaning, exactly: each
+// rewrite below computes what the ONNX operator's definition computes, in
+// the input's type, with no approximation (the ONNX backend test suite,
+// onnx/conformance_test.go, checks them). Where a rewrite would differ (an
+// integer operand whose negation wraps, an attribute we do not read), the
+// node is refused with the reason.
+
+func init() {
+	for op, h := range map[string]handler{
+		"Flatten": importFlatten, "Dropout": importDropout, "CastLike": importCastLike,
+		"ReduceMin": importReduceDerived, "ReduceL1": importReduceDerived, "ReduceL2": importReduceDerived,
+		"ReduceSumSquare": importReduceDerived, "ReduceLogSum": importReduceDerived,
+		"ReduceLogSumExp": importReduceDerived,
+		"Sum":             importVariadic, "Mean": importVariadic, "Max": importVariadic, "Min": importVariadic,
+		"Clip": importClip, "Tile": importTile,
+	} {
+		handlers[op] = h
+	}
+	introduced["CastLike"] = 15
+}
+
+// importFlatten is Reshape to [prod(dims before axis), prod(dims from axis)].
+func importFlatten(c *opCtx) error {
+	axis, err := c.attrInt("axis", 1)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	s := x.Type.Shape
+	a := int(axis)
+	if a < 0 {
+		a += s.Rank()
+	}
+	if a < 0 || a > s.Rank() {
+		return c.errf("axis %d out of range for rank %d", axis, s.Rank())
+	}
+	shape, err := c.ints("shape", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, x, shape)
+	return err
+}
+
+// importDropout is the identity at inference; its mask output is all true.
+// Training mode draws a random mask, which we refuse.
+func importDropout(c *opCtx) error {
+	if _, err := c.attrInt("seed", 0); err != nil {
+		return err
+	}
+	if c.ver < 12 {
+		if _, err := c.attrFloat("ratio", 0.5); err != nil {
+			return err
+		}
+		if c.ver < 7 {
+			if t, err := c.attrInt("is_test", 0); err != nil || t == 0 {
+				return c.errf("is_test=0 draws a random mask: random ops are not supported")
+			}
+		}
+	} else if c.input(2) != nil {
+		tm, err := c.constInput(2, "training_mode")
+		if err != nil {
+			return err
+		}
+		if tm.n() != 1 || tm.at(0) != 0 {
+			return c.errf("training_mode=true draws a random mask: random ops are not supported")
+		}
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if c.outputUsed(1) {
+		cv := newCval(onnxpb.Bool, x.Type.Shape)
+		for k := range cv.n() {
+			cv.set(k, 1)
+		}
+		c.out[1] = &entry{name: c.n.Output[1], c: cv, seq: c.im.nextSeq}
+		c.im.nextSeq++
+		c.im.inits = append(c.im.inits, c.out[1])
+	}
+	c.outNames = c.n.Output[:1]
+	isOutput := slices.ContainsFunc(c.im.m.Graph.Output, func(o *onnxpb.ValueInfo) bool { return o.Name == c.n.Output[0] })
+	if !isOutput {
+		c.out[0] = c.in[0]
+		return nil
+	}
+	_, err = c.emit("Identity", nil, x)
+	return err
+}
+
+// importCastLike is Cast to the element type of its second input.
+func importCastLike(c *opCtx) error {
+	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	like, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
+	return err
+}
+
+// reduceOperands reads what every reduction shares: X, the axes (attribute
+// before opset 18, input from 18) as a graph operand or nil for all, and
+// keepdims. noop_with_empty_axes=1 with no axes is refused.
+func reduceOperands(c *opCtx) (x, axes *graph.Value, keep int64, err error) {
+	if keep, err = c.attrInt("keepdims", 1); err != nil {
+		return
+	}
+	if x, err = c.need(0); err != nil {
+		return
+	}
+	if c.ver < 18 {
+		vals, ok, err := c.attrInts("axes")
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if ok {
+			if axes, err = c.ints("axes", vals); err != nil {
+				return nil, nil, 0, err
+			}
+		}
+		return x, axes, keep, nil
+	}
+	noop, err := c.attrInt("noop_with_empty_axes", 0)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	cv, err := c.constInput(1, "axes")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if noop != 0 && (cv == nil || cv.n() == 0) {
+		return nil, nil, 0, c.errf("noop_with_empty_axes=1 with no axes is not supported")
+	}
+	if cv != nil && cv.n() > 0 {
+		if axes, err = c.value(1); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return x, axes, keep, nil
+}
+
+// reduce adds one table reduction (ReduceSum, ReduceMax, ReduceMean).
+func (c *opCtx) reduce(op string, x, axes *graph.Value, keep int64) (*graph.Value, error) {
+	in := []*graph.Value{x}
+	if axes != nil {
+		in = append(in, axes)
+	}
+	return c.sub(op, graph.Attrs{"keepdims": graph.Int(keep)}, in...)
+}
+
+// importReduceDerived writes the reductions ONNX defines by a formula over
+// ReduceSum or ReduceMax: Min = −Max(−x), L1 = Σ|x|, L2 = √Σx², SumSquare =
+// Σx², LogSum = log Σx, LogSumExp = log Σexp(x − m) + m with m = max x.
+func importReduceDerived(c *opCtx) error {
+	x, axes, keep, err := reduceOperands(c)
+	if err != nil {
+		return err
+	}
+	op := c.n.OpType
+	float := x.Type.DType.IsFloat()
+	if !float && op != "ReduceL1" && op != "ReduceSumSquare" {
+		// −x wraps for the most negative integer; the logs and roots are of floats.
+		return c.errf("%s of %v is not supported", op, x.Type.DType)
+	}
+	last := func(o string, in ...*graph.Value) error {
+		c.outNames = c.n.Output[:1]
+		_, err := c.emit(o, nil, in...)
+		return err
+	}
+	switch op {
+	case "ReduceMin":
+		n, err := c.sub("Neg", nil, x)
+		if err != nil {
+			return err
+		}
+		m, err := c.reduce("ReduceMax", n, axes, keep)
+		if err != nil {
+			return err
+		}
+		return last("Neg", m)
+	case "ReduceL1":
+		a, err := c.sub("Abs", nil, x)
+		if err != nil {
+			return err
+		}
+		s, err := c.reduce("ReduceSum", a, axes, keep)
+		if err != nil {
+			return err
+		}
+		return last("Identity", s)
+	case "ReduceL2", "ReduceSumSquare":
+		sq, err := c.sub("Mul", nil, x, x)
+		if err != nil {
+			return err
+		}
+		s, err := c.reduce("ReduceSum", sq, axes, keep)
+		if err != nil {
+			return err
+		}
+		if op == "ReduceL2" {
+			return last("Sqrt", s)
+		}
+		return last("Identity", s)
+	case "ReduceLogSum":
+		s, err := c.reduce("ReduceSum", x, axes, keep)
+		if err != nil {
+			return err
+		}
+		return last("Log", s)
+	default: // ReduceLogSumExp
+		mk, err := c.reduce("ReduceMax", x, axes, 1)
+		if err != nil {
+			return err
+		}
+		d, err := c.sub("Sub", nil, x, mk)
+		if err != nil {
+			return err
+		}
+		e, err := c.sub("Exp", nil, d)
+		if err != nil {
+			return err
+		}
+		s, err := c.reduce("ReduceSum", e, axes, keep)
+		if err != nil {
+			return err
+		}
+		l, err := c.sub("Log", nil, s)
+		if err != nil {
+			return err
+		}
+		m := mk
+		if keep == 0 {
+			if m, err = c.reduce("ReduceMax", x, axes, 0); err != nil {
+				return err
+			}
+		}
+		return last("Add", l, m)
+	}
+}
+
+// importVariadic writes Sum and Mean as a chain of Adds (Mean then divided
+// by the count), and Max and Min as ReduceMax over the inputs broadcast to
+// the output's shape and stacked on a new leading axis (Min as −Max(−x)).
+func importVariadic(c *opCtx) error {
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) == 0 || slices.Contains(in, nil) {
+		return c.errf("needs at least one input, none omitted")
+	}
+	op := c.n.OpType
+	dt := in[0].Type.DType
+	if (op == "Mean" || op == "Min") && !dt.IsFloat() {
+		return c.errf("%s of %v is not supported", op, dt)
+	}
+	c.outNames = c.n.Output[:1]
+	if len(in) == 1 && op != "Min" && op != "Max" {
+		_, err := c.emit("Identity", nil, in[0])
+		return err
+	}
+	switch op {
+	case "Sum", "Mean":
+		acc := in[0]
+		for i, v := range in[1:] {
+			if i == len(in)-2 && op == "Sum" {
+				_, err := c.emit("Add", nil, acc, v)
+				return err
+			}
+			if acc, err = c.sub("Add", nil, acc, v); err != nil {
+				return err
+			}
+		}
+		n, err := c.scalar("count", dt, float64(len(in)))
+		if err != nil {
+			return err
+		}
+		_, err = c.emit("Div", nil, acc, n)
+		return err
+	}
+	m, err := c.elementwiseMax(in, op == "Min")
+	if err != nil {
+		return err
+	}
+	if op == "Min" {
+		_, err = c.emit("Neg", nil, m)
+	} else {
+		_, err = c.emit("Identity", nil, m)
+	}
+	return err
+}
+
+// elementwiseMax is the elementwise maximum of the inputs (of their
+// negations when neg), broadcast together: each input expanded to the common
+// shape and given a leading axis, concatenated on it, and reduced by ReduceMax.
+func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error) {
+	if dt := in[0].Type.DType; !dt.IsFloat() {
+		// Our ReduceMax is defined on floats.
+		return nil, c.errf("%s of %v is not supported", c.n.OpType, dt)
+	}
+	shape := graph.Shape{}
+	for _, v := range in {
+		if v.Type.DType != in[0].Type.DType {
+			return nil, c.errf("inputs differ in element type: %v and %v", in[0].Type.DType, v.Type.DType)
+		}
+		s, err := graph.Broadcast(shape, v.Type.Shape)
+		if err != nil {
+			return nil, c.errf("%v", err)
+		}
+		shape = s
+	}
+	target := make([]int64, 0, shape.Rank()+1)
+	target = append(target, 1)
+	for _, d := range shape {
+		target = append(target, int64(d))
+	}
+	tv, err := c.ints("shape", target)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*graph.Value, len(in))
+	for i, v := range in {
+		if neg {
+			if v, err = c.sub("Neg", nil, v); err != nil {
+				return nil, err
+			}
+		}
+		if parts[i], err = c.sub("Expand", nil, v, tv); err != nil {
+			return nil, err
+		}
+	}
+	cat := parts[0]
+	if len(parts) > 1 {
+		if cat, err = c.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, parts...); err != nil {
+			return nil, err
+		}
+	}
+	axes, err := c.ints("axes", []int64{0})
+	if err != nil {
+		return nil, err
+	}
+	return c.reduce("ReduceMax", cat, axes, 0)
+}
+
+// importClip is min(max(x, lo), hi) with the bounds from attributes (before
+// opset 11) or scalar inputs; an absent bound does not clip.
+func importClip(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dt := x.Type.DType
+	if !dt.IsFloat() {
+		return c.errf("Clip of %v is not supported", dt)
+	}
+	var lo, hi *graph.Value
+	if c.ver < 11 {
+		for _, b := range []struct {
+			name string
+			dst  **graph.Value
+		}{{"min", &lo}, {"max", &hi}} {
+			if !c.has(b.name) {
+				continue
+			}
+			v, err := c.attrFloat(b.name, 0)
+			if err != nil {
+				return err
+			}
+			if *b.dst, err = c.scalar(b.name, dt, v); err != nil {
+				return err
+			}
+		}
+	} else {
+		if lo, err = c.value(1); err != nil {
+			return err
+		}
+		if hi, err = c.value(2); err != nil {
+			return err
+		}
+	}
+	c.outNames = c.n.Output[:1]
+	y := x
+	if lo != nil {
+		if y, err = c.elementwiseMax([]*graph.Value{y, lo}, false); err != nil {
+			return err
+		}
+	}
+	if hi != nil {
+		m, err := c.elementwiseMax([]*graph.Value{y, hi}, true)
+		if err != nil {
+			return err
+		}
+		_, err = c.emit("Neg", nil, m)
+		return err
+	}
+	_, err = c.emit("Identity", nil, y)
+	return err
+}
+
+// importTile is Reshape to [1, d0, 1, d1, ...], Expand to [r0, d0, r1, d1,
+// ...] and Reshape to [r0·d0, r1·d1, ...].
+func importTile(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	rc, err := c.constInput(1, "repeats")
+	if err != nil {
+		return err
+	}
+	if rc == nil {
+		return c.errf("needs repeats")
+	}
+	reps, err := rc.ints()
+	if err != nil {
+		return c.errf("repeats: %v", err)
+	}
+	s := x.Type.Shape
+	if len(reps) != s.Rank() {
+		return c.errf("repeats %v for rank %d", reps, s.Rank())
+	}
+	var split, expanded, final []int64
+	for i, d := range s {
+		if reps[i] < 0 {
+			return c.errf("negative repeat in %v", reps)
+		}
+		split = append(split, 1, int64(d))
+		expanded = append(expanded, reps[i], int64(d))
+		final = append(final, reps[i]*int64(d))
+	}
+	sv, err := c.ints("split", split)
+	if err != nil {
+		return err
+	}
+	xs, err := c.sub("Reshape", nil, x, sv)
+	if err != nil {
+		return err
+	}
+	ev, err := c.ints("expanded", expanded)
+	if err != nil {
+		return err
+	}
+	xe, err := c.sub("Expand", nil, xs, ev)
+	if err != nil {
+		return err
+	}
+	fv, err := c.ints("shape", final)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, xe, fv)
+	return err
+}
