@@ -532,8 +532,10 @@ func TestRefusals(t *testing.T) {
 			m.Graph.Output[0] = vi("y", onnxpb.Float, 3, 2)
 			return m
 		}(), []string{`"y"`, "declares dimension 0 = 3"}},
-		{"layernorm stats used", modelOf(17, x, []*onnxpb.Tensor{onnxpb.NewFloat32("s", []int64{3}, []float32{1, 1, 1})}, []string{"y", "mean"},
-			nd("LayerNormalization", []string{"x", "s"}, []string{"y", "mean"})), []string{"Mean"}},
+		{"layernorm stash_type differs", modelOf(17, x, []*onnxpb.Tensor{onnxpb.NewFloat32("s", []int64{3}, []float32{1, 1, 1})}, []string{"y", "mean"},
+			nd("LayerNormalization", []string{"x", "s"}, []string{"y", "mean"}, aInt("stash_type", int64(onnxpb.Double)))), []string{"stash_type"}},
+		{"dropout in training mode", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("t", onnxpb.Bool)}, nil, []string{"y"},
+			nd("Dropout", []string{"x", "", "t"}, []string{"y"})), []string{"training_mode", "t"}},
 		{"reshape of runtime shape", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("s", onnxpb.Int64, 1)}, nil, []string{"y"},
 			nd("Reshape", []string{"x", "s"}, []string{"y"})), []string{"must be a constant"}},
 		{"ignore_index a class", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("l", onnxpb.Int64, 2)}, nil, []string{"y"},
