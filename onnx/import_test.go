@@ -538,8 +538,8 @@ func TestRefusals(t *testing.T) {
 			nd("Dropout", []string{"x", "", "t"}, []string{"y"})), []string{"training_mode", "t"}},
 		{"reshape of runtime shape", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("s", onnxpb.Int64, 1)}, nil, []string{"y"},
 			nd("Reshape", []string{"x", "s"}, []string{"y"})), []string{"must be a constant"}},
-		{"ignore_index a class", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("l", onnxpb.Int64, 2)}, nil, []string{"y"},
-			nd("SoftmaxCrossEntropyLoss", []string{"x", "l"}, []string{"y"}, aInt("ignore_index", 1))), []string{"ignore_index 1"}},
+		{"loss reduction unknown", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("l", onnxpb.Int64, 2)}, nil, []string{"y"},
+			nd("SoftmaxCrossEntropyLoss", []string{"x", "l"}, []string{"y"}, aInt("ignore_index", 1), aStr("reduction", "max"))), []string{`reduction "max"`}},
 		{"function call", func() *onnxpb.Model {
 			m := modelOf(17, x, nil, []string{"y"}, &onnxpb.Node{OpType: "MyFn", Domain: "local", Input: []string{"x"}, Output: []string{"y"}})
 			m.Functions = [][]byte{{0x0a, 0x04, 'M', 'y', 'F', 'n'}}

@@ -328,24 +328,14 @@ func importSCELoss(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	if c.input(2) != nil {
-		return c.errf("class weights are not supported")
-	}
-	if c.outputUsed(1) {
-		return c.errf("the log_prob output is not supported")
-	}
 	scores, err := c.need(0)
 	if err != nil {
 		return err
 	}
-	// ignore_index drops rows with that label from the loss and the mean. Our op
-	// has no such rows: every label must be a class in [0, C), and the backends
-	// reject any other label at run time. So an ignore_index outside [0, C)
-	// (PyTorch exports -100) never changes a result we compute; one inside would.
-	if ign, err := c.attrInt("ignore_index", -1); err != nil {
-		return err
-	} else if s := scores.Type.Shape; c.has("ignore_index") && s.Rank() == 2 && ign >= 0 && ign < int64(s[1]) {
-		return c.errf("ignore_index %d is a class index; not supported", ign)
+	// Our op takes [N, C] scores and [N] labels in [0, C), no class weights and
+	// no ignore_index; the other forms are written out (ops_conform.go).
+	if c.input(2) != nil || c.outputUsed(1) || c.has("ignore_index") || scores.Type.Shape.Rank() != 2 || red == "none" {
+		return importSCEComposed(c)
 	}
 	labels, err := c.need(1)
 	if err != nil {

@@ -471,3 +471,256 @@ func importTile(c *opCtx) error {
 	_, err = c.emit("Reshape", nil, xe, fv)
 	return err
 }
+
+func init() {
+	for op, h := range map[string]handler{
+		"GatherElements": importGatherElements, "ArgMax": importArgMax, "ArgMin": importArgMax,
+		"ReduceProd":                importReduceProd,
+		"NegativeLogLikelihoodLoss": importNLLLoss,
+	} {
+		handlers[op] = h
+	}
+	introduced["GatherElements"] = 11
+	introduced["NegativeLogLikelihoodLoss"] = 12
+}
+
+// indicesValue returns input i as int64 indices (constant int32 indices are
+// converted; a runtime operand must be int64).
+func (c *opCtx) indicesValue(i int) (*graph.Value, error) {
+	idx := c.input(i)
+	if idx == nil {
+		return nil, c.errf("needs indices")
+	}
+	if idx.c != nil && idx.c.dt != onnxpb.Int64 {
+		vals, err := idx.c.ints()
+		if err != nil {
+			return nil, c.errf("indices: %v", err)
+		}
+		idx = c.im.constant(idx.name+"_int64", &cval{dt: onnxpb.Int64, shape: idx.c.shape, i: vals})
+	}
+	v, err := c.im.val(idx)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	return v, nil
+}
+
+func importGatherElements(c *opCtx) error {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	data, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	idx, err := c.indicesValue(1)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("GatherElements", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
+	return err
+}
+
+// importArgMax maps ArgMax, and ArgMin as ArgMax of −x (exact for floats).
+func importArgMax(c *opCtx) error {
+	attrs := graph.Attrs{}
+	for _, a := range []struct {
+		name string
+		def  int64
+	}{{"axis", 0}, {"keepdims", 1}, {"select_last_index", 0}} {
+		v, err := c.attrInt(a.name, a.def)
+		if err != nil {
+			return err
+		}
+		attrs[a.name] = graph.Int(v)
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if !x.Type.DType.IsFloat() {
+		return c.errf("%s of %v is not supported", c.n.OpType, x.Type.DType)
+	}
+	if c.n.OpType == "ArgMin" {
+		if x, err = c.sub("Neg", nil, x); err != nil {
+			return err
+		}
+	}
+	_, err = c.emit("ArgMax", attrs, x)
+	return err
+}
+
+func importReduceProd(c *opCtx) error {
+	x, axes, keep, err := reduceOperands(c)
+	if err != nil {
+		return err
+	}
+	in := []*graph.Value{x}
+	if axes != nil {
+		in = append(in, axes)
+	}
+	_, err = c.emit("ReduceProd", graph.Attrs{"keepdims": graph.Int(keep)}, in...)
+	return err
+}
+
+func importNLLLoss(c *opCtx) error {
+	input, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	loss, err := c.nllLoss(input)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	_, err = c.emit("Identity", nil, loss)
+	return err
+}
+
+// nllLoss writes NegativeLogLikelihoodLoss of input (log-probabilities
+// [N, C, d1, ...]) with the node's target, optional weight, ignore_index and
+// reduction: loss[n, d] = −input[n, target[n, d], d]·w[target[n, d]], 0 where
+// the target is ignore_index; "sum" adds them up, "mean" divides the sum by
+// the sum of the weights of the targets not ignored.
+func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
+	red, err := c.attrString("reduction", "mean")
+	if err != nil {
+		return nil, err
+	}
+	if red != "none" && red != "sum" && red != "mean" {
+		return nil, c.errf("reduction %q is not supported", red)
+	}
+	target, err := c.need(1)
+	if err != nil {
+		return nil, err
+	}
+	weight, err := c.value(2)
+	if err != nil {
+		return nil, err
+	}
+	dt := input.Type.DType
+	if !dt.IsFloat() || target.Type.DType != graph.Int64 {
+		return nil, c.errf("input %v and target %v: want float and int64", dt, target.Type.DType)
+	}
+	if input.Type.Shape.Rank() < 2 || target.Type.Shape.Rank() != input.Type.Shape.Rank()-1 {
+		return nil, c.errf("input %v and target %v: want [N, C, d...] and [N, d...]", input.Type.Shape, target.Type.Shape)
+	}
+	safe := target
+	var ignored *graph.Value // bool, true where the target is ignore_index
+	if c.has("ignore_index") {
+		ign, err := c.attrInt("ignore_index", 0)
+		if err != nil {
+			return nil, err
+		}
+		iv, err := c.scalar("ignore_index", graph.Int64, float64(ign))
+		if err != nil {
+			return nil, err
+		}
+		if ignored, err = c.sub("Equal", nil, target, iv); err != nil {
+			return nil, err
+		}
+		zero, err := c.scalar("zero_index", graph.Int64, 0)
+		if err != nil {
+			return nil, err
+		}
+		if safe, err = c.sub("Where", nil, ignored, zero, target); err != nil {
+			return nil, err
+		}
+	}
+	axis1, err := c.ints("class_axis", []int64{1})
+	if err != nil {
+		return nil, err
+	}
+	tu, err := c.sub("Unsqueeze", nil, safe, axis1)
+	if err != nil {
+		return nil, err
+	}
+	picked, err := c.sub("GatherElements", graph.Attrs{"axis": graph.Int(1)}, input, tu)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := c.sub("Squeeze", nil, picked, axis1)
+	if err != nil {
+		return nil, err
+	}
+	loss, err := c.sub("Neg", nil, ps)
+	if err != nil {
+		return nil, err
+	}
+	var w *graph.Value // the weight of each target, nil for all ones
+	if weight != nil {
+		if w, err = c.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, weight, safe); err != nil {
+			return nil, err
+		}
+	}
+	if ignored != nil {
+		zero, err := c.scalar("zero", dt, 0)
+		if err != nil {
+			return nil, err
+		}
+		keep := w
+		if keep == nil {
+			if keep, err = c.scalar("one", dt, 1); err != nil {
+				return nil, err
+			}
+		}
+		if w, err = c.sub("Where", nil, ignored, zero, keep); err != nil {
+			return nil, err
+		}
+	}
+	if w != nil {
+		if loss, err = c.sub("Mul", nil, loss, w); err != nil {
+			return nil, err
+		}
+	}
+	if red == "none" {
+		return loss, nil
+	}
+	sum, err := c.reduce("ReduceSum", loss, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	if red == "sum" {
+		return sum, nil
+	}
+	var den *graph.Value
+	if w != nil {
+		if den, err = c.reduce("ReduceSum", w, nil, 0); err != nil {
+			return nil, err
+		}
+	} else if den, err = c.scalar("count", dt, float64(target.Type.Shape.Numel())); err != nil {
+		return nil, err
+	}
+	return c.sub("Div", nil, sum, den)
+}
+
+// importSCEComposed writes SoftmaxCrossEntropyLoss in the forms our fused op
+// does not take (class weights, ignore_index, more than two dims, the
+// log_prob output) as its definition: NegativeLogLikelihoodLoss of
+// LogSoftmax(scores) over the class axis.
+func importSCEComposed(c *opCtx) error {
+	scores, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if !scores.Type.DType.IsFloat() || scores.Type.Shape.Rank() < 2 {
+		return c.errf("scores %v: want float [N, C, d...]", scores.Type)
+	}
+	lp, err := c.sub("LogSoftmax", graph.Attrs{"axis": graph.Int(1)}, scores)
+	if err != nil {
+		return err
+	}
+	loss, err := c.nllLoss(lp)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	if _, err := c.emit("Identity", nil, loss); err != nil {
+		return err
+	}
+	if c.outputUsed(1) {
+		return c.emitOutput(1, "Identity", nil, lp)
+	}
+	return nil
+}
