@@ -264,11 +264,16 @@ func compareOutput(got *graph.Tensor, wantPB *onnxpb.Tensor) error {
 	return nil
 }
 
-// typeRefusal refuses, before importing, a model whose graph inputs or
-// outputs are not numeric tensors.
+// typeRefusal refuses, before importing, a model of training-only ops or
+// whose graph inputs or outputs are not numeric tensors.
 func typeRefusal(m *onnxpb.Model) string {
 	if m.Graph == nil {
 		return ""
+	}
+	for _, n := range m.Graph.Node {
+		if trainingDomains[n.Domain] {
+			return "training-only op " + n.OpType
+		}
 	}
 	for _, vi := range slices.Concat(m.Graph.Input, m.Graph.Output) {
 		switch {

@@ -57,8 +57,11 @@ type Options struct {
 // MaxOpset is the newest default-domain opset whose semantics this importer knows.
 const MaxOpset = 23
 
-// MinOpset is the oldest: opsets before 7 used legacy broadcast attributes.
-const MinOpset = 7
+// MinOpset is the oldest. Opsets before 7 spelled some forms differently
+// (the broadcast and axis attributes of binary ops, Reshape's shape as an
+// attribute); those forms are refused by the op (legacyForms, ops_conform.go),
+// the rest mean what they mean in later opsets.
+const MinOpset = 1
 
 // Producer is written as producer_name by Export; a model carrying it is imported
 // faithfully (no folding or aliasing), so that export followed by import gives
@@ -571,6 +574,9 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 		if _, dup := im.env[o]; dup && o != "" {
 			return ctx.errf("output %q is defined twice", o)
 		}
+	}
+	if err := ctx.legacyForms(); err != nil {
+		return err
 	}
 	if err := ctx.checkFoldInputs(); err != nil {
 		return err

@@ -522,7 +522,7 @@ func TestRefusals(t *testing.T) {
 		{"op newer than the opset", modelOf(16, x, nil, []string{"y"}, nd("Gelu", []string{"x"}, []string{"y"})),
 			[]string{"Gelu", "opset 16", "does not exist before opset 20"}},
 		{"opset too new", modelOf(24, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 24"}},
-		{"opset too old", modelOf(6, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 6"}},
+		{"opset too old", modelOf(0, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 0"}},
 		{"undefined input", modelOf(17, x, nil, []string{"y"}, nd("Relu", []string{"z"}, []string{"y"})), []string{`"z"`, "not defined"}},
 		{"symbolic dim", modelOf(17, []*onnxpb.ValueInfo{{Name: "x", Type: &onnxpb.Type{Tensor: &onnxpb.TensorType{ElemType: onnxpb.Float,
 			Shape: &onnxpb.TensorShape{Dim: []onnxpb.Dimension{{Param: "batch"}}}}}}}, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})),
@@ -545,6 +545,9 @@ func TestRefusals(t *testing.T) {
 			m.Functions = [][]byte{{0x0a, 0x04, 'M', 'y', 'F', 'n'}}
 			return m
 		}(), []string{"MyFn", "local"}},
+		{"legacy broadcast attribute", modelOf(6, []*onnxpb.ValueInfo{x[0], vi("b", onnxpb.Float, 3)}, nil, []string{"y"},
+			nd("Add", []string{"x", "b"}, []string{"y"}, aInt("broadcast", 1))), []string{"broadcast"}},
+		{"legacy reshape", modelOf(4, x, nil, []string{"y"}, nd("Reshape", []string{"x"}, []string{"y"}, aInts("shape", 3, 2))), []string{"opset < 5"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -724,3 +724,27 @@ func importSCEComposed(c *opCtx) error {
 	}
 	return nil
 }
+
+// legacyForms handles what opsets before 7 spelled differently: the
+// consumed_inputs attribute (a memory hint of opsets 1 to 5, with no effect
+// on values) is read and ignored; forms whose meaning differs from the later
+// opsets' are refused.
+func (c *opCtx) legacyForms() error {
+	if c.ver >= 7 || (c.n.Domain != "" && c.n.Domain != "ai.onnx") {
+		return nil
+	}
+	if c.has("consumed_inputs") {
+		if _, _, err := c.attrInts("consumed_inputs"); err != nil {
+			return err
+		}
+	}
+	switch op := c.n.OpType; {
+	case op == "Reshape" && c.ver < 5:
+		return c.errf("the shape attribute of opset < 5 is not supported")
+	case op == "Tile" && c.ver < 6:
+		return c.errf("the tiles and axis inputs of opset < 6 are not supported")
+	case op == "Split" && c.ver < 2 && c.input(1) != nil:
+		return c.errf("the split input of opset 1 is not supported")
+	}
+	return nil
+}
