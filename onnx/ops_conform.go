@@ -748,3 +748,273 @@ func (c *opCtx) legacyForms() error {
 	}
 	return nil
 }
+
+func init() {
+	for op, h := range map[string]handler{
+		"Conv": importWindowOp, "MaxPool": importWindowOp, "AveragePool": importWindowOp,
+		"GlobalAveragePool": importGlobalPool, "GlobalMaxPool": importGlobalPool,
+		"BatchNormalization": importBatchNorm,
+	} {
+		handlers[op] = h
+	}
+}
+
+// importWindowOp maps Conv, MaxPool and AveragePool, resolving auto_pad into
+// explicit pads (SAME_UPPER puts the odd pad at the end, SAME_LOWER at the
+// beginning). MaxPool's Indices output is refused.
+func importWindowOp(c *opCtx) error {
+	op := c.n.OpType
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if x.Type.Shape.Rank() < 3 {
+		return c.errf("X %v: want [N, C, D...]", x.Type.Shape)
+	}
+	in := []*graph.Value{x}
+	n := x.Type.Shape.Rank() - 2
+	var kernel []int64
+	if op == "Conv" {
+		w, err := c.need(1)
+		if err != nil {
+			return err
+		}
+		b, err := c.value(2)
+		if err != nil {
+			return err
+		}
+		in = append(in, w)
+		if b != nil {
+			in = append(in, b)
+		}
+		for _, d := range w.Type.Shape[min(2, w.Type.Shape.Rank()):] {
+			kernel = append(kernel, int64(d))
+		}
+	}
+	attrs := graph.Attrs{}
+	if ks, ok, err := c.attrInts("kernel_shape"); err != nil {
+		return err
+	} else if ok {
+		kernel = ks
+		attrs["kernel_shape"] = graph.Ints(ks...)
+	} else if op != "Conv" {
+		return c.errf("kernel_shape is required")
+	}
+	if len(kernel) != n {
+		return c.errf("kernel %v for %d spatial axes", kernel, n)
+	}
+	ones := func(name string) ([]int64, error) {
+		v, ok, err := c.attrInts(name)
+		if err != nil || ok {
+			return v, err
+		}
+		v = make([]int64, n)
+		for i := range v {
+			v[i] = 1
+		}
+		return v, nil
+	}
+	strides, err := ones("strides")
+	if err != nil {
+		return err
+	}
+	dil, err := ones("dilations")
+	if err != nil {
+		return err
+	}
+	if len(strides) != n || len(dil) != n {
+		return c.errf("strides %v or dilations %v for %d spatial axes", strides, dil, n)
+	}
+	attrs["strides"], attrs["dilations"] = graph.Ints(strides...), graph.Ints(dil...)
+	autoPad, err := c.attrString("auto_pad", "NOTSET")
+	if err != nil {
+		return err
+	}
+	pads, hasPads, err := c.attrInts("pads")
+	if err != nil {
+		return err
+	}
+	switch autoPad {
+	case "NOTSET":
+		if !hasPads {
+			pads = make([]int64, 2*n)
+		}
+	case "VALID":
+		pads = make([]int64, 2*n)
+	case "SAME_UPPER", "SAME_LOWER":
+		pads = make([]int64, 2*n)
+		for i := range n {
+			in, s := int64(x.Type.Shape[2+i]), strides[i]
+			if s <= 0 {
+				return c.errf("strides %v", strides)
+			}
+			out := (in + s - 1) / s
+			total := max(0, (out-1)*s+(kernel[i]-1)*dil[i]+1-in)
+			small := total / 2
+			if autoPad == "SAME_UPPER" {
+				pads[i], pads[n+i] = small, total-small
+			} else {
+				pads[i], pads[n+i] = total-small, small
+			}
+		}
+	default:
+		return c.errf("auto_pad %q is not supported", autoPad)
+	}
+	attrs["pads"] = graph.Ints(pads...)
+	switch op {
+	case "Conv":
+		g, err := c.attrInt("group", 1)
+		if err != nil {
+			return err
+		}
+		attrs["group"] = graph.Int(g)
+	case "MaxPool", "AveragePool":
+		if c.ver >= 10 {
+			cm, err := c.attrInt("ceil_mode", 0)
+			if err != nil {
+				return err
+			}
+			attrs["ceil_mode"] = graph.Int(cm)
+		}
+		if op == "AveragePool" {
+			cp, err := c.attrInt("count_include_pad", 0)
+			if err != nil {
+				return err
+			}
+			attrs["count_include_pad"] = graph.Int(cp)
+		} else {
+			// storage_order only says how Indices are numbered.
+			if _, err := c.attrInt("storage_order", 0); err != nil {
+				return err
+			}
+			if c.outputUsed(1) {
+				return c.errf("the Indices output is not supported")
+			}
+		}
+		c.outNames = c.n.Output[:1]
+	}
+	_, err = c.emit(op, attrs, in...)
+	return err
+}
+
+// importGlobalPool is ReduceMean or ReduceMax over the spatial axes, kept.
+func importGlobalPool(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if x.Type.Shape.Rank() < 3 {
+		return c.errf("X %v: want [N, C, D...]", x.Type.Shape)
+	}
+	var ax []int64
+	for i := 2; i < x.Type.Shape.Rank(); i++ {
+		ax = append(ax, int64(i))
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	red := "ReduceMean"
+	if c.n.OpType == "GlobalMaxPool" {
+		red = "ReduceMax"
+	}
+	_, err = c.emit(red, graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	return err
+}
+
+// importBatchNorm is inference BatchNormalization: (X − mean)/√(var + ε)·scale
+// + B, with the [C] statistics reshaped to broadcast over [N, C, D...].
+// Training mode (which updates the running statistics) is refused.
+func importBatchNorm(c *opCtx) error {
+	eps, err := c.attrFloat("epsilon", 1e-5)
+	if err != nil {
+		return err
+	}
+	if _, err := c.attrFloat("momentum", 0.9); err != nil { // only for training
+		return err
+	}
+	if c.ver < 9 {
+		if sp, err := c.attrInt("spatial", 1); err != nil || sp != 1 {
+			if err != nil {
+				return err
+			}
+			return c.errf("spatial=0 is not supported")
+		}
+	}
+	if c.ver < 7 {
+		if t, err := c.attrInt("is_test", 0); err != nil || t == 0 {
+			if err != nil {
+				return err
+			}
+			return c.errf("is_test=0 (training) is not supported")
+		}
+	}
+	if tm, err := c.attrInt("training_mode", 0); err != nil || tm != 0 {
+		if err != nil {
+			return err
+		}
+		return c.errf("training_mode=1 is not supported")
+	}
+	for i := 1; i < len(c.n.Output); i++ {
+		if c.outputUsed(i) {
+			return c.errf("output %d (running statistics) is not supported", i)
+		}
+	}
+	in := make([]*graph.Value, 5)
+	for i := range in {
+		if in[i], err = c.need(i); err != nil {
+			return err
+		}
+	}
+	x := in[0]
+	r := x.Type.Shape.Rank()
+	if r < 2 || !x.Type.DType.IsFloat() {
+		return c.errf("X %v: want a float [N, C, ...]", x.Type)
+	}
+	ch := x.Type.Shape[1]
+	shape := make([]int64, r-1)
+	shape[0] = int64(ch)
+	for i := 1; i < len(shape); i++ {
+		shape[i] = 1
+	}
+	sv, err := c.ints("shape", shape)
+	if err != nil {
+		return err
+	}
+	for i := 1; i < 5; i++ {
+		if in[i].Type.DType != x.Type.DType || !in[i].Type.Shape.Equal(graph.Shape{ch}) {
+			return c.errf("input %d %v: want %v[%d]", i, in[i].Type, x.Type.DType, ch)
+		}
+		if in[i], err = c.sub("Reshape", nil, in[i], sv); err != nil {
+			return err
+		}
+	}
+	scale, bias, mean, variance := in[1], in[2], in[3], in[4]
+	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
+	if err != nil {
+		return err
+	}
+	ve, err := c.sub("Add", nil, variance, epsV)
+	if err != nil {
+		return err
+	}
+	sd, err := c.sub("Sqrt", nil, ve)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	nrm, err := c.sub("Div", nil, d, sd)
+	if err != nil {
+		return err
+	}
+	y, err := c.sub("Mul", nil, nrm, scale)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	_, err = c.emit("Add", nil, y, bias)
+	return err
+}

@@ -65,5 +65,57 @@ func conformCases() []opCase {
 			c.expect(c.op("ReduceProd", attrs, ins...), ref("ReduceProd", attrs, refs...))
 		})
 	}
+	return append(cs, convCases()...)
+}
+
+// convCases are the cases of Conv, MaxPool and AveragePool.
+func convCases() []opCase {
+	var cs []opCase
+	add := func(op, name string, fn func(c *ctx)) { cs = append(cs, opCase{op: op, name: name, fn: fn}) }
+	for _, cc := range []struct {
+		name  string
+		x, w  []int
+		attrs graph.Attrs
+		bias  bool
+	}{
+		{"2d_pad1", []int{1, 2, 5, 5}, []int{3, 2, 3, 3}, graph.Attrs{"pads": graph.Ints(1, 1, 1, 1)}, true},
+		{"2d_stride2_dil2", []int{2, 1, 7, 6}, []int{2, 1, 2, 2}, graph.Attrs{"strides": graph.Ints(2, 2), "dilations": graph.Ints(2, 1)}, false},
+		{"1d_group2", []int{1, 4, 9}, []int{6, 2, 3}, graph.Attrs{"group": graph.Int(2), "pads": graph.Ints(0, 2)}, true},
+		{"3d", []int{1, 1, 3, 4, 4}, []int{1, 1, 2, 2, 2}, graph.Attrs{}, false},
+	} {
+		add("Conv", cc.name, func(c *ctx) {
+			x, rx := c.x(cc.x...)
+			w, rw := c.x(cc.w...)
+			ins, refs := []*graph.Value{x, w}, []*graph.Tensor{f64(rx), f64(rw)}
+			if cc.bias {
+				b, rb := c.x(cc.w[0])
+				ins, refs = append(ins, b), append(refs, f64(rb))
+			}
+			c.expect(c.op("Conv", cc.attrs, ins...), ref("Conv", cc.attrs, refs...))
+		})
+	}
+	for _, op := range []string{"MaxPool", "AveragePool"} {
+		for _, pc := range []struct {
+			name  string
+			x     []int
+			attrs graph.Attrs
+		}{
+			{"2d_k3_pad1", []int{1, 2, 5, 5}, graph.Attrs{"kernel_shape": graph.Ints(3, 3), "pads": graph.Ints(1, 1, 1, 1)}},
+			{"2d_ceil_stride2", []int{2, 1, 6, 7}, graph.Attrs{"kernel_shape": graph.Ints(3, 2), "strides": graph.Ints(2, 2), "ceil_mode": graph.Int(1)}},
+			{"1d_dil2_pad", []int{1, 3, 8}, graph.Attrs{"kernel_shape": graph.Ints(2), "dilations": graph.Ints(2), "pads": graph.Ints(1, 0)}},
+		} {
+			attrs := graph.Attrs{}
+			for k, v := range pc.attrs {
+				attrs[k] = v
+			}
+			if op == "AveragePool" && pc.name == "2d_k3_pad1" {
+				attrs["count_include_pad"] = graph.Int(1)
+			}
+			add(op, pc.name, func(c *ctx) {
+				x, rx := c.x(pc.x...)
+				c.expect(c.op(op, attrs, x), ref(op, attrs, f64(rx)))
+			})
+		}
+	}
 	return cs
 }
