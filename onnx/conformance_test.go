@@ -310,6 +310,8 @@ func refusalRule(m *onnxpb.Model, err error) string {
 		return "quantized op " + op
 	case randomOps[op]:
 		return "random op " + op
+	case strings.Contains(why, "random ops are not supported"):
+		return "random op " + op + " (training mode)"
 	case strings.HasPrefix(why, "domain "):
 		return "domain " + dom
 	case why == "op is not supported" || strings.HasPrefix(why, "op is supported only on constant inputs"):

@@ -75,7 +75,11 @@ func importDropout(c *opCtx) error {
 			return err
 		}
 		if tm.n() != 1 || tm.at(0) != 0 {
-			return c.errf("training_mode=true draws a random mask: random ops are not supported")
+			// A ratio of 0 drops nothing: the identity, in training too.
+			r, err := c.constInput(1, "ratio")
+			if err != nil || r == nil || r.n() != 1 || r.at(0) != 0 {
+				return c.errf("training_mode=true draws a random mask: random ops are not supported")
+			}
 		}
 	}
 	x, err := c.need(0)
@@ -1016,5 +1020,89 @@ func importBatchNorm(c *opCtx) error {
 	}
 	c.outNames = c.n.Output[:1]
 	_, err = c.emit("Add", nil, y, bias)
+	return err
+}
+
+func init() {
+	handlers["Hardmax"] = importHardmax
+}
+
+// importHardmax is 1 at the first maximum along axis and 0 elsewhere:
+// ArgMax along axis compared with the positions along it. Before opset 13
+// the input is flattened to 2-D at axis (default 1) first, as Softmax was.
+func importHardmax(c *opCtx) error {
+	def := int64(-1)
+	if c.ver < 13 {
+		def = 1
+	}
+	axis, err := c.attrInt("axis", def)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dt, s := x.Type.DType, x.Type.Shape
+	if !dt.IsFloat() {
+		return c.errf("Hardmax of %v is not supported", dt)
+	}
+	a, err := graph.NormAxis(int(axis), s.Rank())
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	v := x
+	if c.ver < 13 {
+		flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
+		if err != nil {
+			return err
+		}
+		if v, err = c.sub("Reshape", nil, x, flat); err != nil {
+			return err
+		}
+		a = 1
+	}
+	vs := v.Type.Shape
+	if vs[a] == 0 {
+		return c.errf("axis %d is empty", a)
+	}
+	am, err := c.sub("ArgMax", graph.Attrs{"axis": graph.Int(int64(a)), "keepdims": graph.Int(1), "select_last_index": graph.Int(0)}, v)
+	if err != nil {
+		return err
+	}
+	iotaShape := make(graph.Shape, vs.Rank())
+	for i := range iotaShape {
+		iotaShape[i] = 1
+	}
+	iotaShape[a] = vs[a]
+	iota := &cval{dt: onnxpb.Int64, shape: iotaShape, i: make([]int64, vs[a])}
+	for i := range iota.i {
+		iota.i[i] = int64(i)
+	}
+	iv, err := c.im.val(c.im.constant(c.nodeBase()+"/positions", iota))
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	eq, err := c.sub("Equal", nil, am, iv)
+	if err != nil {
+		return err
+	}
+	if c.ver >= 13 {
+		_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
+		return err
+	}
+	y, err := c.sub("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
+	if err != nil {
+		return err
+	}
+	back := make([]int64, s.Rank())
+	for i, d := range s {
+		back[i] = int64(d)
+	}
+	bv, err := c.ints("shape", back)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, y, bv)
 	return err
 }
