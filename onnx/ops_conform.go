@@ -77,7 +77,10 @@ func importDropout(c *opCtx) error {
 		if tm.n() != 1 || tm.at(0) != 0 {
 			// A ratio of 0 drops nothing: the identity, in training too.
 			r, err := c.constInput(1, "ratio")
-			if err != nil || r == nil || r.n() != 1 || r.at(0) != 0 {
+			if err != nil {
+				return err
+			}
+			if r == nil || r.n() != 1 || r.at(0) != 0 {
 				return c.errf("training_mode=true draws a random mask: random ops are not supported")
 			}
 		}
