@@ -760,7 +760,7 @@ func init() {
 	for op, h := range map[string]handler{
 		"Conv": importWindowOp, "MaxPool": importWindowOp, "AveragePool": importWindowOp,
 		"GlobalAveragePool": importGlobalPool, "GlobalMaxPool": importGlobalPool,
-		"BatchNormalization": importBatchNorm,
+		"BatchNormalization": importBatchNorm, "ConvTranspose": importConvTranspose,
 	} {
 		handlers[op] = h
 	}
@@ -1107,5 +1107,123 @@ func importHardmax(c *opCtx) error {
 		return err
 	}
 	_, err = c.emit("Reshape", nil, y, bv)
+	return err
+}
+
+// importConvTranspose resolves output_shape and auto_pad into pads: the
+// total padding is s·(in − 1) + output_padding + d·(k − 1) + 1 − out, its
+// odd half at the end for SAME_UPPER and at the beginning otherwise, as the
+// operator's definition says.
+func importConvTranspose(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	w, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	b, err := c.value(2)
+	if err != nil {
+		return err
+	}
+	xs, ws := x.Type.Shape, w.Type.Shape
+	if xs.Rank() < 3 || ws.Rank() != xs.Rank() {
+		return c.errf("X %v and W %v: want [N, C, D...] and [C, M/group, K...]", xs, ws)
+	}
+	n := xs.Rank() - 2
+	kernel := make([]int64, n)
+	for i := range kernel {
+		kernel[i] = int64(ws[2+i])
+	}
+	attrs := graph.Attrs{}
+	if ks, ok, err := c.attrInts("kernel_shape"); err != nil {
+		return err
+	} else if ok {
+		attrs["kernel_shape"] = graph.Ints(ks...)
+	}
+	list := func(name string, def int64) ([]int64, error) {
+		v, ok, err := c.attrInts(name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			v = make([]int64, n)
+			for i := range v {
+				v[i] = def
+			}
+		}
+		if len(v) != n {
+			return nil, c.errf("%s %v for %d spatial axes", name, v, n)
+		}
+		attrs[name] = graph.Ints(v...)
+		return v, nil
+	}
+	strides, err := list("strides", 1)
+	if err != nil {
+		return err
+	}
+	dil, err := list("dilations", 1)
+	if err != nil {
+		return err
+	}
+	outPad, err := list("output_padding", 0)
+	if err != nil {
+		return err
+	}
+	g, err := c.attrInt("group", 1)
+	if err != nil {
+		return err
+	}
+	attrs["group"] = graph.Int(g)
+	autoPad, err := c.attrString("auto_pad", "NOTSET")
+	if err != nil {
+		return err
+	}
+	pads, hasPads, err := c.attrInts("pads")
+	if err != nil {
+		return err
+	}
+	outShape, hasOut, err := c.attrInts("output_shape")
+	if err != nil {
+		return err
+	}
+	if hasOut && len(outShape) == n+2 {
+		outShape = outShape[2:]
+	}
+	switch {
+	case autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER":
+		return c.errf("auto_pad %q is not supported", autoPad)
+	case hasOut || autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER":
+		if !hasOut {
+			outShape = make([]int64, n)
+			for i := range n {
+				outShape[i] = int64(xs[2+i]) * strides[i]
+			}
+		}
+		if len(outShape) != n {
+			return c.errf("output_shape %v for %d spatial axes", outShape, n)
+		}
+		pads = make([]int64, 2*n)
+		for i := range n {
+			total := strides[i]*(int64(xs[2+i])-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - outShape[i]
+			if total < 0 {
+				return c.errf("output_shape %v is larger than the full output", outShape)
+			}
+			if autoPad == "SAME_UPPER" {
+				pads[i], pads[n+i] = total/2, total-total/2
+			} else {
+				pads[i], pads[n+i] = total-total/2, total/2
+			}
+		}
+	case autoPad == "VALID" || !hasPads:
+		pads = make([]int64, 2*n)
+	}
+	attrs["pads"] = graph.Ints(pads...)
+	in := []*graph.Value{x, w}
+	if b != nil {
+		in = append(in, b)
+	}
+	_, err = c.emit("ConvTranspose", attrs, in...)
 	return err
 }

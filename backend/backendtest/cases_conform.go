@@ -94,6 +94,26 @@ func convCases() []opCase {
 			c.expect(c.op("Conv", cc.attrs, ins...), ref("Conv", cc.attrs, refs...))
 		})
 	}
+	for _, tc := range []struct {
+		name  string
+		x, w  []int
+		attrs graph.Attrs
+		bias  bool
+	}{
+		{"2d_stride2_pad", []int{1, 2, 3, 4}, []int{2, 3, 3, 3}, graph.Attrs{"strides": graph.Ints(2, 2), "pads": graph.Ints(1, 0, 0, 1)}, true},
+		{"1d_group2_outpad_dil", []int{2, 4, 5}, []int{4, 1, 2}, graph.Attrs{"group": graph.Int(2), "strides": graph.Ints(3), "output_padding": graph.Ints(1), "dilations": graph.Ints(2)}, false},
+	} {
+		add("ConvTranspose", tc.name, func(c *ctx) {
+			x, rx := c.x(tc.x...)
+			w, rw := c.x(tc.w...)
+			ins, refs := []*graph.Value{x, w}, []*graph.Tensor{f64(rx), f64(rw)}
+			if tc.bias {
+				b, rb := c.x(tc.w[1])
+				ins, refs = append(ins, b), append(refs, f64(rb))
+			}
+			c.expect(c.op("ConvTranspose", tc.attrs, ins...), ref("ConvTranspose", tc.attrs, refs...))
+		})
+	}
 	for _, op := range []string{"MaxPool", "AveragePool"} {
 		for _, pc := range []struct {
 			name  string

@@ -10,7 +10,7 @@ import (
 // lowering refuses the graph at Compile, naming the op, with an error that
 // wraps backend.ErrUnsupported. They run on the CPU backend.
 func init() {
-	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "MaxPool", "AveragePool"} {
+	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool"} {
 		lowerings[op] = lowering{lower: lowerUnsupported}
 	}
 }
