@@ -153,7 +153,10 @@ func conformanceVerdict(dir string) (verdict string) {
 	}
 	for _, v := range g.Inputs {
 		if got := in[v.Name].Type(); !got.Equal(v.Type) {
-			return fmt.Sprintf("refused: test data shape differs from the model's declared input shape (input %s: %v, declared %v)", v.Name, got.Shape, v.Type.Shape)
+			// The ONNX 1.12 data of a few tests contradicts the model (CastLike's
+			// "like" input given as [1] where the model declares [3, 4]); a
+			// static graph is compiled for the declared shape.
+			return "refused: test data shape differs from the model's declared input shape"
 		}
 	}
 	out, err := exe.Run(in)

@@ -6,15 +6,27 @@ import (
 	"github.com/flashgraph/flashgraph/backend"
 )
 
-// Ops of the op table with no CUDA kernel yet (graph/ops_conform.go): their
-// lowering refuses the graph at Compile, naming the op, with an error that
-// wraps backend.ErrUnsupported. They run on the CPU backend.
+// noKernelYet lists the ops of the op table with no CUDA kernel yet
+// (graph/ops_conform.go, graph/ops_conv.go): their lowering refuses the graph
+// at Compile, naming the op, with an error that wraps backend.ErrUnsupported.
+// They run on the CPU backend.
+var noKernelYet = map[string]bool{
+	"GatherElements": true, "ArgMax": true, "ReduceProd": true,
+	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true,
+}
+
 func init() {
-	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool"} {
+	for op := range noKernelYet {
 		lowerings[op] = lowering{lower: lowerUnsupported}
 	}
 }
 
 func lowerUnsupported(c *lowerCtx) (func() error, error) {
 	return nil, fmt.Errorf("op %s has no CUDA kernel yet: %w", c.n.Op, backend.ErrUnsupported)
+}
+
+// HasKernel reports whether the CUDA backend runs op (an op table name).
+func HasKernel(op string) bool {
+	_, ok := lowerings[op]
+	return ok && !noKernelYet[op]
 }
