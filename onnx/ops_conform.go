@@ -1227,3 +1227,24 @@ func importConvTranspose(c *opCtx) error {
 	_, err = c.emit("ConvTranspose", attrs, in...)
 	return err
 }
+
+func init() {
+	handlers["Einsum"] = importEinsum
+	introduced["Einsum"] = 12
+}
+
+func importEinsum(c *opCtx) error {
+	eq, err := c.attrString("equation", "")
+	if err != nil {
+		return err
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) == 0 || slices.Contains(in, nil) {
+		return c.errf("needs operands, none omitted")
+	}
+	_, err = c.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
+	return err
+}

@@ -65,6 +65,26 @@ func conformCases() []opCase {
 			c.expect(c.op("ReduceProd", attrs, ins...), ref("ReduceProd", attrs, refs...))
 		})
 	}
+	for _, ec := range []struct {
+		name, eq string
+		shapes   [][]int
+	}{
+		{"matmul", "ij,jk->ik", [][]int{{3, 4}, {4, 5}}},
+		{"batch_diagonal", "...ii->...i", [][]int{{2, 3, 3}}},
+		{"implicit_sum_transpose", "kji", [][]int{{2, 3, 4}}},
+		{"inner_three", "i,i,ij", [][]int{{4}, {4}, {4, 2}}},
+	} {
+		add("Einsum", ec.name, func(c *ctx) {
+			attrs := graph.Attrs{"equation": graph.Str(ec.eq)}
+			var ins []*graph.Value
+			var refs []*graph.Tensor
+			for _, s := range ec.shapes {
+				x, rx := c.x(s...)
+				ins, refs = append(ins, x), append(refs, f64(rx))
+			}
+			c.expect(c.op("Einsum", attrs, ins...), ref("Einsum", attrs, refs...))
+		})
+	}
 	return append(cs, convCases()...)
 }
 

@@ -12,7 +12,7 @@ import (
 // They run on the CPU backend.
 var noKernelYet = map[string]bool{
 	"GatherElements": true, "ArgMax": true, "ReduceProd": true,
-	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true,
+	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true, "Einsum": true,
 }
 
 func init() {
