@@ -1248,3 +1248,129 @@ func importEinsum(c *opCtx) error {
 	_, err = c.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
 	return err
 }
+
+func init() {
+	handlers["DepthToSpace"] = importSpaceDepth
+	handlers["SpaceToDepth"] = importSpaceDepth
+	handlers["InstanceNormalization"] = importInstanceNorm
+}
+
+// importSpaceDepth writes DepthToSpace and SpaceToDepth as the Reshape,
+// Transpose, Reshape their definitions are.
+func importSpaceDepth(c *opCtx) error {
+	bs, err := c.attrInt("blocksize", 0)
+	if err != nil {
+		return err
+	}
+	mode := "DCR"
+	if c.n.OpType == "DepthToSpace" && c.ver >= 11 {
+		if mode, err = c.attrString("mode", "DCR"); err != nil {
+			return err
+		}
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	s := x.Type.Shape
+	if s.Rank() != 4 || bs <= 0 {
+		return c.errf("want a [N, C, H, W] input and a positive blocksize, got %v and %d", s, bs)
+	}
+	n, ch, h, w, b := int64(s[0]), int64(s[1]), int64(s[2]), int64(s[3]), bs
+	var split, perm, final []int64
+	switch {
+	case c.n.OpType == "SpaceToDepth":
+		if h%b != 0 || w%b != 0 {
+			return c.errf("H and W of %v are not multiples of %d", s, b)
+		}
+		split, perm, final = []int64{n, ch, h / b, b, w / b, b}, []int64{0, 3, 5, 1, 2, 4}, []int64{n, ch * b * b, h / b, w / b}
+	case ch%(b*b) != 0:
+		return c.errf("C of %v is not a multiple of %d", s, b*b)
+	case mode == "DCR":
+		split, perm, final = []int64{n, b, b, ch / (b * b), h, w}, []int64{0, 3, 4, 1, 5, 2}, []int64{n, ch / (b * b), h * b, w * b}
+	case mode == "CRD":
+		split, perm, final = []int64{n, ch / (b * b), b, b, h, w}, []int64{0, 1, 4, 2, 5, 3}, []int64{n, ch / (b * b), h * b, w * b}
+	default:
+		return c.errf("mode %q is not supported", mode)
+	}
+	sv, err := c.ints("split", split)
+	if err != nil {
+		return err
+	}
+	xs, err := c.sub("Reshape", nil, x, sv)
+	if err != nil {
+		return err
+	}
+	xt, err := c.sub("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, xs)
+	if err != nil {
+		return err
+	}
+	fv, err := c.ints("shape", final)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, xt, fv)
+	return err
+}
+
+// importInstanceNorm normalizes each [n, c] plane over the spatial axes:
+// (X − mean)/√(var + ε)·scale[c] + B[c].
+func importInstanceNorm(c *opCtx) error {
+	eps, err := c.attrFloat("epsilon", 1e-5)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	s := x.Type.Shape
+	if s.Rank() < 3 || !x.Type.DType.IsFloat() {
+		return c.errf("X %v: want a float [N, C, D...]", x.Type)
+	}
+	var ax []int64
+	shape := []int64{int64(s[1])}
+	for i := 2; i < s.Rank(); i++ {
+		ax = append(ax, int64(i))
+		shape = append(shape, 1)
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	sv, err := c.ints("shape", shape)
+	if err != nil {
+		return err
+	}
+	var sb [2]*graph.Value
+	for i := range sb {
+		v, err := c.need(i + 1)
+		if err != nil {
+			return err
+		}
+		if v.Type.DType != x.Type.DType || !v.Type.Shape.Equal(graph.Shape{s[1]}) {
+			return c.errf("input %d %v: want %v[%d]", i+1, v.Type, x.Type.DType, s[1])
+		}
+		if sb[i], err = c.sub("Reshape", nil, v, sv); err != nil {
+			return err
+		}
+	}
+	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	nrm, _, err := rmsScale(c, d, axes, eps)
+	if err != nil {
+		return err
+	}
+	y, err := c.sub("Mul", nil, nrm, sb[0])
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Add", nil, y, sb[1])
+	return err
+}
