@@ -1374,3 +1374,224 @@ func importInstanceNorm(c *opCtx) error {
 	_, err = c.emit("Add", nil, y, sb[1])
 	return err
 }
+
+func init() {
+	for op, h := range map[string]handler{
+		"ScatterElements": importScatterElements, "Scatter": importScatterElements,
+		"Pad": importPad, "TopK": importTopK, "OneHot": importOneHot,
+	} {
+		handlers[op] = h
+	}
+	introduced["ScatterElements"] = 11
+	introduced["OneHot"] = 9
+	introduced["Scatter"] = 9
+}
+
+// importScatterElements maps ScatterElements and Scatter (its name before
+// opset 11, without reduction).
+func importScatterElements(c *opCtx) error {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	red := "none"
+	if c.n.OpType == "ScatterElements" && c.ver >= 16 {
+		if red, err = c.attrString("reduction", "none"); err != nil {
+			return err
+		}
+	}
+	data, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	idx, err := c.indicesValue(1)
+	if err != nil {
+		return err
+	}
+	upd, err := c.need(2)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("ScatterElements", graph.Attrs{"axis": graph.Int(axis), "reduction": graph.Str(red)}, data, idx, upd)
+	return err
+}
+
+// importPad reads pads and the constant from attributes (before opset 11)
+// or inputs; opset 18's axes input spreads pads over the axes it names.
+func importPad(c *opCtx) error {
+	mode, err := c.attrString("mode", "constant")
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	r := x.Type.Shape.Rank()
+	var pads []int64
+	var value *graph.Value
+	if c.ver < 11 {
+		name := "pads"
+		if c.ver < 2 {
+			name = "paddings"
+		}
+		p, ok, err := c.attrInts(name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return c.errf("%s is required", name)
+		}
+		pads = p
+		v, err := c.attrFloat("value", 0)
+		if err != nil {
+			return err
+		}
+		if value, err = c.scalar("value", x.Type.DType, v); err != nil {
+			return err
+		}
+	} else {
+		pc, err := c.constInput(1, "pads")
+		if err != nil {
+			return err
+		}
+		if pc == nil {
+			return c.errf("needs pads")
+		}
+		if pads, err = pc.ints(); err != nil {
+			return c.errf("pads: %v", err)
+		}
+		if value, err = c.value(2); err != nil {
+			return err
+		}
+		if ac, err := c.constInput(3, "axes"); err != nil {
+			return err
+		} else if ac != nil {
+			axes, err := ac.ints()
+			if err != nil {
+				return c.errf("axes: %v", err)
+			}
+			if len(pads) != 2*len(axes) {
+				return c.errf("pads %v for axes %v", pads, axes)
+			}
+			full := make([]int64, 2*r)
+			for i, a := range axes {
+				ax, err := graph.NormAxis(int(a), r)
+				if err != nil {
+					return c.errf("%v", err)
+				}
+				full[ax], full[r+ax] = pads[i], pads[len(axes)+i]
+			}
+			pads = full
+		}
+	}
+	pv, err := c.ints("pads", pads)
+	if err != nil {
+		return err
+	}
+	in := []*graph.Value{x, pv}
+	if value != nil {
+		if value.Type.Shape.Rank() != 0 {
+			// Our constant_value is one element of any rank; ONNX's is a scalar
+			// (or [1]).
+			if value.Type.Shape.Numel() != 1 {
+				return c.errf("constant_value %v: want one element", value.Type.Shape)
+			}
+		}
+		in = append(in, value)
+	}
+	_, err = c.emit("Pad", graph.Attrs{"mode": graph.Str(mode)}, in...)
+	return err
+}
+
+// importTopK reads K from the attribute (before opset 10) or input.
+func importTopK(c *opCtx) error {
+	attrs := graph.Attrs{}
+	axis, err := c.attrInt("axis", -1)
+	if err != nil {
+		return err
+	}
+	attrs["axis"] = graph.Int(axis)
+	if c.ver >= 11 {
+		for _, name := range []string{"largest", "sorted"} {
+			v, err := c.attrInt(name, 1)
+			if err != nil {
+				return err
+			}
+			attrs[name] = graph.Int(v)
+		}
+		if attrs.Int("sorted", 1) == 0 {
+			// Unsorted order is unspecified; ours is sorted, which is one such order.
+			attrs["sorted"] = graph.Int(1)
+		}
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	var k *graph.Value
+	if c.ver < 10 {
+		kv, ok, err := c.attrInts("k")
+		if err != nil {
+			return err
+		}
+		if a, _ := c.attr("k", onnxpb.AttrInt); a != nil {
+			kv, ok = []int64{a.I}, true
+		}
+		if !ok {
+			return c.errf("k is required")
+		}
+		if k, err = c.ints("k", kv); err != nil {
+			return err
+		}
+	} else {
+		if _, err := c.constInput(1, "K"); err != nil {
+			return err
+		}
+		if k, err = c.need(1); err != nil {
+			return err
+		}
+	}
+	_, err = c.emit("TopK", attrs, x, k)
+	return err
+}
+
+func importOneHot(c *opCtx) error {
+	axis, err := c.attrInt("axis", -1)
+	if err != nil {
+		return err
+	}
+	idx, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dc, err := c.constInput(1, "depth")
+	if err != nil {
+		return err
+	}
+	if dc == nil || dc.n() != 1 {
+		return c.errf("depth must be one value")
+	}
+	d := dc.at(0)
+	if d != float64(int64(d)) {
+		return c.errf("depth %v is not an integer", d)
+	}
+	depth, err := c.ints("depth", []int64{int64(d)})
+	if err != nil {
+		return err
+	}
+	vals, err := c.need(2)
+	if err != nil {
+		return err
+	}
+	if c.ver < 11 {
+		// Negative indices are out of range before opset 11; ours count from the end.
+		if e := c.input(0); e.c == nil {
+			return c.errf("runtime indices before opset 11 (negative ones mean out of range) are not supported")
+		} else if slices.ContainsFunc(e.c.f, func(v float64) bool { return v < 0 }) || slices.ContainsFunc(e.c.i, func(v int64) bool { return v < 0 }) {
+			return c.errf("negative indices before opset 11 are not supported")
+		}
+	}
+	_, err = c.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
+	return err
+}

@@ -85,7 +85,93 @@ func conformCases() []opCase {
 			c.expect(c.op("Einsum", attrs, ins...), ref("Einsum", attrs, refs...))
 		})
 	}
-	return append(cs, convCases()...)
+	return append(append(cs, convCases()...), indexCases()...)
+}
+
+// indexCases are the cases of ScatterElements, Pad, TopK and OneHot.
+func indexCases() []opCase {
+	var cs []opCase
+	add := func(op, name string, fn func(c *ctx)) { cs = append(cs, opCase{op: op, name: name, fn: fn}) }
+	addDT := func(op, name string, dts []graph.DType, fn func(c *ctx)) {
+		cs = append(cs, opCase{op: op, name: name, dts: dts, fn: fn})
+	}
+	for _, red := range []string{"none", "add", "mul", "max", "min"} {
+		add("ScatterElements", "axis1_"+red, func(c *ctx) {
+			x, rx := c.x(3, 5)
+			// Distinct positions per row when reduction is none: the result
+			// of writing twice depends on the order.
+			idx := c.b.Const("idx", graph.Int64, graph.Shape{3, 2}, graph.Literal(0, 4, -1, 2, 1, 3))
+			ri := tensorFrom(graph.Int64, &arr{shape: []int{3, 2}, data: []float64{0, 4, -1, 2, 1, 3}})
+			u, ru := c.x(3, 2)
+			attrs := graph.Attrs{"axis": graph.Int(1), "reduction": graph.Str(red)}
+			c.expect(c.op("ScatterElements", attrs, x, idx, u), ref("ScatterElements", attrs, f64(rx), ri, f64(ru)))
+		})
+	}
+	addDT("ScatterElements", "int64_add_repeats", onlyInt64, func(c *ctx) {
+		x, rx := c.input(graph.Int64, ints(-50, 50), 4, 2)
+		idx, ri := c.input(graph.Int64, ints(-4, 4), 3, 2)
+		u, ru := c.input(graph.Int64, ints(-50, 50), 3, 2)
+		attrs := graph.Attrs{"axis": graph.Int(0), "reduction": graph.Str("add")}
+		c.expect(c.op("ScatterElements", attrs, x, idx, u), ref("ScatterElements", attrs, tensorFrom(graph.Int64, rx), tensorFrom(graph.Int64, ri), tensorFrom(graph.Int64, ru)))
+	})
+	for _, pc := range []struct {
+		name, mode string
+		pads       []int
+		value      bool
+	}{
+		{"constant_value", "constant", []int{1, 0, 2, 3}, true},
+		{"constant_zero_crop", "constant", []int{0, -1, 2, 1}, false},
+		{"reflect", "reflect", []int{2, 1, 1, 3}, false},
+		{"edge", "edge", []int{3, 0, 0, 2}, false},
+	} {
+		add("Pad", pc.name, func(c *ctx) {
+			x, rx := c.x(3, 4)
+			attrs := graph.Attrs{"mode": graph.Str(pc.mode)}
+			ins, refs := []*graph.Value{x, c.b.Ints(pc.pads...)}, []*graph.Tensor{f64(rx), i64(pc.pads...)}
+			if pc.value {
+				v, rv := c.x(1)
+				ins, refs = append(ins, v), append(refs, f64(rv))
+			}
+			c.expect(c.op("Pad", attrs, ins...), ref("Pad", attrs, refs...))
+		})
+	}
+	for _, tc := range []struct {
+		name          string
+		shape         []int
+		k             int
+		axis, largest int64
+		g             gen
+	}{
+		{"largest_axis1", []int{3, 6}, 3, 1, 1, normal},
+		{"smallest_axis0_ties", []int{7, 2}, 4, 0, 0, fewValues},
+		{"all_last", []int{2, 3, 5}, 5, -1, 1, fewValues},
+	} {
+		add("TopK", tc.name, func(c *ctx) {
+			x, rx := c.input(c.dt, tc.g, tc.shape...)
+			attrs := graph.Attrs{"axis": graph.Int(tc.axis), "largest": graph.Int(tc.largest)}
+			outs := c.opN("TopK", attrs, x, c.b.Ints(tc.k))
+			want := refN("TopK", attrs, f64(rx), i64(tc.k))
+			c.expect(outs[0], want[0])
+			c.expect(outs[1], want[1])
+		})
+	}
+	for _, oc := range []struct {
+		name  string
+		shape []int
+		axis  int64
+	}{
+		{"last_axis", []int{2, 3}, -1},
+		{"axis0", []int{4}, 0},
+		{"axis1_rank3", []int{2, 2, 3}, 1},
+	} {
+		add("OneHot", oc.name, func(c *ctx) {
+			idx, ri := c.input(graph.Int64, ints(-6, 7), oc.shape...)
+			vals, rv := c.x(2)
+			attrs := graph.Attrs{"axis": graph.Int(oc.axis)}
+			c.expect(c.op("OneHot", attrs, idx, c.b.Ints(5), vals), ref("OneHot", attrs, tensorFrom(graph.Int64, ri), i64(5), f64(rv)))
+		})
+	}
+	return cs
 }
 
 // convCases are the cases of Conv, MaxPool and AveragePool.

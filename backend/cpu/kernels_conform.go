@@ -11,7 +11,8 @@ import (
 // tensors, is already the kernel we want (it computes in float64 and rounds
 // once to the output's type, as the CPU kernels do).
 func init() {
-	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum"} {
+	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
+		"ScatterElements", "Pad", "TopK", "OneHot"} {
 		kernels[op] = evalKernel(op)
 	}
 }

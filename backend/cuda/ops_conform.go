@@ -13,6 +13,7 @@ import (
 var noKernelYet = map[string]bool{
 	"GatherElements": true, "ArgMax": true, "ReduceProd": true,
 	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true, "Einsum": true,
+	"ScatterElements": true, "Pad": true, "TopK": true, "OneHot": true,
 }
 
 func init() {
