@@ -545,8 +545,8 @@ func TestRefusals(t *testing.T) {
 			m.Functions = [][]byte{{0x0a, 0x04, 'M', 'y', 'F', 'n'}}
 			return m
 		}(), []string{"MyFn", "local"}},
-		{"legacy broadcast attribute", modelOf(6, []*onnxpb.ValueInfo{x[0], vi("b", onnxpb.Float, 3)}, nil, []string{"y"},
-			nd("Add", []string{"x", "b"}, []string{"y"}, aInt("broadcast", 1))), []string{"broadcast"}},
+		{"legacy broadcast axis out of range", modelOf(6, []*onnxpb.ValueInfo{x[0], vi("b", onnxpb.Float, 3)}, nil, []string{"y"},
+			nd("Add", []string{"x", "b"}, []string{"y"}, aInt("broadcast", 1), aInt("axis", 2))), []string{"broadcast axis 2"}},
 		{"legacy reshape", modelOf(4, x, nil, []string{"y"}, nd("Reshape", []string{"x"}, []string{"y"}, aInts("shape", 3, 2))), []string{"opset < 5"}},
 	}
 	for _, c := range cases {

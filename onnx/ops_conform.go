@@ -745,6 +745,11 @@ func (c *opCtx) legacyForms() error {
 			return err
 		}
 	}
+	if legacyBroadcast[c.n.OpType] && c.has("broadcast") {
+		if err := c.legacyBroadcast(); err != nil {
+			return err
+		}
+	}
 	switch op := c.n.OpType; {
 	case op == "Reshape" && c.ver < 5:
 		return c.errf("the shape attribute of opset < 5 is not supported")
@@ -1594,4 +1599,71 @@ func importOneHot(c *opCtx) error {
 	}
 	_, err = c.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
 	return err
+}
+
+// legacyBroadcast lists the ops that took broadcast (and, but for Gemm,
+// axis) attributes before opset 7.
+var legacyBroadcast = map[string]bool{
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Equal": true,
+	"Less": true, "Greater": true, "And": true, "Or": true, "Xor": true, "Gemm": true,
+}
+
+// legacyBroadcast reads opset < 7's broadcast attribute: with broadcast=1, B
+// broadcasts to A, its dims lined up with A's from axis on (the trailing dims
+// when axis is absent, which is numpy's rule, ours). B is reshaped to put its
+// dims there; the op then broadcasts as from opset 7 on. broadcast=0 means
+// equal shapes, which broadcasting leaves alone.
+func (c *opCtx) legacyBroadcast() error {
+	b, err := c.attrInt("broadcast", 0)
+	if err != nil {
+		return err
+	}
+	if c.n.OpType == "Gemm" || b == 0 || !c.has("axis") {
+		return nil
+	}
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	ea, eb := c.input(0), c.input(1)
+	if ea == nil || eb == nil {
+		return c.errf("needs two inputs")
+	}
+	_, sa := ea.typ()
+	_, sb := eb.typ()
+	if axis < 0 {
+		axis += int64(sa.Rank())
+	}
+	if axis < 0 || int(axis)+sb.Rank() > sa.Rank() {
+		return c.errf("broadcast axis %d does not place B %v in A %v", axis, sb, sa)
+	}
+	shape := sb.Clone()
+	for range sa.Rank() - int(axis) - sb.Rank() {
+		shape = append(shape, 1)
+	}
+	if shape.Rank() == sb.Rank() {
+		return nil
+	}
+	if eb.c != nil {
+		c.in[1] = c.im.constant(eb.name+"_aligned", eb.c.reshaped(shape))
+		return nil
+	}
+	v, err := c.im.val(eb)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	dims := make([]int64, len(shape))
+	for i, d := range shape {
+		dims[i] = int64(d)
+	}
+	sv, err := c.ints("aligned", dims)
+	if err != nil {
+		return err
+	}
+	r, err := c.sub("Reshape", nil, v, sv)
+	if err != nil {
+		return err
+	}
+	c.in[1] = &entry{name: r.Name, v: r}
+	return nil
 }
