@@ -55,9 +55,10 @@ its opset and the reason; it never approximates.
 
 Element types: float32, float64, float16, bfloat16, int64 and bool. Other element types
 (int8/16/32, uint8/16/32/64, strings) and non-tensor types (sequence, map, optional) are
-refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read; before opset 7 the forms that meant
-something else (the broadcast and axis attributes of binary ops, Reshape's shape attribute,
-Tile-1, Split-1's split input) are refused.
+refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
+attributes of binary ops are read (B lined up with A from axis) and consumed_inputs ignored;
+the forms that meant something else (Reshape's shape attribute, Tile-1, Split-1's split
+input) are refused.
 
 ## The ONNX backend test suite
 

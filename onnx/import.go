@@ -57,10 +57,10 @@ type Options struct {
 // MaxOpset is the newest default-domain opset whose semantics this importer knows.
 const MaxOpset = 23
 
-// MinOpset is the oldest. Opsets before 7 spelled some forms differently
-// (the broadcast and axis attributes of binary ops, Reshape's shape as an
-// attribute); those forms are refused by the op (legacyForms, ops_conform.go),
-// the rest mean what they mean in later opsets.
+// MinOpset is the oldest. Opsets before 7 spelled some forms differently:
+// legacyForms (ops_conform.go) reads the broadcast and axis attributes of
+// binary ops and refuses the forms that meant something else (Reshape's
+// shape as an attribute, ...); the rest mean what they mean later.
 const MinOpset = 1
 
 // Producer is written as producer_name by Export; a model carrying it is imported
