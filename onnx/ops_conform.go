@@ -1667,3 +1667,117 @@ func (c *opCtx) legacyBroadcast() error {
 	c.in[1] = &entry{name: r.Name, v: r}
 	return nil
 }
+
+func init() {
+	handlers["Compress"] = importCompress
+	handlers["MeanVarianceNormalization"] = importMVN
+	introduced["Compress"] = 9
+	introduced["MeanVarianceNormalization"] = 9
+}
+
+// importCompress needs its condition known (the output's shape depends on
+// it): it is then Gather of the selected positions, along axis or of the
+// flattened input.
+func importCompress(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	cond, err := c.constInput(1, "condition")
+	if err != nil {
+		return err
+	}
+	if cond == nil || cond.shape.Rank() != 1 {
+		return c.errf("needs a 1-D condition")
+	}
+	var idx []int64
+	for k := range cond.n() {
+		if cond.at(k) != 0 {
+			idx = append(idx, int64(k))
+		}
+	}
+	src, axis := x, int64(0)
+	if c.has("axis") {
+		if axis, err = c.attrInt("axis", 0); err != nil {
+			return err
+		}
+		a, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
+		if err != nil {
+			return c.errf("%v", err)
+		}
+		if cond.n() > x.Type.Shape[a] {
+			return c.errf("condition of %d for axis %d of size %d", cond.n(), a, x.Type.Shape[a])
+		}
+	} else {
+		if cond.n() > x.Type.Shape.Numel() {
+			return c.errf("condition of %d for %d elements", cond.n(), x.Type.Shape.Numel())
+		}
+		flat, err := c.ints("flat", []int64{int64(x.Type.Shape.Numel())})
+		if err != nil {
+			return err
+		}
+		if src, err = c.sub("Reshape", nil, x, flat); err != nil {
+			return err
+		}
+	}
+	iv, err := c.ints("indices", idx)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, src, iv)
+	return err
+}
+
+// importMVN is (X − mean)/(√(mean((X − mean)²)) + 1e-9) over axes (default
+// 0, 2, 3), as the function that defines it (which writes the variance as
+// E[X²] − E[X]², the same value).
+func importMVN(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	ax, ok, err := c.attrInts("axes")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		ax = []int64{0, 2, 3}
+	}
+	if !x.Type.DType.IsFloat() {
+		return c.errf("MeanVarianceNormalization of %v is not supported", x.Type.DType)
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	sq, err := c.sub("Mul", nil, d, d)
+	if err != nil {
+		return err
+	}
+	v, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
+	if err != nil {
+		return err
+	}
+	sd, err := c.sub("Sqrt", nil, v)
+	if err != nil {
+		return err
+	}
+	eps, err := c.scalar("epsilon", x.Type.DType, 1e-9)
+	if err != nil {
+		return err
+	}
+	den, err := c.sub("Add", nil, sd, eps)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Div", nil, d, den)
+	return err
+}
