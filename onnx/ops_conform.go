@@ -1,6 +1,7 @@
 package onnx
 
 import (
+	"math"
 	"slices"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -1779,5 +1780,136 @@ func importMVN(c *opCtx) error {
 		return err
 	}
 	_, err = c.emit("Div", nil, d, den)
+	return err
+}
+
+func init() {
+	handlers["Resize"] = importResize
+	handlers["Upsample"] = importResize
+	introduced["Resize"] = 10
+}
+
+// importResize maps Resize and Upsample onto our Interpolate, with the output
+// sizes, the per-axis scales and the roi resolved from constant (or bound)
+// inputs. Before Resize-11 (Resize-10, Upsample) the coordinate transform is
+// asymmetric and nearest takes the floor.
+func importResize(c *opCtx) error {
+	mode, err := c.attrString("mode", "nearest")
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	r := x.Type.Shape.Rank()
+	attrs := graph.Attrs{"mode": graph.Str(mode)}
+	legacy := c.n.OpType == "Upsample" || c.ver < 11
+	var scales []float64
+	var sizes []int64
+	var roi []float64
+	floats := func(i int, what string) ([]float64, error) {
+		cv, err := c.constInput(i, what)
+		if err != nil || cv == nil {
+			return nil, err
+		}
+		out := make([]float64, cv.n())
+		for k := range out {
+			out[k] = cv.at(k)
+		}
+		return out, nil
+	}
+	if legacy {
+		if mode != "nearest" && mode != "linear" {
+			return c.errf("mode %q is not supported", mode)
+		}
+		attrs["coordinate_transformation_mode"] = graph.Str("asymmetric")
+		attrs["nearest_mode"] = graph.Str("floor")
+		if c.n.OpType == "Upsample" && c.ver < 9 {
+			a, err := c.attr("scales", onnxpb.AttrFloats)
+			if err != nil {
+				return err
+			}
+			if a == nil {
+				return c.errf("scales is required")
+			}
+			for _, f := range a.Floats {
+				scales = append(scales, float64(f))
+			}
+		} else if scales, err = floats(1, "scales"); err != nil {
+			return err
+		}
+	} else {
+		for _, name := range []string{"coordinate_transformation_mode", "nearest_mode"} {
+			def := map[string]string{"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor"}[name]
+			v, err := c.attrString(name, def)
+			if err != nil {
+				return err
+			}
+			attrs[name] = graph.Str(v)
+		}
+		a, err := c.attrFloat("cubic_coeff_a", -0.75)
+		if err != nil {
+			return err
+		}
+		ex, err := c.attrInt("exclude_outside", 0)
+		if err != nil {
+			return err
+		}
+		ev, err := c.attrFloat("extrapolation_value", 0)
+		if err != nil {
+			return err
+		}
+		attrs["cubic_coeff_a"], attrs["exclude_outside"], attrs["extrapolation_value"] = graph.Float(a), graph.Int(ex), graph.Float(ev)
+		if scales, err = floats(2, "scales"); err != nil {
+			return err
+		}
+		sc, err := c.constInput(3, "sizes")
+		if err != nil {
+			return err
+		}
+		if sc != nil && sc.n() > 0 {
+			if sizes, err = sc.ints(); err != nil {
+				return c.errf("sizes: %v", err)
+			}
+		}
+		if attrs.String("coordinate_transformation_mode", "") == "tf_crop_and_resize" {
+			if roi, err = floats(1, "roi"); err != nil {
+				return err
+			}
+			if len(roi) != 2*r {
+				return c.errf("roi %v for rank %d", roi, r)
+			}
+			attrs["roi"] = graph.Floats(roi...)
+		}
+	}
+	if len(sizes) > 0 && len(scales) > 0 {
+		return c.errf("scales and sizes are both given")
+	}
+	switch {
+	case len(sizes) == r:
+		for i, s := range sizes {
+			if x.Type.Shape[i] == 0 {
+				return c.errf("cannot resize the empty axis %d", i)
+			}
+			scales = append(scales, float64(s)/float64(x.Type.Shape[i]))
+		}
+	case len(scales) == r:
+		for i, s := range scales {
+			n := float64(x.Type.Shape[i])
+			if roi != nil {
+				n *= roi[r+i] - roi[i]
+			}
+			v := math.Floor(n * s)
+			if !(v >= 0) || v > math.MaxInt32 {
+				return c.errf("scale %v gives no output size", s)
+			}
+			sizes = append(sizes, int64(v))
+		}
+	default:
+		return c.errf("needs scales or sizes for each of the %d axes", r)
+	}
+	attrs["sizes"], attrs["scales"] = graph.Ints(sizes...), graph.Floats(scales...)
+	_, err = c.emit("Interpolate", attrs, x)
 	return err
 }

@@ -243,5 +243,26 @@ func convCases() []opCase {
 			})
 		}
 	}
+	for _, rc := range []struct {
+		name  string
+		shape []int
+		attrs graph.Attrs
+	}{
+		{"nearest_half_pixel_up", []int{1, 2, 3, 4}, graph.Attrs{"sizes": graph.Ints(1, 2, 7, 9), "scales": graph.Floats(1, 1, 7.0/3, 9.0/4)}},
+		{"nearest_floor_asymmetric_down", []int{2, 6, 5}, graph.Attrs{"sizes": graph.Ints(2, 3, 2), "scales": graph.Floats(1, 0.5, 0.4),
+			"coordinate_transformation_mode": graph.Str("asymmetric"), "nearest_mode": graph.Str("floor")}},
+		{"linear_align_corners", []int{1, 1, 4, 4}, graph.Attrs{"sizes": graph.Ints(1, 1, 7, 3), "scales": graph.Floats(1, 1, 1.75, 0.75),
+			"mode": graph.Str("linear"), "coordinate_transformation_mode": graph.Str("align_corners")}},
+		{"cubic_exclude_outside", []int{1, 1, 5, 4}, graph.Attrs{"sizes": graph.Ints(1, 1, 8, 3), "scales": graph.Floats(1, 1, 1.6, 0.75),
+			"mode": graph.Str("cubic"), "exclude_outside": graph.Int(1), "cubic_coeff_a": graph.Float(-0.5)}},
+		{"linear_tf_crop_and_resize", []int{1, 1, 4, 4}, graph.Attrs{"sizes": graph.Ints(1, 1, 3, 3), "scales": graph.Floats(1, 1, 0.75, 0.75),
+			"mode": graph.Str("linear"), "coordinate_transformation_mode": graph.Str("tf_crop_and_resize"),
+			"roi": graph.Floats(0, 0, 0.4, -0.2, 1, 1, 1.3, 0.7), "extrapolation_value": graph.Float(10)}},
+	} {
+		add("Interpolate", rc.name, func(c *ctx) {
+			x, rx := c.x(rc.shape...)
+			c.expect(c.op("Interpolate", rc.attrs, x), ref("Interpolate", rc.attrs, f64(rx)))
+		})
+	}
 	return cs
 }

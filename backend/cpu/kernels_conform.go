@@ -12,7 +12,7 @@ import (
 // once to the output's type, as the CPU kernels do).
 func init() {
 	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
-		"ScatterElements", "Pad", "TopK", "OneHot"} {
+		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate"} {
 		kernels[op] = evalKernel(op)
 	}
 }
