@@ -5,6 +5,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -80,3 +81,8 @@ func CheckFeeds(g *graph.Graph, feeds map[string]*graph.Tensor) error {
 	}
 	return nil
 }
+
+// ErrUnsupported marks a Compile error for a graph with an op the backend
+// has no implementation of yet (the CPU backend implements every op). The
+// conformance suite skips such cases on other backends, naming the op.
+var ErrUnsupported = errors.New("not supported by this backend")

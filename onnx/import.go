@@ -43,6 +43,13 @@ type Options struct {
 	// import; 0 means max(FoldFloor, FoldPerByte × the model's size in bytes).
 	// See limits.go.
 	MaxFoldElems int
+	// Bind gives values to graph inputs, which then become constants before
+	// anything is folded: a model whose shape, axes or k inputs are known at
+	// compile time specialises to them (as a shape profile does), and the bound
+	// inputs are no longer inputs of the graph. A value's element type and shape
+	// must be the ones the model declares for the input. Import reports an input
+	// it needs bound with a *BindError.
+	Bind map[string]*onnxpb.Tensor
 
 	size int // the serialized model's size in bytes, when known
 }
@@ -50,8 +57,11 @@ type Options struct {
 // MaxOpset is the newest default-domain opset whose semantics this importer knows.
 const MaxOpset = 23
 
-// MinOpset is the oldest: opsets before 7 used legacy broadcast attributes.
-const MinOpset = 7
+// MinOpset is the oldest. Opsets before 7 spelled some forms differently:
+// legacyForms (ops_conform.go) reads the broadcast and axis attributes of
+// binary ops and refuses the forms that meant something else (Reshape's
+// shape as an attribute, ...); the rest mean what they mean later.
+const MinOpset = 1
 
 // Producer is written as producer_name by Export; a model carrying it is imported
 // faithfully (no folding or aliasing), so that export followed by import gives
@@ -339,12 +349,33 @@ func meta(props []onnxpb.StringEntry, key string) string {
 	return ""
 }
 
-// inputs declares the graph inputs that are not initializers.
+// inputs declares the graph inputs that are not initializers; a bound one
+// becomes a constant.
 func (im *importer) inputs() error {
+	declared := map[string]bool{}
+	for _, vi := range im.m.Graph.Input {
+		declared[vi.Name] = true
+	}
+	for name := range im.opts.Bind {
+		if !declared[name] {
+			return fmt.Errorf("onnx: bound value %q is not a graph input", name)
+		}
+	}
 	for _, vi := range im.m.Graph.Input {
 		if _, isInit := im.env[vi.Name]; isInit {
 			// IR < 4 lists initializers among the inputs: they are defaults the
 			// caller may override. Our graphs are static, so they stay initializers.
+			continue
+		}
+		if t, ok := im.opts.Bind[vi.Name]; ok {
+			c, err := im.boundValue(vi, t)
+			if err != nil {
+				return fmt.Errorf("onnx: graph input %q: %w", vi.Name, err)
+			}
+			e := &entry{name: vi.Name, c: c, seq: im.nextSeq}
+			im.nextSeq++
+			im.inits = append(im.inits, e)
+			im.env[vi.Name] = e
 			continue
 		}
 		typ, err := im.staticType(vi)
@@ -357,6 +388,52 @@ func (im *importer) inputs() error {
 	}
 	return nil
 }
+
+// boundValue reads the value bound to a graph input and checks it against the
+// input's declared element type and shape (a symbolic dimension takes the
+// value's size unless Options.Dims gives it one).
+func (im *importer) boundValue(vi *onnxpb.ValueInfo, t *onnxpb.Tensor) (*cval, error) {
+	if t == nil {
+		return nil, errors.New("bound to nil")
+	}
+	c, err := cvalFromTensor(t)
+	if err != nil {
+		return nil, fmt.Errorf("bound value: %w", err)
+	}
+	if vi.Type == nil || vi.Type.Tensor == nil {
+		return nil, fmt.Errorf("type is %s; only tensors can be bound", vi.Type.TypeKind())
+	}
+	tt := vi.Type.Tensor
+	if tt.ElemType != c.dt {
+		return nil, fmt.Errorf("bound value has element type %v, the model declares %v", c.dt, tt.ElemType)
+	}
+	if tt.Shape != nil {
+		if len(tt.Shape.Dim) != len(c.shape) {
+			return nil, fmt.Errorf("bound value has shape %v, the model declares rank %d", c.shape, len(tt.Shape.Dim))
+		}
+		for i, d := range tt.Shape.Dim {
+			want, known := int(d.Value), d.HasValue
+			if !known && d.Param != "" {
+				want, known = im.opts.Dims[d.Param]
+			}
+			if known && want != c.shape[i] {
+				return nil, fmt.Errorf("bound value has shape %v, the model declares dimension %d = %d", c.shape, i, want)
+			}
+		}
+	}
+	im.fold.known(c)
+	return c, nil
+}
+
+// BindError is the error of an import that needs the value of a graph input
+// (a shape, axes, k) that the caller may give in Options.Bind.
+type BindError struct {
+	Input string // the graph input whose value is needed
+	err   error
+}
+
+func (e *BindError) Error() string { return e.err.Error() }
+func (e *BindError) Unwrap() error { return e.err }
 
 // staticType reads a ValueInfo's type; every dimension must be known (or bound
 // through Options.Dims).
@@ -498,11 +575,20 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 			return ctx.errf("output %q is defined twice", o)
 		}
 	}
+	if err := ctx.legacyForms(); err != nil {
+		return err
+	}
 	if err := ctx.checkFoldInputs(); err != nil {
 		return err
 	}
 	ctx.out = make([]*entry, len(n.Output))
 	if err := ctx.dispatch(); err != nil {
+		var be *BindError
+		if !errors.As(err, &be) {
+			if in := ctx.unboundInput(); in != "" && strings.Contains(err.Error(), "must be a constant") {
+				err = &BindError{Input: in, err: fmt.Errorf("%w (input %q may be bound with Options.Bind)", err, in)}
+			}
+		}
 		if errors.Is(err, errTooBig) {
 			// An op that can only be folded, with no budget left to fold it.
 			return ctx.errf("%v", im.fold.exceeded())
@@ -718,9 +804,25 @@ func (c *opCtx) constInput(i int, what string) (*cval, error) {
 		return nil, nil
 	}
 	if e.c == nil {
-		return nil, c.errf("%s (input %d, %q) must be a constant: flashgraph shapes are static", what, i, e.name)
+		err := c.errf("%s (input %d, %q) must be a constant: flashgraph shapes are static", what, i, e.name)
+		if e.v != nil && e.v.Kind == graph.Input {
+			err = &BindError{Input: e.name, err: fmt.Errorf("%w; bind it with Options.Bind", err)}
+		}
+		return nil, err
 	}
 	return e.c, nil
+}
+
+// unboundInput names an input of the node that is a graph input of an integer
+// type with no known value ("" if none): what a node that needs constant
+// operands may ask the caller to bind.
+func (c *opCtx) unboundInput() string {
+	for _, e := range c.in {
+		if e != nil && e.c == nil && e.v != nil && e.v.Kind == graph.Input && e.v.Type.DType == graph.Int64 {
+			return e.name
+		}
+	}
+	return ""
 }
 
 // allConst reports whether every given input is known at import time.

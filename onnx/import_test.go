@@ -510,8 +510,8 @@ func TestRefusals(t *testing.T) {
 		m    *onnxpb.Model
 		want []string
 	}{
-		{"unknown op", modelOf(17, x, nil, []string{"y"}, nd("Conv", []string{"x"}, []string{"y"})),
-			[]string{`"Conv_y"`, "Conv", "opset 17", "not supported"}},
+		{"unknown op", modelOf(17, x, nil, []string{"y"}, nd("NonZero", []string{"x"}, []string{"y"})),
+			[]string{`"NonZero_y"`, "NonZero", "opset 17", "not supported"}},
 		{"unknown attribute", modelOf(17, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"}, aInt("alpha", 1))),
 			[]string{"Relu", "alpha"}},
 		{"runtime-only op", modelOf(17, x, nil, []string{"y"}, nd("Sin", []string{"x"}, []string{"y"})),
@@ -523,7 +523,7 @@ func TestRefusals(t *testing.T) {
 		{"op newer than the opset", modelOf(16, x, nil, []string{"y"}, nd("Gelu", []string{"x"}, []string{"y"})),
 			[]string{"Gelu", "opset 16", "does not exist before opset 20"}},
 		{"opset too new", modelOf(24, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 24"}},
-		{"opset too old", modelOf(6, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 6"}},
+		{"opset too old", modelOf(0, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})), []string{"opset 0"}},
 		{"undefined input", modelOf(17, x, nil, []string{"y"}, nd("Relu", []string{"z"}, []string{"y"})), []string{`"z"`, "not defined"}},
 		{"symbolic dim", modelOf(17, []*onnxpb.ValueInfo{{Name: "x", Type: &onnxpb.Type{Tensor: &onnxpb.TensorType{ElemType: onnxpb.Float,
 			Shape: &onnxpb.TensorShape{Dim: []onnxpb.Dimension{{Param: "batch"}}}}}}}, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"})),
@@ -533,17 +533,22 @@ func TestRefusals(t *testing.T) {
 			m.Graph.Output[0] = vi("y", onnxpb.Float, 3, 2)
 			return m
 		}(), []string{`"y"`, "declares dimension 0 = 3"}},
-		{"layernorm stats used", modelOf(17, x, []*onnxpb.Tensor{onnxpb.NewFloat32("s", []int64{3}, []float32{1, 1, 1})}, []string{"y", "mean"},
-			nd("LayerNormalization", []string{"x", "s"}, []string{"y", "mean"})), []string{"Mean"}},
+		{"layernorm stash_type differs", modelOf(17, x, []*onnxpb.Tensor{onnxpb.NewFloat32("s", []int64{3}, []float32{1, 1, 1})}, []string{"y", "mean"},
+			nd("LayerNormalization", []string{"x", "s"}, []string{"y", "mean"}, aInt("stash_type", int64(onnxpb.Double)))), []string{"stash_type"}},
+		{"dropout in training mode", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("t", onnxpb.Bool)}, nil, []string{"y"},
+			nd("Dropout", []string{"x", "", "t"}, []string{"y"})), []string{"training_mode", "t"}},
 		{"reshape of runtime shape", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("s", onnxpb.Int64, 1)}, nil, []string{"y"},
 			nd("Reshape", []string{"x", "s"}, []string{"y"})), []string{"must be a constant"}},
-		{"ignore_index a class", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("l", onnxpb.Int64, 2)}, nil, []string{"y"},
-			nd("SoftmaxCrossEntropyLoss", []string{"x", "l"}, []string{"y"}, aInt("ignore_index", 1))), []string{"ignore_index 1"}},
+		{"loss reduction unknown", modelOf(17, []*onnxpb.ValueInfo{x[0], vi("l", onnxpb.Int64, 2)}, nil, []string{"y"},
+			nd("SoftmaxCrossEntropyLoss", []string{"x", "l"}, []string{"y"}, aInt("ignore_index", 1), aStr("reduction", "max"))), []string{`reduction "max"`}},
 		{"function call", func() *onnxpb.Model {
 			m := modelOf(17, x, nil, []string{"y"}, &onnxpb.Node{OpType: "MyFn", Domain: "local", Input: []string{"x"}, Output: []string{"y"}})
 			m.Functions = [][]byte{{0x0a, 0x04, 'M', 'y', 'F', 'n'}}
 			return m
 		}(), []string{"MyFn", "local"}},
+		{"legacy broadcast axis out of range", modelOf(6, []*onnxpb.ValueInfo{x[0], vi("b", onnxpb.Float, 3)}, nil, []string{"y"},
+			nd("Add", []string{"x", "b"}, []string{"y"}, aInt("broadcast", 1), aInt("axis", 2))), []string{"broadcast axis 2"}},
+		{"legacy reshape", modelOf(4, x, nil, []string{"y"}, nd("Reshape", []string{"x"}, []string{"y"}, aInts("shape", 3, 2))), []string{"opset < 5"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -24,7 +24,7 @@ func init() {
 		"SoftmaxCrossEntropyLoss": importSCELoss,
 		"Transpose":               importTranspose, "Reshape": importReshape, "Concat": importConcat,
 		"Slice": importSlice, "Unsqueeze": importUnsqueeze, "Squeeze": importSqueeze,
-		"Expand": direct("Expand"), "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
+		"Expand": importExpand, "Gather": importGather, "Trilu": importTrilu, "Split": importSplit,
 		"LayerNormalization": importLayerNorm, "RMSNormalization": importRMSNorm,
 		"Gelu": importGelu, "Attention": importAttention,
 	}
@@ -84,7 +84,13 @@ func (c *opCtx) dispatch() error {
 	h, ok := handlers[op]
 	if !ok {
 		if _, foldable := folders[op]; foldable {
-			return c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
+			err := c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
+			for _, e := range c.in {
+				if e != nil && e.c == nil && e.v != nil && e.v.Kind == graph.Input {
+					return &BindError{Input: e.name, err: err}
+				}
+			}
+			return err
 		}
 		return c.errf("op is not supported")
 	}
@@ -325,24 +331,26 @@ func importSCELoss(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	if c.input(2) != nil {
-		return c.errf("class weights are not supported")
-	}
-	if c.outputUsed(1) {
-		return c.errf("the log_prob output is not supported")
-	}
 	scores, err := c.need(0)
 	if err != nil {
 		return err
 	}
-	// ignore_index drops rows with that label from the loss and the mean. Our op
-	// has no such rows: every label must be a class in [0, C), and the backends
-	// reject any other label at run time. So an ignore_index outside [0, C)
-	// (PyTorch exports -100) never changes a result we compute; one inside would.
-	if ign, err := c.attrInt("ignore_index", -1); err != nil {
+	// Our op takes [N, C] scores and [N] labels in [0, C), no class weights;
+	// the other forms are written out (ops_conform.go). ignore_index drops
+	// rows with that label from the loss and the mean. Our op has no such
+	// rows: every label must be a class in [0, C), and the backends reject
+	// any other label at run time. So an ignore_index outside [0, C)
+	// (PyTorch exports -100) never changes a result the fused op computes,
+	// and keeps the fused op (which has a gradient); one inside needs the
+	// composed form.
+	ign, err := c.attrInt("ignore_index", -1)
+	if err != nil {
 		return err
-	} else if s := scores.Type.Shape; c.has("ignore_index") && s.Rank() == 2 && ign >= 0 && ign < int64(s[1]) {
-		return c.errf("ignore_index %d is a class index; not supported", ign)
+	}
+	s := scores.Type.Shape
+	ignoresClass := c.has("ignore_index") && (s.Rank() != 2 || (ign >= 0 && ign < int64(s[1])))
+	if c.input(2) != nil || c.outputUsed(1) || ignoresClass || s.Rank() != 2 || red == "none" {
+		return importSCEComposed(c)
 	}
 	labels, err := c.need(1)
 	if err != nil {
@@ -351,6 +359,14 @@ func importSCELoss(c *opCtx) error {
 	c.outNames = c.n.Output[:1]
 	_, err = c.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
 	return err
+}
+
+// importExpand needs its shape operand known: our shapes are static.
+func importExpand(c *opCtx) error {
+	if _, err := c.constInput(1, "shape"); err != nil {
+		return err
+	}
+	return direct("Expand")(c)
 }
 
 func importTranspose(c *opCtx) error {
@@ -670,9 +686,6 @@ func importSplit(c *opCtx) error {
 // importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that
 // defines it: normalize over the axes from axis on, then scale and shift.
 func importLayerNorm(c *opCtx) error {
-	if c.outputUsed(1) || c.outputUsed(2) {
-		return c.errf("the Mean and InvStdDev outputs are not supported")
-	}
 	x, axes, eps, err := normInputs(c)
 	if err != nil {
 		return err
@@ -694,51 +707,64 @@ func importLayerNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	nrm, err := rmsScale(c, d, axes, eps)
+	nrm, inv, err := rmsScale(c, d, axes, eps)
 	if err != nil {
 		return err
 	}
 	c.outNames = c.n.Output[:1]
 	if bias == nil {
 		_, err = c.emit("Mul", nil, nrm, scale)
-		return err
+	} else {
+		y, err := c.sub("Mul", nil, nrm, scale)
+		if err != nil {
+			return err
+		}
+		_, err = c.emit("Add", nil, y, bias)
 	}
-	y, err := c.sub("Mul", nil, nrm, scale)
 	if err != nil {
 		return err
 	}
-	_, err = c.emit("Add", nil, y, bias)
-	return err
+	// The Mean and InvStdDev outputs (the statistics, reduced axes kept as 1).
+	for i, v := range map[int]*graph.Value{1: mean, 2: inv} {
+		if c.outputUsed(i) {
+			if err := c.emitOutput(i, "Identity", nil, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // rmsScale writes v · 1/√(mean(v², axes) + eps), the step LayerNormalization
-// (v = X − mean) and RMSNormalization (v = X) share.
-func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, error) {
+// (v = X − mean) and RMSNormalization (v = X) share, and returns it with
+// 1/√(mean(v², axes) + eps).
+func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, *graph.Value, error) {
 	sq, err := c.sub("Mul", nil, v, v)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	epsV, err := c.scalar("epsilon", v.Type.DType, eps)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	mse, err := c.sub("Add", nil, ms, epsV)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rms, err := c.sub("Sqrt", nil, mse)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	inv, err := c.sub("Reciprocal", nil, rms)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return c.sub("Mul", nil, v, inv)
+	y, err := c.sub("Mul", nil, v, inv)
+	return y, inv, err
 }
 
 // normInputs reads what LayerNormalization and RMSNormalization share: the
@@ -788,7 +814,7 @@ func importRMSNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	nrm, err := rmsScale(c, x, axes, eps)
+	nrm, _, err := rmsScale(c, x, axes, eps)
 	if err != nil {
 		return err
 	}

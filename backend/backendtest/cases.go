@@ -571,6 +571,7 @@ func opCases() []opCase {
 			c.expect(outs[2], vo)
 		})
 	}
+	cs = append(cs, conformCases()...)
 	return cs
 }
 

@@ -1,0 +1,33 @@
+package cuda
+
+import (
+	"fmt"
+
+	"github.com/flashgraph/flashgraph/backend"
+)
+
+// noKernelYet lists the ops of the op table with no CUDA kernel yet
+// (graph/ops_conform.go, ops_conv.go, ops_einsum.go, ops_index.go, ops_resize.go): their lowering refuses the graph
+// at Compile, naming the op, with an error that wraps backend.ErrUnsupported.
+// They run on the CPU backend.
+var noKernelYet = map[string]bool{
+	"GatherElements": true, "ArgMax": true, "ReduceProd": true,
+	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true, "Einsum": true,
+	"ScatterElements": true, "Pad": true, "TopK": true, "OneHot": true, "Interpolate": true,
+}
+
+func init() {
+	for op := range noKernelYet {
+		lowerings[op] = lowering{lower: lowerUnsupported}
+	}
+}
+
+func lowerUnsupported(c *lowerCtx) (func() error, error) {
+	return nil, fmt.Errorf("op %s has no CUDA kernel yet: %w", c.n.Op, backend.ErrUnsupported)
+}
+
+// HasKernel reports whether the CUDA backend runs op (an op table name).
+func HasKernel(op string) bool {
+	_, ok := lowerings[op]
+	return ok && !noKernelYet[op]
+}

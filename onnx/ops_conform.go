@@ -1,0 +1,1915 @@
+package onnx
+
+import (
+	"math"
+	"slices"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// Standard ops imported as table ops with the same meaning, exactly: each
+// rewrite below computes what the ONNX operator's definition computes, in
+// the input's type, with no approximation (the ONNX backend test suite,
+// onnx/conformance_test.go, checks them). Where a rewrite would differ (an
+// integer operand whose negation wraps, an attribute we do not read), the
+// node is refused with the reason.
+
+func init() {
+	for op, h := range map[string]handler{
+		"Flatten": importFlatten, "Dropout": importDropout, "CastLike": importCastLike,
+		"ReduceMin": importReduceDerived, "ReduceL1": importReduceDerived, "ReduceL2": importReduceDerived,
+		"ReduceSumSquare": importReduceDerived, "ReduceLogSum": importReduceDerived,
+		"ReduceLogSumExp": importReduceDerived,
+		"Sum":             importVariadic, "Mean": importVariadic, "Max": importVariadic, "Min": importVariadic,
+		"Clip": importClip, "Tile": importTile,
+	} {
+		handlers[op] = h
+	}
+	introduced["CastLike"] = 15
+}
+
+// importFlatten is Reshape to [prod(dims before axis), prod(dims from axis)].
+func importFlatten(c *opCtx) error {
+	axis, err := c.attrInt("axis", 1)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	s := x.Type.Shape
+	a := int(axis)
+	if a < 0 {
+		a += s.Rank()
+	}
+	if a < 0 || a > s.Rank() {
+		return c.errf("axis %d out of range for rank %d", axis, s.Rank())
+	}
+	shape, err := c.ints("shape", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, x, shape)
+	return err
+}
+
+// importDropout is the identity at inference; its mask output is all true.
+// Training mode draws a random mask, which we refuse.
+func importDropout(c *opCtx) error {
+	if _, err := c.attrInt("seed", 0); err != nil {
+		return err
+	}
+	if c.ver < 12 {
+		if _, err := c.attrFloat("ratio", 0.5); err != nil {
+			return err
+		}
+		if c.ver < 7 {
+			if t, err := c.attrInt("is_test", 0); err != nil || t == 0 {
+				return c.errf("is_test=0 draws a random mask: random ops are not supported")
+			}
+		}
+	} else if c.input(2) != nil {
+		tm, err := c.constInput(2, "training_mode")
+		if err != nil {
+			return err
+		}
+		if tm.n() != 1 || tm.at(0) != 0 {
+			// A ratio of 0 drops nothing: the identity, in training too.
+			r, err := c.constInput(1, "ratio")
+			if err != nil {
+				return err
+			}
+			if r == nil || r.n() != 1 || r.at(0) != 0 {
+				return c.errf("training_mode=true draws a random mask: random ops are not supported")
+			}
+		}
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if c.outputUsed(1) {
+		cv := newCval(onnxpb.Bool, x.Type.Shape)
+		for k := range cv.n() {
+			cv.set(k, 1)
+		}
+		c.out[1] = &entry{name: c.n.Output[1], c: cv, seq: c.im.nextSeq}
+		c.im.nextSeq++
+		c.im.inits = append(c.im.inits, c.out[1])
+	}
+	c.outNames = c.n.Output[:1]
+	isOutput := slices.ContainsFunc(c.im.m.Graph.Output, func(o *onnxpb.ValueInfo) bool { return o.Name == c.n.Output[0] })
+	if !isOutput {
+		c.out[0] = c.in[0]
+		return nil
+	}
+	_, err = c.emit("Identity", nil, x)
+	return err
+}
+
+// importCastLike is Cast to the element type of its second input.
+func importCastLike(c *opCtx) error {
+	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	like, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
+	return err
+}
+
+// reduceOperands reads what every reduction shares: X, the axes (attribute
+// before opset 18, input from 18) as a graph operand or nil for all, and
+// keepdims. noop_with_empty_axes=1 with no axes is refused.
+func reduceOperands(c *opCtx) (x, axes *graph.Value, keep int64, err error) {
+	if keep, err = c.attrInt("keepdims", 1); err != nil {
+		return
+	}
+	if x, err = c.need(0); err != nil {
+		return
+	}
+	if c.ver < 18 {
+		vals, ok, err := c.attrInts("axes")
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		if ok {
+			if axes, err = c.ints("axes", vals); err != nil {
+				return nil, nil, 0, err
+			}
+		}
+		return x, axes, keep, nil
+	}
+	noop, err := c.attrInt("noop_with_empty_axes", 0)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	cv, err := c.constInput(1, "axes")
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if noop != 0 && (cv == nil || cv.n() == 0) {
+		return nil, nil, 0, c.errf("noop_with_empty_axes=1 with no axes is not supported")
+	}
+	if cv != nil && cv.n() > 0 {
+		if axes, err = c.value(1); err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return x, axes, keep, nil
+}
+
+// reduce adds one table reduction (ReduceSum, ReduceMax, ReduceMean).
+func (c *opCtx) reduce(op string, x, axes *graph.Value, keep int64) (*graph.Value, error) {
+	in := []*graph.Value{x}
+	if axes != nil {
+		in = append(in, axes)
+	}
+	return c.sub(op, graph.Attrs{"keepdims": graph.Int(keep)}, in...)
+}
+
+// importReduceDerived writes the reductions ONNX defines by a formula over
+// ReduceSum or ReduceMax: Min = −Max(−x), L1 = Σ|x|, L2 = √Σx², SumSquare =
+// Σx², LogSum = log Σx, LogSumExp = log Σexp(x − m) + m with m = max x.
+func importReduceDerived(c *opCtx) error {
+	x, axes, keep, err := reduceOperands(c)
+	if err != nil {
+		return err
+	}
+	op := c.n.OpType
+	float := x.Type.DType.IsFloat()
+	if !float && op != "ReduceL1" && op != "ReduceSumSquare" {
+		// −x wraps for the most negative integer; the logs and roots are of floats.
+		return c.errf("%s of %v is not supported", op, x.Type.DType)
+	}
+	last := func(o string, in ...*graph.Value) error {
+		c.outNames = c.n.Output[:1]
+		_, err := c.emit(o, nil, in...)
+		return err
+	}
+	switch op {
+	case "ReduceMin":
+		n, err := c.sub("Neg", nil, x)
+		if err != nil {
+			return err
+		}
+		m, err := c.reduce("ReduceMax", n, axes, keep)
+		if err != nil {
+			return err
+		}
+		return last("Neg", m)
+	case "ReduceL1":
+		a, err := c.sub("Abs", nil, x)
+		if err != nil {
+			return err
+		}
+		s, err := c.reduce("ReduceSum", a, axes, keep)
+		if err != nil {
+			return err
+		}
+		return last("Identity", s)
+	case "ReduceL2", "ReduceSumSquare":
+		sq, err := c.sub("Mul", nil, x, x)
+		if err != nil {
+			return err
+		}
+		s, err := c.reduce("ReduceSum", sq, axes, keep)
+		if err != nil {
+			return err
+		}
+		if op == "ReduceL2" {
+			return last("Sqrt", s)
+		}
+		return last("Identity", s)
+	case "ReduceLogSum":
+		s, err := c.reduce("ReduceSum", x, axes, keep)
+		if err != nil {
+			return err
+		}
+		return last("Log", s)
+	default: // ReduceLogSumExp
+		mk, err := c.reduce("ReduceMax", x, axes, 1)
+		if err != nil {
+			return err
+		}
+		d, err := c.sub("Sub", nil, x, mk)
+		if err != nil {
+			return err
+		}
+		e, err := c.sub("Exp", nil, d)
+		if err != nil {
+			return err
+		}
+		s, err := c.reduce("ReduceSum", e, axes, keep)
+		if err != nil {
+			return err
+		}
+		l, err := c.sub("Log", nil, s)
+		if err != nil {
+			return err
+		}
+		m := mk
+		if keep == 0 {
+			if m, err = c.reduce("ReduceMax", x, axes, 0); err != nil {
+				return err
+			}
+		}
+		return last("Add", l, m)
+	}
+}
+
+// importVariadic writes Sum and Mean as a chain of Adds (Mean then divided
+// by the count), and Max and Min as ReduceMax over the inputs broadcast to
+// the output's shape and stacked on a new leading axis (Min as −Max(−x)).
+func importVariadic(c *opCtx) error {
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) == 0 || slices.Contains(in, nil) {
+		return c.errf("needs at least one input, none omitted")
+	}
+	op := c.n.OpType
+	dt := in[0].Type.DType
+	if (op == "Mean" || op == "Min") && !dt.IsFloat() {
+		return c.errf("%s of %v is not supported", op, dt)
+	}
+	c.outNames = c.n.Output[:1]
+	if len(in) == 1 && op != "Min" && op != "Max" {
+		_, err := c.emit("Identity", nil, in[0])
+		return err
+	}
+	switch op {
+	case "Sum", "Mean":
+		acc := in[0]
+		for i, v := range in[1:] {
+			if i == len(in)-2 && op == "Sum" {
+				_, err := c.emit("Add", nil, acc, v)
+				return err
+			}
+			if acc, err = c.sub("Add", nil, acc, v); err != nil {
+				return err
+			}
+		}
+		n, err := c.scalar("count", dt, float64(len(in)))
+		if err != nil {
+			return err
+		}
+		_, err = c.emit("Div", nil, acc, n)
+		return err
+	}
+	m, err := c.elementwiseMax(in, op == "Min")
+	if err != nil {
+		return err
+	}
+	if op == "Min" {
+		_, err = c.emit("Neg", nil, m)
+	} else {
+		_, err = c.emit("Identity", nil, m)
+	}
+	return err
+}
+
+// elementwiseMax is the elementwise maximum of the inputs (of their
+// negations when neg), broadcast together: each input expanded to the common
+// shape and given a leading axis, concatenated on it, and reduced by ReduceMax.
+func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error) {
+	if dt := in[0].Type.DType; !dt.IsFloat() {
+		// Our ReduceMax is defined on floats.
+		return nil, c.errf("%s of %v is not supported", c.n.OpType, dt)
+	}
+	shape := graph.Shape{}
+	for _, v := range in {
+		if v.Type.DType != in[0].Type.DType {
+			return nil, c.errf("inputs differ in element type: %v and %v", in[0].Type.DType, v.Type.DType)
+		}
+		s, err := graph.Broadcast(shape, v.Type.Shape)
+		if err != nil {
+			return nil, c.errf("%v", err)
+		}
+		shape = s
+	}
+	target := make([]int64, 0, shape.Rank()+1)
+	target = append(target, 1)
+	for _, d := range shape {
+		target = append(target, int64(d))
+	}
+	tv, err := c.ints("shape", target)
+	if err != nil {
+		return nil, err
+	}
+	parts := make([]*graph.Value, len(in))
+	for i, v := range in {
+		if neg {
+			if v, err = c.sub("Neg", nil, v); err != nil {
+				return nil, err
+			}
+		}
+		if parts[i], err = c.sub("Expand", nil, v, tv); err != nil {
+			return nil, err
+		}
+	}
+	cat := parts[0]
+	if len(parts) > 1 {
+		if cat, err = c.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, parts...); err != nil {
+			return nil, err
+		}
+	}
+	axes, err := c.ints("axes", []int64{0})
+	if err != nil {
+		return nil, err
+	}
+	return c.reduce("ReduceMax", cat, axes, 0)
+}
+
+// importClip is min(max(x, lo), hi) with the bounds from attributes (before
+// opset 11) or scalar inputs; an absent bound does not clip.
+func importClip(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dt := x.Type.DType
+	if !dt.IsFloat() {
+		return c.errf("Clip of %v is not supported", dt)
+	}
+	var lo, hi *graph.Value
+	if c.ver < 11 {
+		for _, b := range []struct {
+			name string
+			dst  **graph.Value
+		}{{"min", &lo}, {"max", &hi}} {
+			if !c.has(b.name) {
+				continue
+			}
+			v, err := c.attrFloat(b.name, 0)
+			if err != nil {
+				return err
+			}
+			if *b.dst, err = c.scalar(b.name, dt, v); err != nil {
+				return err
+			}
+		}
+	} else {
+		if lo, err = c.value(1); err != nil {
+			return err
+		}
+		if hi, err = c.value(2); err != nil {
+			return err
+		}
+	}
+	c.outNames = c.n.Output[:1]
+	y := x
+	if lo != nil {
+		if y, err = c.elementwiseMax([]*graph.Value{y, lo}, false); err != nil {
+			return err
+		}
+	}
+	if hi != nil {
+		m, err := c.elementwiseMax([]*graph.Value{y, hi}, true)
+		if err != nil {
+			return err
+		}
+		_, err = c.emit("Neg", nil, m)
+		return err
+	}
+	_, err = c.emit("Identity", nil, y)
+	return err
+}
+
+// importTile is Reshape to [1, d0, 1, d1, ...], Expand to [r0, d0, r1, d1,
+// ...] and Reshape to [r0·d0, r1·d1, ...].
+func importTile(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	rc, err := c.constInput(1, "repeats")
+	if err != nil {
+		return err
+	}
+	if rc == nil {
+		return c.errf("needs repeats")
+	}
+	reps, err := rc.ints()
+	if err != nil {
+		return c.errf("repeats: %v", err)
+	}
+	s := x.Type.Shape
+	if len(reps) != s.Rank() {
+		return c.errf("repeats %v for rank %d", reps, s.Rank())
+	}
+	var split, expanded, final []int64
+	for i, d := range s {
+		if reps[i] < 0 {
+			return c.errf("negative repeat in %v", reps)
+		}
+		split = append(split, 1, int64(d))
+		expanded = append(expanded, reps[i], int64(d))
+		final = append(final, reps[i]*int64(d))
+	}
+	sv, err := c.ints("split", split)
+	if err != nil {
+		return err
+	}
+	xs, err := c.sub("Reshape", nil, x, sv)
+	if err != nil {
+		return err
+	}
+	ev, err := c.ints("expanded", expanded)
+	if err != nil {
+		return err
+	}
+	xe, err := c.sub("Expand", nil, xs, ev)
+	if err != nil {
+		return err
+	}
+	fv, err := c.ints("shape", final)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, xe, fv)
+	return err
+}
+
+func init() {
+	for op, h := range map[string]handler{
+		"GatherElements": importGatherElements, "ArgMax": importArgMax, "ArgMin": importArgMax,
+		"ReduceProd":                importReduceProd,
+		"NegativeLogLikelihoodLoss": importNLLLoss,
+	} {
+		handlers[op] = h
+	}
+	introduced["GatherElements"] = 11
+	introduced["NegativeLogLikelihoodLoss"] = 12
+}
+
+// indicesValue returns input i as int64 indices (constant int32 indices are
+// converted; a runtime operand must be int64).
+func (c *opCtx) indicesValue(i int) (*graph.Value, error) {
+	idx := c.input(i)
+	if idx == nil {
+		return nil, c.errf("needs indices")
+	}
+	if idx.c != nil && idx.c.dt != onnxpb.Int64 {
+		vals, err := idx.c.ints()
+		if err != nil {
+			return nil, c.errf("indices: %v", err)
+		}
+		idx = c.im.constant(idx.name+"_int64", &cval{dt: onnxpb.Int64, shape: idx.c.shape, i: vals})
+	}
+	v, err := c.im.val(idx)
+	if err != nil {
+		return nil, c.errf("%v", err)
+	}
+	return v, nil
+}
+
+func importGatherElements(c *opCtx) error {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	data, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	idx, err := c.indicesValue(1)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("GatherElements", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
+	return err
+}
+
+// importArgMax maps ArgMax, and ArgMin as ArgMax of −x (exact for floats).
+func importArgMax(c *opCtx) error {
+	attrs := graph.Attrs{}
+	for _, a := range []struct {
+		name string
+		def  int64
+	}{{"axis", 0}, {"keepdims", 1}, {"select_last_index", 0}} {
+		v, err := c.attrInt(a.name, a.def)
+		if err != nil {
+			return err
+		}
+		attrs[a.name] = graph.Int(v)
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if !x.Type.DType.IsFloat() {
+		return c.errf("%s of %v is not supported", c.n.OpType, x.Type.DType)
+	}
+	if c.n.OpType == "ArgMin" {
+		if x, err = c.sub("Neg", nil, x); err != nil {
+			return err
+		}
+	}
+	_, err = c.emit("ArgMax", attrs, x)
+	return err
+}
+
+func importReduceProd(c *opCtx) error {
+	x, axes, keep, err := reduceOperands(c)
+	if err != nil {
+		return err
+	}
+	in := []*graph.Value{x}
+	if axes != nil {
+		in = append(in, axes)
+	}
+	_, err = c.emit("ReduceProd", graph.Attrs{"keepdims": graph.Int(keep)}, in...)
+	return err
+}
+
+func importNLLLoss(c *opCtx) error {
+	input, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	loss, err := c.nllLoss(input)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	_, err = c.emit("Identity", nil, loss)
+	return err
+}
+
+// nllLoss writes NegativeLogLikelihoodLoss of input (log-probabilities
+// [N, C, d1, ...]) with the node's target, optional weight, ignore_index and
+// reduction: loss[n, d] = −input[n, target[n, d], d]·w[target[n, d]], 0 where
+// the target is ignore_index; "sum" adds them up, "mean" divides the sum by
+// the sum of the weights of the targets not ignored.
+func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
+	red, err := c.attrString("reduction", "mean")
+	if err != nil {
+		return nil, err
+	}
+	if red != "none" && red != "sum" && red != "mean" {
+		return nil, c.errf("reduction %q is not supported", red)
+	}
+	target, err := c.need(1)
+	if err != nil {
+		return nil, err
+	}
+	weight, err := c.value(2)
+	if err != nil {
+		return nil, err
+	}
+	dt := input.Type.DType
+	if !dt.IsFloat() || target.Type.DType != graph.Int64 {
+		return nil, c.errf("input %v and target %v: want float and int64", dt, target.Type.DType)
+	}
+	if input.Type.Shape.Rank() < 2 || target.Type.Shape.Rank() != input.Type.Shape.Rank()-1 {
+		return nil, c.errf("input %v and target %v: want [N, C, d...] and [N, d...]", input.Type.Shape, target.Type.Shape)
+	}
+	safe := target
+	var ignored *graph.Value // bool, true where the target is ignore_index
+	if c.has("ignore_index") {
+		ign, err := c.attrInt("ignore_index", 0)
+		if err != nil {
+			return nil, err
+		}
+		iv, err := c.scalar("ignore_index", graph.Int64, float64(ign))
+		if err != nil {
+			return nil, err
+		}
+		if ignored, err = c.sub("Equal", nil, target, iv); err != nil {
+			return nil, err
+		}
+		zero, err := c.scalar("zero_index", graph.Int64, 0)
+		if err != nil {
+			return nil, err
+		}
+		if safe, err = c.sub("Where", nil, ignored, zero, target); err != nil {
+			return nil, err
+		}
+	}
+	axis1, err := c.ints("class_axis", []int64{1})
+	if err != nil {
+		return nil, err
+	}
+	tu, err := c.sub("Unsqueeze", nil, safe, axis1)
+	if err != nil {
+		return nil, err
+	}
+	picked, err := c.sub("GatherElements", graph.Attrs{"axis": graph.Int(1)}, input, tu)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := c.sub("Squeeze", nil, picked, axis1)
+	if err != nil {
+		return nil, err
+	}
+	loss, err := c.sub("Neg", nil, ps)
+	if err != nil {
+		return nil, err
+	}
+	var w *graph.Value // the weight of each target, nil for all ones
+	if weight != nil {
+		if w, err = c.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, weight, safe); err != nil {
+			return nil, err
+		}
+	}
+	if ignored != nil {
+		zero, err := c.scalar("zero", dt, 0)
+		if err != nil {
+			return nil, err
+		}
+		keep := w
+		if keep == nil {
+			if keep, err = c.scalar("one", dt, 1); err != nil {
+				return nil, err
+			}
+		}
+		if w, err = c.sub("Where", nil, ignored, zero, keep); err != nil {
+			return nil, err
+		}
+	}
+	if w != nil {
+		if loss, err = c.sub("Mul", nil, loss, w); err != nil {
+			return nil, err
+		}
+	}
+	if red == "none" {
+		return loss, nil
+	}
+	sum, err := c.reduce("ReduceSum", loss, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	if red == "sum" {
+		return sum, nil
+	}
+	var den *graph.Value
+	if w != nil {
+		if den, err = c.reduce("ReduceSum", w, nil, 0); err != nil {
+			return nil, err
+		}
+	} else if den, err = c.scalar("count", dt, float64(target.Type.Shape.Numel())); err != nil {
+		return nil, err
+	}
+	return c.sub("Div", nil, sum, den)
+}
+
+// importSCEComposed writes SoftmaxCrossEntropyLoss in the forms our fused op
+// does not take (class weights, ignore_index, more than two dims, the
+// log_prob output) as its definition: NegativeLogLikelihoodLoss of
+// LogSoftmax(scores) over the class axis.
+func importSCEComposed(c *opCtx) error {
+	scores, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if !scores.Type.DType.IsFloat() || scores.Type.Shape.Rank() < 2 {
+		return c.errf("scores %v: want float [N, C, d...]", scores.Type)
+	}
+	lp, err := c.sub("LogSoftmax", graph.Attrs{"axis": graph.Int(1)}, scores)
+	if err != nil {
+		return err
+	}
+	loss, err := c.nllLoss(lp)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	if _, err := c.emit("Identity", nil, loss); err != nil {
+		return err
+	}
+	if c.outputUsed(1) {
+		return c.emitOutput(1, "Identity", nil, lp)
+	}
+	return nil
+}
+
+// legacyForms handles what opsets before 7 spelled differently: the
+// consumed_inputs attribute (a memory hint of opsets 1 to 5, with no effect
+// on values) is read and ignored; forms whose meaning differs from the later
+// opsets' are refused.
+func (c *opCtx) legacyForms() error {
+	if c.ver >= 7 || (c.n.Domain != "" && c.n.Domain != "ai.onnx") {
+		return nil
+	}
+	if c.has("consumed_inputs") {
+		if _, _, err := c.attrInts("consumed_inputs"); err != nil {
+			return err
+		}
+	}
+	if legacyBroadcast[c.n.OpType] && c.has("broadcast") {
+		if err := c.legacyBroadcast(); err != nil {
+			return err
+		}
+	}
+	switch op := c.n.OpType; {
+	case op == "Reshape" && c.ver < 5:
+		return c.errf("the shape attribute of opset < 5 is not supported")
+	case op == "Tile" && c.ver < 6:
+		return c.errf("the tiles and axis inputs of opset < 6 are not supported")
+	case op == "Split" && c.ver < 2 && c.input(1) != nil:
+		return c.errf("the split input of opset 1 is not supported")
+	}
+	return nil
+}
+
+func init() {
+	for op, h := range map[string]handler{
+		"Conv": importWindowOp, "MaxPool": importWindowOp, "AveragePool": importWindowOp,
+		"GlobalAveragePool": importGlobalPool, "GlobalMaxPool": importGlobalPool,
+		"BatchNormalization": importBatchNorm, "ConvTranspose": importConvTranspose,
+	} {
+		handlers[op] = h
+	}
+}
+
+// importWindowOp maps Conv, MaxPool and AveragePool, resolving auto_pad into
+// explicit pads (SAME_UPPER puts the odd pad at the end, SAME_LOWER at the
+// beginning). MaxPool's Indices output is refused.
+func importWindowOp(c *opCtx) error {
+	op := c.n.OpType
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if x.Type.Shape.Rank() < 3 {
+		return c.errf("X %v: want [N, C, D...]", x.Type.Shape)
+	}
+	in := []*graph.Value{x}
+	n := x.Type.Shape.Rank() - 2
+	var kernel []int64
+	if op == "Conv" {
+		w, err := c.need(1)
+		if err != nil {
+			return err
+		}
+		b, err := c.value(2)
+		if err != nil {
+			return err
+		}
+		in = append(in, w)
+		if b != nil {
+			in = append(in, b)
+		}
+		for _, d := range w.Type.Shape[min(2, w.Type.Shape.Rank()):] {
+			kernel = append(kernel, int64(d))
+		}
+	}
+	attrs := graph.Attrs{}
+	if ks, ok, err := c.attrInts("kernel_shape"); err != nil {
+		return err
+	} else if ok {
+		kernel = ks
+		attrs["kernel_shape"] = graph.Ints(ks...)
+	} else if op != "Conv" {
+		return c.errf("kernel_shape is required")
+	}
+	if len(kernel) != n {
+		return c.errf("kernel %v for %d spatial axes", kernel, n)
+	}
+	ones := func(name string) ([]int64, error) {
+		v, ok, err := c.attrInts(name)
+		if err != nil || ok {
+			return v, err
+		}
+		v = make([]int64, n)
+		for i := range v {
+			v[i] = 1
+		}
+		return v, nil
+	}
+	strides, err := ones("strides")
+	if err != nil {
+		return err
+	}
+	dil, err := ones("dilations")
+	if err != nil {
+		return err
+	}
+	if len(strides) != n || len(dil) != n {
+		return c.errf("strides %v or dilations %v for %d spatial axes", strides, dil, n)
+	}
+	attrs["strides"], attrs["dilations"] = graph.Ints(strides...), graph.Ints(dil...)
+	autoPad, err := c.attrString("auto_pad", "NOTSET")
+	if err != nil {
+		return err
+	}
+	pads, hasPads, err := c.attrInts("pads")
+	if err != nil {
+		return err
+	}
+	switch autoPad {
+	case "NOTSET":
+		if !hasPads {
+			pads = make([]int64, 2*n)
+		}
+	case "VALID":
+		pads = make([]int64, 2*n)
+	case "SAME_UPPER", "SAME_LOWER":
+		pads = make([]int64, 2*n)
+		for i := range n {
+			in, s := int64(x.Type.Shape[2+i]), strides[i]
+			if s <= 0 {
+				return c.errf("strides %v", strides)
+			}
+			out := (in + s - 1) / s
+			total := max(0, (out-1)*s+(kernel[i]-1)*dil[i]+1-in)
+			small := total / 2
+			if autoPad == "SAME_UPPER" {
+				pads[i], pads[n+i] = small, total-small
+			} else {
+				pads[i], pads[n+i] = total-small, small
+			}
+		}
+	default:
+		return c.errf("auto_pad %q is not supported", autoPad)
+	}
+	attrs["pads"] = graph.Ints(pads...)
+	switch op {
+	case "Conv":
+		g, err := c.attrInt("group", 1)
+		if err != nil {
+			return err
+		}
+		attrs["group"] = graph.Int(g)
+	case "MaxPool", "AveragePool":
+		if c.ver >= 10 {
+			cm, err := c.attrInt("ceil_mode", 0)
+			if err != nil {
+				return err
+			}
+			attrs["ceil_mode"] = graph.Int(cm)
+		}
+		if op == "AveragePool" {
+			cp, err := c.attrInt("count_include_pad", 0)
+			if err != nil {
+				return err
+			}
+			attrs["count_include_pad"] = graph.Int(cp)
+		} else {
+			// storage_order only says how Indices are numbered.
+			if _, err := c.attrInt("storage_order", 0); err != nil {
+				return err
+			}
+			if c.outputUsed(1) {
+				return c.errf("the Indices output is not supported")
+			}
+		}
+		c.outNames = c.n.Output[:1]
+	}
+	_, err = c.emit(op, attrs, in...)
+	return err
+}
+
+// importGlobalPool is ReduceMean or ReduceMax over the spatial axes, kept.
+func importGlobalPool(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if x.Type.Shape.Rank() < 3 {
+		return c.errf("X %v: want [N, C, D...]", x.Type.Shape)
+	}
+	var ax []int64
+	for i := 2; i < x.Type.Shape.Rank(); i++ {
+		ax = append(ax, int64(i))
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	red := "ReduceMean"
+	if c.n.OpType == "GlobalMaxPool" {
+		red = "ReduceMax"
+	}
+	_, err = c.emit(red, graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	return err
+}
+
+// importBatchNorm is inference BatchNormalization: (X − mean)/√(var + ε)·scale
+// + B, with the [C] statistics reshaped to broadcast over [N, C, D...].
+// Training mode (which updates the running statistics) is refused.
+func importBatchNorm(c *opCtx) error {
+	eps, err := c.attrFloat("epsilon", 1e-5)
+	if err != nil {
+		return err
+	}
+	if _, err := c.attrFloat("momentum", 0.9); err != nil { // only for training
+		return err
+	}
+	if c.ver < 9 {
+		if sp, err := c.attrInt("spatial", 1); err != nil || sp != 1 {
+			if err != nil {
+				return err
+			}
+			return c.errf("spatial=0 is not supported")
+		}
+	}
+	if c.ver < 7 {
+		if t, err := c.attrInt("is_test", 0); err != nil || t == 0 {
+			if err != nil {
+				return err
+			}
+			return c.errf("is_test=0 (training) is not supported")
+		}
+	}
+	if tm, err := c.attrInt("training_mode", 0); err != nil || tm != 0 {
+		if err != nil {
+			return err
+		}
+		return c.errf("training_mode=1 is not supported")
+	}
+	for i := 1; i < len(c.n.Output); i++ {
+		if c.outputUsed(i) {
+			return c.errf("output %d (running statistics) is not supported", i)
+		}
+	}
+	in := make([]*graph.Value, 5)
+	for i := range in {
+		if in[i], err = c.need(i); err != nil {
+			return err
+		}
+	}
+	x := in[0]
+	r := x.Type.Shape.Rank()
+	if r < 2 || !x.Type.DType.IsFloat() {
+		return c.errf("X %v: want a float [N, C, ...]", x.Type)
+	}
+	ch := x.Type.Shape[1]
+	shape := make([]int64, r-1)
+	shape[0] = int64(ch)
+	for i := 1; i < len(shape); i++ {
+		shape[i] = 1
+	}
+	sv, err := c.ints("shape", shape)
+	if err != nil {
+		return err
+	}
+	for i := 1; i < 5; i++ {
+		if in[i].Type.DType != x.Type.DType || !in[i].Type.Shape.Equal(graph.Shape{ch}) {
+			return c.errf("input %d %v: want %v[%d]", i, in[i].Type, x.Type.DType, ch)
+		}
+		if in[i], err = c.sub("Reshape", nil, in[i], sv); err != nil {
+			return err
+		}
+	}
+	scale, bias, mean, variance := in[1], in[2], in[3], in[4]
+	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
+	if err != nil {
+		return err
+	}
+	ve, err := c.sub("Add", nil, variance, epsV)
+	if err != nil {
+		return err
+	}
+	sd, err := c.sub("Sqrt", nil, ve)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	nrm, err := c.sub("Div", nil, d, sd)
+	if err != nil {
+		return err
+	}
+	y, err := c.sub("Mul", nil, nrm, scale)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	_, err = c.emit("Add", nil, y, bias)
+	return err
+}
+
+func init() {
+	handlers["Hardmax"] = importHardmax
+}
+
+// importHardmax is 1 at the first maximum along axis and 0 elsewhere:
+// ArgMax along axis compared with the positions along it. Before opset 13
+// the input is flattened to 2-D at axis (default 1) first, as Softmax was.
+func importHardmax(c *opCtx) error {
+	def := int64(-1)
+	if c.ver < 13 {
+		def = 1
+	}
+	axis, err := c.attrInt("axis", def)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dt, s := x.Type.DType, x.Type.Shape
+	if !dt.IsFloat() {
+		return c.errf("Hardmax of %v is not supported", dt)
+	}
+	a, err := graph.NormAxis(int(axis), s.Rank())
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	v := x
+	if c.ver < 13 {
+		flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
+		if err != nil {
+			return err
+		}
+		if v, err = c.sub("Reshape", nil, x, flat); err != nil {
+			return err
+		}
+		a = 1
+	}
+	vs := v.Type.Shape
+	if vs[a] == 0 {
+		return c.errf("axis %d is empty", a)
+	}
+	am, err := c.sub("ArgMax", graph.Attrs{"axis": graph.Int(int64(a)), "keepdims": graph.Int(1), "select_last_index": graph.Int(0)}, v)
+	if err != nil {
+		return err
+	}
+	iotaShape := make(graph.Shape, vs.Rank())
+	for i := range iotaShape {
+		iotaShape[i] = 1
+	}
+	iotaShape[a] = vs[a]
+	iota := &cval{dt: onnxpb.Int64, shape: iotaShape, i: make([]int64, vs[a])}
+	for i := range iota.i {
+		iota.i[i] = int64(i)
+	}
+	iv, err := c.im.val(c.im.constant(c.nodeBase()+"/positions", iota))
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	eq, err := c.sub("Equal", nil, am, iv)
+	if err != nil {
+		return err
+	}
+	if c.ver >= 13 {
+		_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
+		return err
+	}
+	y, err := c.sub("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
+	if err != nil {
+		return err
+	}
+	back := make([]int64, s.Rank())
+	for i, d := range s {
+		back[i] = int64(d)
+	}
+	bv, err := c.ints("shape", back)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, y, bv)
+	return err
+}
+
+// importConvTranspose resolves output_shape and auto_pad into pads: the
+// total padding is s·(in − 1) + output_padding + d·(k − 1) + 1 − out, its
+// odd half at the end for SAME_UPPER and at the beginning otherwise, as the
+// operator's definition says.
+func importConvTranspose(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	w, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	b, err := c.value(2)
+	if err != nil {
+		return err
+	}
+	xs, ws := x.Type.Shape, w.Type.Shape
+	if xs.Rank() < 3 || ws.Rank() != xs.Rank() {
+		return c.errf("X %v and W %v: want [N, C, D...] and [C, M/group, K...]", xs, ws)
+	}
+	n := xs.Rank() - 2
+	kernel := make([]int64, n)
+	for i := range kernel {
+		kernel[i] = int64(ws[2+i])
+	}
+	attrs := graph.Attrs{}
+	if ks, ok, err := c.attrInts("kernel_shape"); err != nil {
+		return err
+	} else if ok {
+		attrs["kernel_shape"] = graph.Ints(ks...)
+	}
+	list := func(name string, def int64) ([]int64, error) {
+		v, ok, err := c.attrInts(name)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			v = make([]int64, n)
+			for i := range v {
+				v[i] = def
+			}
+		}
+		if len(v) != n {
+			return nil, c.errf("%s %v for %d spatial axes", name, v, n)
+		}
+		attrs[name] = graph.Ints(v...)
+		return v, nil
+	}
+	strides, err := list("strides", 1)
+	if err != nil {
+		return err
+	}
+	dil, err := list("dilations", 1)
+	if err != nil {
+		return err
+	}
+	outPad, err := list("output_padding", 0)
+	if err != nil {
+		return err
+	}
+	g, err := c.attrInt("group", 1)
+	if err != nil {
+		return err
+	}
+	attrs["group"] = graph.Int(g)
+	autoPad, err := c.attrString("auto_pad", "NOTSET")
+	if err != nil {
+		return err
+	}
+	pads, hasPads, err := c.attrInts("pads")
+	if err != nil {
+		return err
+	}
+	outShape, hasOut, err := c.attrInts("output_shape")
+	if err != nil {
+		return err
+	}
+	if hasOut && len(outShape) == n+2 {
+		outShape = outShape[2:]
+	}
+	switch {
+	case autoPad != "NOTSET" && autoPad != "VALID" && autoPad != "SAME_UPPER" && autoPad != "SAME_LOWER":
+		return c.errf("auto_pad %q is not supported", autoPad)
+	case hasOut || autoPad == "SAME_UPPER" || autoPad == "SAME_LOWER":
+		if !hasOut {
+			outShape = make([]int64, n)
+			for i := range n {
+				outShape[i] = int64(xs[2+i]) * strides[i]
+			}
+		}
+		if len(outShape) != n {
+			return c.errf("output_shape %v for %d spatial axes", outShape, n)
+		}
+		pads = make([]int64, 2*n)
+		for i := range n {
+			total := strides[i]*(int64(xs[2+i])-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - outShape[i]
+			if total < 0 {
+				return c.errf("output_shape %v is larger than the full output", outShape)
+			}
+			if autoPad == "SAME_UPPER" {
+				pads[i], pads[n+i] = total/2, total-total/2
+			} else {
+				pads[i], pads[n+i] = total-total/2, total/2
+			}
+		}
+	case autoPad == "VALID" || !hasPads:
+		pads = make([]int64, 2*n)
+	}
+	attrs["pads"] = graph.Ints(pads...)
+	in := []*graph.Value{x, w}
+	if b != nil {
+		in = append(in, b)
+	}
+	_, err = c.emit("ConvTranspose", attrs, in...)
+	return err
+}
+
+func init() {
+	handlers["Einsum"] = importEinsum
+	introduced["Einsum"] = 12
+}
+
+func importEinsum(c *opCtx) error {
+	eq, err := c.attrString("equation", "")
+	if err != nil {
+		return err
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) == 0 || slices.Contains(in, nil) {
+		return c.errf("needs operands, none omitted")
+	}
+	_, err = c.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
+	return err
+}
+
+func init() {
+	handlers["DepthToSpace"] = importSpaceDepth
+	handlers["SpaceToDepth"] = importSpaceDepth
+	handlers["InstanceNormalization"] = importInstanceNorm
+}
+
+// importSpaceDepth writes DepthToSpace and SpaceToDepth as the Reshape,
+// Transpose, Reshape their definitions are.
+func importSpaceDepth(c *opCtx) error {
+	bs, err := c.attrInt("blocksize", 0)
+	if err != nil {
+		return err
+	}
+	mode := "DCR"
+	if c.n.OpType == "DepthToSpace" && c.ver >= 11 {
+		if mode, err = c.attrString("mode", "DCR"); err != nil {
+			return err
+		}
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	s := x.Type.Shape
+	if s.Rank() != 4 || bs <= 0 {
+		return c.errf("want a [N, C, H, W] input and a positive blocksize, got %v and %d", s, bs)
+	}
+	n, ch, h, w, b := int64(s[0]), int64(s[1]), int64(s[2]), int64(s[3]), bs
+	var split, perm, final []int64
+	switch {
+	case c.n.OpType == "SpaceToDepth":
+		if h%b != 0 || w%b != 0 {
+			return c.errf("H and W of %v are not multiples of %d", s, b)
+		}
+		split, perm, final = []int64{n, ch, h / b, b, w / b, b}, []int64{0, 3, 5, 1, 2, 4}, []int64{n, ch * b * b, h / b, w / b}
+	case ch%(b*b) != 0:
+		return c.errf("C of %v is not a multiple of %d", s, b*b)
+	case mode == "DCR":
+		split, perm, final = []int64{n, b, b, ch / (b * b), h, w}, []int64{0, 3, 4, 1, 5, 2}, []int64{n, ch / (b * b), h * b, w * b}
+	case mode == "CRD":
+		split, perm, final = []int64{n, ch / (b * b), b, b, h, w}, []int64{0, 1, 4, 2, 5, 3}, []int64{n, ch / (b * b), h * b, w * b}
+	default:
+		return c.errf("mode %q is not supported", mode)
+	}
+	sv, err := c.ints("split", split)
+	if err != nil {
+		return err
+	}
+	xs, err := c.sub("Reshape", nil, x, sv)
+	if err != nil {
+		return err
+	}
+	xt, err := c.sub("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, xs)
+	if err != nil {
+		return err
+	}
+	fv, err := c.ints("shape", final)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, xt, fv)
+	return err
+}
+
+// importInstanceNorm normalizes each [n, c] plane over the spatial axes:
+// (X − mean)/√(var + ε)·scale[c] + B[c].
+func importInstanceNorm(c *opCtx) error {
+	eps, err := c.attrFloat("epsilon", 1e-5)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	s := x.Type.Shape
+	if s.Rank() < 3 || !x.Type.DType.IsFloat() {
+		return c.errf("X %v: want a float [N, C, D...]", x.Type)
+	}
+	var ax []int64
+	shape := []int64{int64(s[1])}
+	for i := 2; i < s.Rank(); i++ {
+		ax = append(ax, int64(i))
+		shape = append(shape, 1)
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	sv, err := c.ints("shape", shape)
+	if err != nil {
+		return err
+	}
+	var sb [2]*graph.Value
+	for i := range sb {
+		v, err := c.need(i + 1)
+		if err != nil {
+			return err
+		}
+		if v.Type.DType != x.Type.DType || !v.Type.Shape.Equal(graph.Shape{s[1]}) {
+			return c.errf("input %d %v: want %v[%d]", i+1, v.Type, x.Type.DType, s[1])
+		}
+		if sb[i], err = c.sub("Reshape", nil, v, sv); err != nil {
+			return err
+		}
+	}
+	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	nrm, _, err := rmsScale(c, d, axes, eps)
+	if err != nil {
+		return err
+	}
+	y, err := c.sub("Mul", nil, nrm, sb[0])
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Add", nil, y, sb[1])
+	return err
+}
+
+func init() {
+	for op, h := range map[string]handler{
+		"ScatterElements": importScatterElements, "Scatter": importScatterElements,
+		"Pad": importPad, "TopK": importTopK, "OneHot": importOneHot,
+	} {
+		handlers[op] = h
+	}
+	introduced["ScatterElements"] = 11
+	introduced["OneHot"] = 9
+	introduced["Scatter"] = 9
+}
+
+// importScatterElements maps ScatterElements and Scatter (its name before
+// opset 11, without reduction).
+func importScatterElements(c *opCtx) error {
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	red := "none"
+	if c.n.OpType == "ScatterElements" && c.ver >= 16 {
+		if red, err = c.attrString("reduction", "none"); err != nil {
+			return err
+		}
+	}
+	data, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	idx, err := c.indicesValue(1)
+	if err != nil {
+		return err
+	}
+	upd, err := c.need(2)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("ScatterElements", graph.Attrs{"axis": graph.Int(axis), "reduction": graph.Str(red)}, data, idx, upd)
+	return err
+}
+
+// importPad reads pads and the constant from attributes (before opset 11)
+// or inputs; opset 18's axes input spreads pads over the axes it names.
+func importPad(c *opCtx) error {
+	mode, err := c.attrString("mode", "constant")
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	r := x.Type.Shape.Rank()
+	var pads []int64
+	var value *graph.Value
+	if c.ver < 11 {
+		name := "pads"
+		if c.ver < 2 {
+			name = "paddings"
+		}
+		p, ok, err := c.attrInts(name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return c.errf("%s is required", name)
+		}
+		pads = p
+		v, err := c.attrFloat("value", 0)
+		if err != nil {
+			return err
+		}
+		if value, err = c.scalar("value", x.Type.DType, v); err != nil {
+			return err
+		}
+	} else {
+		pc, err := c.constInput(1, "pads")
+		if err != nil {
+			return err
+		}
+		if pc == nil {
+			return c.errf("needs pads")
+		}
+		if pads, err = pc.ints(); err != nil {
+			return c.errf("pads: %v", err)
+		}
+		if value, err = c.value(2); err != nil {
+			return err
+		}
+		if ac, err := c.constInput(3, "axes"); err != nil {
+			return err
+		} else if ac != nil {
+			axes, err := ac.ints()
+			if err != nil {
+				return c.errf("axes: %v", err)
+			}
+			if len(pads) != 2*len(axes) {
+				return c.errf("pads %v for axes %v", pads, axes)
+			}
+			full := make([]int64, 2*r)
+			for i, a := range axes {
+				ax, err := graph.NormAxis(int(a), r)
+				if err != nil {
+					return c.errf("%v", err)
+				}
+				full[ax], full[r+ax] = pads[i], pads[len(axes)+i]
+			}
+			pads = full
+		}
+	}
+	pv, err := c.ints("pads", pads)
+	if err != nil {
+		return err
+	}
+	in := []*graph.Value{x, pv}
+	if value != nil {
+		if value.Type.Shape.Rank() != 0 {
+			// Our constant_value is one element of any rank; ONNX's is a scalar
+			// (or [1]).
+			if value.Type.Shape.Numel() != 1 {
+				return c.errf("constant_value %v: want one element", value.Type.Shape)
+			}
+		}
+		in = append(in, value)
+	}
+	_, err = c.emit("Pad", graph.Attrs{"mode": graph.Str(mode)}, in...)
+	return err
+}
+
+// importTopK reads K from the attribute (before opset 10) or input.
+func importTopK(c *opCtx) error {
+	attrs := graph.Attrs{}
+	axis, err := c.attrInt("axis", -1)
+	if err != nil {
+		return err
+	}
+	attrs["axis"] = graph.Int(axis)
+	if c.ver >= 11 {
+		for _, name := range []string{"largest", "sorted"} {
+			v, err := c.attrInt(name, 1)
+			if err != nil {
+				return err
+			}
+			attrs[name] = graph.Int(v)
+		}
+		if attrs.Int("sorted", 1) == 0 {
+			// Unsorted order is unspecified; ours is sorted, which is one such order.
+			attrs["sorted"] = graph.Int(1)
+		}
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	var k *graph.Value
+	if c.ver < 10 {
+		kv, ok, err := c.attrInts("k")
+		if err != nil {
+			return err
+		}
+		if a, _ := c.attr("k", onnxpb.AttrInt); a != nil {
+			kv, ok = []int64{a.I}, true
+		}
+		if !ok {
+			return c.errf("k is required")
+		}
+		if k, err = c.ints("k", kv); err != nil {
+			return err
+		}
+	} else {
+		if _, err := c.constInput(1, "K"); err != nil {
+			return err
+		}
+		if k, err = c.need(1); err != nil {
+			return err
+		}
+	}
+	_, err = c.emit("TopK", attrs, x, k)
+	return err
+}
+
+func importOneHot(c *opCtx) error {
+	axis, err := c.attrInt("axis", -1)
+	if err != nil {
+		return err
+	}
+	idx, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dc, err := c.constInput(1, "depth")
+	if err != nil {
+		return err
+	}
+	if dc == nil || dc.n() != 1 {
+		return c.errf("depth must be one value")
+	}
+	d := dc.at(0)
+	if d != float64(int64(d)) {
+		return c.errf("depth %v is not an integer", d)
+	}
+	depth, err := c.ints("depth", []int64{int64(d)})
+	if err != nil {
+		return err
+	}
+	vals, err := c.need(2)
+	if err != nil {
+		return err
+	}
+	if c.ver < 11 {
+		// Negative indices are out of range before opset 11; ours count from the end.
+		if e := c.input(0); e.c == nil {
+			return c.errf("runtime indices before opset 11 (negative ones mean out of range) are not supported")
+		} else if slices.ContainsFunc(e.c.f, func(v float64) bool { return v < 0 }) || slices.ContainsFunc(e.c.i, func(v int64) bool { return v < 0 }) {
+			return c.errf("negative indices before opset 11 are not supported")
+		}
+	}
+	_, err = c.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
+	return err
+}
+
+// legacyBroadcast lists the ops that took broadcast (and, but for Gemm,
+// axis) attributes before opset 7.
+var legacyBroadcast = map[string]bool{
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Pow": true, "Equal": true,
+	"Less": true, "Greater": true, "And": true, "Or": true, "Xor": true, "Gemm": true,
+}
+
+// legacyBroadcast reads opset < 7's broadcast attribute: with broadcast=1, B
+// broadcasts to A, its dims lined up with A's from axis on (the trailing dims
+// when axis is absent, which is numpy's rule, ours). B is reshaped to put its
+// dims there; the op then broadcasts as from opset 7 on. broadcast=0 means
+// equal shapes, which broadcasting leaves alone.
+func (c *opCtx) legacyBroadcast() error {
+	b, err := c.attrInt("broadcast", 0)
+	if err != nil {
+		return err
+	}
+	if c.n.OpType == "Gemm" || b == 0 || !c.has("axis") {
+		return nil
+	}
+	axis, err := c.attrInt("axis", 0)
+	if err != nil {
+		return err
+	}
+	ea, eb := c.input(0), c.input(1)
+	if ea == nil || eb == nil {
+		return c.errf("needs two inputs")
+	}
+	_, sa := ea.typ()
+	_, sb := eb.typ()
+	if axis < 0 {
+		axis += int64(sa.Rank())
+	}
+	if axis < 0 || int(axis)+sb.Rank() > sa.Rank() {
+		return c.errf("broadcast axis %d does not place B %v in A %v", axis, sb, sa)
+	}
+	shape := sb.Clone()
+	for range sa.Rank() - int(axis) - sb.Rank() {
+		shape = append(shape, 1)
+	}
+	if shape.Rank() == sb.Rank() {
+		return nil
+	}
+	if eb.c != nil {
+		c.in[1] = c.im.constant(eb.name+"_aligned", eb.c.reshaped(shape))
+		return nil
+	}
+	v, err := c.im.val(eb)
+	if err != nil {
+		return c.errf("%v", err)
+	}
+	dims := make([]int64, len(shape))
+	for i, d := range shape {
+		dims[i] = int64(d)
+	}
+	sv, err := c.ints("aligned", dims)
+	if err != nil {
+		return err
+	}
+	r, err := c.sub("Reshape", nil, v, sv)
+	if err != nil {
+		return err
+	}
+	c.in[1] = &entry{name: r.Name, v: r}
+	return nil
+}
+
+func init() {
+	handlers["Compress"] = importCompress
+	handlers["MeanVarianceNormalization"] = importMVN
+	introduced["Compress"] = 9
+	introduced["MeanVarianceNormalization"] = 9
+}
+
+// importCompress needs its condition known (the output's shape depends on
+// it): it is then Gather of the selected positions, along axis or of the
+// flattened input.
+func importCompress(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	cond, err := c.constInput(1, "condition")
+	if err != nil {
+		return err
+	}
+	if cond == nil || cond.shape.Rank() != 1 {
+		return c.errf("needs a 1-D condition")
+	}
+	var idx []int64
+	for k := range cond.n() {
+		if cond.at(k) != 0 {
+			idx = append(idx, int64(k))
+		}
+	}
+	src, axis := x, int64(0)
+	if c.has("axis") {
+		if axis, err = c.attrInt("axis", 0); err != nil {
+			return err
+		}
+		a, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
+		if err != nil {
+			return c.errf("%v", err)
+		}
+		if cond.n() > x.Type.Shape[a] {
+			return c.errf("condition of %d for axis %d of size %d", cond.n(), a, x.Type.Shape[a])
+		}
+	} else {
+		if cond.n() > x.Type.Shape.Numel() {
+			return c.errf("condition of %d for %d elements", cond.n(), x.Type.Shape.Numel())
+		}
+		flat, err := c.ints("flat", []int64{int64(x.Type.Shape.Numel())})
+		if err != nil {
+			return err
+		}
+		if src, err = c.sub("Reshape", nil, x, flat); err != nil {
+			return err
+		}
+	}
+	iv, err := c.ints("indices", idx)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, src, iv)
+	return err
+}
+
+// importMVN is (X − mean)/(√(mean((X − mean)²)) + 1e-9) over axes (default
+// 0, 2, 3), as the function that defines it (which writes the variance as
+// E[X²] − E[X]², the same value).
+func importMVN(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	ax, ok, err := c.attrInts("axes")
+	if err != nil {
+		return err
+	}
+	if !ok {
+		ax = []int64{0, 2, 3}
+	}
+	if !x.Type.DType.IsFloat() {
+		return c.errf("MeanVarianceNormalization of %v is not supported", x.Type.DType)
+	}
+	axes, err := c.ints("axes", ax)
+	if err != nil {
+		return err
+	}
+	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	if err != nil {
+		return err
+	}
+	d, err := c.sub("Sub", nil, x, mean)
+	if err != nil {
+		return err
+	}
+	sq, err := c.sub("Mul", nil, d, d)
+	if err != nil {
+		return err
+	}
+	v, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
+	if err != nil {
+		return err
+	}
+	sd, err := c.sub("Sqrt", nil, v)
+	if err != nil {
+		return err
+	}
+	eps, err := c.scalar("epsilon", x.Type.DType, 1e-9)
+	if err != nil {
+		return err
+	}
+	den, err := c.sub("Add", nil, sd, eps)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Div", nil, d, den)
+	return err
+}
+
+func init() {
+	handlers["Resize"] = importResize
+	handlers["Upsample"] = importResize
+	introduced["Resize"] = 10
+}
+
+// importResize maps Resize and Upsample onto our Interpolate, with the output
+// sizes, the per-axis scales and the roi resolved from constant (or bound)
+// inputs. Before Resize-11 (Resize-10, Upsample) the coordinate transform is
+// asymmetric and nearest takes the floor.
+func importResize(c *opCtx) error {
+	mode, err := c.attrString("mode", "nearest")
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	r := x.Type.Shape.Rank()
+	attrs := graph.Attrs{"mode": graph.Str(mode)}
+	legacy := c.n.OpType == "Upsample" || c.ver < 11
+	var scales []float64
+	var sizes []int64
+	var roi []float64
+	floats := func(i int, what string) ([]float64, error) {
+		cv, err := c.constInput(i, what)
+		if err != nil || cv == nil {
+			return nil, err
+		}
+		out := make([]float64, cv.n())
+		for k := range out {
+			out[k] = cv.at(k)
+		}
+		return out, nil
+	}
+	if legacy {
+		if mode != "nearest" && mode != "linear" {
+			return c.errf("mode %q is not supported", mode)
+		}
+		attrs["coordinate_transformation_mode"] = graph.Str("asymmetric")
+		attrs["nearest_mode"] = graph.Str("floor")
+		if c.n.OpType == "Upsample" && c.ver < 9 {
+			a, err := c.attr("scales", onnxpb.AttrFloats)
+			if err != nil {
+				return err
+			}
+			if a == nil {
+				return c.errf("scales is required")
+			}
+			for _, f := range a.Floats {
+				scales = append(scales, float64(f))
+			}
+		} else if scales, err = floats(1, "scales"); err != nil {
+			return err
+		}
+	} else {
+		for _, name := range []string{"coordinate_transformation_mode", "nearest_mode"} {
+			def := map[string]string{"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor"}[name]
+			v, err := c.attrString(name, def)
+			if err != nil {
+				return err
+			}
+			attrs[name] = graph.Str(v)
+		}
+		a, err := c.attrFloat("cubic_coeff_a", -0.75)
+		if err != nil {
+			return err
+		}
+		ex, err := c.attrInt("exclude_outside", 0)
+		if err != nil {
+			return err
+		}
+		ev, err := c.attrFloat("extrapolation_value", 0)
+		if err != nil {
+			return err
+		}
+		attrs["cubic_coeff_a"], attrs["exclude_outside"], attrs["extrapolation_value"] = graph.Float(a), graph.Int(ex), graph.Float(ev)
+		if scales, err = floats(2, "scales"); err != nil {
+			return err
+		}
+		sc, err := c.constInput(3, "sizes")
+		if err != nil {
+			return err
+		}
+		if sc != nil && sc.n() > 0 {
+			if sizes, err = sc.ints(); err != nil {
+				return c.errf("sizes: %v", err)
+			}
+		}
+		if attrs.String("coordinate_transformation_mode", "") == "tf_crop_and_resize" {
+			if roi, err = floats(1, "roi"); err != nil {
+				return err
+			}
+			if len(roi) != 2*r {
+				return c.errf("roi %v for rank %d", roi, r)
+			}
+			attrs["roi"] = graph.Floats(roi...)
+		}
+	}
+	if len(sizes) > 0 && len(scales) > 0 {
+		return c.errf("scales and sizes are both given")
+	}
+	switch {
+	case len(sizes) == r:
+		for i, s := range sizes {
+			if x.Type.Shape[i] == 0 {
+				return c.errf("cannot resize the empty axis %d", i)
+			}
+			scales = append(scales, float64(s)/float64(x.Type.Shape[i]))
+		}
+	case len(scales) == r:
+		for i, s := range scales {
+			n := float64(x.Type.Shape[i])
+			if roi != nil {
+				n *= roi[r+i] - roi[i]
+			}
+			v := math.Floor(n * s)
+			if !(v >= 0) || v > math.MaxInt32 {
+				return c.errf("scale %v gives no output size", s)
+			}
+			sizes = append(sizes, int64(v))
+		}
+	default:
+		return c.errf("needs scales or sizes for each of the %d axes", r)
+	}
+	attrs["sizes"], attrs["scales"] = graph.Ints(sizes...), graph.Floats(scales...)
+	_, err = c.emit("Interpolate", attrs, x)
+	return err
+}
