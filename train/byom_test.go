@@ -5,6 +5,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cpu"
@@ -66,8 +68,26 @@ func sequentialBatch(t *testing.T, data []byte, k, B, S int) (tokens, targets *g
 // batches as in PyTorch and with the same AdamW at a constant rate, to the
 // losses PyTorch recorded within 1e-4 relative over 20 steps; fused (every
 // layer's attention a FlashAttention) and unfused alike.
+//
+// Every NAME.losses.json there (float32 CPU runs) is checked: the two
+// TorchScript opset-17 exports are committed and must be among them; the
+// dynamo opset-18 and SDPA exports byom_models.py writes where torch has
+// them join the test when their files are added.
 func TestBYOMTrainsLikePyTorch(t *testing.T) {
-	for _, name := range []string{"gpt2_small_ts17", "llama_gqa_ts17"} {
+	files, err := filepath.Glob(filepath.Join(byomDir, "*.losses.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, f := range files {
+		names = append(names, strings.TrimSuffix(filepath.Base(f), ".losses.json"))
+	}
+	for _, want := range []string{"gpt2_small_ts17", "llama_gqa_ts17"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("%s/%s.losses.json is missing (have %v)", byomDir, want, names)
+		}
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			raw, err := os.ReadFile(filepath.Join(byomDir, name+".losses.json"))
 			if err != nil {

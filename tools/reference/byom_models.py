@@ -4,12 +4,25 @@ that `flashgraph train FILE -loss next-token -data-order sequential` reads, so
 the two loss curves compare step for step.
 
     python3 byom_models.py --out-dir ../../onnx/testdata/byom [--dynamo] [--steps 20]
-        [--lr 1e-3] [--models gpt2,llama] [--device cpu|cuda] [--dtype float32|bfloat16]
+        [--attn auto|explicit|sdpa] [--lr 1e-3] [--models gpt2,llama]
+        [--device cpu|cuda] [--dtype float32|bfloat16] [--no-export]
+    python3 byom_models.py --compare REF.losses.json CKPT.safetensors [--rtol 1e-4]
+        [--noise OTHER.losses.json]
+
+--compare reads the per-step losses a flashgraph checkpoint records (its
+"losses" metadata, full precision) and compares them with PyTorch's: each
+step within --rtol relative, or, with --noise (the same model trained by
+PyTorch another way, e.g. float32 beside a bfloat16 REF), within the largest
+|REF - OTHER| over the steps: the noise of the precision. Prints a table and
+one JSON line; exit status 1 when a step is off.
 
 Writes, per model M (gpt2_small, llama_gqa):
   M_ts17.onnx (TorchScript exporter, opset 17) or M_dynamo18.onnx (--dynamo,
-  torch >= 2.5, opset 18), with the initial weights inside;
-  M.losses.json: {"model", "losses": [step 1..N], "lr", "betas", "eps",
+  torch >= 2.5, opset 18), with the initial weights inside; "_sdpa" is added
+  to the name when attention is F.scaled_dot_product_attention (torch >= 2.0;
+  --attn explicit writes it out: GPT-2 masks with its tril buffer, LLaMA adds
+  a triu -inf mask);
+  M_TAG.losses.json (M_TAG.losses.DEVICE.DTYPE.json off float32 CPU): {"model", "losses": [step 1..N], "lr", "betas", "eps",
   "weight_decay", "batch", "seq", "data", "torch", "dtype", "device"}.
 The batch source is data.txt in the output folder (written here when absent:
 deterministic text, see make_corpus). Batches: step i (0-based) reads B
@@ -266,6 +279,36 @@ def train(model, data, steps, lr, device, dtype):
     return losses
 
 
+def read_ckpt_losses(path):
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+    return [float(x) for x in json.loads(header["__metadata__"]["losses"])]
+
+
+def compare(a):
+    ref = json.load(open(a.compare[0]))
+    ours = read_ckpt_losses(a.compare[1])
+    want = ref["losses"]
+    if len(ours) < len(want):
+        raise SystemExit("the checkpoint has %d losses, the reference %d" % (len(ours), len(want)))
+    noise = None
+    if a.noise:
+        other = json.load(open(a.noise))["losses"]
+        noise = max(abs(x - y) for x, y in zip(want, other))
+    worst, bad = 0.0, 0
+    print("step  pytorch      flashgraph   rel")
+    for i, (w, o) in enumerate(zip(want, ours)):
+        rel = abs(o - w) / abs(w)
+        worst = max(worst, rel)
+        off = abs(o - w) > noise if noise is not None else rel > a.rtol
+        bad += off
+        print("%4d  %.7f  %.7f  %.2e%s" % (i + 1, w, o, rel, "  OFF" if off else ""))
+    print(json.dumps({"ref": a.compare[0], "ckpt": a.compare[1], "steps": len(want), "max_rel": worst,
+                      "rtol": None if noise is not None else a.rtol, "noise_abs": noise, "off": bad}))
+    raise SystemExit(1 if bad else 0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out-dir", default="../../onnx/testdata/byom")
@@ -279,7 +322,12 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--no-export", action="store_true", help="train only (e.g. rerun for the bf16 noise)")
+    ap.add_argument("--compare", nargs=2, metavar=("REF_JSON", "CKPT"))
+    ap.add_argument("--rtol", type=float, default=1e-4)
+    ap.add_argument("--noise", metavar="OTHER_JSON")
     a = ap.parse_args()
+    if a.compare:
+        return compare(a)
     torch.set_num_threads(1)
     os.makedirs(a.out_dir, exist_ok=True)
     data_path = os.path.join(a.out_dir, "data.txt")
@@ -288,7 +336,7 @@ def main():
             f.write(make_corpus(2 * a.steps * BATCH * (SEQ + 1) + 1024))
     data = open(data_path, "rb").read()
     sdpa = has_sdpa() if a.attn == "auto" else a.attn == "sdpa"
-    tag = "dynamo18" if a.dynamo else "ts17"
+    tag = ("dynamo18" if a.dynamo else "ts17") + ("_sdpa" if sdpa else "")
     for key in a.models.split(","):
         name, cls = MODELS[key]
         torch.manual_seed(a.seed)
