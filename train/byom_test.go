@@ -125,6 +125,9 @@ func TestBYOMTrainsLikePyTorch(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if len(m.Notes) > 0 {
+				t.Errorf("the export looks merged (PyTorch trains these apart): %q", m.Notes)
+			}
 			gs := GraphSource(m)
 			if gs.Config.Batch != ref.Batch || gs.Config.Seq != ref.Seq {
 				t.Fatalf("the graph takes [%d, %d] tokens; PyTorch trained on [%d, %d]", gs.Config.Batch, gs.Config.Seq, ref.Batch, ref.Seq)
