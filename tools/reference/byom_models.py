@@ -101,6 +101,7 @@ class GPT2(nn.Module):
         self.h = nn.ModuleList([GPT2Block(dim, heads, seq, sdpa) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(dim)
         self.lm_head = nn.Linear(dim, VOCAB, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as in GPT-2 (one param, two uses)
         for n, p in self.named_parameters():
             if p.dim() >= 2:
                 std = 0.02 / math.sqrt(2 * layers) if n.endswith("c_proj.weight") else 0.02
