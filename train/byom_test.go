@@ -19,7 +19,7 @@ import (
 // initial weights, the losses PyTorch's AdamW gave on the first steps, and
 // the text both sides read their batches from. Regenerate with
 //
-//	cd tools/reference && python3 byom_models.py --out-dir ../../onnx/testdata/byom
+//	cd tools/reference && python3 byom_models.py --attn explicit --out-dir ../../onnx/testdata/byom
 const byomDir = "../onnx/testdata/byom"
 
 // byomLosses is what byom_models.py records of a PyTorch run.

@@ -3,7 +3,7 @@ PyTorch, exported to ONNX, and trained here for a few steps on the same batches
 that `flashgraph train FILE -loss next-token -data-order sequential` reads, so
 the two loss curves compare step for step.
 
-    python3 byom_models.py --out-dir ../../onnx/testdata/byom [--dynamo] [--steps 20]
+    python3 byom_models.py --attn explicit --out-dir ../../onnx/testdata/byom [--dynamo] [--steps 20]
         [--attn auto|explicit|sdpa] [--lr 1e-3] [--models gpt2,llama]
         [--device cpu|cuda] [--dtype float32|bfloat16] [--no-export]
     python3 byom_models.py --compare REF.losses.json CKPT.safetensors [--rtol 1e-4]
@@ -35,6 +35,7 @@ betas (0.9, 0.95), eps 1e-8, weight decay 0.1 on params of rank >= 2 only
 learning rate (flashgraph: -warmup 0 -min-lr-frac 1).
 """
 import argparse
+import inspect
 import json
 import math
 import os
@@ -257,8 +258,10 @@ def export(model, path, dynamo):
                                  input_names=["input_ids"], output_names=["logits"])
         prog.save(path)
     else:
+        # torch >= 2.9 exports with dynamo unless told not to.
+        extra = {"dynamo": False} if "dynamo" in inspect.signature(torch.onnx.export).parameters else {}
         torch.onnx.export(model, (x,), path, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, input_names=["input_ids"], output_names=["logits"])
+                          do_constant_folding=False, input_names=["input_ids"], output_names=["logits"], **extra)
 
 
 def train(model, data, steps, lr, device, dtype):
