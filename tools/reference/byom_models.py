@@ -3,7 +3,7 @@ PyTorch, exported to ONNX, and trained here for a few steps on the same batches
 that `flashgraph train FILE -loss next-token -data-order sequential` reads, so
 the two loss curves compare step for step.
 
-    python3 byom_models.py --attn explicit --out-dir ../../onnx/testdata/byom [--dynamo] [--steps 20]
+    python3 byom_models.py --out-dir ../../onnx/testdata/byom [--dynamo] [--steps 20]
         [--attn auto|explicit|sdpa] [--lr 1e-3] [--models gpt2,llama]
         [--device cpu|cuda] [--dtype float32|bfloat16] [--no-export]
     python3 byom_models.py --compare REF.losses.json CKPT.safetensors [--rtol 1e-4]
