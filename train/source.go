@@ -143,6 +143,10 @@ type GraphModel struct {
 	// Appended says, one line each, what was added to the graph.
 	Appended []string
 	Spec     GraphSpec
+
+	// Notes warn of what may not train as the user expects (see
+	// sharedUniformNotes), one line each.
+	Notes []string
 }
 
 // tokenInputNames are the names a token input goes by, in order of
@@ -381,6 +385,7 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 			return fail("params to train have mixed dtypes (%s is %v, %s is %v)", m.Params[0], dt, p, d)
 		}
 	}
+	m.Notes = sharedUniformNotes(g, m.Params)
 	m.Forward = g
 	return m, nil
 }
@@ -455,6 +460,9 @@ func (m *GraphModel) Explain() string {
 	sort.Strings(frozen)
 	for _, p := range frozen {
 		fmt.Fprintf(&b, "  frozen:  %s (%s)\n", p, m.Frozen[p])
+	}
+	for _, n := range m.Notes {
+		fmt.Fprintf(&b, "  note:    %s\n", n)
 	}
 	return b.String()
 }

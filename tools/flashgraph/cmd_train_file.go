@@ -299,6 +299,9 @@ func describeSource(w io.Writer, s train.Source) {
 		loss = fmt.Sprintf("loss %s appended: mean cross-entropy of %s against the next token (input %s)", m.Loss, m.Logits, m.Targets)
 	}
 	fmt.Fprintf(w, "graph: %s: tokens %s, %s; %d params trained, %d frozen (train -explain FILE lists them)\n", m.Spec.File, m.Tokens, loss, len(m.Params), len(m.Frozen))
+	for _, n := range m.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
 }
 
 // explainSource writes what `train -explain` prints: how the training graph
