@@ -70,6 +70,7 @@ gpu:
 	mkdir -p .gpu
 	$(GO) build -o .gpu/flashgraph ./tools/flashgraph
 	$(GO) test -c -o .gpu/cuda.test ./backend/cuda
+	$(GO) test -c -o .gpu/onnx.test ./onnx
 	printf '%s\n' '#!/bin/sh' \
 		'# The attention kernels under compute-sanitizer (memcheck, then racecheck); run on the GPU machine from the repository root.' \
 		'set -e' \

@@ -34,6 +34,8 @@ import (
 //	go test ./onnx -run TestONNXConformance -update-conformance
 //
 // and review the diff like code: a line leaving "pass" is a regression.
+// TestONNXConformanceCUDA (conformance_cuda_test.go) runs the CPU passes on
+// the CUDA backend through the same harness (conformanceImport, confCase.run).
 
 var (
 	conformanceDir    = flag.String("conformance-dir", "/usr/share/libonnx-testdata/data", "the ONNX backend test data (Debian libonnx-testdata)")
@@ -75,23 +77,44 @@ var knownDataDifferences = map[string]string{
 	"node/test_cast_FLOAT_to_BFLOAT16": "ONNX 1.12 data truncates float32 to bfloat16; Cast rounds to nearest even",
 }
 
-// conformanceVerdict runs one test folder and says what happened: "pass",
-// "refused: RULE" or "FAIL: why".
+// conformanceVerdict runs one test folder on the CPU backend and says what
+// happened: "pass", "refused: RULE" or "FAIL: why".
 func conformanceVerdict(dir string) (verdict string) {
-	defer func() {
-		if r := recover(); r != nil {
-			verdict = fmt.Sprintf("FAIL: panic: %v", r)
-		}
-	}()
+	defer recoverVerdict(&verdict)
+	c, v := conformanceImport(dir)
+	if v != "" {
+		return v
+	}
+	return c.run(cpu.New(), func(err error) string { return "FAIL: compile: " + err.Error() })
+}
+
+// recoverVerdict turns a panic into a FAIL verdict.
+func recoverVerdict(verdict *string) {
+	if r := recover(); r != nil {
+		*verdict = fmt.Sprintf("FAIL: panic: %v", r)
+	}
+}
+
+// confCase is one imported test: the model, its test data and the graph.
+type confCase struct {
+	m     *onnxpb.Model
+	ds    string // the test_data_set_0 folder
+	feeds map[string]*onnxpb.Tensor
+	g     *graph.Graph
+}
+
+// conformanceImport reads and imports one test folder. It returns the case,
+// or the verdict ("refused: RULE" or "FAIL: why") when there is none.
+func conformanceImport(dir string) (*confCase, string) {
 	m, err := onnxpb.Load(filepath.Join(dir, "model.onnx"))
 	if err != nil {
 		if strings.Contains(err.Error(), "unsupported: type-proto attribute") {
-			return "refused: non-tensor type (type-proto attribute)"
+			return nil, "refused: non-tensor type (type-proto attribute)"
 		}
-		return "FAIL: load: " + err.Error()
+		return nil, "FAIL: load: " + err.Error()
 	}
 	if r := typeRefusal(m); r != "" {
-		return "refused: " + r
+		return nil, "refused: " + r
 	}
 	ds := filepath.Join(dir, "test_data_set_0")
 	inits := map[string]bool{}
@@ -107,7 +130,7 @@ func conformanceVerdict(dir string) (verdict string) {
 		}
 		t, err := readPB(filepath.Join(ds, fmt.Sprintf("input_%d.pb", k)), vi)
 		if err != nil {
-			return "FAIL: test data: " + err.Error()
+			return nil, "FAIL: test data: " + err.Error()
 		}
 		k++
 		feeds[vi.Name] = t
@@ -132,11 +155,20 @@ func conformanceVerdict(dir string) (verdict string) {
 		opts.Bind[be.Input] = feeds[be.Input]
 	}
 	if err != nil {
-		return "refused: " + refusalRule(m, err)
+		return nil, "refused: " + refusalRule(m, err)
 	}
-	exe, err := cpu.New().Compile(g, backend.Options{PoisonOutputs: true})
+	return &confCase{m: m, ds: ds, feeds: feeds, g: g}, ""
+}
+
+// run compiles the case's graph on b, runs it on the test's inputs and
+// compares every output with the expected one. compileErr gives the verdict
+// of a Compile error (the CUDA run names its refusals; see
+// conformance_cuda_test.go).
+func (c *confCase) run(b backend.Backend, compileErr func(error) string) string {
+	m, ds, feeds, g := c.m, c.ds, c.feeds, c.g
+	exe, err := b.Compile(g, backend.Options{PoisonOutputs: true})
 	if err != nil {
-		return "FAIL: compile: " + err.Error()
+		return compileErr(err)
 	}
 	defer exe.Close()
 	in := map[string]*graph.Tensor{}
@@ -422,6 +454,17 @@ func TestONNXConformance(t *testing.T) {
 }
 
 func readExpectations(path string) (map[string]string, error) {
+	return readVerdictFile(path, func(v string) error {
+		if v != "pass" && !strings.HasPrefix(v, "refused: ") && !strings.HasPrefix(v, "data differs: ") {
+			return fmt.Errorf("verdict %q is neither pass, refused: RULE nor data differs: REASON", v)
+		}
+		return nil
+	})
+}
+
+// readVerdictFile reads NAME<TAB>VERDICT lines (# comments and blank lines
+// skipped), each verdict checked by check, no name twice.
+func readVerdictFile(path string, check func(verdict string) error) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
@@ -438,8 +481,11 @@ func readExpectations(path string) (map[string]string, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s:%d: want NAME<TAB>VERDICT", path, ln)
 		}
-		if v != "pass" && !strings.HasPrefix(v, "refused: ") && !strings.HasPrefix(v, "data differs: ") {
-			return nil, fmt.Errorf("%s:%d: verdict %q is neither pass, refused: RULE nor data differs: REASON", path, ln, v)
+		if err := check(v); err != nil {
+			return nil, fmt.Errorf("%s:%d: %s: %w", path, ln, name, err)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("%s:%d: a second line for %s", path, ln, name)
 		}
 		out[name] = v
 	}
