@@ -21,6 +21,7 @@ type Diagram struct {
 type DiagramCluster struct {
 	ID    string // "" for a diagram of one graph, else cluster_before/cluster_after
 	Title string
+	Style map[string]string // Graphviz attributes of the frame (nil without one); shared, never modify
 	Nodes []DiagramNode
 	Edges []DiagramEdge
 }
@@ -76,6 +77,9 @@ func NewDiagramPair(before, after *Graph, titleBefore, titleAfter string) (*Diag
 // prefixed by prefix.
 func diagramCluster(id, title, prefix string, g *Graph) (*DiagramCluster, error) {
 	c := &DiagramCluster{ID: id, Title: title}
+	if id != "" {
+		c.Style = dotClusterStyle
+	}
 	ids := make(map[*Value]int, len(g.Inputs)+len(g.Params)+len(g.Consts)+len(g.Nodes))
 	node := func(id string, style map[string]string, lines []string, tooltip string) int {
 		c.Nodes = append(c.Nodes, DiagramNode{ID: id, Style: style, Lines: lines, Tooltip: tooltip})

@@ -30,7 +30,9 @@ var (
 	// Our own (fused) ops are tinted; the attention kernels, which are the
 	// point of the project, are loud.
 	dotCustomStyle = map[string]string{"shape": "ellipse", "style": "filled", "fillcolor": "lightyellow"}
-	dotFlashStyle  = map[string]string{"shape": "doubleoctagon", "style": "filled,bold", "fillcolor": "orange", "color": "red", "penwidth": "2"}
+	// The clusters of a before/after pair.
+	dotClusterStyle = map[string]string{"style": "rounded", "color": "gray50"}
+	dotFlashStyle   = map[string]string{"shape": "doubleoctagon", "style": "filled,bold", "fillcolor": "orange", "color": "red", "penwidth": "2"}
 )
 
 // dotMaxText caps initializer recipes and attributes in labels: a literal
@@ -46,12 +48,7 @@ func WriteDOT(g *Graph) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	w := newDOTWriter(g.Name)
-	w.attr(w.root, "label", g.Name)
-	w.attr(w.root, "labelloc", "t")
-	w.attr(w.root, "rankdir", "TB")
-	w.add(w.root, d.Clusters[0])
-	return w.String(), w.err
+	return WriteDiagramDOT(d)
 }
 
 // WriteDOTPair renders two graphs side by side, one cluster each: the graph
@@ -64,11 +61,31 @@ func WriteDOTPair(before, after *Graph, titleBefore, titleAfter string) (string,
 	if err != nil {
 		return "", err
 	}
+	return WriteDiagramDOT(d)
+}
+
+// WriteDiagramDOT writes a diagram as DOT: a single graph (NewDiagram) at the
+// top level with its title, a pair (NewDiagramPair) as two clusters.
+func WriteDiagramDOT(d *Diagram) (string, error) {
+	if d == nil || len(d.Clusters) == 0 {
+		return "", errors.New("dot: empty diagram")
+	}
 	w := newDOTWriter(d.Title)
+	if len(d.Clusters) == 1 && d.Clusters[0].ID == "" {
+		w.attr(w.root, "label", d.Title)
+		w.attr(w.root, "labelloc", "t")
+		w.attr(w.root, "rankdir", "TB")
+		w.add(w.root, d.Clusters[0])
+		return w.String(), w.err
+	}
 	w.attr(w.root, "rankdir", "TB")
 	w.attr(w.root, "newrank", "true")
 	for _, c := range d.Clusters {
-		w.subgraph(c.ID, map[string]string{"label": dotQuote(c.Title), "style": "rounded", "color": "gray50"})
+		attrs := map[string]string{"label": dotQuote(c.Title)}
+		for k, v := range c.Style {
+			attrs[k] = v
+		}
+		w.subgraph(c.ID, attrs)
 		w.add(c.ID, c)
 	}
 	return w.String(), w.err
