@@ -80,7 +80,7 @@ func writeNodeSVG(b *bytes.Buffer, p *placedNode) {
 	size := ""
 	if fs, ok := p.n.Style["fontsize"]; ok {
 		if f, err := strconv.ParseFloat(fs, 64); err == nil && f < 14 {
-			size = ` font-size="` + num(12*f/14) + `"`
+			size = ` font-size="` + num(max(9, 12*f/14)) + `"` // Graphviz's 8 of 14, kept legible
 		}
 	}
 	top := p.c.Y - float64(len(p.n.Lines))*lineH/2 + lineH*0.75

@@ -19,7 +19,8 @@ func runDot(args []string, stdout, stderr io.Writer) error {
 		"Writes the Graphviz DOT diagram of the model of -config (or of FILE). With -fuse, the graph\n"+
 			"before and after the fusion pipeline side by side. -o NAME.svg or NAME.png draws the\n"+
 			"picture itself (no Graphviz needed; hover a node in the SVG for what it computes, an\n"+
-			"edge for its value); any other -o name, or stdout, gets DOT.", stderr)
+			"edge for its value; a PNG too large for its size limit is scaled down without labels);\n"+
+			"any other -o name, or stdout, gets DOT.", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
 	pf := addPassFlags(fs, false)
 	out := fs.String("o", "", "output file: .svg or .png draws the picture, anything else is DOT (default stdout)")
