@@ -20,8 +20,8 @@ import (
 // maxSide) is drawn scaled down, and below textScale without its labels,
 // since the bitmap font has one size. The SVG has them at any size.
 const (
-	maxPixels = 48 << 20
-	maxSide   = 16384
+	maxPixels = 64 << 20
+	maxSide   = 32767
 	textScale = 0.999
 )
 
