@@ -2,12 +2,17 @@ package picture
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/xml"
+	"fmt"
 	"image"
 	"image/color"
 	"image/png"
 	"io"
 	"math"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -209,5 +214,65 @@ func TestGPT2Pictures(t *testing.T) {
 			t.Errorf("%s: SVG took %v, PNG %v; bound %v", c.name, el, elPNG, c.bound)
 		}
 		checkSVG(t, svg, d)
+	}
+}
+
+const pictureChildEnv = "FLASHGRAPH_PICTURE_HASH_CHILD"
+
+// pictureHash is the sha256 of the SVG and PNG of tiny's fused pair.
+func pictureHash(t testing.TB) string {
+	g := buildModel(t, "tiny")
+	fused, err := passes.Default(true).Run(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := graph.NewDiagramPair(g, fused, "as built", "after fusion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	svg, err := SVG(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := PNG(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := sha256.New()
+	h.Write(svg)
+	h.Write(p)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// TestPictureHashChild only runs as the subprocess of
+// TestPicturesAcrossProcesses.
+func TestPictureHashChild(t *testing.T) {
+	if os.Getenv(pictureChildEnv) != "1" {
+		t.Skip("runs as a subprocess of TestPicturesAcrossProcesses")
+	}
+	fmt.Printf("picturehash=%s\n", pictureHash(t))
+}
+
+// TestPicturesAcrossProcesses compares the pictures two fresh processes
+// (fresh map seeds, fresh addresses) draw with this one's.
+func TestPicturesAcrossProcesses(t *testing.T) {
+	if os.Getenv(pictureChildEnv) == "1" {
+		t.Skip("already the child")
+	}
+	want := pictureHash(t)
+	for i := range 2 {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestPictureHashChild$", "-test.count", "1")
+		cmd.Env = append(os.Environ(), pictureChildEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("child %d: %v\n%s", i, err, out)
+		}
+		_, after, ok := strings.Cut(string(out), "picturehash=")
+		if !ok {
+			t.Fatalf("child %d printed no hash:\n%s", i, out)
+		}
+		if got := strings.Fields(after)[0]; got != want {
+			t.Errorf("child %d: picture hash %s, this process %s", i, got, want)
+		}
 	}
 }
