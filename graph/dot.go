@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/awalterschulze/gographviz"
@@ -31,7 +30,9 @@ var (
 	// Our own (fused) ops are tinted; the attention kernels, which are the
 	// point of the project, are loud.
 	dotCustomStyle = map[string]string{"shape": "ellipse", "style": "filled", "fillcolor": "lightyellow"}
-	dotFlashStyle  = map[string]string{"shape": "doubleoctagon", "style": "filled,bold", "fillcolor": "orange", "color": "red", "penwidth": "2"}
+	// The clusters of a before/after pair.
+	dotClusterStyle = map[string]string{"style": "rounded", "color": "gray50"}
+	dotFlashStyle   = map[string]string{"shape": "doubleoctagon", "style": "filled,bold", "fillcolor": "orange", "color": "red", "penwidth": "2"}
 )
 
 // dotMaxText caps initializer recipes and attributes in labels: a literal
@@ -43,14 +44,11 @@ func WriteDOT(g *Graph) (string, error) {
 	if g == nil {
 		return "", errors.New("dot: nil graph")
 	}
-	w := newDOTWriter(g.Name)
-	w.attr(w.root, "label", g.Name)
-	w.attr(w.root, "labelloc", "t")
-	w.attr(w.root, "rankdir", "TB")
-	if err := w.add(w.root, "", g); err != nil {
+	d, err := NewDiagram(g)
+	if err != nil {
 		return "", err
 	}
-	return w.String(), w.err
+	return WriteDiagramDOT(d)
 }
 
 // WriteDOTPair renders two graphs side by side, one cluster each: the graph
@@ -59,17 +57,36 @@ func WriteDOTPair(before, after *Graph, titleBefore, titleAfter string) (string,
 	if before == nil || after == nil {
 		return "", errors.New("dot: nil graph")
 	}
-	w := newDOTWriter(titleBefore + " vs " + titleAfter)
+	d, err := NewDiagramPair(before, after, titleBefore, titleAfter)
+	if err != nil {
+		return "", err
+	}
+	return WriteDiagramDOT(d)
+}
+
+// WriteDiagramDOT writes a diagram as DOT: a single graph (NewDiagram) at the
+// top level with its title, a pair (NewDiagramPair) as two clusters.
+func WriteDiagramDOT(d *Diagram) (string, error) {
+	if d == nil || len(d.Clusters) == 0 {
+		return "", errors.New("dot: empty diagram")
+	}
+	w := newDOTWriter(d.Title)
+	if len(d.Clusters) == 1 && d.Clusters[0].ID == "" {
+		w.attr(w.root, "label", d.Title)
+		w.attr(w.root, "labelloc", "t")
+		w.attr(w.root, "rankdir", "TB")
+		w.add(w.root, d.Clusters[0])
+		return w.String(), w.err
+	}
 	w.attr(w.root, "rankdir", "TB")
 	w.attr(w.root, "newrank", "true")
-	for _, c := range []struct {
-		id, title string
-		g         *Graph
-	}{{"cluster_before", titleBefore, before}, {"cluster_after", titleAfter, after}} {
-		w.subgraph(c.id, map[string]string{"label": dotQuote(c.title), "style": "rounded", "color": "gray50"})
-		if err := w.add(c.id, strings.TrimPrefix(c.id, "cluster_")+"_", c.g); err != nil {
-			return "", err
+	for _, c := range d.Clusters {
+		attrs := map[string]string{"label": dotQuote(c.Title)}
+		for k, v := range c.Style {
+			attrs[k] = v
 		}
+		w.subgraph(c.ID, attrs)
+		w.add(c.ID, c)
 	}
 	return w.String(), w.err
 }
@@ -106,96 +123,28 @@ func (w *dotWriter) subgraph(id string, attrs map[string]string) {
 	w.subs = append(w.subs, id)
 }
 
-func (w *dotWriter) node(parent, id string, style map[string]string, label, tooltip string) {
-	attrs := make(map[string]string, len(style)+2)
-	for k, v := range style {
+func (w *dotWriter) node(parent string, n DiagramNode) {
+	attrs := make(map[string]string, len(n.Style)+2)
+	for k, v := range n.Style {
 		attrs[k] = dotQuoteIfNeeded(v)
 	}
-	attrs["label"] = label
-	if tooltip != "" {
-		attrs["tooltip"] = dotQuote(tooltip)
+	attrs["label"] = dotLabel(n.Lines...)
+	if n.Tooltip != "" {
+		attrs["tooltip"] = dotQuote(n.Tooltip) // hovering an op in SVG says what it computes
 	}
-	w.check(w.gv.AddNode(parent, id, attrs))
-	w.children[parent] = append(w.children[parent], id)
+	w.check(w.gv.AddNode(parent, n.ID, attrs))
+	w.children[parent] = append(w.children[parent], n.ID)
 }
 
-// add declares g's leaves, nodes, outputs and edges, with IDs prefixed by
-// prefix, inside the graph or cluster parent.
-func (w *dotWriter) add(parent, prefix string, g *Graph) error {
-	ids := make(map[*Value]string, len(g.Inputs)+len(g.Params)+len(g.Consts)+len(g.Nodes))
-	leaves := func(vs []*Value, tag string, style map[string]string) {
-		for k, v := range vs {
-			id := prefix + tag + strconv.Itoa(k)
-			ids[v] = id
-			lines := []string{v.Name, v.Type.String()}
-			if v.Init != nil {
-				lines = append(lines, dotClip(formatInit(v.Init)))
-			}
-			w.node(parent, id, style, dotLabel(lines...), v.Kind.String()+" "+v.Name)
-		}
+// add declares a cluster's nodes, then its edges, inside the graph or
+// cluster parent.
+func (w *dotWriter) add(parent string, c *DiagramCluster) {
+	for _, n := range c.Nodes {
+		w.node(parent, n)
 	}
-	leaves(g.Inputs, "i", dotInputStyle)
-	leaves(g.Params, "p", dotParamStyle)
-	leaves(g.Consts, "c", dotConstStyle)
-
-	type edge struct {
-		src, dst string
-		v        *Value
+	for _, e := range c.Edges {
+		w.check(w.gv.AddEdge(c.Nodes[e.Src].ID, c.Nodes[e.Dst].ID, true, map[string]string{"label": dotQuote(e.Label)}))
 	}
-	var edges []edge
-	for k, n := range g.Nodes {
-		id := prefix + "n" + strconv.Itoa(k)
-		op, style, doc := n.Op, dotOpStyle, ""
-		if s := n.Spec(); s != nil {
-			op, doc = s.QualifiedName(), s.QualifiedName()+": "+s.Doc
-			if s.Domain != DomainONNX {
-				style = dotCustomStyle
-			}
-		}
-		if n.Op == "FlashAttention" || n.Op == "FlashAttentionGrad" {
-			style = dotFlashStyle
-		}
-		lines := []string{op, n.Name}
-		if len(n.Attrs) > 0 {
-			var parts []string
-			for _, a := range n.Attrs.Names() {
-				parts = append(parts, a+"="+n.Attrs[a].format())
-			}
-			lines = append(lines, dotClip(strings.Join(parts, ", ")))
-		}
-		var types []string
-		for _, o := range n.Outputs {
-			types = append(types, o.Type.String())
-		}
-		lines = append(lines, strings.Join(types, ", "))
-		w.node(parent, id, style, dotLabel(lines...), doc) // hovering an op in SVG says what it computes
-		for i, v := range n.Inputs {
-			if v == nil {
-				continue // an omitted optional input
-			}
-			src, ok := ids[v]
-			if !ok {
-				return fmt.Errorf("dot: node %s input %d (%s) is not defined before it", n.Name, i, v.Name)
-			}
-			edges = append(edges, edge{src, id, v})
-		}
-		for _, o := range n.Outputs {
-			ids[o] = id
-		}
-	}
-	for k, v := range g.Outputs {
-		id := prefix + "o" + strconv.Itoa(k)
-		src, ok := ids[v]
-		if !ok {
-			return fmt.Errorf("dot: output %s is not defined", v.Name)
-		}
-		w.node(parent, id, dotOutputStyle, dotLabel("output "+v.Name, v.Type.String()), "output "+v.Name)
-		edges = append(edges, edge{src, id, v})
-	}
-	for _, e := range edges {
-		w.check(w.gv.AddEdge(e.src, e.dst, true, map[string]string{"label": dotQuote(dotEdgeLabel(e.v))}))
-	}
-	return nil
 }
 
 // dotEdgeLabel names a value where the name says something the source node

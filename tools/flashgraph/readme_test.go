@@ -187,7 +187,7 @@ func TestReadmeCommandsRun(t *testing.T) {
 		t.Errorf("ran %d lines and checked %d: the block changed shape; look at this test", ran, checked)
 	}
 	// What the lines promised is there.
-	for _, f := range []string{"small.txt", "g.txt", "small.onnx", "tiny.dot", "tiny.onnx", "out/loss.png", "out/ckpt/step-00000040.safetensors"} {
+	for _, f := range []string{"small.txt", "g.txt", "small.onnx", "tiny.dot", "tiny.svg", "tiny.onnx", "out/loss.png", "out/ckpt/step-00000040.safetensors"} {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("after the README's lines: %v", err)
 		}
