@@ -192,8 +192,8 @@ along (docs/GPU.md; from the onnx directory):
 
     CGO_ENABLED=0 go test -c -o .gpu/onnx.test ./onnx
     cd onnx && ../.gpu/onnx.test -test.run TestONNXConformanceCUDA -test.v -test.timeout 60m \
-        -conformance-dir DATA -conformance-device cuda -conformance-report /tmp/onnx-cuda.txt
-    go test ./onnx -run TestONNXConformanceCUDA -conformance-cuda-from /tmp/onnx-cuda.txt -update-conformance-cuda
+        -conformance-dir DATA -conformance-device cuda -conformance-report onnx-cuda.txt
+    go test ./onnx -run TestONNXConformanceCUDA -conformance-cuda-from onnx-cuda.txt -update-conformance-cuda
 
 A test whose graph has a table op with no CUDA kernel (listed at the end of this page) is
 expected to be refused with "no CUDA kernel: OP", derived from the graph at test time; every
