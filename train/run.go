@@ -340,7 +340,11 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		loss, err := tr.Step()
 		if err != nil {
 			if errors.Is(err, ErrDiverged) {
-				return nil, divergedError(err, goodCkpt, goodStep)
+				bad := tr.StepsDone() + 1
+				prog.note("step %d diverged: re-running it from the last good state (step %d) with every node checked...", bad, goodStep)
+				rs.set(phaseDiagnosing, tr.StepsDone())
+				diag := diagnoseDivergence(ctx, be, src, opts.Fuse, opts.Hyper, corpus, goodCkpt, goodStep, bad)
+				return nil, fmt.Errorf("%w\n%s", divergedError(err, goodCkpt, goodStep), diag)
 			}
 			return nil, err
 		}

@@ -186,6 +186,12 @@ func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus
 
 // NewSourceTrainer builds and compiles the training step of src on be.
 func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	return newSourceTrainer(be, src, fuse, h, corpus, false)
+}
+
+// newSourceTrainer is NewSourceTrainer; checkFinite compiles the step in the
+// backend's diagnostic mode (backend.Options.CheckFinite).
+func newSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus, checkFinite bool) (*Trainer, error) {
 	cfg := src.Config
 	if err := h.Schedule().Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
@@ -223,7 +229,7 @@ func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus
 			t.stepDType = in.Type.DType
 		}
 	}
-	t.exec, err = be.Compile(gs.Step.Graph, backend.Options{Updates: gs.Step.Updates})
+	t.exec, err = be.Compile(gs.Step.Graph, backend.Options{Updates: gs.Step.Updates, CheckFinite: checkFinite})
 	if err != nil {
 		return nil, fmt.Errorf("train: compiling the training step on %s: %w", be.Name(), err)
 	}
