@@ -43,6 +43,10 @@ type Options struct {
 	// import; 0 means max(FoldFloor, FoldPerByte × the model's size in bytes).
 	// See limits.go.
 	MaxFoldElems int
+	// FoldMemory, when positive, is the memory in bytes constant folding may
+	// take: it caps the element limit (at FoldBytesPerElem bytes each), so
+	// that a fold too large for the machine is refused before it allocates.
+	FoldMemory int64
 
 	size int // the serialized model's size in bytes, when known
 }
@@ -505,7 +509,7 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 	if err := ctx.dispatch(); err != nil {
 		if errors.Is(err, errTooBig) {
 			// An op that can only be folded, with no budget left to fold it.
-			return ctx.errf("%v", im.fold.exceeded())
+			return ctx.errf("%v", im.fold.exceeded(err))
 		}
 		return err
 	}
