@@ -117,6 +117,10 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, log); err != nil {
 			return nil, err
 		}
+		if len(log.Filter(passes.PassRecompute, passes.Info)) == 0 {
+			// Asked for less memory, the step would quietly keep it all.
+			return nil, fmt.Errorf("-recompute: no layer of %s can be recomputed: its forward has no nodes scoped layers.i/ and no attention (Softmax or FlashAttention) between two points where a single activation is live (a transformer's residual adds) whose values the backward reads; train without -recompute", fwd.Name)
+		}
 	}
 	if fuse && !h.NoFuseElementwise {
 		// Elementwise fusion runs on the finished step (it has no gradient
