@@ -213,7 +213,12 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	if err != nil {
 		return nil, err
 	}
-	defer tr.Close()
+	trOpen := true
+	defer func() {
+		if trOpen {
+			tr.Close()
+		}
+	}()
 	// A step runs the step graph once per micro-batch (Hyper.Accum).
 	runTokens := int64(opts.Config.Batch * opts.Config.Seq)
 	tokensPerStep := runTokens * int64(opts.Hyper.accum())
@@ -345,6 +350,10 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if err != nil {
 			if errors.Is(err, ErrDiverged) {
 				bad := tr.StepsDone() + 1
+				// Its weights are damaged: the re-run compiles its own, in
+				// the memory this one held.
+				trOpen = false
+				tr.Close()
 				prog.note("step %d diverged: re-running it from the last good state (step %d) with every node checked...", bad, goodStep)
 				rs.set(phaseDiagnosing, tr.StepsDone())
 				diag := diagnoseDivergence(ctx, be, src, opts.Fuse, opts.Hyper, corpus, goodCkpt, goodStep, bad)
