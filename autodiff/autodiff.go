@@ -384,6 +384,9 @@ func (e *emitter) swapLast2(x *graph.Value) *graph.Value {
 	return e.op("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, x)
 }
 
+// maxIntOperand bounds the int64 constant operands constInts computes.
+const maxIntOperand = 1 << 16
+
 // constInts reads an int64 constant operand (axes, shapes, slice bounds).
 func (e *emitter) constInts(v *graph.Value, what string) []int {
 	if e.err != nil {
@@ -391,6 +394,12 @@ func (e *emitter) constInts(v *graph.Value, what string) []int {
 	}
 	if v == nil || v.Kind != graph.Const || v.Init == nil || v.Type.DType != graph.Int64 {
 		e.fail("%s must be an int64 constant", what)
+		return nil
+	}
+	// Axes, shapes and bounds have one entry per axis: a larger operand is
+	// a malformed graph, refused before its recipe is computed.
+	if n := v.Type.Shape.Numel(); n > maxIntOperand {
+		e.fail("%s %s has %d elements, more than an operand of axes or bounds can (%d)", what, v.Name, n, maxIntOperand)
 		return nil
 	}
 	t, err := v.Init.Materialize(v.Type)

@@ -31,6 +31,13 @@ type Options struct {
 	// PoisonOutputs fills every buffer with NaN before the kernel that writes
 	// it, so that an element a kernel forgets to write shows up in tests.
 	PoisonOutputs bool
+	// CheckFinite is a diagnostic mode: Run checks the floating outputs of
+	// every node, in topological order, and stops at the first node that
+	// makes a NaN from inputs without one, or an infinity from finite
+	// inputs, with a *NonFiniteError naming it. It reads every value, so it
+	// is slow; a backend that cannot check its nodes one by one refuses it
+	// at Compile, saying so.
+	CheckFinite bool
 }
 
 // Executable is a compiled graph. Initializers live inside it between runs.

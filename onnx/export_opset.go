@@ -17,6 +17,11 @@ type ExportOptions struct {
 	// opset-17 form (Attention came in 23) and is refused: export the
 	// attention decomposed, i.e. the graph unfused.
 	Opset int
+	// MaxBytes, when positive, is the memory the export may take: a graph
+	// whose initializers' data (computed from their recipes, converted to
+	// ONNX tensors and serialized) needs more is refused before anything is
+	// computed, naming its largest initializer (exportNeed).
+	MaxBytes int64
 }
 
 // Lowest and highest opsets ExportOptions.Opset may ask for.
@@ -26,6 +31,12 @@ const (
 )
 
 func (o ExportOptions) check(g *graph.Graph) error {
+	if o.MaxBytes > 0 {
+		if need, big := exportNeed(g); need > o.MaxBytes {
+			return fmt.Errorf("onnx: export: the initializers' data takes about %s to write (the largest, %s %s, %v: %s), more than the %s the export may take; refused before allocating",
+				formatBytes(need), big.Kind, big.Name, big.Type, formatBytes(initBytes(big)), formatBytes(o.MaxBytes))
+		}
+	}
 	if o.Opset == 0 {
 		return nil
 	}

@@ -281,7 +281,7 @@ func shapeFrom(c *opCtx, v *cval, what string) (graph.Shape, error) {
 		}
 		s[i] = int(d)
 		if d > 0 && n > int64(c.foldCap())/d {
-			return nil, errTooBig
+			return nil, tooBigDims(ints)
 		}
 		n *= d
 	}
@@ -289,6 +289,27 @@ func shapeFrom(c *opCtx, v *cval, what string) (graph.Shape, error) {
 }
 
 var errTooBig = errors.New("result too large to fold")
+
+// tooBig is errTooBig saying what the fold would have made.
+func tooBig(what string) error { return fmt.Errorf("%w: %s", errTooBig, what) }
+
+// tooBigShape is tooBig for a result of shape s.
+func tooBigShape(s graph.Shape) error {
+	dims := make([]int64, len(s))
+	for i, d := range s {
+		dims[i] = int64(d)
+	}
+	return tooBigDims(dims)
+}
+
+// tooBigDims is tooBig for a result of dimensions dims.
+func tooBigDims(dims []int64) error {
+	n := 1.0
+	for _, d := range dims {
+		n *= float64(d)
+	}
+	return tooBig(fmt.Sprintf("a %v result of %.6g elements", dims, n))
+}
 
 func foldConstantOfShape(c *opCtx, in []*cval) ([]*cval, error) {
 	shape, err := shapeFrom(c, in[0], "shape")
@@ -325,7 +346,7 @@ func foldRange(c *opCtx, in []*cval) ([]*cval, error) {
 	}
 	n := math.Ceil((limit - start) / delta)
 	if n > float64(c.foldCap()) {
-		return nil, errTooBig
+		return nil, tooBig(fmt.Sprintf("a range of %.6g elements", n))
 	}
 	count := int(max(n, 0))
 	out := newCval(in[0].dt, graph.Shape{count})
@@ -389,7 +410,7 @@ func broadcastAll(c *opCtx, in ...*cval) (graph.Shape, [][]int, error) {
 		return nil, nil, c.errf("%v", err)
 	}
 	if c.foldTooBig(out) {
-		return nil, nil, errTooBig
+		return nil, nil, tooBigShape(out)
 	}
 	idx := make([][]int, len(in))
 	for i, v := range in {
@@ -494,7 +515,7 @@ func foldGather(c *opCtx, in []*cval) ([]*cval, error) {
 	}
 	shape := append(append(data.shape[:ax].Clone(), indices.shape...), data.shape[ax+1:]...)
 	if c.foldTooBig(shape) {
-		return nil, errTooBig
+		return nil, tooBigShape(shape)
 	}
 	return evalTable(c, "Gather", graph.Attrs{"axis": graph.Int(int64(ax))}, data.dt, data.tensor(), indices.tensor())
 }
@@ -620,7 +641,7 @@ func foldConcat(c *opCtx, in []*cval) ([]*cval, error) {
 		shape[ax] += v.shape[ax]
 	}
 	if c.foldTooBig(shape) {
-		return nil, errTooBig
+		return nil, tooBigShape(shape)
 	}
 	ts := make([]*graph.Tensor, len(in))
 	for i, v := range in {
@@ -765,7 +786,7 @@ func foldExpand(c *opCtx, in []*cval) ([]*cval, error) {
 		return nil, c.errf("%v", err)
 	}
 	if c.foldTooBig(s) {
-		return nil, errTooBig
+		return nil, tooBigShape(s)
 	}
 	return evalTable(c, "Expand", nil, in[0].dt, in[0].tensor(), intsTensor(target))
 }

@@ -50,6 +50,10 @@ type Options struct {
 	// must be the ones the model declares for the input. Import reports an input
 	// it needs bound with a *BindError.
 	Bind map[string]*onnxpb.Tensor
+	// FoldMemory, when positive, is the memory in bytes constant folding may
+	// take: it caps the element limit (at FoldBytesPerElem bytes each), so
+	// that a fold too large for the machine is refused before it allocates.
+	FoldMemory int64
 
 	size int // the serialized model's size in bytes, when known
 }
@@ -591,7 +595,7 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 		}
 		if errors.Is(err, errTooBig) {
 			// An op that can only be folded, with no budget left to fold it.
-			return ctx.errf("%v", im.fold.exceeded())
+			return ctx.errf("%v", im.fold.exceeded(err))
 		}
 		return err
 	}

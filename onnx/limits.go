@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
@@ -27,12 +28,17 @@ const (
 	// FoldPerByte is the budget added per byte of model; exporters fold masks
 	// and position tables that are small next to the weights of the same model.
 	FoldPerByte = 8
+	// FoldBytesPerElem is what one folded element costs until it is a graph
+	// constant: a float64 or int64 while folding, again in the literal
+	// recipe the graph keeps, and its tensor when materialised.
+	FoldBytesPerElem = 24
 )
 
 // foldBudget counts the elements constant folding creates in one import.
 type foldBudget struct {
 	limit  int
 	why    string // how limit was chosen, for errors
+	raise  string // how to raise it, for errors
 	used   int
 	counts map[any]bool // backing arrays already counted (folds that only reshape share them)
 }
@@ -40,11 +46,17 @@ type foldBudget struct {
 // newFoldBudget sets the budget for a model of size bytes, or opts' explicit limit.
 func newFoldBudget(opts Options, size int) *foldBudget {
 	b := &foldBudget{counts: map[any]bool{}}
+	b.raise = "raise Options.MaxFoldElems to import this model"
 	if opts.MaxFoldElems > 0 {
 		b.limit, b.why = opts.MaxFoldElems, "Options.MaxFoldElems"
 	} else {
 		b.limit = max(FoldFloor, FoldPerByte*size)
 		b.why = fmt.Sprintf("the default for a %d-byte model: max(%d, %d per byte)", size, FoldFloor, FoldPerByte)
+	}
+	if opts.FoldMemory > 0 && opts.FoldMemory/FoldBytesPerElem < int64(b.limit) {
+		b.limit = int(opts.FoldMemory / FoldBytesPerElem)
+		b.why = fmt.Sprintf("the %s of memory available for folding, at %d bytes per folded element", formatBytes(opts.FoldMemory), FoldBytesPerElem)
+		b.raise = "this model folds more constants than fit in memory"
 	}
 	return b
 }
@@ -81,14 +93,33 @@ func (b *foldBudget) add(c *cval) error {
 	b.counts[k] = true
 	b.used += c.n()
 	if b.used > b.limit {
-		return fmt.Errorf("constant folding has created %d elements, over the limit of %d (%s); raise Options.MaxFoldElems to import this model", b.used, b.limit, b.why)
+		return fmt.Errorf("constant folding has created %d elements, over the limit of %d (%s); %s", b.used, b.limit, b.why, b.raise)
 	}
 	return nil
 }
 
-// exceeded is the error for a fold refused before it ran.
-func (b *foldBudget) exceeded() error {
-	return fmt.Errorf("constant folding would create more than the %d elements left of its limit of %d (%s); raise Options.MaxFoldElems to import this model", b.left(), b.limit, b.why)
+// exceeded is the error for a fold refused before it ran; err says what
+// the fold would have made.
+func (b *foldBudget) exceeded(err error) error {
+	what := ""
+	if _, detail, ok := strings.Cut(err.Error(), errTooBig.Error()+": "); ok {
+		what = " (" + detail + ")"
+	}
+	return fmt.Errorf("constant folding would create more%s than the %d elements left of its limit of %d (%s); refused before allocating; %s", what, b.left(), b.limit, b.why, b.raise)
+}
+
+// formatBytes writes a byte count with a binary unit.
+func formatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, i := float64(n), 0
+	for v >= unit && i < 4 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.2f %ciB", v, "KMGT"[i-1])
 }
 
 // foldViews are folds that only relabel their input's data (they share it).
@@ -108,7 +139,7 @@ func (c *opCtx) fold(f folder, in []*cval) ([]*cval, error) {
 			}
 		}
 		if n > c.foldCap() {
-			return nil, errTooBig
+			return nil, tooBig(fmt.Sprintf("its inputs hold %d elements", n))
 		}
 	}
 	return f(c, in)
@@ -169,4 +200,34 @@ func (c *opCtx) checkFoldInputs() error {
 		}
 	}
 	return nil
+}
+
+// initBytes is the memory exporting initializer v takes: its data computed
+// from its recipe (a host tensor: 4 bytes an element for the float types
+// narrower than float64, 8 for float64 and int64, 1 for bool), then as an
+// ONNX tensor and again in the serialized model (DType.Size each).
+func initBytes(v *graph.Value) int64 {
+	host := int64(8)
+	switch v.Type.DType {
+	case graph.Float32, graph.BFloat16, graph.Float16:
+		host = 4
+	case graph.Bool:
+		host = 1
+	}
+	return int64(v.Type.Shape.Numel()) * (host + 2*int64(v.Type.DType.Size()))
+}
+
+// exportNeed is the memory exporting g's initializers takes, and the
+// largest of them.
+func exportNeed(g *graph.Graph) (int64, *graph.Value) {
+	var total int64
+	var big *graph.Value
+	for _, v := range g.Initializers() {
+		n := initBytes(v)
+		total += n
+		if big == nil || n > initBytes(big) {
+			big = v
+		}
+	}
+	return total, big
 }

@@ -241,3 +241,40 @@ func readCorpusFile(path string) ([]byte, error) {
 	}
 	return []byte(s), nil
 }
+
+// TestFoldMemoryCaps: FoldMemory caps the budget however it was chosen (here
+// an explicit MaxFoldElems of 2^40): a ConstantOfShape of [100000,100000], a
+// Range of 10^12 are refused before they allocate, naming the node, what the
+// fold would have made and the memory that bounds it; an Expand to 2^40
+// elements, which flashgraph can run, is left to run time; a fold within
+// the memory still imports.
+func TestFoldMemoryCaps(t *testing.T) {
+	huge := foldChain([]int64{100000, 100000}, 1, "Add", 0)
+	models := []*onnxpb.Model{huge, hostileFolds()[len(hostileFolds())-1]}
+	wants := []string{"[100000 100000] result of 1e+10 elements", "a range of 1e+12 elements"}
+	opts := Options{MaxFoldElems: 1 << 40, FoldMemory: 1 << 30}
+	for i, m := range models {
+		_, err := ImportBytesWith(onnxpb.Encode(m), opts)
+		if err == nil {
+			t.Fatalf("model %d: folded past 1 GiB of memory", i)
+		}
+		n := m.Graph.Node[0]
+		for _, want := range []string{fmt.Sprintf("node %q", n.Name), n.OpType, wants[i], "1.00 GiB of memory available for folding",
+			fmt.Sprintf("limit of %d", (1<<30)/FoldBytesPerElem), "refused before allocating"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("model %d: error %q does not say %q", i, err, want)
+			}
+		}
+	}
+	g, err := ImportBytesWith(onnxpb.Encode(hostileFolds()[4]), opts)
+	if err != nil || len(g.Nodes) != 1 || g.Nodes[0].Op != "Expand" {
+		t.Errorf("an Expand to 2^40 elements: %v, want it left to run time", err)
+	}
+	small := onnxpb.Encode(foldChain([]int64{1024, 1024}, 1, "Add", 0))
+	if _, err := ImportBytesWith(small, Options{FoldMemory: 64 << 20}); err != nil {
+		t.Errorf("1 Mi elements within 64 MiB: %v", err)
+	}
+	if _, err := ImportBytesWith(small, Options{FoldMemory: 16 << 20}); err == nil || !strings.Contains(err.Error(), "16.00 MiB of memory") {
+		t.Errorf("1 Mi elements (24 MiB) within 16 MiB: %v", err)
+	}
+}

@@ -18,6 +18,12 @@ import (
 // mask is 8M elements; twice that is the limit).
 const maxConstElems = 1 << 24
 
+// maxConstHeld bounds the elements one compile-time evaluation holds in all
+// (its memo keeps every value it computed): 2^26, 256 MiB as float32. A
+// graph of many large masks is refused, with the node and the size, before
+// the evaluation allocates past it, instead of filling the machine.
+const maxConstHeld = 1 << 26
+
 type constResult struct {
 	t   *graph.Tensor
 	err error
@@ -25,6 +31,17 @@ type constResult struct {
 
 type constEval struct {
 	memo map[*graph.Value]constResult
+	held int // elements computed so far
+}
+
+// hold charges the n elements of v (made by node, "" for a const's recipe)
+// to the evaluation, or says why it may not compute them.
+func (ce *constEval) hold(v *graph.Value, n int) error {
+	if ce.held+n > maxConstHeld {
+		return fmt.Errorf("%s (%v, %d elements) is not computed at compile time: compile-time evaluation already holds %d elements, and may hold at most %d", v.Name, v.Type, n, ce.held, maxConstHeld)
+	}
+	ce.held += n
+	return nil
 }
 
 func newConstEval() *constEval { return &constEval{memo: map[*graph.Value]constResult{}} }
@@ -60,6 +77,9 @@ func (ce *constEval) compute(v *graph.Value, depth int) (*graph.Tensor, error) {
 		if v.Init == nil {
 			return nil, fmt.Errorf("const %s has no recipe", v.Name)
 		}
+		if err := ce.hold(v, v.Type.Shape.Numel()); err != nil {
+			return nil, err
+		}
 		return v.Init.Materialize(v.Type)
 	}
 	n := v.Producer
@@ -83,6 +103,9 @@ func (ce *constEval) compute(v *graph.Value, depth int) (*graph.Tensor, error) {
 			return nil, fmt.Errorf("%s depends on %w", v.Name, err)
 		}
 		in[i] = t
+	}
+	if err := ce.hold(v, v.Type.Shape.Numel()); err != nil {
+		return nil, fmt.Errorf("by node %s (%s): %w", n.Name, n.Op, err)
 	}
 	out := graph.NewTensor(v.Type.DType, v.Type.Shape)
 	if err := spec.Eval(in, n.Attrs, []*graph.Tensor{out}); err != nil {

@@ -124,7 +124,7 @@ func fusibleReduce(n *graph.Node) ([]int64, bool) {
 		n.Attrs.Int("noop_with_empty_axes", 0) != 0 {
 		return nil, false
 	}
-	if a.Kind != graph.Const || a.Init == nil || a.Type.DType != graph.Int64 {
+	if a.Kind != graph.Const || a.Init == nil || a.Type.DType != graph.Int64 || a.Type.Shape.Numel() != 1 {
 		return nil, false
 	}
 	t, err := a.Init.Materialize(a.Type)
@@ -688,7 +688,7 @@ func sliceParams(n *graph.Node) (axis, start, end int64, ok bool) {
 			return 0, false
 		}
 		v := n.Inputs[i]
-		if v.Kind != graph.Const || v.Init == nil || v.Type.DType != graph.Int64 {
+		if v.Kind != graph.Const || v.Init == nil || v.Type.DType != graph.Int64 || v.Type.Shape.Numel() != 1 {
 			return 0, false
 		}
 		t, err := v.Init.Materialize(v.Type)

@@ -67,7 +67,9 @@ func recomputeLayer(name string) (int, bool) {
 }
 
 // Run rewrites a clone of g; a graph without layers whose activations the
-// backward reads comes back as it is.
+// backward reads comes back as it is. Layers are the nodes scoped
+// "layers.i/" (the built-in model); in a graph without such scopes (an
+// imported one), the layers structuralLayers finds.
 func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if g == nil {
 		return nil, errNilGraph
@@ -108,6 +110,20 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		isOutput[v] = true
 	}
 	isGrad := func(n *graph.Node) bool { return strings.HasPrefix(n.Name, recomputeGradScope) }
+	label := func(l int) string { return fmt.Sprintf("layers.%d", l) }
+	if len(layerNodes) == 0 {
+		// No scopes (an imported graph): find the layers by structure.
+		layerNodes = structuralLayers(c, isGrad, isOutput)
+		for l, ns := range layerNodes {
+			for _, n := range ns {
+				layerOf[n] = l
+			}
+		}
+		label = func(l int) string {
+			ns := layerNodes[l]
+			return fmt.Sprintf("layer %d (%s … %s, found by structure)", l, ns[0].Name, ns[len(ns)-1].Name)
+		}
+	}
 
 	layers := make([]int, 0, len(layerNodes))
 	for l := range layerNodes {
@@ -186,11 +202,11 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 				continue
 			}
 			if pos[n] >= first {
-				return nil, fmt.Errorf("recompute: layer %d: forward node %s comes after the backward node %s that reads it", l, n.Name, c.Nodes[first].Name)
+				return nil, fmt.Errorf("recompute: %s: forward node %s comes after the backward node %s that reads it", label(l), n.Name, c.Nodes[first].Name)
 			}
 			cn := &graph.Node{Name: recomputeCloneScope + n.Name, Op: n.Op, Attrs: n.Attrs.Clone()}
 			if nodeNames[cn.Name] {
-				return nil, fmt.Errorf("recompute: layer %d: node name %q is taken", l, cn.Name)
+				return nil, fmt.Errorf("recompute: %s: node name %q is taken", label(l), cn.Name)
 			}
 			nodeNames[cn.Name] = true
 			for _, in := range n.Inputs {
@@ -202,7 +218,7 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			for _, o := range n.Outputs {
 				cv := &graph.Value{Name: recomputeCloneScope + o.Name, Type: graph.TensorType{DType: o.Type.DType, Shape: o.Type.Shape.Clone()}, Kind: graph.Intermediate, Producer: cn}
 				if names[cv.Name] {
-					return nil, fmt.Errorf("recompute: layer %d: value name %q is taken", l, cv.Name)
+					return nil, fmt.Errorf("recompute: %s: value name %q is taken", label(l), cv.Name)
 				}
 				names[cv.Name] = true
 				clones[o] = cv
@@ -222,8 +238,8 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		}
 		insertBefore[first] = append(insertBefore[first], cloned...)
 		done++
-		log.Infof(PassRecompute, "layers.%d: recomputes %d of its %d forward nodes (their values: %d bytes at graph dtypes) before %s; %d backward reads rewired",
-			l, len(cloned), len(fwd), savedBytes, c.Nodes[first].Name, rewired)
+		log.Infof(PassRecompute, "%s: recomputes %d of its %d forward nodes (their values: %d bytes at graph dtypes) before %s; %d backward reads rewired",
+			label(l), len(cloned), len(fwd), savedBytes, c.Nodes[first].Name, rewired)
 	}
 	if done == 0 {
 		return g, nil
@@ -235,4 +251,140 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	}
 	c.Nodes = nodes
 	return c, nil
+}
+
+// structuralLayers finds the layers of a training step whose forward carries
+// no layer scopes (a graph imported from ONNX names its nodes as its exporter
+// did). The forward is the nodes that are not backward ("grad/...") and read
+// nothing the backward computes. In it, a cut is a point of the forward's
+// order where exactly one floating activation (a value computed from the
+// graph's inputs, not from params and consts alone) is live: in a transformer,
+// the residual stream after a residual Add, which everything after reads
+// through it. Each attention (Softmax or FlashAttention) must lie between its
+// own two cuts; layer k is the nodes after the last cut before attention k up
+// to that before attention k+1. The last layer spans as many cuts after its
+// start as the layer before it did (one, the attention's sublayer, in a
+// one-layer graph). A forward where that does not hold (two attentions
+// between cuts, no cut before an attention) has no layers: nil.
+//
+// Which nodes a layer holds decides only what is recomputed, never whether
+// the step is right: Run recomputes a value only where nothing but its layer
+// and the backward reads it.
+func structuralLayers(c *graph.Graph, isGrad func(*graph.Node) bool, isOutput map[*graph.Value]bool) map[int][]*graph.Node {
+	backward := map[*graph.Value]bool{}
+	var fwd []*graph.Node
+	for _, n := range c.Nodes {
+		bwd := isGrad(n)
+		for _, in := range n.Inputs {
+			bwd = bwd || (in != nil && backward[in])
+		}
+		if bwd {
+			for _, o := range n.Outputs {
+				backward[o] = true
+			}
+			continue
+		}
+		fwd = append(fwd, n)
+	}
+	// Activations: computed, by the forward, from a graph input.
+	act := map[*graph.Value]bool{}
+	for _, v := range c.Inputs {
+		act[v] = true
+	}
+	last := map[*graph.Value]int{} // a float activation's last forward reader
+	var attn []int
+	for p, n := range fwd {
+		from := false
+		for _, in := range n.Inputs {
+			if in != nil && act[in] {
+				from = true
+				if _, ok := last[in]; ok {
+					last[in] = p
+				}
+			}
+		}
+		if n.Op == "Softmax" || n.Op == "FlashAttention" {
+			attn = append(attn, p)
+		}
+		if !from {
+			continue
+		}
+		for _, o := range n.Outputs {
+			act[o] = true
+			if o.Type.DType.IsFloat() {
+				last[o] = p
+				if isOutput[o] {
+					last[o] = len(fwd)
+				}
+			}
+		}
+	}
+	if len(attn) == 0 {
+		return nil
+	}
+	// Sweep the forward: the cuts are the positions after which one float
+	// activation is live.
+	var cuts []int
+	live := 0
+	for p, n := range fwd {
+		for _, o := range n.Outputs {
+			if q, ok := last[o]; ok && q > p {
+				live++
+			}
+		}
+		seen := map[*graph.Value]bool{}
+		for _, in := range n.Inputs {
+			if q, ok := last[in]; ok && q == p && !seen[in] {
+				seen[in] = true
+				live--
+			}
+		}
+		if live == 1 {
+			cuts = append(cuts, p)
+		}
+	}
+	starts := make([]int, len(attn))
+	for k, a := range attn {
+		starts[k] = -1
+		for _, q := range cuts {
+			if q < a {
+				starts[k] = q
+			}
+		}
+		if starts[k] < 0 || (k > 0 && starts[k] < attn[k-1]) {
+			return nil
+		}
+	}
+	layers := map[int][]*graph.Node{}
+	for k, a := range attn {
+		end := -1
+		if k+1 < len(attn) {
+			end = starts[k+1]
+		} else {
+			// As many cuts as the layer before spans (one without one).
+			span, prev := 0, -1
+			if k > 0 {
+				prev = starts[k-1]
+			}
+			for _, q := range cuts {
+				if k > 0 && q > prev && q <= starts[k] {
+					span++
+				}
+			}
+			span = max(span, 1)
+			for _, q := range cuts {
+				if q > starts[k] {
+					if span--; span == 0 {
+						end = q
+						break
+					}
+				}
+			}
+		}
+		if end < a {
+			continue
+		}
+		layers[k] = append([]*graph.Node(nil), fwd[starts[k]+1:end+1]...)
+	}
+	return layers
 }

@@ -6,7 +6,10 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/autodiff"
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
 )
 
 // stepFeeds are random tokens and targets, a small learning rate and step 1.
@@ -150,4 +153,90 @@ func TestRecomputeLeavesOtherGraphsAlone(t *testing.T) {
 			t.Errorf("recomputeLayer(%q) accepted", name)
 		}
 	}
+}
+
+// A training step whose forward has no layer scopes (an imported graph names
+// its nodes as its exporter did: "/h.0/attn/MatMul") is recomputed by its
+// structure: the layers found are exactly the built-in model's, fused
+// (FlashAttention) and unfused (Softmax); the step computes the same bits;
+// and the planned peak of activations shrinks.
+func TestRecomputeFindsLayersByStructure(t *testing.T) {
+	for _, fuse := range []bool{true, false} {
+		cfg, err := model.Lookup("tiny")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Layers = 3
+		fwd, err := model.Build(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fwd, err = Default(fuse).Run(fwd, nil); err != nil {
+			t.Fatal(err)
+		}
+		// The layer each node belongs to by its scope, then the scopes gone.
+		named := map[string]int{}
+		for _, n := range fwd.Nodes {
+			if l, ok := recomputeLayer(n.Name); ok {
+				n.Name = "/h." + strings.TrimPrefix(n.Name, "layers.")
+				named[n.Name] = l
+			}
+		}
+		ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{Loss: "loss"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := structuralLayers(ts.Graph, func(n *graph.Node) bool { return strings.HasPrefix(n.Name, "grad/") }, outputsOf(ts.Graph))
+		if len(got) != cfg.Layers {
+			t.Fatalf("fuse=%v: %d layers found, want %d", fuse, len(got), cfg.Layers)
+		}
+		count := 0
+		for l, ns := range got {
+			for _, n := range ns {
+				if w, ok := named[n.Name]; !ok || w != l {
+					t.Errorf("fuse=%v: node %s put in layer %d, built in %v (%v)", fuse, n.Name, l, w, ok)
+				}
+			}
+			count += len(ns)
+		}
+		if count != len(named) {
+			t.Errorf("fuse=%v: %d nodes in the layers found, %d built in layers", fuse, count, len(named))
+		}
+
+		log := &Log{}
+		rc, err := (Recompute{}).Run(ts.Graph, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := graph.Verify(rc); err != nil {
+			t.Fatal(err)
+		}
+		infos := log.Filter(PassRecompute, Info)
+		if len(infos) != cfg.Layers || !strings.Contains(infos[0].Reason, "found by structure") {
+			t.Fatalf("fuse=%v: %d Info lines, want one per layer found by structure:\n%s", fuse, len(infos), log)
+		}
+		feeds := stepFeeds(ts, 3)
+		sameOutputs(t, "recompute by structure", fzCPU(t, rc, feeds), fzCPU(t, ts.Graph, feeds))
+		peak := func(g *graph.Graph) int64 {
+			exe, err := cpu.New().Compile(g, backend.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer exe.Close()
+			return exe.Stats().PeakActivationBytes
+		}
+		if before, after := peak(ts.Graph), peak(rc); after >= before {
+			t.Errorf("fuse=%v: planned activation peak %d with recompute, %d without: no saving", fuse, after, before)
+		} else {
+			t.Logf("fuse=%v: planned activation peak %d → %d bytes", fuse, before, after)
+		}
+	}
+}
+
+func outputsOf(g *graph.Graph) map[*graph.Value]bool {
+	m := map[*graph.Value]bool{}
+	for _, v := range g.Outputs {
+		m[v] = true
+	}
+	return m
 }

@@ -43,7 +43,7 @@ func untilDone[T any](ctx context.Context, what string, f func() (T, error), rel
 // with what will happen next.
 type runState struct {
 	mu     sync.Mutex
-	phase  string // phaseCompiling, phaseStep, phaseValidating, phaseBetween
+	phase  string // phaseCompiling, phaseStep, phaseValidating, phaseBetween, phaseDiagnosing
 	step   int64  // completed steps
 	ckpt   bool   // an interrupt saves a checkpoint
 	unsave bool   // steps since the last checkpoint
@@ -55,6 +55,7 @@ const (
 	phaseStep       = "step"
 	phaseValidating = "validating"
 	phaseBetween    = "between"
+	phaseDiagnosing = "diagnosing" // re-running a diverged step with every node checked
 )
 
 func (s *runState) set(phase string, step int64) {
@@ -95,6 +96,8 @@ func (s *runState) ack(cause error) string {
 		return fmt.Sprintf("%s: stopping after step %d (the step in flight)%s…", what, s.step+1, save)
 	case phaseValidating:
 		return fmt.Sprintf("%s: stopping the validation at step %d%s…", what, s.step, save)
+	case phaseDiagnosing:
+		return fmt.Sprintf("%s: stopping the re-run of diverged step %d (the last good checkpoint is kept)…", what, s.step+1)
 	}
 	return fmt.Sprintf("%s: stopping after step %d%s…", what, s.step, save)
 }

@@ -15,15 +15,15 @@ import (
 
 // PlotLosses draws the loss curve as a PNG: every step's training loss (a
 // thin line, plus its running mean, since single batches are noisy) and the
-// validation points.
-func PlotLosses(path, title string, losses []float64, val []ValPoint) error {
+// validation points; unit is what the loss is per ("byte", "token").
+func PlotLosses(path, title, unit string, losses []float64, val []ValPoint) error {
 	if len(losses) == 0 && len(val) == 0 {
 		return fmt.Errorf("loss plot: no losses to draw")
 	}
 	p := plot.New()
 	p.Title.Text = title
 	p.X.Label.Text = "step"
-	p.Y.Label.Text = "loss (nats/byte)"
+	p.Y.Label.Text = fmt.Sprintf("loss (nats/%s)", unit)
 	p.Add(plotter.NewGrid())
 
 	if len(losses) > 0 {

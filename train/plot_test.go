@@ -43,10 +43,10 @@ func TestPlotLossesShowsValidation(t *testing.T) {
 	val := []ValPoint{{Step: 25, Loss: 5.0}, {Step: 50, Loss: 4.3}, {Step: 100, Loss: 3.0}}
 	red := color.RGBA{R: 200, G: 40, B: 30, A: 255}
 	with, without := filepath.Join(dir, "with.png"), filepath.Join(dir, "without.png")
-	if err := PlotLosses(with, "t", losses, val); err != nil {
+	if err := PlotLosses(with, "t", "byte", losses, val); err != nil {
 		t.Fatal(err)
 	}
-	if err := PlotLosses(without, "t", losses, nil); err != nil {
+	if err := PlotLosses(without, "t", "byte", losses, nil); err != nil {
 		t.Fatal(err)
 	}
 	if n := countColour(t, with, red); n < 50 {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
@@ -105,6 +106,9 @@ type Result struct {
 	// (GraphFLOPs(step).Model over the tokens of a step).
 	FLOPsPerToken float64
 	Peak          Peak // Options.Peak
+	// Unit is what one position of the data is, the unit losses are per:
+	// "byte" for text, "token" for a token file.
+	Unit string
 }
 
 // TokensPerSec is the mean training throughput of this process over all its
@@ -209,11 +213,16 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	if err != nil {
 		return nil, err
 	}
-	defer tr.Close()
+	trOpen := true
+	defer func() {
+		if trOpen {
+			tr.Close()
+		}
+	}()
 	// A step runs the step graph once per micro-batch (Hyper.Accum).
 	runTokens := int64(opts.Config.Batch * opts.Config.Seq)
 	tokensPerStep := runTokens * int64(opts.Hyper.accum())
-	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs,
+	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs, Unit: strings.TrimSuffix(corpus.Unit(), "s"),
 		Compile: time.Since(tc), TokensPerStep: tokensPerStep, Peak: opts.Peak,
 		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(runTokens)}
 	if log != nil {
@@ -340,7 +349,15 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		loss, err := tr.Step()
 		if err != nil {
 			if errors.Is(err, ErrDiverged) {
-				return nil, divergedError(err, goodCkpt, goodStep)
+				bad := tr.StepsDone() + 1
+				// Its weights are damaged: the re-run compiles its own, in
+				// the memory this one held.
+				trOpen = false
+				tr.Close()
+				prog.note("step %d diverged: re-running it from the last good state (step %d) with every node checked...", bad, goodStep)
+				rs.set(phaseDiagnosing, tr.StepsDone())
+				diag := diagnoseDivergence(ctx, be, src, opts.Fuse, opts.Hyper, corpus, goodCkpt, goodStep, bad)
+				return nil, fmt.Errorf("%w\n%s", divergedError(err, goodCkpt, goodStep), diag)
 			}
 			return nil, err
 		}

@@ -117,6 +117,10 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, log); err != nil {
 			return nil, err
 		}
+		if len(log.Filter(passes.PassRecompute, passes.Info)) == 0 {
+			// Asked for less memory, the step would quietly keep it all.
+			return nil, fmt.Errorf("-recompute: no layer of %s can be recomputed: its forward has no nodes scoped layers.i/ and no attention (Softmax or FlashAttention) between two points where a single activation is live (a transformer's residual adds) whose values the backward reads; train without -recompute", fwd.Name)
+		}
 	}
 	if fuse && !h.NoFuseElementwise {
 		// Elementwise fusion runs on the finished step (it has no gradient
@@ -186,6 +190,12 @@ func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus
 
 // NewSourceTrainer builds and compiles the training step of src on be.
 func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
+	return newSourceTrainer(be, src, fuse, h, corpus, false)
+}
+
+// newSourceTrainer is NewSourceTrainer; checkFinite compiles the step in the
+// backend's diagnostic mode (backend.Options.CheckFinite).
+func newSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus, checkFinite bool) (*Trainer, error) {
 	cfg := src.Config
 	if err := h.Schedule().Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
@@ -223,7 +233,7 @@ func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus
 			t.stepDType = in.Type.DType
 		}
 	}
-	t.exec, err = be.Compile(gs.Step.Graph, backend.Options{Updates: gs.Step.Updates})
+	t.exec, err = be.Compile(gs.Step.Graph, backend.Options{Updates: gs.Step.Updates, CheckFinite: checkFinite})
 	if err != nil {
 		return nil, fmt.Errorf("train: compiling the training step on %s: %w", be.Name(), err)
 	}

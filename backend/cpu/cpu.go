@@ -237,6 +237,14 @@ func (e *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 		if err != nil {
 			return nil, err
 		}
+		if e.opts.CheckFinite {
+			for _, t := range out {
+				roundNarrow(t)
+			}
+			if nf := backend.CheckNodeFinite(st.node, in, out); nf != nil {
+				return nil, fmt.Errorf("cpu: %w", nf)
+			}
+		}
 		for i, s := range st.out {
 			roundNarrow(out[i])
 			vals[s] = out[i]

@@ -56,9 +56,18 @@ func availableMemory(be backend.Backend) (bytes int64, where string, ok bool) {
 		}
 		return int64(free), "free on " + be.Name(), true
 	}
+	if b, ok := hostAvailable(); ok {
+		return b, "available on this machine", true
+	}
+	return 0, "", false
+}
+
+// hostAvailable is MemAvailable of /proc/meminfo: what this machine can give
+// a process without swapping. ok is false when it cannot be known.
+func hostAvailable() (int64, bool) {
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
-		return 0, "", false
+		return 0, false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -68,12 +77,26 @@ func availableMemory(be backend.Backend) (bytes int64, where string, ok bool) {
 			fields := strings.Fields(rest)
 			if len(fields) == 2 && fields[1] == "kB" {
 				if kb, err := strconv.ParseInt(fields[0], 10, 64); err == nil {
-					return kb << 10, "available on this machine", true
+					return kb << 10, true
 				}
 			}
 		}
 	}
-	return 0, "", false
+	return 0, false
+}
+
+// compileMemory is the memory that work done while loading or writing a
+// graph may take (constant folding on ONNX import, computing initializers
+// for an ONNX export): half of what the machine has available, the rest
+// being for what the command does with the graph. 0 (no bound) when it
+// cannot be known. Such work past it is refused before it allocates, naming
+// the node or initializer and the size, instead of ending in the Go
+// runtime's out-of-memory crash.
+func compileMemory() int64 {
+	if b, ok := hostAvailable(); ok {
+		return b / 2
+	}
+	return 0
 }
 
 // checkMemory refuses a run whose plan needs more memory than is available,

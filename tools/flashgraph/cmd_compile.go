@@ -82,7 +82,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	case *out == "":
 		return nil
 	case strings.EqualFold(filepath.Ext(*out), ".onnx"):
-		b, err := onnx.ExportBytes(g)
+		b, err := onnx.ExportBytesWith(g, onnx.ExportOptions{MaxBytes: compileMemory()})
 		if err != nil {
 			return fmt.Errorf("-o %s: %w", *out, err)
 		}

@@ -94,7 +94,7 @@ model the checkpoint was trained from.`, stderr)
 				return err
 			}
 		}
-		if data, err = onnx.ExportBytesWith(eg, onnx.ExportOptions{Opset: *opset}); err != nil {
+		if data, err = onnx.ExportBytesWith(eg, onnx.ExportOptions{Opset: *opset, MaxBytes: compileMemory()}); err != nil {
 			return err
 		}
 		ops := eg.CountOps()

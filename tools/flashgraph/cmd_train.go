@@ -291,8 +291,8 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	}
 	if len(res.Losses) > 0 {
 		p := filepath.Join(*out, "loss.png")
-		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d bytes", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[fuse.on], res.Step, cfg.Batch, cfg.Seq)
-		if err := train.PlotLosses(p, title, res.Losses, res.Val); err != nil {
+		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d %ss", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[fuse.on], res.Step, cfg.Batch, cfg.Seq, res.Unit)
+		if err := train.PlotLosses(p, title, res.Unit, res.Losses, res.Val); err != nil {
 			return err
 		}
 		files = append(files, p)
@@ -369,7 +369,8 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 		for _, p := range r.Val {
 			pts = append(pts, fmt.Sprintf("%d:%.3f", p.Step, p.Loss))
 		}
-		row("val loss", "%.4f at step %d (nats/byte; %.3f bits/byte)", v, r.Val[len(r.Val)-1].Step, v/0.6931471805599453)
+		// A loss per position: per byte of text, per token of a token file.
+		row("val loss", "%.4f at step %d (nats/%s; %.3f bits/%s)", v, r.Val[len(r.Val)-1].Step, r.Unit, v/0.6931471805599453, r.Unit)
 		row("val trajectory", "%s", strings.Join(pts, " "))
 	}
 	printThroughput(row, r)

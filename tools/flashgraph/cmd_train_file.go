@@ -221,7 +221,7 @@ func graphFormat(file string) string {
 // resolved next to path) or our text format.
 func parseGraphFile(path string, data []byte, format string, dims map[string]int) (*graph.Graph, error) {
 	if format == "onnx" {
-		g, err := onnx.ImportWith(path, onnx.Options{Dims: dims})
+		g, err := onnx.ImportWith(path, onnx.Options{Dims: dims, FoldMemory: compileMemory()})
 		if err != nil && strings.Contains(err.Error(), "Options.Dims") {
 			err = fmt.Errorf("%w (train and export: -dims NAME=N)", err)
 		}

@@ -77,6 +77,13 @@ func TestTrainDivergenceGuard(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
 	bad, _ := strconv.Atoi(m[1])
+	// The step is re-run from the kept checkpoint with every node checked,
+	// and the first node that made a non-finite value is named, with its op
+	// and its inputs' finiteness.
+	first := regexp.MustCompile(`first non-finite value \(step (\d+) re-run from checkpoint \S+step-0*(\d+)\.safetensors on cpu, every node checked\): node (\S+) \((\w+)\) is the first to make a non-finite value: its output \S+ has [^;]*(NaN|Inf) of \d+; its inputs: \S+ \(.*(finite|of \d+)\)`).FindStringSubmatch(stderr)
+	if first == nil || first[1] != m[1] || first[2] != strconv.Itoa(bad-1) {
+		t.Fatalf("diverged at step %d; no first non-finite node re-run from step %d named:\n%s", bad, bad-1, stderr)
+	}
 	p, step, err := checkpoint.LatestCheckpoint(filepath.Join(out, "ckpt"))
 	if err != nil || p == "" || step != int64(bad-1) {
 		t.Fatalf("diverged at step %d; newest checkpoint %q (step %d, %v), want step %d", bad, p, step, err, bad-1)
@@ -92,6 +99,32 @@ func TestTrainDivergenceGuard(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Without a checkpoint the diagnosis re-runs from the initial weights: the
+// first non-finite value may come steps before the loss stops being finite
+// (weights overflow, a norm turns them back to finite numbers), and is
+// named at its own step.
+func TestDivergenceNamesTheFirstNodeFromTheStart(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	code, _, stderr := runCode(tinyTrainArgs(trainData(t), out, "30", "-lr", "1e6", "-warmup", "0", "-eval-every", "0")...)
+	m := regexp.MustCompile(`step (\d+): loss is (NaN|[+-]Inf) \(diverged`).FindStringSubmatch(stderr)
+	first := regexp.MustCompile(`first non-finite value \(step (\d+) re-run from the initial weights on cpu, every node checked\): node (\S+) \((\w+)\) is the first`).FindStringSubmatch(stderr)
+	if code != 1 || m == nil || first == nil || !strings.Contains(stderr, "no checkpoint of this run") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	if bad, at := atoi(t, m[1]), atoi(t, first[1]); at < 1 || at > bad {
+		t.Errorf("the loss diverged at step %d, the first non-finite value is named at step %d", bad, at)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // -resume builds the checkpoint's model: no model flags needed; flags that

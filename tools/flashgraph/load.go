@@ -154,7 +154,7 @@ func (m *modelFlags) load(file string) (*graph.Graph, error) {
 		return nil, fmt.Errorf("cannot read graph: %w", err)
 	}
 	if strings.EqualFold(filepath.Ext(file), ".onnx") {
-		return onnx.Import(file)
+		return onnx.ImportWith(file, onnx.Options{FoldMemory: compileMemory()})
 	}
 	return graph.ParseFile(file, string(data))
 }

@@ -4,10 +4,13 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/graph"
 )
 
 // train -recompute writes a training step that recomputes each layer's
@@ -67,5 +70,57 @@ func TestCompilePlanShowsRecompute(t *testing.T) {
 	stdout, _ := runCLI(t, "compile", "-fuse", "-plan")
 	if !strings.Contains(stdout, "with train -recompute: activation arena") {
 		t.Errorf("compile -fuse -plan does not show the recomputing step:\n%s", stdout)
+	}
+}
+
+// train FILE -recompute on a graph exported by PyTorch (no layer scopes in
+// its node names) finds the layer by structure, says so, computes the same
+// losses bit for bit and plans fewer bytes of activations; a graph with no
+// layer to recompute is refused with the reason.
+func TestTrainFileRecompute(t *testing.T) {
+	data := trainData(t)
+	fixture := filepath.Join("..", "..", "onnx", "testdata", "flashgraph_tiny_ts17.onnx")
+	activations := regexp.MustCompile(`needs about [^(]+\(([0-9.]+) KiB activations`)
+	var losses [2]string
+	var acts [2]float64
+	for i, rc := range []bool{false, true} {
+		out := filepath.Join(t.TempDir(), "out")
+		args := []string{"train", "-steps", "3", "-data", data, "-out", out, "-eval-every", "0", "-loss", "loss"}
+		if rc {
+			args = append(args, "-recompute")
+		}
+		_, stderr := runCLI(t, append(args, fixture)...)
+		if got := strings.Contains(stderr, "found by structure): recomputes "); got != rc {
+			t.Errorf("recompute=%v: stderr tells what was recomputed: %v\n%s", rc, got, stderr)
+		}
+		m := activations.FindStringSubmatch(stderr)
+		if m == nil {
+			t.Fatalf("recompute=%v: no memory line:\n%s", rc, stderr)
+		}
+		acts[i], _ = strconv.ParseFloat(m[1], 64)
+		ts, _, err := checkpoint.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000003.safetensors"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		losses[i] = ts.Metadata[checkpoint.MetaLosses]
+	}
+	if losses[0] != losses[1] {
+		t.Errorf("losses %s, with -recompute %s", losses[0], losses[1])
+	}
+	if !(acts[1] < acts[0]) {
+		t.Errorf("activations %.1f KiB, with -recompute %.1f KiB: no saving", acts[0], acts[1])
+	}
+
+	p := filepath.Join(t.TempDir(), "bigram.txt")
+	if err := os.WriteFile(p, []byte(graphText(t, func(b *graph.Builder) {
+		x := b.Input("tokens", graph.Int64, 2, 4)
+		tab := b.Param("emb", graph.Float32, graph.Shape{256, 256}, graph.Normal(0.1, 1))
+		b.Output(b.Rename(b.Gather(tab, x, 0), "logits"))
+	})), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := runCode("train", "-steps", "2", "-data", data, "-out", filepath.Join(t.TempDir(), "o"), "-loss", "next-token", "-recompute", p)
+	if code != 1 || !strings.Contains(stderr, "-recompute: no layer of m can be recomputed") || !strings.Contains(stderr, "train without -recompute") {
+		t.Errorf("-recompute on a graph without layers: exit %d\n%s", code, stderr)
 	}
 }

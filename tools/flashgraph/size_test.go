@@ -70,18 +70,22 @@ func TestTrainTokenFileAndResume(t *testing.T) {
 	}
 	out := filepath.Join(dir, "out")
 	size := []string{"-dim", "32", "-heads", "4", "-kv-heads", "2", "-vocab", "300", "-data-order", "sequential"}
-	_, stderr := runCLI(t, tinyTrainArgs(data, out, "2", size...)...)
+	stdout, stderr := runCLI(t, tinyTrainArgs(data, out, "2", size...)...)
 	for _, want := range []string{"data: " + data + ": uint16 tokens (3.0k)", "data order: sequential: step i reads windows i·2 … i·2+1 of 17 tokens", "2 FlashAttention"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("train on a token file: stderr lacks %q:\n%s", want, stderr)
 		}
+	}
+	// The loss is per token, not per byte.
+	if !regexp.MustCompile(`val loss +[0-9.]+ at step 2 \(nats/token; [0-9.]+ bits/token\)`).MatchString(stdout) || strings.Contains(stdout, "/byte") {
+		t.Errorf("the summary of a token run:\n%s", stdout)
 	}
 	_, stderr = runCLI(t, tinyTrainArgs(data, out, "3", "-resume", "-data-order", "sequential")...)
 	if !strings.Contains(stderr, "resume: the model of") || !strings.Contains(stderr, "vocab 300, dim 32, 2 layers, 4 heads (2 key/value heads) of 8") || strings.Contains(stderr, "settings differ") && strings.Contains(stderr, "DataOrder") {
 		t.Errorf("-resume without model flags:\n%s", stderr)
 	}
 	// generate needs no flags either; tokens above 255 print as ids.
-	stdout, stderr := runCLI(t, "generate", "-ckpt", filepath.Join(out, "ckpt"), "-prompt", "ab", "-max-new", "3")
+	stdout, stderr = runCLI(t, "generate", "-ckpt", filepath.Join(out, "ckpt"), "-prompt", "ab", "-max-new", "3")
 	if !regexp.MustCompile(`^ab(<\d+>){3}\n$`).MatchString(stdout) || !strings.Contains(stderr, "vocabulary of 300 tokens") {
 		t.Errorf("generate from the token model: stdout %q, stderr %s", stdout, stderr)
 	}

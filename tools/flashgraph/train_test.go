@@ -57,7 +57,7 @@ func TestTrainCLIEndToEnd(t *testing.T) {
 			t.Errorf("%s: missing or empty (%v)", f, err)
 		}
 	}
-	for _, want := range []string{"summary:", "train loss", "val loss", "val trajectory", "tokens/s", "wall time", "peak activations", "checkpoint"} {
+	for _, want := range []string{"summary:", "train loss", "val loss", "val trajectory", "tokens/s", "wall time", "peak activations", "checkpoint", "(nats/byte; "} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("summary lacks %q:\n%s", want, stdout)
 		}
