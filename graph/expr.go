@@ -699,7 +699,7 @@ var exprOps = sync.OnceValue(func() []*OpSpec {
 // primitive (a primitive with no op of its own, outside every pattern).
 func MatchOp(e *Expr) (op string, operands []*Expr, ok bool) {
 	for _, s := range ExprOps() {
-		if s.noMatch || s.exprAttrs {
+		if s.logical || s.exprAttrs {
 			continue // not an arithmetic building block (a logical op), or bound per node
 		}
 		bind := make([]*Expr, len(s.Inputs))

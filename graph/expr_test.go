@@ -201,7 +201,7 @@ func TestExprDerivFiniteDifference(t *testing.T) {
 // computes at its root.
 func TestMatchOp(t *testing.T) {
 	for _, s := range ExprOps() {
-		if s.HasExprAttrs() || s.noMatch {
+		if s.HasExprAttrs() || s.logical {
 			continue // bound per node, or not arithmetic (And is a product of bools)
 		}
 		op, operands, ok := MatchOp(s.Expr)

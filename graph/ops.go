@@ -55,9 +55,13 @@ type OpSpec struct {
 	// exprAttrs: Expr reads attributes, so each node computes Expr bound
 	// to its own values (ExprFor, MapFor).
 	exprAttrs bool
-	// noMatch keeps an op out of MatchOp: its expression is arithmetic on
-	// 0/1 that means something else (And is a product of bools).
-	noMatch bool
+	// logical: bool operands and result; the expression is arithmetic on
+	// 0/1 that means something else (And is a product of bools), so MatchOp
+	// never names the op, nothing differentiates it and bodies leave it out.
+	logical bool
+	// boolResult: a float function with a bool result (IsNaN), kept out of
+	// bodies as comparisons are.
+	boolResult bool
 	bound   sync.Map // attribute key -> *boundExpr
 
 	// Planning facts: what a memory planner may assume of a node of the op
@@ -147,6 +151,10 @@ type boundExpr struct {
 	m    *MapFunc
 	err  error
 }
+
+// Logical reports whether the op is a logical one (And, Or, Xor, Not):
+// defined by an expression over bool operands, not differentiated.
+func (s *OpSpec) Logical() bool { return s.logical }
 
 // HasExprAttrs reports whether the op's expression reads attributes: its
 // nodes compute ExprFor(attrs), not Expr.

@@ -270,9 +270,9 @@ func init() {
 		case ewUnaryNumber:
 			s.Infer = inferUnaryNumber
 		case ewPredicate:
-			s.Infer, s.noMatch = inferPredicate, true
+			s.Infer, s.boolResult = inferPredicate, true
 		case ewLogical:
-			s.noMatch = true
+			s.logical = true
 			if op.expr.NumVars() == 2 {
 				binary()
 			}

@@ -59,7 +59,7 @@ var FusibleElementwise = map[string]bool{}
 
 // fusible reports whether register lists s in FusibleElementwise.
 func fusible(s *OpSpec) bool {
-	return s.Expr != nil && !s.noMatch && s.Expr.Prim != PrimGreater && s.Expr.Prim != PrimEqual
+	return s.Expr != nil && !s.logical && !s.boolResult && s.Expr.Prim != PrimGreater && s.Expr.Prim != PrimEqual
 }
 
 // ExprStepAttrs are the attributes a body step of op carries: those its
