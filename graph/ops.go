@@ -62,7 +62,7 @@ type OpSpec struct {
 	// boolResult: a float function with a bool result (IsNaN), kept out of
 	// bodies as comparisons are.
 	boolResult bool
-	bound   sync.Map // attribute key -> *boundExpr
+	bound      sync.Map // attribute key -> *boundExpr
 
 	// Planning facts: what a memory planner may assume of a node of the op
 	// without knowing the op (backend/cuda/planfacts.go reads them).
