@@ -21,7 +21,12 @@ import (
 //   - its derivative (Expr.Deriv, symbolic), from which autodiff emits the
 //     vector-Jacobian product as graph nodes,
 //   - that it may be fused (FusibleElementwise lists the ops with an
-//     expression and no attributes) and constant folded.
+//     expression and a numeric result) and constant folded.
+//
+// An expression may read its op's attributes (ExprAttr: LeakyRelu's alpha,
+// with ONNX's default in the op's AttrSpec); a node computes it bound to its
+// own values (OpSpec.ExprFor), which is what every backend compiles, the
+// derivative differentiates and a fused body step carries.
 //
 // A backend therefore knows primitives, never elementwise ops: adding an op
 // is one row with an expression. Adding a primitive is the rare change that

@@ -46,7 +46,9 @@ type OpSpec struct {
 	// constant folding runs. Elementwise ops give Expr instead: it is
 	// compiled into Map, which Eval applies at every broadcast position.
 	Eval EvalFunc
-	// Map is the scalar function of an elementwise op (nil for others).
+	// Map is the scalar function of an elementwise op (nil for others,
+	// and for an op whose expression reads attributes: MapFor gives a
+	// node's).
 	Map *MapFunc
 	// Expr, for an elementwise op, is its one definition (expr.go):
 	// register compiles it into Map, backends generate code from it and

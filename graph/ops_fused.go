@@ -52,9 +52,11 @@ import (
 //	body = "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1)"
 
 // FusibleElementwise are the ops a body may use: those defined by an
-// expression (Expr) and without attributes, so a step is fully written as
-// Op(operands). register fills it; comparisons stay out (their bool result
-// is a mask, built once and read as a node of its own).
+// expression (Expr), so a step is fully written as Op(operands), or
+// Op{name=value,...}(operands) for an op whose expression reads attributes
+// (the step's own values, FusedStep.Attrs). register fills it; comparisons,
+// predicates (IsNaN) and logical ops stay out (their bool result is a mask,
+// built once and read as a node of its own).
 var FusibleElementwise = map[string]bool{}
 
 // fusible reports whether register lists s in FusibleElementwise.
@@ -277,7 +279,7 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 				return nil, fmt.Errorf("step %d: a body holds at most one reduction", k)
 			}
 		} else if !FusibleElementwise[op] {
-			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops without attributes, and one ReduceSum or ReduceMean)", k, op)
+			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops with a numeric result, and one ReduceSum or ReduceMean)", k, op)
 		}
 		s := FusedStep{Op: op, Params: params}
 		if spec := ops[op]; spec != nil && spec.exprAttrs != (attrText != nil) {
