@@ -168,6 +168,8 @@ func TestActivationRefusals(t *testing.T) {
 		{"alpha as int", modelOf(13, x, nil, []string{"y"}, nd("LeakyRelu", []string{"x"}, []string{"y"}, aInt("alpha", 1))), []string{"alpha"}},
 		{"gelu form", modelOf(20, x, nil, []string{"y"}, nd("Gelu", []string{"x"}, []string{"y"}, aStr("approximate", "sigmoid"))), []string{"sigmoid"}},
 		{"and of floats", modelOf(13, x, nil, []string{"y"}, nd("And", []string{"x", "x"}, []string{"y"})), []string{"bool"}},
+		{"constant mod with one operand", modelOf(13, x, []*onnxpb.Tensor{onnxpb.NewFloat32("c", []int64{2}, []float32{1, 2})}, []string{"y"},
+			nd("Mod", []string{"c"}, []string{"m"}, aInt("fmod", 1)), nd("Add", []string{"x", "m"}, []string{"y"})), []string{"input 1 is required"}},
 	} {
 		g, err := ImportBytes(onnxpb.Encode(c.m))
 		if err == nil {

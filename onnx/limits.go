@@ -162,6 +162,10 @@ func (c *opCtx) checkFoldInputs() error {
 	need, ok := foldMinInputs[c.n.OpType]
 	if !ok {
 		need = 1
+		// An op the table defines by an expression reads every operand.
+		if s, ok := graph.LookupOp(c.n.OpType); ok && s.Expr != nil {
+			need = len(s.Inputs)
+		}
 	}
 	for i := range need {
 		if c.input(i) == nil {
