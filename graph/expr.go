@@ -704,8 +704,8 @@ var exprOps = sync.OnceValue(func() []*OpSpec {
 // primitive (a primitive with no op of its own, outside every pattern).
 func MatchOp(e *Expr) (op string, operands []*Expr, ok bool) {
 	for _, s := range ExprOps() {
-		if s.logical || s.exprAttrs {
-			continue // not an arithmetic building block (a logical op), or bound per node
+		if s.noMatch || s.exprAttrs {
+			continue // not an arithmetic building block (a logical op, PRelu), or bound per node
 		}
 		bind := make([]*Expr, len(s.Inputs))
 		if s.Expr.Match(e, bind) && !slices.Contains(bind, nil) {

@@ -64,7 +64,11 @@ type OpSpec struct {
 	// boolResult: a float function with a bool result (IsNaN), kept out of
 	// bodies as comparisons are.
 	boolResult bool
-	bound      sync.Map // attribute key -> *boundExpr
+	// noMatch keeps MatchOp from naming the op for a subexpression: a
+	// logical op, or one whose operands do not broadcast both ways
+	// (PRelu's slope broadcasts to X only).
+	noMatch bool
+	bound   sync.Map // attribute key -> *boundExpr
 
 	// Planning facts: what a memory planner may assume of a node of the op
 	// without knowing the op (backend/cuda/planfacts.go reads them).

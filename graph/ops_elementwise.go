@@ -272,7 +272,7 @@ func init() {
 		case ewPredicate:
 			s.Infer, s.boolResult = inferPredicate, true
 		case ewLogical:
-			s.logical = true
+			s.logical, s.noMatch = true, true
 			if op.expr.NumVars() == 2 {
 				binary()
 			}
@@ -281,7 +281,7 @@ func init() {
 			binary()
 			s.Infer = inferMod
 		case ewPRelu:
-			s.Doc, s.Inputs, s.Infer = op.doc+", elementwise", []string{"X", "slope"}, inferPRelu
+			s.Doc, s.Inputs, s.Infer, s.noMatch = op.doc+", elementwise", []string{"X", "slope"}, inferPRelu, true
 		}
 		register(s)
 	}
