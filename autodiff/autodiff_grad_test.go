@@ -38,6 +38,8 @@ const (
 	anyReal  domain = iota // normal(0, 1)
 	positive               // [0.5, 2]
 	awayZero               // ±[0.2, 2]
+	inUnit                 // ±[0.05, 0.9]: Asin, Acos, Atanh
+	aboveOne               // [1.2, 3]: Acosh
 )
 
 type gcInput struct {
@@ -155,6 +157,28 @@ func gradCases() []gradCase {
 			cond := b.Const("cond", graph.Bool, graph.Shape{2, 3}, graph.Literal(1, 0, 0, 1, 1, 0))
 			return b.Op("Where", nil, cond, x[0], x[1])
 		}},
+		// Elementwise ops with kinks (cases away from them), domains, two
+		// operands, or attributes at other values than their defaults.
+		{"LeakyRelu", []gcInput{in("x", awayZero, 3, 4)}, op("LeakyRelu", graph.Attrs{"alpha": graph.Float(0.3)})},
+		{"Elu", []gcInput{in("x", awayZero, 3, 4)}, op("Elu", graph.Attrs{"alpha": graph.Float(0.7)})},
+		{"Celu", []gcInput{in("x", awayZero, 3, 4)}, op("Celu", graph.Attrs{"alpha": graph.Float(1.5)})},
+		{"Selu", []gcInput{in("x", awayZero, 3, 4)}, op("Selu", nil)},
+		{"HardSigmoid", []gcInput{in("x", anyReal, 3, 4)}, op("HardSigmoid", graph.Attrs{"alpha": graph.Float(0.3), "beta": graph.Float(0.4)})},
+		{"HardSwish", []gcInput{in("x", anyReal, 3, 4)}, op("HardSwish", nil)},
+		{"ThresholdedRelu", []gcInput{in("x", awayZero, 3, 4)}, op("ThresholdedRelu", graph.Attrs{"alpha": graph.Float(0.1)})},
+		{"Shrink", []gcInput{in("x", awayZero, 3, 4)}, op("Shrink", graph.Attrs{"bias": graph.Float(0.5), "lambd": graph.Float(0.1)})},
+		{"Gelu", []gcInput{in("x", anyReal, 3, 4)}, op("Gelu", nil)},
+		{"GeluTanh", []gcInput{in("x", anyReal, 3, 4)}, op("Gelu", graph.Attrs{"approximate": graph.Str("tanh")})},
+		{"Sign", []gcInput{in("x", awayZero, 3, 4)}, op("Sign", nil)},
+		{"Asin", []gcInput{in("x", inUnit, 3, 4)}, op("Asin", nil)},
+		{"Acos", []gcInput{in("x", inUnit, 3, 4)}, op("Acos", nil)},
+		{"Atanh", []gcInput{in("x", inUnit, 3, 4)}, op("Atanh", nil)},
+		{"Acosh", []gcInput{in("x", aboveOne, 3, 4)}, op("Acosh", nil)},
+		{"Tan", []gcInput{in("x", inUnit, 3, 4)}, op("Tan", nil)},
+		{"Min", []gcInput{in("a", anyReal, 2, 3, 4), in("b", anyReal, 3, 1)}, op("Min", nil)},
+		{"Max", []gcInput{in("a", anyReal, 3, 1), in("b", anyReal, 2, 3, 4)}, op("Max", nil)},
+		{"PRelu", []gcInput{in("x", awayZero, 2, 3, 4), in("slope", anyReal, 3, 1)}, op("PRelu", nil)},
+		{"Mod", []gcInput{in("a", awayZero, 3, 4), in("b", awayZero, 4)}, op("Mod", graph.Attrs{"fmod": graph.Int(1)})},
 		{"Trilu", []gcInput{in("x", anyReal, 2, 4, 4)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
 			return b.Op("Trilu", graph.Attrs{"upper": graph.Int(0)}, x[0], i64(b, "k", graph.Shape{}, -1))
 		}},
@@ -242,6 +266,14 @@ func randomFeed(rng *rand.Rand, x gcInput) *graph.Tensor {
 				v = -v
 			}
 			t.F64[i] = v
+		case inUnit:
+			v := 0.05 + 0.85*rng.Float64()
+			if rng.IntN(2) == 0 {
+				v = -v
+			}
+			t.F64[i] = v
+		case aboveOne:
+			t.F64[i] = 1.2 + 1.8*rng.Float64()
 		}
 	}
 	return t

@@ -115,7 +115,14 @@ func init() {
 // derivative uses it (e^x, tanh x, σ(x)). Operands the value does not
 // depend on smoothly (a condition, a compared value) get no gradient; an op
 // with none has no rule (a comparison).
+//
+// An op whose expression reads attributes (graph.OpSpec.ExprFor) is
+// differentiated at each node's values: its operands that may get a
+// gradient are those of the expression with the attributes unbound.
 func exprRule(spec *graph.OpSpec) (gradRule, bool) {
+	if spec.Logical() {
+		return gradRule{}, false // bools
+	}
 	nIn := len(spec.Inputs)
 	vjps := make([]*graph.Expr, nIn)
 	diff := []int{}
@@ -129,6 +136,21 @@ func exprRule(spec *graph.OpSpec) (gradRule, bool) {
 	}
 	root := spec.Expr.String()
 	return gradRule{Diff: diff, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		vjps, root := vjps, root
+		if spec.HasExprAttrs() {
+			bound, err := spec.ExprFor(n.Attrs)
+			if err != nil {
+				return []*graph.Value{e.fail("%s: %w", n.Name, err)}
+			}
+			root = bound.String()
+			vjps = make([]*graph.Expr, nIn)
+			for _, i := range diff {
+				if vjps[i] = bound.VJP(i, nIn); vjps[i] == nil {
+					// Zero at these values: dy·0, dy's shape.
+					vjps[i] = graph.ExprOf(graph.PrimMul, graph.ExprVar(nIn), graph.ExprConst(0))
+				}
+			}
+		}
 		memo := map[string]*graph.Value{}
 		var emit func(x *graph.Expr) *graph.Value
 		emit = func(x *graph.Expr) *graph.Value {

@@ -21,7 +21,12 @@ import (
 //   - its derivative (Expr.Deriv, symbolic), from which autodiff emits the
 //     vector-Jacobian product as graph nodes,
 //   - that it may be fused (FusibleElementwise lists the ops with an
-//     expression and no attributes) and constant folded.
+//     expression and a numeric result) and constant folded.
+//
+// An expression may read its op's attributes (ExprAttr: LeakyRelu's alpha,
+// with ONNX's default in the op's AttrSpec); a node computes it bound to its
+// own values (OpSpec.ExprFor), which is what every backend compiles, the
+// derivative differentiates and a fused body step carries.
 //
 // A backend therefore knows primitives, never elementwise ops: adding an op
 // is one row with an expression. Adding a primitive is the rare change that
@@ -34,6 +39,7 @@ type Prim uint8
 const (
 	PrimVar     Prim = iota // operand Var of the op
 	PrimConst               // the number Const
+	PrimAttr                // the op's attribute Attr, a number (see OpSpec.ExprFor)
 	PrimAdd                 // a + b
 	PrimSub                 // a − b
 	PrimMul                 // a · b
@@ -52,6 +58,24 @@ const (
 	PrimGreater             // 1 if a > b, else 0
 	PrimEqual               // 1 if a == b, else 0
 	PrimSelect              // b if a != 0, else c
+	PrimMin                 // the smaller of a and b; NaN if either is NaN
+	PrimFloor               // ⌊a⌋
+	PrimCeil                // ⌈a⌉
+	PrimRound               // a rounded to the nearest integer, halves to even
+	PrimFmod                // a − b·trunc(a/b), the sign of a (int64: a % b; zero divisor is an error)
+	PrimIsNaN               // 1 if a is NaN, else 0
+	PrimIsInf               // 1 if a is ±Inf, else 0
+	PrimSin                 // sin a
+	PrimCos                 // cos a
+	PrimTan                 // tan a
+	PrimAsin                // arcsin a
+	PrimAcos                // arccos a
+	PrimAtan                // arctan a
+	PrimSinh                // sinh a
+	PrimCosh                // cosh a
+	PrimAsinh               // arsinh a
+	PrimAcosh               // arcosh a
+	PrimAtanh               // artanh a
 	numPrims
 )
 
@@ -67,6 +91,7 @@ type primInfo struct {
 var prims = [numPrims]primInfo{
 	PrimVar:   {name: "x", arity: 0},
 	PrimConst: {name: "c", arity: 0},
+	PrimAttr:  {name: "attr", arity: 0},
 	PrimAdd: {"add", 2, func(x []float64) float64 { return x[0] + x[1] },
 		func(x []int64) (int64, error) { return x[0] + x[1], nil }},
 	PrimSub: {"sub", 2, func(x []float64) float64 { return x[0] - x[1] },
@@ -110,6 +135,36 @@ var prims = [numPrims]primInfo{
 		}
 		return x[2], nil
 	}},
+	PrimMin: {"min", 2, func(x []float64) float64 { return math.Min(x[0], x[1]) },
+		func(x []int64) (int64, error) { return min(x[0], x[1]), nil }},
+	PrimFloor: {"floor", 1, func(x []float64) float64 { return math.Floor(x[0]) },
+		func(x []int64) (int64, error) { return x[0], nil }},
+	PrimCeil: {"ceil", 1, func(x []float64) float64 { return math.Ceil(x[0]) },
+		func(x []int64) (int64, error) { return x[0], nil }},
+	PrimRound: {"round", 1, func(x []float64) float64 { return math.RoundToEven(x[0]) },
+		func(x []int64) (int64, error) { return x[0], nil }},
+	PrimFmod: {"fmod", 2, func(x []float64) float64 { return math.Mod(x[0], x[1]) },
+		func(x []int64) (int64, error) {
+			if x[1] == 0 {
+				return 0, errIntDivZero
+			}
+			return x[0] % x[1], nil
+		}},
+	PrimIsNaN: {"isnan", 1, func(x []float64) float64 { return b2f(math.IsNaN(x[0])) },
+		func(x []int64) (int64, error) { return 0, nil }},
+	PrimIsInf: {"isinf", 1, func(x []float64) float64 { return b2f(math.IsInf(x[0], 0)) },
+		func(x []int64) (int64, error) { return 0, nil }},
+	PrimSin:   {"sin", 1, func(x []float64) float64 { return math.Sin(x[0]) }, nil},
+	PrimCos:   {"cos", 1, func(x []float64) float64 { return math.Cos(x[0]) }, nil},
+	PrimTan:   {"tan", 1, func(x []float64) float64 { return math.Tan(x[0]) }, nil},
+	PrimAsin:  {"asin", 1, func(x []float64) float64 { return math.Asin(x[0]) }, nil},
+	PrimAcos:  {"acos", 1, func(x []float64) float64 { return math.Acos(x[0]) }, nil},
+	PrimAtan:  {"atan", 1, func(x []float64) float64 { return math.Atan(x[0]) }, nil},
+	PrimSinh:  {"sinh", 1, func(x []float64) float64 { return math.Sinh(x[0]) }, nil},
+	PrimCosh:  {"cosh", 1, func(x []float64) float64 { return math.Cosh(x[0]) }, nil},
+	PrimAsinh: {"asinh", 1, func(x []float64) float64 { return math.Asinh(x[0]) }, nil},
+	PrimAcosh: {"acosh", 1, func(x []float64) float64 { return math.Acosh(x[0]) }, nil},
+	PrimAtanh: {"atanh", 1, func(x []float64) float64 { return math.Atanh(x[0]) }, nil},
 }
 
 func (p Prim) String() string {
@@ -151,6 +206,7 @@ type Expr struct {
 	Prim  Prim
 	Var   int     // PrimVar: the operand's index
 	Const float64 // PrimConst
+	Attr  string  // PrimAttr: the attribute's name
 	Args  []*Expr
 }
 
@@ -169,6 +225,9 @@ func (e *Expr) write(sb *strings.Builder) {
 		return
 	case PrimConst:
 		sb.WriteString(strconv.FormatFloat(e.Const, 'g', -1, 64))
+		return
+	case PrimAttr:
+		sb.WriteString("@" + e.Attr)
 		return
 	}
 	sb.WriteString(e.Prim.String())
@@ -209,6 +268,9 @@ func (e *Expr) HasInt() bool {
 	if e.Prim == PrimConst {
 		return e.Const == math.Trunc(e.Const)
 	}
+	if e.Prim == PrimAttr {
+		return false // bind it first (Bind)
+	}
 	if e.Prim != PrimVar && prims[e.Prim].int == nil {
 		return false
 	}
@@ -227,6 +289,75 @@ func ExprVar(i int) *Expr { return &Expr{Prim: PrimVar, Var: i} }
 
 // ExprConst is the number v.
 func ExprConst(v float64) *Expr { return &Expr{Prim: PrimConst, Const: v} }
+
+// ExprAttr is the op's attribute name, a number: a float attribute's
+// value, an int attribute's, or a string attribute's index in its AttrSpec's
+// Enum. An expression with attributes is bound to a node's values
+// (OpSpec.ExprFor) before anything computes it.
+func ExprAttr(name string) *Expr { return &Expr{Prim: PrimAttr, Attr: name} }
+
+// Attrs lists the attributes e reads, in the order they first occur.
+func (e *Expr) Attrs() []string {
+	var out []string
+	var walk func(e *Expr)
+	walk = func(e *Expr) {
+		if e.Prim == PrimAttr && !slices.Contains(out, e.Attr) {
+			out = append(out, e.Attr)
+		}
+		for _, a := range e.Args {
+			walk(a)
+		}
+	}
+	walk(e)
+	return out
+}
+
+// Bind replaces e's attributes by their values and folds what became
+// constant: a subtree of constants is its value, and a selection on a
+// constant condition is the branch it takes (an attribute that picks a
+// form, such as Gelu's approximate, leaves only that form). An expression
+// without attributes is returned as it is.
+func (e *Expr) Bind(values map[string]float64) (*Expr, error) {
+	if len(e.Attrs()) == 0 {
+		return e, nil
+	}
+	var err error
+	var bind func(e *Expr) *Expr
+	bind = func(e *Expr) *Expr {
+		switch e.Prim {
+		case PrimVar, PrimConst:
+			return e
+		case PrimAttr:
+			v, ok := values[e.Attr]
+			if !ok && err == nil {
+				err = fmt.Errorf("attribute %s has no value", e.Attr)
+			}
+			return ExprConst(v)
+		}
+		args := make([]*Expr, len(e.Args))
+		allConst := true
+		for i, a := range e.Args {
+			args[i] = bind(a)
+			allConst = allConst && args[i].Prim == PrimConst
+		}
+		if allConst {
+			v := make([]float64, len(args))
+			for i, a := range args {
+				v[i] = a.Const
+			}
+			return ExprConst(e.Prim.Float(v...))
+		}
+		if e.Prim == PrimSelect && args[0].Prim == PrimConst {
+			if args[0].Const != 0 {
+				return args[1]
+			}
+			return args[2]
+		}
+		return &Expr{Prim: e.Prim, Args: args}
+	}
+	out := bind(e)
+	return out, err
+}
 
 // ExprOf applies p to args.
 func ExprOf(p Prim, args ...*Expr) *Expr {
@@ -248,6 +379,8 @@ func (e *Expr) CompileFloat() func(x []float64) float64 {
 	case PrimConst:
 		c := e.Const
 		return func([]float64) float64 { return c }
+	case PrimAttr:
+		panic("graph: expression not bound to its attributes: " + e.String()) // programming error: Bind first
 	}
 	f := prims[e.Prim].float
 	args := make([]func([]float64) float64, len(e.Args))
@@ -343,7 +476,7 @@ func (e *Expr) deriv(i int) *Expr {
 			return one
 		}
 		return zero
-	case PrimConst, PrimGreater, PrimEqual:
+	case PrimConst, PrimAttr, PrimGreater, PrimEqual, PrimFloor, PrimCeil, PrimRound, PrimIsNaN, PrimIsInf:
 		return zero
 	}
 	a := e.Args[0]
@@ -393,6 +526,32 @@ func (e *Expr) deriv(i int) *Expr {
 		return sel(gt(a, b), da, db)
 	case PrimSelect:
 		return sel(a, simplify(e.Args[1].deriv(i)), simplify(e.Args[2].deriv(i)))
+	case PrimMin: // at a tie, the second operand's slope (as max)
+		return sel(gt(b, a), da, db)
+	case PrimFmod: // a − b·trunc(a/b): ∂a = 1, ∂b = −trunc(a/b) = −(a − e)/b
+		return sub(da, mul(db, div(sub(a, e), b)))
+	case PrimSin:
+		return mul(da, ExprOf(PrimCos, a))
+	case PrimCos:
+		return neg(mul(da, ExprOf(PrimSin, a)))
+	case PrimTan: // 1 + tan²
+		return mul(da, add(one, mul(e, e)))
+	case PrimAsin: // 1/√(1 − a²)
+		return div(da, ExprOf(PrimSqrt, sub(one, mul(a, a))))
+	case PrimAcos:
+		return neg(div(da, ExprOf(PrimSqrt, sub(one, mul(a, a)))))
+	case PrimAtan:
+		return div(da, add(one, mul(a, a)))
+	case PrimSinh:
+		return mul(da, ExprOf(PrimCosh, a))
+	case PrimCosh:
+		return mul(da, ExprOf(PrimSinh, a))
+	case PrimAsinh: // 1/√(a² + 1)
+		return div(da, ExprOf(PrimSqrt, add(mul(a, a), one)))
+	case PrimAcosh: // 1/√(a² − 1)
+		return div(da, ExprOf(PrimSqrt, sub(mul(a, a), one)))
+	case PrimAtanh:
+		return div(da, sub(one, mul(a, a)))
 	}
 	panic("graph: no derivative rule for " + e.Prim.String()) // a primitive added without its rule
 }
@@ -403,7 +562,7 @@ func (e *Expr) deriv(i int) *Expr {
 // where the partner is not finite), negations moved outward, and a product
 // with a 0/1 selection turned into a selection.
 func simplify(e *Expr) *Expr {
-	if e.Prim == PrimVar || e.Prim == PrimConst {
+	if e.Prim == PrimVar || e.Prim == PrimConst || e.Prim == PrimAttr {
 		return e
 	}
 	args := make([]*Expr, len(e.Args))
@@ -501,6 +660,8 @@ func (e *Expr) Match(t *Expr, bind []*Expr) bool {
 		return true
 	case PrimConst:
 		return t.Prim == PrimConst && t.Const == e.Const
+	case PrimAttr:
+		return false // an op with attributes is not matched (MatchOp)
 	}
 	if t.Prim != e.Prim {
 		return false
@@ -543,6 +704,9 @@ var exprOps = sync.OnceValue(func() []*OpSpec {
 // primitive (a primitive with no op of its own, outside every pattern).
 func MatchOp(e *Expr) (op string, operands []*Expr, ok bool) {
 	for _, s := range ExprOps() {
+		if s.noMatch || s.exprAttrs {
+			continue // not an arithmetic building block (a logical op, PRelu), or bound per node
+		}
 		bind := make([]*Expr, len(s.Inputs))
 		if s.Expr.Match(e, bind) && !slices.Contains(bind, nil) {
 			return s.Name, bind, true

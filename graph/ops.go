@@ -3,7 +3,9 @@ package graph
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
 )
 
 // Domains. ONNX ops live in the default domain; ours in DomainFlashgraph.
@@ -18,6 +20,10 @@ type AttrSpec struct {
 	Kind     AttrKind
 	Required bool
 	Default  Attr // filled into nodes when absent (canonical form)
+	// Enum, for a string attribute an expression reads (ExprAttr), lists
+	// its values: the expression sees a value's index. A node with another
+	// value is refused.
+	Enum []string
 }
 
 // OpSpec is one row of the op table: everything the verifier, the text
@@ -40,12 +46,29 @@ type OpSpec struct {
 	// constant folding runs. Elementwise ops give Expr instead: it is
 	// compiled into Map, which Eval applies at every broadcast position.
 	Eval EvalFunc
-	// Map is the scalar function of an elementwise op (nil for others).
+	// Map is the scalar function of an elementwise op (nil for others,
+	// and for an op whose expression reads attributes: MapFor gives a
+	// node's).
 	Map *MapFunc
 	// Expr, for an elementwise op, is its one definition (expr.go):
 	// register compiles it into Map, backends generate code from it and
 	// autodiff differentiates it.
 	Expr *Expr
+	// exprAttrs: Expr reads attributes, so each node computes Expr bound
+	// to its own values (ExprFor, MapFor).
+	exprAttrs bool
+	// logical: bool operands and result; the expression is arithmetic on
+	// 0/1 that means something else (And is a product of bools), so MatchOp
+	// never names the op, nothing differentiates it and bodies leave it out.
+	logical bool
+	// boolResult: a float function with a bool result (IsNaN), kept out of
+	// bodies as comparisons are.
+	boolResult bool
+	// noMatch keeps MatchOp from naming the op for a subexpression: a
+	// logical op, or one whose operands do not broadcast both ways
+	// (PRelu's slope broadcasts to X only).
+	noMatch bool
+	bound   sync.Map // attribute key -> *boundExpr
 
 	// Planning facts: what a memory planner may assume of a node of the op
 	// without knowing the op (backend/cuda/planfacts.go reads them).
@@ -93,7 +116,18 @@ func register(s *OpSpec) {
 		if n := s.Expr.NumVars(); n > len(s.Inputs) {
 			panic("graph: expression of " + s.Name + " reads more operands than the op has") // programming error at init
 		}
-		s.Map = &MapFunc{Float: s.Expr.CompileFloat(), Int: s.Expr.CompileInt()}
+		for _, name := range s.Expr.Attrs() {
+			as := s.attrSpec(name)
+			if as == nil || as.Default.Kind == 0 || (as.Kind == AttrString) != (as.Enum != nil) {
+				panic("graph: expression of " + s.Name + " reads attribute " + name + ", which needs a declaration with a default (and Enum for a string)") // programming error at init
+			}
+			s.exprAttrs = true
+		}
+		if s.exprAttrs {
+			s.Eval = evalExprAttrs(s)
+		} else {
+			s.Map = &MapFunc{Float: s.Expr.CompileFloat(), Int: s.Expr.CompileInt()}
+		}
 		if fusible(s) {
 			FusibleElementwise[s.Name] = true
 		}
@@ -115,6 +149,105 @@ func register(s *OpSpec) {
 		}
 	}
 	ops[s.Name] = s
+}
+
+// boundExpr is an op's expression at one node's attribute values.
+type boundExpr struct {
+	expr *Expr
+	m    *MapFunc
+	err  error
+}
+
+// Logical reports whether the op is a logical one (And, Or, Xor, Not):
+// defined by an expression over bool operands, not differentiated.
+func (s *OpSpec) Logical() bool { return s.logical }
+
+// HasExprAttrs reports whether the op's expression reads attributes: its
+// nodes compute ExprFor(attrs), not Expr.
+func (s *OpSpec) HasExprAttrs() bool { return s.exprAttrs }
+
+// ExprFor is the op's expression at a node's attributes: Expr with every
+// attribute it reads replaced by the node's value (its default when
+// absent), folded (Expr.Bind). An op whose expression reads no attribute
+// gets Expr itself. It is what every backend computes for the node.
+func (s *OpSpec) ExprFor(attrs Attrs) (*Expr, error) {
+	b := s.bind(attrs)
+	return b.expr, b.err
+}
+
+// MapFor is the scalar function of a node of the op with attributes attrs
+// (Map for an op whose expression reads none).
+func (s *OpSpec) MapFor(attrs Attrs) (*MapFunc, error) {
+	b := s.bind(attrs)
+	return b.m, b.err
+}
+
+func (s *OpSpec) bind(attrs Attrs) *boundExpr {
+	if s.Expr == nil {
+		return &boundExpr{err: fmt.Errorf("%s has no expression", s.Name)}
+	}
+	if !s.exprAttrs {
+		return &boundExpr{expr: s.Expr, m: s.Map}
+	}
+	values, key, err := s.ExprAttrValues(attrs)
+	if err != nil {
+		return &boundExpr{err: err}
+	}
+	if b, ok := s.bound.Load(key); ok {
+		return b.(*boundExpr)
+	}
+	e, err := s.Expr.Bind(values)
+	b := &boundExpr{expr: e, err: err}
+	if err == nil {
+		b.m = &MapFunc{Float: e.CompileFloat(), Int: e.CompileInt()}
+	}
+	s.bound.Store(key, b)
+	return b
+}
+
+// ExprAttrValues are the numbers the op's expression reads for a node with
+// attributes attrs (defaults where absent; a string as its index in Enum),
+// and a key that is equal for equal values.
+func (s *OpSpec) ExprAttrValues(attrs Attrs) (map[string]float64, string, error) {
+	values := map[string]float64{}
+	var key strings.Builder
+	for _, name := range s.Expr.Attrs() {
+		as := s.attrSpec(name)
+		a, ok := attrs[name]
+		if !ok {
+			a = as.Default
+		}
+		var v float64
+		switch {
+		case a.Kind == AttrFloat:
+			v = a.F
+		case a.Kind == AttrInt:
+			v = float64(a.I)
+		case a.Kind == AttrString && as.Enum != nil:
+			i := slices.Index(as.Enum, a.S)
+			if i < 0 {
+				return nil, "", fmt.Errorf("%s attribute %s is %q, want one of %q", s.Name, name, a.S, as.Enum)
+			}
+			v = float64(i)
+		default:
+			return nil, "", fmt.Errorf("%s attribute %s is %v, want %v", s.Name, name, a.Kind, as.Kind)
+		}
+		values[name] = v
+		key.WriteString(name + "=" + strconv.FormatFloat(v, 'g', -1, 64) + ";")
+	}
+	return values, key.String(), nil
+}
+
+// evalExprAttrs is the Eval of an op whose expression reads attributes: the
+// node's MapFor at every broadcast position.
+func evalExprAttrs(s *OpSpec) EvalFunc {
+	return func(in []*Tensor, attrs Attrs, out []*Tensor) error {
+		m, err := s.MapFor(attrs)
+		if err != nil {
+			return err
+		}
+		return evalMap(m)(in, attrs, out)
+	}
 }
 
 // LookupOp returns the op table entry for an op type.
@@ -188,6 +321,9 @@ func (s *OpSpec) normalizeAttrs(attrs Attrs) (Attrs, error) {
 		}
 		if a.Kind != as.Kind {
 			return nil, fmt.Errorf("%s attribute %s is %v, want %v", s.Name, name, a.Kind, as.Kind)
+		}
+		if as.Enum != nil && !slices.Contains(as.Enum, a.S) {
+			return nil, fmt.Errorf("%s attribute %s is %q, want one of %q", s.Name, name, a.S, as.Enum)
 		}
 		out[name] = a
 	}

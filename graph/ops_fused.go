@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,14 +52,106 @@ import (
 //	body = "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1)"
 
 // FusibleElementwise are the ops a body may use: those defined by an
-// expression (Expr) and without attributes, so a step is fully written as
-// Op(operands). register fills it; comparisons stay out (their bool result
-// is a mask, built once and read as a node of its own).
+// expression (Expr), so a step is fully written as Op(operands), or
+// Op{name=value,...}(operands) for an op whose expression reads attributes
+// (the step's own values, FusedStep.Attrs). register fills it; comparisons,
+// predicates (IsNaN) and logical ops stay out (their bool result is a mask,
+// built once and read as a node of its own).
 var FusibleElementwise = map[string]bool{}
 
 // fusible reports whether register lists s in FusibleElementwise.
 func fusible(s *OpSpec) bool {
-	return s.Expr != nil && len(s.Attrs) == 0 && s.Expr.Prim != PrimGreater && s.Expr.Prim != PrimEqual
+	return s.Expr != nil && !s.logical && !s.boolResult && s.Expr.Prim != PrimGreater && s.Expr.Prim != PrimEqual
+}
+
+// ExprStepAttrs are the attributes a body step of op carries: those its
+// expression reads (OpSpec.ExprFor), from attrs or their defaults; nil for
+// an op whose expression reads none.
+func ExprStepAttrs(op string, attrs Attrs) Attrs {
+	s, ok := ops[op]
+	if !ok || !s.exprAttrs {
+		return nil
+	}
+	out := Attrs{}
+	for _, name := range s.Expr.Attrs() {
+		if a, ok := attrs[name]; ok {
+			out[name] = a
+		} else {
+			out[name] = s.attrSpec(name).Default
+		}
+	}
+	return out
+}
+
+// formatStepAttrs writes a step's attributes as {name=value,...}, names
+// sorted, floats in the shortest form that reads back exactly: one text per
+// set of values.
+func formatStepAttrs(sb *strings.Builder, a Attrs) {
+	sb.WriteByte('{')
+	for j, name := range a.Names() {
+		if j > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(name + "=")
+		switch v := a[name]; v.Kind {
+		case AttrFloat:
+			sb.WriteString(strconv.FormatFloat(v.F, 'g', -1, 64))
+		case AttrInt:
+			sb.WriteString(strconv.FormatInt(v.I, 10))
+		case AttrString:
+			sb.WriteString(v.S)
+		}
+	}
+	sb.WriteByte('}')
+}
+
+// parseStepAttrs reads the {...} of a step of op: every attribute op's
+// expression reads, in canonical form (formatStepAttrs writes it back
+// byte for byte).
+func parseStepAttrs(op, text string) (Attrs, error) {
+	s, ok := ops[op]
+	if !ok || !s.exprAttrs {
+		return nil, fmt.Errorf("%s takes no {...} attributes", op)
+	}
+	out := Attrs{}
+	for _, f := range strings.Split(text, ",") {
+		name, val, ok := strings.Cut(f, "=")
+		as := s.attrSpec(name)
+		if !ok || as == nil || !slices.Contains(s.Expr.Attrs(), name) {
+			return nil, fmt.Errorf("attribute %q: want name=value for an attribute of %s's expression", f, op)
+		}
+		if _, dup := out[name]; dup {
+			return nil, fmt.Errorf("attribute %s given twice", name)
+		}
+		switch as.Kind {
+		case AttrFloat:
+			v, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				return nil, fmt.Errorf("attribute %s: %q is not a number", name, val)
+			}
+			out[name] = Float(v)
+		case AttrInt:
+			v, err := strconv.ParseInt(val, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("attribute %s: %q is not an integer", name, val)
+			}
+			out[name] = Int(v)
+		case AttrString:
+			if !slices.Contains(as.Enum, val) {
+				return nil, fmt.Errorf("attribute %s: %q is not one of %q", name, val, as.Enum)
+			}
+			out[name] = Str(val)
+		}
+	}
+	if len(out) != len(s.Expr.Attrs()) {
+		return nil, fmt.Errorf("%s's step gives %d of its %d attributes", op, len(out), len(s.Expr.Attrs()))
+	}
+	var sb strings.Builder
+	formatStepAttrs(&sb, out)
+	if sb.String() != "{"+text+"}" {
+		return nil, fmt.Errorf("attributes {%s} are not in canonical form %s", text, sb.String())
+	}
+	return out, nil
 }
 
 // FusibleIndex are the index steps a body may use, with how many integer
@@ -89,10 +182,13 @@ func (o FusedOperand) String() string {
 }
 
 // FusedStep is one step of a body. Params are an index step's <...>
-// integers (nil for the others).
+// integers (nil for the others); Attrs an elementwise step's attributes
+// that its op's expression reads, written {name=value,...} after the op
+// (LeakyRelu{alpha=0.2}(i0)); nil for an op whose expression reads none.
 type FusedStep struct {
 	Op     string
 	Params []int64
+	Attrs  Attrs
 	Args   []FusedOperand
 }
 
@@ -113,6 +209,9 @@ func FormatFusedBody(steps []FusedStep) string {
 				sb.WriteString(strconv.FormatInt(v, 10))
 			}
 			sb.WriteByte('>')
+		}
+		if s.Attrs != nil {
+			formatStepAttrs(&sb, s.Attrs)
 		}
 		sb.WriteByte('(')
 		for j, a := range s.Args {
@@ -140,6 +239,15 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 			return nil, fmt.Errorf("step %d %q: want Op(operands)", k, text)
 		}
 		op := text[:open]
+		var attrText *string
+		if lb := strings.IndexByte(op, '{'); lb >= 0 {
+			if !strings.HasSuffix(op, "}") {
+				return nil, fmt.Errorf("step %d %q: want Op{name=value,...}(operands)", k, text)
+			}
+			t := op[lb+1 : len(op)-1]
+			attrText = &t
+			op = op[:lb]
+		}
 		var params []int64
 		if lt := strings.IndexByte(op, '<'); lt >= 0 {
 			if !strings.HasSuffix(op, ">") {
@@ -171,9 +279,22 @@ func ParseFusedBody(body string, nIn int) ([]FusedStep, error) {
 				return nil, fmt.Errorf("step %d: a body holds at most one reduction", k)
 			}
 		} else if !FusibleElementwise[op] {
-			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops without attributes, and one ReduceSum or ReduceMean)", k, op)
+			return nil, fmt.Errorf("step %d: op %q cannot be fused (fusible: elementwise ops with a numeric result, and one ReduceSum or ReduceMean)", k, op)
 		}
 		s := FusedStep{Op: op, Params: params}
+		if spec := ops[op]; spec != nil && spec.exprAttrs != (attrText != nil) {
+			if attrText == nil {
+				return nil, fmt.Errorf("step %d: %s takes its attributes in {...}", k, op)
+			}
+			return nil, fmt.Errorf("step %d: %s takes no {...} attributes", k, op)
+		}
+		if attrText != nil {
+			a, err := parseStepAttrs(op, *attrText)
+			if err != nil {
+				return nil, fmt.Errorf("step %d: %w", k, err)
+			}
+			s.Attrs = a
+		}
 		for _, a := range strings.Split(text[open+1:len(text)-1], ",") {
 			if len(a) < 2 || (a[0] != 'i' && a[0] != 't') {
 				return nil, fmt.Errorf("step %d: operand %q: want iN (input) or tN (step)", k, a)
@@ -242,6 +363,8 @@ func FusedStepOperands(s FusedStep, nodeAttrs Attrs) ([]*Tensor, Attrs, error) {
 		return nil, Attrs{"axis": Int(s.Params[0])}, nil
 	case s.Op == "Transpose":
 		return nil, Attrs{"perm": Ints(s.Params...)}, nil
+	case s.Attrs != nil:
+		return nil, s.Attrs, nil
 	}
 	return nil, Attrs{}, nil
 }

@@ -81,6 +81,12 @@ func ExportWith(g *graph.Graph, opts ExportOptions) (*onnxpb.Model, error) {
 	if ex.attention {
 		opset = exportAttentionOpset
 	}
+	// An op ONNX added later than that (Gelu) raises it.
+	for _, n := range g.Nodes {
+		if s, ok := graph.LookupOp(n.Op); ok && s.Domain == graph.DomainONNX {
+			opset = max(opset, introduced[n.Op])
+		}
+	}
 	if opts.Opset != 0 {
 		opset = int64(opts.Opset)
 		og.Initializer = usedInitializers(og)

@@ -43,6 +43,14 @@ func (o ExportOptions) check(g *graph.Graph) error {
 	if o.Opset < MinExportOpset || o.Opset > MaxExportOpset {
 		return fmt.Errorf("onnx: export: opset %d: want %d to %d", o.Opset, MinExportOpset, MaxExportOpset)
 	}
+	for _, n := range g.Nodes {
+		if s, ok := graph.LookupOp(n.Op); !ok || s.Domain != graph.DomainONNX {
+			continue
+		}
+		if v := introduced[n.Op]; int64(o.Opset) < v {
+			return fmt.Errorf("onnx: export: opset %d has no %s op (ONNX added it in opset %d): node %s", o.Opset, n.Op, v, n.Name)
+		}
+	}
 	if o.Opset < exportAttentionOpset {
 		for _, n := range g.Nodes {
 			if n.Op == "FlashAttention" {

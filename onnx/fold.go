@@ -45,11 +45,38 @@ func init() {
 	}
 	// Every elementwise op of the table folds with its own definition
 	// (Pow keeps its ONNX form above: a float base with an integer
-	// exponent).
+	// exponent); ONNX's variadic Max and Min, which take any number of
+	// inputs where the table's take two, fold as a chain of the table's.
 	for _, s := range graph.ExprOps() {
 		if _, ok := folders[s.Name]; !ok {
 			folders[s.Name] = foldExpr(s)
+			if onnxVariadic[s.Name] {
+				folders[s.Name] = foldVariadic(folders[s.Name])
+			}
 		}
+	}
+}
+
+// onnxVariadic are the ONNX ops of a table op's name that take any number of
+// inputs (importVariadic).
+var onnxVariadic = map[string]bool{"Max": true, "Min": true}
+
+// foldVariadic folds a variadic op as its two-input form applied left to
+// right; one input is itself.
+func foldVariadic(two folder) folder {
+	return func(c *opCtx, in []*cval) ([]*cval, error) {
+		if len(in) == 0 || slices.Contains(in, nil) {
+			return nil, c.errf("needs at least one input, none omitted")
+		}
+		acc := in[0]
+		for _, v := range in[1:] {
+			out, err := two(c, []*cval{acc, v})
+			if err != nil {
+				return nil, err
+			}
+			acc = out[0]
+		}
+		return []*cval{acc}, nil
 	}
 }
 
@@ -75,7 +102,32 @@ func foldExpr(s *graph.OpSpec) folder {
 		cond = s.Expr.Args[0].Var
 	}
 	compare := s.Expr.Prim == graph.PrimGreater || s.Expr.Prim == graph.PrimEqual
+	// A logical op takes and gives bools; a predicate (IsNaN) gives a bool
+	// of floats: the table's type inference says which.
+	boolOut := false
+	if !s.Logical() && !compare {
+		if types, err := inferScalars(s, nil, graph.Float64); err == nil && types[0].DType == graph.Bool {
+			boolOut = true
+		}
+	}
 	return func(c *opCtx, in []*cval) ([]*cval, error) {
+		m := s.Map
+		if s.HasExprAttrs() {
+			attrs, err := c.tableAttrs(s)
+			if err != nil {
+				return nil, err
+			}
+			// The node's types and attributes as the table checks them
+			// (Mod refuses fmod=0 on floats).
+			if len(in) > 0 && in[0].f != nil {
+				if _, err := inferScalars(s, attrs, graph.Float64); err != nil {
+					return nil, c.errf("%v", err)
+				}
+			}
+			if m, err = s.MapFor(attrs); err != nil {
+				return nil, c.errf("%v", err)
+			}
+		}
 		var values []*cval
 		for k, v := range in {
 			if k == cond {
@@ -92,17 +144,21 @@ func foldExpr(s *graph.OpSpec) folder {
 		dt := values[0].dt
 		float := values[0].f != nil
 		switch {
-		case !float && s.Map.Int == nil:
+		case !float && m.Int == nil:
 			return nil, c.errf("not defined for %v", dt)
-		case dt == onnxpb.Bool && !compare && cond < 0:
+		case s.Logical() && dt != onnxpb.Bool:
+			return nil, c.errf("not defined for %v (bool only)", dt)
+		case !s.Logical() && dt == onnxpb.Bool && !compare && cond < 0:
 			return nil, c.errf("arithmetic on bool")
+		case boolOut && !float:
+			return nil, c.errf("not defined for %v", dt)
 		}
 		shape, idx, err := broadcastAll(c, in...)
 		if err != nil {
 			return nil, err
 		}
 		outDT := dt
-		if compare {
+		if compare || boolOut {
 			outDT = onnxpb.Bool
 		}
 		out := newCval(outDT, shape)
@@ -113,12 +169,12 @@ func foldExpr(s *graph.OpSpec) folder {
 				for j, x := range in {
 					fx[j] = x.at(idx[j][k])
 				}
-				v = s.Map.Float(fx)
+				v = m.Float(fx)
 			} else {
 				for j, x := range in {
 					ix[j] = x.i[idx[j][k]]
 				}
-				r, err := s.Map.Int(ix)
+				r, err := m.Int(ix)
 				if err != nil {
 					return nil, c.errf("%v", err)
 				}
@@ -133,6 +189,17 @@ func foldExpr(s *graph.OpSpec) folder {
 		}
 		return []*cval{out}, nil
 	}
+}
+
+// inferScalars is the table's type inference for a node of s over scalar
+// operands of type dt.
+func inferScalars(s *graph.OpSpec, attrs graph.Attrs, dt graph.DType) ([]graph.TensorType, error) {
+	in := make([]*graph.Value, len(s.Inputs))
+	for i := range in {
+		in[i] = &graph.Value{Type: graph.TensorType{DType: dt, Shape: graph.Shape{}}}
+	}
+	_, types, err := graph.InferNode(s.Name, in, attrs)
+	return types, err
 }
 
 // tensor gives the data as a graph tensor for the op table's Eval: float

@@ -179,6 +179,7 @@ var foldMinInputs = map[string]int{
 	"Equal": 2, "Less": 2, "Greater": 2, "LessOrEqual": 2, "GreaterOrEqual": 2,
 	"Gather": 2, "Reshape": 2, "Expand": 2,
 	"Where": 3, "Range": 3,
+	"Max": 1, "Min": 1, // variadic in ONNX: one input is enough
 }
 
 // checkFoldInputs refuses a default-domain op that has a folder but lacks an
@@ -193,6 +194,10 @@ func (c *opCtx) checkFoldInputs() error {
 	need, ok := foldMinInputs[c.n.OpType]
 	if !ok {
 		need = 1
+		// An op the table defines by an expression reads every operand.
+		if s, ok := graph.LookupOp(c.n.OpType); ok && s.Expr != nil {
+			need = len(s.Inputs)
+		}
 	}
 	for i := range need {
 		if c.input(i) == nil {

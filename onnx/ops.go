@@ -32,9 +32,67 @@ func init() {
 	// operands (Pow keeps its handler above for ONNX's mixed types).
 	for _, s := range graph.ExprOps() {
 		if _, ok := handlers[s.Name]; !ok && s.Domain == graph.DomainONNX {
-			handlers[s.Name] = direct(s.Name)
+			if s.HasExprAttrs() {
+				handlers[s.Name] = directAttrs(s)
+			} else {
+				handlers[s.Name] = direct(s.Name)
+			}
 		}
 	}
+}
+
+// directAttrs maps an op whose expression reads attributes onto ours,
+// with the attributes it declares (ONNX's names, kinds and defaults).
+func directAttrs(s *graph.OpSpec) handler {
+	return func(c *opCtx) error {
+		attrs, err := c.tableAttrs(s)
+		if err != nil {
+			return err
+		}
+		in, err := c.values()
+		if err != nil {
+			return err
+		}
+		_, err = c.emit(s.Name, attrs, in...)
+		return err
+	}
+}
+
+// tableAttrs reads the attributes the op table declares for s from the
+// node (those it omits keep the table's defaults, which are ONNX's).
+func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
+	attrs := graph.Attrs{}
+	for _, as := range s.Attrs {
+		if !c.has(as.Name) {
+			continue
+		}
+		switch as.Kind {
+		case graph.AttrFloat:
+			v, err := c.attrFloat(as.Name, 0)
+			if err != nil {
+				return nil, err
+			}
+			attrs[as.Name] = graph.Float(v)
+		case graph.AttrInt:
+			v, err := c.attrInt(as.Name, 0)
+			if err != nil {
+				return nil, err
+			}
+			attrs[as.Name] = graph.Int(v)
+		case graph.AttrString:
+			v, err := c.attrString(as.Name, "")
+			if err != nil {
+				return nil, err
+			}
+			if as.Enum != nil && !slices.Contains(as.Enum, v) {
+				return nil, c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum)
+			}
+			attrs[as.Name] = graph.Str(v)
+		default:
+			return nil, c.errf("attribute %s: kind %v is not read", as.Name, as.Kind)
+		}
+	}
+	return attrs, nil
 }
 
 // introduced gives the first opset of ops added after our minimum opset: a
@@ -44,6 +102,9 @@ var introduced = map[string]int64{
 	"Expand": 8, "Where": 9, "Erf": 9, "ConstantOfShape": 9, "Range": 11,
 	"SoftmaxCrossEntropyLoss": 12, "LessOrEqual": 12, "GreaterOrEqual": 12,
 	"Trilu": 14, "LayerNormalization": 17, "Gelu": 20, "Attention": 23, "RMSNormalization": 23,
+	"Sin": 7, "Cos": 7, "Tan": 7, "Asin": 7, "Acos": 7, "Atan": 7,
+	"Sinh": 9, "Cosh": 9, "Asinh": 9, "Acosh": 9, "Atanh": 9, "Shrink": 9, "Sign": 9, "IsNaN": 9,
+	"ThresholdedRelu": 10, "IsInf": 10, "Mod": 10, "Round": 11, "Celu": 12, "HardSwish": 14,
 }
 
 func (c *opCtx) dispatch() error {
@@ -823,7 +884,14 @@ func importRMSNorm(c *opCtx) error {
 }
 
 // importGelu writes Gelu (opset 20) with the formula that defines it.
+//
+// Our own export of the table's Gelu comes back as that node.
 func importGelu(c *opCtx) error {
+	if c.im.faithful {
+		if s, ok := graph.LookupOp("Gelu"); ok && s.Expr != nil {
+			return directAttrs(s)(c)
+		}
+	}
 	approx, err := c.attrString("approximate", "none")
 	if err != nil {
 		return err

@@ -267,8 +267,8 @@ func importReduceDerived(c *opCtx) error {
 }
 
 // importVariadic writes Sum and Mean as a chain of Adds (Mean then divided
-// by the count), and Max and Min as ReduceMax over the inputs broadcast to
-// the output's shape and stacked on a new leading axis (Min as −Max(−x)).
+// by the count), and Max and Min as a chain of the table's two-input Max and
+// Min (which broadcast and propagate NaN as ONNX's do).
 func importVariadic(c *opCtx) error {
 	in, err := c.values()
 	if err != nil {
@@ -279,42 +279,33 @@ func importVariadic(c *opCtx) error {
 	}
 	op := c.n.OpType
 	dt := in[0].Type.DType
-	if (op == "Mean" || op == "Min") && !dt.IsFloat() {
+	if op == "Mean" && !dt.IsFloat() {
 		return c.errf("%s of %v is not supported", op, dt)
 	}
 	c.outNames = c.n.Output[:1]
-	if len(in) == 1 && op != "Min" && op != "Max" {
+	if len(in) == 1 {
 		_, err := c.emit("Identity", nil, in[0])
 		return err
 	}
-	switch op {
-	case "Sum", "Mean":
-		acc := in[0]
-		for i, v := range in[1:] {
-			if i == len(in)-2 && op == "Sum" {
-				_, err := c.emit("Add", nil, acc, v)
-				return err
-			}
-			if acc, err = c.sub("Add", nil, acc, v); err != nil {
-				return err
-			}
-		}
-		n, err := c.scalar("count", dt, float64(len(in)))
-		if err != nil {
+	step := op
+	if op == "Sum" || op == "Mean" {
+		step = "Add"
+	}
+	acc := in[0]
+	for i, v := range in[1:] {
+		if i == len(in)-2 && op != "Mean" {
+			_, err := c.emit(step, nil, acc, v)
 			return err
 		}
-		_, err = c.emit("Div", nil, acc, n)
-		return err
+		if acc, err = c.sub(step, nil, acc, v); err != nil {
+			return err
+		}
 	}
-	m, err := c.elementwiseMax(in, op == "Min")
+	n, err := c.scalar("count", dt, float64(len(in)))
 	if err != nil {
 		return err
 	}
-	if op == "Min" {
-		_, err = c.emit("Neg", nil, m)
-	} else {
-		_, err = c.emit("Identity", nil, m)
-	}
+	_, err = c.emit("Div", nil, acc, n)
 	return err
 }
 

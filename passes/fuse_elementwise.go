@@ -357,7 +357,8 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 		return input(v)
 	}
 	for _, m := range gr.members {
-		s := graph.FusedStep{Op: m.Op}
+		// An op whose expression reads attributes carries the node's values.
+		s := graph.FusedStep{Op: m.Op, Attrs: graph.ExprStepAttrs(m.Op, m.Attrs)}
 		switch m.Op {
 		case "Slice":
 			axis, start, end, _ := sliceParams(m)

@@ -207,7 +207,7 @@ func shiftSteps(steps []graph.FusedStep, remap []int, shift int) []graph.FusedSt
 			}
 			args[j] = a
 		}
-		out[k] = graph.FusedStep{Op: s.Op, Params: s.Params, Args: args}
+		out[k] = graph.FusedStep{Op: s.Op, Params: s.Params, Attrs: s.Attrs, Args: args}
 	}
 	return out
 }

@@ -70,6 +70,8 @@ func opCases() []opCase {
 		{"Log", positive}, {"Sigmoid", scaled(5, normal)}, {"Tanh", scaled(3, normal)}, {"Relu", normal},
 		{"Erf", scaled(2, normal)}, {"Abs", normal},
 		{"Softplus", scaled(30, normal)}, // both branches, and e^x past float32's range
+		{"Asin", inUnit}, {"Acos", inUnit}, {"Atanh", inUnit}, {"Acosh", atLeastOne},
+		{"Tan", scaled(1.4, inUnit)}, {"Not", coin}, // Not: bool, in activationCases
 	}
 	// Every other one-operand op defined by an expression (an activation
 	// added to the table) is covered on scaled normal values: an op defined
@@ -87,6 +89,9 @@ func opCases() []opCase {
 		}
 	}
 	for _, uo := range unOps {
+		if uo.op == "Not" {
+			continue
+		}
 		for _, sh := range [][]int{{17}, {3, 5, 7}, {2, 3, 4, 5}, {}} {
 			add(uo.op, shapeName(sh), func(c *ctx) {
 				x, rx := c.input(c.dt, uo.g, sh...)
@@ -94,6 +99,8 @@ func opCases() []opCase {
 			})
 		}
 	}
+
+	cs = append(cs, activationCases()...)
 
 	// Identity, any dtype.
 	identity := func(g gen, shape ...int) func(c *ctx) {

@@ -209,12 +209,58 @@ func blockLoop(p graph.Prim, d []float64, x [][]float64) func(n int) {
 				}
 			}
 		}
+	case graph.PrimMin:
+		return func(n int) {
+			for i := range d[:n] {
+				d[i] = math.Min(a[i], b[i])
+			}
+		}
+	case graph.PrimFmod:
+		return func(n int) {
+			for i := range d[:n] {
+				d[i] = math.Mod(a[i], b[i])
+			}
+		}
+	case graph.PrimFloor:
+		return unary(math.Floor)
+	case graph.PrimCeil:
+		return unary(math.Ceil)
+	case graph.PrimRound:
+		return unary(math.RoundToEven)
+	case graph.PrimIsNaN:
+		return unary(func(v float64) float64 { return b2f(math.IsNaN(v)) })
+	case graph.PrimIsInf:
+		return unary(func(v float64) float64 { return b2f(math.IsInf(v, 0)) })
+	case graph.PrimSin:
+		return unary(math.Sin)
+	case graph.PrimCos:
+		return unary(math.Cos)
+	case graph.PrimTan:
+		return unary(math.Tan)
+	case graph.PrimAsin:
+		return unary(math.Asin)
+	case graph.PrimAcos:
+		return unary(math.Acos)
+	case graph.PrimAtan:
+		return unary(math.Atan)
+	case graph.PrimSinh:
+		return unary(math.Sinh)
+	case graph.PrimCosh:
+		return unary(math.Cosh)
+	case graph.PrimAsinh:
+		return unary(math.Asinh)
+	case graph.PrimAcosh:
+		return unary(math.Acosh)
+	case graph.PrimAtanh:
+		return unary(math.Atanh)
 	}
 	// Every primitive has a loop above; TestExprKernelsCoverPrims checks.
 	panic(fmt.Sprintf("cpu: no block loop for primitive %v", p))
 }
 
-// exprKernel is the CPU kernel of an op defined by an expression.
+// exprKernel is the CPU kernel of an op defined by an expression. An op
+// whose expression reads attributes compiles it at each node's values
+// (graph.OpSpec.ExprFor), once per set of values.
 func exprKernel(op string) kernel {
 	spec, ok := graph.LookupOp(op)
 	if !ok || spec.Expr == nil {
@@ -222,7 +268,30 @@ func exprKernel(op string) kernel {
 			return fmt.Errorf("%s has no expression in the op table", op)
 		}
 	}
-	prog := compileExpr(spec.Expr, len(spec.Inputs))
+	if !spec.HasExprAttrs() {
+		return exprKernelOf(spec, compileExpr(spec.Expr, len(spec.Inputs)), spec.Map)
+	}
+	var bound sync.Map // attribute key -> kernel
+	return func(n *graph.Node, in, out []*graph.Tensor) error {
+		_, key, err := spec.ExprAttrValues(n.Attrs)
+		if err != nil {
+			return err
+		}
+		k, ok := bound.Load(key)
+		if !ok {
+			e, err := spec.ExprFor(n.Attrs)
+			if err != nil {
+				return err
+			}
+			m, _ := spec.MapFor(n.Attrs)
+			k, _ = bound.LoadOrStore(key, exprKernelOf(spec, compileExpr(e, len(spec.Inputs)), m))
+		}
+		return k.(kernel)(n, in, out)
+	}
+}
+
+// exprKernelOf runs prog (float data) or m's int64 form.
+func exprKernelOf(spec *graph.OpSpec, prog *exprProg, m *graph.MapFunc) kernel {
 	return func(n *graph.Node, in, out []*graph.Tensor) error {
 		o := out[0]
 		float := storageOf(o.DType) == stF32 || storageOf(o.DType) == stF64
@@ -240,7 +309,7 @@ func exprKernel(op string) kernel {
 		}
 		p := newBPlan(o.Shape, shapes...)
 		if !float {
-			return exprInt(spec, o, in, p)
+			return exprInt(spec.Name, m, o, in, p)
 		}
 		if prog.runDirect(o, in, p) {
 			return nil
@@ -389,9 +458,9 @@ func storeF64(o *graph.Tensor, at int, v []float64) {
 // exprInt runs the op table's int64 form over int64 and bool operands
 // (bool read as 0/1; a bool output is v != 0). An op without one (a float
 // function) refuses integer data; its type inference already does.
-func exprInt(spec *graph.OpSpec, o *graph.Tensor, in []*graph.Tensor, p *bplan) error {
-	if spec.Map == nil || spec.Map.Int == nil {
-		return fmt.Errorf("%s has no int64 form", spec.Name)
+func exprInt(op string, m *graph.MapFunc, o *graph.Tensor, in []*graph.Tensor, p *bplan) error {
+	if m == nil || m.Int == nil {
+		return fmt.Errorf("%s has no int64 form", op)
 	}
 	x := make([]int64, len(in))
 	var err error
@@ -405,7 +474,7 @@ func exprInt(spec *graph.OpSpec, o *graph.Tensor, in []*graph.Tensor, p *bplan) 
 					x[k] = int64(b2f(t.B[j]))
 				}
 			}
-			v, e := spec.Map.Int(x)
+			v, e := m.Int(x)
 			if e != nil && err == nil {
 				err = e
 			}

@@ -28,14 +28,34 @@ func TestExprKernelsCoverPrims(t *testing.T) {
 // expression gives exactly the op table's reference, in float32 and
 // float64, with broadcasting, on values that reach each op's special
 // regions (negative arguments of Sqrt and Log give NaN in both).
+// An op whose expression reads attributes runs at values other than its
+// defaults too (exprTestAttrs; Mod's floats need fmod=1); the logical ops
+// run on bool data.
 func TestExprKernelsBitExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
+	type run struct {
+		s     *graph.OpSpec
+		attrs graph.Attrs
+	}
+	var runs []run
 	for _, s := range graph.ExprOps() {
+		if s.Name != "Mod" {
+			runs = append(runs, run{s, nil})
+		}
+		for _, a := range exprTestAttrs[s.Name] {
+			runs = append(runs, run{s, a})
+		}
+	}
+	for _, r := range runs {
+		s := r.s
 		if _, ok := kernels[s.Name]; !ok {
 			t.Errorf("%s: no CPU kernel", s.Name)
 			continue
 		}
 		for _, dt := range []graph.DType{graph.Float32, graph.Float64} {
+			if logicalOps[s.Name] {
+				dt = graph.Bool
+			}
 			n := len(s.Inputs)
 			in := make([]*graph.Tensor, n)
 			for i := range in {
@@ -51,29 +71,64 @@ func TestExprKernelsBitExact(t *testing.T) {
 				in[i] = graph.NewTensor(dt, shape)
 				for j := range in[i].Len() {
 					v := rng.NormFloat64() * 4
-					if j%97 == 0 {
+					switch {
+					case j%97 == 0:
 						v = math.Round(v) // ties for Equal, Max and Greater
+					case j%89 == 0:
+						v = math.Inf(1 - 2*(j%2)) // IsInf, Sign
+					case j%83 == 0:
+						v = math.NaN()
+					case j%79 == 0:
+						v = math.Round(v) + 0.5 // Round's halves
+					case s.Name == "Acosh":
+						v = 1 + math.Abs(v)
+					case s.Name == "Asin" || s.Name == "Acos" || s.Name == "Atanh":
+						v /= 10
+					}
+					if dt == graph.Bool {
+						v = float64(rng.IntN(2))
 					}
 					in[i].Set(j, v)
 				}
 			}
-			want, err := graph.Eval(s.Name, nil, in...)
+			want, err := graph.Eval(s.Name, r.attrs, in...)
 			if err != nil {
 				t.Fatalf("%s: %v", s.Name, err)
 			}
 			got := graph.NewTensor(want[0].DType, want[0].Shape)
-			if err := kernels[s.Name](&graph.Node{Op: s.Name}, in, []*graph.Tensor{got}); err != nil {
+			if err := kernels[s.Name](&graph.Node{Op: s.Name, Attrs: r.attrs}, in, []*graph.Tensor{got}); err != nil {
 				t.Fatalf("%s %v: %v", s.Name, dt, err)
 			}
 			for j := range got.Len() {
 				g, w := got.At(j), want[0].At(j)
 				if g != w && !(g != g && w != w) {
-					t.Errorf("%s %v: element %d is %v, the definition gives %v", s.Name, dt, j, g, w)
+					t.Errorf("%s%v %v: element %d is %v, the definition gives %v", s.Name, r.attrs, dt, j, g, w)
 					break
 				}
 			}
+			if dt == graph.Bool {
+				break
+			}
 		}
 	}
+}
+
+// logicalOps take bool data.
+var logicalOps = map[string]bool{"And": true, "Or": true, "Xor": true, "Not": true}
+
+// exprTestAttrs are attribute values the kernels run at besides the
+// defaults.
+var exprTestAttrs = map[string][]graph.Attrs{
+	"LeakyRelu":       {{"alpha": graph.Float(0.3)}},
+	"Elu":             {{"alpha": graph.Float(0.5)}},
+	"Celu":            {{"alpha": graph.Float(2)}},
+	"Selu":            {{"alpha": graph.Float(2), "gamma": graph.Float(3)}},
+	"HardSigmoid":     {{"alpha": graph.Float(0.5), "beta": graph.Float(0.25)}},
+	"ThresholdedRelu": {{"alpha": graph.Float(-0.5)}},
+	"Shrink":          {{"bias": graph.Float(1.5), "lambd": graph.Float(1)}},
+	"Gelu":            {{"approximate": graph.Str("tanh")}},
+	"IsInf":           {{"detect_negative": graph.Int(0)}, {"detect_positive": graph.Int(0)}},
+	"Mod":             {{"fmod": graph.Int(1)}},
 }
 
 // BenchmarkElementwise times the kernels the model's graphs run most, on a

@@ -189,7 +189,11 @@ func fusedChunked(n *graph.Node, steps []graph.FusedStep, types []graph.TensorTy
 					}
 					t = scratch[k]
 				}
-				if err := kernels[s.Op](n, a, []*graph.Tensor{t}); err != nil {
+				stepNode := n
+				if s.Attrs != nil { // an elementwise step with attributes of its own
+					stepNode = &graph.Node{Name: n.Name, Op: s.Op, Attrs: s.Attrs}
+				}
+				if err := kernels[s.Op](stepNode, a, []*graph.Tensor{t}); err != nil {
 					mu.Lock()
 					if firstErr == nil {
 						firstErr = fmt.Errorf("step %d (%s): %w", k, s.Op, err)

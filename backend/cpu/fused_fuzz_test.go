@@ -25,6 +25,7 @@ func FuzzFusedBody(f *testing.F) {
 		{"Transpose<1,0,2>(i0);Mul(t0,t0);ReduceSum(t1)", -1, 1},
 		{"Transpose<1,0,2>(i0);Transpose<1,0,2>(t0);Mul(t1,i1)", -1, 1},
 		{"Transpose<2,0,1>(i0);Neg(t0)", 0, 1},
+		{"LeakyRelu{alpha=0.3}(i0);Selu{alpha=1.5,gamma=2}(t0);Mul(t1,i1);Gelu{approximate=tanh}(t2)", -1, 1},
 	} {
 		f.Add(seed.body, seed.axis, seed.keepdims)
 	}

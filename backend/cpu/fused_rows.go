@@ -151,6 +151,8 @@ func fusedRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType,
 			extras[k] = []*graph.Tensor{ints64(s.Params[1]), ints64(s.Params[2]), ints64(-1)}
 		case s.Op == "Concat":
 			stepNodes[k] = &graph.Node{Name: n.Name, Op: s.Op, Attrs: graph.Attrs{"axis": graph.Int(-1)}}
+		case s.Attrs != nil: // an elementwise step with attributes of its own
+			stepNodes[k] = &graph.Node{Name: n.Name, Op: s.Op, Attrs: s.Attrs}
 		}
 	}
 	rows := lead.Numel()

@@ -167,8 +167,41 @@ func renderC(e *graph.Expr, ct string, args []string, root bool) (string, error)
 		return group("(" + a[0] + " == " + a[1] + ") ? " + one + " : " + zero), nil
 	case graph.PrimSelect:
 		return group("(" + a[0] + " != " + zero + ") ? " + a[1] + " : " + a[2]), nil
+	case graph.PrimMin:
+		if integer {
+			return group(a[0] + " < " + a[1] + " ? " + a[0] + " : " + a[1]), nil
+		}
+		// NaN in either operand gives NaN, as on the CPU (fmin would
+		// drop it).
+		return group("(" + a[0] + " < " + a[1] + " || " + a[0] + " != " + a[0] + ") ? " + a[0] + " : " + a[1]), nil
+	case graph.PrimFmod:
+		if integer {
+			return "fg_imod(" + a[0] + ", " + a[1] + ", flag, code)", nil
+		}
+		return f("fmod") + "(" + a[0] + ", " + a[1] + ")", nil
+	case graph.PrimFloor, graph.PrimCeil, graph.PrimRound:
+		if integer {
+			return a[0], nil
+		}
+		// rint rounds halves to even (the default rounding mode).
+		return f(map[graph.Prim]string{graph.PrimFloor: "floor", graph.PrimCeil: "ceil", graph.PrimRound: "rint"}[e.Prim]) + "(" + a[0] + ")", nil
+	case graph.PrimIsNaN, graph.PrimIsInf:
+		if integer {
+			return zero, nil
+		}
+		name := map[graph.Prim]string{graph.PrimIsNaN: "isnan", graph.PrimIsInf: "isinf"}[e.Prim]
+		return group(name + "(" + a[0] + ") ? " + one + " : " + zero), nil
+	case graph.PrimSin, graph.PrimCos, graph.PrimTan, graph.PrimAsin, graph.PrimAcos, graph.PrimAtan,
+		graph.PrimSinh, graph.PrimCosh, graph.PrimAsinh, graph.PrimAcosh, graph.PrimAtanh:
+		return call(e.Prim.String()) // the primitive's name is libm's
 	}
 	return "", fmt.Errorf("no C for primitive %v", e.Prim)
+}
+
+// usesIntFlag reports whether generated C calls a helper that raises the
+// node's error flag (an integer division or remainder by zero).
+func usesIntFlag(c string) bool {
+	return strings.Contains(c, "fg_idiv(") || strings.Contains(c, "fg_imod(")
 }
 
 // intHelpers are the device functions integer code calls: division that
@@ -181,6 +214,17 @@ const intHelpers = `__device__ __forceinline__ long long fg_idiv(long long a, lo
         return 0;
     }
     return a / b;
+}
+__device__ __forceinline__ long long fg_imod(long long a, long long b, int* flag, int code)
+{
+    if (b == 0) {
+        atomicCAS(flag, 0, code);
+        return 0;
+    }
+    if (b == -1) {
+        return 0; // the remainder of LLONG_MIN / -1 overflows in C
+    }
+    return a % b;
 }
 __device__ __forceinline__ long long fg_ipow(long long x, long long y)
 {
@@ -201,7 +245,9 @@ __device__ __forceinline__ long long fg_ipow(long long x, long long y)
 // opExpr is the C expression of op over operand expressions a: the op
 // table's expression rendered, or the operand itself for Identity (a copy,
 // which converts between the operand's and the output's types).
-func opExpr(op, ct string, a []string) (string, error) {
+// An op whose expression reads attributes is rendered at the node's (or
+// the step's) values, which the C holds as literals.
+func opExpr(op string, attrs graph.Attrs, ct string, a []string) (string, error) {
 	if op == "Identity" {
 		return a[0], nil
 	}
@@ -209,14 +255,18 @@ func opExpr(op, ct string, a []string) (string, error) {
 	if !ok || spec.Expr == nil {
 		return "", fmt.Errorf("no generated code for %s (it has no expression in the op table)", op)
 	}
-	return exprC(spec.Expr, ct, a)
+	e, err := spec.ExprFor(attrs)
+	if err != nil {
+		return "", err
+	}
+	return exprC(e, ct, a)
 }
 
 // stepExpr is the C expression of a body step: op over the operand
 // expressions ops, rounded to narrow when that is a 16-bit type, as the
 // result of a node of its own would be stored.
-func stepExpr(op, ct string, ops []string, narrow graph.DType) (string, error) {
-	e, err := opExpr(op, ct, ops)
+func stepExpr(st graph.FusedStep, ct string, ops []string, narrow graph.DType) (string, error) {
+	e, err := opExpr(st.Op, st.Attrs, ct, ops)
 	if err != nil {
 		return "", err
 	}
@@ -478,11 +528,11 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		}
 	}
 	for s, st := range p.steps {
-		e, err := stepExpr(st.Op, ct, operandExprs(st, args), narrowOf(p.narrow, s))
+		e, err := stepExpr(st, ct, operandExprs(st, args), narrowOf(p.narrow, s))
 		if err != nil {
 			return "", 0, 0, err
 		}
-		p.usesFlag = p.usesFlag || strings.Contains(e, "fg_idiv(")
+		p.usesFlag = p.usesFlag || usesIntFlag(e)
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}
 	for i, s := range p.outs {
@@ -663,7 +713,7 @@ func lowerFusedElementwise(c *lowerCtx) (func() error, error) {
 func lowerGenerated(op string) lowerFn {
 	return func(c *lowerCtx) (func() error, error) {
 		shape := c.n.Outputs[0].Type.Shape
-		st := graph.FusedStep{Op: op}
+		st := graph.FusedStep{Op: op, Attrs: graph.ExprStepAttrs(op, c.n.Attrs)}
 		p := &ewProgram{shape: shape, outs: []int{0}, obufs: []buffer{c.out(0)}}
 		for i, v := range c.n.Inputs {
 			p.ins = append(p.ins, broadcastOperand(c.in(i), v.Type.Shape, shape))

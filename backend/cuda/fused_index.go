@@ -218,7 +218,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		}
 		ops[j] = v + "[e]"
 	}
-	e, err := stepExpr(st.Op, g.ct, ops, p.types[s].DType)
+	e, err := stepExpr(st, g.ct, ops, p.types[s].DType)
 	if err != nil {
 		return "", err
 	}

@@ -245,7 +245,7 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 		if p.rowLevel[s] {
 			continue
 		}
-		e, err := stepExpr(p.steps[s].Op, ct, operandExprs(p.steps[s], args), narrowOf(p.narrow, s))
+		e, err := stepExpr(p.steps[s], ct, operandExprs(p.steps[s], args), narrowOf(p.narrow, s))
 		if err != nil {
 			return "", 0, 0, err
 		}
@@ -304,7 +304,7 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 				t, _ := ctype(p.narrow[s])
 				e = loadExpr(t, ct, storeExpr(t, ct, e))
 			}
-		} else if e, err = stepExpr(p.steps[s].Op, ct, operandExprs(p.steps[s], rargs), narrowOf(p.narrow, s)); err != nil {
+		} else if e, err = stepExpr(p.steps[s], ct, operandExprs(p.steps[s], rargs), narrowOf(p.narrow, s)); err != nil {
 			return "", 0, 0, err
 		}
 		w("            const %s t%d = %s;\n", ct, s, e)

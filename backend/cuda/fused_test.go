@@ -21,11 +21,15 @@ func TestEwExprCoversFusibleOps(t *testing.T) {
 	for _, spec := range graph.ExprOps() {
 		args := []string{"x", "y", "z"}[:len(spec.Inputs)]
 		cts := []string{"float", "double"}
-		if spec.Map.Int != nil {
+		m, err := spec.MapFor(nil)
+		if err != nil {
+			t.Fatalf("%s: %v", spec.Name, err)
+		}
+		if m.Int != nil {
 			cts = append(cts, "long long")
 		}
 		for _, ct := range cts {
-			if _, err := opExpr(spec.Name, ct, args); err != nil {
+			if _, err := opExpr(spec.Name, nil, ct, args); err != nil {
 				t.Errorf("%s (%s): %v", spec.Name, ct, err)
 			}
 		}
@@ -39,10 +43,10 @@ func TestEwExprCoversFusibleOps(t *testing.T) {
 			t.Errorf("primitive %v: %v", p, err)
 		}
 	}
-	if _, err := opExpr("MatMul", "float", []string{"x", "y"}); err == nil {
+	if _, err := opExpr("MatMul", nil, "float", []string{"x", "y"}); err == nil {
 		t.Error("MatMul has no elementwise code, want an error")
 	}
-	if _, err := opExpr("Exp", "long long", []string{"x"}); err == nil {
+	if _, err := opExpr("Exp", nil, "long long", []string{"x"}); err == nil {
 		t.Error("Exp has no integer form, want an error")
 	}
 }

@@ -63,7 +63,7 @@
 // Elsewhere results agree to rounding (float64: 1e-12 relative in the tests).
 //
 // Everything else is refused by name, never guessed at: comparisons on
-// their own, sin, cos, log2, log1p, expm1, sign, ceil, floor, At,
+// their own, log2, log1p, expm1, At,
 // Tensordot, convolutions, pooling, dropout, random nodes, gradient ops... Import returns an
 // *UnsupportedOpError saying "gorgonia op X (node N) is not supported".
 //

@@ -286,8 +286,7 @@ func unaryChain(name string) ([]string, bool) {
 
 // noUnary says why a gorgonia unary operator is refused.
 var noUnary = map[string]string{
-	"sign": "no Sign op", "ceil": "no Ceil op", "floor": "no Floor op", "sin": "no Sin op",
-	"cos": "no Cos op", "log2": "no Log2 op", "log1p": "no Log1p op", "expm1": "no Expm1 op",
+	"log2": "no Log2 op", "log1p": "no Log1p op", "expm1": "no Expm1 op",
 }
 
 func ruleElemUnary(im *importer, n *G.Node, t graph.TensorType) (result, error) {
