@@ -155,8 +155,15 @@ func (c *opCtx) dispatch() error {
 		}
 		return c.errf("op is not supported")
 	}
+	ndt, err := c.narrowCheck()
+	if err != nil {
+		return err
+	}
 	if err := h(c); err != nil {
 		return err
+	}
+	if ndt != onnxpb.Undefined {
+		c.markNarrow(ndt)
 	}
 	return c.checkAttrs()
 }
@@ -250,13 +257,17 @@ func importCast(c *opCtx) error {
 	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
 		return err
 	}
-	dt, ok := dtypeOf(onnxpb.DataType(to))
-	if !ok {
-		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
-	}
 	x, err := c.need(0)
 	if err != nil {
 		return err
+	}
+	if isNarrowInt(onnxpb.DataType(to)) {
+		from, _ := c.in[0].typ()
+		return c.castNarrow(x, from, onnxpb.DataType(to))
+	}
+	dt, ok := dtypeOf(onnxpb.DataType(to))
+	if !ok {
+		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
 	}
 	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
 	return err

@@ -122,6 +122,10 @@ func importCastLike(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	if to, _ := c.in[1].typ(); isNarrowInt(to) {
+		from, _ := c.in[0].typ()
+		return c.castNarrow(x, from, to)
+	}
 	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
 	return err
 }
