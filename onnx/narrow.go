@@ -1,6 +1,8 @@
 package onnx
 
 import (
+	"slices"
+
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 )
@@ -124,4 +126,32 @@ func (c *opCtx) castNarrow(x *graph.Value, from, to onnxpb.DataType) error {
 	}
 	c.out[0].odt = to
 	return nil
+}
+
+// boundary imports a Cast our export wrote at a graph input or output
+// declared with a narrow integer type (metaBoundary): the graph holds the
+// value as Int64 on both sides, so the Cast goes and the declared type is
+// recorded again. An output's values are checked against its type's range
+// where it is read (graph.CheckNarrow), not assumed.
+func (c *opCtx) boundary(kind string, to onnxpb.DataType) error {
+	in, out := c.in[0], c.n.Output[0]
+	isOutput := slices.ContainsFunc(c.im.m.Graph.Output, func(o *onnxpb.ValueInfo) bool { return o.Name == out })
+	switch {
+	case kind == "input" && to == onnxpb.Int64 && in.v != nil && in.v.Kind == graph.Input && in.odt != onnxpb.Undefined:
+		// Inside, the export computes on INT64 (its value_info says so).
+		c.out[0] = &entry{name: c.n.Output[0], v: in.v}
+		return nil
+	case kind == "output" && isNarrowInt(to) && isOutput:
+		v, err := c.im.val(in)
+		if err != nil {
+			return c.errf("%v", err)
+		}
+		if v.Type.DType != graph.Int64 || v.Kind == graph.Input {
+			break
+		}
+		v.Name = out // the value's name in the graph, which the export moved
+		c.out[0] = &entry{name: out, v: v, odt: to}
+		return nil
+	}
+	return c.errf("a %s boundary Cast to %v on %q is not one our export writes", kind, to, in.name)
 }

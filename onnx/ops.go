@@ -261,6 +261,9 @@ func importCast(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	if kind := meta(c.n.MetadataProps, metaBoundary); kind != "" && c.im.faithful {
+		return c.boundary(kind, onnxpb.DataType(to))
+	}
 	if isNarrowInt(onnxpb.DataType(to)) {
 		from, _ := c.in[0].typ()
 		return c.castNarrow(x, from, onnxpb.DataType(to))
