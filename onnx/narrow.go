@@ -90,6 +90,9 @@ func (c *opCtx) narrowCheck() (onnxpb.DataType, error) {
 		if r, _ := c.attrs["reduction"]; r != nil && string(r.S) != "none" && string(r.S) != "max" && string(r.S) != "min" {
 			return dt, c.errf("integer semantics differ: %s with reduction %s on %v", op, r.S, dt)
 		}
+	case op == "Pad" && c.ver < 11:
+		// Its value attribute is a float, which a narrow type may not hold.
+		return dt, c.errf("integer semantics differ: Pad on %v (before opset 11 its value is a float attribute)", dt)
 	case op == "ReduceMax" || op == "ReduceMin":
 		// An empty reduction gives the type's lowest (highest) value.
 		if e := c.input(0); e.v != nil && e.v.Type.Shape.Numel() == 0 {
