@@ -127,7 +127,9 @@ func (c *opCtx) castNarrow(x *graph.Value, from, to onnxpb.DataType) error {
 	if _, err := c.emit("Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, x); err != nil {
 		return err
 	}
-	c.out[0].odt = to
+	if c.out[0] != nil {
+		c.out[0].odt = to
+	}
 	return nil
 }
 

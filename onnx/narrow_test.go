@@ -115,3 +115,33 @@ func TestNarrowRefusals(t *testing.T) {
 		t.Fatalf("q = %v, r = %v", out["q"].I64, out["r"].I64)
 	}
 }
+
+// TestNarrowTypesFlow: the outputs of exact ops take their data's narrow
+// type (the model's value_info declares it for every value, which the import
+// checks), a comparison its own.
+func TestNarrowTypesFlow(t *testing.T) {
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("x", onnxpb.Int16, 2, 2), vi("c", onnxpb.Bool, 2, 2)},
+		[]*onnxpb.Tensor{{Name: "k", DataType: onnxpb.Int16, Dims: []int64{2, 2}, Int32Data: []int32{-32768, 1, 2, 32767}}}, nil,
+		nd("Concat", []string{"x", "k"}, []string{"cat"}, aInt("axis", 0)),
+		nd("Where", []string{"c", "x", "k"}, []string{"w"}),
+		nd("Greater", []string{"k", "x"}, []string{"lt"}),
+		nd("Transpose", []string{"w"}, []string{"tt"}))
+	m.Graph.ValueInfo = []*onnxpb.ValueInfo{vi("cat", onnxpb.Int16, 4, 2), vi("w", onnxpb.Int16, 2, 2)}
+	m.Graph.Output = []*onnxpb.ValueInfo{vi("lt", onnxpb.Bool, 2, 2), vi("tt", onnxpb.Int16, 2, 2), vi("cat", onnxpb.Int16, 4, 2)}
+	x := &graph.Tensor{DType: graph.Int64, Shape: graph.Shape{2, 2}, I64: []int64{5, -7, 32767, 0}}
+	c := &graph.Tensor{DType: graph.Bool, Shape: graph.Shape{2, 2}, B: []bool{true, false, false, true}}
+	g, err := ImportBytes(onnxpb.Encode(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"x": "int16", "tt": "int16", "cat": "int16"}; !maps.Equal(g.ElemTypes, want) {
+		t.Fatalf("ElemTypes %v, want %v", g.ElemTypes, want)
+	}
+	out := runGraph(t, g, map[string]*graph.Tensor{"x": x, "c": c})
+	if !slices.Equal(out["cat"].I64, []int64{5, -7, 32767, 0, -32768, 1, 2, 32767}) ||
+		!slices.Equal(out["lt"].B, []bool{false, true, false, true}) ||
+		!slices.Equal(out["tt"].I64, []int64{5, 2, 1, 0}) {
+		t.Fatalf("cat %v, lt %v, tt %v", out["cat"].I64, out["lt"].B, out["tt"].I64)
+	}
+	roundTrip(t, g)
+}
