@@ -96,6 +96,12 @@ func TestNarrowRefusals(t *testing.T) {
 			nd("ReduceSum", []string{"a"}, []string{"c"})), "integer semantics differ: ReduceSum on INT32"},
 		{"uint64 stays refused", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"c"},
 			nd("Identity", []string{"a"}, []string{"c"})), "element type UINT64 is not supported"},
+		{"our domain", func() *onnxpb.Model {
+			m := modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2), vi("b", onnxpb.Int32, 2)}, nil, []string{"c"},
+				&onnxpb.Node{OpType: "SoftmaxGrad", Domain: graph.DomainFlashgraph, Input: []string{"a", "b"}, Output: []string{"c"}})
+			m.OpsetImport = append(m.OpsetImport, onnxpb.OperatorSetID{Domain: graph.DomainFlashgraph, Version: 1})
+			return m
+		}(), "integer semantics differ: SoftmaxGrad on INT32"},
 	} {
 		_, err := ImportBytes(onnxpb.Encode(tc.m))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -110,6 +110,16 @@ var introduced = map[string]int64{
 func (c *opCtx) dispatch() error {
 	op := c.n.OpType
 	if c.n.Domain == graph.DomainFlashgraph {
+		// Our export hands our ops int64 values only (narrow types stay at
+		// the boundary); a narrow operand is from elsewhere, and refused.
+		for _, e := range c.in {
+			if e == nil {
+				continue
+			}
+			if dt, _ := e.typ(); isNarrowInt(dt) {
+				return c.errf("integer semantics differ: %s on %v (the flashgraph domain's ops compute in int64)", op, dt)
+			}
+		}
 		return c.ourOp()
 	}
 	if since, ok := introduced[op]; ok && c.ver < since {
