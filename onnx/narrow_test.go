@@ -151,3 +151,24 @@ func TestNarrowTypesFlow(t *testing.T) {
 	}
 	roundTrip(t, g)
 }
+
+// TestClipIntegers: Clip of int64 and of a narrow type selects with Max and
+// Min, exactly at the extremes.
+func TestClipIntegers(t *testing.T) {
+	for _, dt := range []onnxpb.DataType{onnxpb.Int64, onnxpb.Int8} {
+		lo := &onnxpb.Tensor{Name: "lo", DataType: dt, Dims: []int64{}, Int32Data: []int32{-128}, Int64Data: []int64{-128}}
+		hi := &onnxpb.Tensor{Name: "hi", DataType: dt, Dims: []int64{}, Int32Data: []int32{5}, Int64Data: []int64{5}}
+		if dt == onnxpb.Int64 {
+			lo.Int32Data, hi.Int32Data = nil, nil
+		} else {
+			lo.Int64Data, hi.Int64Data = nil, nil
+		}
+		x := &graph.Tensor{DType: graph.Int64, Shape: graph.Shape{4}, I64: []int64{-128, 127, 5, 0}}
+		_, out := importAndRun(t, modelOf(13, []*onnxpb.ValueInfo{vi("x", dt, 4)}, []*onnxpb.Tensor{lo, hi}, []string{"y", "z"},
+			nd("Clip", []string{"x", "lo", "hi"}, []string{"y"}),
+			nd("Clip", []string{"x", "", "hi"}, []string{"z"})), map[string]*graph.Tensor{"x": x})
+		if !slices.Equal(out["y"].I64, []int64{-128, 5, 5, 0}) || !slices.Equal(out["z"].I64, []int64{-128, 5, 5, 0}) {
+			t.Errorf("%v: y %v, z %v", dt, out["y"].I64, out["z"].I64)
+		}
+	}
+}
