@@ -44,6 +44,12 @@ func Bind(g *Graph, name string, t *Tensor) (*Graph, error) {
 	if v.Type.DType.IsFloat() != t.DType.IsFloat() || isInt(v.Type.DType) != isInt(t.DType) {
 		return nil, fmt.Errorf("bind %s: the tensor is %v, the input is %v: only float to float and integer to integer convert", name, t.Type(), v.Type)
 	}
+	if nt := g.ElemTypes[name]; nt != "" && t.DType == Int64 {
+		// An input declared with a narrow integer type takes its values only.
+		if err := CheckNarrow(t, nt); err != nil {
+			return nil, fmt.Errorf("bind %s: the input is declared %s: %w", name, nt, err)
+		}
+	}
 	data := make([]float64, t.Len())
 	for i := range data {
 		x := t.At(i)

@@ -1,6 +1,9 @@
 package graph
 
-import "fmt"
+import (
+	"fmt"
+	"math"
+)
 
 // DType is the element type of a tensor.
 type DType uint8
@@ -53,4 +56,39 @@ func (d DType) Size() int {
 		return 1
 	}
 	return 0
+}
+
+// narrowInts are the integer element types narrower than Int64 that a
+// graph's inputs and outputs may be declared with (Graph.ElemTypes): the IR
+// holds them as Int64, exactly, within these ranges.
+var narrowInts = map[string][2]int64{
+	"int8": {math.MinInt8, math.MaxInt8}, "int16": {math.MinInt16, math.MaxInt16},
+	"int32": {math.MinInt32, math.MaxInt32}, "uint8": {0, math.MaxUint8},
+	"uint16": {0, math.MaxUint16}, "uint32": {0, math.MaxUint32},
+}
+
+// NarrowIntRange gives the range of a narrow integer type held as Int64
+// ("int8", "int16", "int32", "uint8", "uint16", "uint32"); ok is false for
+// any other name.
+func NarrowIntRange(name string) (lo, hi int64, ok bool) {
+	r, ok := narrowInts[name]
+	return r[0], r[1], ok
+}
+
+// CheckNarrow reports an error when an Int64 tensor holds a value outside
+// the range of the narrow integer type it stands for.
+func CheckNarrow(t *Tensor, name string) error {
+	lo, hi, ok := NarrowIntRange(name)
+	if !ok {
+		return fmt.Errorf("%q is not a narrow integer type", name)
+	}
+	if t.DType != Int64 {
+		return fmt.Errorf("a %s value is held as int64, got %v", name, t.DType)
+	}
+	for k, v := range t.I64 {
+		if v < lo || v > hi {
+			return fmt.Errorf("element %d is %d, outside %s's range [%d, %d]", k, v, name, lo, hi)
+		}
+	}
+	return nil
 }

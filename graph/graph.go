@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
 )
 
 // ValueKind says where a value comes from.
@@ -63,6 +64,12 @@ type Graph struct {
 	Consts  []*Value
 	Nodes   []*Node
 	Outputs []*Value
+	// ElemTypes records, by value name, the element type a graph input or
+	// output was declared with where that type is a narrow integer the IR
+	// holds as Int64 ("int32", "uint8"; see NarrowIntRange): the value is fed
+	// and read as int64, within that type's range. Importers set it; exporters
+	// write the declared type back. It is not part of the canonical text.
+	ElemTypes map[string]string
 }
 
 // Hash is the sha256 of the canonical text, in hex: the graph's identity.
@@ -179,6 +186,9 @@ func (g *Graph) Clone() *Graph {
 	}
 	for _, v := range g.Outputs {
 		out.Outputs = append(out.Outputs, cp(v))
+	}
+	if g.ElemTypes != nil {
+		out.ElemTypes = maps.Clone(g.ElemTypes)
 	}
 	return out
 }

@@ -181,6 +181,15 @@ func (c *confCase) run(b backend.Backend, compileErr func(error) string) string 
 		if err != nil {
 			return "FAIL: test data: " + err.Error()
 		}
+		if nt := g.ElemTypes[v.Name]; nt != "" {
+			// A narrow integer input is fed as int64, within its type's range.
+			if narrowName(t.DataType) != nt {
+				return fmt.Sprintf("FAIL: graph input %q is declared %s, the test data is %v", v.Name, nt, t.DataType)
+			}
+			if err := graph.CheckNarrow(gt, nt); err != nil {
+				return fmt.Sprintf("FAIL: graph input %q: %v", v.Name, err)
+			}
+		}
 		in[v.Name] = gt
 	}
 	for _, v := range g.Inputs {
@@ -204,7 +213,7 @@ func (c *confCase) run(b backend.Backend, compileErr func(error) string) string 
 		if !ok {
 			return fmt.Sprintf("FAIL: output %q not produced", vi.Name)
 		}
-		if err := compareOutput(got, want); err != nil {
+		if err := compareOutput(got, want, g.ElemTypes[vi.Name]); err != nil {
 			return fmt.Sprintf("FAIL: output %q: %v", vi.Name, err)
 		}
 	}
@@ -229,7 +238,8 @@ func readPB(path string, vi *onnxpb.ValueInfo) (*onnxpb.Tensor, error) {
 	return t, nil
 }
 
-// pbTensor converts test data to a feed of our element types.
+// pbTensor converts test data to a feed of our element types (a narrow
+// integer type's is Int64).
 func pbTensor(t *onnxpb.Tensor) (*graph.Tensor, error) {
 	c, err := cvalFromTensor(t)
 	if err != nil {
@@ -252,14 +262,23 @@ func pbTensor(t *onnxpb.Tensor) (*graph.Tensor, error) {
 
 // compareOutput checks an output against the expected tensor: the same
 // element type and shape; floats within atol + rtol·|want| (NaN where NaN is
-// expected, infinities equal); integers and booleans exactly.
-func compareOutput(got *graph.Tensor, wantPB *onnxpb.Tensor) error {
+// expected, infinities equal); integers and booleans exactly. declared is
+// the graph's narrow integer type of the output (Graph.ElemTypes), "" for
+// none: its int64 values must lie in that type's range, and are its values.
+func compareOutput(got *graph.Tensor, wantPB *onnxpb.Tensor, declared string) error {
 	want, err := cvalFromTensor(wantPB)
 	if err != nil {
 		return err
 	}
-	if onnxType(got.DType) != want.dt {
-		return fmt.Errorf("element type %v, want %v", onnxType(got.DType), want.dt)
+	gotDT := onnxType(got.DType)
+	if declared != "" {
+		if err := graph.CheckNarrow(got, declared); err != nil {
+			return err
+		}
+		gotDT, _ = narrowOf(declared)
+	}
+	if gotDT != want.dt {
+		return fmt.Errorf("element type %v, want %v", gotDT, want.dt)
 	}
 	if !slices.Equal(got.Shape, want.shape) {
 		return fmt.Errorf("shape %v, want %v", got.Shape, want.shape)
@@ -347,6 +366,12 @@ func refusalRule(m *onnxpb.Model, err error) string {
 		return "random op " + op
 	case strings.Contains(why, "random ops are not supported"):
 		return "random op " + op + " (training mode)"
+	case strings.HasPrefix(why, "integer semantics differ: "):
+		// An op on narrow integers (held as int64) whose result could
+		// leave the type's range: "integer semantics differ: OP on TYPE"
+		// (a Cast: "Cast on FROM to TYPE").
+		rule, _, _ := strings.Cut(why, " (")
+		return rule
 	case strings.HasPrefix(why, "domain "):
 		return "domain " + dom
 	case why == "op is not supported" || strings.HasPrefix(why, "op is supported only on constant inputs"):

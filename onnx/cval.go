@@ -3,6 +3,7 @@ package onnx
 import (
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
@@ -195,9 +196,60 @@ func onnxType(dt graph.DType) onnxpb.DataType {
 // holds exactly.
 const maxExactInt = 1 << 53
 
-// literal returns the data as an Init literal for a value of our type.
+// Narrow integers: INT8, INT16, INT32, UINT8, UINT16 and UINT32 have no
+// dtype of their own; a graph holds them as Int64, exactly (every value of
+// theirs is an int64), and an entry remembers the ONNX type (entry.odt) so
+// that an op whose integer semantics would differ at the narrow width
+// (wrap-around, saturation) is refused (narrow.go). UINT64 stays refused:
+// its values pass int64's.
+
+// isNarrowInt reports whether dt is an integer type held as Int64.
+func isNarrowInt(dt onnxpb.DataType) bool {
+	_, _, ok := graph.NarrowIntRange(narrowName(dt))
+	return ok
+}
+
+// narrowName is the graph's name of a narrow integer type (Graph.ElemTypes).
+func narrowName(dt onnxpb.DataType) string { return strings.ToLower(dt.String()) }
+
+// narrowOf maps a graph's ElemTypes name back to the ONNX type.
+func narrowOf(name string) (onnxpb.DataType, bool) {
+	for _, dt := range []onnxpb.DataType{onnxpb.Int8, onnxpb.Int16, onnxpb.Int32, onnxpb.Uint8, onnxpb.Uint16, onnxpb.Uint32} {
+		if narrowName(dt) == name {
+			return dt, true
+		}
+	}
+	return onnxpb.Undefined, false
+}
+
+// intRange is the range of an integer or bool type (ok false for others,
+// and for UINT64, whose range int64 does not hold).
+func intRange(dt onnxpb.DataType) (lo, hi int64, ok bool) {
+	switch dt {
+	case onnxpb.Int64:
+		return math.MinInt64, math.MaxInt64, true
+	case onnxpb.Bool:
+		return 0, 1, true
+	}
+	return graph.NarrowIntRange(narrowName(dt))
+}
+
+// graphDType is the dtype a graph holds values of ONNX type dt in: ours,
+// or Int64 for a narrow integer.
+func graphDType(dt onnxpb.DataType) (graph.DType, bool) {
+	if d, ok := dtypeOf(dt); ok {
+		return d, true
+	}
+	if isNarrowInt(dt) {
+		return graph.Int64, true
+	}
+	return graph.InvalidDType, false
+}
+
+// literal returns the data as an Init literal for a value of our type (a
+// narrow integer type's is Int64).
 func (c *cval) literal() (graph.DType, []float64, error) {
-	dt, ok := dtypeOf(c.dt)
+	dt, ok := graphDType(c.dt)
 	if !ok {
 		return 0, nil, fmt.Errorf("element type %v has no flashgraph dtype", c.dt)
 	}

@@ -54,9 +54,15 @@ k or repeats can be bound with ` + "`Options.Bind`" + `; the import names the in
 ` + "`*onnx.BindError`" + `). What it cannot compute exactly it refuses, naming the node, the op,
 its opset and the reason; it never approximates.
 
-Element types: float32, float64, float16, bfloat16, int64 and bool. Other element types
-(int8/16/32, uint8/16/32/64, strings) and non-tensor types (sequence, map, optional) are
-refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
+Element types: float32, float64, float16, bfloat16, int64 and bool; int8, int16, int32,
+uint8, uint16 and uint32 are held as int64, exactly (the declared type of a graph input or
+output is kept in ` + "`Graph.ElemTypes`" + `: its values are fed and read as int64 in the type's range,
+and export writes the type back). Constants fold at their own width; at run time an op on
+them is imported where no result can leave the type's range (ops that move, select or
+compare values, Mod, unsigned Div, casts to a type that holds every value of the source)
+and refused otherwise as "integer semantics differ: OP on TYPE" (Add, Sub, Mul wrap; a
+signed Div or Abs overflows at the minimum; a float to uint8 Cast saturates). uint64,
+strings and non-tensor types (sequence, map, optional) are refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
 attributes of binary ops are read (B lined up with A from axis) and consumed_inputs ignored;
 the forms that meant something else (Reshape's shape attribute, Tile-1, Split-1's split
 input) are refused.

@@ -39,11 +39,13 @@ func ExportWith(g *graph.Graph, opts ExportOptions) (*onnxpb.Model, error) {
 	if og.Name == "" {
 		og.Name = "graph" // onnx.checker requires a graph name
 	}
+	in, out := ex.boundaries()
 	for _, v := range g.Inputs {
-		og.Input = append(og.Input, valueInfo(v))
+		og.Input = append(og.Input, ex.declaredInfo(v))
 	}
+	og.Node = append(og.Node, in...)
 	for _, v := range g.Initializers() {
-		t, err := initializer(v)
+		t, err := initializer(v, ex.name(v))
 		if err != nil {
 			return nil, fmt.Errorf("onnx: export %s %s: %w", v.Kind, v.Name, err)
 		}
@@ -57,12 +59,13 @@ func ExportWith(g *graph.Graph, opts ExportOptions) (*onnxpb.Model, error) {
 		og.Node = append(og.Node, pn)
 		for _, o := range n.Outputs {
 			if ex.written[o] {
-				og.ValueInfo = append(og.ValueInfo, valueInfo(o))
+				og.ValueInfo = append(og.ValueInfo, valueInfo(o, ex.name(o)))
 			}
 		}
 	}
+	og.Node = append(og.Node, out...)
 	for _, v := range g.Outputs {
-		og.Output = append(og.Output, valueInfo(v))
+		og.Output = append(og.Output, ex.declaredInfo(v))
 	}
 	// Graph outputs are described by og.Output; value_info is for the rest.
 	outs := map[string]bool{}
@@ -127,17 +130,92 @@ type exporter struct {
 	attention bool                  // an Attention op was written
 	ours      bool                  // a node of our domain was written
 	opts      ExportOptions
+	// renamed are the int64 values behind graph inputs and outputs declared
+	// with a narrow integer type (Graph.ElemTypes), by their name inside the
+	// model; a boundary Cast converts between the two.
+	renamed map[*graph.Value]string
 }
 
-func valueInfo(v *graph.Value) *onnxpb.ValueInfo {
+// metaBoundary marks the Cast nodes Export writes at a graph input or output
+// declared with a narrow integer type (Graph.ElemTypes): "input" (the
+// declared type to INT64) or "output" (INT64 to it). Importing our own
+// export drops them and records the declared type again.
+const metaBoundary = "flashgraph.boundary"
+
+// name is v's name in the model.
+func (ex *exporter) name(v *graph.Value) string {
+	if n, ok := ex.renamed[v]; ok {
+		return n
+	}
+	return v.Name
+}
+
+// declared is the narrow integer type a graph input or output is declared
+// with, Undefined for none.
+func (ex *exporter) declared(v *graph.Value) onnxpb.DataType {
+	if v.Type.DType != graph.Int64 {
+		return onnxpb.Undefined
+	}
+	dt, _ := narrowOf(ex.g.ElemTypes[v.Name])
+	return dt
+}
+
+// declaredInfo is the value_info of a graph input or output, with its
+// declared element type.
+func (ex *exporter) declaredInfo(v *graph.Value) *onnxpb.ValueInfo {
+	vi := valueInfo(v, v.Name)
+	if dt := ex.declared(v); dt != onnxpb.Undefined {
+		vi.Type.Tensor.ElemType = dt
+	}
+	return vi
+}
+
+// boundaries names the int64 values behind the graph inputs and outputs
+// declared with a narrow integer type and returns the Cast nodes between
+// them: the inputs' (to go first) and the outputs' (to go last). An input
+// that is itself an output needs none.
+func (ex *exporter) boundaries() (in, out []*onnxpb.Node) {
+	if len(ex.g.ElemTypes) == 0 {
+		return nil, nil
+	}
+	nm := graph.NewNamer(ex.g)
+	ex.renamed = map[*graph.Value]string{}
+	cast := func(v *graph.Value, from, to string, dt onnxpb.DataType, kind string) *onnxpb.Node {
+		return &onnxpb.Node{
+			Name: nm.Fresh(v.Name + "/" + kind), OpType: "Cast", Input: []string{from}, Output: []string{to},
+			Attribute:     []*onnxpb.Attribute{{Name: "to", Type: onnxpb.AttrInt, I: int64(dt)}},
+			MetadataProps: []onnxpb.StringEntry{{Key: metaBoundary, Value: kind}},
+		}
+	}
+	for _, v := range ex.g.Inputs {
+		if ex.declared(v) != onnxpb.Undefined && len(ex.uses[v]) > 0 {
+			ex.renamed[v] = nm.Fresh(v.Name + "_int64")
+			in = append(in, cast(v, v.Name, ex.renamed[v], onnxpb.Int64, "input"))
+		}
+	}
+	for _, v := range ex.g.Outputs {
+		dt := ex.declared(v)
+		if dt == onnxpb.Undefined || v.Kind == graph.Input {
+			continue
+		}
+		if _, done := ex.renamed[v]; done {
+			continue // listed twice
+		}
+		ex.renamed[v] = nm.Fresh(v.Name + "_int64")
+		out = append(out, cast(v, ex.renamed[v], v.Name, dt, "output"))
+	}
+	return in, out
+}
+
+func valueInfo(v *graph.Value, name string) *onnxpb.ValueInfo {
 	sh := &onnxpb.TensorShape{}
 	for _, d := range v.Type.Shape {
 		sh.Dim = append(sh.Dim, onnxpb.Dimension{Value: int64(d), HasValue: true})
 	}
-	return &onnxpb.ValueInfo{Name: v.Name, Type: &onnxpb.Type{Tensor: &onnxpb.TensorType{ElemType: onnxType(v.Type.DType), Shape: sh}}}
+	return &onnxpb.ValueInfo{Name: name, Type: &onnxpb.Type{Tensor: &onnxpb.TensorType{ElemType: onnxType(v.Type.DType), Shape: sh}}}
 }
 
-func initializer(v *graph.Value) (*onnxpb.Tensor, error) {
+func initializer(v *graph.Value, name string) (*onnxpb.Tensor, error) {
 	data, err := v.Init.Materialize(v.Type)
 	if err != nil {
 		return nil, err
@@ -149,17 +227,17 @@ func initializer(v *graph.Value) (*onnxpb.Tensor, error) {
 	var t *onnxpb.Tensor
 	switch v.Type.DType {
 	case graph.Float32:
-		t = onnxpb.NewFloat32(v.Name, dims, data.F32)
+		t = onnxpb.NewFloat32(name, dims, data.F32)
 	case graph.Float16:
-		t = onnxpb.NewFloat16(v.Name, dims, data.F32)
+		t = onnxpb.NewFloat16(name, dims, data.F32)
 	case graph.BFloat16:
-		t = onnxpb.NewBFloat16(v.Name, dims, data.F32)
+		t = onnxpb.NewBFloat16(name, dims, data.F32)
 	case graph.Float64:
-		t = onnxpb.NewFloat64(v.Name, dims, data.F64)
+		t = onnxpb.NewFloat64(name, dims, data.F64)
 	case graph.Int64:
-		t = onnxpb.NewInt64(v.Name, dims, data.I64)
+		t = onnxpb.NewInt64(name, dims, data.I64)
 	case graph.Bool:
-		t = onnxpb.NewBool(v.Name, dims, data.B)
+		t = onnxpb.NewBool(name, dims, data.B)
 	default:
 		return nil, fmt.Errorf("dtype %v cannot be exported", v.Type.DType)
 	}
@@ -189,7 +267,7 @@ func (ex *exporter) node(n *graph.Node) (*onnxpb.Node, error) {
 	for _, v := range n.Inputs {
 		name := ""
 		if v != nil {
-			name = v.Name
+			name = ex.name(v)
 		}
 		pn.Input = append(pn.Input, name)
 	}
@@ -208,7 +286,7 @@ func (ex *exporter) node(n *graph.Node) (*onnxpb.Node, error) {
 		ex.ours = true
 	}
 	for _, o := range outs {
-		pn.Output = append(pn.Output, o.Name)
+		pn.Output = append(pn.Output, ex.name(o))
 		ex.written[o] = true
 	}
 	if ex.opts.Opset != 0 && ex.opts.Opset < 18 {

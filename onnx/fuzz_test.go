@@ -47,7 +47,7 @@ func importChecked(b []byte) error {
 
 // importSeeds are FuzzImport's seeds: the exported fixtures, a small model
 // that folds shapes, and models whose folding would be far larger than their
-// bytes (see limits.go), so that the fuzzer starts next to the fold budget.
+// bytes (see limits.go), a model of narrow integer types, so that the fuzzer starts next to the fold budget.
 func importSeeds(tb testing.TB) [][]byte {
 	tb.Helper()
 	var seeds [][]byte
@@ -65,6 +65,7 @@ func importSeeds(tb testing.TB) [][]byte {
 		nd("ReduceSum", []string{"s", "ax"}, []string{"r"}),
 		nd("Shape", []string{"r"}, []string{"sh"}),
 		nd("Reshape", []string{"s", "sh"}, []string{"y"}))))
+	seeds = append(seeds, onnxpb.Encode(narrowModel())) // narrow integers (narrow_test.go)
 	for _, m := range hostileFolds() {
 		seeds = append(seeds, onnxpb.Encode(m))
 	}

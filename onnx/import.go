@@ -138,12 +138,18 @@ type entry struct {
 	v    *graph.Value // nil until a node needs it as a graph value
 	c    *cval        // known data, nil for runtime values and params
 	seq  int          // ordering of initializers in the graph (see finish)
+	// odt is the ONNX element type of a runtime value of a narrow integer
+	// type, which the graph holds as Int64 (Undefined otherwise).
+	odt onnxpb.DataType
 }
 
 // typ is the entry's type in ONNX terms.
 func (e *entry) typ() (onnxpb.DataType, graph.Shape) {
 	if e.c != nil {
 		return e.c.dt, e.c.shape
+	}
+	if e.odt != onnxpb.Undefined {
+		return e.odt, e.v.Type.Shape
 	}
 	return onnxType(e.v.Type.DType), e.v.Type.Shape
 }
@@ -388,7 +394,12 @@ func (im *importer) inputs() error {
 		}
 		v := &graph.Value{Name: vi.Name, Type: typ, Kind: graph.Input}
 		im.g.Inputs = append(im.g.Inputs, v)
-		im.env[vi.Name] = &entry{name: vi.Name, v: v}
+		e := &entry{name: vi.Name, v: v}
+		if dt := vi.Type.Tensor.ElemType; isNarrowInt(dt) {
+			e.odt = dt
+			im.declare(vi.Name, dt)
+		}
+		im.env[vi.Name] = e
 	}
 	return nil
 }
@@ -446,9 +457,9 @@ func (im *importer) staticType(vi *onnxpb.ValueInfo) (graph.TensorType, error) {
 		return graph.TensorType{}, fmt.Errorf("type is %s; only tensors are supported", vi.Type.TypeKind())
 	}
 	tt := vi.Type.Tensor
-	dt, ok := dtypeOf(tt.ElemType)
+	dt, ok := graphDType(tt.ElemType)
 	if !ok {
-		return graph.TensorType{}, fmt.Errorf("element type %v is not supported (float32, float64, float16, bfloat16, int64, bool)", tt.ElemType)
+		return graph.TensorType{}, fmt.Errorf("element type %v is not supported (float32, float64, float16, bfloat16, int64, bool; int8 to int32 and uint8 to uint32 as int64)", tt.ElemType)
 	}
 	if tt.Shape == nil {
 		return graph.TensorType{}, errors.New("rank is unknown; flashgraph needs static shapes")
@@ -476,6 +487,14 @@ func (im *importer) staticType(vi *onnxpb.ValueInfo) (graph.TensorType, error) {
 		return graph.TensorType{}, err
 	}
 	return graph.TensorType{DType: dt, Shape: shape}, nil
+}
+
+// declare records the narrow integer type of a graph input or output.
+func (im *importer) declare(name string, dt onnxpb.DataType) {
+	if im.g.ElemTypes == nil {
+		im.g.ElemTypes = map[string]string{}
+	}
+	im.g.ElemTypes[name] = narrowName(dt)
 }
 
 // checkInfo compares a value's type with what the model declares for it.
@@ -643,6 +662,12 @@ func (im *importer) finish() (*graph.Graph, error) {
 		dt, shape := e.typ()
 		if err := im.checkInfo(vi.Name, dt, shape); err != nil {
 			return nil, fmt.Errorf("onnx: graph output: %w", err)
+		}
+		if isNarrowInt(dt) {
+			if prev, ok := im.g.ElemTypes[vi.Name]; ok && prev != narrowName(dt) {
+				return nil, fmt.Errorf("onnx: graph output %q is the input of type %s, declared %v", vi.Name, prev, dt)
+			}
+			im.declare(vi.Name, dt)
 		}
 		im.g.Outputs = append(im.g.Outputs, v)
 	}

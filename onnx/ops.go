@@ -110,6 +110,16 @@ var introduced = map[string]int64{
 func (c *opCtx) dispatch() error {
 	op := c.n.OpType
 	if c.n.Domain == graph.DomainFlashgraph {
+		// Our export hands our ops int64 values only (narrow types stay at
+		// the boundary); a narrow operand is from elsewhere, and refused.
+		for _, e := range c.in {
+			if e == nil {
+				continue
+			}
+			if dt, _ := e.typ(); isNarrowInt(dt) {
+				return c.errf("integer semantics differ: %s on %v (the flashgraph domain's ops compute in int64)", op, dt)
+			}
+		}
 		return c.ourOp()
 	}
 	if since, ok := introduced[op]; ok && c.ver < since {
@@ -155,8 +165,15 @@ func (c *opCtx) dispatch() error {
 		}
 		return c.errf("op is not supported")
 	}
+	ndt, err := c.narrowCheck()
+	if err != nil {
+		return err
+	}
 	if err := h(c); err != nil {
 		return err
+	}
+	if ndt != onnxpb.Undefined {
+		c.markNarrow(ndt)
 	}
 	return c.checkAttrs()
 }
@@ -250,13 +267,20 @@ func importCast(c *opCtx) error {
 	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
 		return err
 	}
-	dt, ok := dtypeOf(onnxpb.DataType(to))
-	if !ok {
-		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
-	}
 	x, err := c.need(0)
 	if err != nil {
 		return err
+	}
+	if kind := meta(c.n.MetadataProps, metaBoundary); kind != "" && c.im.faithful {
+		return c.boundary(kind, onnxpb.DataType(to))
+	}
+	if isNarrowInt(onnxpb.DataType(to)) {
+		from, _ := c.in[0].typ()
+		return c.castNarrow(x, from, onnxpb.DataType(to))
+	}
+	dt, ok := dtypeOf(onnxpb.DataType(to))
+	if !ok {
+		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
 	}
 	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
 	return err

@@ -122,6 +122,10 @@ func importCastLike(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	if to, _ := c.in[1].typ(); isNarrowInt(to) {
+		from, _ := c.in[0].typ()
+		return c.castNarrow(x, from, to)
+	}
 	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
 	return err
 }
@@ -361,6 +365,42 @@ func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error
 	return c.reduce("ReduceMax", cat, axes, 0)
 }
 
+// importClipInt is Clip of integers (int64, or a narrow type held as one):
+// the table's Max then Min with the scalar bounds, which select values and
+// so are exact (the float form's negations would wrap at the minimum).
+func importClipInt(c *opCtx, x *graph.Value) error {
+	lo, err := c.value(1)
+	if err != nil {
+		return err
+	}
+	hi, err := c.value(2)
+	if err != nil {
+		return err
+	}
+	for _, b := range []*graph.Value{lo, hi} {
+		if b != nil && (b.Type.DType != graph.Int64 || b.Type.Shape.Rank() != 0) {
+			return c.errf("bound %v: want a %v scalar", b.Type, x.Type.DType)
+		}
+	}
+	c.outNames = c.n.Output[:1]
+	y := x
+	if lo != nil {
+		if hi == nil {
+			_, err := c.emit("Max", nil, y, lo)
+			return err
+		}
+		if y, err = c.sub("Max", nil, y, lo); err != nil {
+			return err
+		}
+	}
+	if hi != nil {
+		_, err := c.emit("Min", nil, y, hi)
+		return err
+	}
+	_, err = c.emit("Identity", nil, y)
+	return err
+}
+
 // importClip is min(max(x, lo), hi) with the bounds from attributes (before
 // opset 11) or scalar inputs; an absent bound does not clip.
 func importClip(c *opCtx) error {
@@ -369,6 +409,9 @@ func importClip(c *opCtx) error {
 		return err
 	}
 	dt := x.Type.DType
+	if dt == graph.Int64 && c.ver >= 11 {
+		return importClipInt(c, x)
+	}
 	if !dt.IsFloat() {
 		return c.errf("Clip of %v is not supported", dt)
 	}

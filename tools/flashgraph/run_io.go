@@ -434,16 +434,52 @@ func (r *runIOFlags) feeds(g *graph.Graph, order []string, seed uint64) (map[str
 	if r.inputs == "" && r.expect != "" {
 		r.inputs = r.expect
 	}
+	var feeds map[string]*graph.Tensor
+	var err error
 	if r.inputs == "" {
-		return bench.RandomFeeds(g, seed)
+		feeds, err = bench.RandomFeeds(g, seed)
+	} else {
+		feeds, err = loadFeeds(g, r.inputs, order, r.bind.names())
 	}
-	return loadFeeds(g, r.inputs, order, r.bind.names())
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDeclared(g, g.Inputs, feeds); err != nil {
+		return nil, fmt.Errorf("-inputs: %w", err)
+	}
+	return feeds, nil
+}
+
+// checkDeclared checks that the int64 tensors of the graph inputs or
+// outputs vs declared with a narrow integer type (an ONNX INT32 or UINT8,
+// Graph.ElemTypes) hold values of that type: the graph computes them as
+// int64, and a value outside the type is not one the model can see or give.
+func checkDeclared(g *graph.Graph, vs []*graph.Value, ts map[string]*graph.Tensor) error {
+	for _, v := range vs {
+		nt, t := g.ElemTypes[v.Name], ts[v.Name]
+		if nt == "" || t == nil {
+			continue
+		}
+		if err := graph.CheckNarrow(t, nt); err != nil {
+			return fmt.Errorf("%s is declared %s: %w", v.Name, nt, err)
+		}
+	}
+	return nil
 }
 
 // finish writes -outputs and compares with -expect.
 func (r *runIOFlags) finish(w io.Writer, g *graph.Graph, outs map[string]*graph.Tensor) error {
+	if err := checkDeclared(g, g.Outputs, outs); err != nil {
+		return fmt.Errorf("output %w", err)
+	}
 	if r.outputs != "" {
 		meta := map[string]string{"producer": "flashgraph run", "graph": g.Name}
+		for _, o := range g.Outputs {
+			if nt := g.ElemTypes[o.Name]; nt != "" {
+				// Written as int64, its values checked to be the type's.
+				meta["elem_type."+o.Name] = nt
+			}
+		}
 		if err := writeSafetensors(r.outputs, outs, meta); err != nil {
 			return fmt.Errorf("-outputs %s: %w", r.outputs, err)
 		}

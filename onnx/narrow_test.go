@@ -1,0 +1,174 @@
+package onnx
+
+import (
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// narrowModel: x INT32 [2, 3] → Gather(x, idx INT32 const, axis 1) → y
+// INT32; Equal(x, x) → eq BOOL; Cast(x → FLOAT) → f; Cast(u UINT8 → INT32) → w.
+func narrowModel() *onnxpb.Model {
+	m := modelOf(13,
+		[]*onnxpb.ValueInfo{vi("x", onnxpb.Int32, 2, 3), vi("u", onnxpb.Uint8, 2)},
+		[]*onnxpb.Tensor{onnxpb.NewInt32("idx", []int64{2}, []int32{2, 0})},
+		nil,
+		nd("Gather", []string{"x", "idx"}, []string{"y"}, aInt("axis", 1)),
+		nd("Equal", []string{"x", "x"}, []string{"eq"}),
+		nd("Cast", []string{"x"}, []string{"f"}, aInt("to", int64(onnxpb.Float))),
+		nd("Cast", []string{"u"}, []string{"w"}, aInt("to", int64(onnxpb.Int32))),
+	)
+	m.Graph.Output = []*onnxpb.ValueInfo{vi("y", onnxpb.Int32, 2, 2), vi("eq", onnxpb.Bool, 2, 3), vi("f", onnxpb.Float, 2, 3), vi("w", onnxpb.Int32, 2)}
+	return m
+}
+
+func TestNarrowIntegers(t *testing.T) {
+	x := graph.NewTensor(graph.Int64, graph.Shape{2, 3})
+	copy(x.I64, []int64{-2147483648, 5, 2147483647, 7, -1, 0})
+	u := graph.NewTensor(graph.Int64, graph.Shape{2})
+	copy(u.I64, []int64{255, 0})
+	g, out := importAndRun(t, narrowModel(), map[string]*graph.Tensor{"x": x, "u": u})
+	if want := map[string]string{"x": "int32", "u": "uint8", "y": "int32", "w": "int32"}; !maps.Equal(g.ElemTypes, want) {
+		t.Fatalf("ElemTypes %v, want %v", g.ElemTypes, want)
+	}
+	if !slices.Equal(out["y"].I64, []int64{2147483647, -2147483648, 0, 7}) {
+		t.Fatalf("y = %v", out["y"].I64)
+	}
+	if !slices.Equal(out["w"].I64, []int64{255, 0}) {
+		t.Fatalf("w = %v", out["w"].I64)
+	}
+	if got := out["f"].F32[0]; got != -2147483648 {
+		t.Fatalf("f[0] = %v", got)
+	}
+	for name, want := range g.ElemTypes {
+		if t2, ok := out[name]; ok {
+			if err := graph.CheckNarrow(t2, want); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+
+	// Export writes the declared types back, with boundary Casts, and our
+	// import of it gives back the graph and its declared types.
+	m := roundTrip(t, g)
+	for _, vi := range slices.Concat(m.Graph.Input, m.Graph.Output) {
+		if nt := g.ElemTypes[vi.Name]; nt != "" && narrowName(vi.Type.Tensor.ElemType) != nt {
+			t.Fatalf("export declares %s as %v, want %s", vi.Name, vi.Type.Tensor.ElemType, nt)
+		}
+	}
+	back, err := ImportBytes(onnxpb.Encode(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(back.ElemTypes, g.ElemTypes) {
+		t.Fatalf("round trip ElemTypes %v, want %v", back.ElemTypes, g.ElemTypes)
+	}
+	// Another importer sees plain ONNX: strip our producer, and the
+	// boundary Casts import as exact casts (INT32 → INT64 → INT32 of values
+	// in range is refused: INT64 → INT32 may wrap).
+	m.ProducerName = "other"
+	if _, err := ImportBytes(onnxpb.Encode(m)); err == nil || !strings.Contains(err.Error(), "integer semantics differ: Cast on INT64 to INT32") {
+		t.Fatalf("plain import of the boundary Casts: %v", err)
+	}
+}
+
+func TestNarrowRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		m    *onnxpb.Model
+		want string
+	}{
+		{"add wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint8, 2), vi("b", onnxpb.Uint8, 2)}, nil, []string{"c"},
+			nd("Add", []string{"a", "b"}, []string{"c"})), "integer semantics differ: Add on UINT8"},
+		{"neg wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int8, 2)}, nil, []string{"c"},
+			nd("Neg", []string{"a"}, []string{"c"})), "integer semantics differ: Neg on INT8"},
+		{"signed div overflows", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int16, 2), vi("b", onnxpb.Int16, 2)}, nil, []string{"c"},
+			nd("Div", []string{"a", "b"}, []string{"c"})), "integer semantics differ: Div on INT16"},
+		{"float to uint8 saturates", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Float, 2)}, nil, []string{"c"},
+			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Uint8)))), "integer semantics differ: Cast on FLOAT to UINT8"},
+		{"int32 to int8 wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2)}, nil, []string{"c"},
+			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Int8)))), "integer semantics differ: Cast on INT32 to INT8"},
+		{"sum wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2, 2)}, nil, []string{"c"},
+			nd("ReduceSum", []string{"a"}, []string{"c"})), "integer semantics differ: ReduceSum on INT32"},
+		{"uint64 stays refused", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"c"},
+			nd("Identity", []string{"a"}, []string{"c"})), "element type UINT64 is not supported"},
+		{"our domain", func() *onnxpb.Model {
+			m := modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2), vi("b", onnxpb.Int32, 2)}, nil, []string{"c"},
+				&onnxpb.Node{OpType: "SoftmaxGrad", Domain: graph.DomainFlashgraph, Input: []string{"a", "b"}, Output: []string{"c"}})
+			m.OpsetImport = append(m.OpsetImport, onnxpb.OperatorSetID{Domain: graph.DomainFlashgraph, Version: 1})
+			return m
+		}(), "integer semantics differ: SoftmaxGrad on INT32"},
+	} {
+		_, err := ImportBytes(onnxpb.Encode(tc.m))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want an error with %q", tc.name, err, tc.want)
+		}
+	}
+	// Unsigned Div and Mod are exact; so is a constant folded at its width.
+	_, out := importAndRun(t, modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint8, 2)},
+		[]*onnxpb.Tensor{{Name: "k", DataType: onnxpb.Uint8, Dims: []int64{2}, Int32Data: []int32{200, 100}},
+			{Name: "one", DataType: onnxpb.Uint8, Dims: []int64{}, Int32Data: []int32{1}}}, []string{"q", "r"},
+		nd("Add", []string{"k", "k"}, []string{"k2"}), // folds: 400 and 200 wrap to 144 and 200
+		nd("Max", []string{"k2", "one"}, []string{"d"}),
+		nd("Div", []string{"a", "d"}, []string{"q"}),
+		nd("Mod", []string{"a", "d"}, []string{"r"})),
+		map[string]*graph.Tensor{"a": {DType: graph.Int64, Shape: graph.Shape{2}, I64: []int64{255, 201}}})
+	if !slices.Equal(out["q"].I64, []int64{1, 1}) || !slices.Equal(out["r"].I64, []int64{111, 1}) {
+		t.Fatalf("q = %v, r = %v", out["q"].I64, out["r"].I64)
+	}
+}
+
+// TestNarrowTypesFlow: the outputs of exact ops take their data's narrow
+// type (the model's value_info declares it for every value, which the import
+// checks), a comparison its own.
+func TestNarrowTypesFlow(t *testing.T) {
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("x", onnxpb.Int16, 2, 2), vi("c", onnxpb.Bool, 2, 2)},
+		[]*onnxpb.Tensor{{Name: "k", DataType: onnxpb.Int16, Dims: []int64{2, 2}, Int32Data: []int32{-32768, 1, 2, 32767}}}, nil,
+		nd("Concat", []string{"x", "k"}, []string{"cat"}, aInt("axis", 0)),
+		nd("Where", []string{"c", "x", "k"}, []string{"w"}),
+		nd("Greater", []string{"k", "x"}, []string{"lt"}),
+		nd("Transpose", []string{"w"}, []string{"tt"}))
+	m.Graph.ValueInfo = []*onnxpb.ValueInfo{vi("cat", onnxpb.Int16, 4, 2), vi("w", onnxpb.Int16, 2, 2)}
+	m.Graph.Output = []*onnxpb.ValueInfo{vi("lt", onnxpb.Bool, 2, 2), vi("tt", onnxpb.Int16, 2, 2), vi("cat", onnxpb.Int16, 4, 2)}
+	x := &graph.Tensor{DType: graph.Int64, Shape: graph.Shape{2, 2}, I64: []int64{5, -7, 32767, 0}}
+	c := &graph.Tensor{DType: graph.Bool, Shape: graph.Shape{2, 2}, B: []bool{true, false, false, true}}
+	g, err := ImportBytes(onnxpb.Encode(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"x": "int16", "tt": "int16", "cat": "int16"}; !maps.Equal(g.ElemTypes, want) {
+		t.Fatalf("ElemTypes %v, want %v", g.ElemTypes, want)
+	}
+	out := runGraph(t, g, map[string]*graph.Tensor{"x": x, "c": c})
+	if !slices.Equal(out["cat"].I64, []int64{5, -7, 32767, 0, -32768, 1, 2, 32767}) ||
+		!slices.Equal(out["lt"].B, []bool{false, true, false, true}) ||
+		!slices.Equal(out["tt"].I64, []int64{5, 2, 1, 0}) {
+		t.Fatalf("cat %v, lt %v, tt %v", out["cat"].I64, out["lt"].B, out["tt"].I64)
+	}
+	roundTrip(t, g)
+}
+
+// TestClipIntegers: Clip of int64 and of a narrow type selects with Max and
+// Min, exactly at the extremes.
+func TestClipIntegers(t *testing.T) {
+	for _, dt := range []onnxpb.DataType{onnxpb.Int64, onnxpb.Int8} {
+		lo := &onnxpb.Tensor{Name: "lo", DataType: dt, Dims: []int64{}, Int32Data: []int32{-128}, Int64Data: []int64{-128}}
+		hi := &onnxpb.Tensor{Name: "hi", DataType: dt, Dims: []int64{}, Int32Data: []int32{5}, Int64Data: []int64{5}}
+		if dt == onnxpb.Int64 {
+			lo.Int32Data, hi.Int32Data = nil, nil
+		} else {
+			lo.Int64Data, hi.Int64Data = nil, nil
+		}
+		x := &graph.Tensor{DType: graph.Int64, Shape: graph.Shape{4}, I64: []int64{-128, 127, 5, 0}}
+		_, out := importAndRun(t, modelOf(13, []*onnxpb.ValueInfo{vi("x", dt, 4)}, []*onnxpb.Tensor{lo, hi}, []string{"y", "z"},
+			nd("Clip", []string{"x", "lo", "hi"}, []string{"y"}),
+			nd("Clip", []string{"x", "", "hi"}, []string{"z"})), map[string]*graph.Tensor{"x": x})
+		if !slices.Equal(out["y"].I64, []int64{-128, 5, 5, 0}) || !slices.Equal(out["z"].I64, []int64{-128, 5, 5, 0}) {
+			t.Errorf("%v: y %v, z %v", dt, out["y"].I64, out["z"].I64)
+		}
+	}
+}
