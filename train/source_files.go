@@ -106,13 +106,23 @@ func CheckpointFileSpec(p string) (*GraphSpec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", p, err)
 	}
+	spec, err := sourceSpec(meta)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", p, err)
+	}
+	return spec, nil
+}
+
+// sourceSpec is the GraphSpec a checkpoint's metadata records (MetaSource):
+// nil for the built-in model, an error for a record that is not one.
+func sourceSpec(meta map[string]string) (*GraphSpec, error) {
 	raw, ok := meta[MetaSource]
 	if !ok {
 		return nil, nil
 	}
 	var spec GraphSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.SHA256 == "" {
-		return nil, fmt.Errorf("checkpoint %s: damaged source record %q", p, raw)
+		return nil, fmt.Errorf("damaged source record %q", raw)
 	}
 	return &spec, nil
 }
