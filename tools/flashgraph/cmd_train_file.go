@@ -251,8 +251,8 @@ func modelFlagsSet(mf *modelFlags, withDType bool) []string {
 	return set
 }
 
-// ckptFolder is the checkpoint folder the -ckpt and -out flags name ("" for
-// none), as runTrain resolves it.
+// ckptFolder is the checkpoint folder train's -ckpt and -out flags name (""
+// for none).
 func ckptFolder(ckpt, out string) string {
 	switch ckpt {
 	case "none":
