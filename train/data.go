@@ -102,20 +102,10 @@ func isDir(p string) bool {
 // is a sample of the whole tree rather than its alphabetically last package,
 // and it does not move when unrelated files are added. A single file (or a
 // folder whose hash split leaves one side empty) is split by bytes instead:
-// the last valFrac of the stream.
+// the last valFrac of the stream. It is LoadData with FormatAuto: a single
+// file may be a token file.
 func LoadCorpus(path string, valFrac float64) (*Corpus, error) {
-	if valFrac <= 0 || valFrac >= 1 {
-		return nil, fmt.Errorf("data: validation fraction must be in (0, 1), got %v", valFrac)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	c := &Corpus{Source: path}
-	if !st.IsDir() {
-		return loadFile(path, valFrac, FormatAuto)
-	}
-	return loadFolder(c, path, valFrac)
+	return LoadData(path, valFrac, FormatAuto)
 }
 
 // loadText reads a single text file as bytes.
