@@ -337,7 +337,7 @@ func printSM90Table(w io.Writer, shapes []TableShape, rows []benchRow) {
 			by[attnKey{r.Impl, r.S, r.D, r.Causal}] = r
 		}
 	}
-	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused); Hopper wgmma kernels/flash_attention_sm90.cu: tma = TMA + producer warpgroup,")
+	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused); Hopper wgmma kernels/flash_sm90_fwd.cu, kernels/dev/flash_sm90_dev.cu: tma = TMA + producer warpgroup,")
 	fmt.Fprintln(w, "pp = tma with the consumer warpgroups taking turns (ping-pong), pp3 = three of them at D=64 (pp at D=128),")
 	fmt.Fprintln(w, "ppp/ppp3 = pp/pp3 persistent (a CTA per SM); cuDNN;")
 	fmt.Fprintln(w, "then the best sm90's speed over FA2 and cuDNN:")

@@ -216,6 +216,40 @@ func ReadSafetensorsFile(path string) (*Tensors, error) {
 	return ts, nil
 }
 
+// ReadSafetensorsMetadata reads the __metadata__ of a safetensors file from
+// its header alone, not its tensors: what a checkpoint records of its run
+// (its model config, the graph it was trained from) without reading its
+// weights. The header length is bounded as in ReadSafetensors.
+func ReadSafetensorsMetadata(path string) (map[string]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var n uint64
+	if err := binary.Read(f, binary.LittleEndian, &n); err != nil {
+		return nil, fmt.Errorf("header length: %w", err)
+	}
+	if n > MaxHeaderBytes {
+		return nil, fmt.Errorf("header of %d bytes is over the %d-byte limit", n, MaxHeaderBytes)
+	}
+	// The length is bounded above; a short file ends the read, not memory.
+	head, err := io.ReadAll(io.LimitReader(f, int64(n)))
+	if err != nil {
+		return nil, err
+	}
+	if uint64(len(head)) != n {
+		return nil, fmt.Errorf("header says %d bytes, the file has %d", n, len(head))
+	}
+	var h struct {
+		Meta map[string]string `json:"__metadata__"`
+	}
+	if err := json.Unmarshal(head, &h); err != nil {
+		return nil, fmt.Errorf("header: %w", err)
+	}
+	return h.Meta, nil
+}
+
 // WriteFileAtomic writes a file so that path holds either its old content or
 // the complete new one, whatever happens: the data goes to a temporary file
 // in the same folder (rename is atomic only within one file system), which is

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
+	"maps"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -201,4 +204,36 @@ func FuzzReadSafetensors(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSafetensorsMetadata reads a file's metadata from its header alone:
+// the metadata written, and errors for a header the file does not hold.
+func TestSafetensorsMetadata(t *testing.T) {
+	in := sampleTensors()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "x.safetensors")
+	if err := os.WriteFile(p, encode(t, in), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := ReadSafetensorsMetadata(p)
+	if err != nil || !maps.Equal(meta, in.Metadata) {
+		t.Fatalf("metadata %v, %v; want %v", meta, err, in.Metadata)
+	}
+	for _, c := range []struct {
+		data []byte
+		want string
+	}{
+		{[]byte{1, 2}, "header length"},
+		{binary.LittleEndian.AppendUint64(nil, 1<<62), "over the"},
+		{append(binary.LittleEndian.AppendUint64(nil, 100), "{}"...), "header says 100 bytes, the file has 2"},
+		{append(binary.LittleEndian.AppendUint64(nil, 2), "{["...), "header:"},
+	} {
+		bad := filepath.Join(dir, "bad.safetensors")
+		if err := os.WriteFile(bad, c.data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ReadSafetensorsMetadata(bad); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: err %v, want %q", c.data, err, c.want)
+		}
+	}
 }

@@ -82,7 +82,8 @@ func evalGemm(in []*Tensor, a Attrs, out []*Tensor) error {
 }
 
 // evalReduce reduces over the axes input (all axes when omitted, unless
-// noop_with_empty_axes) with keepdims.
+// noop_with_empty_axes) with keepdims: kind is sum, mean, max or prod (the
+// empty product is 1).
 func evalReduce(kind string) EvalFunc {
 	return func(in []*Tensor, a Attrs, out []*Tensor) error {
 		x := in[0]
@@ -105,9 +106,14 @@ func evalReduce(kind string) EvalFunc {
 		o := out[0]
 		acc := make([]float64, o.Len())
 		count := make([]int, o.Len())
-		if kind == "max" {
+		switch kind {
+		case "max":
 			for i := range acc {
 				acc[i] = math.Inf(-1)
+			}
+		case "prod":
+			for i := range acc {
+				acc[i] = 1
 			}
 		}
 		idx := make([]int, x.Shape.Rank())
@@ -125,9 +131,12 @@ func evalReduce(kind string) EvalFunc {
 			}
 			p := ravel(oi, o.Shape)
 			count[p]++
-			if kind == "max" {
+			switch kind {
+			case "max":
 				acc[p] = math.Max(acc[p], x.At(i))
-			} else {
+			case "prod":
+				acc[p] *= x.At(i)
+			default:
 				acc[p] += x.At(i)
 			}
 		}

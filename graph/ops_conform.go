@@ -59,7 +59,7 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "ReduceProd", Doc: "product over axes (opset 18: axes is an input)",
-		Inputs: []string{"data", "axes?"}, Outputs: []string{"reduced"}, Attrs: reduceAttrs, Eval: evalReduceProd,
+		Inputs: []string{"data", "axes?"}, Outputs: []string{"reduced"}, Attrs: reduceAttrs, Eval: evalReduce("prod"),
 		Infer: func(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
 			if !in[0].DType.IsFloat() {
 				return nil, fmt.Errorf("data must be a float type, got %v", in[0].DType)
@@ -118,50 +118,5 @@ func evalArgMax(in []*Tensor, a Attrs, out []*Tensor) error {
 		out[0].I64[k] = int64(bi)
 		k++
 	})
-	return nil
-}
-
-// evalReduceProd multiplies over the reduced axes (the empty product is 1).
-func evalReduceProd(in []*Tensor, a Attrs, out []*Tensor) error {
-	x := in[0]
-	axes, err := intsOf(at(in, 1), "axes")
-	if err != nil {
-		return err
-	}
-	ax, err := ReduceAxes(x.Shape, axes, a.Int("noop_with_empty_axes", 0) != 0)
-	if err != nil {
-		return err
-	}
-	if ax == nil {
-		return evalCopy(in, a, out)
-	}
-	red := make([]bool, x.Shape.Rank())
-	for _, d := range ax {
-		red[d] = true
-	}
-	keep := a.Int("keepdims", 1) != 0
-	o := out[0]
-	acc := make([]float64, o.Len())
-	for i := range acc {
-		acc[i] = 1
-	}
-	idx := make([]int, x.Shape.Rank())
-	oi := make([]int, 0, len(idx))
-	for i := range x.Len() {
-		unravel(i, x.Shape, idx)
-		oi = oi[:0]
-		for d := range idx {
-			switch {
-			case !red[d]:
-				oi = append(oi, idx[d])
-			case keep:
-				oi = append(oi, 0)
-			}
-		}
-		acc[ravel(oi, o.Shape)] *= x.At(i)
-	}
-	for p, v := range acc {
-		o.Set(p, v)
-	}
 	return nil
 }

@@ -139,38 +139,28 @@ func evalScatterElements(in []*Tensor, a Attrs, out []*Tensor) error {
 		}
 		q := ravel(pos, data.Shape)
 		if o.I64 != nil {
-			v, u := o.I64[q], upd.I64[p]
-			switch red {
-			case "add":
-				v += u
-			case "mul":
-				v *= u
-			case "max":
-				v = max(v, u)
-			case "min":
-				v = min(v, u)
-			default:
-				v = u
-			}
-			o.I64[q] = v
+			o.I64[q] = scatterCombine(red, o.I64[q], upd.I64[p])
 			continue
 		}
-		v, u := o.At(q), upd.At(p)
-		switch red {
-		case "add":
-			v += u
-		case "mul":
-			v *= u
-		case "max":
-			v = max(v, u)
-		case "min":
-			v = min(v, u)
-		default:
-			v = u
-		}
-		o.Set(q, v)
+		o.Set(q, scatterCombine(red, o.At(q), upd.At(p)))
 	}
 	return nil
+}
+
+// scatterCombine is the value at a position after an update u of the value
+// v there, as ScatterElements' reduction says (none: u replaces v).
+func scatterCombine[T int64 | float64](red string, v, u T) T {
+	switch red {
+	case "add":
+		return v + u
+	case "mul":
+		return v * u
+	case "max":
+		return max(v, u)
+	case "min":
+		return min(v, u)
+	}
+	return u
 }
 
 func padShape(in Shape, pads []int, mode string) (Shape, error) {

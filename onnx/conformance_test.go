@@ -445,21 +445,7 @@ func TestONNXConformance(t *testing.T) {
 	}
 	t.Logf("%d tests in %v: %d pass, %d refused, %d data differs, %d FAIL", len(names), time.Since(start).Round(time.Millisecond),
 		counts["pass"], counts["refused"], counts["data differs"], counts["FAIL"])
-	type kv struct {
-		k string
-		n int
-	}
-	var rs []kv
-	for k, n := range refusals {
-		rs = append(rs, kv{k, n})
-	}
-	slices.SortFunc(rs, func(a, b kv) int {
-		if a.n != b.n {
-			return b.n - a.n
-		}
-		return strings.Compare(a.k, b.k)
-	})
-	for _, r := range rs {
+	for _, r := range byCount(refusals) {
 		t.Logf("  %4d refused: %s", r.n, r.k)
 	}
 	if *updateConformance {
@@ -515,4 +501,25 @@ func readVerdictFile(path string, check func(verdict string) error) (map[string]
 		out[name] = v
 	}
 	return out, sc.Err()
+}
+
+// keyCount is one key of a tally and its count.
+type keyCount struct {
+	k string
+	n int
+}
+
+// byCount lists a tally's keys, the largest count first, equal counts by key.
+func byCount(m map[string]int) []keyCount {
+	var rs []keyCount
+	for k, n := range m {
+		rs = append(rs, keyCount{k, n})
+	}
+	slices.SortFunc(rs, func(a, b keyCount) int {
+		if a.n != b.n {
+			return b.n - a.n
+		}
+		return strings.Compare(a.k, b.k)
+	})
+	return rs
 }

@@ -83,20 +83,7 @@ input) are refused.
 	fmt.Fprintf(&b, "| result | tests |\n| --- | --- |\n| pass | %d |\n| refused by a stated rule | %d |\n| expected data differs from the spec | %d |\n| wrong result, error or panic | 0 (the test fails otherwise) |\n\n",
 		counts["pass"], counts["refused"], counts["data differs"])
 	b.WriteString("Each test's verdict is in `onnx/testdata/conformance.txt`. The refusals by rule:\n\n| rule | tests |\n| --- | --- |\n")
-	type kv struct {
-		k string
-		n int
-	}
-	var rs []kv
-	for k, n := range rules {
-		rs = append(rs, kv{k, n})
-	}
-	slices.SortFunc(rs, func(a, b kv) int {
-		if a.n != b.n {
-			return b.n - a.n
-		}
-		return strings.Compare(a.k, b.k)
-	})
+	rs := byCount(rules)
 	// Unsupported ops are one row, most-refused first.
 	var ops []string
 	opsTotal := 0

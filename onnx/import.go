@@ -954,6 +954,16 @@ func (c *opCtx) ints(what string, vals []int64) (*graph.Value, error) {
 	return c.im.val(c.im.constant(c.nodeBase()+"/"+what, cv))
 }
 
+// emitReshape writes the node's output: y reshaped to shape.
+func (c *opCtx) emitReshape(y *graph.Value, shape []int64) error {
+	sv, err := c.ints("shape", shape)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Reshape", nil, y, sv)
+	return err
+}
+
 // scalar makes a rank-0 constant of our dtype dt.
 func (c *opCtx) scalar(what string, dt graph.DType, v float64) (*graph.Value, error) {
 	cv := newCval(onnxType(dt), graph.Shape{})

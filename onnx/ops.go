@@ -403,12 +403,7 @@ func importSoftmax(c *opCtx) error {
 	for i, d := range s {
 		back[i] = int64(d)
 	}
-	shape, err := c.ints("shape", back)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, y2, shape)
-	return err
+	return c.emitReshape(y2, back)
 }
 
 func importSCELoss(c *opCtx) error {

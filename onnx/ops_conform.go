@@ -47,12 +47,7 @@ func importFlatten(c *opCtx) error {
 	if a < 0 || a > s.Rank() {
 		return c.errf("axis %d out of range for rank %d", axis, s.Rank())
 	}
-	shape, err := c.ints("shape", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, x, shape)
-	return err
+	return c.emitReshape(x, []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
 }
 
 // importDropout is the identity at inference; its mask output is all true.
@@ -506,12 +501,7 @@ func importTile(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	fv, err := c.ints("shape", final)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, xe, fv)
-	return err
+	return c.emitReshape(xe, final)
 }
 
 func init() {
@@ -1142,12 +1132,7 @@ func importHardmax(c *opCtx) error {
 	for i, d := range s {
 		back[i] = int64(d)
 	}
-	bv, err := c.ints("shape", back)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, y, bv)
-	return err
+	return c.emitReshape(y, back)
 }
 
 // importConvTranspose resolves output_shape and auto_pad into pads: the
@@ -1345,12 +1330,7 @@ func importSpaceDepth(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	fv, err := c.ints("shape", final)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, xt, fv)
-	return err
+	return c.emitReshape(xt, final)
 }
 
 // importInstanceNorm normalizes each [n, c] plane over the spatial axes:

@@ -102,40 +102,28 @@ func isDir(p string) bool {
 // is a sample of the whole tree rather than its alphabetically last package,
 // and it does not move when unrelated files are added. A single file (or a
 // folder whose hash split leaves one side empty) is split by bytes instead:
-// the last valFrac of the stream.
+// the last valFrac of the stream. It is LoadData with FormatAuto: a single
+// file may be a token file.
 func LoadCorpus(path string, valFrac float64) (*Corpus, error) {
-	if valFrac <= 0 || valFrac >= 1 {
-		return nil, fmt.Errorf("data: validation fraction must be in (0, 1), got %v", valFrac)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, fmt.Errorf("data: %w", err)
-	}
-	c := &Corpus{Source: path}
-	if !st.IsDir() {
-		return loadFile(path, valFrac, FormatAuto)
-	}
-	return loadFolder(c, path, valFrac)
+	return LoadData(path, valFrac, FormatAuto)
 }
 
 // loadText reads a single text file as bytes.
 func loadText(path string, valFrac float64) (*Corpus, error) {
 	c := &Corpus{Source: path, Format: FormatText}
-	{
-		data, err := readPrefix(path, MaxCorpusBytes)
-		if err != nil {
-			return nil, fmt.Errorf("data: %w", err)
-		}
-		// A folder walk skips binary files; a single one is a mistake.
-		if len(data) > 0 && !isText(data) {
-			return nil, fmt.Errorf("data: %s is not text (it has NUL bytes or is not UTF-8): give a text file or a folder of them, or a token file (an llm.c .bin with its header; raw uint16 tokens named *.bin or read with -data-format uint16)", path)
-		}
-		c.Files = 1
-		c.Train, c.Val = splitBytes(data, valFrac)
-		c.trainAt = tokenOrigin{file: path}
-		c.valAt = tokenOrigin{file: path, first: int64(len(c.Train))}
-		return c.check()
+	data, err := readPrefix(path, MaxCorpusBytes)
+	if err != nil {
+		return nil, fmt.Errorf("data: %w", err)
 	}
+	// A folder walk skips binary files; a single one is a mistake.
+	if len(data) > 0 && !isText(data) {
+		return nil, fmt.Errorf("data: %s is not text (it has NUL bytes or is not UTF-8): give a text file or a folder of them, or a token file (an llm.c .bin with its header; raw uint16 tokens named *.bin or read with -data-format uint16)", path)
+	}
+	c.Files = 1
+	c.Train, c.Val = splitBytes(data, valFrac)
+	c.trainAt = tokenOrigin{file: path}
+	c.valAt = tokenOrigin{file: path, first: int64(len(c.Train))}
+	return c.check()
 }
 
 // loadFolder reads every text file under path (see LoadCorpus).

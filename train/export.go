@@ -54,12 +54,8 @@ func LoadTrained(path string) (*Trained, error) {
 	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaConfig]), &t.Config); err != nil {
 		return nil, fmt.Errorf("checkpoint %s: config: %w", path, err)
 	}
-	if raw, ok := ts.Metadata[MetaSource]; ok {
-		var spec GraphSpec
-		if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.SHA256 == "" {
-			return nil, fmt.Errorf("checkpoint %s: damaged source record", path)
-		}
-		t.Spec = &spec
+	if t.Spec, err = sourceSpec(ts.Metadata); err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", path, err)
 	}
 	for name, w := range ts.Tensors {
 		if !strings.HasPrefix(name, "opt.m.") && !strings.HasPrefix(name, "opt.v.") {

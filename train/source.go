@@ -619,19 +619,18 @@ func BuildSourceGraphs(be backend.Backend, src Source, fuse bool, h Hyper) (*Gra
 // for a graph run and the other way round, or of another graph (file, loss,
 // inputs or params).
 func (t *Trainer) checkSource(ts *checkpoint.Tensors) error {
-	raw, has := ts.Metadata[MetaSource]
+	spec, err := sourceSpec(ts.Metadata)
+	if err != nil {
+		return fmt.Errorf("train: checkpoint: %w", err)
+	}
 	g := t.Source.Graph
 	switch {
-	case !has && g == nil:
+	case spec == nil && g == nil:
 		return nil
-	case !has:
+	case spec == nil:
 		var cfg model.Config
 		_ = json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaConfig]), &cfg)
 		return fmt.Errorf("train: the checkpoint is of the built-in model %q, this run trains the graph of %s", cfg.Name, g.Spec.File)
-	}
-	var spec GraphSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		return fmt.Errorf("train: checkpoint source: %w", err)
 	}
 	if g == nil {
 		return fmt.Errorf("train: the checkpoint is of a model trained from %s (sha256 %.16s…), this run trains the built-in config %s: train -resume without -config continues it", spec.File, spec.SHA256, t.Config.Name)

@@ -2,7 +2,6 @@ package train
 
 import (
 	"bytes"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -103,49 +102,27 @@ func CheckpointSpec(dir string) (*GraphSpec, string, error) {
 
 // CheckpointFileSpec is CheckpointSpec of one checkpoint file.
 func CheckpointFileSpec(p string) (*GraphSpec, error) {
-	meta, err := readSafetensorsMetadata(p)
+	meta, err := checkpoint.ReadSafetensorsMetadata(p)
 	if err != nil {
 		return nil, fmt.Errorf("checkpoint %s: %w", p, err)
 	}
+	spec, err := sourceSpec(meta)
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint %s: %w", p, err)
+	}
+	return spec, nil
+}
+
+// sourceSpec is the GraphSpec a checkpoint's metadata records (MetaSource):
+// nil for the built-in model, an error for a record that is not one.
+func sourceSpec(meta map[string]string) (*GraphSpec, error) {
 	raw, ok := meta[MetaSource]
 	if !ok {
 		return nil, nil
 	}
 	var spec GraphSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil || spec.SHA256 == "" {
-		return nil, fmt.Errorf("checkpoint %s: damaged source record %q", p, raw)
+		return nil, fmt.Errorf("damaged source record %q", raw)
 	}
 	return &spec, nil
-}
-
-// maxMetaHeaderBytes bounds the header readSafetensorsMetadata parses, as
-// the safetensors reader bounds its own.
-const maxMetaHeaderBytes = 100 << 20
-
-// readSafetensorsMetadata reads the __metadata__ of a safetensors file from
-// its header alone.
-func readSafetensorsMetadata(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var n uint64
-	if err := binary.Read(f, binary.LittleEndian, &n); err != nil {
-		return nil, fmt.Errorf("safetensors: %w", err)
-	}
-	if n > maxMetaHeaderBytes {
-		return nil, fmt.Errorf("safetensors: header length %d is too large", n)
-	}
-	hj := make([]byte, n)
-	if _, err := io.ReadFull(f, hj); err != nil {
-		return nil, fmt.Errorf("safetensors: header: %w", err)
-	}
-	var h struct {
-		Meta map[string]string `json:"__metadata__"`
-	}
-	if err := json.Unmarshal(hj, &h); err != nil {
-		return nil, fmt.Errorf("safetensors: header: %w", err)
-	}
-	return h.Meta, nil
 }

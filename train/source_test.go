@@ -145,3 +145,19 @@ func TestGraphSourceParams(t *testing.T) {
 		t.Fatalf("step trains %d params with %d updates, want %d", len(gs.Step.Params), len(gs.Step.Updates), len(m.Params))
 	}
 }
+
+// TestSourceSpec: the one reader of a checkpoint's source record (resume,
+// generate, export and the restore check) refuses a damaged one.
+func TestSourceSpec(t *testing.T) {
+	if spec, err := sourceSpec(map[string]string{"config": "{}"}); spec != nil || err != nil {
+		t.Errorf("built-in model: %v, %v", spec, err)
+	}
+	if spec, err := sourceSpec(map[string]string{MetaSource: `{"file":"m.onnx","sha256":"ab"}`}); err != nil || spec.File != "m.onnx" {
+		t.Errorf("a record: %+v, %v", spec, err)
+	}
+	for _, raw := range []string{"{", `{"file":"m.onnx"}`} {
+		if _, err := sourceSpec(map[string]string{MetaSource: raw}); err == nil || !strings.Contains(err.Error(), "damaged source record") {
+			t.Errorf("%s: %v", raw, err)
+		}
+	}
+}

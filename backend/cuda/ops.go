@@ -246,7 +246,9 @@ func reduceSuffix(dts ...graph.DType) string {
 
 // ---------------------------------------------------------------- elementwise
 
-// maxRank matches MAXR in ops.cu: the most dims an ew kernel indexes.
+// maxRank matches MAXR in ops.cu: the most kept and the most reduced dims a
+// reduction kernel indexes (ops_reduce.go). Elementwise kernels, generated
+// per node (fused.go), index the node's own dims.
 const maxRank = 6
 
 // operand is an input of an ew kernel: a buffer read at offset + Σ idx·stride

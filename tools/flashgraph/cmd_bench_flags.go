@@ -89,10 +89,10 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 			"peak memory and the fused-vs-composed error. -memory adds a training-step memory table\n"+
 			"(model small, fused vs unfused attention). On a compute capability 9.0 GPU the fused forward is\n"+
 			"a Hopper kernel unless "+cuda.FlashSM90Env+"=0, and so is the backward unless "+cuda.FlashSM90BwdEnv+"=0;\n"+
-			"-sm90 times FA2 (\"fused\") and each Hopper forward (kernels/flash_attention_sm90.cu) and prints\n"+
-			"their forward table. -accuracy measures instead the fused kernels' error against a float64\n"+
-			"reference beside cuDNN's and FLASH's on the same inputs (tools/reference/sdpa_error.py);\n"+
-			"-decode times generation-shaped attention.", stderr)
+			"-sm90 times FA2 (\"fused\") and each Hopper forward (kernels/flash_sm90_fwd.cu and\n"+
+			"kernels/dev/flash_sm90_dev.cu) and prints their forward table. -accuracy measures instead\n"+
+			"the fused kernels' error against a float64 reference beside cuDNN's and FLASH's on the same\n"+
+			"inputs (tools/reference/sdpa_error.py); -decode times generation-shaped attention.", stderr)
 	device := fs.String("device", "cuda", "the device to benchmark (only cuda)")
 	seqs := fs.String("seqs", "512,1024,2048,4096,8192,16384", "sequence lengths S")
 	dims := fs.String("dims", "64,128", "head dims D")
@@ -116,9 +116,9 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	memShapesFlag := fs.String("memory-shapes", "4096:8,16384:8,16384:16", "S:B pairs of the -memory table")
 	seed := fs.Uint64("seed", 1, "seed of the random inputs")
 	sm90 := fs.Bool("sm90", false, "time the fused path once more per Hopper forward, its forward on FA2 (\"fused\") and on\n"+
-		"each wgmma kernel of kernels/flash_attention_sm90.cu (rows fused-sm90, fused-sm90pp, fused-sm90pp3,\n"+
-		"fused-sm90ppp, fused-sm90ppp3: "+cuda.FlashSM90Env+"=tma, pp, pp3, ppp, ppp3), and print the forwards beside\n"+
-		"cuDNN's (needs a compute capability 9.0 GPU)")
+		"each wgmma kernel of kernels/flash_sm90_fwd.cu and kernels/dev/flash_sm90_dev.cu (rows fused-sm90,\n"+
+		"fused-sm90pp, fused-sm90pp3, fused-sm90ppp, fused-sm90ppp3: "+cuda.FlashSM90Env+"=tma, pp, pp3, ppp, ppp3),\n"+
+		"and print the forwards beside cuDNN's (needs a compute capability 9.0 GPU)")
 	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
 		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
 		"without the decode forward ("+cuda.FlashDecodeEnv+"=0) and SDPA's backends (sdpa_bench.py --decode-sq)")

@@ -65,7 +65,8 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
-	ts, err := gf.resolve(mf, fs.Arg(0), ckptFolder(*ckpt, *out), *resume, stderr)
+	ckptDir := ckptFolder(*ckpt, *out)
+	ts, err := gf.resolve(mf, fs.Arg(0), ckptDir, *resume, stderr)
 	if err != nil {
 		return err
 	}
@@ -114,15 +115,8 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
-	ckptDir := *ckpt
-	switch {
-	case ckptDir == "none":
-		ckptDir = ""
-		if *resume {
-			return errors.New("-resume needs checkpoints: drop -ckpt none")
-		}
-	case ckptDir == "":
-		ckptDir = filepath.Join(*out, "ckpt")
+	if ckptDir == "" && *resume {
+		return errors.New("-resume needs checkpoints: drop -ckpt none")
 	}
 	var fromStep int64 // the step a resumed run starts at
 	if *resume {

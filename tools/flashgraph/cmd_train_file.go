@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/onnx"
@@ -181,9 +180,9 @@ func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume 
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		t, err := readBind(name, gf.bind[name])
+		t, err := readSafetensorsTensor(gf.bind[name], name)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("-bind %s: %w", name, err)
 		}
 		binds[name] = t
 		if spec.Bind == nil {
@@ -230,29 +229,6 @@ func parseGraphFile(path string, data []byte, format string, dims map[string]int
 	return graph.ParseFile(path, string(data))
 }
 
-// readBind reads the tensor bound to input name: the one called name in a
-// safetensors file, or the file's only tensor.
-func readBind(name, file string) (*graph.Tensor, error) {
-	ts, err := checkpoint.ReadSafetensorsFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("-bind %s: %w", name, err)
-	}
-	if t, ok := ts.Tensors[name]; ok {
-		return t, nil
-	}
-	if len(ts.Tensors) == 1 {
-		for _, t := range ts.Tensors {
-			return t, nil
-		}
-	}
-	var have []string
-	for n := range ts.Tensors {
-		have = append(have, n)
-	}
-	sort.Strings(have)
-	return nil, fmt.Errorf("-bind %s=%s: the file has no tensor called %s (it has %s)", name, file, name, strings.Join(have, ", "))
-}
-
 // modelFlagsSet lists the model flags given that do not apply to a graph
 // FILE: every flag addModelFlags defines except -seed (it seeds the batches)
 // and, with withDType, -dtype float32 or bf16 (bf16 runs the graph in mixed
@@ -275,8 +251,8 @@ func modelFlagsSet(mf *modelFlags, withDType bool) []string {
 	return set
 }
 
-// ckptFolder is the checkpoint folder the -ckpt and -out flags name ("" for
-// none), as runTrain resolves it.
+// ckptFolder is the checkpoint folder train's -ckpt and -out flags name (""
+// for none).
 func ckptFolder(ckpt, out string) string {
 	switch ckpt {
 	case "none":

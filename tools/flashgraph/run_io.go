@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -86,6 +87,13 @@ func readTensorFile(path, name string) (*graph.Tensor, error) {
 		_, t, err := readTensorProtoFile(path)
 		return t, err
 	}
+	return readSafetensorsTensor(path, name)
+}
+
+// readSafetensorsTensor reads the tensor for name from a safetensors file:
+// the one called name, or the file's only tensor. It reads -bind's tensors
+// for run and compile (through readTensorFile) and for train.
+func readSafetensorsTensor(path, name string) (*graph.Tensor, error) {
 	ts, err := readSafetensors(path)
 	if err != nil {
 		return nil, err
@@ -98,7 +106,11 @@ func readTensorFile(path, name string) (*graph.Tensor, error) {
 			return t, nil
 		}
 	}
-	return nil, fmt.Errorf("%s holds %d tensors and none is called %s", path, len(ts), name)
+	have := "it has none"
+	if len(ts) > 0 {
+		have = "it has " + strings.Join(slices.Sorted(maps.Keys(ts)), ", ")
+	}
+	return nil, fmt.Errorf("%s has no tensor called %s (%s)", path, name, have)
 }
 
 // testDataFiles lists a test data set's files of kind (input or output),

@@ -210,6 +210,35 @@ func TestBindFoldsTheMask(t *testing.T) {
 	}
 }
 
+// TestReadSafetensorsTensor: -bind's safetensors reader (run, compile and
+// train) takes the tensor called NAME, else the file's only tensor, and
+// names the tensors a file has when neither is there.
+func TestReadSafetensorsTensor(t *testing.T) {
+	dir := t.TempDir()
+	mask := causalMaskTensor()
+	one := filepath.Join(dir, "one.safetensors")
+	two := filepath.Join(dir, "two.safetensors")
+	if err := writeSafetensors(one, map[string]*graph.Tensor{"m": mask}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeSafetensors(two, map[string]*graph.Tensor{"mask": mask, "x": graph.NewTensor(graph.Float32, graph.Shape{2})}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ path, name string }{{one, "mask"}, {two, "mask"}} {
+		if got, err := readSafetensorsTensor(c.path, c.name); err != nil || !got.Type().Equal(mask.Type()) {
+			t.Errorf("%s %s: %v, %v", c.path, c.name, got, err)
+		}
+	}
+	if _, err := readSafetensorsTensor(two, "y"); err == nil || !strings.Contains(err.Error(), "no tensor called y (it has mask, x)") {
+		t.Errorf("missing name: %v", err)
+	}
+	model, _ := attentionModel(t, dir)
+	code, _, stderr := runCode("train", "-bind", "y="+two, "-steps", "1", "-out", filepath.Join(dir, "run"), model)
+	if code == 0 || !strings.Contains(stderr, "-bind y: "+two+" has no tensor called y") {
+		t.Errorf("train -bind, missing name: exit %d: %s", code, stderr)
+	}
+}
+
 func TestGraphBindErrors(t *testing.T) {
 	_, g := attentionModel(t, t.TempDir())
 	if _, err := graph.Bind(g, "q", graph.NewTensor(graph.Int64, graph.Shape{1, 2, 8, 4})); err == nil || !strings.Contains(err.Error(), "only float to float") {

@@ -102,6 +102,7 @@ func TestTrainCLIErrors(t *testing.T) {
 		{[]string{"-config", "huge"}, "unknown config"},
 		{[]string{"-lr", "-1"}, "learning rate"},
 		{[]string{"-resume"}, "no checkpoint"},
+		{[]string{"-resume", "-ckpt", "none"}, "-resume needs checkpoints: drop -ckpt none"},
 		{[]string{"-data", filepath.Join(t.TempDir(), "missing")}, "no such file"},
 		{[]string{"-data", os.Args[0]}, "is not text"},
 		{[]string{"-wd", "-0.1"}, "-wd must be at least 0"},
