@@ -41,9 +41,12 @@ var configs = []Config{
 	{Name: "tiny", Vocab: 256, Dim: 64, Layers: 2, Heads: 4, HeadDim: 16, FFN: 128, Seq: 32, Batch: 4, DType: graph.Float32},
 	{Name: "small", Vocab: 256, Dim: 256, Layers: 4, Heads: 4, HeadDim: 64, FFN: 768, Seq: 256, Batch: 8, DType: graph.Float32},
 	{Name: "gpt2", Vocab: 256, Dim: 768, Layers: 12, Heads: 12, HeadDim: 64, FFN: 3072, Seq: 1024, Batch: 8, DType: graph.Float32},
+	{Name: "gpt2-medium", Vocab: 256, Dim: 1024, Layers: 24, Heads: 16, HeadDim: 64, FFN: 4096, Seq: 1024, Batch: 8, DType: graph.Float32},
+	{Name: "gpt3-1.3b", Vocab: 256, Dim: 2048, Layers: 24, Heads: 16, HeadDim: 128, FFN: 8192, Seq: 1024, Batch: 8, DType: graph.Float32},
 }
 
-// Configs returns the named configurations of MODEL.md (tiny, small, gpt2).
+// Configs returns the named configurations of MODEL.md (tiny, small, gpt2,
+// gpt2-medium, gpt3-1.3b).
 func Configs() []Config { return append([]Config(nil), configs...) }
 
 // Names returns the configuration names in table order.

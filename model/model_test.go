@@ -28,7 +28,7 @@ func mustBuild(t *testing.T, cfg Config) *graph.Graph {
 }
 
 func TestModelConfigsBuildAndVerify(t *testing.T) {
-	if got := strings.Join(Names(), ","); got != "tiny,small,gpt2" {
+	if got := strings.Join(Names(), ","); got != "tiny,small,gpt2,gpt2-medium,gpt3-1.3b" {
 		t.Fatalf("config names %s", got)
 	}
 	for _, cfg := range Configs() {

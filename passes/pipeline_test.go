@@ -47,7 +47,7 @@ func TestFuseModel(t *testing.T) {
 				t.Fatalf("%d layers: %d FlashAttention, %d Softmax", cfg.Layers, ops["FlashAttention"], ops["Softmax"])
 			}
 			for _, n := range fzNodes(fused, "FlashAttention") {
-				if n.Attrs.Int("causal", 0) != 1 || n.Attrs.Float("scale", 0) != 1/math.Sqrt(float64(cfg.HeadDim)) {
+				if n.Attrs.Int("causal", 0) != 1 || n.Attrs.Float("scale", 0) != float64(float32(1/math.Sqrt(float64(cfg.HeadDim)))) { // an ONNX float attribute is a float32
 					t.Errorf("%s: attrs %v", n.Name, n.Attrs)
 				}
 			}

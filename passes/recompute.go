@@ -43,7 +43,33 @@ const (
 // same bits. Nodes are kept in topological order: a clone reads only values
 // computed before the first backward reader, and what it replaces is read
 // only from that reader on.
-type Recompute struct{}
+//
+// Mode RecomputeCheap recomputes only the ops of recomputeCheapOps (norms,
+// elementwise, reshapes): the outputs of MatMul, Gemm, FlashAttention and any
+// other op outside the table stay saved, so the GEMMs' backward reads them
+// as without recomputation and only the cheap values are computed again.
+type Recompute struct{ Mode RecomputeMode }
+
+// RecomputeMode says which forward values Recompute recomputes.
+type RecomputeMode int
+
+const (
+	// RecomputeFull recomputes each layer's whole forward.
+	RecomputeFull RecomputeMode = iota
+	// RecomputeCheap recomputes only the ops in recomputeCheapOps.
+	RecomputeCheap
+)
+
+// recomputeCheapOps is the rule table of RecomputeCheap: ops that cost little
+// next to the GEMMs and attention, whose outputs are recomputed rather than
+// saved.
+var recomputeCheapOps = map[string]bool{
+	"SimplifiedLayerNormalization": true, "RMSNormalization": true, "LayerNormalization": true,
+	"Add": true, "Sub": true, "Mul": true, "Div": true, "Neg": true, "Pow": true, "Sqrt": true,
+	"Sigmoid": true, "Cast": true, "ReduceMean": true, "Where": true,
+	"Reshape": true, "Transpose": true, "Unsqueeze": true, "Squeeze": true, "Expand": true,
+	"Concat": true, "Slice": true, "Split": true, "FusedElementwise": true,
+}
 
 // Name is "recompute".
 func (Recompute) Name() string { return PassRecompute }
@@ -70,7 +96,7 @@ func recomputeLayer(name string) (int, bool) {
 // backward reads comes back as it is. Layers are the nodes scoped
 // "layers.i/" (the built-in model); in a graph without such scopes (an
 // imported one), the layers structuralLayers finds.
-func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
+func (p Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if g == nil {
 		return nil, errNilGraph
 	}
@@ -146,6 +172,9 @@ func (Recompute) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 					if !inLayer(r) && !isGrad(r) {
 						keep = true
 					}
+				}
+				if p.Mode == RecomputeCheap && !recomputeCheapOps[n.Op] {
+					keep = true
 				}
 				if !keep {
 					recomputable[o] = true

@@ -240,3 +240,37 @@ func outputsOf(g *graph.Graph) map[*graph.Value]bool {
 	}
 	return m
 }
+
+// RecomputeCheap recomputes the norms and elementwise ops but keeps every
+// MatMul and FlashAttention output saved, with the same bits.
+func TestRecomputeCheapKeepsGEMMsSaved(t *testing.T) {
+	ts := tinyTrainStep(t, graph.Float32)
+	rc, err := (Recompute{Mode: RecomputeCheap}).Run(ts.Graph, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := graph.Verify(rc); err != nil {
+		t.Fatal(err)
+	}
+	cloned := 0
+	for _, n := range rc.Nodes {
+		if !strings.HasPrefix(n.Name, recomputeCloneScope) {
+			continue
+		}
+		cloned++
+		if !recomputeCheapOps[n.Op] {
+			t.Errorf("cheap mode recomputes %s (%s)", n.Name, n.Op)
+		}
+	}
+	if cloned == 0 {
+		t.Fatal("cheap mode recomputes nothing")
+	}
+	feeds := stepFeeds(ts, 7)
+	want := fzCPU(t, ts.Graph, feeds)
+	sameOutputs(t, "cheap recompute", fzCPU(t, rc, feeds), want)
+	fused, err := (FuseElementwise{}).Run(rc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameOutputs(t, "cheap recompute+fuse_elementwise", fzCPU(t, fused, feeds), want)
+}

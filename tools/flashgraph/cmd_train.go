@@ -22,7 +22,7 @@ func init() {
 
 // defaultLR is a peak learning rate that trains each config well with AdamW
 // at its own batch size; wider models want smaller steps.
-var defaultLR = map[string]float64{"tiny": 3e-3, "small": 1e-3, "gpt2": 6e-4}
+var defaultLR = map[string]float64{"tiny": 3e-3, "small": 1e-3, "gpt2": 6e-4, "gpt2-medium": 3e-4, "gpt3-1.3b": 2e-4}
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train", "[FILE]", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one

@@ -87,7 +87,26 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 	fmt.Fprintf(w, "with train -recompute: activation arena %s (peak live %s at %s), %.0f%% of the above\n",
 		cuda.FormatBytes(rp.PeakBytes), cuda.FormatBytes(rp.LiveBytes), rp.PeakNode, 100*float64(rp.PeakBytes)/float64(tp.PeakBytes))
 	if explain {
-		return rp.ReportFacts(w)
+		if err := rp.ReportFacts(w); err != nil {
+			return err
+		}
 	}
+	// The cheap mode (passes.RecomputeCheap): norms and elementwise ops
+	// recomputed, GEMM and attention outputs saved.
+	cc, err := (passes.Recompute{Mode: passes.RecomputeCheap}).Run(ts.Graph, nil)
+	if err != nil {
+		return fmt.Errorf("recomputing training step (cheap) for the plan: %w", err)
+	}
+	if fusedEW {
+		if cc, err = (passes.FuseElementwise{}).Run(cc, nil); err != nil {
+			return fmt.Errorf("recomputing training step (cheap) for the plan: %w", err)
+		}
+	}
+	cp, err := cuda.PlanMemoryWith(cc, cuda.PlanOptions{Compute: compute, Updates: ts.Updates})
+	if err != nil {
+		return fmt.Errorf("memory plan of the cheaply recomputing training step: %w", err)
+	}
+	fmt.Fprintf(w, "recomputing only norms and elementwise ops (passes.RecomputeCheap): activation arena %s (peak live %s at %s), %.0f%% of the training step\n",
+		cuda.FormatBytes(cp.PeakBytes), cuda.FormatBytes(cp.LiveBytes), cp.PeakNode, 100*float64(cp.PeakBytes)/float64(tp.PeakBytes))
 	return nil
 }

@@ -51,6 +51,8 @@ CONFIGS = {
     "tiny": dict(vocab=256, dim=64, layers=2, heads=4, head_dim=16, ffn=128, seq=32, batch=4),
     "small": dict(vocab=256, dim=256, layers=4, heads=4, head_dim=64, ffn=768, seq=256, batch=8),
     "gpt2": dict(vocab=256, dim=768, layers=12, heads=12, head_dim=64, ffn=3072, seq=1024, batch=8),
+    "gpt2-medium": dict(vocab=256, dim=1024, layers=24, heads=16, head_dim=64, ffn=4096, seq=1024, batch=8),
+    "gpt3-1.3b": dict(vocab=256, dim=2048, layers=24, heads=16, head_dim=128, ffn=8192, seq=1024, batch=8),
 }
 
 LAYER_PARAMS = ["attn_norm", "wq", "wk", "wv", "wo", "q_norm", "k_norm", "mlp_norm",
