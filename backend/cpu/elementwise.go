@@ -47,6 +47,16 @@ func binaryFloat[T float](op graph.Prim, c, a, b []T, p *bplan) {
 // Unsqueeze, whose row-major data is unchanged (the output type, already
 // inferred, carries the new shape). Copying rather than aliasing keeps every
 // buffer owned by exactly one value, which liveness relies on.
+// allReduceKernel is AllReduce on one rank, the identity. A node of a job
+// of several ranks is refused: the CPU executor has no collective to call
+// yet (package dist's TCP collective is not wired into it).
+func allReduceKernel(n *graph.Node, in, out []*graph.Tensor) error {
+	if w := n.Attrs.Int("world", 1); w > 1 {
+		return fmt.Errorf("AllReduce over %d ranks: the CPU executor is not connected to a collective yet", w)
+	}
+	return identityKernel(n, in, out)
+}
+
 func identityKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	x, y := in[0], out[0]
 	if x.Len() != y.Len() {
