@@ -28,6 +28,13 @@ type TrainOptions struct {
 	// and applies their mean on the run whose TrainApplyInput is true
 	// (accum.go). With clipping, the mean is clipped.
 	Accum int
+	// World, above 1, makes the step data parallel over World ranks: the
+	// final gradient of each param (after accumulation, before clipping) is
+	// averaged over the ranks by a flashgraph.AllReduce, bucketed by
+	// BucketBytes (0: DefaultBucketBytes; allreduce.go). 0 or 1 inserts
+	// nothing: the graph is the single-process one.
+	World       int
+	BucketBytes int64
 }
 
 // Default AdamW hyperparameters (those of the AdamW op's table entry).
@@ -167,6 +174,16 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 		}
 		acc, gradOf = a, func(p string) *graph.Value { return mean[p] }
 		ts.Apply = TrainApplyInput
+	}
+	if opt.World < 0 {
+		return nil, fmt.Errorf("training graph %s: world size must be at least 1, got %d", fwd.Name, opt.World)
+	}
+	if opt.World > 1 {
+		reduced, err := allReduceGradients(g, nm, gradOf, params, opt.World, opt.BucketBytes)
+		if err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		gradOf = func(p string) *graph.Value { return reduced[p] }
 	}
 	var normOut *graph.Value
 	if opt.ClipNorm != 0 {

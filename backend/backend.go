@@ -5,6 +5,7 @@
 package backend
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -38,6 +39,19 @@ type Options struct {
 	// is slow; a backend that cannot check its nodes one by one refuses it
 	// at Compile, saying so.
 	CheckFinite bool
+	// Collective, for a graph of a data-parallel job (flashgraph.AllReduce
+	// nodes with world > 1), is what the executor calls for those nodes;
+	// package dist's TCP implements it on the CPU. Compile refuses such a
+	// graph without one, or with one of another world size.
+	Collective Collective
+}
+
+// Collective sums float32 buffers over the ranks of a data-parallel job.
+type Collective interface {
+	WorldSize() int
+	// AllReduceSum replaces buf with the element-wise sum over every rank's
+	// buf, the same bits on every rank.
+	AllReduceSum(ctx context.Context, buf []float32) error
 }
 
 // Executable is a compiled graph. Initializers live inside it between runs.

@@ -153,3 +153,40 @@ func init() {
 		},
 	})
 }
+
+func init() {
+	register(&OpSpec{
+		Name: "AllReduce", Domain: DomainFlashgraph,
+		Doc:    "data parallel: the sum (reduce=sum) or mean (reduce=mean) of x over the job's world ranks; identity on one rank",
+		Inputs: []string{"x"}, Outputs: []string{"y"}, Eval: evalAllReduce,
+		KeepDType: []int{0},
+		Attrs: []AttrSpec{
+			{Name: "reduce", Kind: AttrString, Default: Str("mean"), Enum: []string{"sum", "mean"}},
+			{Name: "world", Kind: AttrInt, Default: Int(1)},
+			{Name: "bucket", Kind: AttrInt, Default: Int(0)},
+		},
+		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
+			if w := a.Int("world", 1); w < 1 {
+				return nil, fmt.Errorf("world must be at least 1, got %d", w)
+			}
+			if b := a.Int("bucket", 0); b < 0 {
+				return nil, fmt.Errorf("bucket must be at least 0, got %d", b)
+			}
+			return []TensorType{*in[0]}, nil
+		},
+	})
+}
+
+// evalAllReduce is the op's meaning on one process: every rank holding the
+// same x, the mean over the ranks is x, and the sum is world·x. A backend
+// running a job of several ranks replaces it with its collective.
+func evalAllReduce(in []*Tensor, a Attrs, out []*Tensor) error {
+	k := 1.0
+	if a.String("reduce", "mean") == "sum" {
+		k = float64(a.Int("world", 1))
+	}
+	for i := range in[0].Len() {
+		out[0].Set(i, k*in[0].At(i))
+	}
+	return nil
+}

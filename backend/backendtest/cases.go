@@ -110,6 +110,12 @@ func opCases() []opCase {
 		}
 	}
 	add("Identity", "float", identity(normal, 3, 4))
+	// AllReduce on one rank (world 1, the default): the mean over one rank
+	// is x. Jobs of several ranks are tested by package dist's collectives.
+	add("AllReduce", "one_rank", func(c *ctx) {
+		x, rx := c.x(3, 4)
+		c.expect(c.op("AllReduce", nil, x), rx)
+	})
 	addDT("Identity", "int64", onlyInt64, identity(ints(-9, 9), 5))
 	addDT("Identity", "bool", onlyBool, identity(coin, 2, 3))
 

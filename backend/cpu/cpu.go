@@ -112,6 +112,12 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		if !ok {
 			return nil, fmt.Errorf("cpu: node %s: op %s has no CPU kernel", n.Name, n.Op)
 		}
+		if n.Op == "AllReduce" && n.Attrs.Int("world", 1) > 1 {
+			var err error
+			if k, err = collectiveKernel(n, opts.Collective); err != nil {
+				return nil, fmt.Errorf("cpu: node %s: %w", n.Name, err)
+			}
+		}
 		st := step{node: n, k: k}
 		for _, v := range n.Inputs {
 			if v == nil {

@@ -1,8 +1,10 @@
 package cpu
 
 import (
+	"context"
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -47,6 +49,45 @@ func binaryFloat[T float](op graph.Prim, c, a, b []T, p *bplan) {
 // Unsqueeze, whose row-major data is unchanged (the output type, already
 // inferred, carries the new shape). Copying rather than aliasing keeps every
 // buffer owned by exactly one value, which liveness relies on.
+// allReduceKernel is AllReduce on one rank, the identity. Compile gives a
+// node of a job of several ranks collectiveKernel instead; this refusal is
+// for a kernel called on such a node directly.
+func allReduceKernel(n *graph.Node, in, out []*graph.Tensor) error {
+	if w := n.Attrs.Int("world", 1); w > 1 {
+		return fmt.Errorf("AllReduce over %d ranks: the CPU executor is not connected to a collective yet", w)
+	}
+	return identityKernel(n, in, out)
+}
+
+// collectiveKernel is AllReduce over a job of several ranks: the sum through
+// c (float64 in rank order inside the collective), then for reduce=mean a
+// division by the world size, so that every rank holds the same bits.
+func collectiveKernel(n *graph.Node, c backend.Collective) (kernel, error) {
+	w := n.Attrs.Int("world", 1)
+	if c == nil {
+		return nil, fmt.Errorf("AllReduce over %d ranks needs a collective (backend.Options.Collective)", w)
+	}
+	if int64(c.WorldSize()) != w {
+		return nil, fmt.Errorf("AllReduce over %d ranks, but the collective has %d", w, c.WorldSize())
+	}
+	if dt := n.Inputs[0].Type.DType; dt != graph.Float32 {
+		return nil, fmt.Errorf("AllReduce of %v: the collective reduces float32 only", dt)
+	}
+	mean := n.Attrs.String("reduce", "mean") == "mean"
+	return func(n *graph.Node, in, out []*graph.Tensor) error {
+		copy(out[0].F32, in[0].F32)
+		if err := c.AllReduceSum(context.Background(), out[0].F32); err != nil {
+			return fmt.Errorf("AllReduce: %w", err)
+		}
+		if mean {
+			for i, v := range out[0].F32 {
+				out[0].F32[i] = float32(float64(v) / float64(w))
+			}
+		}
+		return nil
+	}, nil
+}
+
 func identityKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	x, y := in[0], out[0]
 	if x.Len() != y.Len() {

@@ -23,6 +23,7 @@ func init() {
 		// elementwise.go; the ops defined by an expression are added below
 		"FusedElementwise": fusedKernel,
 		"Identity":         identityKernel, "Cast": castKernel,
+		"AllReduce": allReduceKernel,
 		// matmul.go
 		"MatMul": matmulKernel, "Gemm": gemmKernel,
 		// reduce.go

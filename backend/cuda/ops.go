@@ -44,6 +44,7 @@ var lowerings map[string]lowering
 func init() {
 	lowerings = map[string]lowering{
 		"FusedElementwise": {lower: lowerFusedElementwise},
+		"AllReduce":        {lower: lowerAllReduce},
 		"Identity":         {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
 		"Cast":      {lower: lowerCast},
 		"Transpose": {lower: lowerTranspose}, "Slice": {lower: lowerSlice}, "Expand": {lower: lowerExpand}, "Concat": {lower: lowerConcat},
@@ -325,6 +326,16 @@ func lowerAlias(c *lowerCtx) (func() error, error) {
 		return nop, nil
 	}
 	return c.convert(c.out(0), c.in(0))
+}
+
+// lowerAllReduce lowers AllReduce on one rank (the identity). A job of
+// several ranks is refused at compile time until the NCCL all-reduce
+// (nccl.go) is wired into the executor.
+func lowerAllReduce(c *lowerCtx) (func() error, error) {
+	if w := c.n.Attrs.Int("world", 1); w > 1 {
+		return nil, fmt.Errorf("AllReduce over %d ranks: the NCCL all-reduce is not wired into the CUDA executor yet", w)
+	}
+	return lowerAlias(c)
 }
 
 func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c.in(0)) }

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/dist"
 )
 
@@ -35,7 +36,10 @@ func addDistFlags(fs *flag.FlagSet) *distFlags {
 }
 
 // errNotWired is the honest answer to a multi-GPU request today.
-var errNotWired = errors.New("multi-GPU training is not available yet: the rank bootstrap (package dist) and the NCCL all-reduce (backend/cuda) exist, but the NCCL path is not wired into the training loop; train on one GPU (drop -gpus, -world-size and the RANK/WORLD_SIZE variables)")
+var errNotWired = errors.New("multi-GPU training is not available yet: the rank bootstrap, launcher and CPU collective (package dist), the AllReduce nodes of the training step and the NCCL all-reduce (backend/cuda) exist, but they are not wired into the training loop; train on one GPU (drop -gpus, -world-size and the RANK/WORLD_SIZE variables)")
+
+// The CPU test transport is a collective the CPU executor can call.
+var _ backend.Collective = (*dist.TCP)(nil)
 
 // config resolves the job from the environment and the flags given, checks it
 // against the device and the global batch, and returns it. A job of one rank

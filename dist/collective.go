@@ -1,0 +1,261 @@
+package dist
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"sync"
+	"time"
+)
+
+// Collective is what an executor calls for an AllReduce node: every rank
+// passes its buffer of the same length and gets back the sum over all ranks,
+// in place. On the GPU the collective is NCCL's; on the CPU it is the test
+// transport of this file, which lets the data-parallel loop be tested with
+// ranks as processes on one machine.
+type Collective interface {
+	Rank() int
+	WorldSize() int
+	// AllReduceSum replaces buf on every rank with the element-wise sum of
+	// every rank's buf. Every rank must call it with the same length.
+	AllReduceSum(ctx context.Context, buf []float32) error
+	// Barrier returns once every rank has called it.
+	Barrier(ctx context.Context) error
+	Close() error
+}
+
+// Single is the collective of a world of one: the sum over one rank is the
+// rank's own buffer, so AllReduceSum and Barrier do nothing.
+type Single struct{}
+
+func (Single) Rank() int                                     { return 0 }
+func (Single) WorldSize() int                                { return 1 }
+func (Single) AllReduceSum(context.Context, []float32) error { return nil }
+func (Single) Barrier(context.Context) error                 { return nil }
+func (Single) Close() error                                  { return nil }
+
+// maxReduce bounds the length of one all-reduce read off the wire (elements).
+const maxReduce = 1 << 30
+
+// TCP is the CPU collective: a star over TCP with rank 0 at its centre. Every
+// other rank sends its buffer to rank 0, which adds the buffers in float64 in
+// rank order and sends the float32 sum back to each, so that the result is
+// the same bits on every rank and on every run (the order of summation never
+// depends on which rank arrived first). It is meant for tests and small CPU
+// jobs, not for speed: rank 0 carries (world-1) times the traffic.
+type TCP struct {
+	g     *Group
+	ln    net.Listener
+	conns []net.Conn // rank 0: conns[r] for r ≥ 1; others: conns[0]
+	mu    sync.Mutex
+}
+
+// NewTCP meets the other ranks of c's job (through Rendezvous, which also
+// watches for dead ranks) and opens the data connections of the collective:
+// rank 0 listens on an ephemeral port of c.MasterAddr, passes its address as
+// its rendezvous blob, and the others dial it. A world of one returns a TCP
+// that reduces nothing.
+func NewTCP(ctx context.Context, c Config, timeout time.Duration) (*TCP, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	t := &TCP{}
+	var blob []byte
+	if c.Rank == 0 && c.WorldSize > 1 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(c.MasterAddr, "0"))
+		if err != nil {
+			return nil, fmt.Errorf("dist: collective listener: %w", err)
+		}
+		t.ln = ln
+		blob = []byte(ln.Addr().String())
+	}
+	g, err := Rendezvous(ctx, c, blob, timeout)
+	if err != nil {
+		if t.ln != nil {
+			t.ln.Close()
+		}
+		return nil, err
+	}
+	t.g = g
+	if c.WorldSize == 1 {
+		return t, nil
+	}
+	t.conns = make([]net.Conn, c.WorldSize)
+	deadline := time.Now().Add(timeout)
+	if c.Rank == 0 {
+		err = t.accept(deadline)
+	} else {
+		err = t.dial(ctx, string(g.Blobs[0]), deadline)
+	}
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *TCP) accept(deadline time.Time) error {
+	if tl, ok := t.ln.(*net.TCPListener); ok {
+		tl.SetDeadline(deadline)
+	}
+	for n := 1; n < t.g.WorldSize; n++ {
+		conn, err := t.ln.Accept()
+		if err != nil {
+			return fmt.Errorf("dist: collective: waiting for the ranks' data connections: %w", err)
+		}
+		var hdr [4]byte
+		conn.SetDeadline(deadline)
+		if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+			conn.Close()
+			return fmt.Errorf("dist: collective: reading a rank's hello: %w", err)
+		}
+		conn.SetDeadline(time.Time{})
+		r := int(binary.BigEndian.Uint32(hdr[:]))
+		if r < 1 || r >= t.g.WorldSize || t.conns[r] != nil {
+			conn.Close()
+			return fmt.Errorf("dist: collective: unexpected hello from rank %d", r)
+		}
+		t.conns[r] = conn
+	}
+	t.ln.Close()
+	t.ln = nil
+	return nil
+}
+
+func (t *TCP) dial(ctx context.Context, addr string, deadline time.Time) error {
+	d := net.Dialer{Deadline: deadline}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dist: collective: reaching rank 0 at %s: %w", addr, err)
+	}
+	var hdr [4]byte
+	binary.BigEndian.PutUint32(hdr[:], uint32(t.g.Rank))
+	if _, err := conn.Write(hdr[:]); err != nil {
+		conn.Close()
+		return fmt.Errorf("dist: collective: hello to rank 0: %w", err)
+	}
+	t.conns[0] = conn
+	return nil
+}
+
+// Rank is this process's rank.
+func (t *TCP) Rank() int { return t.g.Rank }
+
+// WorldSize is the number of ranks.
+func (t *TCP) WorldSize() int { return t.g.WorldSize }
+
+// Group is the rendezvous group, whose Failed channel reports dead ranks.
+func (t *TCP) Group() *Group { return t.g }
+
+// AllReduceSum implements Collective. A rank that dies during the reduction
+// makes it fail on the others with an error naming the rank (rank 0 sees the
+// dead rank's connection close; the others see rank 0's close).
+func (t *TCP) AllReduceSum(ctx context.Context, buf []float32) error {
+	if t.g.WorldSize == 1 {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if dl, ok := ctx.Deadline(); ok {
+		for _, c := range t.conns {
+			if c != nil {
+				c.SetDeadline(dl)
+			}
+		}
+		defer func() {
+			for _, c := range t.conns {
+				if c != nil {
+					c.SetDeadline(time.Time{})
+				}
+			}
+		}()
+	}
+	if t.g.Rank != 0 {
+		if err := writeFloats(t.conns[0], buf); err != nil {
+			return fmt.Errorf("dist: all-reduce: sending to rank 0: %w", err)
+		}
+		if err := readFloats(t.conns[0], buf); err != nil {
+			return fmt.Errorf("dist: all-reduce: rank 0 went away: %w", err)
+		}
+		return nil
+	}
+	sum := make([]float64, len(buf))
+	for i, v := range buf {
+		sum[i] = float64(v)
+	}
+	other := make([]float32, len(buf))
+	for r := 1; r < t.g.WorldSize; r++ {
+		if err := readFloats(t.conns[r], other); err != nil {
+			return fmt.Errorf("dist: all-reduce: rank %d went away: %w", r, err)
+		}
+		for i, v := range other {
+			sum[i] += float64(v)
+		}
+	}
+	for i, v := range sum {
+		buf[i] = float32(v)
+	}
+	for r := 1; r < t.g.WorldSize; r++ {
+		if err := writeFloats(t.conns[r], buf); err != nil {
+			return fmt.Errorf("dist: all-reduce: rank %d went away: %w", r, err)
+		}
+	}
+	return nil
+}
+
+// Barrier implements Collective as an all-reduce of nothing.
+func (t *TCP) Barrier(ctx context.Context) error {
+	return t.AllReduceSum(ctx, nil)
+}
+
+// Close ends the collective and the group cleanly.
+func (t *TCP) Close() error {
+	var errs []error
+	if t.ln != nil {
+		errs = append(errs, t.ln.Close())
+	}
+	for _, c := range t.conns {
+		if c != nil {
+			errs = append(errs, c.Close())
+		}
+	}
+	if t.g != nil {
+		errs = append(errs, t.g.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// writeFloats sends u32 length then the values, big-endian.
+func writeFloats(w io.Writer, v []float32) error {
+	b := make([]byte, 4+4*len(v))
+	binary.BigEndian.PutUint32(b, uint32(len(v)))
+	for i, x := range v {
+		binary.BigEndian.PutUint32(b[4+4*i:], math.Float32bits(x))
+	}
+	_, err := w.Write(b)
+	return err
+}
+
+// readFloats reads what writeFloats sent into v, whose length must match.
+func readFloats(r io.Reader, v []float32) error {
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return err
+	}
+	n := binary.BigEndian.Uint32(hdr[:])
+	if n > maxReduce || int(n) != len(v) {
+		return fmt.Errorf("length mismatch: got %d values, want %d (every rank must reduce the same buffers)", n, len(v))
+	}
+	b := make([]byte, 4*len(v))
+	if _, err := io.ReadFull(r, b); err != nil {
+		return err
+	}
+	for i := range v {
+		v[i] = math.Float32frombits(binary.BigEndian.Uint32(b[4*i:]))
+	}
+	return nil
+}
