@@ -161,6 +161,7 @@ func TestActivationRefusals(t *testing.T) {
 	}{
 		{"celu before 12", modelOf(11, x, nil, []string{"y"}, nd("Celu", []string{"x"}, []string{"y"})), []string{"Celu", "opset 12"}},
 		{"hardswish before 14", modelOf(13, x, nil, []string{"y"}, nd("HardSwish", []string{"x"}, []string{"y"})), []string{"HardSwish", "opset 14"}},
+		{"mish before 18", modelOf(17, x, nil, []string{"y"}, nd("Mish", []string{"x"}, []string{"y"})), []string{"Mish", "opset 18"}},
 		{"round before 11", modelOf(10, x, nil, []string{"y"}, nd("Round", []string{"x"}, []string{"y"})), []string{"opset 11"}},
 		{"mod before 10", modelOf(9, x, nil, []string{"y"}, nd("Mod", []string{"x", "x"}, []string{"y"}, aInt("fmod", 1))), []string{"opset 10"}},
 		{"sinh before 9", modelOf(8, x, nil, []string{"y"}, nd("Sinh", []string{"x"}, []string{"y"})), []string{"opset 9"}},

@@ -104,7 +104,7 @@ var introduced = map[string]int64{
 	"Trilu": 14, "LayerNormalization": 17, "Gelu": 20, "Attention": 23, "RMSNormalization": 23,
 	"Sin": 7, "Cos": 7, "Tan": 7, "Asin": 7, "Acos": 7, "Atan": 7,
 	"Sinh": 9, "Cosh": 9, "Asinh": 9, "Acosh": 9, "Atanh": 9, "Shrink": 9, "Sign": 9, "IsNaN": 9,
-	"ThresholdedRelu": 10, "IsInf": 10, "Mod": 10, "Round": 11, "Celu": 12, "HardSwish": 14,
+	"ThresholdedRelu": 10, "IsInf": 10, "Mod": 10, "Round": 11, "Celu": 12, "HardSwish": 14, "Mish": 18,
 }
 
 func (c *opCtx) dispatch() error {
