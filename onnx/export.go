@@ -220,26 +220,9 @@ func initializer(v *graph.Value, name string) (*onnxpb.Tensor, error) {
 	if err != nil {
 		return nil, err
 	}
-	dims := make([]int64, len(v.Type.Shape))
-	for i, d := range v.Type.Shape {
-		dims[i] = int64(d)
-	}
-	var t *onnxpb.Tensor
-	switch v.Type.DType {
-	case graph.Float32:
-		t = onnxpb.NewFloat32(name, dims, data.F32)
-	case graph.Float16:
-		t = onnxpb.NewFloat16(name, dims, data.F32)
-	case graph.BFloat16:
-		t = onnxpb.NewBFloat16(name, dims, data.F32)
-	case graph.Float64:
-		t = onnxpb.NewFloat64(name, dims, data.F64)
-	case graph.Int64:
-		t = onnxpb.NewInt64(name, dims, data.I64)
-	case graph.Bool:
-		t = onnxpb.NewBool(name, dims, data.B)
-	default:
-		return nil, fmt.Errorf("dtype %v cannot be exported", v.Type.DType)
+	t, err := tensorProto(name, data)
+	if err != nil {
+		return nil, err
 	}
 	kind := "const"
 	if v.Kind == graph.Param {

@@ -48,6 +48,16 @@ func EncodeTensorProto(name string, t *graph.Tensor) ([]byte, error) {
 	if err := t.Check(); err != nil {
 		return nil, err
 	}
+	pt, err := tensorProto(name, t)
+	if err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", name, err)
+	}
+	return onnxpb.EncodeTensor(pt), nil
+}
+
+// tensorProto is t as a TensorProto called name: the one conversion that
+// EncodeTensorProto and the exporter's initializers share.
+func tensorProto(name string, t *graph.Tensor) (*onnxpb.Tensor, error) {
 	dims := make([]int64, len(t.Shape))
 	for i, d := range t.Shape {
 		dims[i] = int64(d)
@@ -67,7 +77,7 @@ func EncodeTensorProto(name string, t *graph.Tensor) ([]byte, error) {
 	case graph.Bool:
 		pt = onnxpb.NewBool(name, dims, t.B)
 	default:
-		return nil, fmt.Errorf("tensor %q: dtype %v cannot be written as a TensorProto", name, t.DType)
+		return nil, fmt.Errorf("dtype %v cannot be written as a TensorProto", t.DType)
 	}
-	return onnxpb.EncodeTensor(pt), nil
+	return pt, nil
 }
