@@ -69,6 +69,11 @@ type Backend struct {
 	// generated are the code generator's kernels (fused.go), by source.
 	genMu     sync.Mutex
 	generated map[string]*Function
+
+	// render, when set, receives every kernel the lowerings would compile
+	// instead of compiling it (a Backend without a device: the kernel-source
+	// golden test renders the generated CUDA C of whole graphs on the CPU).
+	render func(entry, src string)
 }
 
 // NewBackend opens the GPU and compiles the op kernels. On a machine without
@@ -121,7 +126,12 @@ func (b *Backend) Device() *Device { return b.dev }
 func (b *Backend) Close() error { return b.dev.Close() }
 
 // fn returns a kernel of ops.cu, looked up once.
-func (b *Backend) fn(name string) (*Function, error) { return b.ops.fn(name, 0) }
+func (b *Backend) fn(name string) (*Function, error) {
+	if b.render != nil {
+		return &Function{}, nil
+	}
+	return b.ops.fn(name, 0)
+}
 
 // buffer is a tensor on the device: where, in which element type, how many.
 type buffer struct {

@@ -166,7 +166,11 @@ func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func
 // gridFor sizes a grid-stride launch: enough blocks to fill the GPU, never
 // more than the work needs.
 func (c *lowerCtx) gridFor(n int64, block int) [3]uint32 {
-	most := int64(max(1, c.dev().SMCount()) * 32)
+	sms := 132 // rendering without a device (Backend.render): an H200's
+	if d := c.dev(); d != nil {
+		sms = d.SMCount()
+	}
+	most := int64(max(1, sms) * 32)
 	return [3]uint32{uint32(max(1, min((n+int64(block)-1)/int64(block), most))), 1, 1}
 }
 
