@@ -94,7 +94,7 @@ func IsOutOfMemory(err error) bool {
 // neither.
 func (b *Backend) BenchWarmUp() error {
 	d := b.dev
-	if _, err := d.flashKernels(); err != nil {
+	if _, err := flashKernelSet(d); err != nil {
 		return err
 	}
 	// On compute capability 9.0 the forward and the backward are the sm90
@@ -102,14 +102,14 @@ func (b *Backend) BenchWarmUp() error {
 	if name, err := flashSM90Choice(d, GemmBF16, 128, 4096, false, 1); err != nil {
 		return err
 	} else if name != "" {
-		if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil {
+		if _, err := flashSM90KernelSet(d, flashSM90UnitOf(name)); err != nil {
 			return err
 		}
 	}
 	if name, err := flashSM90BwdChoice(d, GemmBF16, 128, 1); err != nil {
 		return err
 	} else if name != "" {
-		if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil {
+		if _, err := flashSM90KernelSet(d, flashSM90UnitOf(name)); err != nil {
 			return err
 		}
 	}

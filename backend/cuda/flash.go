@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"sync"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 )
 
 // flashPlan says which kernels of flash_attention.cu serve a dtype and head dim,
@@ -118,21 +120,21 @@ func planFlash(dt GemmType, dim int, scale float32) (flashPlan, error) {
 // and FlashBackward are Device API, with no Backend to hold it.
 var flashKernels struct {
 	mu sync.Mutex
-	m  map[*Device]*kernelSet
+	m  map[*Device]*driver.KernelSet
 }
 
-func (d *Device) flashKernels() (*kernelSet, error) {
+func flashKernelSet(d *Device) (*driver.KernelSet, error) {
 	flashKernels.mu.Lock()
 	defer flashKernels.mu.Unlock()
 	if ks, ok := flashKernels.m[d]; ok {
 		return ks, nil
 	}
-	ks, err := compileKernelSet(d, "flash_attention.cu")
+	ks, err := driver.CompileKernelSet(d, "flash_attention.cu")
 	if err != nil {
 		return nil, err
 	}
 	if flashKernels.m == nil {
-		flashKernels.m = map[*Device]*kernelSet{}
+		flashKernels.m = map[*Device]*driver.KernelSet{}
 	}
 	flashKernels.m[d] = ks
 	return ks, nil
@@ -203,11 +205,11 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 	if err != nil {
 		return err
 	}
-	ks, err := d.flashKernels()
+	ks, err := flashKernelSet(d)
 	if err != nil {
 		return err
 	}
-	f, err := ks.fn(p.fwd, p.fwdSmem)
+	f, err := ks.Fn(p.fwd, p.fwdSmem)
 	if err != nil {
 		return err
 	}
@@ -245,7 +247,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err != nil {
 		return err
 	}
-	ks, err := d.flashKernels()
+	ks, err := flashKernelSet(d)
 	if err != nil {
 		return err
 	}
@@ -266,7 +268,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	rows := bh * sq
 	dsum := workspace
 	dqacc := workspace.Offset(((rows*4 + 255) / 256) * 256)
-	pre, err := ks.fn(p.bwdPre, 0)
+	pre, err := ks.Fn(p.bwdPre, 0)
 	if err != nil {
 		return err
 	}
@@ -276,11 +278,11 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, DevicePtr(0), int32(rows), int32(dim)); err != nil {
 			return err
 		}
-		fdq, err := ks.fn(p.genBwdDQ, p.genDQSmem)
+		fdq, err := ks.Fn(p.genBwdDQ, p.genDQSmem)
 		if err != nil {
 			return err
 		}
-		fkv, err := ks.fn(p.genBwdDKDV, p.genKVSmem)
+		fkv, err := ks.Fn(p.genBwdDKDV, p.genKVSmem)
 		if err != nil {
 			return err
 		}
@@ -304,7 +306,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	}
 	vec := flashVecAligned(o, dO, dq, dqacc)
 	if vec {
-		if pre, err = ks.fn(p.bwdPreVec, 0); err != nil {
+		if pre, err = ks.Fn(p.bwdPreVec, 0); err != nil {
 			return err
 		}
 		preGrid = [3]uint32{Grid1D(rows*dim/8, 256), 1, 1}
@@ -324,7 +326,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if vec {
 		name, n = p.bwdConvertVec, n/8
 	}
-	conv, err := ks.fn(name, 0)
+	conv, err := ks.Fn(name, 0)
 	if err != nil {
 		return err
 	}
@@ -348,8 +350,8 @@ func flashVecAligned(ptrs ...DevicePtr) bool {
 }
 
 // flashBackwardFA2 launches FA2's tensor-core backward main kernel.
-func flashBackwardFA2(d *Device, ks *kernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	fb, err := ks.fn(p.bwd, p.bwdSmem)
+func flashBackwardFA2(d *Device, ks *driver.KernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	fb, err := ks.Fn(p.bwd, p.bwdSmem)
 	if err != nil {
 		return err
 	}

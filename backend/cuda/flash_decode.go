@@ -330,11 +330,11 @@ func FlashDecodeChoice(dt GemmType, bh, sq, sk, dim int, scale float32, causal b
 // flashForwardDecode launches the decode kernel (and, for v1, the combine);
 // workspace holds p.workspaceBytes() bytes (it may be 0 when that is 0).
 func flashForwardDecode(d *Device, p flashDecodePlan, q, k, v, o, lse, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashKernels()
+	ks, err := flashKernelSet(d)
 	if err != nil {
 		return err
 	}
-	f, err := ks.fn(p.kernel, p.smem)
+	f, err := ks.Fn(p.kernel, p.smem)
 	if err != nil {
 		return err
 	}
@@ -353,7 +353,7 @@ func flashForwardDecode(d *Device, p flashDecodePlan, q, k, v, o, lse, workspace
 	if p.flags&flashDecodeFused != 0 {
 		return nil
 	}
-	comb, err := ks.fn(p.combine, 0)
+	comb, err := ks.Fn(p.combine, 0)
 	if err != nil {
 		return err
 	}

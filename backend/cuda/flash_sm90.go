@@ -8,7 +8,6 @@ package cuda
 // and LSE contract as FA2's kernels (flash.go).
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"unsafe"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 )
 
 // The sm90 compile units (see package kernels): the forward and the
@@ -237,7 +238,7 @@ func flashSM90Pick(ccMajor, ccMinor int, dt GemmType, dim, sq int, causal bool, 
 // compiles the backward, and only a variant asked for by name the dev unit.
 var flashSM90Kernels struct {
 	mu   sync.Mutex
-	m    map[flashSM90Unit]*kernelSet
+	m    map[flashSM90Unit]*driver.KernelSet
 	errs map[flashSM90Unit]error
 }
 
@@ -246,7 +247,7 @@ type flashSM90Unit struct {
 	file string
 }
 
-func (d *Device) flashSM90Kernels(file string) (*kernelSet, error) {
+func flashSM90KernelSet(d *Device, file string) (*driver.KernelSet, error) {
 	flashSM90Kernels.mu.Lock()
 	defer flashSM90Kernels.mu.Unlock()
 	u := flashSM90Unit{d, file}
@@ -256,7 +257,7 @@ func (d *Device) flashSM90Kernels(file string) (*kernelSet, error) {
 	if err, ok := flashSM90Kernels.errs[u]; ok {
 		return nil, err
 	}
-	ks, err := d.compileFlashSM90(file)
+	ks, err := compileFlashSM90(d, file)
 	if err != nil {
 		if flashSM90Kernels.errs == nil {
 			flashSM90Kernels.errs = map[flashSM90Unit]error{}
@@ -265,22 +266,22 @@ func (d *Device) flashSM90Kernels(file string) (*kernelSet, error) {
 		return nil, err
 	}
 	if flashSM90Kernels.m == nil {
-		flashSM90Kernels.m = map[flashSM90Unit]*kernelSet{}
+		flashSM90Kernels.m = map[flashSM90Unit]*driver.KernelSet{}
 	}
 	flashSM90Kernels.m[u] = ks
 	return ks, nil
 }
 
-func (d *Device) compileFlashSM90(file string) (*kernelSet, error) {
+func compileFlashSM90(d *Device, file string) (*driver.KernelSet, error) {
 	if maj, mnr := d.ComputeCapability(); maj != 9 || mnr != 0 {
 		return nil, fmt.Errorf("cuda: %s needs compute capability 9.0 (sm_90a), device has %d.%d", file, maj, mnr)
 	}
-	return compileKernelSet(d, file)
+	return driver.CompileKernelSet(d, file)
 }
 
 // flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
 func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
+	ks, err := flashSM90KernelSet(d, flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}
@@ -334,59 +335,17 @@ func flashSM90Choice(d *Device, dt GemmType, dim, sq int, causal bool, scale flo
 	if err != nil || name == "" || env != "" {
 		return name, err
 	}
-	if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil || d.api.cuTensorMapEncodeTiled == 0 {
+	if _, err := flashSM90KernelSet(d, flashSM90UnitOf(name)); err != nil || !d.HasTensorMaps() {
 		return "", nil
 	}
 	return name, nil
 }
 
-// CUtensorMap enums (cuda.h) used here.
-const (
-	tensorMapDataTypeUint16 = 1
-	tensorMapSwizzle128B    = 3
-	tensorMapL2Promote128B  = 2
-)
-
-// tensorMapArgs are cuTensorMapEncodeTiled's array arguments, kept on the heap
-// so they can be pinned while the driver reads them.
-type tensorMapArgs struct {
-	dims    [3]uint64
-	strides [2]uint64
-	box     [3]uint32
-	elem    [3]uint32
-}
-
-// encodeFlashTensorMap writes into dst (128 bytes, 64-byte aligned) the TMA
-// map of a [bh, rows, dim] 16-bit tensor at ptr as the sm90 kernels
-// reads it: 3-D (dim, rows, bh), innermost first, boxes of 64 × boxRows × 1
-// elements with the 128-byte swizzle; reads past rows give zeros.
-func encodeFlashTensorMap(api *driverAPI, dst unsafe.Pointer, ptr DevicePtr, bh, rows, dim, boxRows int) error {
-	if api.cuTensorMapEncodeTiled == 0 {
-		return fmt.Errorf("cuda: the driver has no cuTensorMapEncodeTiled (the sm90 TMA forward needs a CUDA 12 driver)")
-	}
-	if ptr%16 != 0 {
-		return fmt.Errorf("cuda: sm90 TMA forward: tensor at %#x is not 16-byte aligned", uint64(ptr))
-	}
-	a := &tensorMapArgs{
-		dims:    [3]uint64{uint64(dim), uint64(rows), uint64(bh)},
-		strides: [2]uint64{uint64(dim * 2), uint64(rows * dim * 2)},
-		box:     [3]uint32{64, uint32(boxRows), 1},
-		elem:    [3]uint32{1, 1, 1},
-	}
-	var pin runtime.Pinner
-	pin.Pin(a)
-	defer pin.Unpin()
-	return api.check("cuTensorMapEncodeTiled", ccall(api.cuTensorMapEncodeTiled, uintptr(dst), tensorMapDataTypeUint16, 3,
-		uintptr(ptr), uintptr(unsafe.Pointer(&a.dims[0])), uintptr(unsafe.Pointer(&a.strides[0])),
-		uintptr(unsafe.Pointer(&a.box[0])), uintptr(unsafe.Pointer(&a.elem[0])),
-		0 /* no interleave */, tensorMapSwizzle128B, tensorMapL2Promote128B, 0 /* out of bounds: zeros */))
-}
-
 // flashForwardSM90WarpSpec launches a TMA forward: tensor maps of Q, K, V, then
 // O, LSE and the sizes.
-func flashForwardSM90WarpSpec(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardSM90WarpSpec(d *Device, ks *driver.KernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	smem := flashSM90WarpSpecSmem(dim)
-	f, err := ks.fn(name, smem)
+	f, err := ks.Fn(name, smem)
 	if err != nil {
 		return err
 	}
@@ -402,11 +361,11 @@ func flashForwardSM90WarpSpec(d *Device, ks *kernelSet, name string, q, k, v, o,
 // flashForwardSM90PingPong launches a ping-pong forward (flash_fwd_sm90_pingpong*_*):
 // the arguments of the TMA kernels, with the Q map's box and the grid sized
 // to its rows per CTA.
-func flashForwardSM90PingPong(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardSM90PingPong(d *Device, ks *driver.KernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
 	t := flashSM90PingPongOf(variant, dim)
 	smem := t.smem(dim)
-	f, err := ks.fn(name, smem)
+	f, err := ks.Fn(name, smem)
 	if err != nil {
 		return err
 	}
@@ -496,34 +455,12 @@ func flashSM90SectionHeads(bh, dim int) int {
 	return (bh + sections - 1) / sections
 }
 
-// flashSM90Sched is the device's dynamic schedule for the persistent
-// forward (two int32: the tile counter and the CTAs done), allocated and
-// zeroed on first use; each launch leaves it zeroed again for the next (the
-// last CTA resets it). The device's one stream orders the launches that
-// share it.
-func (d *Device) flashSM90Sched() (DevicePtr, error) {
-	d.flashSchedMu.Lock()
-	defer d.flashSchedMu.Unlock()
-	if d.flashSched != 0 {
-		return d.flashSched, nil
-	}
-	p, err := d.Alloc(8)
-	if err != nil {
-		return 0, err
-	}
-	if err := d.Memset(p, 0, 8); err != nil {
-		return 0, errors.Join(err, d.Free(p))
-	}
-	d.flashSched = p
-	return p, nil
-}
-
 // flashForwardSM90Persistent launches a persistent ping-pong forward
 // (flash_fwd_sm90_persistent*_*: persistent, persistent3wg): the arguments of the other ping-pong
 // kernels and the schedule (the counters or 0, the heads of a causal
 // section), all heads in one launch (the grid is 1-D, so flashHeadChunks'
 // limit on grid y does not apply), a CTA per SM.
-func flashForwardSM90Persistent(d *Device, ks *kernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardSM90Persistent(d *Device, ks *driver.KernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
 	t := flashSM90PingPongOf(variant, dim)
 	smem := t.smem(dim)
@@ -537,11 +474,11 @@ func flashForwardSM90Persistent(d *Device, ks *kernelSet, name string, q, k, v, 
 	}
 	var sched DevicePtr
 	if dynamic {
-		if sched, err = d.flashSM90Sched(); err != nil {
+		if sched, err = d.FlashSM90Sched(); err != nil {
 			return err
 		}
 	}
-	f, err := ks.fn(name, smem)
+	f, err := ks.Fn(name, smem)
 	if err != nil {
 		return err
 	}
@@ -562,12 +499,12 @@ type flashTMATensor struct {
 // (128 bytes each, which Launch's 8-byte argument slots cannot carry), as its
 // first parameters and args after them.
 func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads, smem, bh, dim int, maps []flashTMATensor, args []any) error {
-	slots, err := packArgs(args)
+	slots, err := driver.PackArgs(args)
 	if err != nil {
 		return err
 	}
 	nm := len(maps)
-	err = d.do(func() error {
+	err = d.Do(func() error {
 		var pin runtime.Pinner
 		defer pin.Unpin()
 		// 16-word maps, the first on a 64-byte boundary (the encoder
@@ -578,7 +515,7 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 		off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
 		mw := buf[off : off+nm*16]
 		for i, t := range maps {
-			if err := encodeFlashTensorMap(d.api, unsafe.Pointer(&mw[16*i]), t.ptr, bh, t.rows, dim, t.boxRows); err != nil {
+			if err := d.EncodeFlashTensorMap(unsafe.Pointer(&mw[16*i]), t.ptr, bh, t.rows, dim, t.boxRows); err != nil {
 				return err
 			}
 		}
@@ -591,9 +528,7 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 			params[nm+i] = uintptr(unsafe.Pointer(&slots[i]))
 		}
 		pin.Pin(&params[0])
-		return d.api.check("cuLaunchKernel", ccall(d.api.cuLaunchKernel, f.h,
-			uintptr(grid[0]), uintptr(grid[1]), 1, uintptr(threads), 1, 1,
-			uintptr(smem), d.stream, uintptr(unsafe.Pointer(&params[0])), 0))
+		return d.LaunchParamsRaw(f, [3]uint32{grid[0], grid[1], 1}, [3]uint32{uint32(threads), 1, 1}, uint32(smem), params)
 	})
 	if err != nil {
 		return fmt.Errorf("cuda: Launch %s grid %v smem %d: %w", name, grid, smem, err)
@@ -737,7 +672,7 @@ func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string,
 // (float32, zeroed before), dK, dV written. dsum and dqacc are
 // FlashBackward's workspace after flash_bwd_pre_<T>.
 func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
-	ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
+	ks, err := flashSM90KernelSet(d, flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}
@@ -753,7 +688,7 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		return fmt.Errorf("cuda: %s: dQaccum at %#x is not 16-byte aligned (the workspace must be)", name, uint64(dqacc))
 	}
 	smem := flashSM90BwdSmem(dim, variant)
-	f, err := ks.fn(name, smem)
+	f, err := ks.Fn(name, smem)
 	if err != nil {
 		return err
 	}

@@ -587,11 +587,11 @@ func flashSM90Where(got, ref, mag []float64, bh, sq, sk, dim int, causal bool, f
 func TestFlashSM90Resources(t *testing.T) {
 	d := sm90GPU(t)
 	for _, name := range flashSM90AllKernels {
-		ks, err := d.flashSM90Kernels(flashSM90UnitOf(name))
+		ks, err := flashSM90KernelSet(d, flashSM90UnitOf(name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := ks.fn(name, 0)
+		f, err := ks.Fn(name, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -900,11 +900,11 @@ func TestFlashSM90Speed(t *testing.T) {
 // machine: ./.gpu/cuda.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
 func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 	d := sm90GPU(b)
-	ks, err := d.flashSM90Kernels(flashSM90FwdFile)
+	ks, err := flashSM90KernelSet(d, flashSM90FwdFile)
 	if err != nil {
 		b.Fatal(err)
 	}
-	sched, err := d.flashSM90Sched()
+	sched, err := d.FlashSM90Sched()
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -921,7 +921,7 @@ func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 				name := flashSM90Name(GemmBF16, dim, kc.variant)
 				tl := flashSM90PingPongOf(kc.variant, dim)
 				smem := tl.smem(dim)
-				f, err := ks.fn(name, smem)
+				f, err := ks.Fn(name, smem)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -657,12 +658,12 @@ func (c *lowerCtx) launchGeneratedWith(src, entry string, threads int64, extra [
 		}
 	}
 	args = append(args, extra...)
-	l, err := newRawLaunch(f, c.gridFor(threads, 256), [3]uint32{256, 1, 1}, 0, args...)
+	l, err := driver.NewRawLaunch(f, c.gridFor(threads, 256), [3]uint32{256, 1, 1}, 0, args...)
 	if err != nil {
 		return nil, err
 	}
 	d := c.dev()
-	return func() error { return l.run(d) }, nil
+	return func() error { return l.Run(d) }, nil
 }
 
 // lowerFusedElementwise lowers a FusedElementwise node to one generated kernel.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -113,12 +114,12 @@ func (c *lowerCtx) lowerRowReduceGenerated(rp reducePlan, x, y buffer) (func() e
 		return nil, err
 	}
 	rowsPerBlock := int64(256 / lanes)
-	l, err := newRawLaunch(f, c.gridFor((rp.nout+rowsPerBlock-1)/rowsPerBlock, 1), [3]uint32{256, 1, 1}, 0, x.ptr, y.ptr)
+	l, err := driver.NewRawLaunch(f, c.gridFor((rp.nout+rowsPerBlock-1)/rowsPerBlock, 1), [3]uint32{256, 1, 1}, 0, x.ptr, y.ptr)
 	if err != nil {
 		return nil, err
 	}
 	d := c.dev()
-	return func() error { return l.run(d) }, nil
+	return func() error { return l.Run(d) }, nil
 }
 
 // colReduceProgram is one pass of a generated column reduction: x is
@@ -230,12 +231,12 @@ func (c *lowerCtx) lowerColReduceGenerated(rp reducePlan, x, y buffer) (func() e
 		if err != nil {
 			return nil, err
 		}
-		l, err := newRawLaunch(f, grid, block, 0, p.x.ptr, p.y.ptr)
+		l, err := driver.NewRawLaunch(f, grid, block, 0, p.x.ptr, p.y.ptr)
 		if err != nil {
 			return nil, err
 		}
 		d := c.dev()
-		return func() error { return l.run(d) }, nil
+		return func() error { return l.Run(d) }, nil
 	}
 	if rp.chunks <= 1 {
 		return launch(&colReduceProgram{x: x, y: y, rows: rp.count, cols: rp.nout, clen: rp.count, op: rp.op, divisor: div})

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -155,12 +156,12 @@ func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func
 	if err != nil {
 		return nil, err
 	}
-	l, err := newRawLaunch(f, grid, block, 0, args...)
+	l, err := driver.NewRawLaunch(f, grid, block, 0, args...)
 	if err != nil {
 		return nil, err
 	}
 	d := c.dev()
-	return func() error { return l.run(d) }, nil
+	return func() error { return l.Run(d) }, nil
 }
 
 // gridFor sizes a grid-stride launch: enough blocks to fill the GPU, never

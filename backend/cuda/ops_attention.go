@@ -176,7 +176,7 @@ func lowerFused(c *lowerCtx) (func() error, error) {
 		for _, f := range fns {
 			if f != nil {
 				all := seq(fns...)
-				return func() error { return dev.do(all) }
+				return func() error { return dev.Do(all) }
 			}
 		}
 		return nil

@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -44,7 +45,7 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 			return nil, err
 		}
 		return func() error {
-			return d.gemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
+			return d.GemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
 		}, nil
 	}
 	const tile = gemmF64Tile
@@ -67,12 +68,12 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 	for z0 := 0; z0 < batch; z0 += 65535 {
 		nz := min(65535, batch-z0)
 		grid := [3]uint32{uint32((n + tile - 1) / tile), uint32(gy), uint32(nz)}
-		l, err := newRawLaunch(f, grid, [3]uint32{tile, tile, 1}, 0, ta, tb, int64(m), int64(n), int64(k), alpha,
+		l, err := driver.NewRawLaunch(f, grid, [3]uint32{tile, tile, 1}, 0, ta, tb, int64(m), int64(n), int64(k), alpha,
 			A.Offset(z0*int(sA)*8), sA, B.Offset(z0*int(sB)*8), sB, beta, C.Offset(z0*int(sC)*8), sC)
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, func() error { return l.run(d) })
+		calls = append(calls, func() error { return l.Run(d) })
 	}
 	return seq(calls...), nil
 }

@@ -650,23 +650,3 @@ func TestPlanUpdatesInPlace(t *testing.T) {
 		}
 	}
 }
-
-func TestCublasWorkspaceSize(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		want int
-		bad  bool
-	}{{"", 32 << 20, false}, {"0", 0, false}, {"4", 4 << 20, false}, {"-1", 0, true}, {"lots", 0, true}, {"5000", 0, true}} {
-		t.Setenv("FLASHGRAPH_CUBLAS_WORKSPACE_MIB", c.env)
-		got, err := cublasWorkspaceSize()
-		if c.bad {
-			if err == nil || !strings.Contains(err.Error(), "FLASHGRAPH_CUBLAS_WORKSPACE_MIB") {
-				t.Errorf("%q: %d, %v; want an error naming the variable", c.env, got, err)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("%q: %d, %v; want %d", c.env, got, err, c.want)
-		}
-	}
-}

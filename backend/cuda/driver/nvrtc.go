@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"crypto/sha256"
@@ -268,3 +268,25 @@ func (d *Device) CompileFile(file string, extraOpts ...string) (*Module, error) 
 	}
 	return d.Compile(file, src, extraOpts...)
 }
+
+// NVRTCVersion is the loaded NVRTC's version ("13.0"); it needs no GPU.
+func NVRTCVersion() (string, error) {
+	api, err := loadNVRTC()
+	if err != nil {
+		return "", err
+	}
+	return api.version, nil
+}
+
+// NVRTCCompile compiles source with NVRTC and opts (CompileOptions), with
+// no cubin cache and no GPU: for checks of the generated machine code.
+func NVRTCCompile(name, source string, opts []string) (cubin []byte, log string, err error) {
+	api, err := loadNVRTC()
+	if err != nil {
+		return nil, "", err
+	}
+	return api.compile(name, source, opts)
+}
+
+// CompileOptions are the NVRTC options Compile uses for arch, then extra.
+func CompileOptions(arch string, extra []string) []string { return compileOptions(arch, extra) }

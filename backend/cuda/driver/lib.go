@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -134,3 +134,6 @@ func (l *loadOnce[T]) get(load func() (T, error)) (T, error) {
 
 // errClosed is returned by every method of a Device after Close.
 var errClosed = errors.New("cuda: device is closed")
+
+// ToolkitDirs lists CUDA toolkit roots: $CUDA_HOME, $CUDA_PATH, then /usr/local/cuda.
+func ToolkitDirs() []string { return toolkitDirs() }

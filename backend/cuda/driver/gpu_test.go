@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 // Tests that need a GPU. Without one they skip with the reason Available gives.
 
@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"unsafe"
+
+	"github.com/flashgraph/flashgraph/graph"
 )
 
 var (
@@ -402,10 +404,10 @@ func runRowMajorGemm(t *testing.T, d *Device, typ GemmType, c gemmCase, r *rand.
 	uOut := math.Ldexp(1, -24)
 	switch typ {
 	case GemmBF16:
-		round = func(v float64) float64 { return float64(BF16ToFloat32(BF16FromFloat32(float32(v)))) }
+		round = func(v float64) float64 { return float64(graph.BF16ToFloat32(graph.BF16FromFloat32(float32(v)))) }
 		uOut = math.Ldexp(1, -8)
 	case GemmF16:
-		round = func(v float64) float64 { return float64(F16ToFloat32(F16FromFloat32(float32(v)))) }
+		round = func(v float64) float64 { return float64(graph.F16ToFloat32(graph.F16FromFloat32(float32(v)))) }
 		uOut = math.Ldexp(1, -11)
 	}
 	strideA, strideB, strideC := c.m*c.k, c.k*c.n, c.m*c.n
@@ -437,9 +439,9 @@ func runRowMajorGemm(t *testing.T, d *Device, typ GemmType, c gemmCase, r *rand.
 			v := make([]uint16, len(s))
 			for i, x := range s {
 				if typ == GemmBF16 {
-					v[i] = BF16FromFloat32(float32(x))
+					v[i] = graph.BF16FromFloat32(float32(x))
 				} else {
-					v[i] = F16FromFloat32(float32(x))
+					v[i] = graph.F16FromFloat32(float32(x))
 				}
 			}
 			p, err = Upload(d, v)
@@ -470,9 +472,9 @@ func runRowMajorGemm(t *testing.T, d *Device, typ GemmType, c gemmCase, r *rand.
 		}
 		for i, x := range v {
 			if typ == GemmBF16 {
-				got[i] = float64(BF16ToFloat32(x))
+				got[i] = float64(graph.BF16ToFloat32(x))
 			} else {
-				got[i] = float64(F16ToFloat32(x))
+				got[i] = float64(graph.F16ToFloat32(x))
 			}
 		}
 	}

@@ -1,15 +1,15 @@
-package cuda
+package driver
 
 import (
 	"fmt"
 	"sync"
 )
 
-// kernelSet is one embedded compile unit compiled for one device, and the
+// KernelSet is one embedded compile unit compiled for one device, and the
 // entry points looked up in it so far: the one kernel cache of the backend
 // (the Backend holds ops.cu's; flash.go holds flash_attention.cu's and
 // flash_sm90.go each sm90 unit's per device).
-type kernelSet struct {
+type KernelSet struct {
 	dev *Device
 	mod *Module
 
@@ -18,19 +18,19 @@ type kernelSet struct {
 	smem map[string]int // dynamic shared memory each kernel's limit is raised to
 }
 
-// compileKernelSet compiles an embedded compile unit (see package kernels).
-func compileKernelSet(d *Device, file string, opts ...string) (*kernelSet, error) {
+// CompileKernelSet compiles an embedded compile unit (see package kernels).
+func CompileKernelSet(d *Device, file string, opts ...string) (*KernelSet, error) {
 	mod, err := d.CompileFile(file, opts...)
 	if err != nil {
 		return nil, err
 	}
-	return &kernelSet{dev: d, mod: mod, fns: map[string]*Function{}, smem: map[string]int{}}, nil
+	return &KernelSet{dev: d, mod: mod, fns: map[string]*Function{}, smem: map[string]int{}}, nil
 }
 
-// fn looks a kernel up (once) and makes sure it may launch with smem bytes
+// Fn looks a kernel up (once) and makes sure it may launch with smem bytes
 // of dynamic shared memory: above the default 48 KiB the limit is raised,
 // up to what the device allows.
-func (ks *kernelSet) fn(name string, smem int) (*Function, error) {
+func (ks *KernelSet) Fn(name string, smem int) (*Function, error) {
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	f, ok := ks.fns[name]

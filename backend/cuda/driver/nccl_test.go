@@ -1,9 +1,11 @@
-package cuda
+package driver
 
 import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
 )
 
 // Without NCCL every entry point fails with an error that names the library
@@ -99,7 +101,7 @@ func TestNCCLAllReduceTwoGPUs(t *testing.T) {
 			} else {
 				h := make([]uint16, n)
 				for i := range h {
-					h[i] = BF16FromFloat32(value(r, i))
+					h[i] = graph.BF16FromFloat32(value(r, i))
 				}
 				bufs[r], err = Upload(d, h)
 			}
@@ -125,7 +127,7 @@ func TestNCCLAllReduceTwoGPUs(t *testing.T) {
 				h := make([]uint16, n)
 				err = Download(d, bufs[r], h)
 				for i, b := range h {
-					got[i] = BF16ToFloat32(b)
+					got[i] = graph.BF16ToFloat32(b)
 				}
 			}
 			if err != nil {

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -174,9 +174,9 @@ type Device struct {
 	smemOptin int
 	reqs      chan func()
 	done      chan struct{}
-	// runMu serialises executables' runs: a run being captured into a CUDA
+	// RunMu serialises executables' runs: a run being captured into a CUDA
 	// graph must be the only work queued on the stream meanwhile.
-	runMu        sync.Mutex
+	RunMu        sync.Mutex
 	closed       atomic.Bool
 	closeOnce    sync.Once
 	closeErr     error

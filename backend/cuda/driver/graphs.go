@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"errors"
@@ -18,9 +18,9 @@ import (
 // capturing stream, and the device goroutine is the one thread that does.
 const cuStreamCaptureModeThreadLocal = 1
 
-// graphsEnabled reports whether the driver has the graph API and the user
+// GraphsEnabled reports whether the driver has the graph API and the user
 // did not turn it off.
-func (d *Device) graphsEnabled() bool {
+func (d *Device) GraphsEnabled() bool {
 	a := d.api
 	if a.cuStreamBeginCapture == 0 || a.cuStreamEndCapture == 0 || a.cuGraphInstantiate == 0 ||
 		a.cuGraphLaunch == 0 || a.cuGraphExecDestroy == 0 || a.cuGraphDestroy == 0 {
@@ -58,16 +58,16 @@ func (d *Device) capture(run func() error) (exec uintptr, err error) {
 	return exec, err
 }
 
-// replayer runs one fixed sequence of stream work: plainly the first time,
+// Replayer runs one fixed sequence of stream work: plainly the first time,
 // then captured once, then by replaying the graph.
-type replayer struct {
+type Replayer struct {
 	exec uintptr
 	runs int
 	off  error // why graphs are not used (nil: they are, or will be)
 }
 
-// run queues the work of fn (which must queue the same work every call).
-func (r *replayer) run(d *Device, fn func() error) error {
+// Run queues the work of fn (which must queue the same work every call).
+func (r *Replayer) Run(d *Device, fn func() error) error {
 	if r.off != nil {
 		return fn()
 	}
@@ -77,7 +77,7 @@ func (r *replayer) run(d *Device, fn func() error) error {
 		})
 	}
 	r.runs++
-	if !d.graphsEnabled() {
+	if !d.GraphsEnabled() {
 		r.off = errors.New("CUDA graphs are off (FLASHGRAPH_CUDA_GRAPHS, or the driver lacks them)")
 		return fn()
 	}
@@ -94,11 +94,11 @@ func (r *replayer) run(d *Device, fn func() error) error {
 		return fn()
 	}
 	r.exec = exec
-	return r.run(d, fn)
+	return r.Run(d, fn)
 }
 
-// release destroys the graph.
-func (r *replayer) release(d *Device) error {
+// Release destroys the graph.
+func (r *Replayer) Release(d *Device) error {
 	if r.exec == 0 {
 		return nil
 	}
@@ -106,3 +106,9 @@ func (r *replayer) release(d *Device) error {
 	r.exec = 0
 	return d.do(func() error { return d.api.check("cuGraphExecDestroy", ccall(d.api.cuGraphExecDestroy, exec)) })
 }
+
+// Replaying reports whether r now replays a graph.
+func (r *Replayer) Replaying() bool { return r.exec != 0 }
+
+// Off is why r does not use graphs (nil: it does, or will).
+func (r *Replayer) Off() error { return r.off }

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"fmt"
@@ -16,15 +16,15 @@ import (
 // the same driver and cuBLAS calls as Launch and GemmStridedBatched without
 // the round trip. They must only be called from a function passed to d.do.
 
-// rawLaunch is one kernel launch with its arguments packed at Compile.
-type rawLaunch struct {
+// RawLaunch is one kernel launch with its arguments packed at Compile.
+type RawLaunch struct {
 	f           *Function
 	grid, block [3]uint32
 	smem        uint32
 	slots       []uint64
 }
 
-func newRawLaunch(f *Function, grid, block [3]uint32, smem uint32, args ...any) (*rawLaunch, error) {
+func NewRawLaunch(f *Function, grid, block [3]uint32, smem uint32, args ...any) (*RawLaunch, error) {
 	for i := range 3 {
 		if grid[i] == 0 || block[i] == 0 {
 			return nil, fmt.Errorf("cuda: launch %s: grid %v and block %v must have no zero dimension", f.name, grid, block)
@@ -34,11 +34,11 @@ func newRawLaunch(f *Function, grid, block [3]uint32, smem uint32, args ...any) 
 	if err != nil {
 		return nil, fmt.Errorf("cuda: launch %s: %w", f.name, err)
 	}
-	return &rawLaunch{f: f, grid: grid, block: block, smem: smem, slots: slots}, nil
+	return &RawLaunch{f: f, grid: grid, block: block, smem: smem, slots: slots}, nil
 }
 
-// run queues the launch; it runs on the device goroutine.
-func (l *rawLaunch) run(d *Device) error {
+// Run queues the launch; it runs on the device goroutine.
+func (l *RawLaunch) Run(d *Device) error {
 	// As in Launch: the parameter array and the values it points at are read
 	// by the driver during the call, so both stay pinned until it returns.
 	var pin runtime.Pinner
@@ -61,8 +61,8 @@ func (l *rawLaunch) run(d *Device) error {
 	return nil
 }
 
-// gemmRaw is RowMajorBatchedMatMul on the device goroutine.
-func (d *Device) gemmRaw(t GemmType, transA, transB bool, m, n, k int, alpha float32, A DevicePtr, strideA int64,
+// GemmRaw is RowMajorBatchedMatMul on the device goroutine.
+func (d *Device) GemmRaw(t GemmType, transA, transB bool, m, n, k int, alpha float32, A DevicePtr, strideA int64,
 	B DevicePtr, strideB int64, beta float32, C DevicePtr, strideC int64, batch int) error {
 	if m == 0 || n == 0 || batch == 0 {
 		return nil
@@ -97,10 +97,40 @@ func (d *Device) gemmRaw(t GemmType, transA, transB bool, m, n, k int, alpha flo
 	return nil
 }
 
-// memsetRaw is Memset on the device goroutine.
-func (d *Device) memsetRaw(p DevicePtr, byteVal byte, bytes int) error {
+// MemsetRaw is Memset on the device goroutine.
+func (d *Device) MemsetRaw(p DevicePtr, byteVal byte, bytes int) error {
 	if bytes <= 0 {
 		return nil
 	}
 	return d.api.check("cuMemsetD8Async", ccall(d.api.cuMemsetD8Async, uintptr(p), uintptr(byteVal), uintptr(bytes), d.stream))
 }
+
+// Do runs f on the device goroutine, where the functions above may be
+// called: the executor hands it whole runs of steps in one request.
+func (d *Device) Do(f func() error) error { return d.do(f) }
+
+// Events on the device goroutine, as plain handles: the executor's profiler
+// records one before each step of a run queued inside one Do.
+
+// EventCreateRaw creates an event into *e.
+func (d *Device) EventCreateRaw(e *uintptr) error {
+	return d.api.check("cuEventCreate", ccall(d.api.cuEventCreate, uintptr(unsafe.Pointer(e)), 0))
+}
+
+// EventRecordRaw records e on the device's stream.
+func (d *Device) EventRecordRaw(e uintptr) error {
+	return d.api.check("cuEventRecord", ccall(d.api.cuEventRecord, e, d.stream))
+}
+
+// EventSynchronizeRaw waits for e.
+func (d *Device) EventSynchronizeRaw(e uintptr) error {
+	return d.api.check("cuEventSynchronize", ccall(d.api.cuEventSynchronize, e))
+}
+
+// EventElapsedRaw writes into *ms the milliseconds from start to end.
+func (d *Device) EventElapsedRaw(ms *float32, start, end uintptr) error {
+	return d.api.check("cuEventElapsedTime", ccall(d.api.cuEventElapsedTime, uintptr(unsafe.Pointer(ms)), start, end))
+}
+
+// EventDestroyRaw destroys e, ignoring the result.
+func (d *Device) EventDestroyRaw(e uintptr) { ccall(d.api.cuEventDestroy, e) }

@@ -1,4 +1,4 @@
-package cuda
+package driver
 
 import (
 	"fmt"
@@ -160,7 +160,7 @@ func (d *Device) setCublasWorkspace(api *cublasAPI) error {
 	}
 	var p DevicePtr
 	if err := d.api.check("cuMemAlloc_v2", ccall(d.api.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
-		return fmt.Errorf("cuda: cuBLAS workspace of %s: %w", FormatBytes(int64(size)), err)
+		return fmt.Errorf("cuda: cuBLAS workspace of %.2f MiB: %w", float64(size)/(1<<20), err)
 	}
 	if err := api.check("cublasSetWorkspace_v2", ccall(api.cublasSetWorkspace, d.cublasHandle, uintptr(p), uintptr(size))); err != nil {
 		ccall(d.api.cuMemFree, uintptr(p))
