@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"github.com/flashgraph/flashgraph/backend/cuda/attention"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -39,7 +40,7 @@ func composedType(op string, dt graph.DType) graph.DType {
 // fusedAttention reports whether node n can run on the fused flash kernels.
 func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool {
 	bh, sq, sk, d, scale, _, err := attnDims(n)
-	if err != nil || checkFlashShape(bh, sq, sk, d) != nil {
+	if err != nil || attention.CheckShape(bh, sq, sk, d) != nil {
 		return false
 	}
 	lse := n.Inputs[len(n.Inputs)-2] // FlashAttentionGrad's L
@@ -53,7 +54,7 @@ func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool 
 	if err != nil {
 		return false
 	}
-	_, err = planFlash(t, d, float32(scale))
+	err = attention.Supported(t, d, float32(scale))
 	return err == nil
 }
 

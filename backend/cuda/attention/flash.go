@@ -1,4 +1,4 @@
-package cuda
+package attention
 
 // Launchers for kernels/flash_attention.cu: FlashAttention forward and backward.
 // Layout: Q, O, dO, dQ are [bh, sq, dim]; K, V, dK, dV are [bh, sk, dim], all
@@ -272,7 +272,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	if err != nil {
 		return err
 	}
-	preGrid := [3]uint32{Grid1D(rows, 8), 1, 1}
+	preGrid := [3]uint32{driver.Grid1D(rows, 8), 1, 1}
 	blk256 := [3]uint32{256, 1, 1}
 	if !p.tensorCore {
 		if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, DevicePtr(0), int32(rows), int32(dim)); err != nil {
@@ -309,7 +309,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		if pre, err = ks.Fn(p.bwdPreVec, 0); err != nil {
 			return err
 		}
-		preGrid = [3]uint32{Grid1D(rows*dim/8, 256), 1, 1}
+		preGrid = [3]uint32{driver.Grid1D(rows*dim/8, 256), 1, 1}
 	}
 	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package cuda
+package attention
 
 // Launchers for the Hopper (sm_90a: wgmma, TMA) FlashAttention kernels:
 // kernels/flash_sm90_fwd.cu's forwards and kernels/flash_sm90_bwd.cu's

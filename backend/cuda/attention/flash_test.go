@@ -1,4 +1,4 @@
-package cuda
+package attention
 
 import (
 	"bytes"
@@ -10,7 +10,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
@@ -766,39 +765,5 @@ func TestFlashDecodeDispatch(t *testing.T) {
 	t.Setenv(FlashDecodeEnv, "maybe")
 	if err := FlashForward(d, dt, q, k, v, q, q, bh, sq, sk, dim, scale, false); err == nil || !strings.Contains(err.Error(), FlashDecodeEnv) {
 		t.Errorf("%s=maybe: %v, want an error naming the variable", FlashDecodeEnv, err)
-	}
-}
-
-// TestPlanDecodeWorkspace checks that the memory plan gives a fused forward of
-// a decode shape the decode forward's workspace (exactly
-// FlashForwardWorkspaceBytes), and other forwards none.
-func TestPlanDecodeWorkspace(t *testing.T) {
-	for _, c := range []struct {
-		sq, sk int
-		causal bool
-	}{{1, 2048, false}, {16, 4096, false}, {16, 4096, true}, {32, 4096, false}, {4, 512, false}} {
-		b := graph.NewBuilder("decode")
-		q := b.Input("q", graph.BFloat16, 2, 3, c.sq, 64)
-		k := b.Input("k", graph.BFloat16, 2, 3, c.sk, 64)
-		v := b.Input("v", graph.BFloat16, 2, 3, c.sk, 64)
-		attrs := graph.Attrs{"causal": graph.Int(int64(b2i(c.causal))), "scale": graph.Float(0.125)}
-		b.Output(b.OpN("FlashAttention", attrs, q, k, v)...)
-		p := plan(t, build(t, b), PlanOptions{})
-		want := FlashForwardWorkspaceBytes(GemmBF16, 6, c.sq, c.sk, 64, 0.125, c.causal)
-		if (want > 0) != (c.sq <= 16 && !c.causal && c.sk >= 1024) {
-			t.Errorf("sq %d sk %d causal %v: FlashForwardWorkspaceBytes %d", c.sq, c.sk, c.causal, want)
-		}
-		got := 0
-		for _, tt := range p.Tensors {
-			if tt.Scratch && tt.Op == "FlashAttention" {
-				if !strings.HasSuffix(tt.Name, "/workspace") {
-					t.Errorf("sq %d sk %d: unexpected scratch %s", c.sq, c.sk, tt.Name)
-				}
-				got += int(tt.Bytes)
-			}
-		}
-		if got != want {
-			t.Errorf("sq %d sk %d causal %v: the plan gives the forward %d bytes of workspace, want %d", c.sq, c.sk, c.causal, got, want)
-		}
 	}
 }

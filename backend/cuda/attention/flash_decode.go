@@ -1,4 +1,4 @@
-package cuda
+package attention
 
 // Launcher for flash_attention.cu's decode forward (flash_decode_*): a few
 // query rows (generation: Sq <= 16) against a long K/V. One CTA per (bh,
