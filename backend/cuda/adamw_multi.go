@@ -8,6 +8,7 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -126,7 +127,7 @@ func (a *adamwMember) refusal() string {
 	if a.g.n != n {
 		return "gradient and param differ in length"
 	}
-	if a.g.dt != graph.Float32 && !is16(a.g.dt) {
+	if a.g.dt != graph.Float32 && !codegen.Is16(a.g.dt) {
 		return fmt.Sprintf("gradient is %v (want float32, bfloat16 or float16)", a.g.dt)
 	}
 	if a.lr.n != 1 || a.step.n != 1 {

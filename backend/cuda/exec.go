@@ -67,7 +67,7 @@ type Backend struct {
 	opts Options
 	ops  *driver.KernelSet // ops.cu
 
-	// generated are the code generator's kernels (fused.go), by source.
+	// generated are the code generator's kernels (codegen/fused.go), by source.
 	genMu     sync.Mutex
 	generated map[string]*Function
 

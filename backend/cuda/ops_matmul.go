@@ -3,6 +3,7 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -155,10 +156,10 @@ func lowerMatMul(c *lowerCtx) (func() error, error) {
 	for i, d := range batch {
 		dims[i] = int64(d)
 	}
-	sa := broadcastOperand(buffer{}, as[:as.Rank()-2], batch).strides
-	sb := broadcastOperand(buffer{}, bs[:bs.Rank()-2], batch).strides
-	sc := contiguousStrides(batch)
-	dims, st := coalesce(dims, [][]int64{sa, sb, sc})
+	sa := codegen.BroadcastOperand(codegen.Buffer{}, as[:as.Rank()-2], batch).Strides
+	sb := codegen.BroadcastOperand(codegen.Buffer{}, bs[:bs.Rank()-2], batch).Strides
+	sc := codegen.ContiguousStrides(batch)
+	dims, st := codegen.Coalesce(dims, [][]int64{sa, sb, sc})
 	last := len(dims) - 1
 	inner := dims[last]
 	mk, kn, mn := int64(m*k), int64(k*n), int64(m*n)
@@ -227,7 +228,7 @@ func lowerGemm(c *lowerCtx) (func() error, error) {
 	var fillC func() error
 	if c.hasIn(2) && beta != 0 {
 		ys := c.n.Outputs[0].Type.Shape
-		if fillC, err = c.copyTo(y, ys, broadcastOperand(c.in(2), c.n.Inputs[2].Type.Shape, ys)); err != nil {
+		if fillC, err = c.copyTo(y, ys, codegen.BroadcastOperand(c.inGen(2), c.n.Inputs[2].Type.Shape, ys)); err != nil {
 			return nil, err
 		}
 	} else {

@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/autodiff"
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -421,7 +422,7 @@ func TestCoalesce(t *testing.T) {
 		// All ones: one element.
 		{[]int64{1, 1}, [][]int64{{1, 1}}, []int64{1}, [][]int64{{0}}},
 	} {
-		d, s := coalesce(c.dims, c.strides)
+		d, s := codegen.Coalesce(c.dims, c.strides)
 		if !equalInts(d, c.want) || len(s) != len(c.wantS) {
 			t.Errorf("coalesce(%v, %v) = %v, %v; want %v, %v", c.dims, c.strides, d, s, c.want, c.wantS)
 			continue

@@ -1,4 +1,4 @@
-package cuda
+package codegen
 
 import (
 	"os"
@@ -30,7 +30,7 @@ func TestExprCAttributes(t *testing.T) {
 		{"Shrink", graph.Attrs{"bias": graph.Float(1.5), "lambd": graph.Float(2)}, "(float)-2 > a0", ""},
 	} {
 		args := []string{"a0", "a1"}
-		got, err := opExpr(c.op, c.attrs, "float", args)
+		got, err := OpExpr(c.op, c.attrs, "float", args)
 		if err != nil {
 			t.Errorf("%s %v: %v", c.op, c.attrs, err)
 			continue
@@ -41,10 +41,10 @@ func TestExprCAttributes(t *testing.T) {
 	}
 	// A step's attributes reach its code; a node's reach its one-step program.
 	sh := graph.Shape{16}
-	f32 := buffer{ptr: 0x2000, dt: graph.Float32, n: 16}
-	p := &ewProgram{shape: sh, ins: []operand{broadcastOperand(f32, sh, sh)}, outs: []int{0}, obufs: []buffer{f32},
-		steps: []graph.FusedStep{{Op: "Elu", Attrs: graph.Attrs{"alpha": graph.Float(0.75)}, Args: []graph.FusedOperand{{Index: 0}}}}}
-	src, _, _, err := p.generate()
+	f32 := Buffer{Addr: 0x2000, DType: graph.Float32, N: 16}
+	p := &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(f32, sh, sh)}, Outs: []int{0}, OutBufs: []Buffer{f32},
+		Steps: []graph.FusedStep{{Op: "Elu", Attrs: graph.Attrs{"alpha": graph.Float(0.75)}, Args: []graph.FusedOperand{{Index: 0}}}}}
+	src, _, _, err := p.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,14 +52,14 @@ func TestExprCAttributes(t *testing.T) {
 		t.Errorf("Elu{alpha=0.75}: the literal is not in\n%s", src)
 	}
 	// Integer remainder raises the node's flag on a zero divisor.
-	i64 := buffer{ptr: 0x1000, dt: graph.Int64, n: 16}
-	p = &ewProgram{shape: sh, ins: []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}, outs: []int{0}, obufs: []buffer{i64},
-		steps: []graph.FusedStep{{Op: "Mod", Attrs: graph.Attrs{"fmod": graph.Int(0)}, Args: []graph.FusedOperand{{Index: 0}, {Index: 1}}}}}
-	if src, _, _, err = p.generate(); err != nil {
+	i64 := Buffer{Addr: 0x1000, DType: graph.Int64, N: 16}
+	p = &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(i64, sh, sh), BroadcastOperand(i64, sh, sh)}, Outs: []int{0}, OutBufs: []Buffer{i64},
+		Steps: []graph.FusedStep{{Op: "Mod", Attrs: graph.Attrs{"fmod": graph.Int(0)}, Args: []graph.FusedOperand{{Index: 0}, {Index: 1}}}}}
+	if src, _, _, err = p.Generate(); err != nil {
 		t.Fatal(err)
 	}
-	if !p.usesFlag || !strings.Contains(src, "fg_imod(a0, a1, flag, code)") {
-		t.Errorf("int64 Mod: usesFlag %v:\n%s", p.usesFlag, src)
+	if !p.UsesFlag || !strings.Contains(src, "fg_imod(a0, a1, flag, code)") {
+		t.Errorf("int64 Mod: usesFlag %v:\n%s", p.UsesFlag, src)
 	}
 }
 
@@ -109,15 +109,15 @@ func TestEwKernelsHostSyntax(t *testing.T) {
 			dts = append(dts, graph.Int64)
 		}
 		for _, dt := range dts {
-			in := buffer{ptr: 0x1000, dt: dt, n: 16}
-			p := &ewProgram{shape: sh, outs: []int{0}, obufs: []buffer{{ptr: 0x2000, dt: dt, n: 16}}}
+			in := Buffer{Addr: 0x1000, DType: dt, N: 16}
+			p := &Elementwise{Shape: sh, Outs: []int{0}, OutBufs: []Buffer{{Addr: 0x2000, DType: dt, N: 16}}}
 			st := graph.FusedStep{Op: spec.Name, Attrs: graph.ExprStepAttrs(spec.Name, nil)}
 			for i := range spec.Inputs {
-				p.ins = append(p.ins, broadcastOperand(in, sh, sh))
+				p.Ins = append(p.Ins, BroadcastOperand(in, sh, sh))
 				st.Args = append(st.Args, graph.FusedOperand{Index: i})
 			}
-			p.steps = []graph.FusedStep{st}
-			src, _, _, err := p.generate()
+			p.Steps = []graph.FusedStep{st}
+			src, _, _, err := p.Generate()
 			if err != nil {
 				t.Errorf("%s (%v): %v", spec.Name, dt, err)
 				continue

@@ -1,4 +1,4 @@
-package cuda
+package codegen
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -20,32 +19,32 @@ import (
 // thread moves 16-byte vectors. Kernels are compiled once per distinct
 // source and cached on disk with the other cubins.
 
-// ewCompileOptions: --fmad=false keeps a*b+c two rounded operations, as the
+// CompileOptions: --fmad=false keeps a*b+c two rounded operations, as the
 // CPU reference computes it.
-var ewCompileOptions = []string{"-std=c++17", "--fmad=false"}
+var CompileOptions = []string{"-std=c++17", "--fmad=false"}
 
-// ewProgram is one generated elementwise kernel.
-type ewProgram struct {
-	shape graph.Shape // every step's shape (the outputs')
-	ins   []operand   // read through strides over shape
-	steps []graph.FusedStep
-	outs  []int    // the step each output holds
-	obufs []buffer // the outputs
+// Elementwise is one generated elementwise kernel.
+type Elementwise struct {
+	Shape   graph.Shape // every step's shape (the outputs')
+	Ins     []Operand   // read through strides over shape
+	Steps   []graph.FusedStep
+	Outs    []int    // the step each output holds
+	OutBufs []Buffer // the outputs
 	// ostrides, when set, place output k at offset ooff[k] with strides
 	// ostrides[k] over shape (a slice of a larger tensor: Concat); nil
 	// means contiguous.
-	ostrides [][]int64
-	ooff     []int64
+	OutStrides [][]int64
+	OutOffs    []int64
 	// narrow, when set, is each step's dtype: a bfloat16 or float16 step is
 	// rounded to it before later steps read it, as separate nodes would be.
-	narrow []graph.DType
-	// usesFlag is set by generate when a step divides integers: the kernel
+	Narrow []graph.DType
+	// UsesFlag is set by Generate when a step divides integers: the kernel
 	// then takes the error flag and the node's code after the buffers.
-	usesFlag bool
+	UsesFlag bool
 }
 
-// ctype is the C type a buffer holds.
-func ctype(dt graph.DType) (string, error) {
+// CType is the C type a buffer holds.
+func CType(dt graph.DType) (string, error) {
 	switch dt {
 	case graph.Float32:
 		return "float", nil
@@ -63,13 +62,13 @@ func ctype(dt graph.DType) (string, error) {
 	return "", fmt.Errorf("generated elementwise kernels do not handle %v", dt)
 }
 
-// exprC renders an op-table expression (graph.Expr) as C over operand
+// ExprC renders an op-table expression (graph.Expr) as C over operand
 // expressions args, computed in ct: "float" or "double", or "long long" for
 // integer work (int64 and bool data). The renderer knows primitives, not
 // ops: every elementwise op gets its code from its one definition. Integer
 // division by zero calls fg_idiv, which raises the node's error flag (the
 // kernel then takes flag and code parameters: usesFlag).
-func exprC(e *graph.Expr, ct string, args []string) (string, error) {
+func ExprC(e *graph.Expr, ct string, args []string) (string, error) {
 	return renderC(e, ct, args, true)
 }
 
@@ -243,12 +242,12 @@ __device__ __forceinline__ long long fg_ipow(long long x, long long y)
 }
 `
 
-// opExpr is the C expression of op over operand expressions a: the op
+// OpExpr is the C expression of op over operand expressions a: the op
 // table's expression rendered, or the operand itself for Identity (a copy,
 // which converts between the operand's and the output's types).
 // An op whose expression reads attributes is rendered at the node's (or
 // the step's) values, which the C holds as literals.
-func opExpr(op string, attrs graph.Attrs, ct string, a []string) (string, error) {
+func OpExpr(op string, attrs graph.Attrs, ct string, a []string) (string, error) {
 	if op == "Identity" {
 		return a[0], nil
 	}
@@ -260,19 +259,19 @@ func opExpr(op string, attrs graph.Attrs, ct string, a []string) (string, error)
 	if err != nil {
 		return "", err
 	}
-	return exprC(e, ct, a)
+	return ExprC(e, ct, a)
 }
 
 // stepExpr is the C expression of a body step: op over the operand
 // expressions ops, rounded to narrow when that is a 16-bit type, as the
 // result of a node of its own would be stored.
 func stepExpr(st graph.FusedStep, ct string, ops []string, narrow graph.DType) (string, error) {
-	e, err := opExpr(st.Op, st.Attrs, ct, ops)
+	e, err := OpExpr(st.Op, st.Attrs, ct, ops)
 	if err != nil {
 		return "", err
 	}
-	if is16(narrow) {
-		t, _ := ctype(narrow)
+	if Is16(narrow) {
+		t, _ := CType(narrow)
 		e = loadExpr(t, ct, storeExpr(t, ct, e))
 	}
 	return e, nil
@@ -346,43 +345,43 @@ func vecType(n int) string {
 	return "unsigned char"
 }
 
-// generate writes the kernel source ("ew" is its entry point) and returns it
+// Generate writes the kernel source ("ew" is its entry point) and returns it
 // with the launch's element count and vector width.
-func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
-	n = int64(p.shape.Numel())
-	dims := make([]int64, p.shape.Rank())
-	for i, d := range p.shape {
+func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
+	n = int64(p.Shape.Numel())
+	dims := make([]int64, p.Shape.Rank())
+	for i, d := range p.Shape {
 		dims[i] = int64(d)
 	}
-	strides := make([][]int64, 0, len(p.ins)+1)
-	for _, o := range p.ins {
-		strides = append(strides, o.strides)
+	strides := make([][]int64, 0, len(p.Ins)+1)
+	for _, o := range p.Ins {
+		strides = append(strides, o.Strides)
 	}
-	for k := range p.obufs {
+	for k := range p.OutBufs {
 		strides = append(strides, p.outStrides(k))
 	}
-	dims, strides = coalesce(dims, strides)
+	dims, strides = Coalesce(dims, strides)
 	r := len(dims)
 
-	types := make([]string, len(p.ins))
-	otypes := make([]string, len(p.obufs))
+	types := make([]string, len(p.Ins))
+	otypes := make([]string, len(p.OutBufs))
 	maxSize := 1
 	var dts []graph.DType
-	for i, o := range p.ins {
-		if types[i], err = ctype(o.buf.dt); err != nil {
+	for i, o := range p.Ins {
+		if types[i], err = CType(o.Buf.DType); err != nil {
 			return "", 0, 0, err
 		}
-		dts = append(dts, o.buf.dt)
-		maxSize = max(maxSize, o.buf.dt.Size())
+		dts = append(dts, o.Buf.DType)
+		maxSize = max(maxSize, o.Buf.DType.Size())
 	}
-	for i, b := range p.obufs {
-		if otypes[i], err = ctype(b.dt); err != nil {
+	for i, b := range p.OutBufs {
+		if otypes[i], err = CType(b.DType); err != nil {
 			return "", 0, 0, err
 		}
-		dts = append(dts, b.dt)
-		maxSize = max(maxSize, b.dt.Size())
+		dts = append(dts, b.DType)
+		maxSize = max(maxSize, b.DType.Size())
 	}
-	ct := computeType(dts...)
+	ct := ComputeType(dts...)
 
 	// Vector width: 16 bytes of the widest type, when the innermost axis
 	// splits into whole vectors, every operand reads it contiguously or
@@ -390,15 +389,15 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	vec = 16 / maxSize
 	inner := dims[r-1]
 	ok := inner%int64(vec) == 0
-	aligned := func(b buffer, off int64, width int) bool {
-		return (int64(b.ptr)+off*int64(b.dt.Size()))%int64(width*b.dt.Size()) == 0
+	aligned := func(b Buffer, off int64, width int) bool {
+		return (int64(b.Addr)+off*int64(b.DType.Size()))%int64(width*b.DType.Size()) == 0
 	}
-	for k, o := range p.ins {
+	for k, o := range p.Ins {
 		s := strides[k]
 		switch s[r-1] {
 		case 0:
 		case 1:
-			if !aligned(o.buf, o.off, vec) {
+			if !aligned(o.Buf, o.Off, vec) {
 				ok = false
 			}
 			for j := 0; j < r-1; j++ {
@@ -410,8 +409,8 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			ok = false
 		}
 	}
-	for k, b := range p.obufs {
-		s := strides[len(p.ins)+k]
+	for k, b := range p.OutBufs {
+		s := strides[len(p.Ins)+k]
 		if s[r-1] != 1 || !aligned(b, p.outOff(k), vec) {
 			ok = false
 		}
@@ -433,10 +432,10 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	// parameters only when a step divides integers.
 	var body strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&body, format, args...) }
-	p.usesFlag = false
+	p.UsesFlag = false
 	// Operands that broadcast over everything are loaded once.
-	scalar := make([]bool, len(p.ins))
-	for k := range p.ins {
+	scalar := make([]bool, len(p.Ins))
+	for k := range p.Ins {
 		scalar[k] = true
 		for _, s := range strides[k] {
 			if s != 0 {
@@ -444,13 +443,13 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			}
 		}
 		if scalar[k] {
-			w("    const %s s%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%d]", k, p.ins[k].off)))
+			w("    const %s s%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%d]", k, p.Ins[k].Off)))
 		}
 	}
 	// Offsets in 32 bits where they fit (cheaper multiplies).
-	offType := make([]string, len(p.ins))
-	for k, o := range p.ins {
-		last := o.off
+	offType := make([]string, len(p.Ins))
+	for k, o := range p.Ins {
+		last := o.Off
 		for j := 0; j < r; j++ {
 			last += (dims[j] - 1) * strides[k][j]
 		}
@@ -459,11 +458,11 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			offType[k] = "unsigned"
 		}
 	}
-	outOffType := make([]string, len(p.obufs))
-	for k := range p.obufs {
+	outOffType := make([]string, len(p.OutBufs))
+	for k := range p.OutBufs {
 		last := p.outOff(k)
 		for j := 0; j < r; j++ {
-			last += (dims[j] - 1) * strides[len(p.ins)+k][j]
+			last += (dims[j] - 1) * strides[len(p.Ins)+k][j]
 		}
 		outOffType[k] = "unsigned long long"
 		if idx == "unsigned" && last < 1<<31 {
@@ -481,11 +480,11 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			w("        const %s c0 = rem;\n", idx)
 		}
 	}
-	for k := range p.ins {
+	for k := range p.Ins {
 		if scalar[k] {
 			continue
 		}
-		terms := []string{fmt.Sprintf("%du", p.ins[k].off)}
+		terms := []string{fmt.Sprintf("%du", p.Ins[k].Off)}
 		for j := 0; j < r; j++ {
 			if s := strides[k][j]; s != 0 {
 				terms = append(terms, fmt.Sprintf("(%s)c%d * %du", offType[k], j, s))
@@ -493,7 +492,7 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 		}
 		w("        const %s o%d = %s;\n", offType[k], k, strings.Join(terms, " + "))
 		if vec > 1 && strides[k][r-1] == 1 {
-			sz := p.ins[k].buf.dt.Size()
+			sz := p.Ins[k].Buf.DType.Size()
 			w("        __align__(16) %s v%d[%d];\n", types[k], k, vec)
 			w("        *reinterpret_cast<%s*>(v%d) = *reinterpret_cast<const %s*>(in%d + o%d);\n",
 				vecType(vec*sz), k, vecType(vec*sz), k, k)
@@ -502,7 +501,7 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	for i, t := range otypes {
 		terms := []string{fmt.Sprintf("%du", p.outOff(i))}
 		for j := 0; j < r; j++ {
-			if s := strides[len(p.ins)+i][j]; s != 0 {
+			if s := strides[len(p.Ins)+i][j]; s != 0 {
 				terms = append(terms, fmt.Sprintf("(%s)c%d * %du", outOffType[i], j, s))
 			}
 		}
@@ -515,8 +514,8 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	if vec == 1 {
 		w("            (void)e;\n")
 	}
-	args := make([]string, len(p.ins))
-	for k := range p.ins {
+	args := make([]string, len(p.Ins))
+	for k := range p.Ins {
 		switch {
 		case scalar[k]:
 			args[k] = fmt.Sprintf("s%d", k)
@@ -528,15 +527,15 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 			args[k] = fmt.Sprintf("a%d", k)
 		}
 	}
-	for s, st := range p.steps {
-		e, err := stepExpr(st, ct, operandExprs(st, args), narrowOf(p.narrow, s))
+	for s, st := range p.Steps {
+		e, err := stepExpr(st, ct, operandExprs(st, args), narrowOf(p.Narrow, s))
 		if err != nil {
 			return "", 0, 0, err
 		}
-		p.usesFlag = p.usesFlag || usesIntFlag(e)
+		p.UsesFlag = p.UsesFlag || usesIntFlag(e)
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}
-	for i, s := range p.outs {
+	for i, s := range p.Outs {
 		if vec > 1 {
 			w("            w%d[e] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
 		} else {
@@ -546,7 +545,7 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	w("        }\n")
 	if vec > 1 {
 		for i := range otypes {
-			sz := p.obufs[i].dt.Size()
+			sz := p.OutBufs[i].DType.Size()
 			w("        *reinterpret_cast<%s*>(out%d + q%d) = *reinterpret_cast<const %s*>(w%d);\n", vecType(vec*sz), i, i, vecType(vec*sz), i)
 		}
 	}
@@ -557,7 +556,7 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	if ct == "long long" {
 		hw("%s", intHelpers)
 	}
-	hw("// %v, %d inputs, %d steps, %d outputs, vector %d\n", p.shape, len(p.ins), len(p.steps), len(p.obufs), vec)
+	hw("// %v, %d inputs, %d steps, %d outputs, vector %d\n", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), vec)
 	hw("extern \"C\" __global__ void __launch_bounds__(256) ew(")
 	var params []string
 	for i, t := range types {
@@ -566,17 +565,17 @@ func (p *ewProgram) generate() (src string, n int64, vec int, err error) {
 	for i, t := range otypes {
 		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
 	}
-	if p.usesFlag {
+	if p.UsesFlag {
 		params = append(params, "int* __restrict__ flag", "int code")
 	}
 	hw("%s)\n{\n", strings.Join(params, ", "))
 	return head.String() + body.String(), n, vec, nil
 }
 
-// computeType is the C type a kernel over buffers of types dts computes in:
+// ComputeType is the C type a kernel over buffers of types dts computes in:
 // double if any is float64, float if any other is floating point, else
 // long long (int64 and bool data).
-func computeType(dts ...graph.DType) string {
+func ComputeType(dts ...graph.DType) string {
 	ct := "long long"
 	for _, dt := range dts {
 		switch {
@@ -589,170 +588,18 @@ func computeType(dts ...graph.DType) string {
 	return ct
 }
 
-// generatedFunction compiles (once per source) a generated kernel and
-// returns its entry point.
-func (b *Backend) generatedFunction(src, entry string) (*Function, error) {
-	if b.render != nil {
-		b.render(entry, src)
-		return &Function{}, nil
-	}
-	b.genMu.Lock()
-	defer b.genMu.Unlock()
-	key := entry + "\x00" + src
-	if f, ok := b.generated[key]; ok {
-		return f, nil
-	}
-	m, err := b.dev.Compile("generated_"+entry+".cu", src, ewCompileOptions...)
-	if err != nil {
-		return nil, fmt.Errorf("generated kernel: %w\n%s", err, src)
-	}
-	f, err := m.Function(entry)
-	if err != nil {
-		return nil, err
-	}
-	if b.generated == nil {
-		b.generated = map[string]*Function{}
-	}
-	b.generated[key] = f
-	return f, nil
-}
-
-// lowerEwProgram generates, compiles and launches p.
-func (c *lowerCtx) lowerEwProgram(p *ewProgram) (func() error, error) {
-	src, n, vec, err := p.generate()
-	if err != nil {
-		return nil, err
-	}
-	if n == 0 {
-		return nop, nil
-	}
-	ins := make([]buffer, len(p.ins))
-	for i, o := range p.ins {
-		ins[i] = o.buf
-	}
-	var extra []any
-	if p.usesFlag {
-		extra = []any{c.flag(), c.code()}
-	}
-	return c.launchGeneratedWith(src, "ew", (n+int64(vec)-1)/int64(vec), extra, ins, p.obufs)
-}
-
-// launchGenerated compiles a generated kernel (once per source) and returns
-// the launch of its entry point with threads threads in blocks of 256 and
-// the buffers' addresses as its arguments, in order.
-func (c *lowerCtx) launchGenerated(src, entry string, threads int64, bufs ...[]buffer) (func() error, error) {
-	return c.launchGeneratedWith(src, entry, threads, nil, bufs...)
-}
-
-// launchGeneratedWith is launchGenerated with extra arguments after the
-// buffers (the error flag and the node's code).
-func (c *lowerCtx) launchGeneratedWith(src, entry string, threads int64, extra []any, bufs ...[]buffer) (func() error, error) {
-	f, err := c.x.b.generatedFunction(src, entry)
-	if err != nil {
-		return nil, err
-	}
-	var args []any
-	for _, list := range bufs {
-		for _, b := range list {
-			args = append(args, b.ptr)
-		}
-	}
-	args = append(args, extra...)
-	l, err := driver.NewRawLaunch(f, c.gridFor(threads, 256), [3]uint32{256, 1, 1}, 0, args...)
-	if err != nil {
-		return nil, err
-	}
-	d := c.dev()
-	return func() error { return l.Run(d) }, nil
-}
-
-// lowerFusedElementwise lowers a FusedElementwise node to one generated kernel.
-func lowerFusedElementwise(c *lowerCtx) (func() error, error) {
-	n := c.n
-	steps, err := graph.FusedBody(n.Attrs.String("body", ""), len(n.Inputs))
-	if err != nil {
-		return nil, err
-	}
-	inTypes := make([]graph.TensorType, len(n.Inputs))
-	for i, v := range n.Inputs {
-		inTypes[i] = v.Type
-	}
-	types, err := graph.FusedTypes(steps, inTypes, n.Attrs)
-	if err != nil {
-		return nil, err
-	}
-	for _, st := range steps {
-		if graph.FusibleReduce[st.Op] {
-			return lowerFusedRows(c, steps, types)
-		}
-	}
-	for _, st := range steps {
-		if _, ok := graph.FusibleIndex[st.Op]; ok {
-			return lowerFusedIndex(c, steps, types)
-		}
-	}
-	shape := n.Outputs[0].Type.Shape
-	for k, t := range types {
-		if !t.Shape.Equal(shape) {
-			return nil, fmt.Errorf("step %d is %v, the outputs %v: a generated kernel computes one shape", k, t.Shape, shape)
-		}
-	}
-	p := &ewProgram{shape: shape, steps: steps}
-	for _, t := range types {
-		p.narrow = append(p.narrow, t.DType)
-	}
-	for i, v := range n.Inputs {
-		p.ins = append(p.ins, broadcastOperand(c.in(i), v.Type.Shape, shape))
-	}
-	for k, o := range n.Attrs["outputs"].Ints {
-		p.outs = append(p.outs, int(o))
-		p.obufs = append(p.obufs, c.out(k))
-	}
-	return c.lowerEwProgram(p)
-}
-
-// lowerGenerated lowers a node of an op defined by an expression (every
-// elementwise op of the op table): the node becomes a generated program of
-// one step, in whatever dtypes it has (float work in float or double,
-// int64 and bool work in long long).
-func lowerGenerated(op string) lowerFn {
-	return func(c *lowerCtx) (func() error, error) {
-		shape := c.n.Outputs[0].Type.Shape
-		st := graph.FusedStep{Op: op, Attrs: graph.ExprStepAttrs(op, c.n.Attrs)}
-		p := &ewProgram{shape: shape, outs: []int{0}, obufs: []buffer{c.out(0)}}
-		for i, v := range c.n.Inputs {
-			p.ins = append(p.ins, broadcastOperand(c.in(i), v.Type.Shape, shape))
-			st.Args = append(st.Args, graph.FusedOperand{Index: i})
-		}
-		p.steps = []graph.FusedStep{st}
-		return c.lowerEwProgram(p)
-	}
-}
-
-// copyTo copies (and converts) operand src, read over shape, into dst:
-// data movement (Transpose, Slice, Expand, Cast, a copy) as a generated
-// program of one Identity step.
-func (c *lowerCtx) copyTo(dst buffer, shape graph.Shape, src operand) (func() error, error) {
-	if shape.Numel() == 0 {
-		return nop, nil
-	}
-	p := &ewProgram{shape: shape, ins: []operand{src}, outs: []int{0}, obufs: []buffer{dst},
-		steps: []graph.FusedStep{{Op: "Identity", Args: []graph.FusedOperand{{Index: 0}}}}}
-	return c.lowerEwProgram(p)
-}
-
 // outStrides are output k's strides over the program's shape.
-func (p *ewProgram) outStrides(k int) []int64 {
-	if k < len(p.ostrides) && p.ostrides[k] != nil {
-		return p.ostrides[k]
+func (p *Elementwise) outStrides(k int) []int64 {
+	if k < len(p.OutStrides) && p.OutStrides[k] != nil {
+		return p.OutStrides[k]
 	}
-	return contiguousStrides(p.shape)
+	return ContiguousStrides(p.Shape)
 }
 
 // outOff is output k's offset in elements.
-func (p *ewProgram) outOff(k int) int64 {
-	if k < len(p.ooff) {
-		return p.ooff[k]
+func (p *Elementwise) outOff(k int) int64 {
+	if k < len(p.OutOffs) {
+		return p.OutOffs[k]
 	}
 	return 0
 }

@@ -1,4 +1,4 @@
-package cuda
+package codegen
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func TestEwExprCoversFusibleOps(t *testing.T) {
 			cts = append(cts, "long long")
 		}
 		for _, ct := range cts {
-			if _, err := opExpr(spec.Name, nil, ct, args); err != nil {
+			if _, err := OpExpr(spec.Name, nil, ct, args); err != nil {
 				t.Errorf("%s (%s): %v", spec.Name, ct, err)
 			}
 		}
@@ -39,14 +39,14 @@ func TestEwExprCoversFusibleOps(t *testing.T) {
 		for i := range args {
 			args[i] = graph.ExprVar(i)
 		}
-		if _, err := exprC(graph.ExprOf(p, args...), "double", []string{"x", "y", "z"}); err != nil {
+		if _, err := ExprC(graph.ExprOf(p, args...), "double", []string{"x", "y", "z"}); err != nil {
 			t.Errorf("primitive %v: %v", p, err)
 		}
 	}
-	if _, err := opExpr("MatMul", nil, "float", []string{"x", "y"}); err == nil {
+	if _, err := OpExpr("MatMul", nil, "float", []string{"x", "y"}); err == nil {
 		t.Error("MatMul has no elementwise code, want an error")
 	}
-	if _, err := opExpr("Exp", nil, "long long", []string{"x"}); err == nil {
+	if _, err := OpExpr("Exp", nil, "long long", []string{"x"}); err == nil {
 		t.Error("Exp has no integer form, want an error")
 	}
 }
@@ -57,7 +57,7 @@ func TestEwExprCoversFusibleOps(t *testing.T) {
 func TestExprCParenthesises(t *testing.T) {
 	x := graph.ExprVar(0)
 	e := graph.ExprOf(graph.PrimMul, graph.ExprOf(graph.PrimAdd, x, graph.ExprConst(1)), graph.ExprOf(graph.PrimNeg, graph.ExprOf(graph.PrimNeg, x)))
-	got, err := exprC(e, "float", []string{"a0"})
+	got, err := ExprC(e, "float", []string{"a0"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,25 +69,25 @@ func TestExprCParenthesises(t *testing.T) {
 // The generator picks 16-byte vectors only where every operand allows them.
 func TestEwProgramVectorWidth(t *testing.T) {
 	shape := graph.Shape{4, 8, 64}
-	buf := func(dt graph.DType, addr DevicePtr) buffer { return buffer{ptr: addr, dt: dt, n: shape.Numel()} }
+	buf := func(dt graph.DType, addr uint64) Buffer { return Buffer{Addr: addr, DType: dt, N: shape.Numel()} }
 	mul := []graph.FusedStep{{Op: "Mul", Args: []graph.FusedOperand{{Index: 0}, {Index: 1}}}}
 	cases := []struct {
 		name string
-		ins  []operand
-		out  buffer
+		ins  []Operand
+		out  Buffer
 		vec  int
 	}{
-		{"bf16 contiguous", []operand{broadcastOperand(buf(graph.BFloat16, 0x1000), shape, shape), broadcastOperand(buf(graph.BFloat16, 0x2000), shape, shape)}, buf(graph.BFloat16, 0x3000), 8},
-		{"f32 contiguous", []operand{broadcastOperand(buf(graph.Float32, 0x1000), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 4},
-		{"f32 with a row broadcast", []operand{broadcastOperand(buf(graph.Float32, 0x1000), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), graph.Shape{4, 8, 1}, shape)}, buf(graph.Float32, 0x3000), 4},
-		{"f32 misaligned input", []operand{broadcastOperand(buf(graph.Float32, 0x1004), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 1},
-		{"f32 transposed input", []operand{{buf: buf(graph.Float32, 0x1000), strides: []int64{64, 256, 1}}, broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 4},
-		{"f32 inner axis strided", []operand{{buf: buf(graph.Float32, 0x1000), strides: []int64{1, 4, 32}}, broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 1},
-		{"f64 input", []operand{broadcastOperand(buf(graph.Float64, 0x1000), shape, shape), broadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 2},
+		{"bf16 contiguous", []Operand{BroadcastOperand(buf(graph.BFloat16, 0x1000), shape, shape), BroadcastOperand(buf(graph.BFloat16, 0x2000), shape, shape)}, buf(graph.BFloat16, 0x3000), 8},
+		{"f32 contiguous", []Operand{BroadcastOperand(buf(graph.Float32, 0x1000), shape, shape), BroadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 4},
+		{"f32 with a row broadcast", []Operand{BroadcastOperand(buf(graph.Float32, 0x1000), shape, shape), BroadcastOperand(buf(graph.Float32, 0x2000), graph.Shape{4, 8, 1}, shape)}, buf(graph.Float32, 0x3000), 4},
+		{"f32 misaligned input", []Operand{BroadcastOperand(buf(graph.Float32, 0x1004), shape, shape), BroadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 1},
+		{"f32 transposed input", []Operand{{Buf: buf(graph.Float32, 0x1000), Strides: []int64{64, 256, 1}}, BroadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 4},
+		{"f32 inner axis strided", []Operand{{Buf: buf(graph.Float32, 0x1000), Strides: []int64{1, 4, 32}}, BroadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 1},
+		{"f64 input", []Operand{BroadcastOperand(buf(graph.Float64, 0x1000), shape, shape), BroadcastOperand(buf(graph.Float32, 0x2000), shape, shape)}, buf(graph.Float32, 0x3000), 2},
 	}
 	for _, tc := range cases {
-		p := &ewProgram{shape: shape, ins: tc.ins, steps: mul, outs: []int{0}, obufs: []buffer{tc.out}}
-		src, n, vec, err := p.generate()
+		p := &Elementwise{Shape: shape, Ins: tc.ins, Steps: mul, Outs: []int{0}, OutBufs: []Buffer{tc.out}}
+		src, n, vec, err := p.Generate()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -95,7 +95,7 @@ func TestEwProgramVectorWidth(t *testing.T) {
 			t.Errorf("%s: n=%d vec=%d, want n=%d vec=%d\n%s", tc.name, n, vec, shape.Numel(), tc.vec, src)
 		}
 		wantCT := "float"
-		if tc.ins[0].buf.dt == graph.Float64 {
+		if tc.ins[0].Buf.DType == graph.Float64 {
 			wantCT = "double"
 		}
 		if !strings.Contains(src, "const "+wantCT+" t0 = a0 * a1;") {
@@ -109,9 +109,9 @@ func TestEwProgramVectorWidth(t *testing.T) {
 // kernel then takes), a comparison of floats stored as a bool.
 func TestEwProgramIntegerWork(t *testing.T) {
 	sh := graph.Shape{16}
-	i64 := buffer{ptr: 0x1000, dt: graph.Int64, n: 16}
-	f32 := buffer{ptr: 0x2000, dt: graph.Float32, n: 16}
-	b := buffer{ptr: 0x3000, dt: graph.Bool, n: 16}
+	i64 := Buffer{Addr: 0x1000, DType: graph.Int64, N: 16}
+	f32 := Buffer{Addr: 0x2000, DType: graph.Float32, N: 16}
+	b := Buffer{Addr: 0x3000, DType: graph.Bool, N: 16}
 	step := func(op string, n int) []graph.FusedStep {
 		st := graph.FusedStep{Op: op}
 		for i := range n {
@@ -121,20 +121,20 @@ func TestEwProgramIntegerWork(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		p    *ewProgram
+		p    *Elementwise
 		want []string
 		flag bool
 	}{
-		{"int64 Div", &ewProgram{shape: sh, ins: []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}, steps: step("Div", 2), outs: []int{0}, obufs: []buffer{i64}},
+		{"int64 Div", &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(i64, sh, sh), BroadcastOperand(i64, sh, sh)}, Steps: step("Div", 2), Outs: []int{0}, OutBufs: []Buffer{i64}},
 			[]string{"const long long t0 = fg_idiv(a0, a1, flag, code);", "int* __restrict__ flag, int code)"}, true},
-		{"int64 Add", &ewProgram{shape: sh, ins: []operand{broadcastOperand(i64, sh, sh), broadcastOperand(i64, sh, sh)}, steps: step("Add", 2), outs: []int{0}, obufs: []buffer{i64}},
+		{"int64 Add", &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(i64, sh, sh), BroadcastOperand(i64, sh, sh)}, Steps: step("Add", 2), Outs: []int{0}, OutBufs: []Buffer{i64}},
 			[]string{"const long long t0 = a0 + a1;"}, false},
-		{"float Greater", &ewProgram{shape: sh, ins: []operand{broadcastOperand(f32, sh, sh), broadcastOperand(f32, sh, sh)}, steps: step("Greater", 2), outs: []int{0}, obufs: []buffer{b}},
+		{"float Greater", &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(f32, sh, sh), BroadcastOperand(f32, sh, sh)}, Steps: step("Greater", 2), Outs: []int{0}, OutBufs: []Buffer{b}},
 			[]string{"const float t0 = (a0 > a1) ? (float)1 : (float)0;", "(unsigned char)((t0) != (float)0)"}, false},
-		{"bool copy to float", &ewProgram{shape: sh, ins: []operand{broadcastOperand(b, sh, sh)}, steps: step("Identity", 1), outs: []int{0}, obufs: []buffer{f32}},
+		{"bool copy to float", &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(b, sh, sh)}, Steps: step("Identity", 1), Outs: []int{0}, OutBufs: []Buffer{f32}},
 			[]string{"const float a0 = (v0[e] != 0);"}, false},
 	} {
-		src, _, _, err := tc.p.generate()
+		src, _, _, err := tc.p.Generate()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -143,8 +143,8 @@ func TestEwProgramIntegerWork(t *testing.T) {
 				t.Errorf("%s: want %q in\n%s", tc.name, w, src)
 			}
 		}
-		if tc.p.usesFlag != tc.flag || strings.Contains(src, "int* __restrict__ flag") != tc.flag {
-			t.Errorf("%s: usesFlag %v, want %v:\n%s", tc.name, tc.p.usesFlag, tc.flag, src)
+		if tc.p.UsesFlag != tc.flag || strings.Contains(src, "int* __restrict__ flag") != tc.flag {
+			t.Errorf("%s: usesFlag %v, want %v:\n%s", tc.name, tc.p.UsesFlag, tc.flag, src)
 		}
 	}
 }
@@ -158,11 +158,11 @@ func TestEwProgramStridedOutput(t *testing.T) {
 		at, cols, row int64
 		vec           int
 	}{{0, 32, 64, 8}, {32, 32, 64, 8}, {3, 32, 64, 1}, {0, 30, 60, 1}} {
-		in := buffer{ptr: 0x1000, dt: graph.BFloat16, n: int(4 * tc.cols)}
-		out := buffer{ptr: 0x8000, dt: graph.BFloat16, n: int(4 * tc.row)}
-		p := &ewProgram{shape: graph.Shape{4, int(tc.cols)}, ins: []operand{{buf: in, strides: []int64{tc.cols, 1}}},
-			steps: copyStep, outs: []int{0}, obufs: []buffer{out}, ostrides: [][]int64{{tc.row, 1}}, ooff: []int64{tc.at}}
-		src, _, vec, err := p.generate()
+		in := Buffer{Addr: 0x1000, DType: graph.BFloat16, N: int(4 * tc.cols)}
+		out := Buffer{Addr: 0x8000, DType: graph.BFloat16, N: int(4 * tc.row)}
+		p := &Elementwise{Shape: graph.Shape{4, int(tc.cols)}, Ins: []Operand{{Buf: in, Strides: []int64{tc.cols, 1}}},
+			Steps: copyStep, Outs: []int{0}, OutBufs: []Buffer{out}, OutStrides: [][]int64{{tc.row, 1}}, OutOffs: []int64{tc.at}}
+		src, _, vec, err := p.Generate()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -182,7 +182,7 @@ func TestRowReduceProgram(t *testing.T) {
 	for _, tc := range []struct {
 		dt         graph.DType
 		cols       int64
-		addr       DevicePtr
+		addr       uint64
 		lanes, vec int
 		acc        string
 	}{
@@ -193,8 +193,8 @@ func TestRowReduceProgram(t *testing.T) {
 		{graph.Float32, 7, 0x1000, 4, 1, "double"},
 		{graph.Float64, 1, 0x1000, 1, 1, "double"},
 	} {
-		p := &rowReduceProgram{x: buffer{ptr: tc.addr, dt: tc.dt}, y: buffer{ptr: 0x9000, dt: tc.dt}, rows: 100, cols: tc.cols, divisor: tc.cols}
-		src, lanes, err := p.generate()
+		p := &RowReduce{X: Buffer{Addr: tc.addr, DType: tc.dt}, Y: Buffer{Addr: 0x9000, DType: tc.dt}, Rows: 100, Cols: tc.cols, Divisor: tc.cols}
+		src, lanes, err := p.Generate()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,8 +219,8 @@ func TestColReduceProgram(t *testing.T) {
 		{graph.Float32, 100, 3000, 100, 1, 24, 256, 4},
 		{graph.Float64, 10, 5, 10, 1, 1, 255, 1},
 	} {
-		p := &colReduceProgram{x: buffer{ptr: 0x1000, dt: tc.dt}, y: buffer{ptr: 0x9000, dt: tc.dt}, rows: tc.rows, cols: tc.cols, clen: tc.clen, divisor: 1}
-		src, grid, block, err := p.generate()
+		p := &ColReduce{X: Buffer{Addr: 0x1000, DType: tc.dt}, Y: Buffer{Addr: 0x9000, DType: tc.dt}, Rows: tc.rows, Cols: tc.cols, ChunkLen: tc.clen, Divisor: 1}
+		src, grid, block, err := p.Generate()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,35 +236,35 @@ func TestColReduceProgram(t *testing.T) {
 // does not split into vectors, or a misaligned operand, reads one element
 // at a time; short rows share a warp.
 func TestRowProgramGenerate(t *testing.T) {
-	buf := func(dt graph.DType, addr DevicePtr, s graph.Shape) buffer {
-		return buffer{ptr: addr, dt: dt, n: s.Numel()}
+	buf := func(dt graph.DType, addr uint64, s graph.Shape) Buffer {
+		return Buffer{Addr: addr, DType: dt, N: s.Numel()}
 	}
 	fwd, err := graph.ParseFusedBody("Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4)", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog := func(full graph.Shape, xdt graph.DType, xaddr DevicePtr, edt graph.DType) *rowProgram {
+	prog := func(full graph.Shape, xdt graph.DType, xaddr uint64, edt graph.DType) *Rows {
 		red := append(full[:len(full)-1:len(full)-1], 1)
-		p := &rowProgram{full: full, steps: fwd, red: 2, mean: true, rowLevel: []bool{false, false, true, true, true, true},
+		p := &Rows{full: full, steps: fwd, red: 2, mean: true, rowLevel: []bool{false, false, true, true, true, true},
 			outs: []int{0, 4, 5}}
 		x, y, e := buf(xdt, xaddr, full), buf(xdt, 0x20000, full), buf(edt, 0x30000, graph.Shape{})
-		p.eIns = []operand{broadcastOperand(x, full, full), broadcastOperand(y, full, full), {buf: e}}
-		p.rIns = []operand{{buf: x}, {buf: y}, broadcastOperand(e, graph.Shape{}, red)}
-		p.obufs = []buffer{buf(xdt, 0x40000, full), buf(xdt, 0x50000, red), buf(xdt, 0x60000, red)}
+		p.ElemIns = []Operand{BroadcastOperand(x, full, full), BroadcastOperand(y, full, full), {Buf: e}}
+		p.rIns = []Operand{{Buf: x}, {Buf: y}, BroadcastOperand(e, graph.Shape{}, red)}
+		p.OutBufs = []Buffer{buf(xdt, 0x40000, full), buf(xdt, 0x50000, red), buf(xdt, 0x60000, red)}
 		return p
 	}
 	cases := []struct {
 		name        string
-		p           *rowProgram
+		p           *Rows
 		vec, lanes  int
 		rows        int64
 		mustContain []string
 	}{
 		{"bf16 rows of 768", prog(graph.Shape{8, 1024, 768}, graph.BFloat16, 0x10000, graph.BFloat16), 8, 32, 8192,
 			[]string{"uint4", "a / (float)768", "__shfl_xor_sync(0xffffffffu, a, 16, 32)", "out1[row]", "out0 + q + col"}},
-		{"bf16 with a float32 output", func() *rowProgram {
+		{"bf16 with a float32 output", func() *Rows {
 			p := prog(graph.Shape{8, 1024, 768}, graph.BFloat16, 0x10000, graph.Float32)
-			p.obufs[0].dt = graph.Float32
+			p.OutBufs[0].DType = graph.Float32
 			return p
 		}(), 4, 32, 8192, []string{"uint2", "uint4"}},
 		{"f64 rows of 64", prog(graph.Shape{6, 64}, graph.Float64, 0x10000, graph.Float64), 2, 32, 6, []string{"double a = 0", "a / (double)64"}},
@@ -274,7 +274,7 @@ func TestRowProgramGenerate(t *testing.T) {
 		{"misaligned input", prog(graph.Shape{4, 64}, graph.Float32, 0x10004, graph.Float32), 1, 32, 4, nil},
 	}
 	for _, tc := range cases {
-		src, rows, lanes, err := tc.p.generate()
+		src, rows, lanes, err := tc.p.Generate()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -301,18 +301,18 @@ func TestIndexProgramGenerate(t *testing.T) {
 			t.Fatal(err)
 		}
 		var in []graph.TensorType
-		p := &indexProgram{shape: shape, steps: steps, inShapes: ins, zero: zero, outs: outs}
+		p := &Index{Shape: shape, Steps: steps, InShapes: ins, Zero: zero, Outs: outs}
 		for _, s := range ins {
 			in = append(in, graph.TensorType{DType: graph.Float32, Shape: s})
-			p.ins = append(p.ins, buffer{ptr: 0x1000, dt: graph.Float32, n: s.Numel()})
+			p.Ins = append(p.Ins, Buffer{Addr: 0x1000, DType: graph.Float32, N: s.Numel()})
 		}
-		if p.types, err = graph.FusedTypes(steps, in, nil); err != nil {
+		if p.Types, err = graph.FusedTypes(steps, in, nil); err != nil {
 			t.Fatal(err)
 		}
 		for range outs {
-			p.obufs = append(p.obufs, buffer{ptr: 0x9000, dt: graph.BFloat16, n: shape.Numel()})
+			p.OutBufs = append(p.OutBufs, Buffer{Addr: 0x9000, DType: graph.BFloat16, N: shape.Numel()})
 		}
-		src, n, err := p.generate()
+		src, n, err := p.Generate()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -336,16 +336,16 @@ func TestIndexProgramGenerate(t *testing.T) {
 			t.Fatal(err)
 		}
 		var in []graph.TensorType
-		p := &indexProgram{shape: shape, steps: steps, inShapes: ins, zero: make([]bool, len(ins)), outs: []int{len(steps) - 1},
-			obufs: []buffer{{ptr: 0x9000, dt: graph.BFloat16}}}
+		p := &Index{Shape: shape, Steps: steps, InShapes: ins, Zero: make([]bool, len(ins)), Outs: []int{len(steps) - 1},
+			OutBufs: []Buffer{{Addr: 0x9000, DType: graph.BFloat16}}}
 		for _, s := range ins {
 			in = append(in, graph.TensorType{DType: graph.Float32, Shape: s})
-			p.ins = append(p.ins, buffer{ptr: 0x1000, dt: dt, n: s.Numel()})
+			p.Ins = append(p.Ins, Buffer{Addr: 0x1000, DType: dt, N: s.Numel()})
 		}
-		if p.types, err = graph.FusedTypes(steps, in, nil); err != nil {
+		if p.Types, err = graph.FusedTypes(steps, in, nil); err != nil {
 			t.Fatal(err)
 		}
-		return p.vectorWidth()
+		return p.VectorWidth()
 	}
 	rope := "Slice<3,0,32>(i0);Slice<3,32,64>(i0);Neg(t1);Concat<3>(t2,t0);Mul(i0,i1);Mul(t3,i2);Add(t4,t5)"
 	if w := width(rope, []graph.Shape{shape, {16, 64}, {16, 64}}, graph.BFloat16); w != 8 {
@@ -378,22 +378,22 @@ func TestIndexProgramGenerate(t *testing.T) {
 // step, one that moves the last axis) is an error naming the step.
 func TestTransposeProgramsGenerate(t *testing.T) {
 	bhsd, bshd := graph.Shape{2, 3, 16, 64}, graph.Shape{2, 16, 3, 64}
-	index := func(body string, shape graph.Shape, ins []graph.Shape) *indexProgram {
+	index := func(body string, shape graph.Shape, ins []graph.Shape) *Index {
 		steps, err := graph.ParseFusedBody(body, len(ins))
 		if err != nil {
 			t.Fatal(err)
 		}
 		var in []graph.TensorType
-		p := &indexProgram{shape: shape, steps: steps, inShapes: ins, zero: make([]bool, len(ins)), outs: []int{len(steps) - 1},
-			obufs: []buffer{{ptr: 0x9000, dt: graph.BFloat16, n: shape.Numel()}}}
+		p := &Index{Shape: shape, Steps: steps, InShapes: ins, Zero: make([]bool, len(ins)), Outs: []int{len(steps) - 1},
+			OutBufs: []Buffer{{Addr: 0x9000, DType: graph.BFloat16, N: shape.Numel()}}}
 		for _, s := range ins {
 			in = append(in, graph.TensorType{DType: graph.BFloat16, Shape: s})
-			p.ins = append(p.ins, buffer{ptr: 0x1000, dt: graph.BFloat16, n: s.Numel()})
+			p.Ins = append(p.Ins, Buffer{Addr: 0x1000, DType: graph.BFloat16, N: s.Numel()})
 		}
-		if p.types, err = graph.FusedTypes(steps, in, nil); err != nil {
+		if p.Types, err = graph.FusedTypes(steps, in, nil); err != nil {
 			t.Fatal(err)
 		}
-		p.vec = p.vectorWidth()
+		p.Vec = p.VectorWidth()
 		return p
 	}
 	for _, tc := range []struct {
@@ -420,12 +420,12 @@ func TestTransposeProgramsGenerate(t *testing.T) {
 			[]string{"(unsigned long long)(c3) * 64ull", "(unsigned long long)(c2)"}},
 	} {
 		p := index(tc.body, tc.shape, tc.ins)
-		src, n, err := p.generate()
+		src, n, err := p.Generate()
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if n != int64(tc.shape.Numel()) || p.vec != tc.vec {
-			t.Errorf("%s: %d elements, vector %d; want %d, %d", tc.name, n, p.vec, tc.shape.Numel(), tc.vec)
+		if n != int64(tc.shape.Numel()) || p.Vec != tc.vec {
+			t.Errorf("%s: %d elements, vector %d; want %d, %d", tc.name, n, p.Vec, tc.shape.Numel(), tc.vec)
 		}
 		for _, s := range tc.want {
 			if !strings.Contains(src, s) {
@@ -435,7 +435,7 @@ func TestTransposeProgramsGenerate(t *testing.T) {
 	}
 
 	// A q_norm over the heads of a [B,S,H,D] projection, in bfloat16.
-	rows := func(body string, outs []int64, ins ...graph.Shape) (*rowProgram, error) {
+	rows := func(body string, outs []int64, ins ...graph.Shape) (*Rows, error) {
 		n := &graph.Node{Name: "norm", Op: "FusedElementwise", Attrs: graph.Attrs{"body": graph.Str(body),
 			"outputs": graph.Ints(outs...), "axes": graph.Ints(-1)}}
 		var in []graph.TensorType
@@ -452,17 +452,17 @@ func TestTransposeProgramsGenerate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		bufs := func(k int) buffer { return buffer{ptr: DevicePtr(0x10000 * (k + 1)), dt: graph.BFloat16} }
-		return newRowProgram(n, steps, types, bufs, func(k int) buffer { return bufs(8 + k) })
+		bufs := func(k int) Buffer { return Buffer{Addr: uint64(0x10000 * (k + 1)), DType: graph.BFloat16} }
+		return NewRows(n, steps, types, bufs, func(k int) Buffer { return bufs(8 + k) })
 	}
 	p, err := rows("Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4)", []int64{0, 5}, bshd, graph.Shape{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p.eIns) != 3 || p.eIns[0].strides != nil || p.eIns[2].buf != p.eIns[0].buf {
-		t.Fatalf("want input 0 unread and a view of it as operand 2; operands %+v", p.eIns)
+	if len(p.ElemIns) != 3 || p.ElemIns[0].Strides != nil || p.ElemIns[2].Buf != p.ElemIns[0].Buf {
+		t.Fatalf("want input 0 unread and a view of it as operand 2; operands %+v", p.ElemIns)
 	}
-	src, nrows, lanes, err := p.generate()
+	src, nrows, lanes, err := p.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}

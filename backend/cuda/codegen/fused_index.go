@@ -1,4 +1,4 @@
-package cuda
+package codegen
 
 import (
 	"fmt"
@@ -28,22 +28,22 @@ import (
 // branches are the same for all of them, and each operand is one 16-byte
 // load. Every value is an array of vec elements in registers.
 
-// indexProgram is one generated kernel of a body with index steps.
-type indexProgram struct {
-	shape    graph.Shape // the outputs' shape: one thread per element
-	steps    []graph.FusedStep
-	types    []graph.TensorType // every step's
-	ins      []buffer           // contiguous in their own shapes
-	inShapes []graph.Shape
-	zero     []bool // input k is a zeros constant: reads give 0
-	outs     []int
-	obufs    []buffer
-	vec      int // elements per thread along the last axis (1: one)
+// Index is one generated kernel of a body with index steps.
+type Index struct {
+	Shape    graph.Shape // the outputs' shape: one thread per element
+	Steps    []graph.FusedStep
+	Types    []graph.TensorType // every step's
+	Ins      []Buffer           // contiguous in their own shapes
+	InShapes []graph.Shape
+	Zero     []bool // input k is a zeros constant: reads give 0
+	Outs     []int
+	OutBufs  []Buffer
+	Vec      int // elements per thread along the last axis (1: one)
 }
 
 // indexGen writes the body of one thread.
 type indexGen struct {
-	p     *indexProgram
+	p     *Index
 	ct    string
 	sb    strings.Builder
 	memo  []map[string]string // one map per open Concat branch, innermost last
@@ -105,22 +105,22 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 	p := g.p
 	name := fmt.Sprintf("v%d", g.n)
 	g.n++
-	vec := p.vec
-	if p.zero[k] {
+	vec := p.Vec
+	if p.Zero[k] {
 		g.line("%s %s[%d];", g.ct, name, vec)
 		g.line("#pragma unroll")
 		g.line("for (int e = 0; e < %d; e++) { %s[e] = (%s)0; }", vec, name, g.ct)
 		return name, nil
 	}
-	s := p.inShapes[k]
-	st := contiguousStrides(s)
+	s := p.InShapes[k]
+	st := ContiguousStrides(s)
 	terms := []string{"0ull"}
 	for j, c := range coords {
 		if s[j] != 1 && c != "0" {
 			terms = append(terms, fmt.Sprintf("(unsigned long long)(%s) * %dull", c, st[j]))
 		}
 	}
-	t, err := ctype(p.ins[k].dt)
+	t, err := CType(p.Ins[k].DType)
 	if err != nil {
 		return "", err
 	}
@@ -137,7 +137,7 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 	case vec == 1:
 		g.line("%s[0] = %s;", name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
 	default:
-		vt := vecType(vec * p.ins[k].dt.Size())
+		vt := vecType(vec * p.Ins[k].DType.Size())
 		g.line("{ __align__(16) %s raw[%d];", t, vec)
 		g.line("*reinterpret_cast<%s*>(raw) = *reinterpret_cast<const %s*>(in%d + %s);", vt, vt, k, off)
 		g.line("#pragma unroll")
@@ -148,14 +148,14 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 
 func (g *indexGen) shapeOf(a graph.FusedOperand) graph.Shape {
 	if a.Step {
-		return g.p.types[a.Index].Shape
+		return g.p.Types[a.Index].Shape
 	}
-	return g.p.inShapes[a.Index]
+	return g.p.InShapes[a.Index]
 }
 
 func (g *indexGen) step(s int, coords []string) (string, error) {
 	p := g.p
-	st := p.steps[s]
+	st := p.Steps[s]
 	switch st.Op {
 	case "Slice":
 		axis, start := int(st.Params[0]), st.Params[1]
@@ -177,7 +177,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		axis := int(st.Params[0])
 		name := fmt.Sprintf("v%d", g.n)
 		g.n++
-		g.line("%s %s[%d];", g.ct, name, g.p.vec)
+		g.line("%s %s[%d];", g.ct, name, g.p.Vec)
 		off := int64(0)
 		for j, a := range st.Args {
 			size := int64(g.shapeOf(a)[axis])
@@ -202,7 +202,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 				return "", err
 			}
 			g.line("#pragma unroll")
-			g.line("for (int e = 0; e < %d; e++) { %s[e] = %s[e]; }", g.p.vec, name, v)
+			g.line("for (int e = 0; e < %d; e++) { %s[e] = %s[e]; }", g.p.Vec, name, v)
 			g.memo = g.memo[:len(g.memo)-1]
 			g.depth--
 			g.line("}")
@@ -218,48 +218,48 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		}
 		ops[j] = v + "[e]"
 	}
-	e, err := stepExpr(st, g.ct, ops, p.types[s].DType)
+	e, err := stepExpr(st, g.ct, ops, p.Types[s].DType)
 	if err != nil {
 		return "", err
 	}
 	name := fmt.Sprintf("v%d", g.n)
 	g.n++
-	g.line("%s %s[%d];", g.ct, name, p.vec)
+	g.line("%s %s[%d];", g.ct, name, p.Vec)
 	g.line("#pragma unroll")
-	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }", p.vec, name, e)
+	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }", p.Vec, name, e)
 	return name, nil
 }
 
-// generate writes the kernel ("ix") and returns it with the element count.
-func (p *indexProgram) generate() (string, int64, error) {
-	n := int64(p.shape.Numel())
-	r := p.shape.Rank()
+// Generate writes the kernel ("ix") and returns it with the element count.
+func (p *Index) Generate() (string, int64, error) {
+	n := int64(p.Shape.Numel())
+	r := p.Shape.Rank()
 	g := &indexGen{p: p, ct: "float", memo: []map[string]string{{}}, depth: 2}
 	var params []string
-	for k, b := range p.ins {
-		t, err := ctype(b.dt)
+	for k, b := range p.Ins {
+		t, err := CType(b.DType)
 		if err != nil {
 			return "", 0, err
 		}
-		if b.dt == graph.Float64 {
+		if b.DType == graph.Float64 {
 			g.ct = "double"
 		}
 		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
 	}
-	otypes := make([]string, len(p.obufs))
-	for i, b := range p.obufs {
-		t, err := ctype(b.dt)
+	otypes := make([]string, len(p.OutBufs))
+	for i, b := range p.OutBufs {
+		t, err := CType(b.DType)
 		if err != nil {
 			return "", 0, err
 		}
-		if b.dt == graph.Float64 {
+		if b.DType == graph.Float64 {
 			g.ct = "double"
 		}
 		otypes[i] = t
 		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
 	}
-	if p.vec < 1 {
-		p.vec = 1
+	if p.Vec < 1 {
+		p.Vec = 1
 	}
 	idx := "unsigned"
 	if n >= 1<<31 {
@@ -269,8 +269,8 @@ func (p *indexProgram) generate() (string, int64, error) {
 	for j := range coords {
 		coords[j] = fmt.Sprintf("c%d", j)
 	}
-	vals := make([]string, len(p.outs))
-	for i, s := range p.outs {
+	vals := make([]string, len(p.Outs))
+	for i, s := range p.Outs {
 		v, err := g.value(graph.FusedOperand{Step: true, Index: s}, coords)
 		if err != nil {
 			return "", 0, err
@@ -280,92 +280,57 @@ func (p *indexProgram) generate() (string, int64, error) {
 	var sb strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
 	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	w("// %v, %d inputs, %d steps with index steps, %d outputs, vector %d\n", p.shape, len(p.ins), len(p.steps), len(p.obufs), p.vec)
+	w("// %v, %d inputs, %d steps with index steps, %d outputs, vector %d\n", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), p.Vec)
 	w("extern \"C\" __global__ void __launch_bounds__(256) ix(%s)\n{\n", strings.Join(params, ", "))
-	w("    for (%s i = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; i < %dull; i += (%s)gridDim.x * blockDim.x * %d) {\n", idx, idx, p.vec, n, idx, p.vec)
+	w("    for (%s i = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; i < %dull; i += (%s)gridDim.x * blockDim.x * %d) {\n", idx, idx, p.Vec, n, idx, p.Vec)
 	w("        %s rem = i;\n", idx)
 	for j := r - 1; j >= 0; j-- {
 		if j > 0 {
-			w("        const %s c%d = rem %% %du; rem /= %du;\n", idx, j, p.shape[j], p.shape[j])
+			w("        const %s c%d = rem %% %du; rem /= %du;\n", idx, j, p.Shape[j], p.Shape[j])
 		} else {
 			w("        const %s c0 = rem;\n", idx)
 		}
 	}
 	sb.WriteString(g.sb.String())
 	for i, v := range vals {
-		if p.vec == 1 {
+		if p.Vec == 1 {
 			w("        out%d[i] = %s;\n", i, storeExpr(otypes[i], g.ct, v+"[0]"))
 			continue
 		}
-		vt := vecType(p.vec * p.obufs[i].dt.Size())
-		w("        { __align__(16) %s o[%d];\n", otypes[i], p.vec)
-		w("#pragma unroll\n        for (int e = 0; e < %d; e++) { o[e] = %s; }\n", p.vec, storeExpr(otypes[i], g.ct, v+"[e]"))
+		vt := vecType(p.Vec * p.OutBufs[i].DType.Size())
+		w("        { __align__(16) %s o[%d];\n", otypes[i], p.Vec)
+		w("#pragma unroll\n        for (int e = 0; e < %d; e++) { o[e] = %s; }\n", p.Vec, storeExpr(otypes[i], g.ct, v+"[e]"))
 		w("        *reinterpret_cast<%s*>(out%d + i) = *reinterpret_cast<const %s*>(o); }\n", vt, i, vt)
 	}
 	w("    }\n}\n")
 	return sb.String(), n, nil
 }
 
-// lowerFusedIndex lowers a FusedElementwise node whose body has index
-// steps to one generated kernel.
-func lowerFusedIndex(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorType) (func() error, error) {
-	n := c.n
-	shape := n.Outputs[0].Type.Shape
-	inShapes := make([]graph.Shape, len(n.Inputs))
-	for i, v := range n.Inputs {
-		inShapes[i] = v.Type.Shape
-	}
-	p := &indexProgram{shape: shape, steps: normalizeIndexSteps(steps, types, inShapes), types: types}
-	for k, o := range n.Attrs["outputs"].Ints {
-		if !types[o].Shape.Equal(shape) {
-			return nil, fmt.Errorf("output %d is %v, output 0 %v: a generated kernel writes one shape", k, types[o].Shape, shape)
-		}
-		p.outs = append(p.outs, int(o))
-		p.obufs = append(p.obufs, c.out(k))
-	}
-	for i, v := range n.Inputs {
-		p.ins = append(p.ins, c.in(i))
-		p.inShapes = append(p.inShapes, v.Type.Shape)
-		// Only zeros that SetInitializer cannot change (a shared buffer).
-		p.zero = append(p.zero, v.Kind == graph.Const && v.Init != nil && v.Init.Fn == "zeros" &&
-			(c.x.sharedZeros[v] || c.x.zerosShared(v)))
-	}
-	p.vec = p.vectorWidth()
-	src, count, err := p.generate()
-	if err != nil {
-		return nil, err
-	}
-	if count == 0 {
-		return nop, nil
-	}
-	return c.launchGenerated(src, "ix", count/int64(p.vec), p.ins, p.obufs)
-}
-
-// vectorWidth is the elements a thread takes along the last axis: 16 bytes
+// VectorWidth is the elements a thread takes along the last axis: 16 bytes
 // of the widest operand when every cut along the last axis and every last
 // dimension that varies is a multiple of it and the buffers are aligned;
 // otherwise 1.
-func (p *indexProgram) vectorWidth() int {
-	r := p.shape.Rank()
+func (p *Index) VectorWidth() int {
+	r := p.Shape.Rank()
 	if r == 0 {
 		return 1
 	}
 	size := 1
-	for _, b := range p.ins {
-		size = max(size, b.dt.Size())
+	for _, b := range p.Ins {
+		size = max(size, b.DType.Size())
 	}
-	for _, b := range p.obufs {
-		size = max(size, b.dt.Size())
+	for _, b := range p.OutBufs {
+		size = max(size, b.DType.Size())
 	}
 	vec := int64(16 / size)
-	ok := int64(p.shape[r-1])%vec == 0
+	ok := int64(p.Shape[r-1])%vec == 0
 	last := func(s graph.Shape) int64 {
 		if s.Rank() == 0 {
 			return 1
 		}
 		return int64(s[s.Rank()-1])
 	}
-	for _, st := range p.steps {
+	for _, st := range p.Steps {
 		switch st.Op {
 		case "Transpose":
 			// A vector is consecutive along the last axis of the operand
@@ -382,9 +347,9 @@ func (p *indexProgram) vectorWidth() int {
 				for _, a := range st.Args {
 					var s graph.Shape
 					if a.Step {
-						s = p.types[a.Index].Shape
+						s = p.Types[a.Index].Shape
 					} else {
-						s = p.inShapes[a.Index]
+						s = p.InShapes[a.Index]
 					}
 					if last(s)%vec != 0 {
 						ok = false
@@ -393,18 +358,18 @@ func (p *indexProgram) vectorWidth() int {
 			}
 		}
 	}
-	for _, t := range p.types {
+	for _, t := range p.Types {
 		if l := last(t.Shape); l != 1 && l%vec != 0 {
 			ok = false
 		}
 	}
-	for k, b := range p.ins {
-		if l := last(p.inShapes[k]); l != 1 && (l%vec != 0 || int64(b.ptr)%int64(vec*int64(b.dt.Size())) != 0) {
+	for k, b := range p.Ins {
+		if l := last(p.InShapes[k]); l != 1 && (l%vec != 0 || int64(b.Addr)%int64(vec*int64(b.DType.Size())) != 0) {
 			ok = false
 		}
 	}
-	for _, b := range p.obufs {
-		if int64(b.ptr)%(vec*int64(b.dt.Size())) != 0 {
+	for _, b := range p.OutBufs {
+		if int64(b.Addr)%(vec*int64(b.DType.Size())) != 0 {
 			ok = false
 		}
 	}
@@ -414,10 +379,10 @@ func (p *indexProgram) vectorWidth() int {
 	return int(vec)
 }
 
-// normalizeIndexSteps returns steps with the index steps' axes made
+// NormalizeIndexSteps returns steps with the index steps' axes made
 // non-negative and a Slice's start resolved as ONNX does (negative counts
 // from the end, clamped to the axis), as the generator reads them.
-func normalizeIndexSteps(steps []graph.FusedStep, types []graph.TensorType, inShapes []graph.Shape) []graph.FusedStep {
+func NormalizeIndexSteps(steps []graph.FusedStep, types []graph.TensorType, inShapes []graph.Shape) []graph.FusedStep {
 	out := make([]graph.FusedStep, len(steps))
 	for k, st := range steps {
 		out[k] = st

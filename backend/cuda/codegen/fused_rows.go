@@ -1,4 +1,4 @@
-package cuda
+package codegen
 
 import (
 	"fmt"
@@ -22,23 +22,23 @@ import (
 // is still contiguous, only where it starts moves. The step becomes a copy
 // of a second view of the input's buffer.
 
-// rowProgram is one generated row kernel.
-type rowProgram struct {
+// Rows is one generated row kernel.
+type Rows struct {
 	full     graph.Shape // the reduced operand's shape; its last axis is reduced
 	steps    []graph.FusedStep
 	rowLevel []bool // step s has the reduced shape (the reduction and after)
 	red      int    // the reduction step
 	mean     bool
-	eIns     []operand // inputs over full (nil strides: not read per element)
-	rIns     []operand // inputs over the leading axes (nil strides: not read per row)
+	ElemIns  []Operand // inputs over full (nil strides: not read per element)
+	rIns     []Operand // inputs over the leading axes (nil strides: not read per row)
 	outs     []int
-	obufs    []buffer
+	OutBufs  []Buffer
 	narrow   []graph.DType
 }
 
-// generate writes the kernel ("rows") and returns it with the row count and
+// Generate writes the kernel ("rows") and returns it with the row count and
 // the lanes per row.
-func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
+func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 	r := p.full.Rank()
 	cols := int64(p.full[r-1])
 	rows = int64(p.full.Numel()) / cols
@@ -50,54 +50,54 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	// inputs' leading strides, row inputs' strides, the element outputs'
 	// (cols per row) and the row outputs' (one per row).
 	var lists [][]int64
-	for _, o := range p.eIns {
-		lists = append(lists, leadOf(o.strides, r-1))
+	for _, o := range p.ElemIns {
+		lists = append(lists, leadOf(o.Strides, r-1))
 	}
 	for _, o := range p.rIns {
-		lists = append(lists, leadOf(o.strides, r-1))
+		lists = append(lists, leadOf(o.Strides, r-1))
 	}
-	rowStr := contiguousStrides(p.full[:r-1])
+	rowStr := ContiguousStrides(p.full[:r-1])
 	elemStr := make([]int64, r-1)
 	for i, s := range rowStr {
 		elemStr[i] = s * cols
 	}
 	lists = append(lists, rowStr, elemStr)
-	dims, lists := coalesce(lead, lists)
+	dims, lists := Coalesce(lead, lists)
 	if len(dims) == 0 { // one row
 		dims = []int64{1}
 		for k := range lists {
 			lists[k] = []int64{0}
 		}
 	}
-	eLead, rLead := lists[:len(p.eIns)], lists[len(p.eIns):len(p.eIns)+len(p.rIns)]
+	eLead, rLead := lists[:len(p.ElemIns)], lists[len(p.ElemIns):len(p.ElemIns)+len(p.rIns)]
 
 	ct := "float"
 	wide := false // a 16-bit buffer: sums in float, as the generic kernels
 	maxSize := 1
-	types := make([]string, len(p.eIns))
-	for k, o := range p.eIns {
-		if types[k], err = ctype(o.buf.dt); err != nil {
+	types := make([]string, len(p.ElemIns))
+	for k, o := range p.ElemIns {
+		if types[k], err = CType(o.Buf.DType); err != nil {
 			return "", 0, 0, err
 		}
-		if o.buf.dt == graph.Float64 {
+		if o.Buf.DType == graph.Float64 {
 			ct = "double"
 		}
-		wide = wide || is16(o.buf.dt)
-		if o.strides != nil && o.strides[r-1] == 1 {
-			maxSize = max(maxSize, o.buf.dt.Size())
+		wide = wide || Is16(o.Buf.DType)
+		if o.Strides != nil && o.Strides[r-1] == 1 {
+			maxSize = max(maxSize, o.Buf.DType.Size())
 		}
 	}
-	otypes := make([]string, len(p.obufs))
-	for i, b := range p.obufs {
-		if otypes[i], err = ctype(b.dt); err != nil {
+	otypes := make([]string, len(p.OutBufs))
+	for i, b := range p.OutBufs {
+		if otypes[i], err = CType(b.DType); err != nil {
 			return "", 0, 0, err
 		}
-		if b.dt == graph.Float64 {
+		if b.DType == graph.Float64 {
 			ct = "double"
 		}
-		wide = wide || is16(b.dt)
+		wide = wide || Is16(b.DType)
 		if !p.rowLevel[p.outs[i]] {
-			maxSize = max(maxSize, b.dt.Size())
+			maxSize = max(maxSize, b.DType.Size())
 		}
 	}
 	acc := "double"
@@ -109,14 +109,14 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	// broadcasts it, rows start aligned, the row splits into whole vectors.
 	vec := 16 / maxSize
 	ok := cols%int64(vec) == 0
-	for k, o := range p.eIns {
-		if o.strides == nil {
+	for k, o := range p.ElemIns {
+		if o.Strides == nil {
 			continue
 		}
-		switch o.strides[r-1] {
+		switch o.Strides[r-1] {
 		case 0:
 		case 1:
-			if (int64(o.buf.ptr)+o.off*int64(o.buf.dt.Size()))%int64(vec*o.buf.dt.Size()) != 0 {
+			if (int64(o.Buf.Addr)+o.Off*int64(o.Buf.DType.Size()))%int64(vec*o.Buf.DType.Size()) != 0 {
 				ok = false
 			}
 			for _, s := range eLead[k] {
@@ -128,8 +128,8 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 			ok = false
 		}
 	}
-	for i, b := range p.obufs {
-		if !p.rowLevel[p.outs[i]] && int64(b.ptr)%int64(vec*b.dt.Size()) != 0 {
+	for i, b := range p.OutBufs {
+		if !p.rowLevel[p.outs[i]] && int64(b.Addr)%int64(vec*b.DType.Size()) != 0 {
 			ok = false
 		}
 	}
@@ -147,9 +147,9 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
 	w("// rows %d x %d, %d steps (reduction at %d), vector %d, %d lanes per row\n", rows, cols, len(p.steps), p.red, vec, lanes)
 	var params []string
-	for k, o := range p.eIns {
+	for k, o := range p.ElemIns {
 		t := types[k]
-		if o.strides == nil && p.rIns[k].strides == nil {
+		if o.Strides == nil && p.rIns[k].Strides == nil {
 			t = "void"
 		}
 		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
@@ -189,13 +189,13 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 		}
 		return strings.Join(terms, " + ")
 	}
-	elemArgs := make([]string, len(p.eIns))
-	for k, o := range p.eIns {
-		if o.strides == nil {
+	elemArgs := make([]string, len(p.ElemIns))
+	for k, o := range p.ElemIns {
+		if o.Strides == nil {
 			continue
 		}
-		w("            const unsigned long long e%d = %s;\n", k, offset(o.off, eLead[k]))
-		if o.strides[r-1] == 0 { // constant along the row
+		w("            const unsigned long long e%d = %s;\n", k, offset(o.Off, eLead[k]))
+		if o.Strides[r-1] == 0 { // constant along the row
 			w("            const %s b%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[e%d]", k, k)))
 			elemArgs[k] = fmt.Sprintf("b%d", k)
 		}
@@ -208,12 +208,12 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	w("%s            for (int it = 0; it < %d; it++) {\n", unroll, iters)
 	w("                const unsigned long long col = (it * %du + lane) * %du;\n", lanes, vec)
 	w("                if (col < %dull) {\n", cols)
-	for k, o := range p.eIns {
-		if o.strides == nil || o.strides[r-1] == 0 {
+	for k, o := range p.ElemIns {
+		if o.Strides == nil || o.Strides[r-1] == 0 {
 			continue
 		}
 		if vec > 1 {
-			sz := o.buf.dt.Size()
+			sz := o.Buf.DType.Size()
 			w("                    __align__(16) %s v%d[%d];\n", types[k], k, vec)
 			w("                    *reinterpret_cast<%s*>(v%d) = *reinterpret_cast<const %s*>(in%d + e%d + col);\n",
 				vecType(vec*sz), k, vecType(vec*sz), k, k)
@@ -226,18 +226,18 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	}
 	w("#pragma unroll\n                    for (int e = 0; e < %d; e++) {\n", vec)
 	w("                        (void)e;\n")
-	args := make([]string, len(p.eIns))
-	for k, o := range p.eIns {
+	args := make([]string, len(p.ElemIns))
+	for k, o := range p.ElemIns {
 		switch {
-		case o.strides == nil:
-		case o.strides[r-1] == 0:
+		case o.Strides == nil:
+		case o.Strides[r-1] == 0:
 			args[k] = elemArgs[k]
 		case vec > 1:
 			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("v%d[e]", k)))
 			args[k] = fmt.Sprintf("a%d", k)
 		default:
 			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct,
-				fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.strides[r-1])))
+				fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])))
 			args[k] = fmt.Sprintf("a%d", k)
 		}
 	}
@@ -268,7 +268,7 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 			if p.rowLevel[s] {
 				continue
 			}
-			sz := p.obufs[i].dt.Size()
+			sz := p.OutBufs[i].DType.Size()
 			w("                    *reinterpret_cast<%s*>(out%d + q + col) = *reinterpret_cast<const %s*>(w%d);\n",
 				vecType(vec*sz), i, vecType(vec*sz), i)
 		}
@@ -283,11 +283,11 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 	rowCoords()
 	rargs := make([]string, len(p.rIns))
 	for k, o := range p.rIns {
-		if o.strides == nil {
+		if o.Strides == nil {
 			continue
 		}
 		rargs[k] = fmt.Sprintf("r%d", k)
-		w("            const %s r%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%s]", k, offset(o.off, rLead[k]))))
+		w("            const %s r%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%s]", k, offset(o.Off, rLead[k]))))
 	}
 	for s := range p.steps {
 		if !p.rowLevel[s] {
@@ -300,8 +300,8 @@ func (p *rowProgram) generate() (src string, rows int64, lanes int, err error) {
 				e = fmt.Sprintf("a / (%s)%d", acc, cols)
 			}
 			e = "(" + ct + ")(" + e + ")"
-			if s < len(p.narrow) && is16(p.narrow[s]) {
-				t, _ := ctype(p.narrow[s])
+			if s < len(p.narrow) && Is16(p.narrow[s]) {
+				t, _ := CType(p.narrow[s])
 				e = loadExpr(t, ct, storeExpr(t, ct, e))
 			}
 		} else if e, err = stepExpr(p.steps[s], ct, operandExprs(p.steps[s], rargs), narrowOf(p.narrow, s)); err != nil {
@@ -356,10 +356,10 @@ func transposedViews(steps []graph.FusedStep, inputs []*graph.Value) ([]graph.Fu
 	return out, views, nil
 }
 
-// transposedOperand reads buf, of shape in, transposed by perm and then
+// TransposedOperand reads buf, of shape in, transposed by perm and then
 // broadcast to shape out.
-func transposedOperand(buf buffer, in graph.Shape, perm []int64, out graph.Shape) operand {
-	st := contiguousStrides(in)
+func TransposedOperand(buf Buffer, in graph.Shape, perm []int64, out graph.Shape) Operand {
+	st := ContiguousStrides(in)
 	tShape := make(graph.Shape, len(perm))
 	tStrides := make([]int64, len(perm))
 	for i, p := range perm {
@@ -372,7 +372,7 @@ func transposedOperand(buf buffer, in graph.Shape, perm []int64, out graph.Shape
 			strides[r-len(tShape)+i] = tStrides[i]
 		}
 	}
-	return operand{buf: buf, strides: strides}
+	return Operand{Buf: buf, Strides: strides}
 }
 
 // leadOf is the first n strides (nil stays nil: an operand not read).
@@ -384,31 +384,9 @@ func leadOf(strides []int64, n int) []int64 {
 	return out
 }
 
-// lowerFusedRows lowers a FusedElementwise node whose body reduces its last
-// axis to one generated row kernel.
-func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorType) (func() error, error) {
-	p, err := newRowProgram(c.n, steps, types, c.in, c.out)
-	if err != nil {
-		return nil, err
-	}
-	src, rows, lanes, err := p.generate()
-	if err != nil {
-		return nil, err
-	}
-	if rows == 0 {
-		return nop, nil
-	}
-	ins := make([]buffer, len(p.eIns))
-	for i, o := range p.eIns {
-		ins[i] = o.buf
-	}
-	rowsPerBlock := int64(8 * (32 / lanes))
-	return c.launchGenerated(src, "rows", (rows+rowsPerBlock-1)/rowsPerBlock*256, ins, p.obufs)
-}
-
-// newRowProgram is the row kernel of FusedElementwise node n, whose input i
+// NewRows is the row kernel of FusedElementwise node n, whose input i
 // is buffer in(i) and output k buffer out(k).
-func newRowProgram(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, in, out func(int) buffer) (*rowProgram, error) {
+func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, in, out func(int) Buffer) (*Rows, error) {
 	red := -1
 	for s, st := range steps {
 		if graph.FusibleReduce[st.Op] {
@@ -429,7 +407,7 @@ func newRowProgram(n *graph.Node, steps []graph.FusedStep, types []graph.TensorT
 	if r == 0 || len(axes) != 1 || (axes[0] != -1 && axes[0] != int64(r-1)) {
 		return nil, fmt.Errorf("generated row kernels reduce the last axis only (axes %v of %v)", axes, full)
 	}
-	p := &rowProgram{full: full, steps: steps, red: red, mean: steps[red].Op == "ReduceMean",
+	p := &Rows{full: full, steps: steps, red: red, mean: steps[red].Op == "ReduceMean",
 		rowLevel: make([]bool, len(steps))}
 	for s, t := range types {
 		switch {
@@ -463,34 +441,34 @@ func newRowProgram(n *graph.Node, steps []graph.FusedStep, types []graph.TensorT
 		}
 	}
 	for i := range nIn {
-		var e, rw operand
-		var operandOver func(out graph.Shape) operand
+		var e, rw Operand
+		var operandOver func(out graph.Shape) Operand
 		if i < len(n.Inputs) {
-			e.buf = in(i)
-			operandOver = func(out graph.Shape) operand { return broadcastOperand(in(i), n.Inputs[i].Type.Shape, out) }
+			e.Buf = in(i)
+			operandOver = func(out graph.Shape) Operand { return BroadcastOperand(in(i), n.Inputs[i].Type.Shape, out) }
 		} else {
 			vw := views[i-len(n.Inputs)]
-			e.buf = in(vw.input)
-			operandOver = func(out graph.Shape) operand {
-				return transposedOperand(in(vw.input), n.Inputs[vw.input].Type.Shape, vw.perm, out)
+			e.Buf = in(vw.input)
+			operandOver = func(out graph.Shape) Operand {
+				return TransposedOperand(in(vw.input), n.Inputs[vw.input].Type.Shape, vw.perm, out)
 			}
 		}
-		rw.buf = e.buf
+		rw.Buf = e.Buf
 		if readsElem[i] {
 			e = operandOver(full)
 		}
 		if readsRow[i] {
 			rw = operandOver(reduced)
-			if reduced.Rank() == r && rw.strides[r-1] != 0 && reduced[r-1] != 1 {
+			if reduced.Rank() == r && rw.Strides[r-1] != 0 && reduced[r-1] != 1 {
 				return nil, fmt.Errorf("input %d varies along the reduced axis but is read per row", i)
 			}
 		}
-		p.eIns = append(p.eIns, e)
+		p.ElemIns = append(p.ElemIns, e)
 		p.rIns = append(p.rIns, rw)
 	}
 	for k, o := range n.Attrs["outputs"].Ints {
 		p.outs = append(p.outs, int(o))
-		p.obufs = append(p.obufs, out(k))
+		p.OutBufs = append(p.OutBufs, out(k))
 	}
 	return p, nil
 }
