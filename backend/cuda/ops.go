@@ -273,7 +273,7 @@ func lowerAlias(c *lowerCtx) (func() error, error) {
 
 // lowerAllReduce lowers AllReduce on one rank (the identity). A job of
 // several ranks is refused at compile time until the NCCL all-reduce
-// (nccl.go) is wired into the executor.
+// (driver/nccl.go) is wired into the executor.
 func lowerAllReduce(c *lowerCtx) (func() error, error) {
 	if w := c.n.Attrs.Int("world", 1); w > 1 {
 		return nil, fmt.Errorf("AllReduce over %d ranks: the NCCL all-reduce is not wired into the CUDA executor yet", w)

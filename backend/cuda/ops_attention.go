@@ -9,7 +9,7 @@ import (
 //
 // Where the fused kernels of kernels/flash_attention.cu apply (float32,
 // bfloat16 or float16 data, a float32 logsumexp, head dim <= 256: see
-// flash.go's FlashForward/FlashBackward), a node is one fused forward (online
+// package attention's FlashForward/FlashBackward), a node is one fused forward (online
 // softmax, never an S×S tensor) or backward (scores recomputed from L). The
 // rest (float64, and PlanOptions.ComposedAttention) takes the composed
 // lowering, which materialises the [BH, Sq, Sk] scores in a scratch buffer:

@@ -897,7 +897,7 @@ func TestFlashSM90Speed(t *testing.T) {
 // the GPU's drift in clock and temperature falls on all alike; it reports
 // the median TFLOP/s of each schedule as a metric ("static", "nh16" ..
 // "nh96", and "default", the section the launcher picks). On the GPU
-// machine: ./.gpu/cuda.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
+// machine: ./.gpu/attention.test -test.run '^$' -test.bench FlashSM90CausalSchedule -test.benchtime 1x
 func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 	d := sm90GPU(b)
 	ks, err := flashSM90KernelSet(d, flashSM90FwdFile)

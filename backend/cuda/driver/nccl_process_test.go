@@ -22,7 +22,7 @@ const ncclHelperEnv = "FLASHGRAPH_NCCL_HELPER"
 // communicator on GPUs 0 and 1, and all-reduce: the path two hosts take, on one
 // host. It needs two GPUs and NCCL 2.23+, and runs on the two-GPU machine:
 //
-//	go test ./backend/cuda -run TestNCCLTwoProcesses -v
+//	go test ./backend/cuda/driver -run TestNCCLTwoProcesses -v
 func TestNCCLTwoProcesses(t *testing.T) {
 	gpu(t)
 	if n, err := DeviceCount(); err != nil || n < 2 {

@@ -69,7 +69,7 @@ func TestCacheKeyCoversHeaders(t *testing.T) {
 // with -short, and unless FLASHGRAPH_NVRTC_FIRST_RUN=1, so that plain test
 // runs do not pay for it twice (TestFlashSM90Compile compiles the units too).
 //
-//	FLASHGRAPH_NVRTC_FIRST_RUN=1 go test ./backend/cuda -run TestNVRTCFirstRun -v
+//	FLASHGRAPH_NVRTC_FIRST_RUN=1 go test ./backend/cuda/driver -run TestNVRTCFirstRun -v
 func TestNVRTCFirstRun(t *testing.T) {
 	if testing.Short() || os.Getenv("FLASHGRAPH_NVRTC_FIRST_RUN") != "1" {
 		t.Skip("set FLASHGRAPH_NVRTC_FIRST_RUN=1 to time the NVRTC compiles (tens of seconds)")
