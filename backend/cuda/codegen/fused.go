@@ -389,15 +389,12 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	vec = 16 / maxSize
 	inner := dims[r-1]
 	ok := inner%int64(vec) == 0
-	aligned := func(b Buffer, off int64, width int) bool {
-		return (int64(b.Addr)+off*int64(b.DType.Size()))%int64(width*b.DType.Size()) == 0
-	}
 	for k, o := range p.Ins {
 		s := strides[k]
 		switch s[r-1] {
 		case 0:
 		case 1:
-			if !aligned(o.Buf, o.Off, vec) {
+			if !o.Buf.alignedFor(o.Off, vec) {
 				ok = false
 			}
 			for j := 0; j < r-1; j++ {
@@ -411,7 +408,7 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	}
 	for k, b := range p.OutBufs {
 		s := strides[len(p.Ins)+k]
-		if s[r-1] != 1 || !aligned(b, p.outOff(k), vec) {
+		if s[r-1] != 1 || !b.alignedFor(p.outOff(k), vec) {
 			ok = false
 		}
 		for j := 0; j < r-1; j++ {

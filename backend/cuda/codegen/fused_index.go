@@ -364,12 +364,12 @@ func (p *Index) VectorWidth() int {
 		}
 	}
 	for k, b := range p.Ins {
-		if l := last(p.InShapes[k]); l != 1 && (l%vec != 0 || int64(b.Addr)%int64(vec*int64(b.DType.Size())) != 0) {
+		if l := last(p.InShapes[k]); l != 1 && (l%vec != 0 || !b.alignedFor(0, int(vec))) {
 			ok = false
 		}
 	}
 	for _, b := range p.OutBufs {
-		if int64(b.Addr)%(vec*int64(b.DType.Size())) != 0 {
+		if !b.alignedFor(0, int(vec)) {
 			ok = false
 		}
 	}

@@ -116,7 +116,7 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		switch o.Strides[r-1] {
 		case 0:
 		case 1:
-			if (int64(o.Buf.Addr)+o.Off*int64(o.Buf.DType.Size()))%int64(vec*o.Buf.DType.Size()) != 0 {
+			if !o.Buf.alignedFor(o.Off, vec) {
 				ok = false
 			}
 			for _, s := range eLead[k] {
@@ -129,7 +129,7 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		}
 	}
 	for i, b := range p.OutBufs {
-		if !p.rowLevel[p.outs[i]] && int64(b.Addr)%int64(vec*b.DType.Size()) != 0 {
+		if !p.rowLevel[p.outs[i]] && !b.alignedFor(0, vec) {
 			ok = false
 		}
 	}

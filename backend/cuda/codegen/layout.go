@@ -11,6 +11,13 @@ type Buffer struct {
 	N     int
 }
 
+// alignedFor reports whether a vector of vec elements of b read from
+// element off on starts on a whole-vector boundary, as a 16-byte load needs.
+// The elementwise, row and index kernels all decide their vector width by it.
+func (b Buffer) alignedFor(off int64, vec int) bool {
+	return (int64(b.Addr)+off*int64(b.DType.Size()))%int64(vec*b.DType.Size()) == 0
+}
+
 // Is16 reports a 16-bit float type (bfloat16 or float16): computed in
 // float, stored narrow.
 func Is16(dt graph.DType) bool { return dt == graph.BFloat16 || dt == graph.Float16 }
