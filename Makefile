@@ -69,6 +69,8 @@ build:
 gpu:
 	mkdir -p .gpu
 	$(GO) build -o .gpu/flashgraph ./tools/flashgraph
+	$(GO) test -c -o .gpu/driver.test ./backend/cuda/driver
+	$(GO) test -c -o .gpu/attention.test ./backend/cuda/attention
 	$(GO) test -c -o .gpu/cuda.test ./backend/cuda
 	$(GO) test -c -o .gpu/onnx.test ./onnx
 	printf '%s\n' '#!/bin/sh' \
@@ -76,7 +78,7 @@ gpu:
 		'set -e' \
 		'S=$${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer' \
 		'T="TestFlashAttentionGPU|TestFlashSM90GPU|TestFlashSM90Backward|TestFlashDecodeGPU"' \
-		'for tool in memcheck racecheck; do "$$S" --tool $$tool --error-exitcode 3 ./.gpu/cuda.test -test.run "$$T" -test.count=1; done' \
+		'for tool in memcheck racecheck; do "$$S" --tool $$tool --error-exitcode 3 ./.gpu/attention.test -test.run "$$T" -test.count=1; done' \
 		> .gpu/sanitize.sh
 	chmod +x .gpu/sanitize.sh
 

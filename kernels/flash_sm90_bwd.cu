@@ -1,6 +1,6 @@
 // flash_sm90_bwd.cu: FlashAttention backward for Hopper (sm_90a): wgmma, TMA.
 // One NVRTC compile unit (the forward is flash_sm90_fwd.cu's) that holds
-// only the backwards backend/cuda/flash_sm90.go selects; the shared device
+// only the backwards backend/cuda/attention/flash_sm90.go selects; the shared device
 // code and the shared-memory layout are flash_sm90_common.cuh's, the
 // backward's device code flash_sm90_bwd.cuh's.
 //

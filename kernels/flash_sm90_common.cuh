@@ -6,7 +6,7 @@
 // the text (kernels.Unit), so the cubin cache key covers it.
 //
 // Compiled at run time by NVRTC for sm_90a only (wgmma needs the "a" target);
-// backend/cuda/flash_sm90.go picks these kernels on compute capability 9.0
+// backend/cuda/attention/flash_sm90.go picks these kernels on compute capability 9.0
 // and falls back to flash_attention.cu (FA2, mma.sync) elsewhere. No toolkit
 // header: the 16-bit element types travel as raw bits and are converted with
 // PTX cvt.

@@ -1,6 +1,6 @@
 // flash_sm90_fwd.cu: FlashAttention forward for Hopper (sm_90a): wgmma, TMA.
 // One NVRTC compile unit (the backward is flash_sm90_bwd.cu's) that holds
-// only the forwards backend/cuda/flash_sm90.go selects; the shared device
+// only the forwards backend/cuda/attention/flash_sm90.go selects; the shared device
 // code, the contract and the shared-memory layout are
 // flash_sm90_common.cuh's, the forward's device code flash_sm90_fwd.cuh's.
 //

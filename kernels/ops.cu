@@ -192,7 +192,7 @@ __device__ T block_max(T v, T* sh)
 // ---------------------------------------------------------------- elementwise
 
 // Elementwise work is not here: the backend generates a kernel per node from
-// the op table's expressions (backend/cuda/fused.go).
+// the op table's expressions (backend/cuda/codegen/fused.go).
 
 // copy2d: dst[r*dstRow + j] = src[r*srcRow + j] for r < rows, j < cols (Concat
 // writes each input into its columns of the output this way).

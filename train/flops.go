@@ -87,7 +87,7 @@ type Peak struct {
 
 // peaks is the one table of peak rates MFU is measured against: dense (no
 // sparsity) figures from the vendors' data sheets for the SXM parts. A
-// float32 step runs cuBLAS in full float32 (no TF32; backend/cuda/cublas.go),
+// float32 step runs cuBLAS in full float32 (no TF32; backend/cuda/driver/cublas.go),
 // so its peak is the float32 (non-tensor-core) one. The CPU has no entry: its
 // rate depends on the machine, and train prints its measured FLOP/s instead.
 var peaks = []Peak{

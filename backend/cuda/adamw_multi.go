@@ -8,6 +8,8 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -125,7 +127,7 @@ func (a *adamwMember) refusal() string {
 	if a.g.n != n {
 		return "gradient and param differ in length"
 	}
-	if a.g.dt != graph.Float32 && !is16(a.g.dt) {
+	if a.g.dt != graph.Float32 && !codegen.Is16(a.g.dt) {
 		return fmt.Sprintf("gradient is %v (want float32, bfloat16 or float16)", a.g.dt)
 	}
 	if a.lr.n != 1 || a.step.n != 1 {
@@ -347,7 +349,7 @@ func (x *executable) groupAdamWRun(r adamwRun) error {
 		}
 		queued = append(queued, func() error {
 			for _, p := range poison {
-				if err := d.memsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
+				if err := d.MemsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
 					return err
 				}
 			}
@@ -368,7 +370,7 @@ func (x *executable) groupAdamWRun(r adamwRun) error {
 		st.dev, st.run = nop, nop
 	}
 	first := &x.steps[from]
-	first.dev, first.run = dev, func() error { return d.do(dev) }
+	first.dev, first.run = dev, func() error { return d.Do(dev) }
 	return nil
 }
 
@@ -393,12 +395,12 @@ func (x *executable) adamwMultiLaunch(ms []*adamwMember) (func() error, error) {
 		return nil, err
 	}
 	a := ms[0]
-	l, err := newRawLaunch(f, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{adamwMultiBlock, 1, 1}, 0,
+	l, err := driver.NewRawLaunch(f, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{adamwMultiBlock, 1, 1}, 0,
 		table, int32(len(segs)), dtCode(a.g.dt), a.lr.ptr, dtCode(a.lr.dt), a.step.ptr, dtCode(a.step.dt),
 		a.hyper.beta1, a.hyper.beta2, a.hyper.eps, x.flag, int32(a.node+1))
 	if err != nil {
 		return nil, err
 	}
 	d := x.b.dev
-	return func() error { return l.run(d) }, nil
+	return func() error { return l.Run(d) }, nil
 }

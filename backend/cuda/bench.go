@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cuda/attention"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -94,24 +95,8 @@ func IsOutOfMemory(err error) bool {
 // neither.
 func (b *Backend) BenchWarmUp() error {
 	d := b.dev
-	if _, err := d.flashKernels(); err != nil {
+	if err := attention.WarmUp(d); err != nil {
 		return err
-	}
-	// On compute capability 9.0 the forward and the backward are the sm90
-	// units' (flash_sm90_fwd.cu, flash_sm90_bwd.cu), each its own compile.
-	if name, err := flashSM90Choice(d, GemmBF16, 128, 4096, false, 1); err != nil {
-		return err
-	} else if name != "" {
-		if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil {
-			return err
-		}
-	}
-	if name, err := flashSM90BwdChoice(d, GemmBF16, 128, 1); err != nil {
-		return err
-	} else if name != "" {
-		if _, err := d.flashSM90Kernels(flashSM90UnitOf(name)); err != nil {
-			return err
-		}
 	}
 	tmp, err := d.Alloc(3 * 64 * 64 * 2)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -64,11 +65,16 @@ var opsKernelNames = []string{
 type Backend struct {
 	dev  *Device
 	opts Options
-	ops  *kernelSet // ops.cu
+	ops  *driver.KernelSet // ops.cu
 
-	// generated are the code generator's kernels (fused.go), by source.
+	// generated are the code generator's kernels (codegen/fused.go), by source.
 	genMu     sync.Mutex
 	generated map[string]*Function
+
+	// render, when set, receives every kernel the lowerings would compile
+	// instead of compiling it (a Backend without a device: the kernel-source
+	// golden test renders the generated CUDA C of whole graphs on the CPU).
+	render func(entry, src string)
 }
 
 // NewBackend opens the GPU and compiles the op kernels. On a machine without
@@ -98,7 +104,7 @@ func newBackend(opts Options) (*Backend, error) {
 	if opts.CubinCacheDir != "" {
 		dev.SetCubinCacheDir(opts.CubinCacheDir)
 	}
-	ops, err := compileKernelSet(dev, opsKernelFile, opsCompileOptions...)
+	ops, err := driver.CompileKernelSet(dev, opsKernelFile, opsCompileOptions...)
 	if err != nil {
 		dev.Close()
 		return nil, err
@@ -121,7 +127,12 @@ func (b *Backend) Device() *Device { return b.dev }
 func (b *Backend) Close() error { return b.dev.Close() }
 
 // fn returns a kernel of ops.cu, looked up once.
-func (b *Backend) fn(name string) (*Function, error) { return b.ops.fn(name, 0) }
+func (b *Backend) fn(name string) (*Function, error) {
+	if b.render != nil {
+		return &Function{}, nil
+	}
+	return b.ops.Fn(name, 0)
+}
 
 // buffer is a tensor on the device: where, in which element type, how many.
 type buffer struct {
@@ -173,7 +184,7 @@ type executable struct {
 	initBytes   int64
 	closed      bool
 	// Steps and updates replay as CUDA graphs after their first runs.
-	stepsGraph, updatesGraph replayer
+	stepsGraph, updatesGraph driver.Replayer
 	// adamwGrouped AdamW nodes run in adamwLaunches grouped launches
 	// (adamw_multi.go).
 	adamwGrouped, adamwLaunches int
@@ -305,7 +316,7 @@ func (x *executable) build() error {
 		if c.host {
 			st.run = run
 		} else {
-			st.dev, st.run = run, func() error { return d.do(run) }
+			st.dev, st.run = run, func() error { return d.Do(run) }
 		}
 		x.steps = append(x.steps, st)
 	}
@@ -386,12 +397,12 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	d := x.b.dev
-	d.runMu.Lock()
-	defer d.runMu.Unlock()
+	d.RunMu.Lock()
+	defer d.RunMu.Unlock()
 	if err := x.start("run", feeds); err != nil {
 		return nil, err
 	}
-	if err := x.stepsGraph.run(d, x.runSteps); err != nil {
+	if err := x.stepsGraph.Run(d, x.runSteps); err != nil {
 		return nil, err
 	}
 	if err := x.kernelFlag(); err != nil {
@@ -405,7 +416,7 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 		}
 		res[v.Name] = t
 	}
-	if err := x.updatesGraph.run(d, x.applyUpdates); err != nil {
+	if err := x.updatesGraph.Run(d, x.applyUpdates); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -450,7 +461,7 @@ func (x *executable) applyUpdates() error {
 	for _, u := range x.updates {
 		var err error
 		if u.convert != nil {
-			err = d.do(u.convert)
+			err = d.Do(u.convert)
 		} else if u.to.bytes() > 0 {
 			err = d.CopyDeviceToDevice(u.to.ptr, u.from.ptr, u.to.bytes())
 		}
@@ -490,13 +501,13 @@ func (x *executable) runSteps() error {
 			j++
 		}
 		var failed *step
-		err := d.do(func() error {
+		err := d.Do(func() error {
 			for k := i; k < j; k++ {
 				st := &x.steps[k]
 				failed = st
 				for _, p := range st.poison {
 					// All-ones bytes are NaN in every float type.
-					if err := d.memsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
+					if err := d.MemsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
 						return err
 					}
 				}
@@ -603,7 +614,7 @@ func (x *executable) Close() error {
 }
 
 func (x *executable) free() error {
-	errs := []error{x.stepsGraph.release(x.b.dev), x.updatesGraph.release(x.b.dev)}
+	errs := []error{x.stepsGraph.Release(x.b.dev), x.updatesGraph.Release(x.b.dev)}
 	for _, p := range x.allocs {
 		errs = append(errs, x.b.dev.Free(p))
 	}

@@ -13,7 +13,7 @@ import (
 // a replay computes from the new feeds, not the captured ones.
 func TestRunsReplayAsGraphs(t *testing.T) {
 	d := gpu(t)
-	if !d.graphsEnabled() {
+	if !d.GraphsEnabled() {
 		t.Skip("CUDA graphs are off (FLASHGRAPH_CUDA_GRAPHS or the driver)")
 	}
 	be, err := newBackend(Options{})
@@ -62,8 +62,8 @@ func TestRunsReplayAsGraphs(t *testing.T) {
 		}
 	}
 	x2 := exe.(*executable)
-	if x2.stepsGraph.off != nil || x2.stepsGraph.exec == 0 {
-		t.Fatalf("steps are not replayed as a graph after 4 runs: %v", x2.stepsGraph.off)
+	if x2.stepsGraph.Off() != nil || !x2.stepsGraph.Replaying() {
+		t.Fatalf("steps are not replayed as a graph after 4 runs: %v", x2.stepsGraph.Off())
 	}
 }
 

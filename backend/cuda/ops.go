@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -62,7 +64,7 @@ func init() {
 		"AdamW":                       {lower: lowerAdamW},
 	}
 	// Every op the op table defines by an expression runs as a generated
-	// kernel rendered from that expression (fused.go).
+	// kernel rendered from that expression (codegen/fused.go).
 	for _, s := range graph.Ops() {
 		if s.Expr != nil {
 			lowerings[s.Name] = lowering{lower: lowerGenerated(s.Name)}
@@ -155,18 +157,22 @@ func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func
 	if err != nil {
 		return nil, err
 	}
-	l, err := newRawLaunch(f, grid, block, 0, args...)
+	l, err := driver.NewRawLaunch(f, grid, block, 0, args...)
 	if err != nil {
 		return nil, err
 	}
 	d := c.dev()
-	return func() error { return l.run(d) }, nil
+	return func() error { return l.Run(d) }, nil
 }
 
 // gridFor sizes a grid-stride launch: enough blocks to fill the GPU, never
 // more than the work needs.
 func (c *lowerCtx) gridFor(n int64, block int) [3]uint32 {
-	most := int64(max(1, c.dev().SMCount()) * 32)
+	sms := 132 // rendering without a device (Backend.render): an H200's
+	if d := c.dev(); d != nil {
+		sms = d.SMCount()
+	}
+	most := int64(max(1, sms) * 32)
 	return [3]uint32{uint32(max(1, min((n+int64(block)-1)/int64(block), most))), 1, 1}
 }
 
@@ -232,13 +238,11 @@ func dtCode(dt graph.DType) int32 {
 	return dtCodes[graph.Bool]
 }
 
-func is16(dt graph.DType) bool { return dt == graph.BFloat16 || dt == graph.Float16 }
-
 // reduceSuffix picks a reduction's accumulator: double for 32- and 64-bit
 // data (as the CPU reference sums), float when any operand is 16-bit.
 func reduceSuffix(dts ...graph.DType) string {
 	for _, dt := range dts {
-		if is16(dt) {
+		if codegen.Is16(dt) {
 			return "_f32"
 		}
 	}
@@ -249,73 +253,12 @@ func reduceSuffix(dts ...graph.DType) string {
 
 // maxRank matches MAXR in ops.cu: the most kept and the most reduced dims a
 // reduction kernel indexes (ops_reduce.go). Elementwise kernels, generated
-// per node (fused.go), index the node's own dims.
+// per node (codegen/fused.go), index the node's own dims.
 const maxRank = 6
-
-// operand is an input of an ew kernel: a buffer read at offset + Σ idx·stride
-// over the output's dims.
-type operand struct {
-	buf     buffer
-	off     int64   // elements
-	strides []int64 // one per output dim
-}
-
-// broadcastOperand reads buf (of shape in) broadcast to shape out.
-func broadcastOperand(buf buffer, in, out graph.Shape) operand {
-	r := out.Rank()
-	st := make([]int64, r)
-	acc := int64(1)
-	for i := in.Rank() - 1; i >= 0; i-- {
-		if in[i] != 1 {
-			st[r-in.Rank()+i] = acc
-		}
-		acc *= int64(in[i])
-	}
-	return operand{buf: buf, strides: st}
-}
-
-// coalesce drops size-1 dims and merges neighbours every operand walks
-// contiguously, so most elementwise ops run at rank 1 or 2.
-func coalesce(dims []int64, strides [][]int64) ([]int64, [][]int64) {
-	var od []int64
-	os := make([][]int64, len(strides))
-	for i, d := range dims {
-		if d == 1 {
-			continue
-		}
-		if last := len(od) - 1; last >= 0 {
-			merge := true
-			for k := range strides {
-				if os[k][last] != strides[k][i]*d {
-					merge = false
-					break
-				}
-			}
-			if merge {
-				od[last] *= d
-				for k := range strides {
-					os[k][last] = strides[k][i]
-				}
-				continue
-			}
-		}
-		od = append(od, d)
-		for k := range strides {
-			os[k] = append(os[k], strides[k][i])
-		}
-	}
-	if len(od) == 0 {
-		od = []int64{1}
-		for k := range os {
-			os[k] = []int64{0}
-		}
-	}
-	return od, os
-}
 
 // convert copies src into dst (same element count), converting the type.
 func (c *lowerCtx) convert(dst, src buffer) (func() error, error) {
-	return c.copyTo(dst, graph.Shape{dst.n}, operand{buf: src, strides: []int64{1}})
+	return c.copyTo(dst, graph.Shape{dst.n}, codegen.Operand{Buf: src.gen(), Strides: []int64{1}})
 }
 
 // lowerAlias: Reshape, Squeeze, Unsqueeze and Identity move no data when the
@@ -330,7 +273,7 @@ func lowerAlias(c *lowerCtx) (func() error, error) {
 
 // lowerAllReduce lowers AllReduce on one rank (the identity). A job of
 // several ranks is refused at compile time until the NCCL all-reduce
-// (nccl.go) is wired into the executor.
+// (driver/nccl.go) is wired into the executor.
 func lowerAllReduce(c *lowerCtx) (func() error, error) {
 	if w := c.n.Attrs.Int("world", 1); w > 1 {
 		return nil, fmt.Errorf("AllReduce over %d ranks: the NCCL all-reduce is not wired into the CUDA executor yet", w)
@@ -342,16 +285,6 @@ func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c
 
 // ---------------------------------------------------------------- data movement
 
-func contiguousStrides(s graph.Shape) []int64 {
-	st := make([]int64, s.Rank())
-	acc := int64(1)
-	for i := s.Rank() - 1; i >= 0; i-- {
-		st[i] = acc
-		acc *= int64(s[i])
-	}
-	return st
-}
-
 func lowerTranspose(c *lowerCtx) (func() error, error) {
 	if c.x.plan.values[c.n.Outputs[0]].kind == placeFolded {
 		return nop, nil // its MatMuls read the input transposed
@@ -361,12 +294,12 @@ func lowerTranspose(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := contiguousStrides(x)
+	in := codegen.ContiguousStrides(x)
 	st := make([]int64, len(perm))
 	for i, p := range perm {
 		st[i] = in[p]
 	}
-	return c.copyTo(c.out(0), c.n.Outputs[0].Type.Shape, operand{buf: c.in(0), strides: st})
+	return c.copyTo(c.out(0), c.n.Outputs[0].Type.Shape, codegen.Operand{Buf: c.inGen(0), Strides: st})
 }
 
 func lowerSlice(c *lowerCtx) (func() error, error) {
@@ -386,7 +319,7 @@ func lowerSlice(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	in := contiguousStrides(x)
+	in := codegen.ContiguousStrides(x)
 	st := make([]int64, len(in))
 	var off int64
 	for i := range in {
@@ -395,7 +328,7 @@ func lowerSlice(c *lowerCtx) (func() error, error) {
 		}
 		st[i] = in[i] * int64(sp.Step[i])
 	}
-	return c.copyTo(c.out(0), shape, operand{buf: c.in(0), off: off, strides: st})
+	return c.copyTo(c.out(0), shape, codegen.Operand{Buf: c.inGen(0), Off: off, Strides: st})
 }
 
 func lowerExpand(c *lowerCtx) (func() error, error) {
@@ -403,7 +336,7 @@ func lowerExpand(c *lowerCtx) (func() error, error) {
 	if _, err := c.constInts(1, "shape"); err != nil {
 		return nil, err
 	}
-	return c.copyTo(c.out(0), y, broadcastOperand(c.in(0), c.n.Inputs[0].Type.Shape, y))
+	return c.copyTo(c.out(0), y, codegen.BroadcastOperand(c.inGen(0), c.n.Inputs[0].Type.Shape, y))
 }
 
 func lowerConcat(c *lowerCtx) (func() error, error) {
@@ -421,10 +354,10 @@ func lowerConcat(c *lowerCtx) (func() error, error) {
 		cols := int64(v.Type.Shape[ax]) * inner
 		if cols > 0 && outer > 0 && out.dt.IsFloat() && c.in(i).dt.IsFloat() {
 			// Float data: a generated copy into the output's slice.
-			p := &ewProgram{shape: graph.Shape{int(outer), int(cols)},
-				ins:   []operand{{buf: c.in(i), strides: []int64{cols, 1}}},
-				steps: []graph.FusedStep{{Op: "Identity", Args: []graph.FusedOperand{{Index: 0}}}},
-				outs:  []int{0}, obufs: []buffer{out}, ostrides: [][]int64{{row, 1}}, ooff: []int64{at}}
+			p := &codegen.Elementwise{Shape: graph.Shape{int(outer), int(cols)},
+				Ins:   []codegen.Operand{{Buf: c.inGen(i), Strides: []int64{cols, 1}}},
+				Steps: []graph.FusedStep{{Op: "Identity", Args: []graph.FusedOperand{{Index: 0}}}},
+				Outs:  []int{0}, OutBufs: []codegen.Buffer{out.gen()}, OutStrides: [][]int64{{row, 1}}, OutOffs: []int64{at}}
 			f, err := c.lowerEwProgram(p)
 			if err != nil {
 				return nil, err
@@ -538,7 +471,7 @@ func adamwVec4Args(c *lowerCtx, n int64) ([]any, bool) {
 	g := c.in(1)
 	switch {
 	case g.dt == graph.Float32 && aligned(g, 16):
-	case is16(g.dt) && aligned(g, 8):
+	case codegen.Is16(g.dt) && aligned(g, 8):
 	default:
 		return nil, false
 	}

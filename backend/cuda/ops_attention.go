@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"github.com/flashgraph/flashgraph/backend/cuda/attention"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -8,7 +9,7 @@ import (
 //
 // Where the fused kernels of kernels/flash_attention.cu apply (float32,
 // bfloat16 or float16 data, a float32 logsumexp, head dim <= 256: see
-// flash.go's FlashForward/FlashBackward), a node is one fused forward (online
+// package attention's FlashForward/FlashBackward), a node is one fused forward (online
 // softmax, never an S×S tensor) or backward (scores recomputed from L). The
 // rest (float64, and PlanOptions.ComposedAttention) takes the composed
 // lowering, which materialises the [BH, Sq, Sk] scores in a scratch buffer:
@@ -39,7 +40,7 @@ func composedType(op string, dt graph.DType) graph.DType {
 // fusedAttention reports whether node n can run on the fused flash kernels.
 func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool {
 	bh, sq, sk, d, scale, _, err := attnDims(n)
-	if err != nil || checkFlashShape(bh, sq, sk, d) != nil {
+	if err != nil || attention.CheckShape(bh, sq, sk, d) != nil {
 		return false
 	}
 	lse := n.Inputs[len(n.Inputs)-2] // FlashAttentionGrad's L
@@ -53,7 +54,7 @@ func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool 
 	if err != nil {
 		return false
 	}
-	_, err = planFlash(t, d, float32(scale))
+	err = attention.Supported(t, d, float32(scale))
 	return err == nil
 }
 
@@ -176,7 +177,7 @@ func lowerFused(c *lowerCtx) (func() error, error) {
 		for _, f := range fns {
 			if f != nil {
 				all := seq(fns...)
-				return func() error { return dev.do(all) }
+				return func() error { return dev.Do(all) }
 			}
 		}
 		return nil

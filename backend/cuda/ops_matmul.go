@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -44,7 +46,7 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 			return nil, err
 		}
 		return func() error {
-			return d.gemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
+			return d.GemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
 		}, nil
 	}
 	const tile = gemmF64Tile
@@ -67,12 +69,12 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 	for z0 := 0; z0 < batch; z0 += 65535 {
 		nz := min(65535, batch-z0)
 		grid := [3]uint32{uint32((n + tile - 1) / tile), uint32(gy), uint32(nz)}
-		l, err := newRawLaunch(f, grid, [3]uint32{tile, tile, 1}, 0, ta, tb, int64(m), int64(n), int64(k), alpha,
+		l, err := driver.NewRawLaunch(f, grid, [3]uint32{tile, tile, 1}, 0, ta, tb, int64(m), int64(n), int64(k), alpha,
 			A.Offset(z0*int(sA)*8), sA, B.Offset(z0*int(sB)*8), sB, beta, C.Offset(z0*int(sC)*8), sC)
 		if err != nil {
 			return nil, err
 		}
-		calls = append(calls, func() error { return l.run(d) })
+		calls = append(calls, func() error { return l.Run(d) })
 	}
 	return seq(calls...), nil
 }
@@ -154,10 +156,10 @@ func lowerMatMul(c *lowerCtx) (func() error, error) {
 	for i, d := range batch {
 		dims[i] = int64(d)
 	}
-	sa := broadcastOperand(buffer{}, as[:as.Rank()-2], batch).strides
-	sb := broadcastOperand(buffer{}, bs[:bs.Rank()-2], batch).strides
-	sc := contiguousStrides(batch)
-	dims, st := coalesce(dims, [][]int64{sa, sb, sc})
+	sa := codegen.BroadcastOperand(codegen.Buffer{}, as[:as.Rank()-2], batch).Strides
+	sb := codegen.BroadcastOperand(codegen.Buffer{}, bs[:bs.Rank()-2], batch).Strides
+	sc := codegen.ContiguousStrides(batch)
+	dims, st := codegen.Coalesce(dims, [][]int64{sa, sb, sc})
 	last := len(dims) - 1
 	inner := dims[last]
 	mk, kn, mn := int64(m*k), int64(k*n), int64(m*n)
@@ -226,7 +228,7 @@ func lowerGemm(c *lowerCtx) (func() error, error) {
 	var fillC func() error
 	if c.hasIn(2) && beta != 0 {
 		ys := c.n.Outputs[0].Type.Shape
-		if fillC, err = c.copyTo(y, ys, broadcastOperand(c.in(2), c.n.Inputs[2].Type.Shape, ys)); err != nil {
+		if fillC, err = c.copyTo(y, ys, codegen.BroadcastOperand(c.inGen(2), c.n.Inputs[2].Type.Shape, ys)); err != nil {
 			return nil, err
 		}
 	} else {

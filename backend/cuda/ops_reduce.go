@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -24,7 +25,7 @@ type reducePlan struct {
 
 // accType is the partials' type: float32 for 16-bit data, else float64.
 func (rp reducePlan) accType(in graph.DType) graph.DType {
-	if is16(in) {
+	if codegen.Is16(in) {
 		return graph.Float32
 	}
 	return graph.Float64
@@ -62,7 +63,7 @@ func planReduce(n *graph.Node) (reducePlan, error) {
 		rp.copy = true
 		return rp, nil
 	}
-	st := contiguousStrides(x)
+	st := codegen.ContiguousStrides(x)
 	var kd, ks, rd, rs []int64
 	for i, d := range x {
 		if slices.Contains(ax, i) {
@@ -73,9 +74,9 @@ func planReduce(n *graph.Node) (reducePlan, error) {
 	}
 	rp.nout, rp.count = prod(kd), prod(rd)
 	var s [][]int64
-	rp.kept, s = coalesce(kd, [][]int64{ks})
+	rp.kept, s = codegen.Coalesce(kd, [][]int64{ks})
 	rp.keptS = s[0]
-	rp.red, s = coalesce(rd, [][]int64{rs})
+	rp.red, s = codegen.Coalesce(rd, [][]int64{rs})
 	rp.redS = s[0]
 	if len(rp.kept) > maxRank || len(rp.red) > maxRank {
 		return rp, fmt.Errorf("reduction of %v over %v needs more than %d dims", x, ax, maxRank)
@@ -87,7 +88,7 @@ func planReduce(n *graph.Node) (reducePlan, error) {
 	rp.colsContig = !rp.rows && n.Inputs[0].Type.DType.IsFloat() && len(rp.red) == 1 && rp.redS[0] == rp.nout &&
 		len(rp.kept) == 1 && rp.keptS[0] == 1
 	if rp.colsContig {
-		rp.chunks = colChunks(rp.count)
+		rp.chunks = codegen.ColChunks(rp.count)
 		rp.clen = (rp.count + rp.chunks - 1) / rp.chunks
 		rp.chunks = (rp.count + rp.clen - 1) / rp.clen
 	} else if !rp.rows && rp.count >= 128 {

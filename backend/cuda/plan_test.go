@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/autodiff"
+	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
@@ -421,7 +422,7 @@ func TestCoalesce(t *testing.T) {
 		// All ones: one element.
 		{[]int64{1, 1}, [][]int64{{1, 1}}, []int64{1}, [][]int64{{0}}},
 	} {
-		d, s := coalesce(c.dims, c.strides)
+		d, s := codegen.Coalesce(c.dims, c.strides)
 		if !equalInts(d, c.want) || len(s) != len(c.wantS) {
 			t.Errorf("coalesce(%v, %v) = %v, %v; want %v, %v", c.dims, c.strides, d, s, c.want, c.wantS)
 			continue
@@ -647,26 +648,6 @@ func TestPlanUpdatesInPlace(t *testing.T) {
 		g, updates := adamGraph(c.extra)
 		if got := plan(t, g, PlanOptions{Updates: updates}).InPlace; got != c.want {
 			t.Errorf("%s: %d updates in place, want %d", c.name, got, c.want)
-		}
-	}
-}
-
-func TestCublasWorkspaceSize(t *testing.T) {
-	for _, c := range []struct {
-		env  string
-		want int
-		bad  bool
-	}{{"", 32 << 20, false}, {"0", 0, false}, {"4", 4 << 20, false}, {"-1", 0, true}, {"lots", 0, true}, {"5000", 0, true}} {
-		t.Setenv("FLASHGRAPH_CUBLAS_WORKSPACE_MIB", c.env)
-		got, err := cublasWorkspaceSize()
-		if c.bad {
-			if err == nil || !strings.Contains(err.Error(), "FLASHGRAPH_CUBLAS_WORKSPACE_MIB") {
-				t.Errorf("%q: %d, %v; want an error naming the variable", c.env, got, err)
-			}
-			continue
-		}
-		if err != nil || got != c.want {
-			t.Errorf("%q: %d, %v; want %d", c.env, got, err, c.want)
 		}
 	}
 }

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"sort"
-	"unsafe"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -35,25 +34,25 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	d := x.b.dev
-	d.runMu.Lock()
-	defer d.runMu.Unlock()
+	d.RunMu.Lock()
+	defer d.RunMu.Unlock()
 	if err := x.start("profile", feeds); err != nil {
 		return nil, err
 	}
 	events := make([]uintptr, len(x.steps)+1)
 	defer func() {
-		_ = d.do(func() error {
+		_ = d.Do(func() error {
 			for _, e := range events {
 				if e != 0 {
-					ccall(d.api.cuEventDestroy, e)
+					d.EventDestroyRaw(e)
 				}
 			}
 			return nil
 		})
 	}()
-	err := d.do(func() error {
+	err := d.Do(func() error {
 		for i := range events {
-			if err := d.api.check("cuEventCreate", ccall(d.api.cuEventCreate, uintptr(unsafe.Pointer(&events[i])), 0)); err != nil {
+			if err := d.EventCreateRaw(&events[i]); err != nil {
 				return err
 			}
 		}
@@ -63,12 +62,12 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
 	record := func(i int) error {
-		return d.api.check("cuEventRecord", ccall(d.api.cuEventRecord, events[i], d.stream))
+		return d.EventRecordRaw(events[i])
 	}
 	for i := 0; i < len(x.steps); {
 		st := &x.steps[i]
 		if st.dev == nil {
-			if err := d.do(func() error { return record(i) }); err != nil {
+			if err := d.Do(func() error { return record(i) }); err != nil {
 				return nil, err
 			}
 			if err := st.run(); err != nil {
@@ -81,7 +80,7 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 		for j < len(x.steps) && x.steps[j].dev != nil {
 			j++
 		}
-		err := d.do(func() error {
+		err := d.Do(func() error {
 			for k := i; k < j; k++ {
 				if err := record(k); err != nil {
 					return err
@@ -98,16 +97,16 @@ func (x *executable) Profile(feeds map[string]*graph.Tensor) ([]NodeTime, error)
 		i = j
 	}
 	times := make([]NodeTime, len(x.steps))
-	err = d.do(func() error {
+	err = d.Do(func() error {
 		if err := record(len(x.steps)); err != nil {
 			return err
 		}
-		if err := d.api.check("cuEventSynchronize", ccall(d.api.cuEventSynchronize, events[len(x.steps)])); err != nil {
+		if err := d.EventSynchronizeRaw(events[len(x.steps)]); err != nil {
 			return err
 		}
 		for k, st := range x.steps {
 			var ms float32
-			if err := d.api.check("cuEventElapsedTime", ccall(d.api.cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), events[k], events[k+1])); err != nil {
+			if err := d.EventElapsedRaw(&ms, events[k], events[k+1]); err != nil {
 				return err
 			}
 			times[k] = NodeTime{Ms: float64(ms)}

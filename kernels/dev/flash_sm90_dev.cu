@@ -1,5 +1,5 @@
 // flash_sm90_dev.cu: the Hopper FlashAttention variants the dispatcher
-// (backend/cuda/flash_sm90.go) never selects by default, kept to time the
+// (backend/cuda/attention/flash_sm90.go) never selects by default, kept to time the
 // live ones (flash_sm90_fwd.cu, flash_sm90_bwd.cu) against: a separate NVRTC
 // compile unit, compiled only when one of them is asked for by name
 // (FLASHGRAPH_FLASH_SM90, FLASHGRAPH_FLASH_SM90_BWD; the tests and `bench

@@ -37,7 +37,7 @@ int fwd_launch(FwdFn<T> f, int D, FwdCfg c, const void* q, const void* k, const 
   const size_t smem = (size_t)(BR + 2 * c.bc) * D * 2;
   cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return (int)e;
-  dim3 grid((Sq + BR - 1) / BR, BH);  // heads on grid y, as flash.go launches it
+  dim3 grid((Sq + BR - 1) / BR, BH);  // heads on grid y, as backend/cuda/attention/flash.go launches it
   f<<<grid, c.nw * 32, smem, st>>>((const T*)q, (const T*)k, (const T*)v, (T*)o, lse, BH, Sq, Sk, scale, causal);
   return (int)cudaGetLastError();
 }
@@ -92,7 +92,7 @@ int bwd_launch(BwdFn<T> f, int D, BwdCfg c, const void* q, const void* k, const 
   const size_t smem = (size_t)2 * BC * D * 2 + (size_t)4 * c.br * D * 2 + (size_t)BC * c.br * 2 + 4 * c.br * 4;
   cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return (int)e;
-  dim3 grid((Sk + BC - 1) / BC, BH);  // heads on grid y, as flash.go launches it
+  dim3 grid((Sk + BC - 1) / BC, BH);  // heads on grid y, as backend/cuda/attention/flash.go launches it
   f<<<grid, c.nw * 32, smem, st>>>((const T*)q, (const T*)k, (const T*)v, (const T*)dO, lse, dsum, dqacc, (T*)dk,
                                    (T*)dv, BH, Sq, Sk, scale, causal);
   return (int)cudaGetLastError();

@@ -1,0 +1,47 @@
+package cuda
+
+import "github.com/flashgraph/flashgraph/backend/cuda/attention"
+
+// The fused attention launchers are package attention's; these are their
+// names as this package has always given them to its importers (bench, the
+// CLI), unchanged.
+
+// The environment variables that choose the attention kernels (see
+// package attention).
+const (
+	FlashSM90Env         = attention.FlashSM90Env
+	FlashSM90BwdEnv      = attention.FlashSM90BwdEnv
+	FlashSM90SchedEnv    = attention.FlashSM90SchedEnv
+	FlashDecodeEnv       = attention.FlashDecodeEnv
+	FlashDecodeKernelEnv = attention.FlashDecodeKernelEnv
+)
+
+// FlashForward is attention.FlashForward.
+func FlashForward(d *Device, dt GemmType, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	return attention.FlashForward(d, dt, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+}
+
+// FlashForwardWS is attention.FlashForwardWS.
+func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	return attention.FlashForwardWS(d, dt, q, k, v, o, lse, workspace, bh, sq, sk, dim, scale, causal)
+}
+
+// FlashForwardWorkspaceBytes is attention.FlashForwardWorkspaceBytes.
+func FlashForwardWorkspaceBytes(dt GemmType, bh, sq, sk, dim int, scale float32, causal bool) int {
+	return attention.FlashForwardWorkspaceBytes(dt, bh, sq, sk, dim, scale, causal)
+}
+
+// FlashBackward is attention.FlashBackward.
+func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	return attention.FlashBackward(d, dt, q, k, v, o, dO, lse, dq, dk, dv, workspace, bh, sq, sk, dim, scale, causal)
+}
+
+// FlashBackwardWorkspaceBytes is attention.FlashBackwardWorkspaceBytes.
+func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
+	return attention.FlashBackwardWorkspaceBytes(bh, sq, dim)
+}
+
+// FlashDecodeChoice is attention.FlashDecodeChoice.
+func FlashDecodeChoice(dt GemmType, bh, sq, sk, dim int, scale float32, causal bool) (string, error) {
+	return attention.FlashDecodeChoice(dt, bh, sq, sk, dim, scale, causal)
+}

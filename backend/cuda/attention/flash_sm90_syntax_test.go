@@ -1,0 +1,102 @@
+package attention
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// hostSyntaxPrelude lets a host C++ compiler parse the sm90 units: the CUDA
+// keywords and built-ins they use, declared or defined away (asm(...)
+// statements defined away; asm volatile(...) left to the parser, which does
+// not check their constraints). What is left is C++ whose every name must be declared before
+// it is used, templates instantiated by the entry points: a unit that lacks
+// a device function, constant or type of the headers fails to parse.
+const hostSyntaxPrelude = `#include <cstddef>
+#define __device__
+#define __global__
+#define __forceinline__
+#define __restrict__
+#define __grid_constant__
+#define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
+struct uint3s { unsigned x, y, z; };
+extern uint3s threadIdx, blockIdx, gridDim, blockDim;
+float __int_as_float(int);
+int __float_as_int(float);
+unsigned __float_as_uint(float);
+float __uint_as_float(unsigned);
+unsigned long long __cvta_generic_to_shared(const void*);
+template <class T> T __shfl_sync(unsigned, T, int);
+template <class T> T __shfl_xor_sync(unsigned, T, int);
+void __syncthreads();
+void __syncwarp(unsigned = 0xffffffffu);
+float fmaxf(float, float);
+float fminf(float, float);
+float __logf(float);
+float logf(float);
+float log2f(float);
+float __fmul_rn(float, float);
+float exp2f(float);
+int atomicAdd(int*, int);
+float atomicAdd(float*, float);
+void __threadfence();
+int max(int, int);
+int min(int, int);
+extern "C" void* memcpy(void*, const void*, unsigned long);
+#define asm(...) ((void)0)
+#define volatile
+float fmaf(float, float, float);
+void __trap();
+#define __shared__
+struct float2 { float x, y; };
+struct float4 { float x, y, z, w; };
+int atomicExch(int*, int);
+unsigned atomicExch(unsigned*, unsigned);
+`
+
+// TestFlashSM90HostSyntax parses each sm90 compile unit, as NVRTC gets it,
+// with the host's g++ (-fsyntax-only; skipped where there is none), so that
+// a unit missing a definition its kernels use fails here, on a machine
+// without NVRTC, rather than on the GPU. It also checks that the parse has
+// teeth: the forward unit without tile_masked's definition must fail.
+func TestFlashSM90HostSyntax(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		// The inline asm left in (asm volatile) carries NVPTX register
+		// constraints; x86-64's g++ does not check them when it only parses.
+		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH")
+	}
+	dir := t.TempDir()
+	parse := func(name, src string) (string, error) {
+		path := filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+".cpp")
+		if err := os.WriteFile(path, []byte(hostSyntaxPrelude+"\n"+src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(gxx, "-std=c++17", "-fsyntax-only", path).CombinedOutput()
+		return string(out), err
+	}
+	srcs := flashSM90Sources(t)
+	for _, f := range flashSM90Files {
+		if out, err := parse(f, srcs[f]); err != nil {
+			t.Errorf("%s does not parse as C++ with the CUDA built-ins stubbed: %v\n%s", f, err, out)
+		}
+	}
+	fwd := srcs[flashSM90FwdFile]
+	def := "__device__ __forceinline__ bool tile_masked("
+	i := strings.Index(fwd, def)
+	if i < 0 {
+		t.Fatalf("%s has no %q", flashSM90FwdFile, def)
+	}
+	j := i + strings.Index(fwd[i:], "\n}\n") + 3
+	out, err := parse("doctored", fwd[:i]+fwd[j:])
+	if err == nil || !strings.Contains(out, "tile_masked") {
+		t.Errorf("%s without tile_masked parsed (%v): the check would miss a definition a split left out\n%s", flashSM90FwdFile, err, out)
+	}
+}

@@ -1,0 +1,80 @@
+package attention
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// The shared test device of this package's GPU tests (as packages driver and
+// cuda have theirs). Without a GPU the tests skip with the reason
+// Available gives.
+var (
+	testDev    *Device
+	testDevErr error
+)
+
+func TestMain(m *testing.M) {
+	if testDevErr = Available(); testDevErr == nil {
+		testDev, testDevErr = Open(0)
+	}
+	code := m.Run()
+	if testDev != nil {
+		if err := testDev.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, "Close:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// gpu returns the shared test device or skips the test with the reason.
+func gpu(t testing.TB) *Device {
+	t.Helper()
+	if testDev == nil {
+		t.Skip(testDevErr)
+	}
+	return testDev
+}
+
+// nvrtc is NVRTC as the tests that compile with no GPU and no cache use it
+// (package driver's NVRTCVersion and NVRTCCompile).
+type nvrtc struct{ version string }
+
+func loadNVRTC() (*nvrtc, error) {
+	v, err := driver.NVRTCVersion()
+	if err != nil {
+		return nil, err
+	}
+	return &nvrtc{version: v}, nil
+}
+
+func (*nvrtc) compile(name, source string, opts []string) ([]byte, string, error) {
+	return driver.NVRTCCompile(name, source, opts)
+}
+
+func compileOptions(arch string, extra []string) []string { return driver.CompileOptions(arch, extra) }
+
+func toolkitDirs() []string { return driver.ToolkitDirs() }
+
+// The driver's names the tests use as package cuda's tests do.
+type Event = driver.Event
+
+func Available() error                  { return driver.Available() }
+func Open(ordinal int) (*Device, error) { return driver.Open(ordinal) }
+
+func Upload[T driver.Element](d *Device, src []T) (DevicePtr, error) { return driver.Upload(d, src) }
+
+func Download[T driver.Element](d *Device, src DevicePtr, dst []T) error {
+	return driver.Download(d, src, dst)
+}
+
+var (
+	BF16FromFloat32 = graph.BF16FromFloat32
+	BF16ToFloat32   = graph.BF16ToFloat32
+	F16FromFloat32  = graph.F16FromFloat32
+	F16ToFloat32    = graph.F16ToFloat32
+)

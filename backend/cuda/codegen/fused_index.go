@@ -1,0 +1,415 @@
+package codegen
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Generated kernels for bodies with index steps (Slice, Concat): a thread
+// per output element knows its coordinates, and every value is computed at
+// the coordinates its reader asks for. A Slice shifts its reader's
+// coordinate along the sliced axis; a Concat picks one of its operands by
+// the coordinate along the joined axis and asks that operand at the
+// coordinate less the operands before it. So a rotate-half reads the other
+// half of the input row in place, and the elementwise steps under a Concat
+// are computed at the positions it selects (each once per position: values
+// are kept by the coordinates they were computed at). Operands that are
+// shared all-zero constants (the padding of a Slice's gradient) are not read.
+//
+// A Transpose asks its operand at the permuted coordinates (operand axis
+// perm[i] at the reader's coordinate i), so a body reads a transposed input,
+// or writes a transposed result, without a copy of either.
+//
+// Where every cut along the last axis (Slice starts, Concat pieces) and
+// every operand's last dimension is a multiple of a 16-byte vector, a
+// thread takes a vector of consecutive elements along the last axis: its
+// branches are the same for all of them, and each operand is one 16-byte
+// load. Every value is an array of vec elements in registers.
+
+// Index is one generated kernel of a body with index steps.
+type Index struct {
+	Shape    graph.Shape // the outputs' shape: one thread per element
+	Steps    []graph.FusedStep
+	Types    []graph.TensorType // every step's
+	Ins      []Buffer           // contiguous in their own shapes
+	InShapes []graph.Shape
+	Zero     []bool // input k is a zeros constant: reads give 0
+	Outs     []int
+	OutBufs  []Buffer
+	Vec      int // elements per thread along the last axis (1: one)
+}
+
+// indexGen writes the body of one thread.
+type indexGen struct {
+	p     *Index
+	ct    string
+	sb    strings.Builder
+	memo  []map[string]string // one map per open Concat branch, innermost last
+	n     int                 // temporaries named so far
+	depth int                 // indentation
+}
+
+func (g *indexGen) line(format string, args ...any) {
+	g.sb.WriteString(strings.Repeat("    ", g.depth))
+	fmt.Fprintf(&g.sb, format, args...)
+	g.sb.WriteByte('\n')
+}
+
+func (g *indexGen) lookup(key string) (string, bool) {
+	for i := len(g.memo) - 1; i >= 0; i-- {
+		if v, ok := g.memo[i][key]; ok {
+			return v, true
+		}
+	}
+	return "", false
+}
+
+// broadcastCoords are the coordinates of an operand of shape s read by a
+// step at coords (right-aligned; a size-1 axis reads index 0).
+func broadcastCoords(coords []string, s graph.Shape) []string {
+	out := make([]string, s.Rank())
+	for j := range out {
+		if s[j] == 1 {
+			out[j] = "0"
+		} else {
+			out[j] = coords[len(coords)-s.Rank()+j]
+		}
+	}
+	return out
+}
+
+// value emits what computing operand a at coords needs and returns the C
+// expression of its value.
+func (g *indexGen) value(a graph.FusedOperand, coords []string) (string, error) {
+	key := a.String() + "@" + strings.Join(coords, ",")
+	if v, ok := g.lookup(key); ok {
+		return v, nil
+	}
+	var v string
+	var err error
+	if a.Step {
+		v, err = g.step(a.Index, coords)
+	} else {
+		v, err = g.input(a.Index, coords)
+	}
+	if err != nil {
+		return "", err
+	}
+	g.memo[len(g.memo)-1][key] = v
+	return v, nil
+}
+
+func (g *indexGen) input(k int, coords []string) (string, error) {
+	p := g.p
+	name := fmt.Sprintf("v%d", g.n)
+	g.n++
+	vec := p.Vec
+	if p.Zero[k] {
+		g.line("%s %s[%d];", g.ct, name, vec)
+		g.line("#pragma unroll")
+		g.line("for (int e = 0; e < %d; e++) { %s[e] = (%s)0; }", vec, name, g.ct)
+		return name, nil
+	}
+	s := p.InShapes[k]
+	st := ContiguousStrides(s)
+	terms := []string{"0ull"}
+	for j, c := range coords {
+		if s[j] != 1 && c != "0" {
+			terms = append(terms, fmt.Sprintf("(unsigned long long)(%s) * %dull", c, st[j]))
+		}
+	}
+	t, err := CType(p.Ins[k].DType)
+	if err != nil {
+		return "", err
+	}
+	off := strings.Join(terms, " + ")
+	// Along the last axis the operand either varies (a vector load at the
+	// vector's first element) or is broadcast (one load for all).
+	varies := len(coords) > 0 && coords[len(coords)-1] != "0" && s[len(s)-1] != 1
+	g.line("%s %s[%d];", g.ct, name, vec)
+	switch {
+	case !varies:
+		g.line("{ const %s x = %s;", g.ct, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
+		g.line("#pragma unroll")
+		g.line("for (int e = 0; e < %d; e++) { %s[e] = x; } }", vec, name)
+	case vec == 1:
+		g.line("%s[0] = %s;", name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
+	default:
+		vt := vecType(vec * p.Ins[k].DType.Size())
+		g.line("{ __align__(16) %s raw[%d];", t, vec)
+		g.line("*reinterpret_cast<%s*>(raw) = *reinterpret_cast<const %s*>(in%d + %s);", vt, vt, k, off)
+		g.line("#pragma unroll")
+		g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; } }", vec, name, loadExpr(t, g.ct, "raw[e]"))
+	}
+	return name, nil
+}
+
+func (g *indexGen) shapeOf(a graph.FusedOperand) graph.Shape {
+	if a.Step {
+		return g.p.Types[a.Index].Shape
+	}
+	return g.p.InShapes[a.Index]
+}
+
+func (g *indexGen) step(s int, coords []string) (string, error) {
+	p := g.p
+	st := p.Steps[s]
+	switch st.Op {
+	case "Slice":
+		axis, start := int(st.Params[0]), st.Params[1]
+		c := append([]string(nil), coords...)
+		if start != 0 {
+			c[axis] = fmt.Sprintf("(%s + %du)", coords[axis], start)
+		}
+		return g.value(st.Args[0], c)
+	case "Transpose":
+		if len(st.Params) != len(coords) {
+			return "", fmt.Errorf("step %d: Transpose<%v> of a rank-%d value", s, st.Params, len(coords))
+		}
+		c := make([]string, len(coords))
+		for i, p := range st.Params {
+			c[p] = coords[i]
+		}
+		return g.value(st.Args[0], c)
+	case "Concat":
+		axis := int(st.Params[0])
+		name := fmt.Sprintf("v%d", g.n)
+		g.n++
+		g.line("%s %s[%d];", g.ct, name, g.p.Vec)
+		off := int64(0)
+		for j, a := range st.Args {
+			size := int64(g.shapeOf(a)[axis])
+			c := append([]string(nil), coords...)
+			if off != 0 {
+				c[axis] = fmt.Sprintf("(%s - %du)", coords[axis], off)
+			}
+			switch {
+			case j == len(st.Args)-1 && j > 0:
+				g.line("else {")
+			case j == 0 && len(st.Args) > 1:
+				g.line("if (%s < %du) {", coords[axis], off+size)
+			case j > 0:
+				g.line("else if (%s < %du) {", coords[axis], off+size)
+			default:
+				g.line("{")
+			}
+			g.depth++
+			g.memo = append(g.memo, map[string]string{})
+			v, err := g.value(a, c)
+			if err != nil {
+				return "", err
+			}
+			g.line("#pragma unroll")
+			g.line("for (int e = 0; e < %d; e++) { %s[e] = %s[e]; }", g.p.Vec, name, v)
+			g.memo = g.memo[:len(g.memo)-1]
+			g.depth--
+			g.line("}")
+			off += size
+		}
+		return name, nil
+	}
+	ops := make([]string, len(st.Args))
+	for j, a := range st.Args {
+		v, err := g.value(a, broadcastCoords(coords, g.shapeOf(a)))
+		if err != nil {
+			return "", err
+		}
+		ops[j] = v + "[e]"
+	}
+	e, err := stepExpr(st, g.ct, ops, p.Types[s].DType)
+	if err != nil {
+		return "", err
+	}
+	name := fmt.Sprintf("v%d", g.n)
+	g.n++
+	g.line("%s %s[%d];", g.ct, name, p.Vec)
+	g.line("#pragma unroll")
+	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }", p.Vec, name, e)
+	return name, nil
+}
+
+// Generate writes the kernel ("ix") and returns it with the element count.
+func (p *Index) Generate() (string, int64, error) {
+	n := int64(p.Shape.Numel())
+	r := p.Shape.Rank()
+	g := &indexGen{p: p, ct: "float", memo: []map[string]string{{}}, depth: 2}
+	var params []string
+	for k, b := range p.Ins {
+		t, err := CType(b.DType)
+		if err != nil {
+			return "", 0, err
+		}
+		if b.DType == graph.Float64 {
+			g.ct = "double"
+		}
+		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
+	}
+	otypes := make([]string, len(p.OutBufs))
+	for i, b := range p.OutBufs {
+		t, err := CType(b.DType)
+		if err != nil {
+			return "", 0, err
+		}
+		if b.DType == graph.Float64 {
+			g.ct = "double"
+		}
+		otypes[i] = t
+		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
+	}
+	if p.Vec < 1 {
+		p.Vec = 1
+	}
+	idx := "unsigned"
+	if n >= 1<<31 {
+		idx = "unsigned long long"
+	}
+	coords := make([]string, r)
+	for j := range coords {
+		coords[j] = fmt.Sprintf("c%d", j)
+	}
+	vals := make([]string, len(p.Outs))
+	for i, s := range p.Outs {
+		v, err := g.value(graph.FusedOperand{Step: true, Index: s}, coords)
+		if err != nil {
+			return "", 0, err
+		}
+		vals[i] = v
+	}
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
+	w("// %v, %d inputs, %d steps with index steps, %d outputs, vector %d\n", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), p.Vec)
+	w("extern \"C\" __global__ void __launch_bounds__(256) ix(%s)\n{\n", strings.Join(params, ", "))
+	w("    for (%s i = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; i < %dull; i += (%s)gridDim.x * blockDim.x * %d) {\n", idx, idx, p.Vec, n, idx, p.Vec)
+	w("        %s rem = i;\n", idx)
+	for j := r - 1; j >= 0; j-- {
+		if j > 0 {
+			w("        const %s c%d = rem %% %du; rem /= %du;\n", idx, j, p.Shape[j], p.Shape[j])
+		} else {
+			w("        const %s c0 = rem;\n", idx)
+		}
+	}
+	sb.WriteString(g.sb.String())
+	for i, v := range vals {
+		if p.Vec == 1 {
+			w("        out%d[i] = %s;\n", i, storeExpr(otypes[i], g.ct, v+"[0]"))
+			continue
+		}
+		vt := vecType(p.Vec * p.OutBufs[i].DType.Size())
+		w("        { __align__(16) %s o[%d];\n", otypes[i], p.Vec)
+		w("#pragma unroll\n        for (int e = 0; e < %d; e++) { o[e] = %s; }\n", p.Vec, storeExpr(otypes[i], g.ct, v+"[e]"))
+		w("        *reinterpret_cast<%s*>(out%d + i) = *reinterpret_cast<const %s*>(o); }\n", vt, i, vt)
+	}
+	w("    }\n}\n")
+	return sb.String(), n, nil
+}
+
+// VectorWidth is the elements a thread takes along the last axis: 16 bytes
+// of the widest operand when every cut along the last axis and every last
+// dimension that varies is a multiple of it and the buffers are aligned;
+// otherwise 1.
+func (p *Index) VectorWidth() int {
+	r := p.Shape.Rank()
+	if r == 0 {
+		return 1
+	}
+	size := 1
+	for _, b := range p.Ins {
+		size = max(size, b.DType.Size())
+	}
+	for _, b := range p.OutBufs {
+		size = max(size, b.DType.Size())
+	}
+	vec := int64(16 / size)
+	ok := int64(p.Shape[r-1])%vec == 0
+	last := func(s graph.Shape) int64 {
+		if s.Rank() == 0 {
+			return 1
+		}
+		return int64(s[s.Rank()-1])
+	}
+	for _, st := range p.Steps {
+		switch st.Op {
+		case "Transpose":
+			// A vector is consecutive along the last axis of the operand
+			// too only when the Transpose keeps that axis in place.
+			if n := len(st.Params); n == 0 || st.Params[n-1] != int64(n-1) {
+				ok = false
+			}
+		case "Slice":
+			if st.Params[0] == int64(r-1) && st.Params[1]%vec != 0 {
+				ok = false
+			}
+		case "Concat":
+			if st.Params[0] == int64(r-1) {
+				for _, a := range st.Args {
+					var s graph.Shape
+					if a.Step {
+						s = p.Types[a.Index].Shape
+					} else {
+						s = p.InShapes[a.Index]
+					}
+					if last(s)%vec != 0 {
+						ok = false
+					}
+				}
+			}
+		}
+	}
+	for _, t := range p.Types {
+		if l := last(t.Shape); l != 1 && l%vec != 0 {
+			ok = false
+		}
+	}
+	for k, b := range p.Ins {
+		if l := last(p.InShapes[k]); l != 1 && (l%vec != 0 || !b.alignedFor(0, int(vec))) {
+			ok = false
+		}
+	}
+	for _, b := range p.OutBufs {
+		if !b.alignedFor(0, int(vec)) {
+			ok = false
+		}
+	}
+	if !ok {
+		return 1
+	}
+	return int(vec)
+}
+
+// NormalizeIndexSteps returns steps with the index steps' axes made
+// non-negative and a Slice's start resolved as ONNX does (negative counts
+// from the end, clamped to the axis), as the generator reads them.
+func NormalizeIndexSteps(steps []graph.FusedStep, types []graph.TensorType, inShapes []graph.Shape) []graph.FusedStep {
+	out := make([]graph.FusedStep, len(steps))
+	for k, st := range steps {
+		out[k] = st
+		if _, ok := graph.FusibleIndex[st.Op]; !ok || st.Op == "Transpose" {
+			continue // a Transpose's perm is checked and non-negative
+		}
+		a := st.Args[0]
+		shape := types[k].Shape
+		if st.Op == "Slice" {
+			if a.Step {
+				shape = types[a.Index].Shape
+			} else {
+				shape = inShapes[a.Index]
+			}
+		}
+		params := append([]int64(nil), st.Params...)
+		if params[0] < 0 {
+			params[0] += int64(shape.Rank())
+		}
+		if st.Op == "Slice" && params[0] >= 0 && int(params[0]) < shape.Rank() {
+			d := int64(shape[params[0]])
+			if params[1] < 0 {
+				params[1] += d
+			}
+			params[1] = max(0, min(params[1], d))
+		}
+		out[k].Params = params
+	}
+	return out
+}

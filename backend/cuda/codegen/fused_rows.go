@@ -1,0 +1,474 @@
+package codegen
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Generated row kernels: a FusedElementwise body with a reduction over the
+// last axis (an RMSNorm's sum of squares with the residual add before it and
+// the rsqrt after it; a norm backward's row sum with its scaling) becomes one
+// kernel. A segment of lanes of one warp walks a row: it computes the
+// element steps of each element in registers (writing those that are outputs),
+// accumulates the reduced step, combines the lanes' sums with shuffles, and
+// one lane computes the row steps on the result. The reduced operand is never
+// written to memory.
+//
+// A Transpose step of an input that keeps the last axis in place (a head
+// split read by a norm) is that input read with permuted strides: each row
+// is still contiguous, only where it starts moves. The step becomes a copy
+// of a second view of the input's buffer.
+
+// Rows is one generated row kernel.
+type Rows struct {
+	full     graph.Shape // the reduced operand's shape; its last axis is reduced
+	steps    []graph.FusedStep
+	rowLevel []bool // step s has the reduced shape (the reduction and after)
+	red      int    // the reduction step
+	mean     bool
+	ElemIns  []Operand // inputs over full (nil strides: not read per element)
+	rIns     []Operand // inputs over the leading axes (nil strides: not read per row)
+	outs     []int
+	OutBufs  []Buffer
+	narrow   []graph.DType
+}
+
+// Generate writes the kernel ("rows") and returns it with the row count and
+// the lanes per row.
+func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
+	r := p.full.Rank()
+	cols := int64(p.full[r-1])
+	rows = int64(p.full.Numel()) / cols
+	lead := make([]int64, r-1)
+	for i := range lead {
+		lead[i] = int64(p.full[i])
+	}
+	// Everything indexed by the leading axes, coalesced together: element
+	// inputs' leading strides, row inputs' strides, the element outputs'
+	// (cols per row) and the row outputs' (one per row).
+	var lists [][]int64
+	for _, o := range p.ElemIns {
+		lists = append(lists, leadOf(o.Strides, r-1))
+	}
+	for _, o := range p.rIns {
+		lists = append(lists, leadOf(o.Strides, r-1))
+	}
+	rowStr := ContiguousStrides(p.full[:r-1])
+	elemStr := make([]int64, r-1)
+	for i, s := range rowStr {
+		elemStr[i] = s * cols
+	}
+	lists = append(lists, rowStr, elemStr)
+	dims, lists := Coalesce(lead, lists)
+	if len(dims) == 0 { // one row
+		dims = []int64{1}
+		for k := range lists {
+			lists[k] = []int64{0}
+		}
+	}
+	eLead, rLead := lists[:len(p.ElemIns)], lists[len(p.ElemIns):len(p.ElemIns)+len(p.rIns)]
+
+	ct := "float"
+	wide := false // a 16-bit buffer: sums in float, as the generic kernels
+	maxSize := 1
+	types := make([]string, len(p.ElemIns))
+	for k, o := range p.ElemIns {
+		if types[k], err = CType(o.Buf.DType); err != nil {
+			return "", 0, 0, err
+		}
+		if o.Buf.DType == graph.Float64 {
+			ct = "double"
+		}
+		wide = wide || Is16(o.Buf.DType)
+		if o.Strides != nil && o.Strides[r-1] == 1 {
+			maxSize = max(maxSize, o.Buf.DType.Size())
+		}
+	}
+	otypes := make([]string, len(p.OutBufs))
+	for i, b := range p.OutBufs {
+		if otypes[i], err = CType(b.DType); err != nil {
+			return "", 0, 0, err
+		}
+		if b.DType == graph.Float64 {
+			ct = "double"
+		}
+		wide = wide || Is16(b.DType)
+		if !p.rowLevel[p.outs[i]] {
+			maxSize = max(maxSize, b.DType.Size())
+		}
+	}
+	acc := "double"
+	if wide {
+		acc = "float"
+	}
+
+	// Vectors along the row: every element input reads it contiguously or
+	// broadcasts it, rows start aligned, the row splits into whole vectors.
+	vec := 16 / maxSize
+	ok := cols%int64(vec) == 0
+	for k, o := range p.ElemIns {
+		if o.Strides == nil {
+			continue
+		}
+		switch o.Strides[r-1] {
+		case 0:
+		case 1:
+			if !o.Buf.alignedFor(o.Off, vec) {
+				ok = false
+			}
+			for _, s := range eLead[k] {
+				if s%int64(vec) != 0 {
+					ok = false
+				}
+			}
+		default:
+			ok = false
+		}
+	}
+	for i, b := range p.OutBufs {
+		if !p.rowLevel[p.outs[i]] && !b.alignedFor(0, vec) {
+			ok = false
+		}
+	}
+	if !ok {
+		vec = 1
+	}
+	lanes = 1
+	for lanes < 32 && int64(lanes*2*vec) <= cols {
+		lanes *= 2
+	}
+	iters := (cols + int64(lanes*vec) - 1) / int64(lanes*vec)
+
+	var sb strings.Builder
+	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
+	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
+	w("// rows %d x %d, %d steps (reduction at %d), vector %d, %d lanes per row\n", rows, cols, len(p.steps), p.red, vec, lanes)
+	var params []string
+	for k, o := range p.ElemIns {
+		t := types[k]
+		if o.Strides == nil && p.rIns[k].Strides == nil {
+			t = "void"
+		}
+		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
+	}
+	for i, t := range otypes {
+		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
+	}
+	// rowCoords declares the row's leading coordinates c0, c1, ... (the
+	// loop over the row and the row steps each need them in scope).
+	rowCoords := func() {
+		w("            unsigned long long rem = row;\n")
+		for j := len(dims) - 1; j >= 0; j-- {
+			if j > 0 {
+				w("            const unsigned long long c%d = rem %% %dull; rem /= %dull;\n", j, dims[j], dims[j])
+			} else {
+				w("            const unsigned long long c0 = rem;\n")
+			}
+		}
+	}
+	w("extern \"C\" __global__ void __launch_bounds__(256) rows(%s)\n{\n", strings.Join(params, ", "))
+	w("    const unsigned lane = threadIdx.x %% %du;\n", lanes)
+	w("    const unsigned long long warp = (blockIdx.x * 256ull + threadIdx.x) / 32;\n")
+	w("    const unsigned long long warps = gridDim.x * 256ull / 32;\n")
+	w("    const unsigned seg = (threadIdx.x %% 32) / %du;\n", lanes)
+	w("    for (unsigned long long r0 = warp * %d; r0 < %dull; r0 += warps * %d) {\n", 32/lanes, rows, 32/lanes)
+	w("        const unsigned long long row = r0 + seg;\n")
+	w("        %s a = 0;\n", acc)
+	w("        if (row < %dull) {\n", rows)
+	// Leading coordinates of the row.
+	rowCoords()
+	offset := func(base int64, strides []int64) string {
+		terms := []string{fmt.Sprintf("%dull", base)}
+		for j, s := range strides {
+			if s != 0 {
+				terms = append(terms, fmt.Sprintf("c%d * %dull", j, s))
+			}
+		}
+		return strings.Join(terms, " + ")
+	}
+	elemArgs := make([]string, len(p.ElemIns))
+	for k, o := range p.ElemIns {
+		if o.Strides == nil {
+			continue
+		}
+		w("            const unsigned long long e%d = %s;\n", k, offset(o.Off, eLead[k]))
+		if o.Strides[r-1] == 0 { // constant along the row
+			w("            const %s b%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[e%d]", k, k)))
+			elemArgs[k] = fmt.Sprintf("b%d", k)
+		}
+	}
+	w("            const unsigned long long q = row * %dull;\n", cols)
+	unroll := "#pragma unroll\n"
+	if iters > 16 {
+		unroll = "#pragma unroll 4\n"
+	}
+	w("%s            for (int it = 0; it < %d; it++) {\n", unroll, iters)
+	w("                const unsigned long long col = (it * %du + lane) * %du;\n", lanes, vec)
+	w("                if (col < %dull) {\n", cols)
+	for k, o := range p.ElemIns {
+		if o.Strides == nil || o.Strides[r-1] == 0 {
+			continue
+		}
+		if vec > 1 {
+			sz := o.Buf.DType.Size()
+			w("                    __align__(16) %s v%d[%d];\n", types[k], k, vec)
+			w("                    *reinterpret_cast<%s*>(v%d) = *reinterpret_cast<const %s*>(in%d + e%d + col);\n",
+				vecType(vec*sz), k, vecType(vec*sz), k, k)
+		}
+	}
+	for i, s := range p.outs {
+		if !p.rowLevel[s] && vec > 1 {
+			w("                    __align__(16) %s w%d[%d];\n", otypes[i], i, vec)
+		}
+	}
+	w("#pragma unroll\n                    for (int e = 0; e < %d; e++) {\n", vec)
+	w("                        (void)e;\n")
+	args := make([]string, len(p.ElemIns))
+	for k, o := range p.ElemIns {
+		switch {
+		case o.Strides == nil:
+		case o.Strides[r-1] == 0:
+			args[k] = elemArgs[k]
+		case vec > 1:
+			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("v%d[e]", k)))
+			args[k] = fmt.Sprintf("a%d", k)
+		default:
+			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct,
+				fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])))
+			args[k] = fmt.Sprintf("a%d", k)
+		}
+	}
+	for s := range p.steps {
+		if p.rowLevel[s] {
+			continue
+		}
+		e, err := stepExpr(p.steps[s], ct, operandExprs(p.steps[s], args), narrowOf(p.narrow, s))
+		if err != nil {
+			return "", 0, 0, err
+		}
+		w("                        const %s t%d = %s;\n", ct, s, e)
+	}
+	w("                        a += (%s)%s;\n", acc, operandOf(p.steps[p.red].Args[0], args))
+	for i, s := range p.outs {
+		if p.rowLevel[s] {
+			continue
+		}
+		if vec > 1 {
+			w("                        w%d[e] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+		} else {
+			w("                        out%d[q + col] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+		}
+	}
+	w("                    }\n")
+	if vec > 1 {
+		for i, s := range p.outs {
+			if p.rowLevel[s] {
+				continue
+			}
+			sz := p.OutBufs[i].DType.Size()
+			w("                    *reinterpret_cast<%s*>(out%d + q + col) = *reinterpret_cast<const %s*>(w%d);\n",
+				vecType(vec*sz), i, vecType(vec*sz), i)
+		}
+	}
+	w("                }\n            }\n        }\n")
+	// Every lane of the warp takes part in the shuffles (rows past the end
+	// add nothing); the xor pattern leaves each segment's sum in all its lanes.
+	for o := lanes / 2; o > 0; o /= 2 {
+		w("        a += __shfl_xor_sync(0xffffffffu, a, %d, %d);\n", o, lanes)
+	}
+	w("        if (row < %dull && lane == 0) {\n", rows)
+	rowCoords()
+	rargs := make([]string, len(p.rIns))
+	for k, o := range p.rIns {
+		if o.Strides == nil {
+			continue
+		}
+		rargs[k] = fmt.Sprintf("r%d", k)
+		w("            const %s r%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%s]", k, offset(o.Off, rLead[k]))))
+	}
+	for s := range p.steps {
+		if !p.rowLevel[s] {
+			continue
+		}
+		var e string
+		if s == p.red {
+			e = "a"
+			if p.mean {
+				e = fmt.Sprintf("a / (%s)%d", acc, cols)
+			}
+			e = "(" + ct + ")(" + e + ")"
+			if s < len(p.narrow) && Is16(p.narrow[s]) {
+				t, _ := CType(p.narrow[s])
+				e = loadExpr(t, ct, storeExpr(t, ct, e))
+			}
+		} else if e, err = stepExpr(p.steps[s], ct, operandExprs(p.steps[s], rargs), narrowOf(p.narrow, s)); err != nil {
+			return "", 0, 0, err
+		}
+		w("            const %s t%d = %s;\n", ct, s, e)
+	}
+	for i, s := range p.outs {
+		if p.rowLevel[s] {
+			w("            out%d[row] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+		}
+	}
+	w("        }\n    }\n}\n")
+	return sb.String(), rows, lanes, nil
+}
+
+// transposedView is a Transpose step's reading of a node input, as an
+// extra operand of a row kernel.
+type transposedView struct {
+	input int
+	perm  []int64
+}
+
+// transposedViews rewrites each Transpose step of a node input that keeps
+// the last axis into a copy (Identity) of a view of that input, numbered
+// after the node's inputs, and returns the views. Any other Transpose step
+// is an error: it moves values between rows.
+func transposedViews(steps []graph.FusedStep, inputs []*graph.Value) ([]graph.FusedStep, []transposedView, error) {
+	var views []transposedView
+	var out []graph.FusedStep
+	for k, st := range steps {
+		if st.Op != "Transpose" {
+			continue
+		}
+		a := st.Args[0]
+		if a.Step {
+			return nil, nil, fmt.Errorf("step %d: a row kernel reads a Transpose of a node input only, not of step %d", k, a.Index)
+		}
+		r := inputs[a.Index].Type.Shape.Rank()
+		if len(st.Params) != r || st.Params[r-1] != int64(r-1) {
+			return nil, nil, fmt.Errorf("step %d: Transpose<%v> of a rank-%d input moves its last axis; a row kernel keeps rows contiguous", k, st.Params, r)
+		}
+		if out == nil {
+			out = slices.Clone(steps)
+		}
+		out[k] = graph.FusedStep{Op: "Identity", Args: []graph.FusedOperand{{Index: len(inputs) + len(views)}}}
+		views = append(views, transposedView{input: a.Index, perm: st.Params})
+	}
+	if out == nil {
+		return steps, nil, nil
+	}
+	return out, views, nil
+}
+
+// TransposedOperand reads buf, of shape in, transposed by perm and then
+// broadcast to shape out.
+func TransposedOperand(buf Buffer, in graph.Shape, perm []int64, out graph.Shape) Operand {
+	st := ContiguousStrides(in)
+	tShape := make(graph.Shape, len(perm))
+	tStrides := make([]int64, len(perm))
+	for i, p := range perm {
+		tShape[i], tStrides[i] = in[p], st[p]
+	}
+	r := out.Rank()
+	strides := make([]int64, r)
+	for i := range tShape {
+		if tShape[i] != 1 {
+			strides[r-len(tShape)+i] = tStrides[i]
+		}
+	}
+	return Operand{Buf: buf, Strides: strides}
+}
+
+// leadOf is the first n strides (nil stays nil: an operand not read).
+func leadOf(strides []int64, n int) []int64 {
+	out := make([]int64, n)
+	if strides != nil {
+		copy(out, strides[:n])
+	}
+	return out
+}
+
+// NewRows is the row kernel of FusedElementwise node n, whose input i
+// is buffer in(i) and output k buffer out(k).
+func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, in, out func(int) Buffer) (*Rows, error) {
+	red := -1
+	for s, st := range steps {
+		if graph.FusibleReduce[st.Op] {
+			red = s
+		}
+	}
+	full := types[steps[red].Args[0].Index].Shape
+	if !steps[red].Args[0].Step {
+		full = n.Inputs[steps[red].Args[0].Index].Type.Shape
+	}
+	reduced := types[red].Shape
+	steps, views, err := transposedViews(steps, n.Inputs)
+	if err != nil {
+		return nil, err
+	}
+	axes := n.Attrs["axes"].Ints
+	r := full.Rank()
+	if r == 0 || len(axes) != 1 || (axes[0] != -1 && axes[0] != int64(r-1)) {
+		return nil, fmt.Errorf("generated row kernels reduce the last axis only (axes %v of %v)", axes, full)
+	}
+	p := &Rows{full: full, steps: steps, red: red, mean: steps[red].Op == "ReduceMean",
+		rowLevel: make([]bool, len(steps))}
+	for s, t := range types {
+		switch {
+		case s == red || t.Shape.Equal(reduced): // full has two or more columns
+			p.rowLevel[s] = true
+		case t.Shape.Equal(full):
+		default:
+			return nil, fmt.Errorf("step %d is %v: a row kernel computes %v per element and %v per row", s, t.Shape, full, reduced)
+		}
+		p.narrow = append(p.narrow, t.DType)
+	}
+	// Element steps read inputs and element steps; row steps read inputs,
+	// row steps and (the reduction only) the reduced element step.
+	nIn := len(n.Inputs) + len(views)
+	readsElem := make([]bool, nIn)
+	readsRow := make([]bool, nIn)
+	for s, st := range steps {
+		for _, a := range st.Args {
+			switch {
+			case !a.Step && s == red: // the reduced operand is read per element
+				readsElem[a.Index] = true
+			case !a.Step && p.rowLevel[s]:
+				readsRow[a.Index] = true
+			case !a.Step:
+				readsElem[a.Index] = true
+			case p.rowLevel[s] && !p.rowLevel[a.Index] && s != red:
+				return nil, fmt.Errorf("step %d (per row) reads step %d (per element)", s, a.Index)
+			case !p.rowLevel[s] && p.rowLevel[a.Index]:
+				return nil, fmt.Errorf("step %d (per element) reads step %d (per row): that needs a second pass over the row", s, a.Index)
+			}
+		}
+	}
+	for i := range nIn {
+		var e, rw Operand
+		var operandOver func(out graph.Shape) Operand
+		if i < len(n.Inputs) {
+			e.Buf = in(i)
+			operandOver = func(out graph.Shape) Operand { return BroadcastOperand(in(i), n.Inputs[i].Type.Shape, out) }
+		} else {
+			vw := views[i-len(n.Inputs)]
+			e.Buf = in(vw.input)
+			operandOver = func(out graph.Shape) Operand {
+				return TransposedOperand(in(vw.input), n.Inputs[vw.input].Type.Shape, vw.perm, out)
+			}
+		}
+		rw.Buf = e.Buf
+		if readsElem[i] {
+			e = operandOver(full)
+		}
+		if readsRow[i] {
+			rw = operandOver(reduced)
+			if reduced.Rank() == r && rw.Strides[r-1] != 0 && reduced[r-1] != 1 {
+				return nil, fmt.Errorf("input %d varies along the reduced axis but is read per row", i)
+			}
+		}
+		p.ElemIns = append(p.ElemIns, e)
+		p.rIns = append(p.rIns, rw)
+	}
+	for k, o := range n.Attrs["outputs"].Ints {
+		p.outs = append(p.outs, int(o))
+		p.OutBufs = append(p.OutBufs, out(k))
+	}
+	return p, nil
+}
