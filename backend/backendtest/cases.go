@@ -481,6 +481,9 @@ func opCases() []opCase {
 		{"axis-1", []int{3, 4, 6}, []int{5}, -1},
 		{"scalar_index", []int{4, 3}, []int{}, 0},
 		{"embedding", []int{11, 8}, []int{2, 7}, 0},
+		// Over 256 indices (the CUDA gradient's chunk) hitting few rows,
+		// rows wider than one block: the many-matches path of gather_grad.
+		{"embedding_hot_rows", []int{7, 300}, []int{2, 300}, 0},
 	}
 	for _, gc := range gatherCases {
 		dim := gc.data[normAxis(gc.axis, len(gc.data))]
