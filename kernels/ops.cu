@@ -579,7 +579,7 @@ extern "C" __global__ void gather(i64 outer, i64 dim, i64 inner, i64 nidx, const
 // GG_BATCH of them are loaded together before they are added, still one
 // after another and in index order: the same sums, bit for bit.
 #define GG_PER 8
-#define GG_BATCH 4
+constexpr int GG_BATCH = 4; // kernel-internal: no Go mirror
 template <typename T>
 __device__ void gather_grad_impl(i64 outer, i64 dim, i64 inner, i64 nidx, const void* dy, int dydt, const i64* idx,
                                  void* dx, int dxdt, int* flag, int code)
