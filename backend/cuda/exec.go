@@ -192,12 +192,6 @@ type executable struct {
 
 // Compile plans memory, uploads the initializers and lowers every node.
 func (b *Backend) Compile(g *graph.Graph, opts backend.Options) (backend.Executable, error) {
-	if opts.CheckFinite {
-		// The kernels run asynchronously, several nodes to a launch or a
-		// captured graph: checking each node's outputs would mean a
-		// synchronisation and a copy per node.
-		return nil, fmt.Errorf("cuda: the CUDA executor does not check node outputs one by one for non-finite values (the CPU backend does)")
-	}
 	if err := graph.Verify(g); err != nil {
 		return nil, fmt.Errorf("cuda: %w", err)
 	}
@@ -402,7 +396,11 @@ func (x *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 	if err := x.start("run", feeds); err != nil {
 		return nil, err
 	}
-	if err := x.stepsGraph.Run(d, x.runSteps); err != nil {
+	run := func() error { return x.stepsGraph.Run(d, x.runSteps) }
+	if x.opts.CheckFinite {
+		run = x.runCheckedSteps
+	}
+	if err := run(); err != nil {
 		return nil, err
 	}
 	if err := x.kernelFlag(); err != nil {
