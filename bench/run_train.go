@@ -51,7 +51,8 @@ type trainBenchRow struct {
 // TrainOptions are what `flashgraph bench -train` runs with.
 type TrainOptions struct {
 	Config                                  model.Config
-	BF16, Fuse, FuseElementwise, Recompute  bool
+	BF16, Fuse, FuseElementwise             bool
+	Recompute                               train.RecomputeMode
 	Curve                                   int
 	Grads                                   bool
 	Warmup, Steps                           int
@@ -139,7 +140,7 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 // benchOurTrainStep compiles cfg's training step on the GPU and times
 // Trainer.Step (the loop `train` runs: upload the batch, run, read the
 // loss back) over random bytes.
-func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW, recompute bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
+func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW bool, recompute train.RecomputeMode, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
 	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
 	be, err := cuda.NewMixedBackend(bf16)
 	if err != nil {
@@ -154,12 +155,12 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW,
 	row.GPU = d.Name()
 	corpus := benchCorpus(cfg)
 	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1,
-		NoFuseElementwise: noFuseEW, Recompute: recompute}
+		NoFuseElementwise: noFuseEW}.WithRecompute(recompute)
 	free0, _, err := d.MemInfo()
 	if err != nil {
 		return row, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
+	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%s) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
 		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, d.Name())
 	t0 := time.Now()
 	tr, err := train.NewTrainer(be, cfg, fuse, hyper, corpus)

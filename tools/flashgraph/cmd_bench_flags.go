@@ -218,7 +218,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
-	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
+	recompute := addRecomputeFlag(fs)
 	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also two noise samples: the unfused step in f32, and again with every weight moved by half a bf16 step)")
 	grads := fs.Bool("grads", false, "also compare the first step's gradients from the same weights and batch: fused and unfused elementwise in bf16 against float32")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
@@ -230,6 +230,9 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	reference := fs.String("reference", "tools/reference/train_bench.py", "path of the PyTorch training-step script")
 	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile")
 	jsonOut := fs.String("json", "", "write every row as JSON lines to FILE")
+	if err := checkRecomputeArgs(args); err != nil {
+		return err
+	}
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -252,7 +255,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-dtype %q: want bf16 or f32", *dtypeFlag)
 	}
 	return bench.RunTrain(stdout, stderr, bench.TrainOptions{Config: cfg, BF16: bf16, Fuse: *fuse, FuseElementwise: *fuseEW,
-		Recompute: *recompute, Curve: *curve, Grads: *grads, Warmup: *warmup, Steps: *steps, Profile: *profile, Top: *top,
+		Recompute: recompute.mode, Curve: *curve, Grads: *grads, Warmup: *warmup, Steps: *steps, Profile: *profile, Top: *top,
 		ProfileOut: *profileOut, TorchPy: *torchPy, Reference: *reference, TorchModes: *torchModes, JSONOut: *jsonOut})
 }
 

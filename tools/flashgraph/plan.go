@@ -91,8 +91,8 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 			return err
 		}
 	}
-	// The cheap mode (passes.RecomputeCheap): norms and elementwise ops
-	// recomputed, GEMM and attention outputs saved.
+	// The cheap mode (train -recompute=cheap, passes.RecomputeCheap): norms
+	// and elementwise ops recomputed, GEMM and attention outputs saved.
 	cc, err := (passes.Recompute{Mode: passes.RecomputeCheap}).Run(ts.Graph, nil)
 	if err != nil {
 		return fmt.Errorf("recomputing training step (cheap) for the plan: %w", err)
@@ -106,7 +106,7 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 	if err != nil {
 		return fmt.Errorf("memory plan of the cheaply recomputing training step: %w", err)
 	}
-	fmt.Fprintf(w, "recomputing only norms and elementwise ops (passes.RecomputeCheap): activation arena %s (peak live %s at %s), %.0f%% of the training step\n",
+	fmt.Fprintf(w, "with train -recompute=cheap (only norms and elementwise ops recomputed): activation arena %s (peak live %s at %s), %.0f%% of the training step\n",
 		cuda.FormatBytes(cp.PeakBytes), cuda.FormatBytes(cp.LiveBytes), cp.PeakNode, 100*float64(cp.PeakBytes)/float64(tp.PeakBytes))
 	return nil
 }
