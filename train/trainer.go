@@ -47,6 +47,11 @@ type Hyper struct {
 	// recompute: true for the whole forward, read back as they meant.
 	Recompute      bool `json:"recompute,omitempty"`
 	RecomputeCheap bool `json:"recompute_cheap,omitempty"`
+	// FuseQKV merges the MatMuls that share an input, the q, k and v
+	// projections, into one GEMM against their concatenated weights
+	// (passes.FuseQKV) before differentiating. The params stay the three
+	// weights; the sums round differently.
+	FuseQKV bool `json:"fuse_qkv,omitempty"`
 	// ClipNorm, when positive, clips the global gradient norm to it in the
 	// step graph (autodiff.TrainOptions.ClipNorm); the step then reports the
 	// norm (Trainer.GradNorm).
@@ -103,7 +108,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 // buildStep compiles a forward graph and derives its training step: the
 // gradient of loss with respect to params (nil: every param).
 func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hyper, remat bool) (*Graphs, error) {
-	fwd, err := compileGraph(fwd, fuse)
+	fwd, err := compileGraph(fwd, fuse, h.FuseQKV)
 	if err != nil {
 		return nil, err
 	}
@@ -112,6 +117,13 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 	})
 	if err != nil {
 		return nil, err
+	}
+	if h.FuseQKV {
+		// The merged q/k/v product's gradient is the sum of its three
+		// Slices' zero-padded cotangents: one Concat of them instead.
+		if ts.Graph, err = passes.DisjointSums().Run(ts.Graph, nil); err != nil {
+			return nil, err
+		}
 	}
 	var log *passes.Log
 	if h.Recompute {

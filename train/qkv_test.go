@@ -1,0 +1,84 @@
+package train
+
+import (
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// TestTrainFuseQKV: with Hyper.FuseQKV the tiny model (float32, CPU,
+// attention and elementwise chains fused) trains 20 steps to losses within
+// 1e-6 relative of the unmerged step's; the step has one MatMul per layer
+// for q, k and v, still a FlashAttention per layer, the merged product's
+// gradient as one Concat (no zero-padded blocks read), and the
+// checkpoint holds the same tensors under the same names.
+func TestTrainFuseQKV(t *testing.T) {
+	const steps = 20
+	cfg := testConfig(t, graph.Float32)
+	corpus := testCorpus(t)
+	var losses [2][]float64
+	var names [2][]string
+	var zeroReads [2]int // reads of zero-filled consts (RoPE's gradient has some)
+	for k, q := range []bool{false, true} {
+		h := testHyper(steps)
+		h.FuseQKV = q
+		tr, err := NewTrainer(cpu.New(), cfg, true, h, corpus)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step := tr.Graphs.Step.Graph
+		if err := graph.Verify(step); err != nil {
+			t.Fatal(err)
+		}
+		if n := tr.Graphs.Forward.CountOps()["FlashAttention"]; n != cfg.Layers {
+			t.Errorf("fuse_qkv=%v: %d FlashAttention in the forward, want %d", q, n, cfg.Layers)
+		}
+		merged := 0
+		for _, n := range step.Nodes {
+			if n.Op == "MatMul" && len(n.Inputs) == 2 && n.Inputs[1].Producer != nil && n.Inputs[1].Producer.Op == "Concat" && strings.Contains(n.Inputs[1].Name, "/attn/") && !strings.HasPrefix(n.Name, "grad/") {
+				merged++
+			}
+			for _, in := range n.Inputs {
+				if in != nil && in.Kind == graph.Const && in.Init != nil && in.Init.Fn == "zeros" {
+					zeroReads[k]++
+				}
+			}
+		}
+		if want := map[bool]int{false: 0, true: cfg.Layers}[q]; merged != want {
+			t.Errorf("fuse_qkv=%v: %d forward MatMuls against concatenated attention weights, want %d", q, merged, want)
+		}
+		for range steps {
+			if _, err := tr.Step(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		losses[k] = tr.Losses()
+		st, err := tr.State()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n := range st.Tensors {
+			names[k] = append(names[k], n)
+		}
+		slices.Sort(names[k])
+		tr.Close()
+	}
+	if zeroReads[1] != zeroReads[0] {
+		t.Errorf("the step reads zero blocks %d times with fuse_qkv, %d without: the merged product's gradient is still a sum of zero-padded blocks", zeroReads[1], zeroReads[0])
+	}
+	if !slices.Equal(names[0], names[1]) {
+		t.Errorf("checkpoint tensors differ:\n%v\n%v", names[0], names[1])
+	}
+	worst := 0.0
+	for i := range losses[0] {
+		worst = math.Max(worst, math.Abs(losses[1][i]-losses[0][i])/math.Abs(losses[0][i]))
+	}
+	t.Logf("20 steps: max relative loss difference %.3g (last %.6f vs %.6f)", worst, losses[1][steps-1], losses[0][steps-1])
+	if !(worst <= 1e-6) {
+		t.Errorf("losses with fuse_qkv differ by %.3g relative (tolerance 1e-6):\n%v\n%v", worst, losses[0], losses[1])
+	}
+}
