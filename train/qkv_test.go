@@ -15,7 +15,8 @@ import (
 // 1e-6 relative of the unmerged step's; the step has one MatMul per layer
 // for q, k and v, still a FlashAttention per layer, the merged product's
 // gradient as one Concat (no zero-padded blocks read), and the
-// checkpoint holds the same tensors under the same names.
+// checkpoint holds the same tensors under the same names; the model FLOPs
+// (MFU's numerator) are the same.
 func TestTrainFuseQKV(t *testing.T) {
 	const steps = 20
 	cfg := testConfig(t, graph.Float32)
@@ -23,6 +24,7 @@ func TestTrainFuseQKV(t *testing.T) {
 	var losses [2][]float64
 	var names [2][]string
 	var zeroReads [2]int // reads of zero-filled consts (RoPE's gradient has some)
+	var flops [2]FLOPs
 	for k, q := range []bool{false, true} {
 		h := testHyper(steps)
 		h.FuseQKV = q
@@ -31,6 +33,7 @@ func TestTrainFuseQKV(t *testing.T) {
 			t.Fatal(err)
 		}
 		step := tr.Graphs.Step.Graph
+		flops[k] = GraphFLOPs(step)
 		if err := graph.Verify(step); err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +69,11 @@ func TestTrainFuseQKV(t *testing.T) {
 		}
 		slices.Sort(names[k])
 		tr.Close()
+	}
+	// One GEMM of N = 3D does the work of three of N = D: MFU's numerator
+	// (train and bench -train) is the same with the pass.
+	if flops[0] != flops[1] {
+		t.Errorf("step FLOPs %+v, with fuse_qkv %+v", flops[0], flops[1])
 	}
 	if zeroReads[1] != zeroReads[0] {
 		t.Errorf("the step reads zero blocks %d times with fuse_qkv, %d without: the merged product's gradient is still a sum of zero-padded blocks", zeroReads[1], zeroReads[0])

@@ -40,6 +40,7 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
 	recompute := addRecomputeFlag(fs)
+	fuseQKV := fs.Bool("fuse-qkv", false, fuseQKVHelp)
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
 	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
@@ -76,7 +77,7 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	source := ts.src
 	cfg := source.Config
 	if gf.explain {
-		return explainSource(stdout, ts, recompute.mode)
+		return explainSource(stdout, ts, train.Hyper{FuseQKV: *fuseQKV}.WithRecompute(recompute.mode))
 	}
 	// Data parallel flags and environment: one rank runs on, several are
 	// checked and then refused until NCCL is wired into the loop.
@@ -114,7 +115,7 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, ClipNorm: *clip, Accum: *accum}.WithRecompute(recompute.mode)
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, ClipNorm: *clip, Accum: *accum, FuseQKV: *fuseQKV}.WithRecompute(recompute.mode)
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}

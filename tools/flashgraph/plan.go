@@ -15,8 +15,9 @@ import (
 // where the unfused attention keeps its S×S probabilities alive. With
 // explain, each plan is followed by the planning facts it was made from
 // (views, folded transposes, storage types, in-place updates, scratch,
-// grouped launches) and where they come from.
-func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) error {
+// grouped launches) and where they come from. fuseQKV says g went through
+// fuse_qkv: its step then gets disjoint_sums, as train's does.
+func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQKV bool) error {
 	p, err := cuda.PlanMemoryWith(g, cuda.PlanOptions{Compute: compute})
 	if err != nil {
 		return fmt.Errorf("memory plan: %w", err)
@@ -37,6 +38,11 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		return fmt.Errorf("training graph for the plan: %w", err)
+	}
+	if fuseQKV {
+		if ts.Graph, err = passes.DisjointSums().Run(ts.Graph, nil); err != nil {
+			return fmt.Errorf("training graph for the plan: %w", err)
+		}
 	}
 	// The step as `train -device cuda` runs it: a fused graph's step has its
 	// elementwise chains fused too (train.BuildGraphsFor).
