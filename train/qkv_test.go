@@ -17,7 +17,7 @@ import (
 // for q, k and v, still a FlashAttention per layer, the merged product's
 // gradient as one Concat (no zero-padded blocks read), and the
 // checkpoint holds the same tensors under the same names; the model FLOPs
-// (MFU's numerator) are the same.
+// (MFU's numerator) are the same; recomputing the merged step changes no bit.
 func TestTrainFuseQKV(t *testing.T) {
 	const steps = 20
 	cfg := testConfig(t, graph.Float32)
@@ -85,6 +85,23 @@ func TestTrainFuseQKV(t *testing.T) {
 	worst := 0.0
 	for i := range losses[0] {
 		worst = math.Max(worst, math.Abs(losses[1][i]-losses[0][i])/math.Abs(losses[0][i]))
+	}
+	// Recomputation clones the merged product like any other forward node:
+	// the same bits as the merged step that keeps its activations.
+	h := testHyper(steps).WithRecompute(RecomputeFull)
+	h.FuseQKV = true
+	tr, err := NewTrainer(cpu.New(), cfg, true, h, corpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	for range steps {
+		if _, err := tr.Step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !slices.Equal(tr.Losses(), losses[1]) {
+		t.Errorf("fuse_qkv with -recompute: losses %v, without recompute %v", tr.Losses(), losses[1])
 	}
 	t.Logf("20 steps: max relative loss difference %.3g (last %.6f vs %.6f)", worst, losses[1][steps-1], losses[0][steps-1])
 	if !(worst <= 1e-6) {
