@@ -31,7 +31,7 @@ func (f *recomputeFlag) Set(s string) error {
 func (f *recomputeFlag) IsBoolFlag() bool { return true }
 
 // recomputeHelp says what each mode keeps; train and bench -train share it.
-const recomputeHelp = "what the backward recomputes instead of keeping from the forward: none; cheap (norms and elementwise ops, GEMM and attention outputs kept); full (each layer's whole forward; -recompute alone). Less memory (see compile -plan), more arithmetic; the same bits on the CPU"
+const recomputeHelp = "-recompute=none|cheap|full: what the backward recomputes instead of keeping from the forward: none; cheap (norms and elementwise ops, GEMM and attention outputs kept); full (each layer's whole forward; -recompute alone). Less memory (see compile -plan), more arithmetic; the same bits on the CPU"
 
 // addRecomputeFlag defines -recompute on fs (default none).
 func addRecomputeFlag(fs *flag.FlagSet) *recomputeFlag {
