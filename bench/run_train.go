@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -29,7 +30,7 @@ import (
 // trainBenchRow is one line of the training-throughput table (and of -json).
 type trainBenchRow struct {
 	Kind         string   `json:"kind"` // "train_step"
-	Impl         string   `json:"impl"` // flashgraph, torch-eager, torch-compile
+	Impl         string   `json:"impl"` // flashgraph, flashgraph+qkv, torch-eager, torch-compile, torch-compile-max-autotune
 	Config       string   `json:"config"`
 	B            int      `json:"B"`
 	S            int      `json:"S"`
@@ -50,8 +51,13 @@ type trainBenchRow struct {
 
 // TrainOptions are what `flashgraph bench -train` runs with.
 type TrainOptions struct {
-	Config                                  model.Config
-	BF16, Fuse, FuseElementwise, Recompute  bool
+	Config                      model.Config
+	BF16, Fuse, FuseElementwise bool
+	Recompute                   train.RecomputeMode
+	// FuseQKV lists the variants of our step to time, in order: without
+	// (false) and with (true) the fuse_qkv pass (Hyper.FuseQKV); nil is
+	// [false]. Both in one run compare them on one GPU state.
+	FuseQKV                                 []bool
 	Curve                                   int
 	Grads                                   bool
 	Warmup, Steps                           int
@@ -76,12 +82,22 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 		return fmt.Errorf("bench -train needs -device cuda: %v", err)
 	}
 
-	ours, prof, err := benchOurTrainStep(stderr, cfg, bf16, o.Fuse, !o.FuseElementwise, o.Recompute, o.Warmup, o.Steps, o.Profile)
-	if err != nil {
-		return err
+	variants := o.FuseQKV
+	if len(variants) == 0 {
+		variants = []bool{false}
 	}
-	ours.DType = dtName
-	rows := []trainBenchRow{ours}
+	var rows []trainBenchRow
+	profs := make([][]cuda.NodeTime, len(variants)) // per variant, with -profile
+	for i, qkv := range variants {
+		r, p, err := benchOurTrainStep(stderr, cfg, bf16, o.Fuse, !o.FuseElementwise, o.Recompute, qkv, o.Warmup, o.Steps, o.Profile)
+		if err != nil {
+			return err
+		}
+		r.DType = dtName
+		rows = append(rows, r)
+		profs[i] = p
+	}
+	ours := rows[0]
 	if o.TorchPy != "" {
 		tr, terr := runTorchTrainBench(stderr, o.TorchPy, o.Reference, cfg, dtName, o.TorchModes, o.Warmup, o.Steps)
 		for i := range tr {
@@ -106,18 +122,16 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 			return err
 		}
 	}
-	if prof != nil {
+	for i, prof := range profs {
+		if prof == nil {
+			continue
+		}
+		if len(profs) > 1 {
+			fmt.Fprintf(stdout, "\n%s:", rows[i].Impl)
+		}
 		printProfile(stdout, prof, o.Top)
 		if o.ProfileOut != "" {
-			err := checkpoint.WriteFileAtomic(o.ProfileOut, func(w io.Writer) error {
-				for _, t := range prof {
-					if _, err := fmt.Fprintf(w, "%s\t%s\t%.4f\n", t.Node, t.Op, t.Ms); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
+			if err := writeProfile(profileOutPath(o.ProfileOut, rows[i].Impl, i), prof); err != nil {
 				return fmt.Errorf("-profile-out: %w", err)
 			}
 		}
@@ -139,8 +153,11 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 // benchOurTrainStep compiles cfg's training step on the GPU and times
 // Trainer.Step (the loop `train` runs: upload the batch, run, read the
 // loss back) over random bytes.
-func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW, recompute bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
+func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW bool, recompute train.RecomputeMode, fuseQKV bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
 	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
+	if fuseQKV {
+		row.Impl = "flashgraph+qkv"
+	}
 	be, err := cuda.NewMixedBackend(bf16)
 	if err != nil {
 		return row, nil, fmt.Errorf("bench -train needs -device cuda: %w", err)
@@ -154,13 +171,13 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW,
 	row.GPU = d.Name()
 	corpus := benchCorpus(cfg)
 	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1,
-		NoFuseElementwise: noFuseEW, Recompute: recompute}
+		NoFuseElementwise: noFuseEW, FuseQKV: fuseQKV}.WithRecompute(recompute)
 	free0, _, err := d.MemInfo()
 	if err != nil {
 		return row, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
-		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, d.Name())
+	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%s, fuse-qkv=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
+		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, fuseQKV, d.Name())
 	t0 := time.Now()
 	tr, err := train.NewTrainer(be, cfg, fuse, hyper, corpus)
 	if err != nil {
@@ -240,9 +257,13 @@ func runTorchTrainBench(stderr io.Writer, py, script string, cfg model.Config, d
 
 func printTrainTable(w io.Writer, rows []trainBenchRow) {
 	ref := map[string]float64{}
+	best := "" // the fastest torch.compile mode: what "vs compile" divides by
 	for _, r := range rows {
 		if r.TokS != nil {
 			ref[r.Impl] = *r.TokS
+			if strings.HasPrefix(r.Impl, "torch-compile") && *r.TokS > ref["torch-compile(best)"] {
+				ref["torch-compile(best)"], best = *r.TokS, r.Impl
+			}
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -257,7 +278,7 @@ func printTrainTable(w io.Writer, rows []trainBenchRow) {
 			if e := ref["torch-eager"]; e > 0 {
 				ve = fmt.Sprintf("%.2f×", *r.TokS/e)
 			}
-			if c := ref["torch-compile"]; c > 0 {
+			if c := ref["torch-compile(best)"]; c > 0 {
 				vc = fmt.Sprintf("%.2f×", *r.TokS/c)
 			}
 		}
@@ -276,6 +297,33 @@ func printTrainTable(w io.Writer, rows []trainBenchRow) {
 		}
 	}
 	fmt.Fprintln(w, "peak mem: flashgraph = device memory the compiled step took (cuMemGetInfo before compiling vs after the timed steps); torch = max_memory_allocated")
+	fmt.Fprintln(w, "MFU: model FLOPs of our training step per token (train's count, train.GraphFLOPs) × tok/s over the GPU's dense peak for the dtype; the same model for every row")
+	if best != "" {
+		fmt.Fprintf(w, "vs compile: against the fastest torch.compile mode timed (%s)\n", best)
+	}
+}
+
+// profileOutPath is where -profile-out writes the i-th variant's profile:
+// the path itself for the first, the variant's name before the extension
+// for the others (prof.tsv, prof.flashgraph+qkv.tsv).
+func profileOutPath(path, impl string, i int) string {
+	if i == 0 {
+		return path
+	}
+	ext := filepath.Ext(path)
+	return strings.TrimSuffix(path, ext) + "." + impl + ext
+}
+
+// writeProfile writes every node's time (node, op, ms) as TSV.
+func writeProfile(path string, prof []cuda.NodeTime) error {
+	return checkpoint.WriteFileAtomic(path, func(w io.Writer) error {
+		for _, t := range prof {
+			if _, err := fmt.Fprintf(w, "%s\t%s\t%.4f\n", t.Node, t.Op, t.Ms); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // printProfile prints one profiled step: time per op type, then the slowest nodes.

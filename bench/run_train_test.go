@@ -93,3 +93,45 @@ func TestStepGradients(t *testing.T) {
 		t.Errorf("table:\n%s", out)
 	}
 }
+
+// The training table: MFU per row, and "vs compile" against the fastest
+// torch.compile mode, named under the table (max-autotune here).
+func TestPrintTrainTableBestCompile(t *testing.T) {
+	f, i := func(v float64) *float64 { return &v }, func(v int64) *int64 { return &v }
+	rows := []trainBenchRow{
+		{Impl: "flashgraph", Config: "gpt2", B: 8, S: 1024, DType: "bfloat16", TokS: f(480e3), StepMs: f(17.1), MFU: f(0.36), PeakMemBytes: i(5 << 30)},
+		{Impl: "flashgraph+qkv", Config: "gpt2", B: 8, S: 1024, DType: "bfloat16", TokS: f(500e3), StepMs: f(16.4), MFU: f(0.375), PeakMemBytes: i(5 << 30)},
+		{Impl: "torch-eager", Config: "gpt2", B: 8, S: 1024, DType: "bfloat16", TokS: f(120e3), StepMs: f(68), MFU: f(0.09)},
+		{Impl: "torch-compile", Config: "gpt2", B: 8, S: 1024, DType: "bfloat16", TokS: f(400e3), StepMs: f(20.5), MFU: f(0.3)},
+		{Impl: "torch-compile-max-autotune", Config: "gpt2", B: 8, S: 1024, DType: "bfloat16", TokS: f(460e3), StepMs: f(17.8), MFU: f(0.345)},
+	}
+	var b bytes.Buffer
+	printTrainTable(&b, rows)
+	out := b.String()
+	lines := strings.Split(out, "\n")
+	find := func(impl string) string {
+		for _, l := range lines {
+			if fs := strings.Fields(l); len(fs) > 0 && fs[0] == impl {
+				return l
+			}
+		}
+		t.Fatalf("no row %s:\n%s", impl, out)
+		return ""
+	}
+	for impl, want := range map[string][]string{
+		"flashgraph":                 {"36.0%", "4.00×", "1.04×"},
+		"flashgraph+qkv":             {"37.5%", "4.17×", "1.09×"},
+		"torch-compile":              {"30.0%", "0.87×"},
+		"torch-compile-max-autotune": {"34.5%", "1.00×"},
+	} {
+		l := find(impl)
+		for _, w := range want {
+			if !strings.Contains(l, w) {
+				t.Errorf("%s row lacks %s: %q", impl, w, l)
+			}
+		}
+	}
+	if !strings.Contains(out, "vs compile: against the fastest torch.compile mode timed (torch-compile-max-autotune)") {
+		t.Errorf("the table does not say which compile mode it divides by:\n%s", out)
+	}
+}

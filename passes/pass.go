@@ -65,10 +65,14 @@ func init() {
 	Register(PassCanonicalize, Canonicalize)
 	Register(PassFuseAttention, FuseAttention)
 	Register(PassDCE, func() Pass { return DCE{} })
+	// Not in Default: off until the GPU shows it pays (fuse_qkv.go).
+	Register(PassFuseQKV, FuseQKV)
 	// Not in Default: these run on finished training steps (recompute reads
 	// autodiff's scopes; fused nodes have no gradient rules), recompute first.
 	Register(PassRecompute, func() Pass { return Recompute{} })
 	Register(PassFuseElementwise, func() Pass { return FuseElementwise{} })
+	// On training steps whose forward went through fuse_qkv.
+	Register(PassDisjointSums, DisjointSums)
 }
 
 // Names returns the registered pass names in registration order.

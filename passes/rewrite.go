@@ -829,6 +829,7 @@ type Edit struct {
 	at     *graph.Node
 	nodes  []*graph.Node
 	consts []*graph.Value
+	zeros  []*graph.Value // zero-filled consts (Zeros), never shared as literals
 	repl   [][2]*graph.Value
 	result string
 	detail string
@@ -902,6 +903,14 @@ func (e *Edit) Literal(dt graph.DType, shape graph.Shape, data ...float64) *grap
 	return c
 }
 
+// Zeros returns a new zero-filled const of type t.
+func (e *Edit) Zeros(t graph.TensorType) *graph.Value {
+	init := graph.Zeros()
+	c := &graph.Value{Name: e.st.names().Fresh("zeros"), Type: graph.TensorType{DType: t.DType, Shape: t.Shape.Clone()}, Kind: graph.Const, Init: &init}
+	e.zeros = append(e.zeros, c)
+	return c
+}
+
 func literalKey(t graph.TensorType, data []float64) string {
 	var b strings.Builder
 	b.WriteString(t.String())
@@ -955,6 +964,7 @@ func (e *Edit) commit() {
 		st.g.Consts = append(st.g.Consts, c)
 		st.literals[literalKey(c.Type, c.Init.Data)] = c
 	}
+	st.g.Consts = append(st.g.Consts, e.zeros...)
 	st.before[e.at] = append(st.before[e.at], e.nodes...)
 	for _, n := range e.nodes {
 		for _, in := range n.Inputs {

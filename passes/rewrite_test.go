@@ -169,7 +169,7 @@ func TestRuleTableChecked(t *testing.T) {
 	if _, err := fzRules("bad", bad).Run(fzToy(t, false), nil); err == nil || !strings.Contains(err.Error(), "unknown op NoSuchOp") {
 		t.Errorf("err = %v", err)
 	}
-	for _, rules := range [][]Rule{canonicalRules, attentionRules} {
+	for _, rules := range [][]Rule{canonicalRules, attentionRules, qkvRules, disjointSumRules} {
 		for i := range rules {
 			if err := rules[i].check(); err != nil {
 				t.Error(err)

@@ -65,7 +65,7 @@ func TestModelFLOPsIgnoreRecompute(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := testHyper(10)
-	h.Recompute = true
+	h = h.WithRecompute(RecomputeFull)
 	rec, err := BuildGraphs(cfg, true, h)
 	if err != nil {
 		t.Fatal(err)

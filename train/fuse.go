@@ -9,7 +9,19 @@ import (
 // attention fusion (canonicalize, fuse_attention, dce); without, only the
 // checks that leave the graph byte-identical to the graph as built. It is
 // the same pipeline `flashgraph compile` runs, so the graph trained is the
-// graph that command shows.
-func compileGraph(g *graph.Graph, fuse bool) (*graph.Graph, error) {
-	return passes.Default(fuse).Run(g, nil)
+// graph that command shows. With fuseQKV, fuse_qkv follows (the q/k/v
+// projections as one GEMM; compile -passes ...,fuse_qkv shows it).
+func compileGraph(g *graph.Graph, fuse, fuseQKV bool) (*graph.Graph, error) {
+	return CompilePipeline(fuse, fuseQKV).Run(g, nil)
+}
+
+// CompilePipeline is the pipeline a forward graph is trained through:
+// passes.Default(fuse), then fuse_qkv when asked (Hyper.FuseQKV).
+func CompilePipeline(fuse, fuseQKV bool) passes.Pipeline {
+	pl := passes.Default(fuse)
+	if fuseQKV {
+		pl.Name += "+" + passes.PassFuseQKV
+		pl.Passes = append(pl.Passes, passes.FuseQKV())
+	}
+	return pl
 }

@@ -106,6 +106,8 @@ type Result struct {
 	// (GraphFLOPs(step).Model over the tokens of a step).
 	FLOPsPerToken float64
 	Peak          Peak // Options.Peak
+	// Recompute is what the step recomputes in the backward (Hyper.RecomputeMode).
+	Recompute RecomputeMode
 	// Unit is what one position of the data is, the unit losses are per:
 	// "byte" for text, "token" for a token file.
 	Unit string
@@ -222,7 +224,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	// A step runs the step graph once per micro-batch (Hyper.Accum).
 	runTokens := int64(opts.Config.Batch * opts.Config.Seq)
 	tokensPerStep := runTokens * int64(opts.Hyper.accum())
-	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs, Unit: strings.TrimSuffix(corpus.Unit(), "s"),
+	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs, Recompute: opts.Hyper.RecomputeMode(), Unit: strings.TrimSuffix(corpus.Unit(), "s"),
 		Compile: time.Since(tc), TokensPerStep: tokensPerStep, Peak: opts.Peak,
 		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(runTokens)}
 	if log != nil {

@@ -38,10 +38,20 @@ type Hyper struct {
 	// nodes when attention is fused (the fuse_elementwise pass off). It
 	// changes how the step runs, and on narrow types its rounding.
 	NoFuseElementwise bool `json:"no_fuse_elementwise,omitempty"`
-	// Recompute recomputes each layer's forward in the backward instead of
-	// keeping its activations (passes.Recompute): less memory for more
-	// arithmetic. On the CPU the step computes the same bits either way.
-	Recompute bool `json:"recompute,omitempty"`
+	// Recompute recomputes in the backward what the step would otherwise
+	// keep from the forward (passes.Recompute): each layer's whole forward,
+	// or with RecomputeCheap only its norms and elementwise ops; less memory
+	// for more arithmetic. On the CPU the step computes the same bits either
+	// way, so a run may resume in another mode (Restore). Two bools rather
+	// than a mode so that checkpoints from before the cheap mode, which hold
+	// recompute: true for the whole forward, read back as they meant.
+	Recompute      bool `json:"recompute,omitempty"`
+	RecomputeCheap bool `json:"recompute_cheap,omitempty"`
+	// FuseQKV merges the MatMuls that share an input, the q, k and v
+	// projections, into one GEMM against their concatenated weights
+	// (passes.FuseQKV) before differentiating. The params stay the three
+	// weights; the sums round differently.
+	FuseQKV bool `json:"fuse_qkv,omitempty"`
 	// ClipNorm, when positive, clips the global gradient norm to it in the
 	// step graph (autodiff.TrainOptions.ClipNorm); the step then reports the
 	// norm (Trainer.GradNorm).
@@ -98,7 +108,7 @@ func buildGraphs(cfg model.Config, fuse bool, h Hyper, remat bool) (*Graphs, err
 // buildStep compiles a forward graph and derives its training step: the
 // gradient of loss with respect to params (nil: every param).
 func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hyper, remat bool) (*Graphs, error) {
-	fwd, err := compileGraph(fwd, fuse)
+	fwd, err := compileGraph(fwd, fuse, h.FuseQKV)
 	if err != nil {
 		return nil, err
 	}
@@ -108,13 +118,20 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 	if err != nil {
 		return nil, err
 	}
+	if h.FuseQKV {
+		// The merged q/k/v product's gradient is the sum of its three
+		// Slices' zero-padded cotangents: one Concat of them instead.
+		if ts.Graph, err = passes.DisjointSums().Run(ts.Graph, nil); err != nil {
+			return nil, err
+		}
+	}
 	var log *passes.Log
 	if h.Recompute {
 		// Before the elementwise fusion: recompute reads the forward and
 		// backward scopes of single ops, and the recomputed chains then fuse
 		// like the rest of the backward.
 		log = &passes.Log{}
-		if ts.Graph, err = (passes.Recompute{}).Run(ts.Graph, log); err != nil {
+		if ts.Graph, err = h.RecomputeMode().pass().Run(ts.Graph, log); err != nil {
 			return nil, err
 		}
 		if len(log.Filter(passes.PassRecompute, passes.Info)) == 0 {
@@ -432,6 +449,12 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 	}
 	if err := json.Unmarshal([]byte(ts.Metadata[checkpoint.MetaOptions]), &old); err != nil {
 		return nil, fmt.Errorf("train: checkpoint options: %w", err)
+	}
+	// Recomputation changes what the step keeps, not what it computes: a
+	// run may resume in another mode and still continue the old one.
+	if was, now := old.RecomputeMode(), t.Hyper.RecomputeMode(); was != now {
+		notes = append(notes, fmt.Sprintf("the checkpoint was trained with -recompute %s, this run uses %s (the same math; only memory and speed differ)", was, now))
+		old.Recompute, old.RecomputeCheap = t.Hyper.Recompute, t.Hyper.RecomputeCheap
 	}
 	if old.Hyper != t.Hyper {
 		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%s): the run does not repeat the original exactly", fieldDiffs(old.Hyper, t.Hyper)))

@@ -211,14 +211,18 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		"Times the whole training step (forward, backward, AdamW) of a model config on the GPU and,\n"+
 			"through tools/reference/train_bench.py, the same model in PyTorch eager and torch.compile\n"+
 			"(SDPA attention, fused AdamW, float32 master weights). Prints one table: tokens/s, step ms,\n"+
-			"peak device memory and the ratios. -profile adds where our step's time goes, per op type.", stderr)
+			"peak device memory, MFU (train's FLOP count) and the ratios (vs compile: the fastest\n"+
+			"torch.compile mode timed; -torch-modes eager,compile,max-autotune adds its best mode).\n"+
+			"-fuse-qkv both times our step without and with the q/k/v GEMM merge in one run.\n"+
+			"-profile adds where our step's time goes, per op type.", stderr)
 	fs.Bool("train", true, "the training-step benchmark (this table)")
 	cfgName := fs.String("config", "gpt2", "model config: "+strings.Join(model.Names(), ", "))
 	batch := fs.Int("batch", 0, "batch size (0: the config's)")
 	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
-	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward (train -recompute)")
+	recompute := addRecomputeFlag(fs)
+	fuseQKV := fs.String("fuse-qkv", "off", "our step with the q/k/v projections as one GEMM (train -fuse-qkv): off, on, or both (times the step without and then with it, two rows in one run)")
 	curve := fs.Int("curve", 0, "also train N steps from the same start with and without elementwise fusion and compare the loss curves (with -dtype bf16 also two noise samples: the unfused step in f32, and again with every weight moved by half a bf16 step)")
 	grads := fs.Bool("grads", false, "also compare the first step's gradients from the same weights and batch: fused and unfused elementwise in bf16 against float32")
 	warmup := fs.Int("warmup", 5, "untimed steps first")
@@ -228,8 +232,11 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	profileOut := fs.String("profile-out", "", "with -profile: also write every node's time (node, op, ms) as TSV to FILE")
 	torchPy := fs.String("torch", "python3", `python3 with PyTorch ("" skips PyTorch)`)
 	reference := fs.String("reference", "tools/reference/train_bench.py", "path of the PyTorch training-step script")
-	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile")
+	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile (torch.compile's default mode), max-autotune (torch.compile mode=\"max-autotune\": autotunes GEMMs for minutes on a cold inductor cache)")
 	jsonOut := fs.String("json", "", "write every row as JSON lines to FILE")
+	if err := checkRecomputeArgs(args); err != nil {
+		return err
+	}
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
@@ -243,6 +250,13 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	if *batch > 0 {
 		cfg.Batch = *batch
 	}
+	qkv, err := parseFuseQKVVariants(*fuseQKV)
+	if err != nil {
+		return err
+	}
+	if err := checkTorchModes(*torchModes); err != nil {
+		return err
+	}
 	bf16 := false
 	switch strings.ToLower(*dtypeFlag) {
 	case "bf16", "bfloat16":
@@ -252,8 +266,35 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("-dtype %q: want bf16 or f32", *dtypeFlag)
 	}
 	return bench.RunTrain(stdout, stderr, bench.TrainOptions{Config: cfg, BF16: bf16, Fuse: *fuse, FuseElementwise: *fuseEW,
-		Recompute: *recompute, Curve: *curve, Grads: *grads, Warmup: *warmup, Steps: *steps, Profile: *profile, Top: *top,
+		Recompute: recompute.mode, FuseQKV: qkv, Curve: *curve, Grads: *grads, Warmup: *warmup, Steps: *steps, Profile: *profile, Top: *top,
 		ProfileOut: *profileOut, TorchPy: *torchPy, Reference: *reference, TorchModes: *torchModes, JSONOut: *jsonOut})
+}
+
+// parseFuseQKVVariants reads bench -train -fuse-qkv: which variants of our
+// step to time.
+func parseFuseQKVVariants(s string) ([]bool, error) {
+	switch s {
+	case "off", "false":
+		return []bool{false}, nil
+	case "on", "true":
+		return []bool{true}, nil
+	case "both":
+		return []bool{false, true}, nil
+	}
+	return nil, fmt.Errorf("-fuse-qkv %q: want off, on or both", s)
+}
+
+// checkTorchModes refuses a -torch-modes entry train_bench.py does not know,
+// before minutes of our own timing.
+func checkTorchModes(s string) error {
+	for _, m := range strings.Split(s, ",") {
+		switch strings.TrimSpace(m) {
+		case "", "eager", "compile", "max-autotune":
+		default:
+			return fmt.Errorf("-torch-modes: unknown mode %q (want eager, compile, max-autotune)", m)
+		}
+	}
+	return nil
 }
 
 // decodeShapes lists the -decode shapes: each D, S (the key count) and Sq,

@@ -62,7 +62,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if mf.bf16 {
 			compute = graph.BFloat16
 		}
-		if err := printPlan(report, g, compute, pf.explain); err != nil {
+		if err := printPlan(report, g, compute, pf.explain, pf.fuseQKV); err != nil {
 			return err
 		}
 	}

@@ -39,7 +39,8 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
-	recompute := fs.Bool("recompute", false, "recompute each layer's forward in the backward instead of keeping its activations: less memory (see compile -plan), more arithmetic; the same bits on the CPU")
+	recompute := addRecomputeFlag(fs)
+	fuseQKV := fs.Bool("fuse-qkv", false, fuseQKVHelp)
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
 	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
@@ -62,6 +63,9 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	metricsPath := fs.String("metrics", "", "write a JSON line per step (step, loss, lr, grad_norm with -clip, tok_s, mfu, step_ms) and per validation (val_loss) to FILE; -resume appends")
 	df := addDistFlags(fs)
 	gf := addGraphTrainFlags(fs)
+	if err := checkRecomputeArgs(args); err != nil {
+		return err
+	}
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
@@ -73,7 +77,7 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	source := ts.src
 	cfg := source.Config
 	if gf.explain {
-		return explainSource(stdout, ts)
+		return explainSource(stdout, ts, train.Hyper{FuseQKV: *fuseQKV}.WithRecompute(recompute.mode))
 	}
 	// Data parallel flags and environment: one rank runs on, several are
 	// checked and then refused until NCCL is wired into the loop.
@@ -111,7 +115,7 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if wu < 0 {
 		wu = *steps / 10
 	}
-	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, Recompute: *recompute, ClipNorm: *clip, Accum: *accum}
+	h := train.Hyper{LR: peak, MinLR: peak * *minLRFrac, Warmup: wu, Steps: *steps, WeightDecay: *wd, DataSeed: uint64(cfg.Seed), NoFuseElementwise: !*fuseEW, ClipNorm: *clip, Accum: *accum, FuseQKV: *fuseQKV}.WithRecompute(recompute.mode)
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
@@ -373,7 +377,7 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 	} else {
 		row("wall time", "%v (compile included)", r.Wall.Round(time.Millisecond))
 	}
-	row("peak activations", "%s per training step (initializers incl. optimizer state: %s)", trainBytes(r.Stats.PeakActivationBytes), trainBytes(r.Stats.InitializerBytes))
+	row("peak activations", "%s per training step (initializers incl. optimizer state: %s)%s", trainBytes(r.Stats.PeakActivationBytes), trainBytes(r.Stats.InitializerBytes), recomputeNote(r.Recompute))
 	if r.Checkpoint != "" {
 		row("checkpoint", "%s", r.Checkpoint)
 	}

@@ -282,7 +282,7 @@ func describeSource(w io.Writer, s train.Source) {
 
 // explainSource writes what `train -explain` prints: how the training graph
 // is made and, per Softmax, whether the attention fuses.
-func explainSource(w io.Writer, s *trainSource) error {
+func explainSource(w io.Writer, s *trainSource, h train.Hyper) error {
 	m := s.src.Graph
 	if m == nil {
 		fmt.Fprintf(w, "train the built-in model %s\n", s.src.Config.Name)
@@ -308,7 +308,8 @@ func explainSource(w io.Writer, s *trainSource) error {
 	for _, x := range xs {
 		fmt.Fprintf(w, "  %s\n", x)
 	}
-	return nil
+	fmt.Fprintf(w, "recompute: %s\n", recomputeMeaning[h.RecomputeMode()])
+	return explainFuseQKV(w, g, h.FuseQKV)
 }
 
 // sourceForward is the forward graph a source trains, before the passes.

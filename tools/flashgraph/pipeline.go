@@ -55,6 +55,7 @@ type passFlags struct {
 	dumpAfter string
 	dumpDir   string
 	explain   bool
+	fuseQKV   bool
 }
 
 func addPassFlags(fs *flag.FlagSet, withExplain bool) *passFlags {
@@ -63,6 +64,7 @@ func addPassFlags(fs *flag.FlagSet, withExplain bool) *passFlags {
 	fs.StringVar(&p.passList, "passes", "", "comma-separated passes to run instead of the default pipeline (known: "+joinNames(passes.Names())+"; \"none\" runs none)")
 	fs.StringVar(&p.dumpAfter, "dump-after", "", "comma-separated pass names (or \"all\") after which to write the graph's text and DOT into -dump-dir")
 	fs.StringVar(&p.dumpDir, "dump-dir", "dump", "directory for -dump-after files")
+	fs.BoolVar(&p.fuseQKV, "fuse-qkv", false, fuseQKVHelp)
 	if withExplain {
 		fs.BoolVar(&p.explain, "explain", false, "print, for every Softmax, whether attention was fused and why not (and every rule that fired)")
 	}
@@ -90,6 +92,13 @@ func (p *passFlags) pipeline(fs *flag.FlagSet) (passes.Pipeline, error) {
 		if pl, err = passes.Select(passes.ParseList(p.passList)); err != nil {
 			return pl, err
 		}
+	}
+	if p.fuseQKV {
+		if set {
+			return pl, fmt.Errorf("-fuse-qkv with -passes: name %s in -passes instead", passes.PassFuseQKV)
+		}
+		pl.Name += "+" + passes.PassFuseQKV
+		pl.Passes = append(pl.Passes, passes.FuseQKV())
 	}
 	if p.dumpAfter != "" {
 		pl.DumpAfter = passes.ParseList(p.dumpAfter)

@@ -15,8 +15,9 @@ import (
 // where the unfused attention keeps its S×S probabilities alive. With
 // explain, each plan is followed by the planning facts it was made from
 // (views, folded transposes, storage types, in-place updates, scratch,
-// grouped launches) and where they come from.
-func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) error {
+// grouped launches) and where they come from. fuseQKV says g went through
+// fuse_qkv: its step then gets disjoint_sums, as train's does.
+func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQKV bool) error {
 	p, err := cuda.PlanMemoryWith(g, cuda.PlanOptions{Compute: compute})
 	if err != nil {
 		return fmt.Errorf("memory plan: %w", err)
@@ -37,6 +38,11 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss"})
 	if err != nil {
 		return fmt.Errorf("training graph for the plan: %w", err)
+	}
+	if fuseQKV {
+		if ts.Graph, err = passes.DisjointSums().Run(ts.Graph, nil); err != nil {
+			return fmt.Errorf("training graph for the plan: %w", err)
+		}
 	}
 	// The step as `train -device cuda` runs it: a fused graph's step has its
 	// elementwise chains fused too (train.BuildGraphsFor).
@@ -91,8 +97,8 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 			return err
 		}
 	}
-	// The cheap mode (passes.RecomputeCheap): norms and elementwise ops
-	// recomputed, GEMM and attention outputs saved.
+	// The cheap mode (train -recompute=cheap, passes.RecomputeCheap): norms
+	// and elementwise ops recomputed, GEMM and attention outputs saved.
 	cc, err := (passes.Recompute{Mode: passes.RecomputeCheap}).Run(ts.Graph, nil)
 	if err != nil {
 		return fmt.Errorf("recomputing training step (cheap) for the plan: %w", err)
@@ -106,7 +112,7 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain bool) e
 	if err != nil {
 		return fmt.Errorf("memory plan of the cheaply recomputing training step: %w", err)
 	}
-	fmt.Fprintf(w, "recomputing only norms and elementwise ops (passes.RecomputeCheap): activation arena %s (peak live %s at %s), %.0f%% of the training step\n",
+	fmt.Fprintf(w, "with train -recompute=cheap (only norms and elementwise ops recomputed): activation arena %s (peak live %s at %s), %.0f%% of the training step\n",
 		cuda.FormatBytes(cp.PeakBytes), cuda.FormatBytes(cp.LiveBytes), cp.PeakNode, 100*float64(cp.PeakBytes)/float64(tp.PeakBytes))
 	return nil
 }

@@ -13,55 +13,102 @@ import (
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-// train -recompute writes a training step that recomputes each layer's
-// forward, records the setting in the checkpoint, and on the CPU ends in the
-// same weights, moments and losses, bit for bit, as the same run without it.
+// train -recompute (full; alone, as when it was a switch) and
+// -recompute=cheap write a training step that recomputes in the backward,
+// record the mode in the checkpoint, say it in -explain and the summary, and
+// on the CPU end in the same weights, moments and losses, bit for bit, as
+// the same run without recomputation.
 func TestTrainCLIRecompute(t *testing.T) {
 	data := trainData(t)
-	ckpts := map[bool]*checkpoint.Tensors{}
-	for _, rc := range []bool{false, true} {
+	type mode struct {
+		flag, name string
+		attention  bool // the FlashAttention is recomputed too
+	}
+	modes := []mode{{"", "none", false}, {"-recompute=cheap", "cheap", false}, {"-recompute", "full", true}}
+	ckpts := map[string]*checkpoint.Tensors{}
+	for _, m := range modes {
 		out := filepath.Join(t.TempDir(), "out")
 		args := tinyTrainArgs(data, out, "4")
-		if rc {
-			args = append(args, "-recompute")
+		if m.flag != "" {
+			args = append(args, m.flag)
 		}
-		_, stderr := runCLI(t, args...)
-		if got := strings.Contains(stderr, "recompute: info: layers.1: recomputes "); got != rc {
-			t.Errorf("recompute=%v: stderr tells what was recomputed: %v\n%s", rc, got, stderr)
+		stdout, stderr := runCLI(t, args...)
+		if got := strings.Contains(stderr, "recompute: info: layers.1: recomputes "); got != (m.name != "none") {
+			t.Errorf("%s: stderr tells what was recomputed: %v\n%s", m.name, got, stderr)
+		}
+		if got := strings.Contains(stdout, "with -recompute "+m.name); got != (m.name != "none") {
+			t.Errorf("%s: the summary names the recompute mode: %v\n%s", m.name, got, stdout)
 		}
 		ts, step, err := checkpoint.LoadCheckpoint(filepath.Join(out, "ckpt", "step-00000004.safetensors"))
 		if err != nil || step != 4 {
-			t.Fatalf("recompute=%v: checkpoint step %d, %v", rc, step, err)
+			t.Fatalf("%s: checkpoint step %d, %v", m.name, step, err)
 		}
-		ckpts[rc] = ts
-		if got := strings.Contains(ts.Metadata[checkpoint.MetaOptions], `"recompute":true`); got != rc {
-			t.Errorf("recompute=%v: checkpoint settings %s", rc, ts.Metadata[checkpoint.MetaOptions])
+		ckpts[m.name] = ts
+		opts := ts.Metadata[checkpoint.MetaOptions]
+		if got := strings.Contains(opts, `"recompute":true`); got != (m.name != "none") {
+			t.Errorf("%s: checkpoint settings %s", m.name, opts)
+		}
+		if got := strings.Contains(opts, `"recompute_cheap":true`); got != (m.name == "cheap") {
+			t.Errorf("%s: checkpoint settings %s", m.name, opts)
 		}
 		text, err := os.ReadFile(filepath.Join(out, "train_graph.txt"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Contains(string(text), "recompute/layers.1/attn/FlashAttention_0"); got != rc {
-			t.Errorf("recompute=%v: train_graph.txt has a recomputed FlashAttention: %v", rc, got)
+		if got := strings.Contains(string(text), "recompute/layers.1/attn/FlashAttention_0"); got != m.attention {
+			t.Errorf("%s: train_graph.txt has a recomputed FlashAttention: %v", m.name, got)
+		}
+		if got := strings.Contains(string(text), "recompute/layers.1/"); got != (m.name != "none") {
+			t.Errorf("%s: train_graph.txt has recomputed nodes: %v", m.name, got)
+		}
+		explain, _ := runCLI(t, append(args, "-explain")...)
+		if !strings.Contains(explain, "recompute: "+m.name+" (") {
+			t.Errorf("%s: train -explain does not say the recompute mode:\n%s", m.name, explain)
 		}
 	}
-	a, b := ckpts[false], ckpts[true]
-	if a.Metadata[checkpoint.MetaLosses] != b.Metadata[checkpoint.MetaLosses] {
-		t.Errorf("losses %s, with -recompute %s", a.Metadata[checkpoint.MetaLosses], b.Metadata[checkpoint.MetaLosses])
-	}
-	if len(a.Tensors) != len(b.Tensors) {
-		t.Fatalf("%d and %d checkpoint tensors", len(a.Tensors), len(b.Tensors))
-	}
-	for n, x := range a.Tensors {
-		y := b.Tensors[n]
-		if y == nil || y.Len() != x.Len() {
-			t.Fatalf("%s missing or resized with -recompute", n)
+	a := ckpts["none"]
+	for _, m := range modes[1:] {
+		b := ckpts[m.name]
+		if a.Metadata[checkpoint.MetaLosses] != b.Metadata[checkpoint.MetaLosses] {
+			t.Errorf("losses %s, with -recompute %s %s", a.Metadata[checkpoint.MetaLosses], m.name, b.Metadata[checkpoint.MetaLosses])
 		}
-		for i := range x.Len() {
-			if math.Float64bits(x.At(i)) != math.Float64bits(y.At(i)) {
-				t.Fatalf("%s[%d] = %v, with -recompute %v", n, i, x.At(i), y.At(i))
+		if len(a.Tensors) != len(b.Tensors) {
+			t.Fatalf("%d and %d checkpoint tensors", len(a.Tensors), len(b.Tensors))
+		}
+		for n, x := range a.Tensors {
+			y := b.Tensors[n]
+			if y == nil || y.Len() != x.Len() {
+				t.Fatalf("%s missing or resized with -recompute %s", n, m.name)
+			}
+			for i := range x.Len() {
+				if math.Float64bits(x.At(i)) != math.Float64bits(y.At(i)) {
+					t.Fatalf("%s[%d] = %v, with -recompute %s %v", n, i, x.At(i), m.name, y.At(i))
+				}
 			}
 		}
+	}
+}
+
+// A recompute mode after a space would be read as train's FILE; it is
+// refused with the spelling that works, as is an unknown mode.
+func TestTrainRecomputeFlagErrors(t *testing.T) {
+	data := trainData(t)
+	out := filepath.Join(t.TempDir(), "out")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{tinyTrainArgs(data, out, "2", "-recompute", "cheap"), "write -recompute=cheap"},
+		{tinyTrainArgs(data, out, "2", "-recompute=some"), `recompute mode "some": want none, cheap or full`},
+		{[]string{"bench", "-train", "-recompute", "full"}, "write -recompute=full"},
+	} {
+		code, _, stderr := runCode(c.args...)
+		if code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("flashgraph %s: exit %d, want an error saying %q\n%s", strings.Join(c.args, " "), code, c.want, stderr)
+		}
+	}
+	if _, err := os.Stat(out); err == nil {
+		t.Errorf("a refused run created %s", out)
 	}
 }
 
