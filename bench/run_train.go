@@ -65,6 +65,9 @@ type TrainOptions struct {
 	Top                                     int
 	ProfileOut                              string
 	TorchPy, Reference, TorchModes, JSONOut string
+	// Data, when set, is the training data our step's batches come from
+	// (train.LoadData); by default they are uniform random bytes.
+	Data string
 }
 
 // RunTrain is `flashgraph bench -train`: our training step against the
@@ -78,6 +81,13 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 			return fmt.Errorf("-json %s: %w", o.JSONOut, err)
 		}
 	}
+	corpus := benchCorpus(cfg)
+	if o.Data != "" {
+		var err error
+		if corpus, err = train.LoadData(o.Data, 0.1, train.FormatAuto); err != nil {
+			return err
+		}
+	}
 	if err := cuda.Available(); err != nil {
 		return fmt.Errorf("bench -train needs -device cuda: %v", err)
 	}
@@ -89,7 +99,7 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 	var rows []trainBenchRow
 	profs := make([][]cuda.NodeTime, len(variants)) // per variant, with -profile
 	for i, qkv := range variants {
-		r, p, err := benchOurTrainStep(stderr, cfg, bf16, o.Fuse, !o.FuseElementwise, o.Recompute, qkv, o.Warmup, o.Steps, o.Profile)
+		r, p, err := benchOurTrainStep(stderr, cfg, corpus, bf16, o.Fuse, !o.FuseElementwise, o.Recompute, qkv, o.Warmup, o.Steps, o.Profile)
 		if err != nil {
 			return err
 		}
@@ -153,7 +163,7 @@ func RunTrain(stdout, stderr io.Writer, o TrainOptions) error {
 // benchOurTrainStep compiles cfg's training step on the GPU and times
 // Trainer.Step (the loop `train` runs: upload the batch, run, read the
 // loss back) over random bytes.
-func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW bool, recompute train.RecomputeMode, fuseQKV bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
+func benchOurTrainStep(stderr io.Writer, cfg model.Config, corpus *train.Corpus, bf16, fuse, noFuseEW bool, recompute train.RecomputeMode, fuseQKV bool, warmup, steps int, profile bool) (trainBenchRow, []cuda.NodeTime, error) {
 	row := trainBenchRow{Kind: "train_step", Impl: "flashgraph", Config: cfg.Name, B: cfg.Batch, S: cfg.Seq}
 	if fuseQKV {
 		row.Impl = "flashgraph+qkv"
@@ -169,15 +179,14 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, bf16, fuse, noFuseEW 
 	}
 	d := cb.Device()
 	row.GPU = d.Name()
-	corpus := benchCorpus(cfg)
 	hyper := train.Hyper{LR: 3e-4, MinLR: 3e-5, Warmup: 10, Steps: int64(warmup + steps + 10), WeightDecay: 0.1, DataSeed: 1,
 		NoFuseElementwise: noFuseEW, FuseQKV: fuseQKV}.WithRecompute(recompute)
 	free0, _, err := d.MemInfo()
 	if err != nil {
 		return row, nil, err
 	}
-	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%s, fuse-qkv=%v) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
-		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, fuseQKV, d.Name())
+	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%s, fuse-qkv=%v, data: %s) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
+		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, fuseQKV, corpus.Source, d.Name())
 	t0 := time.Now()
 	tr, err := train.NewTrainer(be, cfg, fuse, hyper, corpus)
 	if err != nil {

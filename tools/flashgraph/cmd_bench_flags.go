@@ -234,6 +234,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	reference := fs.String("reference", "tools/reference/train_bench.py", "path of the PyTorch training-step script")
 	torchModes := fs.String("torch-modes", "eager,compile", "PyTorch modes to time: eager, compile (torch.compile's default mode), max-autotune (torch.compile mode=\"max-autotune\": autotunes GEMMs for minutes on a cold inductor cache)")
 	jsonOut := fs.String("json", "", "write every row as JSON lines to FILE")
+	data := fs.String("data", "", "time our step on batches of this training data (text or token file, as train -data reads it) instead of uniform random bytes: the data decides how often each embedding row is hit")
 	if err := checkRecomputeArgs(args); err != nil {
 		return err
 	}
@@ -267,7 +268,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	}
 	return bench.RunTrain(stdout, stderr, bench.TrainOptions{Config: cfg, BF16: bf16, Fuse: *fuse, FuseElementwise: *fuseEW,
 		Recompute: recompute.mode, FuseQKV: qkv, Curve: *curve, Grads: *grads, Warmup: *warmup, Steps: *steps, Profile: *profile, Top: *top,
-		ProfileOut: *profileOut, TorchPy: *torchPy, Reference: *reference, TorchModes: *torchModes, JSONOut: *jsonOut})
+		ProfileOut: *profileOut, TorchPy: *torchPy, Reference: *reference, TorchModes: *torchModes, JSONOut: *jsonOut, Data: *data})
 }
 
 // parseFuseQKVVariants reads bench -train -fuse-qkv: which variants of our

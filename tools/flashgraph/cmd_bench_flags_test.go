@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,6 +52,16 @@ func TestBenchWithoutGPU(t *testing.T) {
 	}
 	if code, _, stderr := runCode("bench", "-device", "cpu"); code == 0 || !strings.Contains(stderr, "bench needs -device cuda") {
 		t.Fatalf("-device cpu: code %d, %s", code, stderr)
+	}
+}
+
+// bench -train -data reads the data before it looks for a GPU: a missing
+// file is named on any machine.
+func TestBenchTrainDataMissing(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "no-such-corpus.txt")
+	code, _, stderr := runCode("bench", "-train", "-torch", "", "-data", missing)
+	if code == 0 || !strings.Contains(stderr, "no-such-corpus.txt") {
+		t.Fatalf("code %d, stderr %q: want an error naming the missing file", code, stderr)
 	}
 }
 
