@@ -613,39 +613,3 @@ func TestSlidingWindowNeverFusedAsCausal(t *testing.T) {
 	}
 }
 
-// TestFuseGQARepeatKV: grouped-query attention as exporters write LLaMA's
-// repeat_kv (K, V [B,Hkv,S,D] → Unsqueeze → Expand [B,Hkv,n,S,D] →
-// Reshape [B,H,S,D]) fuses, with FlashAttention reading the expanded K and V
-// (it takes equal head counts for Q, K and V; the Expand and Reshape stay),
-// and computes what the unfused graph does.
-func TestFuseGQARepeatKV(t *testing.T) {
-	const hkv = 1 // all fzH query heads share one kv head (MQA, the extreme of GQA; the fixtures have 2 of 4)
-	for _, dt := range []graph.DType{graph.Float64, graph.Float32} {
-		b := graph.NewBuilder("gqa")
-		q := b.Input("q", dt, fzB, fzH, fzS, fzD)
-		repeat := func(name string) *graph.Value {
-			x := b.Input(name, dt, fzB, hkv, fzS, fzD)
-			u := b.Reshape(x, fzB, hkv, 1, fzS, fzD)
-			e := b.Op("Expand", nil, u, b.Const(name+"_shape", graph.Int64, graph.Shape{5}, graph.LiteralInts(fzB, hkv, fzH/hkv, fzS, fzD)))
-			return b.Reshape(e, fzB, fzH, fzS, fzD)
-		}
-		k, v := repeat("k"), repeat("v")
-		mask := b.Const("mask", dt, graph.Shape{fzS, fzS}, graph.CausalMask())
-		b.Output(b.Attention(q, k, v, 1/math.Sqrt(fzD), mask).Out)
-		g, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		fused, log := fzRun(t, Default(true), g)
-		fa := fzNodes(fused, "FlashAttention")
-		if len(fa) != 1 || fa[0].Attrs.Int("causal", 0) != 1 || fzCount(fused, "Softmax") != 0 {
-			t.Fatalf("%v: GQA attention not fused as causal:\n%s", dt, log)
-		}
-		for i, want := range []*graph.Value{k, v} {
-			if got := fa[0].Inputs[1+i]; got.Name != want.Name || !got.Type.Shape.Equal(graph.Shape{fzB, fzH, fzS, fzD}) {
-				t.Errorf("%v: FlashAttention input %d is %s %v, want the repeated %s", dt, 1+i, got.Name, got.Type.Shape, want.Name)
-			}
-		}
-		fzSameOutputs(t, g, fused, dt)
-	}
-}
