@@ -612,4 +612,3 @@ func TestSlidingWindowNeverFusedAsCausal(t *testing.T) {
 		}
 	}
 }
-
