@@ -937,67 +937,67 @@ __device__ __forceinline__ void gen_bwd_dkdv(const T* __restrict__ Q, const T* _
     for (int k = 0; k < GEN_KMAX; k++) ak[r][k] = av[r][k] = 0.f;
   const int qstart = causal ? (k0 / GEN_TILE) * GEN_TILE : 0;
   for (int bh = hkv * group; bh < (hkv + 1) * group; bh++) {
-  const T* Qb = Q + (size_t)bh * Sq * D;
-  const T* dOb = dO + (size_t)bh * Sq * D;
-  for (int qt = qstart; qt < Sq; qt += GEN_TILE) {
-    __syncthreads();
-    for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
-      int r = i / D, d = i % D;
-      bool ok = qt + r < Sq;
-      sQ[r * KS + d] = ok ? Ty<T>::to_f(Qb[(size_t)(qt + r) * D + d]) : 0.f;
-      sdO[r * KS + d] = ok ? Ty<T>::to_f(dOb[(size_t)(qt + r) * D + d]) : 0.f;
-    }
-    for (int i = tid; i < GEN_TILE; i += blockDim.x) {
-      bool ok = qt + i < Sq;
-      sL[i] = ok ? LSE[(size_t)bh * Sq + qt + i] : FLASH_INF;
-      sD[i] = ok ? Dsum[(size_t)bh * Sq + qt + i] : 0.f;
-    }
-    __syncthreads();
-    const int q = qt + lane;
-    float s[GEN_ROWS], dp[GEN_ROWS];
+    const T* Qb = Q + (size_t)bh * Sq * D;
+    const T* dOb = dO + (size_t)bh * Sq * D;
+    for (int qt = qstart; qt < Sq; qt += GEN_TILE) {
+      __syncthreads();
+      for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        bool ok = qt + r < Sq;
+        sQ[r * KS + d] = ok ? Ty<T>::to_f(Qb[(size_t)(qt + r) * D + d]) : 0.f;
+        sdO[r * KS + d] = ok ? Ty<T>::to_f(dOb[(size_t)(qt + r) * D + d]) : 0.f;
+      }
+      for (int i = tid; i < GEN_TILE; i += blockDim.x) {
+        bool ok = qt + i < Sq;
+        sL[i] = ok ? LSE[(size_t)bh * Sq + qt + i] : FLASH_INF;
+        sD[i] = ok ? Dsum[(size_t)bh * Sq + qt + i] : 0.f;
+      }
+      __syncthreads();
+      const int q = qt + lane;
+      float s[GEN_ROWS], dp[GEN_ROWS];
 #pragma unroll
-    for (int r = 0; r < GEN_ROWS; r++) s[r] = dp[r] = 0.f;
-    for (int d = 0; d < D; d++) {
-      const float qv = sQ[lane * KS + d];
-      const float ov = sdO[lane * KS + d];
+      for (int r = 0; r < GEN_ROWS; r++) s[r] = dp[r] = 0.f;
+      for (int d = 0; d < D; d++) {
+        const float qv = sQ[lane * KS + d];
+        const float ov = sdO[lane * KS + d];
+#pragma unroll
+        for (int r = 0; r < GEN_ROWS; r++) {
+          s[r] = fmaf(sK[(warp * GEN_ROWS + r) * D + d], qv, s[r]);
+          dp[r] = fmaf(sV[(warp * GEN_ROWS + r) * D + d], ov, dp[r]);
+        }
+      }
+      const float lq = sL[lane], dq = sD[lane];
+      float p[GEN_ROWS];
 #pragma unroll
       for (int r = 0; r < GEN_ROWS; r++) {
-        s[r] = fmaf(sK[(warp * GEN_ROWS + r) * D + d], qv, s[r]);
-        dp[r] = fmaf(sV[(warp * GEN_ROWS + r) * D + d], ov, dp[r]);
+        const int key = k0 + warp * GEN_ROWS + r;
+        const bool valid = q < Sq && key < Sk && (!causal || key <= q);
+        p[r] = valid ? expf(s[r] * scale - lq) : 0.f;
+        s[r] = p[r] * (dp[r] - dq);  // dS
       }
-    }
-    const float lq = sL[lane], dq = sD[lane];
-    float p[GEN_ROWS];
+      for (int j = 0; j < GEN_TILE; j++) {
+        float pj[GEN_ROWS], dsj[GEN_ROWS];
 #pragma unroll
-    for (int r = 0; r < GEN_ROWS; r++) {
-      const int key = k0 + warp * GEN_ROWS + r;
-      const bool valid = q < Sq && key < Sk && (!causal || key <= q);
-      p[r] = valid ? expf(s[r] * scale - lq) : 0.f;
-      s[r] = p[r] * (dp[r] - dq);  // dS
-    }
-    for (int j = 0; j < GEN_TILE; j++) {
-      float pj[GEN_ROWS], dsj[GEN_ROWS];
+        for (int r = 0; r < GEN_ROWS; r++) {
+          pj[r] = __shfl_sync(0xffffffffu, p[r], j);
+          dsj[r] = __shfl_sync(0xffffffffu, s[r], j);
+        }
 #pragma unroll
-      for (int r = 0; r < GEN_ROWS; r++) {
-        pj[r] = __shfl_sync(0xffffffffu, p[r], j);
-        dsj[r] = __shfl_sync(0xffffffffu, s[r], j);
-      }
+        for (int k = 0; k < GEN_KMAX; k++) {
+          const int d = lane + 32 * k;
+          if (d < D) {
+            const float ov = sdO[j * KS + d];
+            const float qv = sQ[j * KS + d];
 #pragma unroll
-      for (int k = 0; k < GEN_KMAX; k++) {
-        const int d = lane + 32 * k;
-        if (d < D) {
-          const float ov = sdO[j * KS + d];
-          const float qv = sQ[j * KS + d];
-#pragma unroll
-          for (int r = 0; r < GEN_ROWS; r++) {
-            av[r][k] = fmaf(pj[r], ov, av[r][k]);
-            ak[r][k] = fmaf(dsj[r], qv, ak[r][k]);
+            for (int r = 0; r < GEN_ROWS; r++) {
+              av[r][k] = fmaf(pj[r], ov, av[r][k]);
+              ak[r][k] = fmaf(dsj[r], qv, ak[r][k]);
+            }
           }
         }
       }
     }
   }
-  }  // the group's query heads
   T* dKb = dK + (size_t)hkv * Sk * D;
   T* dVb = dV + (size_t)hkv * Sk * D;
 #pragma unroll
