@@ -212,6 +212,24 @@ func gradCases() []gradCase {
 			})
 		}
 	}
+	// Grouped-query FlashAttention: 4 query heads on 2 K/V heads and on 1
+	// (multi-query), so dK and dV sum over each group; one [BH,S,D] case.
+	for _, kv := range []int{2, 1} {
+		for _, s := range []int{5, 67} {
+			for _, causal := range []int64{0, 1} {
+				cases = append(cases, gradCase{
+					name:   fmt.Sprintf("FlashAttention/H=4/H_kv=%d/S=%d/causal=%d", kv, s, causal),
+					inputs: []gcInput{in("q", anyReal, 1, 4, s, 4), in("k", anyReal, 1, kv, s, 4), in("v", anyReal, 1, kv, s, 4)},
+					build:  op("FlashAttention", graph.Attrs{"causal": graph.Int(causal), "scale": graph.Float(0.5)}),
+				})
+			}
+		}
+	}
+	cases = append(cases, gradCase{
+		name:   "FlashAttention/BH=6/BH_kv=2/rank=3",
+		inputs: []gcInput{in("q", anyReal, 6, 5, 8), in("k", anyReal, 2, 5, 8), in("v", anyReal, 2, 5, 8)},
+		build:  op("FlashAttention", graph.Attrs{"causal": graph.Int(1), "scale": graph.Float(0.35)}),
+	})
 	// Every other op defined by an expression, with one input, on
 	// normal(0, 1) values: its rule is derived, so a new activation is
 	// checked without a line here (an op smooth only on part of the line

@@ -498,9 +498,10 @@ func evalTrilu(in []*Tensor, a Attrs, out []*Tensor) error {
 	return nil
 }
 
-// attentionRow computes the scores of query row i of head h against every
-// key: scale·q·k (−Inf where the causal mask hides the key) and their max.
-func attentionRow(q, k *Tensor, h, i, sq, sk, d int, scale float64, causal bool) (s []float64, mx float64) {
+// attentionRow computes the scores of query row i of query head h against
+// every key of K/V head kh: scale·q·k (−Inf where the causal mask hides the
+// key) and their max.
+func attentionRow(q, k *Tensor, h, kh, i, sq, sk, d int, scale float64, causal bool) (s []float64, mx float64) {
 	s = make([]float64, sk)
 	mx = math.Inf(-1)
 	for j := range sk {
@@ -510,7 +511,7 @@ func attentionRow(q, k *Tensor, h, i, sq, sk, d int, scale float64, causal bool)
 		}
 		var dot float64
 		for t := range d {
-			dot += q.At((h*sq+i)*d+t) * k.At((h*sk+j)*d+t)
+			dot += q.At((h*sq+i)*d+t) * k.At((kh*sk+j)*d+t)
 		}
 		s[j] = scale * dot
 		mx = math.Max(mx, s[j])
@@ -521,17 +522,20 @@ func attentionRow(q, k *Tensor, h, i, sq, sk, d int, scale float64, causal bool)
 // evalAttention is softmax(scale·Q·Kᵀ + causal mask)·V per head, with an
 // explicit Sq×Sk score row, and the row logsumexp L. A row with no visible
 // key gives Y = 0 and L = +Inf (so that the backward's exp(S − L) is 0).
+// Query head h reads K/V head h/Group (grouped-query attention).
 func evalAttention(in []*Tensor, a Attrs, out []*Tensor) error {
 	q, k, v := in[0], in[1], in[2]
-	bh, sq, sk, d, err := AttentionDims(q.Shape, k.Shape, v.Shape)
+	as, err := AttentionShape(q.Shape, k.Shape, v.Shape)
 	if err != nil {
 		return err
 	}
+	bh, sq, sk, d := as.BH, as.Sq, as.Sk, as.D
 	scale, causal := a.Float("scale", 1), a.Int("causal", 0) != 0
 	y, lse := out[0], out[1]
 	for h := range bh {
+		kh := h / as.Group
 		for i := range sq {
-			s, mx := attentionRow(q, k, h, i, sq, sk, d, scale, causal)
+			s, mx := attentionRow(q, k, h, kh, i, sq, sk, d, scale, causal)
 			acc := make([]float64, d)
 			if math.IsInf(mx, -1) {
 				lse.Set(h*sq+i, math.Inf(1))
@@ -544,7 +548,7 @@ func evalAttention(in []*Tensor, a Attrs, out []*Tensor) error {
 				for j := range sk {
 					p := math.Exp(s[j]-mx) / sum
 					for t := range d {
-						acc[t] += p * v.At((h*sk+j)*d+t)
+						acc[t] += p * v.At((kh*sk+j)*d+t)
 					}
 				}
 			}
@@ -559,16 +563,19 @@ func evalAttention(in []*Tensor, a Attrs, out []*Tensor) error {
 // evalAttentionGrad is FlashAttentionGrad by its definition from the given
 // forward results: P = exp(scale·Q·Kᵀ − L) (masked entries 0),
 // D = rowsum(dY∘Y), dS = P∘(dY·Vᵀ − D), dQ = scale·dS·K, dK = scale·dSᵀ·Q,
-// dV = Pᵀ·dY.
+// dV = Pᵀ·dY. With grouped K/V heads the dK and dV of K/V head kh are the
+// sums over its group of query heads h (h/Group = kh).
 func evalAttentionGrad(in []*Tensor, a Attrs, out []*Tensor) error {
 	q, k, v, y, lse, dy := in[0], in[1], in[2], in[3], in[4], in[5]
-	bh, sq, sk, d, err := AttentionDims(q.Shape, k.Shape, v.Shape)
+	as, err := AttentionShape(q.Shape, k.Shape, v.Shape)
 	if err != nil {
 		return err
 	}
+	bh, sq, sk, d := as.BH, as.Sq, as.Sk, as.D
 	scale, causal := a.Float("scale", 1), a.Int("causal", 0) != 0
 	dq, dk, dv := make([]float64, q.Len()), make([]float64, k.Len()), make([]float64, v.Len())
 	for h := range bh {
+		kh := h / as.Group
 		for i := range sq {
 			var di float64
 			for t := range d {
@@ -580,15 +587,15 @@ func evalAttentionGrad(in []*Tensor, a Attrs, out []*Tensor) error {
 				}
 				var s, dp float64
 				for t := range d {
-					s += q.At((h*sq+i)*d+t) * k.At((h*sk+j)*d+t)
-					dp += dy.At((h*sq+i)*d+t) * v.At((h*sk+j)*d+t)
+					s += q.At((h*sq+i)*d+t) * k.At((kh*sk+j)*d+t)
+					dp += dy.At((h*sq+i)*d+t) * v.At((kh*sk+j)*d+t)
 				}
 				p := math.Exp(scale*s - lse.At(h*sq+i))
 				ds := p * (dp - di)
 				for t := range d {
-					dv[(h*sk+j)*d+t] += p * dy.At((h*sq+i)*d+t)
-					dq[(h*sq+i)*d+t] += scale * ds * k.At((h*sk+j)*d+t)
-					dk[(h*sk+j)*d+t] += scale * ds * q.At((h*sq+i)*d+t)
+					dv[(kh*sk+j)*d+t] += p * dy.At((h*sq+i)*d+t)
+					dq[(h*sq+i)*d+t] += scale * ds * k.At((kh*sk+j)*d+t)
+					dk[(kh*sk+j)*d+t] += scale * ds * q.At((h*sq+i)*d+t)
 				}
 			}
 		}

@@ -15,31 +15,73 @@ func LSEType(dt DType) DType {
 	return Float32
 }
 
-// AttentionDims checks FlashAttention operand shapes ([B,H,S,D] or [BH,S,D])
-// and returns (batch·heads, Sq, Sk, D).
-func AttentionDims(q, k, v Shape) (bh, sq, sk, d int, err error) {
+// AttnShape is what FlashAttention's operand shapes say: BH query heads
+// (batch·heads), each reading K/V head bh/Group of the BH/Group K/V heads,
+// Sq queries and Sk keys of width D.
+//
+// Group > 1 is grouped-query attention (Group = H/H_kv; multi-query when
+// H_kv = 1): K and V have H_kv heads and query head h uses K/V head
+// h/(H/H_kv), as LLaMA's repeat_kv arranges the repeated heads. In the
+// flattened [BH,S,D] form the same rule, bh/Group, picks the K/V head:
+// b·H + h over Group is b·H_kv + h/Group because Group divides H.
+type AttnShape struct {
+	BH, Group, Sq, Sk, D int
+}
+
+// KVHeads is the number of K/V heads, batch included (BH/Group).
+func (a AttnShape) KVHeads() int { return a.BH / a.Group }
+
+// AttentionShape checks FlashAttention operand shapes: Q [B,H,Sq,D] (or
+// [BH,Sq,D]), K and V [B,H_kv,Sk,D] (or [BH_kv,Sk,D]) with H_kv dividing H.
+func AttentionShape(q, k, v Shape) (AttnShape, error) {
 	r := q.Rank()
 	if r != 3 && r != 4 {
-		return 0, 0, 0, 0, fmt.Errorf("Q must be [B,H,S,D] or [BH,S,D], got %v", q)
+		return AttnShape{}, fmt.Errorf("Q must be [B,H,S,D] or [BH,S,D], got %v", q)
 	}
 	if k.Rank() != r || v.Rank() != r {
-		return 0, 0, 0, 0, fmt.Errorf("Q, K, V ranks differ: %v %v %v", q, k, v)
+		return AttnShape{}, fmt.Errorf("Q, K, V ranks differ: %v %v %v", q, k, v)
 	}
-	if !q[:r-2].Equal(k[:r-2]) || !k[:r-2].Equal(v[:r-2]) {
-		return 0, 0, 0, 0, fmt.Errorf("Q, K, V batch/head dims differ: %v %v %v", q, k, v)
+	if !k[:r-2].Equal(v[:r-2]) {
+		return AttnShape{}, fmt.Errorf("K and V batch/head dims differ: %v %v", k, v)
+	}
+	if !q[:r-3].Equal(k[:r-3]) {
+		return AttnShape{}, fmt.Errorf("Q, K, V batch dims differ: %v %v %v", q, k, v)
+	}
+	hq, hkv := q[r-3], k[r-3]
+	if hkv == 0 || hq%hkv != 0 {
+		what := "heads"
+		if r == 3 {
+			what = "batch·heads"
+		}
+		return AttnShape{}, fmt.Errorf("Q has %d %s and K, V %d: the K/V %s must divide Q's (grouped-query attention): %v %v %v", hq, what, hkv, what, q, k, v)
 	}
 	if q[r-1] != k[r-1] || v[r-1] != q[r-1] {
-		return 0, 0, 0, 0, fmt.Errorf("head dims differ: Q %v, K %v, V %v", q, k, v)
+		return AttnShape{}, fmt.Errorf("head dims differ: Q %v, K %v, V %v", q, k, v)
 	}
 	if k[r-2] != v[r-2] {
-		return 0, 0, 0, 0, fmt.Errorf("K and V lengths differ: %v vs %v", k, v)
+		return AttnShape{}, fmt.Errorf("K and V lengths differ: %v vs %v", k, v)
 	}
 	if q[r-1] == 0 {
 		// Kernels tile over D (flashattn refuses d=0); an attention over
 		// 0-wide heads stays composed.
-		return 0, 0, 0, 0, fmt.Errorf("head dim D is 0: %v", q)
+		return AttnShape{}, fmt.Errorf("head dim D is 0: %v", q)
 	}
-	return q[:r-2].Numel(), q[r-2], k[r-2], q[r-1], nil
+	return AttnShape{BH: q[:r-2].Numel(), Group: hq / hkv, Sq: q[r-2], Sk: k[r-2], D: q[r-1]}, nil
+}
+
+// AttentionDims checks FlashAttention operand shapes with as many K/V heads
+// as query heads ([B,H,S,D] or [BH,S,D]) and returns (batch·heads, Sq, Sk,
+// D). Grouped K/V heads are refused: a caller that handles them reads
+// AttentionShape.
+func AttentionDims(q, k, v Shape) (bh, sq, sk, d int, err error) {
+	a, err := AttentionShape(q, k, v)
+	if err != nil {
+		return 0, 0, 0, 0, err
+	}
+	if a.Group != 1 {
+		return 0, 0, 0, 0, fmt.Errorf("grouped K/V heads (K %v for Q %v) are not supported here", k, q)
+	}
+	return a.BH, a.Sq, a.Sk, a.D, nil
 }
 
 var attentionAttrs = []AttrSpec{
@@ -50,7 +92,7 @@ var attentionAttrs = []AttrSpec{
 func init() {
 	register(&OpSpec{
 		Name: "FlashAttention", Domain: DomainFlashgraph,
-		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale); a row with no visible key gives Y = 0, L = +inf",
+		Doc:    "Y = Softmax(scale·Q·Kᵀ + causal mask)·V and its row logsumexp L (ONNX Attention, is_causal, scale); K, V may have fewer heads than Q (grouped-query: query head h reads K/V head h/(H/H_kv)); a row with no visible key gives Y = 0, L = +inf",
 		Inputs: []string{"Q", "K", "V"}, Outputs: []string{"Y", "L?"}, Attrs: attentionAttrs, Eval: evalAttention, KeepDType: []int{1},
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
 			if err := sameFloat(in); err != nil {
@@ -59,7 +101,7 @@ func init() {
 			if in[1].DType != in[0].DType || in[2].DType != in[0].DType {
 				return nil, fmt.Errorf("Q, K, V dtypes differ")
 			}
-			if _, _, _, _, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
+			if _, err := AttentionShape(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
 				return nil, err
 			}
 			q := in[0].Shape
@@ -68,10 +110,10 @@ func init() {
 	})
 	register(&OpSpec{
 		Name: "FlashAttentionGrad", Domain: DomainFlashgraph,
-		Doc:    "dQ, dK, dV of FlashAttention from Q, K, V, Y, L and dY, recomputing P from L",
+		Doc:    "dQ, dK, dV of FlashAttention from Q, K, V, Y, L and dY, recomputing P from L; with grouped K/V heads, dK and dV sum over each head's group of query heads",
 		Inputs: []string{"Q", "K", "V", "Y", "L", "dY"}, Outputs: []string{"dQ", "dK", "dV"}, Attrs: attentionAttrs, Eval: evalAttentionGrad,
 		Infer: func(in []*TensorType, _ Attrs, _ []*Tensor) ([]TensorType, error) {
-			if _, _, _, _, err := AttentionDims(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
+			if _, err := AttentionShape(in[0].Shape, in[1].Shape, in[2].Shape); err != nil {
 				return nil, err
 			}
 			if !in[3].Equal(*in[0]) || !in[5].Equal(*in[0]) {

@@ -5,22 +5,25 @@
 // Only <cuda_bf16.h> and <cuda_fp16.h> are included; every entry point is an
 // extern "C" __global__ function with a fixed name.
 //
-// Layout: Q, O, dO, dQ are [BH, Sq, D]; K, V, dK, dV are [BH, Sk, D]; all
-// contiguous. LSE (natural log) and Dsum are float32 [BH, Sq]; dQaccum is float32
+// Layout: Q, O, dO, dQ are [BH, Sq, D]; K, V, dK, dV are [BH/group, Sk, D]; all
+// contiguous. group >= 1 query heads share each K/V head (grouped-query
+// attention; group = 1 is multi-head): query head bh reads K/V head bh/group, and
+// the backward's dK, dV of a K/V head sum over its group, looped inside the CTA
+// that owns the K/V block (no scratch, no reduction kernel, fixed order). LSE (natural log) and Dsum are float32 [BH, Sq]; dQaccum is float32
 // [BH, Sq, D]. Causal masking is top-left aligned: key j is visible to query i iff
 // j <= i (also when Sq != Sk). A row that sees no key gets O = 0, LSE = +inf.
 //
 // Entry points and launch configurations (T in {bf16, fp16}; D in {64, 128}):
 //
-//   flash_fwd_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal)
+//   flash_fwd_<T>_d<D>(q, k, v, o, lse, BH, Sq, Sk, scale, causal, group)
 //     grid (ceil(Sq/FWD_BR), BH), block FWD_NW*32, dynamic smem (FWD_BR + 2*FWD_BC)*D*2
 //     (FWD_BR = 16*FWD_NW), above 48 KB so the opt-in limit must be raised:
 //       d64 : FWD_BR=128, FWD_BC=128, FWD_NW=8 -> 49152 B
 //       d128: FWD_BR=64,  FWD_BC=64,  FWD_NW=4 -> 49152 B
 //   flash_bwd_pre_<T|fp32>(o, dO, Dsum, dQaccum, rows=BH*Sq, D)
 //     grid ceil(rows/8), block 256: Dsum = rowsum(dO*O); dQaccum = 0 (if non-null).
-//   flash_bwd_<T>_d<D>(q, k, v, dO, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk, scale, causal)
-//     grid (ceil(Sk/(16*BWD_NW)), BH), block BWD_NW*32,
+//   flash_bwd_<T>_d<D>(q, k, v, dO, lse, Dsum, dQaccum, dK, dV, BH, Sq, Sk, scale, causal, group)
+//     grid (ceil(Sk/(16*BWD_NW)), BH/group), block BWD_NW*32,
 //     dynamic smem 2*BC*D*2 + 4*BR*D*2 + BC*BR*2 + 4*BR*4 (BC = 16*BWD_NW).
 //       d64 : BWD_BR=128, BWD_NW=8 -> 133120 B;  d128: BWD_BR=64, BWD_NW=8 -> 148480 B
 //   flash_bwd_convert_<T>(dQaccum, dQ, n, D, Sq, scale, swz)   any grid (grid-stride), block 256:
@@ -35,12 +38,12 @@
 //
 // Generic path (any D <= 256; CUDA cores; T in {fp32, bf16, fp16}): the oracle and
 // the float32 path.
-//   flash_fwd_generic_<T>(q, k, v, o, lse, BH, Sq, Sk, D, scale, causal)
+//   flash_fwd_generic_<T>(q, k, v, o, lse, BH, Sq, Sk, D, scale, causal, group)
 //     grid (BH, ceil(Sq/16)), block 128, smem (64*(D|1) + 16*D)*4
-//   flash_bwd_generic_dq_<T>(q, k, v, dO, lse, Dsum, dQ, BH, Sq, Sk, D, scale, causal)
+//   flash_bwd_generic_dq_<T>(q, k, v, dO, lse, Dsum, dQ, BH, Sq, Sk, D, scale, causal, group)
 //     grid (BH, ceil(Sq/16)), block 128, smem (64*(D|1) + 32*D)*4
-//   flash_bwd_generic_dkdv_<T>(q, k, v, dO, lse, Dsum, dK, dV, BH, Sq, Sk, D, scale, causal)
-//     grid (BH, ceil(Sk/16)), block 128, smem (64*(D|1) + 32*D + 64)*4
+//   flash_bwd_generic_dkdv_<T>(q, k, v, dO, lse, Dsum, dK, dV, BH, Sq, Sk, D, scale, causal, group)
+//     grid (BH/group, ceil(Sk/16)), block 128, smem (64*(D|1) + 32*D + 64)*4
 //   (run flash_bwd_pre_<T> first with dQaccum = NULL.)
 
 #include <cuda_bf16.h>
@@ -186,7 +189,7 @@ template <typename T, int D, int NW, int BC>
 __device__ __forceinline__ void fwd_tc(const T* __restrict__ Q, const T* __restrict__ K,
                                        const T* __restrict__ V, T* __restrict__ O,
                                        float* __restrict__ LSE, int BH, int Sq, int Sk, float scale,
-                                       int causal) {
+                                       int causal, int group) {
   constexpr int BR = 16 * NW;
   constexpr int NT = 32 * NW;
   constexpr int CH = D / 8;
@@ -204,8 +207,8 @@ __device__ __forceinline__ void fwd_tc(const T* __restrict__ Q, const T* __restr
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const T* Qb = Q + (size_t)bh * Sq * D;
-  const T* Kb = K + (size_t)bh * Sk * D;
-  const T* Vb = V + (size_t)bh * Sk * D;
+  const T* Kb = K + (size_t)(bh / group) * Sk * D;
+  const T* Vb = V + (size_t)(bh / group) * Sk * D;
 
   const int kv_end = causal ? min(Sk, q0 + BR) : Sk;
   const int ntiles = (kv_end + BC - 1) / BC;
@@ -347,7 +350,7 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
                                        const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                        float* __restrict__ dQacc, T* __restrict__ dK,
                                        T* __restrict__ dV, int BH, int Sq, int Sk, float scale,
-                                       int causal) {
+                                       int causal, int group) {
   constexpr int BC = 16 * NW;
   constexpr int NT = 32 * NW;
   constexpr int CH = D / 8;
@@ -367,26 +370,27 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
   float* sL = reinterpret_cast<float*>(smem_raw + 2 * BC * D * 2 + 4 * BR * D * 2 + BC * BR * 2);  // [2][BR]
   float* sDs = sL + 2 * BR;                                                                      // [2][BR]
 
-  const int bh = blockIdx.y;  // as in the forward: heads on grid y, key blocks on x
+  // The K/V head from grid y (as in the forward: heads on grid y, key blocks
+  // on x); its dK, dV sum over the group query heads that read it, one after
+  // the other: the loop runs over (head, query block) pairs.
+  const int hkv = blockIdx.y;
   const int n0 = blockIdx.x * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const T* Qb = Q + (size_t)bh * Sq * D;
-  const T* dOb = dO + (size_t)bh * Sq * D;
-  const T* Kb = K + (size_t)bh * Sk * D;
-  const T* Vb = V + (size_t)bh * Sk * D;
-  const float* Lb = LSE + (size_t)bh * Sq;
-  const float* Db = Dsum + (size_t)bh * Sq;
-  float* dQb = dQacc + (size_t)bh * Sq * D;
+  const T* Kb = K + (size_t)hkv * Sk * D;
+  const T* Vb = V + (size_t)hkv * Sk * D;
   const float c = scale * kLog2e;
 
   const int nqb = (Sq + BR - 1) / BR;
   const int qb_start = causal ? n0 / BR : 0;
+  const int h0 = hkv * group;  // the group's first query head
 
-  auto load_q_block = [&](int qb, int stage) {
+  auto load_q_block = [&](int h, int qb, int stage) {
     const int q0 = qb * BR;
-    load_tile<T, BR, D, NT>(sQ0 + stage * BR * D * 2, Qb, q0, Sq, tid);
-    load_tile<T, BR, D, NT>(sdO0 + stage * BR * D * 2, dOb, q0, Sq, tid);
+    load_tile<T, BR, D, NT>(sQ0 + stage * BR * D * 2, Q + (size_t)h * Sq * D, q0, Sq, tid);
+    load_tile<T, BR, D, NT>(sdO0 + stage * BR * D * 2, dO + (size_t)h * Sq * D, q0, Sq, tid);
+    const float* Lb = LSE + (size_t)h * Sq;
+    const float* Db = Dsum + (size_t)h * Sq;
     for (int i = tid; i < BR; i += NT) {
       const int q = q0 + i;
       const bool ok = q < Sq;
@@ -397,7 +401,7 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
 
   load_tile<T, BC, D, NT>(sK, Kb, n0, Sk, tid);
   load_tile<T, BC, D, NT>(sV, Vb, n0, Sk, tid);
-  if (qb_start < nqb) load_q_block(qb_start, 0);
+  if (qb_start < nqb) load_q_block(h0, qb_start, 0);
   cp_async_commit();
 
   float dk[D / 8][4], dv[D / 8][4];
@@ -408,17 +412,25 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
   }
   const int wkey0 = n0 + warp * 16;  // first key of this warp
 
-  for (int qb = qb_start; qb < nqb; qb++) {
-    const int stage = (qb - qb_start) & 1;
+  // (h, qb) walks the group's heads, each over query blocks qb_start..nqb-1;
+  // with group 1 it is the plain loop over query blocks.
+  const int steps = group * (nqb - qb_start);
+  int h = h0, qb = qb_start;
+  for (int it = 0; it < steps; it++) {
+    const int stage = it & 1;
     const u32 sQ = sQ0 + stage * BR * D * 2;
     const u32 sdOs = sdO0 + stage * BR * D * 2;
     const float* sLs = sL + stage * BR;
     const float* sDss = sDs + stage * BR;
     const int q0 = qb * BR;
+    float* dQb = dQacc + (size_t)h * Sq * D;
 
     cp_async_wait<0>();
     __syncthreads();  // this stage landed; the other stage and sdS are free
-    if (qb + 1 < nqb) load_q_block(qb + 1, stage ^ 1);
+    // The next (head, block) pair.
+    int nh = h, nqb_next = qb + 1;
+    if (nqb_next == nqb) nh++, nqb_next = qb_start;
+    if (it + 1 < steps) load_q_block(nh, nqb_next, stage ^ 1);
     cp_async_commit();
 
     // S^T = K Q^T  (16 keys x BR queries per warp)
@@ -562,11 +574,12 @@ __device__ __forceinline__ void bwd_tc(const T* __restrict__ Q, const T* __restr
         }
       }
     }
+    h = nh, qb = nqb_next;
   }
   cp_async_wait<0>();
 
-  T* dKb = dK + (size_t)bh * Sk * D;
-  T* dVb = dV + (size_t)bh * Sk * D;
+  T* dKb = dK + (size_t)hkv * Sk * D;
+  T* dVb = dV + (size_t)hkv * Sk * D;
 #pragma unroll
   for (int r = 0; r < 2; r++) {
     const int key = wkey0 + g + r * 8;
@@ -702,7 +715,7 @@ constexpr int GEN_KMAX = 8;   // D <= 256
 template <typename T>
 __device__ __forceinline__ void gen_fwd(const T* __restrict__ Q, const T* __restrict__ K, const T* __restrict__ V,
                                         T* __restrict__ O, float* __restrict__ LSE, int BH, int Sq, int Sk, int D,
-                                        float scale, int causal) {
+                                        float scale, int causal, int group) {
   extern __shared__ __align__(16) float gsm[];
   const int KS = D | 1;
   float* sK = gsm;                     // [32][KS]
@@ -712,8 +725,8 @@ __device__ __forceinline__ void gen_fwd(const T* __restrict__ Q, const T* __rest
   const int r0 = blockIdx.y * 16;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const T* Qb = Q + (size_t)bh * Sq * D;
-  const T* Kb = K + (size_t)bh * Sk * D;
-  const T* Vb = V + (size_t)bh * Sk * D;
+  const T* Kb = K + (size_t)(bh / group) * Sk * D;
+  const T* Vb = V + (size_t)(bh / group) * Sk * D;
   for (int i = tid; i < 16 * D; i += blockDim.x) {
     int r = i / D, d = i % D;
     sQ[i] = (r0 + r < Sq) ? Ty<T>::to_f(Qb[(size_t)(r0 + r) * D + d]) : 0.f;
@@ -804,7 +817,7 @@ __device__ __forceinline__ void gen_bwd_dq(const T* __restrict__ Q, const T* __r
                                            const T* __restrict__ V, const T* __restrict__ dO,
                                            const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                            T* __restrict__ dQ, int BH, int Sq, int Sk, int D, float scale,
-                                           int causal) {
+                                           int causal, int group) {
   extern __shared__ __align__(16) float gsm[];
   const int KS = D | 1;
   float* sK = gsm;                 // [32][KS]
@@ -816,8 +829,8 @@ __device__ __forceinline__ void gen_bwd_dq(const T* __restrict__ Q, const T* __r
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const T* Qb = Q + (size_t)bh * Sq * D;
   const T* dOb = dO + (size_t)bh * Sq * D;
-  const T* Kb = K + (size_t)bh * Sk * D;
-  const T* Vb = V + (size_t)bh * Sk * D;
+  const T* Kb = K + (size_t)(bh / group) * Sk * D;
+  const T* Vb = V + (size_t)(bh / group) * Sk * D;
   for (int i = tid; i < 16 * D; i += blockDim.x) {
     int r = i / D, d = i % D;
     bool ok = r0 + r < Sq;
@@ -897,7 +910,7 @@ __device__ __forceinline__ void gen_bwd_dkdv(const T* __restrict__ Q, const T* _
                                              const T* __restrict__ V, const T* __restrict__ dO,
                                              const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                              T* __restrict__ dK, T* __restrict__ dV, int BH, int Sq, int Sk,
-                                             int D, float scale, int causal) {
+                                             int D, float scale, int causal, int group) {
   extern __shared__ __align__(16) float gsm[];
   const int KS = D | 1;
   float* sQ = gsm;                   // [32][KS]
@@ -906,13 +919,11 @@ __device__ __forceinline__ void gen_bwd_dkdv(const T* __restrict__ Q, const T* _
   float* sV = sK + 16 * D;           // [16][D]
   float* sL = sV + 16 * D;           // [32]
   float* sD = sL + GEN_TILE;         // [32]
-  const int bh = blockIdx.x;
+  const int hkv = blockIdx.x;  // the K/V head; its group's query heads are looped below
   const int k0 = blockIdx.y * 16;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const T* Qb = Q + (size_t)bh * Sq * D;
-  const T* dOb = dO + (size_t)bh * Sq * D;
-  const T* Kb = K + (size_t)bh * Sk * D;
-  const T* Vb = V + (size_t)bh * Sk * D;
+  const T* Kb = K + (size_t)hkv * Sk * D;
+  const T* Vb = V + (size_t)hkv * Sk * D;
   for (int i = tid; i < 16 * D; i += blockDim.x) {
     int r = i / D, d = i % D;
     bool ok = k0 + r < Sk;
@@ -925,66 +936,70 @@ __device__ __forceinline__ void gen_bwd_dkdv(const T* __restrict__ Q, const T* _
 #pragma unroll
     for (int k = 0; k < GEN_KMAX; k++) ak[r][k] = av[r][k] = 0.f;
   const int qstart = causal ? (k0 / GEN_TILE) * GEN_TILE : 0;
-  for (int qt = qstart; qt < Sq; qt += GEN_TILE) {
-    __syncthreads();
-    for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
-      int r = i / D, d = i % D;
-      bool ok = qt + r < Sq;
-      sQ[r * KS + d] = ok ? Ty<T>::to_f(Qb[(size_t)(qt + r) * D + d]) : 0.f;
-      sdO[r * KS + d] = ok ? Ty<T>::to_f(dOb[(size_t)(qt + r) * D + d]) : 0.f;
-    }
-    for (int i = tid; i < GEN_TILE; i += blockDim.x) {
-      bool ok = qt + i < Sq;
-      sL[i] = ok ? LSE[(size_t)bh * Sq + qt + i] : FLASH_INF;
-      sD[i] = ok ? Dsum[(size_t)bh * Sq + qt + i] : 0.f;
-    }
-    __syncthreads();
-    const int q = qt + lane;
-    float s[GEN_ROWS], dp[GEN_ROWS];
+  for (int bh = hkv * group; bh < (hkv + 1) * group; bh++) {
+    const T* Qb = Q + (size_t)bh * Sq * D;
+    const T* dOb = dO + (size_t)bh * Sq * D;
+    for (int qt = qstart; qt < Sq; qt += GEN_TILE) {
+      __syncthreads();
+      for (int i = tid; i < GEN_TILE * D; i += blockDim.x) {
+        int r = i / D, d = i % D;
+        bool ok = qt + r < Sq;
+        sQ[r * KS + d] = ok ? Ty<T>::to_f(Qb[(size_t)(qt + r) * D + d]) : 0.f;
+        sdO[r * KS + d] = ok ? Ty<T>::to_f(dOb[(size_t)(qt + r) * D + d]) : 0.f;
+      }
+      for (int i = tid; i < GEN_TILE; i += blockDim.x) {
+        bool ok = qt + i < Sq;
+        sL[i] = ok ? LSE[(size_t)bh * Sq + qt + i] : FLASH_INF;
+        sD[i] = ok ? Dsum[(size_t)bh * Sq + qt + i] : 0.f;
+      }
+      __syncthreads();
+      const int q = qt + lane;
+      float s[GEN_ROWS], dp[GEN_ROWS];
 #pragma unroll
-    for (int r = 0; r < GEN_ROWS; r++) s[r] = dp[r] = 0.f;
-    for (int d = 0; d < D; d++) {
-      const float qv = sQ[lane * KS + d];
-      const float ov = sdO[lane * KS + d];
+      for (int r = 0; r < GEN_ROWS; r++) s[r] = dp[r] = 0.f;
+      for (int d = 0; d < D; d++) {
+        const float qv = sQ[lane * KS + d];
+        const float ov = sdO[lane * KS + d];
+#pragma unroll
+        for (int r = 0; r < GEN_ROWS; r++) {
+          s[r] = fmaf(sK[(warp * GEN_ROWS + r) * D + d], qv, s[r]);
+          dp[r] = fmaf(sV[(warp * GEN_ROWS + r) * D + d], ov, dp[r]);
+        }
+      }
+      const float lq = sL[lane], dq = sD[lane];
+      float p[GEN_ROWS];
 #pragma unroll
       for (int r = 0; r < GEN_ROWS; r++) {
-        s[r] = fmaf(sK[(warp * GEN_ROWS + r) * D + d], qv, s[r]);
-        dp[r] = fmaf(sV[(warp * GEN_ROWS + r) * D + d], ov, dp[r]);
+        const int key = k0 + warp * GEN_ROWS + r;
+        const bool valid = q < Sq && key < Sk && (!causal || key <= q);
+        p[r] = valid ? expf(s[r] * scale - lq) : 0.f;
+        s[r] = p[r] * (dp[r] - dq);  // dS
       }
-    }
-    const float lq = sL[lane], dq = sD[lane];
-    float p[GEN_ROWS];
+      for (int j = 0; j < GEN_TILE; j++) {
+        float pj[GEN_ROWS], dsj[GEN_ROWS];
 #pragma unroll
-    for (int r = 0; r < GEN_ROWS; r++) {
-      const int key = k0 + warp * GEN_ROWS + r;
-      const bool valid = q < Sq && key < Sk && (!causal || key <= q);
-      p[r] = valid ? expf(s[r] * scale - lq) : 0.f;
-      s[r] = p[r] * (dp[r] - dq);  // dS
-    }
-    for (int j = 0; j < GEN_TILE; j++) {
-      float pj[GEN_ROWS], dsj[GEN_ROWS];
+        for (int r = 0; r < GEN_ROWS; r++) {
+          pj[r] = __shfl_sync(0xffffffffu, p[r], j);
+          dsj[r] = __shfl_sync(0xffffffffu, s[r], j);
+        }
 #pragma unroll
-      for (int r = 0; r < GEN_ROWS; r++) {
-        pj[r] = __shfl_sync(0xffffffffu, p[r], j);
-        dsj[r] = __shfl_sync(0xffffffffu, s[r], j);
-      }
+        for (int k = 0; k < GEN_KMAX; k++) {
+          const int d = lane + 32 * k;
+          if (d < D) {
+            const float ov = sdO[j * KS + d];
+            const float qv = sQ[j * KS + d];
 #pragma unroll
-      for (int k = 0; k < GEN_KMAX; k++) {
-        const int d = lane + 32 * k;
-        if (d < D) {
-          const float ov = sdO[j * KS + d];
-          const float qv = sQ[j * KS + d];
-#pragma unroll
-          for (int r = 0; r < GEN_ROWS; r++) {
-            av[r][k] = fmaf(pj[r], ov, av[r][k]);
-            ak[r][k] = fmaf(dsj[r], qv, ak[r][k]);
+            for (int r = 0; r < GEN_ROWS; r++) {
+              av[r][k] = fmaf(pj[r], ov, av[r][k]);
+              ak[r][k] = fmaf(dsj[r], qv, ak[r][k]);
+            }
           }
         }
       }
     }
   }
-  T* dKb = dK + (size_t)bh * Sk * D;
-  T* dVb = dV + (size_t)bh * Sk * D;
+  T* dKb = dK + (size_t)hkv * Sk * D;
+  T* dVb = dV + (size_t)hkv * Sk * D;
 #pragma unroll
   for (int r = 0; r < GEN_ROWS; r++) {
     const int key = k0 + warp * GEN_ROWS + r;
@@ -1007,15 +1022,15 @@ __device__ __forceinline__ void gen_bwd_dkdv(const T* __restrict__ Q, const T* _
 #define FLASH_FWD_TC(NAME, T, D, NW, BC)                                                                \
   extern "C" __global__ void __launch_bounds__(NW * 32)                                                \
       NAME(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq, int Sk, float scale, \
-           int causal) {                                                                               \
-    flash::fwd_tc<T, D, NW, BC>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);                           \
+           int causal, int group) {                                                                    \
+    flash::fwd_tc<T, D, NW, BC>(q, k, v, o, lse, BH, Sq, Sk, scale, causal, group);                    \
   }
 
 #define FLASH_BWD_TC(NAME, T, D, BR, NW)                                                                       \
   extern "C" __global__ void __launch_bounds__(NW * 32, 1)                                                    \
       NAME(const T* q, const T* k, const T* v, const T* dO, const float* lse, const float* dsum, float* dqacc, \
-           T* dk, T* dv, int BH, int Sq, int Sk, float scale, int causal) {                                   \
-    flash::bwd_tc<T, D, BR, NW>(q, k, v, dO, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal);            \
+           T* dk, T* dv, int BH, int Sq, int Sk, float scale, int causal, int group) {                        \
+    flash::bwd_tc<T, D, BR, NW>(q, k, v, dO, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal, group);     \
   }
 
 // Shipped configurations (see the table at the top of the file); picked on the H200
@@ -1036,20 +1051,20 @@ FLASH_BWD_TC(flash_bwd_fp16_d128, __half, 128, 64, 8)
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(128)                                                          \
       flash_fwd_generic_##SUF(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq, int Sk,   \
-                              int D, float scale, int causal) {                                               \
-    flash::gen_fwd<T>(q, k, v, o, lse, BH, Sq, Sk, D, scale, causal);                                        \
+                              int D, float scale, int causal, int group) {                                    \
+    flash::gen_fwd<T>(q, k, v, o, lse, BH, Sq, Sk, D, scale, causal, group);                                 \
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(128)                                                          \
       flash_bwd_generic_dq_##SUF(const T* q, const T* k, const T* v, const T* dO, const float* lse,          \
                                  const float* dsum, T* dq, int BH, int Sq, int Sk, int D, float scale,       \
-                                 int causal) {                                                                \
-    flash::gen_bwd_dq<T>(q, k, v, dO, lse, dsum, dq, BH, Sq, Sk, D, scale, causal);                          \
+                                 int causal, int group) {                                                     \
+    flash::gen_bwd_dq<T>(q, k, v, dO, lse, dsum, dq, BH, Sq, Sk, D, scale, causal, group);                   \
   }                                                                                                           \
   extern "C" __global__ void __launch_bounds__(128)                                                          \
       flash_bwd_generic_dkdv_##SUF(const T* q, const T* k, const T* v, const T* dO, const float* lse,        \
                                    const float* dsum, T* dk, T* dv, int BH, int Sq, int Sk, int D,            \
-                                   float scale, int causal) {                                                 \
-    flash::gen_bwd_dkdv<T>(q, k, v, dO, lse, dsum, dk, dv, BH, Sq, Sk, D, scale, causal);                    \
+                                   float scale, int causal, int group) {                                      \
+    flash::gen_bwd_dkdv<T>(q, k, v, dO, lse, dsum, dk, dv, BH, Sq, Sk, D, scale, causal, group);             \
   }
 
 FLASH_TYPED(fp32, float)
@@ -1089,7 +1104,7 @@ FLASH_VEC(fp16, __half)
 // that one CTA per (bh, query tile) would do alone.
 //
 //   flash_decode_<T>_d<D>(q, k, v, o, lse, Opart, Lpart, BH, Sq, Sk, splits, tiles_per_split,
-//                         scale, causal, flags, stages)
+//                         scale, causal, flags, stages, group)
 //     grid (BH, splits), block DEC_NW*32, dynamic smem (16 + 2*stages*DEC_BC)*D*2 for a
 //     K/V ring of 2 <= stages <= MAXST tiles (MAXST: the instantiation's, the most that fit):
 //       decode d64 : up to 14 stages -> 231424 B;  decode d128: up to 6 stages -> 200704 B
@@ -1273,7 +1288,7 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
                                            const T* __restrict__ V, T* __restrict__ O, float* __restrict__ LSE,
                                            float* __restrict__ Opart, float* __restrict__ Lpart, int BH, int Sq,
                                            int Sk, int splits, int tiles_per_split, float scale, int causal,
-                                           int flags, int stages) {
+                                           int flags, int stages, int group) {
   constexpr int NT = 32 * DEC_NW;
   constexpr int CH = D / 8;
   constexpr int DS = D + 8;  // float stride of the merge rows (conflict-free float2 stores)
@@ -1292,8 +1307,8 @@ __device__ __forceinline__ void decode_fwd(const T* __restrict__ Q, const T* __r
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const T* Qb = Q + (size_t)bh * Sq * D;
-  const T* Kb = K + (size_t)bh * Sk * D;
-  const T* Vb = V + (size_t)bh * Sk * D;
+  const T* Kb = K + (size_t)(bh / group) * Sk * D;
+  const T* Vb = V + (size_t)(bh / group) * Sk * D;
   const bool fused = flags & DEC_FUSED, pf = flags & DEC_PF256;
   stages = min(max(stages, 2), MAXST);
 
@@ -1509,9 +1524,10 @@ __device__ __forceinline__ void decode_combine(const float* __restrict__ Opart, 
 #define FLASH_DECODE(NAME, T, D, MAXST)                                                                        \
   extern "C" __global__ void __launch_bounds__(flash::DEC_NW * 32, 2)                                          \
       NAME(const T* q, const T* k, const T* v, T* o, float* lse, float* opart, float* lpart, int BH, int Sq,   \
-           int Sk, int splits, int tiles_per_split, float scale, int causal, int flags, int stages) {          \
+           int Sk, int splits, int tiles_per_split, float scale, int causal, int flags, int stages,           \
+           int group) {                                                                                        \
     flash::decode_fwd<T, D, MAXST>(q, k, v, o, lse, opart, lpart, BH, Sq, Sk, splits, tiles_per_split, scale,  \
-                                   causal, flags, stages);                                                     \
+                                   causal, flags, stages, group);                                              \
   }
 
 #define FLASH_DECODE_COMBINE(NAME, T)                                                                          \

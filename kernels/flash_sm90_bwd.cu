@@ -6,13 +6,15 @@
 //
 // Entry points (T in {bf16, fp16}):
 //   flash_bwd_sm90_pingpong_<T>_d64, flash_bwd_sm90_alternating_<T>_d128
-//       (tq, tk, tv, tdo, tdk, tdv, lse, Dsum, dQaccum, BH, Sq, Sk, scale, causal)
+//       (tq, tk, tv, tdo, tdk, tdv, lse, Dsum, dQaccum, BH, Sq, Sk, scale, causal, group)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
 //     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
 //     after, with swz = 1: see dq_stage); tq, tk, tv, tdo, tdk, tdv: CUtensorMaps
 //     of Q, K, V, dO, dK, dV (boxes of 64 columns × 64 rows for Q, dO, dK and
 //     dV, × 128 rows for K and V), see bwd and bwd_store_dkdv; dQaccum 16-byte
-//     aligned; grid (ceil(Sk/128), BH).
+//     aligned; grid (ceil(Sk/128), BH/group): a CTA owns keys of one K/V
+//     head and loops over its group's query heads (see bwd_block), K, V, dK,
+//     dV maps spanning the BH/group K/V heads.
 //   pingpong: the consumer warpgroups take turns, a producer warpgroup loads
 //     (see bwd_pingpong): block 384, dynamic smem 2*128*D*2 + 6*64*D*2 +
 //     2*128*64*2 + 6*64*4 + 64 + 1024 bytes (d64 117312) plus four dQ
@@ -34,8 +36,8 @@ FA90_BWD(flash_bwd_sm90_alternating_fp16_d128, true, 128, true, true, true)
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const __grid_constant__ fa90::TmaMap tdk, const __grid_constant__ fa90::TmaMap tdv,            \
            const float* lse, const float* dsum, float* dqacc, int BH, int Sq, int Sk, float scale,       \
-           int causal) {                                                                                  \
-    fa90::bwd_pingpong<F16>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal);     \
+           int causal, int group) {                                                                       \
+    fa90::bwd_pingpong<F16>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal, group); \
   }
 
 FA90_BWD_PINGPONG(flash_bwd_sm90_pingpong_bf16_d64, false)

@@ -436,6 +436,19 @@ __device__ __forceinline__ void bwd_tile(int causal, int Sq, int& bh, int& kb) {
   bh = g * heads + (r - kb * gh);
 }
 
+// Grouped-query attention: a CTA owns keys of one K/V head (bwd_tile's bh,
+// on a grid of BH/group heads) and loops over the blocks of all group query
+// heads that read it, head after head, so that its dK and dV sum the group
+// in registers (no scratch, no reduction kernel; the sums in a fixed order)
+// and each query head's dQ goes to its own rows of dQaccum. Block i of that
+// loop (nblk blocks a head, from qb0) is query rows q0.. of query head bh.
+// With group 1 it is block qb0 + i of the K/V head itself.
+__device__ __forceinline__ void bwd_block(int i, int nblk, int qb0, int h0, int& bh, int& q0) {
+  const int hh = i / nblk;
+  bh = h0 + hh;
+  q0 = (qb0 + i - hh * nblk) * BWD_BR;
+}
+
 // dK (times scale) and dV leave through shared memory, the K and V tiles
 // being free by then: each warpgroup stages its 64 keys (stage_rows) into
 // its own rows of the V tile, which only its own products read; into its
@@ -481,7 +494,7 @@ template <bool F16, int D, bool PIPE, bool COLS_ASKED, bool ALT_ASKED = false>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
-                                    int Sq, int Sk, float scale, int causal) {
+                                    int Sq, int Sk, float scale, int causal, int group) {
   static_assert(D == 64 || D == 128, "head dim");
   // COLS: see dq_tile; at D=128 the columns are split that way already.
   constexpr bool COLS = COLS_ASKED && D == 64;
@@ -505,15 +518,28 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const u32 bars = sLD + 3 * 2 * BR * 4;  // 4 mbarriers of 8 bytes
   const u32 barKV = bars, full0 = bars + 8;
 
-  int bh, kb;
-  bwd_tile<D>(causal, Sq, bh, kb);
+  int hkv, kb;  // the K/V head (see bwd_block)
+  bwd_tile<D>(causal, Sq, hkv, kb);
   const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;
-  const int nblk = nqb - qb0;
-  const float* Lb = LSE + (size_t)bh * Sq;
-  const float* Db = Dsum + (size_t)bh * Sq;
+  const int hblk = nqb - qb0;      // blocks of one query head
+  const int nblk = group * hblk;   // blocks of the group
+  const int h0 = hkv * group;
+  // Block j's copies into stage slot st (see bwd_load_block).
+  auto load_block = [&](int j, int st, int tid_) {
+    int bh, q0;
+    bwd_block(j, hblk, qb0, h0, bh, q0);
+    bwd_load_block<D>(tq, tdo, LSE + (size_t)bh * Sq, Dsum + (size_t)bh * Sq, sQ0 + st * QBYTES, sdO0 + st * QBYTES,
+                      sLD + st * 2 * BR * 4, full0 + 8 * st, q0, bh, Sq, tid_);
+  };
+  // Block j's dQ staging tile(s) into dQaccum (see dq_reduce).
+  auto reduce_block = [&](int j) {
+    int bh, q0;
+    bwd_block(j, hblk, qb0, h0, bh, q0);
+    dq_reduce<D, COLS>(dQacc + (size_t)bh * Sq * D, sdQ0, j, q0, Sq);
+  };
 
   if (tid == 0) {
     mbar_init(barKV, 1);
@@ -526,13 +552,11 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     mbar_expect_tx(barKV, 2 * KVBYTES);
 #pragma unroll
     for (int blk = 0; blk < D / 64; blk++) {
-      tma_load(sK + blk * BC * 128, tk, blk * 64, n0, bh, barKV);
-      tma_load(sV + blk * BC * 128, tv, blk * 64, n0, bh, barKV);
+      tma_load(sK + blk * BC * 128, tk, blk * 64, n0, hkv, barKV);
+      tma_load(sV + blk * BC * 128, tv, blk * 64, n0, hkv, barKV);
     }
   }
-  for (int i = 0; i < 2 && i < nblk; i++)
-    bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + i * QBYTES, sdO0 + i * QBYTES, sLD + i * 2 * BR * 4, full0 + 8 * i,
-                      (qb0 + i) * BR, bh, Sq, tid);
+  for (int i = 0; i < 2 && i < nblk; i++) load_block(i, i, tid);
 
   const int cw = warpgroup_index(), wq = warp & 3;
   const int g = lane >> 2, t = lane & 3;
@@ -550,7 +574,6 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const int dqk0 = (D == 128 || COLS) ? 0 : cw * 64;
   const int dqnb = D == 128 ? cw : 0;
   const u32 dqcol = COLS ? cw * 64 : 0;
-  float* dQb = dQacc + (size_t)bh * Sq * D;
 
   float dk[D / 2], dv[D / 2];
 #pragma unroll
@@ -563,7 +586,8 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   if (PIPE && nblk > 0) bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, 0);
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
-    const int q0 = (qb0 + i) * BR;
+    int bhq, q0;  // the block's query head and first row
+    bwd_block(i, hblk, qb0, h0, bhq, q0);
     const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES, sdS = sdS0 + (i & 1) * DSBYTES;
     const float* ld = gLD + st * 2 * BR;
     if constexpr (!PIPE) {
@@ -646,11 +670,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         // block i+2 loads into its stage; issued behind dQ, which would
         // otherwise wait for the copies' issue (a wgmma starts once all
         // four warps of the warpgroup have reached it).
-        if (i + 2 < nblk) {
-          const int sn = (i + 2) % 3;
-          bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
-                            full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid & 127);
-        }
+        if (i + 2 < nblk) load_block(i + 2, (i + 2) % 3, tid & 127);
         // The next block's Sᵀ goes in behind dQ and runs while dQ is staged.
         if (i + 1 < nblk) {
           bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, i + 1);
@@ -662,7 +682,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
         dq_stage<D, D / 8>(dq, sdQ0, wq, g, t);
         fence_proxy_async();  // the bulk reduction reads the tile through the async proxy
         named_bar_sync(3 + cw, 128);
-        if ((tid & 127) == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
+        if ((tid & 127) == 0) dq_reduce<D, COLS>(dQacc + (size_t)bhq * Sq * D, sdQ0, i, q0, Sq);
         asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
       } else if (i + 1 < nblk) {
         bwd_issue_scores<F16, D>(s, sKw, sQ0, full0, i + 1);
@@ -679,16 +699,12 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // Every thread has stored its dSᵀ and finished block i-1, so stage
     // (i+2)%3, block i-1's, is free: block i+2 loads into it.
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    if (i + 2 < nblk) {
-      const int sn = (i + 2) % 3;
-      bwd_load_block<D>(tq, tdo, Lb, Db, sQ0 + sn * QBYTES, sdO0 + sn * QBYTES, sLD + sn * 2 * BR * 4,
-                        full0 + 8 * sn, q0 + 2 * BR, bh, Sq, tid);
-    }
+    if (i + 2 < nblk) load_block(i + 2, (i + 2) % 3, tid);
     // D=64: the same barrier ordered every thread's staging of block i-1's
     // dQ (and its proxy fence) before this: thread 0 hands it to the bulk
     // copy engine, which adds it into dQaccum while the tensor cores go on.
     if constexpr (D == 64) {
-      if (i > 0 && tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i - 1, q0 - BR, Sq);
+      if (i > 0 && tid == 0) reduce_block(i - 1);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
 
@@ -736,7 +752,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
     // finish in.
     if constexpr (D == 128) {
       asm volatile("bar.sync 2, 256;\n" ::: "memory");
-      if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, i, q0, Sq);
+      if (tid == 0) dq_reduce<D, COLS>(dQacc + (size_t)bhq * Sq * D, sdQ0, i, q0, Sq);
       asm volatile("bar.warp.sync 0xffffffff;\n" ::: "memory");  // reconverge before the wgmma
     }
   }
@@ -745,7 +761,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   // must outlive their reads.
   if (D == 64 && nblk > 0) {
     asm volatile("bar.sync 1, 256;\n" ::: "memory");
-    if (tid == 0) dq_reduce<D, COLS>(dQb, sdQ0, nblk - 1, (qb0 + nblk - 1) * BR, Sq);
+    if (tid == 0) reduce_block(nblk - 1);
   }
   if ((ALT ? (tid & 127) : tid) == 0) bulk_wait<0>();
 
@@ -832,7 +848,7 @@ template <bool F16>
 __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                        const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                        float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
-                                       int Sq, int Sk, float scale, int causal) {
+                                       int Sq, int Sk, float scale, int causal, int group) {
   constexpr int D = 64;
   constexpr int BR = BWD_BR, BC = BWD_BC;
   constexpr int KVBYTES = BC * D * 2, QBYTES = BR * D * 2, DSBYTES = BC * BR * 2;
@@ -850,14 +866,15 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
   const u32 bars = sLD + 3 * 2 * BR * 4;
   const u32 barKV = bars, full0 = bars + 8, empty0 = bars + 32;
 
-  int bh, kb;
-  bwd_tile<D>(causal, Sq, bh, kb);
+  int hkv, kb;  // the K/V head (see bwd_block)
+  bwd_tile<D>(causal, Sq, hkv, kb);
   const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;
-  const int nblk = nqb - qb0;
-  float* dQb = dQacc + (size_t)bh * Sq * D;
+  const int hblk = nqb - qb0;     // blocks of one query head
+  const int nblk = group * hblk;  // blocks of the group
+  const int h0 = hkv * group;
 
   if (tid == 0) {
     mbar_init(barKV, 1);
@@ -873,19 +890,19 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
   if (warp >= 8) {
     producer_regs<2>();
     if (warp == 8) {
-      const float* Lb = LSE + (size_t)bh * Sq;
-      const float* Db = Dsum + (size_t)bh * Sq;
       if (lane == 0) {
         mbar_expect_tx(barKV, 2 * KVBYTES);
-        tma_load(sK, tk, 0, n0, bh, barKV);
-        tma_load(sV, tv, 0, n0, bh, barKV);
+        tma_load(sK, tk, 0, n0, hkv, barKV);
+        tma_load(sV, tv, 0, n0, hkv, barKV);
       }
       int st = 0;
       u32 ph = 0;
       for (int i = 0; i < nblk; i++) {
         if (i >= 3) mbar_wait(empty0 + 8 * st, ph ^ 1);
-        bwd_loader_block<D>(tq, tdo, Lb, Db, sQ0 + st * QBYTES, sdO0 + st * QBYTES, sLD + st * 2 * BR * 4,
-                             full0 + 8 * st, (qb0 + i) * BR, bh, Sq, lane);
+        int bh, q0;
+        bwd_block(i, hblk, qb0, h0, bh, q0);
+        bwd_loader_block<D>(tq, tdo, LSE + (size_t)bh * Sq, Dsum + (size_t)bh * Sq, sQ0 + st * QBYTES,
+                             sdO0 + st * QBYTES, sLD + st * 2 * BR * 4, full0 + 8 * st, q0, bh, Sq, lane);
         if (++st == 3) {
           st = 0;
           ph ^= 1;
@@ -896,8 +913,10 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
       for (int i = 0; i < nblk; i++) {
         named_bar_sync(BWD_PINGPONG_FULL + 4 * cw + (i & 1), 160);
         if (lane == 0) {
-          const int q0 = (qb0 + i) * BR;
-          bulk_reduce_add_f32(dQb + (size_t)q0 * D, dq_tile<D, false>(sdQ0, i, cw), (u32)min(BR, Sq - q0) * (D * 4));
+          int bh, q0;
+          bwd_block(i, hblk, qb0, h0, bh, q0);
+          bulk_reduce_add_f32(dQacc + ((size_t)bh * Sq + q0) * D, dq_tile<D, false>(sdQ0, i, cw),
+                              (u32)min(BR, Sq - q0) * (D * 4));
           bulk_commit();
           bulk_wait_read<1>();  // block i-1's tile, the one block i+1 stages into, is read
         }
@@ -929,7 +948,8 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
   load_a_frags<BC, 4>(va, sV, cw * 64 + wq * 16, lane);
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
-    const int q0 = (qb0 + i) * BR;
+    int bhq, q0;  // the block's query head (unused here) and first row
+    bwd_block(i, hblk, qb0, h0, bhq, q0);
     const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES;
     const float* ld = gLD + st * 2 * BR;
     // Sᵀ, then dPᵀ, which runs while Pᵀ is computed.
@@ -999,8 +1019,9 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const __grid_constant__ fa90::TmaMap tdk, const __grid_constant__ fa90::TmaMap tdv,            \
            const float* lse, const float* dsum, float* dqacc, int BH, int Sq, int Sk, float scale,       \
-           int causal) {                                                                                  \
-    fa90::bwd<F16, D, PIPE, COLS, ALT>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal); \
+           int causal, int group) {                                                                       \
+    fa90::bwd<F16, D, PIPE, COLS, ALT>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal, \
+                                       group);                                                            \
   }
 
 #endif  // FLASH_SM90_BWD_CUH

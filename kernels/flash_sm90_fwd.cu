@@ -7,11 +7,13 @@
 // Entry points (T in {bf16, fp16}):
 //   flash_fwd_sm90_persistent_<T>_d<D> (D in {64, 128}),
 //   flash_fwd_sm90_persistent3wg_<T>_d64
-//       (tq, tk, tv, to, lse, BH, Sq, Sk, scale, causal, sched, nh)
+//       (tq, tk, tv, to, lse, BH, Sq, Sk, scale, causal, sched, nh, group)
 //     Two (persistent) or three (persistent3wg) consumer warpgroups taking
 //     turns at the tensor cores, in CTAs that walk the tiles (see
 //     fwd_persistent). tq, tk, tv, to: CUtensorMaps (128 bytes, by value) of
-//     Q, K, V and O (the maps span all BH heads; O's box 64 × 64 rows, see
+//     Q, K, V and O (Q's and O's maps span all BH heads, K's and V's the
+//     BH/group K/V heads: query head bh reads K/V head bh/group, grouped-query
+//     attention; group 1 is multi-head; O's box 64 × 64 rows, see
 //     persistent_store); 1-D grid of at most one CTA per SM and per work item
 //     (a tile; a pair of tiles for the static causal schedule), each walking
 //     (head, query block) tiles, a fixed stride apart (sched null) or drawn
@@ -33,9 +35,10 @@
   extern "C" __global__ void __launch_bounds__(128 * (NWG + 1), 1)                                  \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,        \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap to,        \
-           float* lse, int BH, int Sq, int Sk, float scale, int causal, int* sched, int nh) {       \
+           float* lse, int BH, int Sq, int Sk, float scale, int causal, int* sched, int nh,         \
+           int group) {                                                                              \
     fa90::fwd_persistent<F16, D, NWG, STAGES, OVERLAP>(&tq, &tk, &tv, &to, lse, BH, Sq, Sk, scale, causal, \
-                                                sched, nh);                                         \
+                                                sched, nh, group);                                  \
   }
 
 FA90_FWD_PERSISTENT(flash_fwd_sm90_persistent_bf16_d64, false, 64, 2, 4, true)

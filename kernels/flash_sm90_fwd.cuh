@@ -408,7 +408,7 @@ __device__ __forceinline__ void persistent_store(const float* o, const float* m,
 template <bool F16, int D, int NWG, int STAGES, bool OVERLAP>
 __device__ __forceinline__ void fwd_persistent(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* to,
                                         float* __restrict__ LSE, int BH, int Sq, int Sk, float scale, int causal,
-                                        int* sched, int nh) {
+                                        int* sched, int nh, int group) {
   static_assert(D == 64 || D == 128, "head dim");
   static_assert(NWG == 2 || NWG == 3, "consumer warpgroups");
   static_assert((STAGES & (STAGES - 1)) == 0, "STAGES a power of two");
@@ -490,13 +490,13 @@ __device__ __forceinline__ void fwd_persistent(const TmaMap* tq, const TmaMap* t
           mbar_expect_tx(fullK0 + 8 * st, KVBYTES);
 #pragma unroll
           for (int blk = 0; blk < D / 64; blk++)
-            tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh, fullK0 + 8 * st);
+            tma_load(sK0 + st * KVBYTES + blk * BC * 128, tk, blk * 64, j * BC, bh / group, fullK0 + 8 * st);
           if (j == 0) issue_q(i, bh, q0, ntiles);
           if (kvi >= STAGES) mbar_wait(emptyV0 + 8 * st, wait_ph);
           mbar_expect_tx(fullV0 + 8 * st, KVBYTES);
 #pragma unroll
           for (int blk = 0; blk < D / 64; blk++)
-            tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh, fullV0 + 8 * st);
+            tma_load(sV0 + st * KVBYTES + blk * BC * 128, tv, blk * 64, j * BC, bh / group, fullV0 + 8 * st);
         }
         if (sched) {
           f = ld_shared(fnext);

@@ -129,9 +129,11 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 	k = m.rope("rope_k", k)
 	if KV != H {
 		// Grouped-query attention: the KV key/value heads are repeated to
-		// H, as exporters write LLaMA's repeat_kv, so that attention (and
-		// its fusion) sees equal head counts; the cache of the decoding
-		// graphs holds the repeated keys and values.
+		// H, as exporters write LLaMA's repeat_kv, so that the composed
+		// attention sees equal head counts. The fusion reads K and V from
+		// before the repeat (FlashAttention takes KV heads), so a fused
+		// graph holds no repeated K/V; the cache of the decoding graphs
+		// holds the repeated keys and values.
 		m.Rename(k, scope+"/attn/k_kv")
 		k = m.repeatKV("repeat_k", k)
 		v = m.Rename(m.repeatKV("repeat_v", v), scope+"/attn/v")

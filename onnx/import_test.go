@@ -485,6 +485,46 @@ func TestAttentionImport(t *testing.T) {
 	}
 	closeTo(t, "attention", out["y"], want, graph.Shape{B, H, S, D}, 1e-12)
 
+	// Grouped-query: 4 query heads on the 2 K/V heads of k and v, query
+	// head h reading K/V head h/2 (ONNX repeats each K/V head in place), so
+	// heads 0, 1 attend as above over head 0 and heads 2, 3 over head 1.
+	qg := randTensor(rng, graph.Float64, B, 2*H, S, D)
+	ing := []*onnxpb.ValueInfo{vi("q", onnxpb.Double, B, 2*H, S, D), vi("k", onnxpb.Double, B, H, S, D), vi("v", onnxpb.Double, B, H, S, D)}
+	mg := modelOf(23, ing, nil, []string{"y"}, nd("Attention", []string{"q", "k", "v"}, []string{"y"}, aInt("is_causal", 1)))
+	g, out = importAndRun(t, mg, map[string]*graph.Tensor{"q": qg, "k": k, "v": v})
+	if fa := g.Nodes[0]; fa.Op != "FlashAttention" || !fa.Inputs[1].Type.Shape.Equal(graph.Shape{B, H, S, D}) {
+		t.Fatalf("grouped-query Attention imported as %s reading K %v", fa.Op, fa.Inputs[1].Type.Shape)
+	}
+	want = want[:0]
+	for h := range B * 2 * H {
+		kh := h / 2
+		for i := range S {
+			s := make([]float64, S)
+			for j := range S {
+				for d := range D {
+					s[j] += qg.F64[(h*S+i)*D+d] * k.F64[(kh*S+j)*D+d]
+				}
+				s[j] *= scale
+				if j > i {
+					s[j] = math.Inf(-1)
+				}
+			}
+			p := softmaxRef(s, S)
+			for d := range D {
+				o := 0.0
+				for j := range S {
+					o += p[j] * v.F64[(kh*S+j)*D+d]
+				}
+				want = append(want, o)
+			}
+		}
+	}
+	closeTo(t, "grouped-query attention", out["y"], want, graph.Shape{B, 2 * H, S, D}, 1e-12)
+	in3 := []*onnxpb.ValueInfo{vi("q", onnxpb.Double, B, 3, S, D), vi("k", onnxpb.Double, B, H, S, D), vi("v", onnxpb.Double, B, H, S, D)}
+	if _, err := ImportModel(modelOf(23, in3, nil, []string{"y"}, nd("Attention", []string{"q", "k", "v"}, []string{"y"})), Options{}); err == nil || !strings.Contains(err.Error(), "3 query heads are not a multiple of 2 key heads") {
+		t.Errorf("3 query heads on 2 K/V heads: %v", err)
+	}
+
 	// What FlashAttention cannot mean is refused, not approximated.
 	for name, node := range map[string]*onnxpb.Node{
 		"mask":    nd("Attention", []string{"q", "k", "v", "q"}, []string{"y"}),

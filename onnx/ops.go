@@ -991,8 +991,9 @@ func importGelu(c *opCtx) error {
 }
 
 // importAttention maps opset-23 Attention onto FlashAttention, which has its
-// meaning for 4-D Q, K, V with equal head counts, no mask, no KV cache and no
-// softcap; the logsumexp output FlashAttention adds is left unused.
+// meaning for 4-D Q, K, V (K, V with as many heads as Q or a divisor of
+// them: grouped-query attention), no mask, no KV cache and no softcap; the
+// logsumexp output FlashAttention adds is left unused.
 func importAttention(c *opCtx) error {
 	causal, err := c.attrInt("is_causal", 0)
 	if err != nil {
@@ -1037,8 +1038,11 @@ func importAttention(c *opCtx) error {
 			return c.errf("q_num_heads/kv_num_heads disagree with the 4-D inputs")
 		}
 	}
-	if k.Rank() == 4 && k[1] != q[1] {
-		return c.errf("grouped-query attention (%d query heads, %d key heads) is not supported", q[1], k[1])
+	// Grouped-query attention: ONNX repeats each K/V head for its group of
+	// query heads in place (head h reads K/V head h/(q_heads/kv_heads)),
+	// which is FlashAttention's grouping.
+	if k.Rank() == 4 && k[1] != q[1] && (k[1] == 0 || q[1]%k[1] != 0) {
+		return c.errf("%d query heads are not a multiple of %d key heads", q[1], k[1])
 	}
 	if p, err := c.attrInt("softmax_precision", 0); err != nil {
 		return err

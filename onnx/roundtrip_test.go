@@ -183,6 +183,20 @@ func TestExportAttention(t *testing.T) {
 		t.Fatal("flashgraph domain imported but unused")
 	}
 
+	// Grouped-query (K, V of 1 head for Q's 3): the standard op too, which
+	// groups K/V heads as FlashAttention does; the round trip gives it back.
+	b := graph.NewBuilder("gqa")
+	q := b.Input("q", graph.Float32, 2, 3, 5, 4)
+	k, v := b.Input("k", graph.Float32, 2, 1, 5, 4), b.Input("v", graph.Float32, 2, 1, 5, 4)
+	b.Output(b.OpN("FlashAttention", graph.Attrs{"causal": graph.Int(1), "scale": graph.Float(0.5)}, q, k, v)[0])
+	gqa, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := roundTrip(t, gqa).Graph.Node[0]; n.OpType != "Attention" {
+		t.Fatalf("grouped-query FlashAttention exported as %q", n.OpType)
+	}
+
 	// With the logsumexp in use it stays our op.
 	m = roundTrip(t, attentionGraph(t, true, 0.5))
 	n = m.Graph.Node[0]

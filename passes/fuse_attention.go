@@ -609,12 +609,24 @@ func fuseAttention(m *Match, e *Edit) error {
 		causal = 1
 	}
 	scale := m.Get("attn_scale").(float64)
-	fa, err := e.OpN("FlashAttention", graph.Attrs{"causal": graph.Int(causal), "scale": graph.Float(scale)}, m.Value("q"), k, m.Value("v"))
+	// Grouped-query attention: K and V from before their repeat (fuse_gqa.go).
+	k, v, group, note, err := e.unrepeatKV(k, m.Value("v"))
+	if err != nil {
+		return err
+	}
+	fa, err := e.OpN("FlashAttention", graph.Attrs{"causal": graph.Int(causal), "scale": graph.Float(scale)}, m.Value("q"), k, v)
 	if err != nil {
 		return err
 	}
 	e.Replace(pv.Outputs[0], fa.Outputs[0])
-	e.Describe(fa.Name, fmt.Sprintf("{causal=%d, scale=%s}", causal, graph.FormatFloat(scale)))
+	detail := fmt.Sprintf("{causal=%d, scale=%s}", causal, graph.FormatFloat(scale))
+	if group > 1 {
+		detail = fmt.Sprintf("{causal=%d, scale=%s, group=%d}", causal, graph.FormatFloat(scale), group)
+	}
+	if note != "" {
+		detail += "; " + note
+	}
+	e.Describe(fa.Name, detail)
 	return nil
 }
 

@@ -51,10 +51,12 @@ func GraphFLOPs(g *graph.Graph) FLOPs {
 			if len(n.Inputs) < 3 {
 				continue
 			}
-			bh, sq, sk, d, err := graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
+			// Grouped K/V heads do the products of as many heads as Q has.
+			as, err := graph.AttentionShape(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
 			if err != nil {
 				continue
 			}
+			bh, sq, sk, d := as.BH, as.Sq, as.Sk, as.D
 			// One product of [sq,d]·[d,sk] per head, 2·sq·sk·d FLOPs; a
 			// causal mask skips about half of them but MFU conventions count
 			// the full product (so do PyTorch's and FLASH's TFLOP/s), and so

@@ -592,7 +592,8 @@ func opCases() []opCase {
 }
 
 // attentionCases: FlashAttention and FlashAttentionGrad against the naive
-// S×S reference, 3-D and 4-D, causal or not, lengths not a multiple of 64.
+// S×S reference, 3-D and 4-D, causal or not, lengths not a multiple of 64,
+// K/V with as many heads as Q or fewer (grouped-query).
 func attentionCases() []opCase {
 	type shape struct {
 		name   string
@@ -608,6 +609,11 @@ func attentionCases() []opCase {
 		{"3d_Sq5_Sk70", []int{2, 5, 8}, []int{2, 70, 8}, false, 0},
 		{"3d_Sq20_Sk67_causal", []int{2, 20, 8}, []int{2, 67, 8}, true, 0},
 		{"4d_S130_causal", []int{1, 2, 130, 4}, []int{1, 2, 130, 4}, true, 0},
+		// Grouped-query: K and V with fewer heads (query head h reads K/V
+		// head h/(H/H_kv); dK, dV sum each group), multi-query (one K/V head).
+		{"4d_gqa_H4_Hkv2_S70_causal", []int{2, 4, 70, 8}, []int{2, 2, 70, 8}, true, 0},
+		{"4d_mqa_H4_Hkv1_S67", []int{1, 4, 67, 16}, []int{1, 1, 67, 16}, false, 0},
+		{"3d_gqa_BH6_BHkv2_Sq20_Sk67_causal", []int{6, 20, 8}, []int{2, 67, 8}, true, 0},
 	}
 	var cs []opCase
 	for _, sh := range shapes {

@@ -10,9 +10,10 @@ import (
 
 // Kernels of the flashgraph domain.
 
-// attnParams reads FlashAttention's shape and attributes.
-func attnParams(n *graph.Node, q, k, v *graph.Tensor) (bh, sq, sk, d int, scale float64, causal bool, err error) {
-	bh, sq, sk, d, err = graph.AttentionDims(q.Shape, k.Shape, v.Shape)
+// attnParams reads FlashAttention's shape (grouped K/V heads included) and
+// attributes.
+func attnParams(n *graph.Node, q, k, v *graph.Tensor) (a graph.AttnShape, scale float64, causal bool, err error) {
+	a, err = graph.AttentionShape(q.Shape, k.Shape, v.Shape)
 	scale = n.Attrs.Float("scale", 0)
 	causal = n.Attrs.Int("causal", 0) != 0
 	return
@@ -24,7 +25,7 @@ func attnParams(n *graph.Node, q, k, v *graph.Tensor) (bh, sq, sk, d int, scale 
 // values; the executor rounds Y, and L stays float32 by the op's type).
 func flashAttentionKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	q, k, v := in[0], in[1], in[2]
-	bh, sq, sk, d, scale, causal, err := attnParams(n, q, k, v)
+	a, scale, causal, err := attnParams(n, q, k, v)
 	if err != nil {
 		return err
 	}
@@ -34,9 +35,9 @@ func flashAttentionKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	}
 	switch storageOf(q.DType) {
 	case stF32:
-		return flashattn.Forward(q.F32, k.F32, v.F32, y.F32, l.F32, bh, sq, sk, d, scale, causal)
+		return flashattn.ForwardGrouped(q.F32, k.F32, v.F32, y.F32, l.F32, a.BH, a.Group, a.Sq, a.Sk, a.D, scale, causal)
 	case stF64:
-		return flashattn.Forward(q.F64, k.F64, v.F64, y.F64, l.F64, bh, sq, sk, d, scale, causal)
+		return flashattn.ForwardGrouped(q.F64, k.F64, v.F64, y.F64, l.F64, a.BH, a.Group, a.Sq, a.Sk, a.D, scale, causal)
 	}
 	return errDType(q.DType)
 }
@@ -45,16 +46,16 @@ func flashAttentionKernel(n *graph.Node, in, out []*graph.Tensor) error {
 // (flashattn.Backward).
 func flashAttentionGradKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	q, k, v, y, l, dy := in[0], in[1], in[2], in[3], in[4], in[5]
-	bh, sq, sk, d, scale, causal, err := attnParams(n, q, k, v)
+	a, scale, causal, err := attnParams(n, q, k, v)
 	if err != nil {
 		return err
 	}
 	dq, dk, dv := out[0], out[1], out[2]
 	switch storageOf(q.DType) {
 	case stF32:
-		return flashattn.Backward(q.F32, k.F32, v.F32, y.F32, dy.F32, l.F32, dq.F32, dk.F32, dv.F32, bh, sq, sk, d, scale, causal)
+		return flashattn.BackwardGrouped(q.F32, k.F32, v.F32, y.F32, dy.F32, l.F32, dq.F32, dk.F32, dv.F32, a.BH, a.Group, a.Sq, a.Sk, a.D, scale, causal)
 	case stF64:
-		return flashattn.Backward(q.F64, k.F64, v.F64, y.F64, dy.F64, l.F64, dq.F64, dk.F64, dv.F64, bh, sq, sk, d, scale, causal)
+		return flashattn.BackwardGrouped(q.F64, k.F64, v.F64, y.F64, dy.F64, l.F64, dq.F64, dk.F64, dv.F64, a.BH, a.Group, a.Sq, a.Sk, a.D, scale, causal)
 	}
 	return errDType(q.DType)
 }

@@ -39,10 +39,11 @@ func composedType(op string, dt graph.DType) graph.DType {
 
 // fusedAttention reports whether node n can run on the fused flash kernels.
 func fusedAttention(n *graph.Node, storage func(*graph.Value) graph.DType) bool {
-	bh, sq, sk, d, scale, _, err := attnDims(n)
-	if err != nil || attention.CheckShape(bh, sq, sk, d) != nil {
+	a, scale, _, err := attnDims(n)
+	if err != nil || attention.CheckShape(a.BH, a.Sq, a.Sk, a.D) != nil {
 		return false
 	}
+	d := a.D
 	lse := n.Inputs[len(n.Inputs)-2] // FlashAttentionGrad's L
 	if n.Op == "FlashAttention" {
 		lse = n.Outputs[1]
@@ -85,10 +86,11 @@ func attentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType, opt
 		}
 		return l.reqs
 	}
-	bh, sq, sk, _, err := graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
+	a, err := graph.AttentionShape(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
 	if err != nil {
 		return nil
 	}
+	bh, sq, sk := a.BH, a.Sq, a.Sk
 	gt := composedType(n.Op, storage(n.Outputs[0]))
 	for i, name := range []string{"Q", "K", "V"} {
 		l.cast(name, n.Inputs[i], gt)
@@ -110,10 +112,11 @@ func attentionScratch(n *graph.Node, storage func(*graph.Value) graph.DType, opt
 // backward's, or the forward's (the decode forward's partial results; 0 for
 // other shapes).
 func fusedWorkspaceBytes(n *graph.Node, gt graph.DType) int {
-	bh, sq, sk, d, scale, causal, err := attnDims(n)
+	a, scale, causal, err := attnDims(n)
 	if err != nil {
 		return 0
 	}
+	bh, sq, sk, d := a.BH, a.Sq, a.Sk, a.D
 	if n.Op == "FlashAttentionGrad" {
 		return FlashBackwardWorkspaceBytes(bh, sq, d)
 	}
@@ -126,10 +129,11 @@ func fusedWorkspaceBytes(n *graph.Node, gt graph.DType) int {
 
 // lowerFused runs a node on FlashForward/FlashBackward.
 func lowerFused(c *lowerCtx) (func() error, error) {
-	bh, sq, sk, d, scale, causal, err := attnDims(c.n)
+	a, scale, causal, err := attnDims(c.n)
 	if err != nil {
 		return nil, err
 	}
+	bh, group, sq, sk, d := a.BH, a.Group, a.Sq, a.Sk, a.D
 	gt := gemmType(c.out(0).dt)
 	t, err := gemmTypeOf(gt)
 	if err != nil {
@@ -186,20 +190,21 @@ func lowerFused(c *lowerCtx) (func() error, error) {
 	var run func() error
 	if grad {
 		run = func() error {
-			return FlashBackward(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, ins[3].ptr, ins[5].ptr, ins[4].ptr,
-				outs[0].ptr, outs[1].ptr, outs[2].ptr, ws.ptr, bh, sq, sk, d, float32(scale), isCausal)
+			return attention.FlashBackwardGrouped(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, ins[3].ptr, ins[5].ptr, ins[4].ptr,
+				outs[0].ptr, outs[1].ptr, outs[2].ptr, ws.ptr, bh, group, sq, sk, d, float32(scale), isCausal)
 		}
 	} else {
 		run = func() error {
-			return FlashForwardWS(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, outs[0].ptr, outs[1].ptr, ws.ptr, bh, sq, sk, d, float32(scale), isCausal)
+			return attention.FlashForwardGroupedWS(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, outs[0].ptr, outs[1].ptr, ws.ptr, bh, group, sq, sk, d, float32(scale), isCausal)
 		}
 	}
 	return seq(onDevice(before), run, onDevice(after)), nil
 }
 
-// attnDims reads a FlashAttention(Grad) node's dims and attributes.
-func attnDims(n *graph.Node) (bh, sq, sk, d int, scale float64, causal int32, err error) {
-	bh, sq, sk, d, err = graph.AttentionDims(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
+// attnDims reads a FlashAttention(Grad) node's dims (grouped K/V heads
+// included) and attributes.
+func attnDims(n *graph.Node) (a graph.AttnShape, scale float64, causal int32, err error) {
+	a, err = graph.AttentionShape(n.Inputs[0].Type.Shape, n.Inputs[1].Type.Shape, n.Inputs[2].Type.Shape)
 	scale = n.Attrs.Float("scale", 0)
 	if n.Attrs.Int("causal", 0) != 0 {
 		causal = 1
@@ -230,13 +235,18 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 	if c.usesFused() {
 		return lowerFused(c)
 	}
-	bh, sq, sk, d, scale, causal, err := attnDims(c.n)
+	a, scale, causal, err := attnDims(c.n)
 	if err != nil {
 		return nil, err
 	}
+	bh, sq, sk, d := a.BH, a.Sq, a.Sk, a.D
 	if bh*sq == 0 {
 		return nop, nil
 	}
+	// Grouped K/V heads: the group's query heads are consecutive, so their
+	// rows are one [group·sq, ·] matrix against their K/V head; the batched
+	// GEMMs run over the K/V heads (nb) with m = gsq rows.
+	nb, gsq := a.KVHeads(), a.Group*sq
 	y, l := c.out(0), c.out(1)
 	gt := composedType(c.n.Op, y.dt)
 	var convs []func() error
@@ -259,7 +269,7 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 		return nil, err
 	}
 	rows := int64(bh * sq)
-	scores, err := c.gemm(gt, false, true, sq, sk, d, scale, Q.ptr, int64(sq*d), K.ptr, int64(sk*d), 0, S.ptr, int64(sq*sk), bh)
+	scores, err := c.gemm(gt, false, true, gsq, sk, d, scale, Q.ptr, int64(gsq*d), K.ptr, int64(sk*d), 0, S.ptr, int64(gsq*sk), nb)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +278,7 @@ func lowerFlashAttention(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	pv, err := c.gemm(gt, false, false, sq, d, sk, 1, S.ptr, int64(sq*sk), V.ptr, int64(sk*d), 0, Y.ptr, int64(sq*d), bh)
+	pv, err := c.gemm(gt, false, false, gsq, d, sk, 1, S.ptr, int64(gsq*sk), V.ptr, int64(sk*d), 0, Y.ptr, int64(gsq*d), nb)
 	if err != nil {
 		return nil, err
 	}
@@ -279,10 +289,14 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 	if c.usesFused() {
 		return lowerFused(c)
 	}
-	bh, sq, sk, d, scale, causal, err := attnDims(c.n)
+	a, scale, causal, err := attnDims(c.n)
 	if err != nil {
 		return nil, err
 	}
+	bh, sq, sk, d := a.BH, a.Sq, a.Sk, a.D
+	// As in the forward: batched over the K/V heads, each with its group's
+	// gsq query rows, so that dK and dV sum over the group in the GEMMs.
+	nb, gsq := a.KVHeads(), a.Group*sq
 	gt := composedType(c.n.Op, c.out(0).dt)
 	var convs []func() error
 	var qkv [3]buffer
@@ -327,7 +341,7 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		return err
 	}
 	if rows > 0 {
-		if err := add(c.gemm(gt, false, true, sq, sk, d, scale, Q.ptr, int64(sq*d), K.ptr, int64(sk*d), 0, S.ptr, int64(sq*sk), bh)); err != nil {
+		if err := add(c.gemm(gt, false, true, gsq, sk, d, scale, Q.ptr, int64(gsq*d), K.ptr, int64(sk*d), 0, S.ptr, int64(gsq*sk), nb)); err != nil {
 			return nil, err
 		}
 		if err := add(c.kernel("attn_probs_f64", rowGrid(rows), rowBlock(int64(sk)),
@@ -336,11 +350,11 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 		}
 	}
 	// dV = Pᵀ·dY (zeros when there are no queries: k = 0).
-	if err := add(c.gemm(gt, true, false, sk, d, sq, 1, S.ptr, int64(sq*sk), dY.ptr, int64(sq*d), 0, dV.ptr, int64(sk*d), bh)); err != nil {
+	if err := add(c.gemm(gt, true, false, sk, d, gsq, 1, S.ptr, int64(gsq*sk), dY.ptr, int64(gsq*d), 0, dV.ptr, int64(sk*d), nb)); err != nil {
 		return nil, err
 	}
 	if rows > 0 {
-		if err := add(c.gemm(gt, false, true, sq, sk, d, 1, dY.ptr, int64(sq*d), V.ptr, int64(sk*d), 0, dP.ptr, int64(sq*sk), bh)); err != nil {
+		if err := add(c.gemm(gt, false, true, gsq, sk, d, 1, dY.ptr, int64(gsq*d), V.ptr, int64(sk*d), 0, dP.ptr, int64(gsq*sk), nb)); err != nil {
 			return nil, err
 		}
 		if err := add(c.kernel("attn_dscores_f64", rowGrid(rows), rowBlock(int64(max(sk, d))),
@@ -348,10 +362,10 @@ func lowerFlashAttentionGrad(c *lowerCtx) (func() error, error) {
 			return nil, err
 		}
 	}
-	if err := add(c.gemm(gt, false, false, sq, d, sk, scale, dP.ptr, int64(sq*sk), K.ptr, int64(sk*d), 0, dQ.ptr, int64(sq*d), bh)); err != nil {
+	if err := add(c.gemm(gt, false, false, gsq, d, sk, scale, dP.ptr, int64(gsq*sk), K.ptr, int64(sk*d), 0, dQ.ptr, int64(gsq*d), nb)); err != nil {
 		return nil, err
 	}
-	if err := add(c.gemm(gt, true, false, sk, d, sq, scale, dP.ptr, int64(sq*sk), Q.ptr, int64(sq*d), 0, dK.ptr, int64(sk*d), bh)); err != nil {
+	if err := add(c.gemm(gt, true, false, sk, d, gsq, scale, dP.ptr, int64(gsq*sk), Q.ptr, int64(gsq*d), 0, dK.ptr, int64(sk*d), nb)); err != nil {
 		return nil, err
 	}
 	return seq(append(append(convs, fns...), after...)...), nil

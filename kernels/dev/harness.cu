@@ -11,21 +11,21 @@ namespace {
 
 template <typename T, int D, int NW, int BC>
 __global__ void __launch_bounds__(NW * 32) fwd_var(const T* q, const T* k, const T* v, T* o, float* lse, int BH, int Sq,
-                                                   int Sk, float scale, int causal) {
-  flash::fwd_tc<T, D, NW, BC>(q, k, v, o, lse, BH, Sq, Sk, scale, causal);
+                                                   int Sk, float scale, int causal, int group) {
+  flash::fwd_tc<T, D, NW, BC>(q, k, v, o, lse, BH, Sq, Sk, scale, causal, group);
 }
 template <typename T, int D, int BR, int NW>
 __global__ void __launch_bounds__(NW * 32, 1)
     bwd_var(const T* q, const T* k, const T* v, const T* dO, const float* lse, const float* dsum, float* dqacc, T* dk,
-            T* dv, int BH, int Sq, int Sk, float scale, int causal) {
-  flash::bwd_tc<T, D, BR, NW>(q, k, v, dO, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal);
+            T* dv, int BH, int Sq, int Sk, float scale, int causal, int group) {
+  flash::bwd_tc<T, D, BR, NW>(q, k, v, dO, lse, dsum, dqacc, dk, dv, BH, Sq, Sk, scale, causal, group);
 }
 
 template <typename T>
-using FwdFn = void (*)(const T*, const T*, const T*, T*, float*, int, int, int, float, int);
+using FwdFn = void (*)(const T*, const T*, const T*, T*, float*, int, int, int, float, int, int);
 template <typename T>
 using BwdFn = void (*)(const T*, const T*, const T*, const T*, const float*, const float*, float*, T*, T*, int, int,
-                       int, float, int);
+                       int, float, int, int);
 
 struct FwdCfg { int nw, bc; };
 struct BwdCfg { int br, nw; };
@@ -38,7 +38,7 @@ int fwd_launch(FwdFn<T> f, int D, FwdCfg c, const void* q, const void* k, const 
   cudaError_t e = cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
   if (e != cudaSuccess) return (int)e;
   dim3 grid((Sq + BR - 1) / BR, BH);  // heads on grid y, as backend/cuda/attention/flash.go launches it
-  f<<<grid, c.nw * 32, smem, st>>>((const T*)q, (const T*)k, (const T*)v, (T*)o, lse, BH, Sq, Sk, scale, causal);
+  f<<<grid, c.nw * 32, smem, st>>>((const T*)q, (const T*)k, (const T*)v, (T*)o, lse, BH, Sq, Sk, scale, causal, 1);
   return (int)cudaGetLastError();
 }
 
@@ -94,7 +94,7 @@ int bwd_launch(BwdFn<T> f, int D, BwdCfg c, const void* q, const void* k, const 
   if (e != cudaSuccess) return (int)e;
   dim3 grid((Sk + BC - 1) / BC, BH);  // heads on grid y, as backend/cuda/attention/flash.go launches it
   f<<<grid, c.nw * 32, smem, st>>>((const T*)q, (const T*)k, (const T*)v, (const T*)dO, lse, dsum, dqacc, (T*)dk,
-                                   (T*)dv, BH, Sq, Sk, scale, causal);
+                                   (T*)dv, BH, Sq, Sk, scale, causal, 1);
   return (int)cudaGetLastError();
 }
 
@@ -156,14 +156,14 @@ template <typename T>
 int run_fwd(int D, int variant, int generic, const void* q, const void* k, const void* v, void* o, float* lse, int BH,
             int Sq, int Sk, float scale, int causal, cudaStream_t st, void (*genf)(const T*, const T*, const T*, T*,
                                                                                      float*, int, int, int, int, float,
-                                                                                     int)) {
+                                                                                     int, int)) {
   if (!generic) return fwd_tc_dispatch<T>(D, variant, q, k, v, o, lse, BH, Sq, Sk, scale, causal, st);
   if (D > 256 || D < 1) return -1;
   size_t smem = gen_fwd_smem(D);
   int e = set_smem<T>(genf, smem);
   if (e) return e;
   genf<<<dim3(BH, (Sq + 15) / 16), 128, smem, st>>>((const T*)q, (const T*)k, (const T*)v, (T*)o, lse, BH, Sq, Sk, D,
-                                                     scale, causal);
+                                                     scale, causal, 1);
   return (int)cudaGetLastError();
 }
 
@@ -174,9 +174,9 @@ int run_bwd(int D, int variant, int generic, const void* q, const void* k, const
             void (*pre)(const T*, const T*, float*, float*, int, int),
             void (*conv)(const float*, T*, long long, int, int, float, int),
             void (*gdq)(const T*, const T*, const T*, const T*, const float*, const float*, T*, int, int, int, int,
-                        float, int),
+                        float, int, int),
             void (*gdkdv)(const T*, const T*, const T*, const T*, const float*, const float*, T*, T*, int, int, int,
-                          int, float, int)) {
+                          int, float, int, int)) {
   const int rows = BH * Sq;
   if (!generic) {
     pre<<<(rows + 7) / 8, 256, 0, st>>>((const T*)o, (const T*)dO, dsum, dqacc, rows, D);
@@ -198,10 +198,10 @@ int run_bwd(int D, int variant, int generic, const void* q, const void* k, const
   if ((e = set_smem<T>(gdq, s1))) return e;
   if ((e = set_smem<T>(gdkdv, s2))) return e;
   gdq<<<dim3(BH, (Sq + 15) / 16), 128, s1, st>>>((const T*)q, (const T*)k, (const T*)v, (const T*)dO, lse, dsum,
-                                                  (T*)dq, BH, Sq, Sk, D, scale, causal);
+                                                  (T*)dq, BH, Sq, Sk, D, scale, causal, 1);
   if ((e = (int)cudaGetLastError())) return e;
   gdkdv<<<dim3(BH, (Sk + 15) / 16), 128, s2, st>>>((const T*)q, (const T*)k, (const T*)v, (const T*)dO, lse, dsum,
-                                                    (T*)dk, (T*)dv, BH, Sq, Sk, D, scale, causal);
+                                                    (T*)dk, (T*)dv, BH, Sq, Sk, D, scale, causal, 1);
   return (int)cudaGetLastError();
 }
 

@@ -81,12 +81,12 @@ func TestAllocationCount(t *testing.T) {
 		o, lse := make([]float64, bh*s*d), make([]float64, bh*s)
 		dq, dk, dv := make([]float64, bh*s*d), make([]float64, bh*s*d), make([]float64, bh*s*d)
 		fwd = testing.AllocsPerRun(3, func() {
-			if err := forward(q, k, v, o, lse, bh, s, s, d, 0.25, true, workers); err != nil {
+			if err := forward(q, k, v, o, lse, bh, 1, s, s, d, 0.25, true, workers); err != nil {
 				t.Fatal(err)
 			}
 		})
 		bwd = testing.AllocsPerRun(3, func() {
-			if err := backward(q, k, v, o, do, lse, dq, dk, dv, bh, s, s, d, 0.25, true, workers); err != nil {
+			if err := backward(q, k, v, o, do, lse, dq, dk, dv, bh, 1, s, s, d, 0.25, true, workers); err != nil {
 				t.Fatal(err)
 			}
 		})

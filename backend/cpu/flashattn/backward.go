@@ -29,14 +29,27 @@ import (
 // Sq×D dQ and summing at the end — costs O(workers·Sq·D) memory and makes
 // the summation order depend on scheduling.
 func Backward[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh, sq, sk, d int, scale float64, causal bool) error {
-	return backward(q, k, v, o, do, lse, dq, dk, dv, bh, sq, sk, d, scale, causal, runtime.GOMAXPROCS(0))
+	return backward(q, k, v, o, do, lse, dq, dk, dv, bh, 1, sq, sk, d, scale, causal, runtime.GOMAXPROCS(0))
 }
 
-func backward[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh, sq, sk, d int, scale float64, causal bool, workers int) error {
+// BackwardGrouped is Backward with k, v, dk and dv of bh/group heads: query
+// head h reads K/V head h/group, whose dK and dV are the sums over the group
+// of query heads reading it. A pass-1 task owns one K/V block of one K/V
+// head and loops over the group's query heads in order, so the sums need no
+// atomics and stay independent of the number of workers.
+func BackwardGrouped[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh, group, sq, sk, d int, scale float64, causal bool) error {
+	return backward(q, k, v, o, do, lse, dq, dk, dv, bh, group, sq, sk, d, scale, causal, runtime.GOMAXPROCS(0))
+}
+
+func backward[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh, group, sq, sk, d int, scale float64, causal bool, workers int) error {
 	if err := checkDims(bh, sq, sk, d, scale); err != nil {
 		return err
 	}
-	nq, nk := bh*sq*d, bh*sk*d
+	if err := checkGroup(bh, group); err != nil {
+		return err
+	}
+	nkv := bh / group
+	nq, nk := bh*sq*d, nkv*sk*d
 	if err := checkLens(
 		lenCheck{"q", len(q), nq}, lenCheck{"k", len(k), nk}, lenCheck{"v", len(v), nk},
 		lenCheck{"o", len(o), nq}, lenCheck{"do", len(do), nq}, lenCheck{"lse", len(lse), bh * sq},
@@ -57,15 +70,16 @@ func backward[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh,
 		delta[r] = acc
 	}
 
-	// Pass 1: dK, dV.
+	// Pass 1: dK, dV, one task per (K/V head, K/V block), summing over the
+	// head's group of query heads.
 	kBlocks := ceilDiv(sk, bc)
-	forEachTask(bh*kBlocks, workers, func() func(int) {
+	forEachTask(nkv*kBlocks, workers, func() func(int) {
 		p := make([]T, br*bc)
 		ds := make([]T, br*bc)
 		return func(task int) {
-			h, j0 := task/kBlocks, (task%kBlocks)*bc
+			g, j0 := task/kBlocks, (task%kBlocks)*bc
 			c := min(bc, sk-j0)
-			hq, hk := h*sq*d, h*sk*d
+			hk := g * sk * d
 			kj, vj := k[hk+j0*d:hk+(j0+c)*d], v[hk+j0*d:hk+(j0+c)*d]
 			dkj, dvj := dk[hk+j0*d:hk+(j0+c)*d], dv[hk+j0*d:hk+(j0+c)*d]
 			clear(dkj)
@@ -74,15 +88,18 @@ func backward[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh,
 			if causal {
 				iStart = j0
 			}
-			for i0 := iStart; i0 < sq; i0 += br {
-				r := min(br, sq-i0)
-				qi, doi := q[hq+i0*d:hq+(i0+r)*d], do[hq+i0*d:hq+(i0+r)*d]
-				li, di := lse[h*sq+i0:h*sq+i0+r], delta[h*sq+i0:h*sq+i0+r]
-				pt, dst := p[:r*c], ds[:r*c]
-				probs(pt, qi, kj, li, r, c, d, i0, j0, scale, causal)
-				gemm(true, false, c, d, r, 1, pt, c, doi, d, 1, dvj, d)
-				scoreGrad(dst, pt, doi, vj, di, r, c, d, scale)
-				gemm(true, false, c, d, r, 1, dst, c, qi, d, 1, dkj, d)
+			for h := g * group; h < (g+1)*group; h++ {
+				hq := h * sq * d
+				for i0 := iStart; i0 < sq; i0 += br {
+					r := min(br, sq-i0)
+					qi, doi := q[hq+i0*d:hq+(i0+r)*d], do[hq+i0*d:hq+(i0+r)*d]
+					li, di := lse[h*sq+i0:h*sq+i0+r], delta[h*sq+i0:h*sq+i0+r]
+					pt, dst := p[:r*c], ds[:r*c]
+					probs(pt, qi, kj, li, r, c, d, i0, j0, scale, causal)
+					gemm(true, false, c, d, r, 1, pt, c, doi, d, 1, dvj, d)
+					scoreGrad(dst, pt, doi, vj, di, r, c, d, scale)
+					gemm(true, false, c, d, r, 1, dst, c, qi, d, 1, dkj, d)
+				}
 			}
 		}
 	})
@@ -95,7 +112,7 @@ func backward[T Float, L Float](q, k, v, o, do []T, lse []L, dq, dk, dv []T, bh,
 		return func(task int) {
 			h, i0 := task/qBlocks, (task%qBlocks)*br
 			r := min(br, sq-i0)
-			hq, hk := h*sq*d, h*sk*d
+			hq, hk := h*sq*d, h/group*sk*d
 			qi, doi := q[hq+i0*d:hq+(i0+r)*d], do[hq+i0*d:hq+(i0+r)*d]
 			li, di := lse[h*sq+i0:h*sq+i0+r], delta[h*sq+i0:h*sq+i0+r]
 			dqi := dq[hq+i0*d : hq+(i0+r)*d]

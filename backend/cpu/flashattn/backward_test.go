@@ -170,10 +170,10 @@ func TestDeterministicAcrossWorkers(t *testing.T) {
 	type result struct{ o, lse, dq, dk, dv []float64 }
 	runWith := func(workers int) result {
 		r := result{nans[float64](s.nq()), nans[float64](s.bh * s.sq), nans[float64](s.nq()), nans[float64](s.nk()), nans[float64](s.nk())}
-		if err := forward(q, k, v, r.o, r.lse, s.bh, s.sq, s.sk, s.d, s.getScale(), s.causal, workers); err != nil {
+		if err := forward(q, k, v, r.o, r.lse, s.bh, 1, s.sq, s.sk, s.d, s.getScale(), s.causal, workers); err != nil {
 			t.Fatal(err)
 		}
-		if err := backward(q, k, v, r.o, do, r.lse, r.dq, r.dk, r.dv, s.bh, s.sq, s.sk, s.d, s.getScale(), s.causal, workers); err != nil {
+		if err := backward(q, k, v, r.o, do, r.lse, r.dq, r.dk, r.dv, s.bh, 1, s.sq, s.sk, s.d, s.getScale(), s.causal, workers); err != nil {
 			t.Fatal(err)
 		}
 		return r

@@ -3,7 +3,9 @@
 //
 // Layout: q, o and do are [BH, Sq, D]; k and v are [BH, Sk, D]; the
 // logsumexp lse is [BH, Sq]. BH is batch×heads flattened: heads are
-// independent. Scores are scale·Q·Kᵀ; causal masking is top-left aligned
+// independent. The Grouped variants take k and v with BH/group heads
+// (grouped-query attention): query head h reads K/V head h/group, and the
+// backward pass sums dK and dV over each K/V head's group. Scores are scale·Q·Kᵀ; causal masking is top-left aligned
 // (query i sees keys j <= i), as in ONNX Attention without past KV and
 // PyTorch SDPA is_causal.
 //
@@ -60,14 +62,23 @@ const (
 // sk == 0) gets O = 0 and LSE = +Inf, which makes the backward pass treat
 // its probabilities as exactly 0.
 func Forward[T Float, L Float](q, k, v, o []T, lse []L, bh, sq, sk, d int, scale float64, causal bool) error {
-	return forward(q, k, v, o, lse, bh, sq, sk, d, scale, causal, runtime.GOMAXPROCS(0))
+	return forward(q, k, v, o, lse, bh, 1, sq, sk, d, scale, causal, runtime.GOMAXPROCS(0))
 }
 
-func forward[T Float, L Float](q, k, v, o []T, lse []L, bh, sq, sk, d int, scale float64, causal bool, workers int) error {
+// ForwardGrouped is Forward with k and v of bh/group heads [BH/group, Sk,
+// D]: query head h attends to K/V head h/group. group 1 is Forward.
+func ForwardGrouped[T Float, L Float](q, k, v, o []T, lse []L, bh, group, sq, sk, d int, scale float64, causal bool) error {
+	return forward(q, k, v, o, lse, bh, group, sq, sk, d, scale, causal, runtime.GOMAXPROCS(0))
+}
+
+func forward[T Float, L Float](q, k, v, o []T, lse []L, bh, group, sq, sk, d int, scale float64, causal bool, workers int) error {
 	if err := checkDims(bh, sq, sk, d, scale); err != nil {
 		return err
 	}
-	nq, nk := bh*sq*d, bh*sk*d
+	if err := checkGroup(bh, group); err != nil {
+		return err
+	}
+	nq, nk := bh*sq*d, bh/group*sk*d
 	if err := checkLens(lenCheck{"q", len(q), nq}, lenCheck{"k", len(k), nk}, lenCheck{"v", len(v), nk}, lenCheck{"o", len(o), nq}); err != nil {
 		return err
 	}
@@ -86,7 +97,8 @@ func forward[T Float, L Float](q, k, v, o []T, lse []L, bh, sq, sk, d int, scale
 		return func(task int) {
 			h, i0 := task/qBlocks, (task%qBlocks)*br
 			rows := min(br, sq-i0)
-			qh, kh, vh := q[h*sq*d:(h+1)*sq*d], k[h*sk*d:(h+1)*sk*d], v[h*sk*d:(h+1)*sk*d]
+			g := h / group // the K/V head of query head h
+			qh, kh, vh := q[h*sq*d:(h+1)*sq*d], k[g*sk*d:(g+1)*sk*d], v[g*sk*d:(g+1)*sk*d]
 			oi := o[(h*sq+i0)*d : (h*sq+i0+rows)*d]
 			var lseRows []L
 			if lse != nil {
@@ -239,6 +251,14 @@ func checkDims(bh, sq, sk, d int, scale float64) error {
 	}
 	if math.IsNaN(scale) || math.IsInf(scale, 0) {
 		return fmt.Errorf("flashattn: scale %v is not finite", scale)
+	}
+	return nil
+}
+
+// checkGroup: group query heads share each K/V head, so it must divide bh.
+func checkGroup(bh, group int) error {
+	if group < 1 || bh%group != 0 {
+		return fmt.Errorf("%w: group %d must be at least 1 and divide bh=%d", ErrShape, group, bh)
 	}
 	return nil
 }

@@ -153,6 +153,15 @@ func checkFlashShape(bh, sq, sk, dim int) error {
 	return nil
 }
 
+// checkFlashGroup: group query heads share each K/V head (grouped-query
+// attention), so group must divide bh.
+func checkFlashGroup(bh, group int) error {
+	if group < 1 || bh%group != 0 {
+		return fmt.Errorf("cuda: flash attention: group %d (query heads per K/V head) must be at least 1 and divide bh %d", group, bh)
+	}
+	return nil
+}
+
 func b2i(b bool) int32 {
 	if b {
 		return 1
@@ -175,7 +184,17 @@ func FlashForward(d *Device, dt GemmType, q, k, v, o, lse DevicePtr, bh, sq, sk,
 // FlashForwardWorkspaceBytes(dt, bh, sq, sk, dim, scale, causal) bytes, or 0
 // to have it allocated (then the call waits for the kernels).
 func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	return FlashForwardGroupedWS(d, dt, q, k, v, o, lse, workspace, bh, 1, sq, sk, dim, scale, causal)
+}
+
+// FlashForwardGroupedWS is FlashForwardWS with K and V of bh/group heads
+// ([bh/group, sk, dim]; grouped-query attention): query head h reads K/V
+// head h/group. group 1 is FlashForwardWS, the same kernels.
+func FlashForwardGroupedWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	if err := checkFlashShape(bh, sq, sk, dim); err != nil {
+		return err
+	}
+	if err := checkFlashGroup(bh, group); err != nil {
 		return err
 	}
 	if flashDecodeApplies(dt, sq, sk, dim, scale, causal) {
@@ -189,7 +208,7 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 				return err
 			}
 			return withWorkspace(d, workspace, p.workspaceBytes(), func(ws DevicePtr) error {
-				return flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, causal)
+				return flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, group, sq, sk, dim, scale, causal)
 			})
 		}
 	}
@@ -199,7 +218,7 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 		// The Hopper kernels move Q, K, V and O with TMA, which needs
 		// 16-byte aligned tensors: FA2 takes the others, unless a kernel was
 		// asked for by name (then the launch says which tensor is not).
-		return flashForwardSM90(d, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
+		return flashForwardSM90(d, name, q, k, v, o, lse, bh, group, sq, sk, dim, scale, causal)
 	}
 	p, err := planFlash(dt, dim, scale)
 	if err != nil {
@@ -216,14 +235,14 @@ func FlashForwardWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr
 	block := [3]uint32{uint32(p.fwdThreads), 1, 1}
 	if p.tensorCore {
 		// Heads on grid y (see flashHeadChunks), query blocks on x.
-		return flashHeadChunks(bh, func(h0, n int) error {
-			qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
+		return flashHeadChunks(bh, group, func(h0, n int) error {
+			qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0/group, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
 			grid := [3]uint32{uint32((sq + p.fwdRows - 1) / p.fwdRows), uint32(n), 1}
-			return d.Launch(f, grid, block, uint32(p.fwdSmem), q+qo, k+ko, v+ko, o+qo, lse+lo, int32(n), int32(sq), int32(sk), scale, b2i(causal))
+			return d.Launch(f, grid, block, uint32(p.fwdSmem), q+qo, k+ko, v+ko, o+qo, lse+lo, int32(n), int32(sq), int32(sk), scale, b2i(causal), int32(group))
 		})
 	}
 	grid := [3]uint32{uint32(bh), uint32((sq + p.fwdRows - 1) / p.fwdRows), 1}
-	return d.Launch(f, grid, block, uint32(p.fwdSmem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal))
+	return d.Launch(f, grid, block, uint32(p.fwdSmem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal), int32(group))
 }
 
 // FlashBackwardWorkspaceBytes is the device scratch FlashBackward needs: float32
@@ -240,7 +259,19 @@ func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
 // workspace must hold FlashBackwardWorkspaceBytes(bh, sq, dim) bytes; when it is 0,
 // FlashBackward allocates it, waits for the kernels and frees it.
 func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+	return FlashBackwardGrouped(d, dt, q, k, v, o, dO, lse, dq, dk, dv, workspace, bh, 1, sq, sk, dim, scale, causal)
+}
+
+// FlashBackwardGrouped is FlashBackward with K, V, dK and dV of bh/group
+// heads (grouped-query attention): dK and dV of a K/V head sum over the group
+// query heads that read it, inside the kernels (a CTA owns a K/V block and
+// loops over the group's heads), so the workspace is FlashBackward's. group
+// 1 is FlashBackward, the same kernels.
+func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	if err := checkFlashShape(bh, sq, sk, dim); err != nil {
+		return err
+	}
+	if err := checkFlashGroup(bh, group); err != nil {
 		return err
 	}
 	p, err := planFlash(dt, dim, scale)
@@ -256,7 +287,7 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		if err != nil {
 			return err
 		}
-		err = FlashBackward(d, dt, q, k, v, o, dO, lse, dq, dk, dv, ws, bh, sq, sk, dim, scale, causal)
+		err = FlashBackwardGrouped(d, dt, q, k, v, o, dO, lse, dq, dk, dv, ws, bh, group, sq, sk, dim, scale, causal)
 		if serr := d.Synchronize(); err == nil {
 			err = serr
 		}
@@ -288,11 +319,12 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		}
 		blk := [3]uint32{128, 1, 1}
 		if err := d.Launch(fdq, [3]uint32{uint32(bh), uint32((sq + 15) / 16), 1}, blk, uint32(p.genDQSmem),
-			q, k, v, dO, lse, dsum, dq, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal)); err != nil {
+			q, k, v, dO, lse, dsum, dq, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal), int32(group)); err != nil {
 			return err
 		}
-		return d.Launch(fkv, [3]uint32{uint32(bh), uint32((sk + 15) / 16), 1}, blk, uint32(p.genKVSmem),
-			q, k, v, dO, lse, dsum, dk, dv, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal))
+		// A CTA per key block of a K/V head, looping over its group.
+		return d.Launch(fkv, [3]uint32{uint32(bh / group), uint32((sk + 15) / 16), 1}, blk, uint32(p.genKVSmem),
+			q, k, v, dO, lse, dsum, dk, dv, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal), int32(group))
 	}
 	sm90, err := flashSM90BwdChoice(d, dt, dim, scale)
 	if err != nil {
@@ -315,10 +347,10 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 		return err
 	}
 	if sm90 != "" {
-		if err := flashBackwardSM90(d, sm90, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, dim, scale, causal); err != nil {
+		if err := flashBackwardSM90(d, sm90, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, group, sq, sk, dim, scale, causal); err != nil {
 			return err
 		}
-	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, sq, sk, dim, scale, causal); err != nil {
+	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, group, sq, sk, dim, scale, causal); err != nil {
 		return err
 	}
 	n := int64(rows) * int64(dim)
@@ -349,17 +381,19 @@ func flashVecAligned(ptrs ...DevicePtr) bool {
 	return true
 }
 
-// flashBackwardFA2 launches FA2's tensor-core backward main kernel.
-func flashBackwardFA2(d *Device, ks *driver.KernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+// flashBackwardFA2 launches FA2's tensor-core backward main kernel: a CTA
+// per key block of a K/V head (grid y over the bh/group K/V heads), looping
+// over the group's query heads.
+func flashBackwardFA2(d *Device, ks *driver.KernelSet, p flashPlan, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	fb, err := ks.Fn(p.bwd, p.bwdSmem)
 	if err != nil {
 		return err
 	}
 	// Heads on grid y (see flashHeadChunks), key blocks on x.
-	return flashHeadChunks(bh, func(h0, n int) error {
-		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2)
+	return flashHeadChunks(bh, group, func(h0, n int) error {
+		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0/group, sk, dim, 2)
 		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
-		return d.Launch(fb, [3]uint32{uint32((sk + p.bwdKeys - 1) / p.bwdKeys), uint32(n), 1}, [3]uint32{uint32(p.bwdThreads), 1, 1},
-			uint32(p.bwdSmem), q+qo, k+ko, v+ko, dO+qo, lse+lo, dsum+lo, dqacc+ao, dk+ko, dv+ko, int32(n), int32(sq), int32(sk), scale, b2i(causal))
+		return d.Launch(fb, [3]uint32{uint32((sk + p.bwdKeys - 1) / p.bwdKeys), uint32(n / group), 1}, [3]uint32{uint32(p.bwdThreads), 1, 1},
+			uint32(p.bwdSmem), q+qo, k+ko, v+ko, dO+qo, lse+lo, dsum+lo, dqacc+ao, dk+ko, dv+ko, int32(n), int32(sq), int32(sk), scale, b2i(causal), int32(group))
 	})
 }

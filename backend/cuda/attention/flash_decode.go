@@ -329,7 +329,7 @@ func FlashDecodeChoice(dt GemmType, bh, sq, sk, dim int, scale float32, causal b
 
 // flashForwardDecode launches the decode kernel (and, for v1, the combine);
 // workspace holds p.workspaceBytes() bytes (it may be 0 when that is 0).
-func flashForwardDecode(d *Device, p flashDecodePlan, q, k, v, o, lse, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardDecode(d *Device, p flashDecodePlan, q, k, v, o, lse, workspace DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	ks, err := flashKernelSet(d)
 	if err != nil {
 		return err
@@ -347,7 +347,7 @@ func flashForwardDecode(d *Device, p flashDecodePlan, q, k, v, o, lse, workspace
 	}
 	if err := d.Launch(f, [3]uint32{uint32(bh), uint32(p.splits), 1}, [3]uint32{32 * flashDecodeWarps, 1, 1}, uint32(p.smem),
 		q, k, v, o, lse, opart, lpart, int32(bh), int32(sq), int32(sk), int32(p.splits), int32(p.tilesPerSplit), scale, b2i(causal),
-		int32(p.flags), int32(p.stages)); err != nil {
+		int32(p.flags), int32(p.stages), int32(group)); err != nil {
 		return err
 	}
 	if p.flags&flashDecodeFused != 0 {

@@ -121,7 +121,7 @@ func flashDecodeTimeShape(t *testing.T, d *Device, q, k, v DevicePtr, bh, sq, sk
 			if x.plan == nil {
 				return FlashForwardWS(d, dt, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
 			}
-			return flashForwardDecode(d, *x.plan, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+			return flashForwardDecode(d, *x.plan, q, k, v, o, lse, ws, bh, 1, sq, sk, dim, scale, false)
 		}
 		if x.plan == nil {
 			t.Setenv(FlashDecodeEnv, "0")

@@ -279,17 +279,23 @@ func compileFlashSM90(d *Device, file string) (*driver.KernelSet, error) {
 	return driver.CompileKernelSet(d, file)
 }
 
-// flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name).
-func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+// flashForwardSM90 launches the sm90 forward kernel name (see flashSM90Name);
+// K and V have bh/group heads. Only the persistent forwards take grouped
+// K/V heads (the warpspec and pingpong ones of kernels/dev, kept to time
+// against, refuse group > 1).
+func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	ks, err := flashSM90KernelSet(d, flashSM90UnitOf(name))
 	if err != nil {
 		return err
 	}
+	if strings.HasPrefix(name, "flash_fwd_sm90_persistent") {
+		return flashForwardSM90Persistent(d, ks, name, q, k, v, o, lse, bh, group, sq, sk, dim, scale, causal)
+	}
+	if group != 1 {
+		return fmt.Errorf("cuda: %s: no grouped K/V heads (group %d); the persistent sm90 forwards take them", name, group)
+	}
 	if strings.HasPrefix(name, "flash_fwd_sm90_warpspec") {
 		return flashForwardSM90WarpSpec(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
-	}
-	if strings.HasPrefix(name, "flash_fwd_sm90_persistent") {
-		return flashForwardSM90Persistent(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
 	}
 	if strings.HasPrefix(name, "flash_fwd_sm90_pingpong") {
 		return flashForwardSM90PingPong(d, ks, name, q, k, v, o, lse, bh, sq, sk, dim, scale, causal)
@@ -301,16 +307,19 @@ func flashForwardSM90(d *Device, name string, q, k, v, o, lse DevicePtr, bh, sq,
 const flashMaxGridY = 65535
 
 // flashHeadChunks calls launch for consecutive ranges [h0, h0+n) of the bh
-// heads, each at most flashMaxGridY long. The sm90 kernels take the head
+// heads, each at most flashMaxGridY long and a whole number of groups of
+// group heads (the query heads of one K/V head: K/V head h0/group starts a
+// range; group 1 for multi-head attention). The sm90 kernels take the head
 // from grid y and the query (forward) or key (backward) block from grid x,
 // so that the CTAs resident together work on a few heads and share their K
 // and V (forward) or Q, dO and dQaccum (backward) in L2; with the head on
 // grid x, as before, each of the 132 resident CTAs streamed a different
 // head's tensors from DRAM. (The causal backwards regroup their CTAs a
 // little, a few heads at a time: see bwd_tile in the .cu.)
-func flashHeadChunks(bh int, launch func(h0, n int) error) error {
-	for h0 := 0; h0 < bh; h0 += flashMaxGridY {
-		if err := launch(h0, min(flashMaxGridY, bh-h0)); err != nil {
+func flashHeadChunks(bh, group int, launch func(h0, n int) error) error {
+	chunk := flashMaxGridY / group * group
+	for h0 := 0; h0 < bh; h0 += chunk {
+		if err := launch(h0, min(chunk, bh-h0)); err != nil {
 			return err
 		}
 	}
@@ -349,10 +358,10 @@ func flashForwardSM90WarpSpec(d *Device, ks *driver.KernelSet, name string, q, k
 	if err != nil {
 		return err
 	}
-	return flashHeadChunks(bh, func(h0, n int) error {
+	return flashHeadChunks(bh, 1, func(h0, n int) error {
 		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
 		grid := [3]uint32{uint32((sq + flashSM90Rows - 1) / flashSM90Rows), uint32(n), 1}
-		maps := []flashTMATensor{{q + qo, sq, flashSM90Rows}, {k + ko, sk, flashSM90Keys}, {v + ko, sk, flashSM90Keys}}
+		maps := []flashTMATensor{{q + qo, sq, flashSM90Rows, 0}, {k + ko, sk, flashSM90Keys, 0}, {v + ko, sk, flashSM90Keys, 0}}
 		return launchFlashTMA(d, f, name, grid, flashSM90WarpSpecThreads, smem, n, dim, maps,
 			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
@@ -369,10 +378,10 @@ func flashForwardSM90PingPong(d *Device, ks *driver.KernelSet, name string, q, k
 	if err != nil {
 		return err
 	}
-	return flashHeadChunks(bh, func(h0, n int) error {
+	return flashHeadChunks(bh, 1, func(h0, n int) error {
 		qo, ko, lo := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2), flashHeadOffset(h0, sq, 1, 4)
 		grid := [3]uint32{uint32((sq + t.rows() - 1) / t.rows()), uint32(n), 1}
-		maps := []flashTMATensor{{q + qo, sq, t.rows()}, {k + ko, sk, flashSM90Keys}, {v + ko, sk, flashSM90Keys}}
+		maps := []flashTMATensor{{q + qo, sq, t.rows(), 0}, {k + ko, sk, flashSM90Keys, 0}, {v + ko, sk, flashSM90Keys, 0}}
 		return launchFlashTMA(d, f, name, grid, t.threads(), smem, n, dim, maps,
 			[]any{o + qo, lse + lo, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
 	})
@@ -460,7 +469,7 @@ func flashSM90SectionHeads(bh, dim int) int {
 // kernels and the schedule (the counters or 0, the heads of a causal
 // section), all heads in one launch (the grid is 1-D, so flashHeadChunks'
 // limit on grid y does not apply), a CTA per SM.
-func flashForwardSM90Persistent(d *Device, ks *driver.KernelSet, name string, q, k, v, o, lse DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+func flashForwardSM90Persistent(d *Device, ks *driver.KernelSet, name string, q, k, v, o, lse DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	variant, _, _ := strings.Cut(strings.TrimPrefix(name, "flash_fwd_sm90_"), "_")
 	t := flashSM90PingPongOf(variant, dim)
 	smem := t.smem(dim)
@@ -483,16 +492,19 @@ func flashForwardSM90Persistent(d *Device, ks *driver.KernelSet, name string, q,
 		return err
 	}
 	// O is stored with TMA too, a warpgroup's 64 rows a box.
-	maps := []flashTMATensor{{q, sq, t.rows()}, {k, sk, flashSM90Keys}, {v, sk, flashSM90Keys}, {o, sq, 64}}
+	// K and V span the bh/group K/V heads.
+	maps := []flashTMATensor{{q, sq, t.rows(), 0}, {k, sk, flashSM90Keys, bh / group}, {v, sk, flashSM90Keys, bh / group}, {o, sq, 64, 0}}
 	return launchFlashTMA(d, f, name, [3]uint32{uint32(grid), 1, 1}, t.threads(), smem, bh, dim, maps,
-		[]any{lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal), sched, int32(flashSM90SectionHeads(bh, dim))})
+		[]any{lse, int32(bh), int32(sq), int32(sk), scale, b2i(causal), sched, int32(flashSM90SectionHeads(bh, dim)), int32(group)})
 }
 
-// flashTMATensor is one [bh, rows, dim] tensor a TMA kernel reads, and the
-// rows of its box.
+// flashTMATensor is one [heads, rows, dim] tensor a TMA kernel reads, and
+// the rows of its box; heads 0 is the launch's bh (K and V of grouped-query
+// attention have fewer).
 type flashTMATensor struct {
 	ptr           DevicePtr
 	rows, boxRows int
+	heads         int
 }
 
 // launchFlashTMA launches f with the tensor maps of maps, passed by value
@@ -515,7 +527,11 @@ func launchFlashTMA(d *Device, f *Function, name string, grid [3]uint32, threads
 		off := int((64 - uintptr(unsafe.Pointer(&buf[0]))%64) % 64 / 8)
 		mw := buf[off : off+nm*16]
 		for i, t := range maps {
-			if err := d.EncodeFlashTensorMap(unsafe.Pointer(&mw[16*i]), t.ptr, bh, t.rows, dim, t.boxRows); err != nil {
+			heads := bh
+			if t.heads > 0 {
+				heads = t.heads
+			}
+			if err := d.EncodeFlashTensorMap(unsafe.Pointer(&mw[16*i]), t.ptr, heads, t.rows, dim, t.boxRows); err != nil {
 				return err
 			}
 		}
@@ -671,7 +687,9 @@ func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string,
 // flashBackwardSM90 launches the sm90 backward kernel name: dQaccum += dS·K
 // (float32, zeroed before), dK, dV written. dsum and dqacc are
 // FlashBackward's workspace after flash_bwd_pre_<T>.
-func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
+// K, V, dK, dV have bh/group heads: a CTA owns a key block of a K/V head and
+// loops over the group's query heads (grid y over the K/V heads).
+func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	ks, err := flashSM90KernelSet(d, flashSM90UnitOf(name))
 	if err != nil {
 		return err
@@ -692,14 +710,15 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 	if err != nil {
 		return err
 	}
-	return flashHeadChunks(bh, func(h0, n int) error {
-		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0, sk, dim, 2)
+	return flashHeadChunks(bh, group, func(h0, n int) error {
+		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0/group, sk, dim, 2)
 		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
-		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(n), 1}
+		nkv := n / group
+		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(nkv), 1}
 		// dK and dV are stored with TMA too, a warpgroup's 64 keys a box.
-		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows}, {k + ko, sk, flashSM90BwdKeys}, {v + ko, sk, flashSM90BwdKeys}, {dO + qo, sq, flashSM90BwdRows},
-			{dk + ko, sk, 64}, {dv + ko, sk, 64}}
+		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows, 0}, {k + ko, sk, flashSM90BwdKeys, nkv}, {v + ko, sk, flashSM90BwdKeys, nkv}, {dO + qo, sq, flashSM90BwdRows, 0},
+			{dk + ko, sk, 64, nkv}, {dv + ko, sk, 64, nkv}}
 		return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads(variant), smem, n, dim, maps,
-			[]any{lse + lo, dsum + lo, dqacc + ao, int32(n), int32(sq), int32(sk), scale, b2i(causal)})
+			[]any{lse + lo, dsum + lo, dqacc + ao, int32(n), int32(sq), int32(sk), scale, b2i(causal), int32(group)})
 	})
 }

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/kernels"
 )
 
 // hostSyntaxPrelude lets a host C++ compiler parse the sm90 units: the CUDA
@@ -98,5 +100,81 @@ func TestFlashSM90HostSyntax(t *testing.T) {
 	out, err := parse("doctored", fwd[:i]+fwd[j:])
 	if err == nil || !strings.Contains(out, "tile_masked") {
 		t.Errorf("%s without tile_masked parsed (%v): the check would miss a definition a split left out\n%s", flashSM90FwdFile, err, out)
+	}
+}
+
+// hostSyntaxFA2Prelude adds to hostSyntaxPrelude what flash_attention.cu
+// takes from cuda_bf16.h and cuda_fp16.h (whose includes are dropped) and
+// the CUDA built-ins only it uses.
+const hostSyntaxFA2Prelude = `struct __nv_bfloat16 { unsigned short x; };
+struct __nv_bfloat162 { __nv_bfloat16 x, y; };
+struct __half { unsigned short x; };
+struct __half2 { __half x, y; };
+struct uint2 { unsigned x, y; };
+struct uint4 { unsigned x, y, z, w; };
+float __bfloat162float(__nv_bfloat16);
+__nv_bfloat16 __float2bfloat16_rn(float);
+__nv_bfloat162 __floats2bfloat162_rn(float, float);
+float2 __bfloat1622float2(__nv_bfloat162);
+float __half2float(__half);
+__half __float2half_rn(float);
+__half2 __floats2half2_rn(float, float);
+float2 __half22float2(__half2);
+float expf(float);
+float2 make_float2(float, float);
+uint2 make_uint2(unsigned, unsigned);
+float4 make_float4(float, float, float, float);
+float __expf(float);
+float fabsf(float);
+float2 atomicAdd(float2*, float2);
+unsigned atomicAdd(unsigned*, unsigned);
+int __ffs(int);
+template <class T> T __ldcg(const T*);
+`
+
+// TestFlashAttentionHostSyntax parses kernels/flash_attention.cu (FA2's
+// forward and backward, the generic, decode and conversion kernels) with the
+// host's g++ as TestFlashSM90HostSyntax parses the sm90 units: a call whose
+// arguments do not match its device function (a parameter added to one and
+// not the other) or a name used and never declared fails here, without
+// NVRTC. The parse has teeth: without load_tile's definition it fails.
+func TestFlashAttentionHostSyntax(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH")
+	}
+	src, err := kernels.Source("flash_attention.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inc := range []string{"#include <cuda_bf16.h>", "#include <cuda_fp16.h>"} {
+		if !strings.Contains(src, inc) {
+			t.Fatalf("flash_attention.cu no longer has %q: update the prelude", inc)
+		}
+		src = strings.Replace(src, inc, "", 1)
+	}
+	dir := t.TempDir()
+	parse := func(name, src string) (string, error) {
+		path := filepath.Join(dir, name+".cpp")
+		if err := os.WriteFile(path, []byte(hostSyntaxPrelude+hostSyntaxFA2Prelude+"\n"+src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(gxx, "-std=c++17", "-fsyntax-only", path).CombinedOutput()
+		return string(out), err
+	}
+	if out, err := parse("flash_attention", src); err != nil {
+		t.Errorf("flash_attention.cu does not parse as C++ with the CUDA built-ins stubbed: %v\n%s", err, out)
+	}
+	def := "__device__ __forceinline__ void load_tile("
+	i := strings.Index(src, def)
+	if i < 0 {
+		t.Fatalf("flash_attention.cu has no %q", def)
+	}
+	j := i + strings.Index(src[i:], "\n}\n") + 3
+	if out, err := parse("doctored", src[:i]+src[j:]); err == nil || !strings.Contains(out, "load_tile") {
+		t.Errorf("flash_attention.cu without load_tile parsed (%v): the check has no teeth\n%s", err, out)
 	}
 }

@@ -711,7 +711,7 @@ func TestFlashSM90GPU(t *testing.T) {
 					nq := p.bh * p.sq * p.dim
 					o := flashAlloc(t, d, nq, 2)
 					lse := flashAlloc(t, d, p.bh*p.sq, 4)
-					if err := flashForwardSM90(d, kname, p.q, p.k, p.v, o, lse, p.bh, p.sq, p.sk, p.dim, p.scale, p.causal); err != nil {
+					if err := flashForwardSM90(d, kname, p.q, p.k, p.v, o, lse, p.bh, 1, p.sq, p.sk, p.dim, p.scale, p.causal); err != nil {
 						fails[kname]++
 						t.Fatalf("%s: %v", kname, err)
 					}
@@ -760,7 +760,7 @@ func TestFlashSM90Dispatch(t *testing.T) {
 		lse := flashAlloc(t, d, bh*s, 4)
 		var err error
 		if kernel != "" {
-			err = flashForwardSM90(d, kernel, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
+			err = flashForwardSM90(d, kernel, q, k, v, o, lse, bh, 1, s, s, dim, 0.088, true)
 		} else {
 			err = FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, 0.088, true)
 		}
@@ -865,7 +865,7 @@ func TestFlashSM90Speed(t *testing.T) {
 					if variant == "fa2" {
 						return FlashForward(d, GemmBF16, in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
 					}
-					return flashForwardSM90(d, flashSM90Name(GemmBF16, dim, variant), in[0], in[1], in[2], o, lse, bh, s, s, dim, scale, causal)
+					return flashForwardSM90(d, flashSM90Name(GemmBF16, dim, variant), in[0], in[1], in[2], o, lse, bh, 1, s, s, dim, scale, causal)
 				}
 				label := variant
 				ms, err := timeFlash(d, launch, iters)
@@ -929,7 +929,7 @@ func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 				nhs := []int{0, 16, 32, 48, 64, 96, flashSM90SectionHeads(bh, dim)}
 				labels := []string{"static", "nh16", "nh32", "nh48", "nh64", "nh96", "default"}
 				flops := 4 * float64(bh) * float64(s) * float64(s) * float64(dim) / 2
-				maps := []flashTMATensor{{in[0], s, tl.rows()}, {in[1], s, flashSM90Keys}, {in[2], s, flashSM90Keys}}
+				maps := []flashTMATensor{{in[0], s, tl.rows(), 0}, {in[1], s, flashSM90Keys, 0}, {in[2], s, flashSM90Keys, 0}, {o, s, 64, 0}}
 				for range b.N {
 					times := make([][]float64, len(nhs))
 					for r := range rounds {
@@ -946,7 +946,7 @@ func BenchmarkFlashSM90CausalSchedule(b *testing.B) {
 							}
 							ms, err := timeFlash(d, func() error {
 								return launchFlashTMA(d, f, name, [3]uint32{uint32(grid), 1, 1}, tl.threads(), smem, bh, dim, maps,
-									[]any{o, lse, int32(bh), int32(s), int32(s), scale, int32(1), sp, int32(nh)})
+									[]any{lse, int32(bh), int32(s), int32(s), scale, int32(1), sp, int32(nh), int32(1)})
 							}, 3)
 							if err != nil {
 								b.Fatal(err)
@@ -1191,28 +1191,32 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 }
 
 // TestFlashHeadChunks checks the split of the heads into launches of at
-// most flashMaxGridY (grid y) each.
+// most flashMaxGridY (grid y) each, each a whole number of groups (grouped
+// K/V heads: a launch starts at a K/V head).
 func TestFlashHeadChunks(t *testing.T) {
+	const g8 = flashMaxGridY / 8 * 8 // 65528: the most heads of whole groups of 8
 	for _, c := range []struct {
-		bh   int
-		want [][2]int
+		bh, group int
+		want      [][2]int
 	}{
-		{1, [][2]int{{0, 1}}},
-		{flashMaxGridY, [][2]int{{0, flashMaxGridY}}},
-		{flashMaxGridY + 1, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, 1}}},
-		{2*flashMaxGridY + 5, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, flashMaxGridY}, {2 * flashMaxGridY, 5}}},
+		{1, 1, [][2]int{{0, 1}}},
+		{flashMaxGridY, 1, [][2]int{{0, flashMaxGridY}}},
+		{flashMaxGridY + 1, 1, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, 1}}},
+		{2*flashMaxGridY + 5, 1, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, flashMaxGridY}, {2 * flashMaxGridY, 5}}},
+		{g8 + 16, 8, [][2]int{{0, g8}, {g8, 16}}},
+		{2 * flashMaxGridY, 3, [][2]int{{0, flashMaxGridY}, {flashMaxGridY, flashMaxGridY}}},
 	} {
 		var got [][2]int
-		if err := flashHeadChunks(c.bh, func(h0, n int) error { got = append(got, [2]int{h0, n}); return nil }); err != nil {
+		if err := flashHeadChunks(c.bh, c.group, func(h0, n int) error { got = append(got, [2]int{h0, n}); return nil }); err != nil {
 			t.Fatal(err)
 		}
 		if !slices.Equal(got, c.want) {
-			t.Errorf("bh %d: launches %v, want %v", c.bh, got, c.want)
+			t.Errorf("bh %d group %d: launches %v, want %v", c.bh, c.group, got, c.want)
 		}
 	}
 	stop := errors.New("launch failed")
 	calls := 0
-	if err := flashHeadChunks(3*flashMaxGridY, func(h0, n int) error { calls++; return stop }); err != stop || calls != 1 {
+	if err := flashHeadChunks(3*flashMaxGridY, 1, func(h0, n int) error { calls++; return stop }); err != stop || calls != 1 {
 		t.Errorf("a failed launch: got %v after %d calls, want the error after 1", err, calls)
 	}
 }

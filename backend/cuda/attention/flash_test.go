@@ -636,7 +636,7 @@ func TestFlashDecodeGPU(t *testing.T) {
 								if p.workspaceBytes() > 0 {
 									ws = flashAlloc(t, d, p.workspaceBytes(), 1)
 								}
-								if err := flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, causal); err != nil {
+								if err := flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, 1, sq, sk, dim, scale, causal); err != nil {
 									t.Fatalf("%s (%v): %v", tv.name, p, err)
 								}
 								if err := flashCheck("O", flashDownload(t, d, dt, o, nq), ref.o, ref.oMag, tl.frac, 0, tl.rtol, tl.l2); err != nil {
@@ -715,7 +715,7 @@ func TestFlashDecodeDispatch(t *testing.T) {
 	}
 	ws := flashAlloc(t, d, FlashForwardWorkspaceBytes(dt, bh, sq, sk, dim, scale, false), 1)
 	direct, directL := run(func(o, lse DevicePtr) error {
-		return flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+		return flashForwardDecode(d, p, q, k, v, o, lse, ws, bh, 1, sq, sk, dim, scale, false)
 	})
 	t.Setenv(FlashDecodeEnv, "")
 	viaFF, viaFFL := run(func(o, lse DevicePtr) error {
@@ -734,7 +734,7 @@ func TestFlashDecodeDispatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	directV1, directV1L := run(func(o, lse DevicePtr) error {
-		return flashForwardDecode(d, p1, q, k, v, o, lse, ws, bh, sq, sk, dim, scale, false)
+		return flashForwardDecode(d, p1, q, k, v, o, lse, ws, bh, 1, sq, sk, dim, scale, false)
 	})
 	t.Setenv(FlashDecodeKernelEnv, "v1")
 	viaV1, viaV1L := run(func(o, lse DevicePtr) error {
