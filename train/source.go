@@ -78,6 +78,12 @@ type GraphSpec struct {
 	// no Freeze pattern.
 	TrainParams []string `json:"train_params,omitempty"`
 	Freeze      []string `json:"freeze,omitempty"`
+	// Untie gives each reader of a shared uniform param its own copy
+	// (UntieShared), before the params are picked.
+	Untie bool `json:"untie,omitempty"`
+	// Retie reads a param that is another's transpose (or copy) through
+	// that param (RetieTransposed), before the params are picked.
+	Retie bool `json:"retie,omitempty"`
 }
 
 // Equal reports whether two specs make the same training graph.
@@ -119,6 +125,8 @@ func (s GraphSpec) diff(now GraphSpec) string {
 	add("-dims", s.key().Dims, now.key().Dims)
 	add("-train-params", s.TrainParams, now.TrainParams)
 	add("-freeze", s.Freeze, now.Freeze)
+	add("-untie", s.Untie, now.Untie)
+	add("-retie", s.Retie, now.Retie)
 	return strings.Join(out, "; ")
 }
 
@@ -350,6 +358,15 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 		return fail("%v", err)
 	}
 
+	var untied []string
+	if spec.Untie {
+		untied = UntieShared(g)
+	}
+	if spec.Retie {
+		untied = append(untied, RetieTransposed(g)...)
+	}
+	vals = g.Values() // untied copies are new values, retied ones no longer params
+
 	// The params to train: every float param the loss's gradient reaches,
 	// narrowed by -train-params and -freeze.
 	reach := graph.GradientReach(g, []*graph.Value{lossV})
@@ -385,7 +402,7 @@ func PrepareGraph(src *graph.Graph, spec GraphSpec, binds map[string]*graph.Tens
 			return fail("params to train have mixed dtypes (%s is %v, %s is %v)", m.Params[0], dt, p, d)
 		}
 	}
-	m.Notes = sharedUniformNotes(g, m.Params)
+	m.Notes = append(untied, sharedUniformNotes(g, m.Params)...)
 	m.Forward = g
 	return m, nil
 }

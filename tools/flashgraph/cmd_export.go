@@ -164,6 +164,16 @@ func trainedForward(tr *train.Trained, file string) (*graph.Graph, map[string]*g
 	if err != nil {
 		return nil, nil, err
 	}
+	if tr.Spec.Untie || tr.Spec.Retie {
+		// The params the checkpoint trained, by the same names.
+		src = src.Clone()
+		if tr.Spec.Untie {
+			train.UntieShared(src)
+		}
+		if tr.Spec.Retie {
+			train.RetieTransposed(src)
+		}
+	}
 	g, err := train.WithWeights(src, tr.Weights)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", tr.Path, err)

@@ -96,6 +96,8 @@ type graphTrainFlags struct {
 	bind        bindFlag
 	trainParams listFlag
 	freeze      listFlag
+	untie       bool
+	retie       bool
 	explain     bool
 }
 
@@ -108,6 +110,8 @@ func addGraphTrainFlags(fs *flag.FlagSet) *graphTrainFlags {
 	fs.Var(gf.bind, "bind", "with a graph FILE: NAME=FILE.safetensors gives graph input NAME a fixed value (the tensor called NAME, or the file's only tensor); repeatable")
 	fs.Var(&gf.trainParams, "train-params", "with a graph FILE: train only the params matching these name patterns (path.Match: layers.*.w*; comma-separated or repeated; default: every float param the loss reaches)")
 	fs.Var(&gf.freeze, "freeze", "with a graph FILE: do not train the params matching these name patterns")
+	fs.BoolVar(&gf.untie, "untie", false, "with a graph FILE: give each node that reads a shared param whose elements are all one value (a norm gain's ones, a bias's zeros: initializers an exporter merged by value) its own copy NAME.1, NAME.2, ..., so they train apart as in the PyTorch model")
+	fs.BoolVar(&gf.retie, "retie", false, "with a graph FILE: read a param that is element for element the transpose (or a copy) of another through that param, so a tied weight whose Transpose an exporter folded into a second initializer (GPT-2's lm_head and token embedding, torch.onnx dynamo) trains as one")
 	fs.BoolVar(&gf.explain, "explain", false, "print how the training graph is made (inputs, appended loss, params trained and frozen, attention fusion per Softmax) and exit without training")
 	return gf
 }
@@ -117,7 +121,7 @@ func (gf *graphTrainFlags) graphFlagsSet() []string {
 	var set []string
 	gf.fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
-		case "loss", "tokens", "targets", "bind", "train-params", "freeze", "dims":
+		case "loss", "tokens", "targets", "bind", "train-params", "freeze", "dims", "untie", "retie":
 			set = append(set, "-"+f.Name)
 		}
 	})
@@ -171,7 +175,7 @@ func (gf *graphTrainFlags) resolve(mf *modelFlags, file, ckptDir string, resume 
 	}
 	spec := train.GraphSpec{
 		File: file, SHA256: train.FileSHA256(data), Format: graphFormat(file), Dims: gf.dims, Loss: gf.loss,
-		Tokens: gf.tokens, Targets: gf.targets, TrainParams: gf.trainParams, Freeze: gf.freeze,
+		Tokens: gf.tokens, Targets: gf.targets, TrainParams: gf.trainParams, Freeze: gf.freeze, Untie: gf.untie, Retie: gf.retie,
 	}
 	binds := map[string]*graph.Tensor{}
 	names := make([]string, 0, len(gf.bind))

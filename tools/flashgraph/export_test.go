@@ -94,11 +94,16 @@ func TestExportRoundTrip(t *testing.T) {
 	fromFile := filepath.Join(dir, "file")
 	fixture := filepath.Join("..", "..", "onnx", "testdata", "byom", "gpt2_tril.onnx")
 	runCLI(t, "train", "-steps", "2", "-data", data, "-out", fromFile, "-eval-every", "0", "-loss", "next-token", fixture)
+	// A dynamo export trained with -untie -retie: the export writes the
+	// untied copies as initializers and the retied table as a Transpose.
+	untied := filepath.Join(dir, "untied")
+	dynamo := filepath.Join("..", "..", "onnx", "testdata", "byom", "gpt2_small_dynamo18.onnx")
+	runCLI(t, "train", "-steps", "2", "-data", data, "-out", untied, "-eval-every", "0", "-loss", "next-token", "-untie", "-retie", dynamo)
 
 	for _, c := range []struct {
 		name, ckpt string
 		attention  int
-	}{{"builtin", filepath.Join(builtin, "ckpt"), 2}, {"file", filepath.Join(fromFile, "ckpt"), 1}} {
+	}{{"builtin", filepath.Join(builtin, "ckpt"), 2}, {"file", filepath.Join(fromFile, "ckpt"), 1}, {"untied", filepath.Join(untied, "ckpt"), 2}} {
 		t.Run(c.name, func(t *testing.T) {
 			tr, err := train.LoadTrained(c.ckpt)
 			if err != nil {
