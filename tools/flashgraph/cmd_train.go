@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/dist"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
@@ -79,10 +80,17 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if gf.explain {
 		return explainSource(stdout, ts, train.Hyper{FuseQKV: *fuseQKV}.WithRecompute(recompute.mode))
 	}
-	// Data parallel flags and environment: one rank runs on, several are
-	// checked and then refused until NCCL is wired into the loop.
-	if _, err := df.config(os.Getenv, *device, cfg.Batch); err != nil {
+	// Data parallel flags and environment: one rank is the ordinary run;
+	// -ranks N starts N ranks below; a rank of a job trains its rows.
+	job, err := df.config(os.Getenv, *device, cfg.Batch)
+	if err != nil {
 		return err
+	}
+	world := job.WorldSize
+	if world > 1 && !job.launch && job.Rank > 0 {
+		// Output is rank 0's; a failing rank's error still reaches stderr
+		// through main, and the launcher passes it on.
+		stdout, stderr = io.Discard, io.Discard
 	}
 	peak := *lr
 	if peak == 0 {
@@ -119,6 +127,15 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
+	if world > 1 {
+		h.World, h.BucketBytes = world, job.bucketByte
+		if source.Graph != nil {
+			return errors.New("-ranks: training a graph FILE on several ranks is not supported yet (its batch size is fixed in the file): train it on one rank, or a built-in -config on several")
+		}
+		if *accum > 1 {
+			return errors.New("-ranks: -accum with several ranks is not supported yet: raise -batch instead (the global batch is split over the ranks)")
+		}
+	}
 	if ckptDir == "" && *resume {
 		return errors.New("-resume needs checkpoints: drop -ckpt none")
 	}
@@ -136,6 +153,10 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		if err := checkFolderPath(d.flag, d.dir); err != nil {
 			return err
 		}
+	}
+
+	if job.launch {
+		return launchRanks(job, args, stdout, stderr)
 	}
 
 	// SIGINT and SIGTERM: acknowledged at once; honoured at once while
@@ -156,6 +177,9 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	}()
 	if note != "" {
 		fmt.Fprintln(stderr, note)
+	}
+	if world > 1 && be.Name() != "cpu" {
+		return fmt.Errorf("%s on %s: %w", job.Config, be.Name(), errNotWired)
 	}
 
 	src := *data
@@ -187,8 +211,10 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		}
 	}
 	var gs *train.Graphs
+	rankSource := source // what one rank's step graph trains: its rows
+	rankSource.Config.Batch /= world
 	if err := sigs.do("building the training graph", func() (err error) {
-		gs, err = train.BuildSourceGraphs(be, source, fuse.on, h)
+		gs, err = train.BuildSourceGraphs(be, rankSource, fuse.on, h)
 		return err
 	}); err != nil {
 		return err
@@ -221,6 +247,10 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	}
 	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
+	if world > 1 {
+		fmt.Fprintf(stderr, "ranks: %s; each trains %d of the %d rows of a batch; gradients averaged in %d all-reduce bucket(s) of up to %s\n",
+			job.Config, cfg.Batch/world, cfg.Batch, countBuckets(gs.Step.Graph), trainBytes(job.bucketByte))
+	}
 	if be.Name() == "cpu" {
 		stepFLOPs := matmulFLOPs(gs.Step.Graph) * float64(*accum)
 		left := max(0, h.Steps-fromStep)
@@ -250,6 +280,9 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	}()
 	sigs.onAbort(func() { made.remove(*out, ckptDir) })
 	ready := func(*train.Trainer) error {
+		if job.Rank > 0 {
+			return nil // rank 0 writes the files and the checkpoints
+		}
 		for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
 			if d.dir == "" {
 				continue
@@ -274,20 +307,40 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		metricsFile, err = openMetrics(*metricsPath, *resume, &made)
 		return err
 	}
+	var ranks *dist.TCP
+	if world > 1 {
+		if err := sigs.do("waiting for the other ranks", func() (err error) {
+			ranks, err = joinRanks(sigs.ctx, job)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	sigs.setPhase("")
-	res, err := train.Run(sigs.ctx, be, corpus, train.Options{
+	opts := train.Options{
 		Config: cfg, Source: &source, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
 		Metrics: metricsWriter{&metricsFile},
-	})
+	}
+	if ranks != nil {
+		opts.Ranks = ranks
+	}
+	res, err := train.Run(sigs.ctx, be, corpus, opts)
+	if ranks != nil {
+		if err != nil {
+			err = rankFailure(ranks, err)
+		} else {
+			ranks.Close()
+		}
+	}
 	if err != nil {
 		if serr := sigs.err(); serr != nil && !errors.As(err, new(*signalError)) {
 			return fmt.Errorf("%w: %v", serr, err)
 		}
 		return err
 	}
-	if len(res.Losses) > 0 {
+	if len(res.Losses) > 0 && job.Rank == 0 {
 		p := filepath.Join(*out, "loss.png")
 		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d %ss", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[fuse.on], res.Step, cfg.Batch, cfg.Seq, res.Unit)
 		if err := train.PlotLosses(p, title, res.Unit, res.Losses, res.Val); err != nil {
@@ -359,6 +412,9 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 	}
 	row("model", "%s, %s attention, %s, on %s", r.Config.Name, map[bool]string{true: "fused", false: "unfused"}[r.Fused], r.Config.DType, r.Backend)
 	row("steps", "%d%s (this run: %d to %d)", r.Step, status, r.StartStep, r.Step)
+	if r.World > 1 {
+		row("ranks", "%d (data parallel: %d of the %d rows of each batch per rank, gradients averaged)", r.World, r.Config.Batch/r.World, r.Config.Batch)
+	}
 	if n := len(r.Losses); n > 0 {
 		row("train loss", "%.4f (mean of the last %d steps; %.4f at step 1)", r.FinalTrainLoss(), min(10, n), r.Losses[0])
 	}
