@@ -6,8 +6,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/checkpoint"
 )
 
 // useHelperRanks makes train -ranks N, run in this process, start its ranks
@@ -95,4 +98,92 @@ func TestTrainRanksLaunch(t *testing.T) {
 			t.Errorf("step %d: loss %.9g on one rank, %.9g on two", i+1, a[i], b[i])
 		}
 	}
+}
+
+// sameTensors says two checkpoints hold the same tensors, bit for bit.
+func sameTensors(t *testing.T, a, b string) {
+	t.Helper()
+	ta, _, err := checkpoint.LoadCheckpoint(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb, _, err := checkpoint.LoadCheckpoint(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ta.Tensors) != len(tb.Tensors) {
+		t.Fatalf("%d tensors in %s, %d in %s", len(ta.Tensors), a, len(tb.Tensors), b)
+	}
+	for name, x := range ta.Tensors {
+		y, ok := tb.Tensors[name]
+		if !ok {
+			t.Fatalf("%s: no %s", b, name)
+		}
+		if !slices.Equal(x.F32, y.F32) || !slices.Equal(x.F64, y.F64) {
+			t.Errorf("%s differs between %s and %s", name, a, b)
+		}
+	}
+}
+
+// A 2-rank run resumed from its step-4 checkpoint by every rank continues bit
+// for bit: its losses and its final weights and moments are those of the run
+// that went straight to step 8. The checkpoint is the job's state, not a
+// rank's: resuming it on one rank or on four works too, and follows the
+// same curve (to rounding).
+func TestTrainRanksResume(t *testing.T) {
+	useHelperRanks(t)
+	data := trainData(t)
+	out := filepath.Join(t.TempDir(), "out")
+	ckpt := filepath.Join(out, "ckpt")
+	straight := filepath.Join(t.TempDir(), "straight8.safetensors")
+	runCLI(t, rankArgs(data, out, "8", "-ranks", "2", "-ckpt-every", "4", "-keep-every", "4")...)
+	want := metricLosses(t, filepath.Join(out, "metrics.jsonl"))
+	if err := os.Rename(checkpoint.CheckpointPath(ckpt, 8), straight); err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []string{"2", "1", "4"} {
+		metrics := filepath.Join(t.TempDir(), "resumed.jsonl")
+		args := rankArgs(data, out, "8", "-ranks", ranks, "-resume", "-ckpt-every", "4", "-keep-every", "4", "-metrics", metrics)
+		_, stderr := runCLI(t, args...)
+		if !strings.Contains(stderr, "resumed from") {
+			t.Fatalf("-ranks %s: not resumed:\n%s", ranks, stderr)
+		}
+		var got []float64
+		for _, l := range strings.Split(strings.TrimSpace(mustRead(t, metrics)), "\n") {
+			var m struct{ Loss *float64 }
+			if err := json.Unmarshal([]byte(l), &m); err != nil {
+				t.Fatal(err)
+			}
+			if m.Loss != nil {
+				got = append(got, *m.Loss)
+			}
+		}
+		if len(got) != 4 {
+			t.Fatalf("-ranks %s: %d steps after the resume, want 4", ranks, len(got))
+		}
+		for i, l := range got {
+			w := want[4+i]
+			if ranks == "2" && l != w {
+				t.Errorf("-ranks 2: step %d after the resume: loss %.9g, straight %.9g (want the same bits)", 5+i, l, w)
+			}
+			if d := math.Abs(l - w); d > 1e-5*math.Abs(w) {
+				t.Errorf("-ranks %s: step %d after the resume: loss %.9g, straight %.9g", ranks, 5+i, l, w)
+			}
+		}
+		if ranks == "2" {
+			sameTensors(t, straight, checkpoint.CheckpointPath(ckpt, 8))
+		}
+		if err := os.Remove(checkpoint.CheckpointPath(ckpt, 8)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func mustRead(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
