@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -267,5 +268,39 @@ func waitBounded(t *testing.T, cmd *exec.Cmd, limit time.Duration) error {
 		<-done
 		t.Fatalf("process still running after %v", limit)
 		return nil
+	}
+}
+
+// A rank that never joins an all-reduce (hung) fails it on the others within
+// Timeout, with a PeerError naming that rank; rank 0 answers first, the
+// others a grace later.
+func TestTCPTimeoutNamesSilentRank(t *testing.T) {
+	cs := collectives(t, 3)
+	for _, c := range cs {
+		c.Timeout = 300 * time.Millisecond
+	}
+	errs := make([]error, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for r := range 2 { // rank 2 stays silent
+		wg.Go(func() {
+			start := time.Now()
+			errs[r] = cs[r].AllReduceSum(context.Background(), make([]float32, 4))
+			took[r] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	var pe *PeerError
+	if !errors.As(errs[0], &pe) || pe.Rank != 2 || !strings.Contains(errs[0].Error(), "rank 2 sent nothing within the collective timeout") {
+		t.Errorf("rank 0: %v, want a PeerError naming rank 2", errs[0])
+	}
+	if took[0] > 2*time.Second {
+		t.Errorf("rank 0 gave up after %v, want about the 300ms timeout", took[0])
+	}
+	// Rank 1 sent its part to rank 0 and waits for the sum, which rank 0
+	// cannot send: it names rank 0, the one it hears from, once rank 0 gives
+	// up and closes (Cause adds rank 0's verdict when the job aborts).
+	if errs[1] == nil {
+		t.Errorf("rank 1: the all-reduce succeeded without rank 2")
 	}
 }
