@@ -199,8 +199,8 @@ func init() {
 func init() {
 	register(&OpSpec{
 		Name: "AllReduce", Domain: DomainFlashgraph,
-		Doc:    "data parallel: the sum (reduce=sum) or mean (reduce=mean) of x over the job's world ranks; identity on one rank",
-		Inputs: []string{"x"}, Outputs: []string{"y"}, Eval: evalAllReduce,
+		Doc:    "data parallel: each y_i is the sum (reduce=sum) or mean (reduce=mean) of x_i over the job's world ranks, the inputs of one bucket reduced together in one collective call; identity on one rank",
+		Inputs: []string{"x..."}, Outputs: []string{"y..."}, Eval: evalAllReduce,
 		KeepDType: []int{0},
 		Attrs: []AttrSpec{
 			{Name: "reduce", Kind: AttrString, Default: Str("mean"), Enum: []string{"sum", "mean"}},
@@ -214,7 +214,14 @@ func init() {
 			if b := a.Int("bucket", 0); b < 0 {
 				return nil, fmt.Errorf("bucket must be at least 0, got %d", b)
 			}
-			return []TensorType{*in[0]}, nil
+			out := make([]TensorType, len(in))
+			for i, t := range in {
+				if t == nil {
+					return nil, fmt.Errorf("input %d is omitted", i)
+				}
+				out[i] = *t
+			}
+			return out, nil
 		},
 	})
 }
@@ -227,8 +234,10 @@ func evalAllReduce(in []*Tensor, a Attrs, out []*Tensor) error {
 	if a.String("reduce", "mean") == "sum" {
 		k = float64(a.Int("world", 1))
 	}
-	for i := range in[0].Len() {
-		out[0].Set(i, k*in[0].At(i))
+	for j, x := range in {
+		for i := range x.Len() {
+			out[j].Set(i, k*x.At(i))
+		}
 	}
 	return nil
 }

@@ -271,14 +271,32 @@ func lowerAlias(c *lowerCtx) (func() error, error) {
 	return c.convert(c.out(0), c.in(0))
 }
 
-// lowerAllReduce lowers AllReduce on one rank (the identity). A job of
-// several ranks is refused at compile time until the NCCL all-reduce
-// (driver/nccl.go) is wired into the executor.
+// lowerAllReduce lowers AllReduce on one rank (the identity on each input
+// of the bucket). A job of several ranks is refused at compile time until
+// the NCCL all-reduce (driver/nccl.go) is wired into the executor.
 func lowerAllReduce(c *lowerCtx) (func() error, error) {
 	if w := c.n.Attrs.Int("world", 1); w > 1 {
 		return nil, fmt.Errorf("AllReduce over %d ranks: the NCCL all-reduce is not wired into the CUDA executor yet", w)
 	}
-	return lowerAlias(c)
+	if len(c.n.Inputs) == 1 {
+		return lowerAlias(c)
+	}
+	copies := make([]func() error, len(c.n.Inputs))
+	for i := range c.n.Inputs {
+		f, err := c.convert(c.out(i), c.in(i))
+		if err != nil {
+			return nil, err
+		}
+		copies[i] = f
+	}
+	return func() error {
+		for _, f := range copies {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
 }
 
 func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c.in(0)) }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -70,33 +71,69 @@ func TestTrainRanksLaunch(t *testing.T) {
 	data := trainData(t)
 	dir := t.TempDir()
 	one, two := filepath.Join(dir, "one"), filepath.Join(dir, "two")
-	runCLI(t, rankArgs(data, one, "8")...)
-	stdout, stderr := runCLI(t, rankArgs(data, two, "8", "-ranks", "2")...)
+	runCLI(t, rankArgs(data, one, "100")...)
+	stdout, stderr := runCLI(t, rankArgs(data, two, "100", "-ranks", "2", "-bucket-mb", "0.1")...)
 	if n := strings.Count(stdout, "summary:"); n != 1 {
 		t.Errorf("%d summaries, want rank 0's only:\n%s", n, stdout)
 	}
 	if !strings.Contains(stdout, "ranks             2 (data parallel: 2 of the 4 rows") {
 		t.Errorf("the summary does not say the job had 2 ranks:\n%s", stdout)
 	}
-	if n := strings.Count(stderr, "step 8/8"); n != 1 {
+	if n := strings.Count(stderr, "step 100/100"); n != 1 {
 		t.Errorf("the last step is reported %d times, want once (rank 0):\n%s", n, stderr)
 	}
-	for _, f := range []string{"loss.png", "train_graph.txt", "ckpt/step-00000008.safetensors"} {
+	for _, f := range []string{"loss.png", "train_graph.txt", "ckpt/step-00000100.safetensors"} {
 		if _, err := os.Stat(filepath.Join(two, f)); err != nil {
 			t.Errorf("rank 0 did not write %s: %v", f, err)
 		}
 	}
-	if g, err := os.ReadFile(filepath.Join(two, "train_graph.txt")); err != nil || !strings.Contains(string(g), "AllReduce") {
-		t.Errorf("the rank's training step has no AllReduce (%v)", err)
+	// -bucket-mb 0.1 splits the tiny model's 450 KiB of gradients into 5
+	// buckets, one AllReduce each, which the DOT of the step shows.
+	if !strings.Contains(stderr, "gradients averaged in 5 all-reduce bucket(s) of up to 102.4 KiB") {
+		t.Errorf("the run does not report its 5 buckets:\n%s", stderr)
+	}
+	dot, _ := runCLI(t, "dot", filepath.Join(two, "train_graph.txt"))
+	if n := strings.Count(dot, `label="flashgraph.AllReduce`); n != 5 || !strings.Contains(dot, "bucket=4, reduce=") {
+		t.Errorf("the DOT of the rank's step has %d AllReduce nodes, want 5 buckets (0 to 4)", n)
 	}
 	a, b := metricLosses(t, filepath.Join(one, "metrics.jsonl")), metricLosses(t, filepath.Join(two, "metrics.jsonl"))
-	if len(a) != 8 || len(b) != 8 {
-		t.Fatalf("losses: %d steps on one rank, %d on two, want 8", len(a), len(b))
+	if len(a) != 100 || len(b) != 100 {
+		t.Fatalf("losses: %d steps on one rank, %d on two, want 100", len(a), len(b))
 	}
+	worst := 0.0
 	for i := range a {
-		if d := math.Abs(a[i] - b[i]); d > 1e-5*math.Abs(a[i]) {
+		d := math.Abs(a[i]-b[i]) / math.Abs(a[i])
+		worst = max(worst, d)
+		if d > 1e-5 {
 			t.Errorf("step %d: loss %.9g on one rank, %.9g on two", i+1, a[i], b[i])
 		}
+	}
+	t.Logf("100 steps, one rank vs two: largest relative loss difference %.2g (loss %.4f → %.4f)", worst, a[0], a[99])
+}
+
+// compile -plan -ranks N plans one rank's step and lists its all-reduce
+// buckets, each with where it is final; -explain adds their gradients.
+func TestCompilePlanBuckets(t *testing.T) {
+	out, _ := runCLI(t, "compile", "-plan", "-explain", "-ranks", "2", "-bucket-mb", "0.1", "-config", "tiny")
+	if !strings.Contains(out, "gradient all-reduce over 2 ranks: 5 bucket(s) of up to 102.4 KiB, 449.5 KiB in all") {
+		t.Fatalf("no bucket report:\n%s", out)
+	}
+	grads := 0
+	for line := range strings.Lines(out) {
+		if strings.HasPrefix(line, "    grad.") {
+			grads++
+		}
+	}
+	for b := range 5 {
+		if !strings.Contains(out, fmt.Sprintf("  bucket %d: ", b)) {
+			t.Errorf("bucket %d is not listed", b)
+		}
+	}
+	if grads != 25 { // the tiny model's params
+		t.Errorf("-explain lists %d gradients in the buckets, want the 25 params'", grads)
+	}
+	if code, _, stderr := runCode("compile", "-plan", "-ranks", "0"); code == 0 || !strings.Contains(stderr, "-ranks must be at least 1") {
+		t.Errorf("-ranks 0: exit %d\n%s", code, stderr)
 	}
 }
 
