@@ -123,6 +123,10 @@ type Result struct {
 	// World is the number of ranks that trained (1: one process); Tokens,
 	// TokensPerStep and the throughput are the job's, over every rank.
 	World int
+	// OptimizerStateBytes is the AdamW state this process kept (with
+	// Hyper.ShardOptimizer, its part only).
+	OptimizerStateBytes int64
+	ShardOptimizer      bool
 }
 
 // TokensPerSec is the mean training throughput of this process over all its
@@ -468,6 +472,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	res.Losses = tr.Losses()
 	res.Val = tr.ValLosses()
 	res.Stats = tr.Stats()
+	res.OptimizerStateBytes, res.ShardOptimizer = tr.OptimizerStateBytes(), tr.sharded()
 	res.Wall = time.Since(t0)
 	res.TotalElapsed = time.Duration((tr.elapsed + time.Since(sessionStart).Seconds()) * float64(time.Second))
 	return res, nil

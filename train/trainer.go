@@ -71,6 +71,15 @@ type Hyper struct {
 	// a checkpoint, whatever World is.
 	World       int   `json:"world,omitempty"`
 	BucketBytes int64 `json:"bucket_bytes,omitempty"`
+	// ShardOptimizer, with World > 1, is ZeRO-1: each rank keeps the AdamW
+	// moments of its part of every gradient bucket only (reduce-scatter,
+	// update the part, all-gather the weights; autodiff's ShardOptimizer).
+	// The steps compute the same bits as without it; checkpoints hold the
+	// whole state, gathered.
+	ShardOptimizer bool `json:"shard_optimizer,omitempty"`
+	// Rank is this process's rank in the job, which picks its part with
+	// ShardOptimizer. It is not recorded: a checkpoint is the job's.
+	Rank int `json:"-"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -122,7 +131,7 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 	}
 	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{
 		Loss: loss, Params: params, Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm, Accum: h.Accum,
-		World: h.World, BucketBytes: h.BucketBytes,
+		World: h.World, BucketBytes: h.BucketBytes, ShardOptimizer: h.ShardOptimizer, Rank: h.Rank,
 	})
 	if err != nil {
 		return nil, err
@@ -475,15 +484,23 @@ func (t *Trainer) stateNames() []string {
 }
 
 // State returns the weights, the optimizer moments and the metadata that
-// make up a checkpoint of the current step.
+// make up a checkpoint of the current step. With a sharded optimizer every
+// rank of the job must call it (in the same order as the steps): the
+// moments are gathered from the ranks that hold their parts.
 func (t *Trainer) State() (*checkpoint.Tensors, error) {
 	ts := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
-	for _, n := range t.stateNames() {
-		w, err := t.exec.Initializer(n)
-		if err != nil {
-			return nil, fmt.Errorf("train: state: %w", err)
+	if t.sharded() {
+		if err := t.gatherState(ts.Tensors); err != nil {
+			return nil, err
 		}
-		ts.Tensors[n] = w
+	} else {
+		for _, n := range t.stateNames() {
+			w, err := t.exec.Initializer(n)
+			if err != nil {
+				return nil, fmt.Errorf("train: state: %w", err)
+			}
+			ts.Tensors[n] = w
+		}
 	}
 	cfg, _ := json.Marshal(t.Config)
 	hyper, _ := json.Marshal(struct {
@@ -527,7 +544,7 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 	if cfg != t.Config {
 		return nil, fmt.Errorf("train: the checkpoint is of another model (%s; pass the checkpoint's -config and overrides)", fieldDiffs(cfg, t.Config))
 	}
-	if err := checkpoint.CheckState(ts, t.stateTypes()); err != nil {
+	if err := checkpoint.CheckState(ts, t.fullStateTypes()); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	var old struct {
@@ -543,8 +560,14 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with -recompute %s, this run uses %s (the same math; only memory and speed differ)", was, now))
 		old.Recompute, old.RecomputeCheap = t.Hyper.Recompute, t.Hyper.RecomputeCheap
 	}
-	if old.Hyper != t.Hyper {
-		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%s): the run does not repeat the original exactly", fieldDiffs(old.Hyper, t.Hyper)))
+	now := t.Hyper
+	now.Rank = 0 // not recorded
+	if now.ShardOptimizer != old.ShardOptimizer {
+		// The same bits either way: not a difference worth a note.
+		now.ShardOptimizer = old.ShardOptimizer
+	}
+	if old.Hyper != now {
+		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%s): the run does not repeat the original exactly", fieldDiffs(old.Hyper, now)))
 	}
 	if old.Fused != t.Fused {
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with fusion %v, this run uses %v (same math, rounding differs)", old.Fused, t.Fused))
@@ -565,7 +588,11 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 	}
 	elapsed, _ := strconv.ParseFloat(ts.Metadata[checkpoint.MetaElapsed], 64)
 	for _, n := range t.stateNames() {
-		if err := t.exec.SetInitializer(n, ts.Tensors[n]); err != nil {
+		v := ts.Tensors[n]
+		if t.sharded() {
+			v = t.partOf(n, v)
+		}
+		if err := t.exec.SetInitializer(n, v); err != nil {
 			return nil, fmt.Errorf("train: restore: %w", err)
 		}
 	}

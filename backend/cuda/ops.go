@@ -47,6 +47,8 @@ func init() {
 	lowerings = map[string]lowering{
 		"FusedElementwise": {lower: lowerFusedElementwise},
 		"AllReduce":        {lower: lowerAllReduce},
+		"ReduceScatter":    {lower: lowerReduceScatter},
+		"AllGather":        {lower: lowerAllGather},
 		"Identity":         {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
 		"Cast":      {lower: lowerCast},
 		"Transpose": {lower: lowerTranspose}, "Slice": {lower: lowerSlice}, "Expand": {lower: lowerExpand}, "Concat": {lower: lowerConcat},
@@ -297,6 +299,45 @@ func lowerAllReduce(c *lowerCtx) (func() error, error) {
 		}
 		return nil
 	}, nil
+}
+
+// lowerReduceScatter lowers ReduceScatter on one rank: the concatenation of
+// the bucket's inputs, copied into place. Several ranks are refused like
+// AllReduce's (ncclReduceScatter is not wired in yet).
+func lowerReduceScatter(c *lowerCtx) (func() error, error) {
+	if w := c.n.Attrs.Int("world", 1); w > 1 {
+		return nil, fmt.Errorf("ReduceScatter over %d ranks: the NCCL reduce-scatter is not wired into the CUDA executor yet", w)
+	}
+	out := c.out(0)
+	var copies []func() error
+	off := 0
+	for i := range c.n.Inputs {
+		src := c.in(i)
+		dst := buffer{ptr: out.ptr + DevicePtr(off*out.dt.Size()), dt: out.dt, n: src.n}
+		f, err := c.convert(dst, src)
+		if err != nil {
+			return nil, err
+		}
+		copies = append(copies, f)
+		off += src.n
+	}
+	return func() error {
+		for _, f := range copies {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// lowerAllGather lowers AllGather on one rank, the identity. Several ranks
+// are refused like AllReduce's (ncclAllGather is not wired in yet).
+func lowerAllGather(c *lowerCtx) (func() error, error) {
+	if w := c.n.Attrs.Int("world", 1); w > 1 {
+		return nil, fmt.Errorf("AllGather over %d ranks: the NCCL all-gather is not wired into the CUDA executor yet", w)
+	}
+	return c.convert(c.out(0), c.in(0))
 }
 
 func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c.in(0)) }

@@ -128,7 +128,10 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		return err
 	}
 	if world > 1 {
-		h.World, h.BucketBytes = world, job.bucketByte
+		h.World, h.BucketBytes, h.ShardOptimizer, h.Rank = world, job.bucketByte, job.shardOpt, job.Rank
+		if h.ShardOptimizer && *clip != 0 {
+			return errors.New("-shard-optimizer: -clip is not supported with it yet (each rank holds a part of the gradients; the global norm needs one more all-reduce)")
+		}
 		if source.Graph != nil {
 			return errors.New("-ranks: training a graph FILE on several ranks is not supported yet (its batch size is fixed in the file): train it on one rank, or a built-in -config on several")
 		}
@@ -248,7 +251,11 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
 	if world > 1 {
-		fmt.Fprintf(stderr, "ranks: %s; each trains %d of the %d rows of a batch; gradients averaged in %d all-reduce bucket(s) of up to %s\n",
+		how := "averaged in %d all-reduce bucket(s) of up to %s"
+		if h.ShardOptimizer {
+			how = "averaged and scattered in %d bucket(s) of up to %s, each rank updating its part with its part of the AdamW moments (ZeRO-1)"
+		}
+		fmt.Fprintf(stderr, "ranks: %s; each trains %d of the %d rows of a batch; gradients "+how+"\n",
 			job.Config, cfg.Batch/world, cfg.Batch, countBuckets(gs.Step.Graph), trainBytes(job.bucketByte))
 	}
 	if be.Name() == "cpu" {
@@ -434,6 +441,14 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 		row("wall time", "%v (compile included)", r.Wall.Round(time.Millisecond))
 	}
 	row("peak activations", "%s per training step (initializers incl. optimizer state: %s)%s", trainBytes(r.Stats.PeakActivationBytes), trainBytes(r.Stats.InitializerBytes), recomputeNote(r.Recompute))
+	switch {
+	case r.ShardOptimizer:
+		row("optimizer state", "%s per rank (AdamW moments of this rank's 1/%d part: -shard-optimizer)", trainBytes(r.OptimizerStateBytes), r.World)
+	case r.World > 1:
+		row("optimizer state", "%s per rank (AdamW moments, whole on every rank; -shard-optimizer keeps 1/%d each)", trainBytes(r.OptimizerStateBytes), r.World)
+	default:
+		row("optimizer state", "%s (AdamW moments)", trainBytes(r.OptimizerStateBytes))
+	}
 	if r.Checkpoint != "" {
 		row("checkpoint", "%s", r.Checkpoint)
 	}

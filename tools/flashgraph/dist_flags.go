@@ -28,6 +28,7 @@ type distFlags struct {
 	masterPort  *int
 	rankTimeout *time.Duration
 	bucketMB    *float64
+	shardOpt    *bool
 }
 
 func addDistFlags(fs *flag.FlagSet) *distFlags {
@@ -41,6 +42,7 @@ func addDistFlags(fs *flag.FlagSet) *distFlags {
 		masterPort:  fs.Int("master-port", dist.DefaultMasterPort, "TCP port of rank 0's rendezvous (default: $MASTER_PORT; with -ranks: a free port)"),
 		rankTimeout: fs.Duration("rank-timeout", 5*time.Minute, "how long a rank waits for the others to meet, and within a step for a silent (hung or stopped) rank, before the job stops with an error naming it; a rank that dies is noticed at once"),
 		bucketMB:    fs.Float64("bucket-mb", 25, "with several ranks: gradient MiB per all-reduce bucket (each bucket is reduced once its last gradient is final)"),
+		shardOpt:    fs.Bool("shard-optimizer", false, "with several ranks: ZeRO-1, each rank keeps the AdamW moments of its 1/N part of the gradients only (reduce-scatter the gradients, update the part, all-gather the weights); the same steps, less optimizer memory per rank"),
 	}
 }
 
@@ -59,6 +61,7 @@ type rankJob struct {
 	portGiven  bool // -master-port or MASTER_PORT chose the port
 	timeout    time.Duration
 	bucketByte int64
+	shardOpt   bool
 }
 
 // config resolves the job from the environment and the flags given and
@@ -125,8 +128,12 @@ func (f *distFlags) config(getenv func(string) string, device string, globalBatc
 		return j, err
 	}
 	if j.WorldSize == 1 {
+		if *f.shardOpt {
+			return j, errors.New("-shard-optimizer shards the optimizer state over the ranks of a job: give -ranks N (or -world-size N) with N > 1")
+		}
 		return j, nil
 	}
+	j.shardOpt = *f.shardOpt
 	if device == "cuda" {
 		return j, fmt.Errorf("%s on -device cuda: %w", j.Config, errNotWired)
 	}

@@ -28,6 +28,8 @@ func TestTrainDistFlags(t *testing.T) {
 		{[]string{"-ranks", "2", "-batch", "4", "-accum", "2"}, []string{"-accum with several ranks is not supported yet"}},
 		{[]string{"-world-size", "2", "-rank", "1", "-master-addr", "10.0.0.1", "-device", "cuda"}, []string{"rank 1/2 (local 1) via 10.0.0.1:29500", "NCCL all-reduce is not wired into the CUDA executor", "-ranks N trains N ranks on the CPU"}},
 		{[]string{"-gpus", "2"}, []string{"rank 0/2", "not wired into the CUDA executor"}},
+		{[]string{"-shard-optimizer"}, []string{"-shard-optimizer shards the optimizer state over the ranks"}},
+		{[]string{"-ranks", "2", "-shard-optimizer", "-clip", "1"}, []string{"-clip is not supported with it yet"}},
 	} {
 		out := filepath.Join(t.TempDir(), "out")
 		args := append([]string{"train", "-out", out}, tc.args...)

@@ -115,11 +115,12 @@ func rankFailure(t *dist.TCP, err error) error {
 	return err
 }
 
-// countBuckets is the number of gradient all-reduce buckets of a step graph.
+// countBuckets is the number of gradient buckets of a step graph: its
+// AllReduce nodes, or with a sharded optimizer its ReduceScatter nodes.
 func countBuckets(g *graph.Graph) int {
 	seen := map[int64]bool{}
 	for _, n := range g.Nodes {
-		if n.Op == "AllReduce" {
+		if n.Op == "AllReduce" || n.Op == "ReduceScatter" {
 			seen[n.Attrs.Int("bucket", 0)] = true
 		}
 	}

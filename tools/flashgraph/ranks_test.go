@@ -224,3 +224,52 @@ func mustRead(t *testing.T, p string) string {
 	}
 	return string(b)
 }
+
+// optimizerState reads the per-rank optimizer state bytes of a summary.
+func optimizerState(t *testing.T, stdout string) string {
+	t.Helper()
+	for line := range strings.Lines(stdout) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "optimizer state"); ok {
+			return strings.Fields(v)[0] + " " + strings.Fields(v)[1]
+		}
+	}
+	t.Fatalf("no optimizer state in the summary:\n%s", stdout)
+	return ""
+}
+
+// -shard-optimizer (ZeRO-1) computes the same steps as the unsharded job, bit
+// for bit: the same losses, and checkpoints (moments gathered from the
+// ranks' parts) that are the same files' tensors; a sharded run resumed
+// from its checkpoint continues bit for bit; and each rank keeps half the
+// AdamW moments.
+func TestTrainRanksShardOptimizer(t *testing.T) {
+	useHelperRanks(t)
+	data := trainData(t)
+	dir := t.TempDir()
+	plain, zero := filepath.Join(dir, "plain"), filepath.Join(dir, "zero")
+	common := []string{"-ranks", "2", "-bucket-mb", "0.1", "-ckpt-every", "6", "-keep-every", "6"}
+	stdoutA, _ := runCLI(t, rankArgs(data, plain, "12", common...)...)
+	stdoutB, stderrB := runCLI(t, rankArgs(data, zero, "12", append(common, "-shard-optimizer")...)...)
+	if !strings.Contains(stderrB, "scattered in 5 bucket(s)") {
+		t.Errorf("the sharded run does not report its 5 buckets:\n%s", stderrB)
+	}
+	a, b := metricLosses(t, filepath.Join(plain, "metrics.jsonl")), metricLosses(t, filepath.Join(zero, "metrics.jsonl"))
+	if !slices.Equal(a, b) || len(a) != 12 {
+		t.Errorf("losses differ with -shard-optimizer:\n%v\n%v", a, b)
+	}
+	for _, step := range []int64{6, 12} {
+		sameTensors(t, checkpoint.CheckpointPath(filepath.Join(plain, "ckpt"), step), checkpoint.CheckpointPath(filepath.Join(zero, "ckpt"), step))
+	}
+	// The tiny model's moments are 2 × 449.5 KiB: whole on every rank
+	// without sharding, half of them on each of two ranks with it.
+	if sa, sb := optimizerState(t, stdoutA), optimizerState(t, stdoutB); sa != "899.0 KiB" || sb != "449.5 KiB" {
+		t.Errorf("optimizer state per rank: %s unsharded, %s sharded; want 899.0 KiB and 449.5 KiB", sa, sb)
+	}
+	// Resume the sharded run at step 6, sharded: the same step-12 state.
+	final := filepath.Join(dir, "zero12.safetensors")
+	if err := os.Rename(checkpoint.CheckpointPath(filepath.Join(zero, "ckpt"), 12), final); err != nil {
+		t.Fatal(err)
+	}
+	runCLI(t, rankArgs(data, zero, "12", append(common, "-shard-optimizer", "-resume", "-metrics", filepath.Join(dir, "m.jsonl"))...)...)
+	sameTensors(t, final, checkpoint.CheckpointPath(filepath.Join(zero, "ckpt"), 12))
+}
