@@ -36,7 +36,11 @@ once), saves a checkpoint and exits with status 130 or 143; a second one aborts 
 removing what the run created except its last complete checkpoint. -seed seeds both the
 weights and the batch sampling. A FILE (our graph text or .onnx) trains that graph instead:
 -loss names its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze
-say how; train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
+say how; train -explain FILE shows what is trained, -resume needs no FILE. -ranks N trains
+data parallel: N rank processes, each on 1/N of every -batch rows, gradients averaged after
+each step (on the CPU over loopback TCP; GPUs need NCCL, not wired in yet); -rank,
+-world-size, -master-addr and -master-port (or torchrun's variables) make this process one
+rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
