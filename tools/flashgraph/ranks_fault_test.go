@@ -212,3 +212,52 @@ func TestTrainRanksLauncherKill(t *testing.T) {
 	t.Logf("launcher exited %v after the kill", took.Round(time.Millisecond))
 	checkpointIntact(t, filepath.Join(out, "ckpt"))
 }
+
+// Ctrl-C to train -ranks 2 (SIGINT to the launcher, passed on to the ranks
+// once): the ranks agree to stop after the same step, rank 0 saves a
+// checkpoint of it, the launcher exits 130, and -resume continues from it.
+func TestTrainRanksInterrupt(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	data := trainData(t)
+	out := filepath.Join(t.TempDir(), "out")
+	ckpt := filepath.Join(out, "ckpt")
+	args := faultArgs(data, out)
+	args = append(args, "-ranks", "2")
+	cmd := helperCommand(args)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	// Interrupt once the job is into its steps: its first checkpoint.
+	waitCheckpoint(t, ckpt, 5)
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	took := exitWithin(t, cmd, 20*time.Second, &buf)
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, buf.String())
+	}
+	step := checkpointIntact(t, ckpt)
+	if step < 5 || !strings.Contains(buf.String(), fmt.Sprintf("interrupted: stopping after step %d", step)) {
+		t.Errorf("the checkpoint is of step %d, not the step the job stopped after:\n%s", step, buf.String())
+	}
+	t.Logf("stopped %v after SIGINT, checkpoint of step %d", took.Round(time.Millisecond), step)
+	// Both ranks saved nothing else and left nothing running: resume.
+	var rbuf bytes.Buffer
+	resume := helperCommand(append(rankResumeArgs(data, out), "-steps", fmt.Sprint(step+3)))
+	resume.Stdout, resume.Stderr = &rbuf, &rbuf
+	if err := resume.Run(); err != nil {
+		t.Fatalf("resume: %v\n%s", err, rbuf.String())
+	}
+	if !strings.Contains(rbuf.String(), fmt.Sprintf("resumed from %s", checkpoint.CheckpointPath(ckpt, step))) {
+		t.Errorf("the resumed job did not start from step %d:\n%s", step, rbuf.String())
+	}
+}
+
+func rankResumeArgs(data, out string) []string {
+	return []string{"train", "-device", "cpu", "-seq", "16", "-batch", "4", "-data", data, "-out", out, "-eval-every", "0", "-ranks", "2", "-resume"}
+}
