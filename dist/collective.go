@@ -68,19 +68,30 @@ type TCP struct {
 // its rendezvous blob, and the others dial it. A world of one returns a TCP
 // that reduces nothing.
 func NewTCP(ctx context.Context, c Config, timeout time.Duration) (*TCP, error) {
+	return NewTCPWith(ctx, c, timeout, nil)
+}
+
+// NewTCPWith is NewTCP passing this rank's extra bytes (rank 0's NCCL
+// unique id, for a GPU job whose gradients go through NCCL and whose loop
+// agrees on its scalars through this collective) to every rank: Extra(r)
+// returns rank r's.
+func NewTCPWith(ctx context.Context, c Config, timeout time.Duration, extra []byte) (*TCP, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	t := &TCP{}
-	var blob []byte
+	var addr []byte
 	if c.Rank == 0 && c.WorldSize > 1 {
 		ln, err := net.Listen("tcp", net.JoinHostPort(c.MasterAddr, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("dist: collective listener: %w", err)
 		}
 		t.ln = ln
-		blob = []byte(ln.Addr().String())
+		addr = []byte(ln.Addr().String())
 	}
+	// The blob: the listener's address (rank 0), then the extra bytes.
+	blob := binary.BigEndian.AppendUint32(nil, uint32(len(addr)))
+	blob = append(append(blob, addr...), extra...)
 	g, err := Rendezvous(ctx, c, blob, timeout)
 	if err != nil {
 		if t.ln != nil {
@@ -97,7 +108,7 @@ func NewTCP(ctx context.Context, c Config, timeout time.Duration) (*TCP, error) 
 	if c.Rank == 0 {
 		err = t.accept(deadline)
 	} else {
-		err = t.dial(ctx, string(g.Blobs[0]), deadline)
+		err = t.dial(ctx, string(t.blobPart(0, true)), deadline)
 	}
 	if err != nil {
 		t.Close()
@@ -148,6 +159,31 @@ func (t *TCP) dial(ctx context.Context, addr string, deadline time.Time) error {
 	}
 	t.conns[0] = conn
 	return nil
+}
+
+// blobPart splits rank r's rendezvous blob into the listener address and
+// the extra bytes (nil for a malformed blob).
+func (t *TCP) blobPart(r int, address bool) []byte {
+	b := t.g.Blobs[r]
+	if len(b) < 4 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	if n > len(b)-4 {
+		return nil
+	}
+	if address {
+		return b[4 : 4+n]
+	}
+	return b[4+n:]
+}
+
+// Extra is the extra bytes rank r passed to NewTCPWith.
+func (t *TCP) Extra(r int) []byte {
+	if r < 0 || r >= t.g.WorldSize {
+		return nil
+	}
+	return t.blobPart(r, false)
 }
 
 // Rank is this process's rank.
@@ -253,6 +289,9 @@ func (e *PeerError) Unwrap() error { return e.Err }
 func (t *TCP) Cause(err error, grace time.Duration) error {
 	if t.g == nil || t.g.WorldSize == 1 {
 		return err
+	}
+	if why := t.g.Cause(); why != nil {
+		return fmt.Errorf("%w\n(%v)", err, why)
 	}
 	select {
 	case why := <-t.g.Failed():

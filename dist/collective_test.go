@@ -304,3 +304,53 @@ func TestTCPTimeoutNamesSilentRank(t *testing.T) {
 		t.Errorf("rank 1: the all-reduce succeeded without rank 2")
 	}
 }
+
+// NewTCPWith passes each rank's extra bytes (rank 0's NCCL id in a GPU job)
+// to every rank, beside the collective's own address.
+func TestTCPExtraBytes(t *testing.T) {
+	port := freePort(t)
+	const world = 3
+	out := make([]*TCP, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Go(func() {
+			c := Config{Rank: r, WorldSize: world, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+			var extra []byte
+			if r == 0 {
+				extra = []byte("nccl-id-of-rank-0")
+			}
+			out[r], errs[r] = NewTCPWith(context.Background(), c, 10*time.Second, extra)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer out[r].Close()
+	}
+	for r := range world {
+		if got := string(out[r].Extra(0)); got != "nccl-id-of-rank-0" {
+			t.Errorf("rank %d sees rank 0's extra as %q", r, got)
+		}
+		if got := out[r].Extra(1); len(got) != 0 {
+			t.Errorf("rank %d sees rank 1's extra as %q, want none", r, got)
+		}
+	}
+	// The collective itself still works.
+	var wg2 sync.WaitGroup
+	sums := make([][]float32, world)
+	for r := range world {
+		wg2.Go(func() {
+			sums[r] = []float32{float32(r + 1)}
+			errs[r] = out[r].AllReduceSum(context.Background(), sums[r])
+		})
+	}
+	wg2.Wait()
+	for r := range world {
+		if errs[r] != nil || sums[r][0] != 6 {
+			t.Errorf("rank %d: sum %v, %v; want 6", r, sums[r], errs[r])
+		}
+	}
+}

@@ -171,7 +171,11 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	// (with a checkpoint); a second one aborts (see signals.go).
 	sigs := watchSignals(stderr)
 	defer sigs.stop()
-	be, note, err := resolveDevice(*device, mf.bf16)
+	dev := *device
+	if *df.gpus > 1 {
+		dev = "cuda" // -gpus N is -ranks N on CUDA
+	}
+	be, note, err := resolveDeviceOn(dev, mf.bf16, job.LocalRank)
 	if err != nil {
 		return err
 	}
@@ -184,9 +188,6 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	}()
 	if note != "" {
 		fmt.Fprintln(stderr, note)
-	}
-	if world > 1 && be.Name() != "cpu" {
-		return fmt.Errorf("%s on %s: %w", job.Config, be.Name(), errNotWired)
 	}
 
 	src := *data
@@ -319,9 +320,14 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 		return err
 	}
 	var ranks *dist.TCP
+	var comm *gpuComm
 	if world > 1 {
 		if err := sigs.do("waiting for the other ranks", func() (err error) {
-			ranks, err = joinRanks(sigs.ctx, job)
+			if be.Name() == "cpu" {
+				ranks, err = joinRanks(sigs.ctx, job)
+			} else {
+				ranks, comm, err = joinGPURanks(sigs.ctx, job, be)
+			}
 			return err
 		}); err != nil {
 			return err
@@ -338,6 +344,9 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 		opts.Ranks = ranks
 	}
 	res, err := train.Run(sigs.ctx, be, corpus, opts)
+	if comm != nil {
+		comm.close(err != nil)
+	}
 	if ranks != nil {
 		if err != nil {
 			err = rankFailure(ranks, err)

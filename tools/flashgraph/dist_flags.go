@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/dist"
 )
 
@@ -35,7 +36,7 @@ func addDistFlags(fs *flag.FlagSet) *distFlags {
 	return &distFlags{
 		fs:          fs,
 		ranks:       fs.Int("ranks", 1, "data parallel: start N rank processes on this host, each training 1/N of every -batch rows on -device, their gradients averaged after every step; output comes from rank 0. On -device cpu the ranks talk over loopback TCP"),
-		gpus:        fs.Int("gpus", 1, "GPUs of this host to train on, one rank each: -ranks N on -device cuda (needs the NCCL all-reduce in the CUDA executor, not wired in yet)"),
+		gpus:        fs.Int("gpus", 1, "GPUs of this host to train on, one rank each: -ranks N on -device cuda, the gradients averaged by NCCL (needs libnccl 2.23 or later; not yet measured on several GPUs)"),
 		rank:        fs.Int("rank", 0, "this process's rank in a job whose ranks are started one by one, e.g. on several hosts (default: $RANK, else 0)"),
 		worldSize:   fs.Int("world-size", 1, "number of ranks in such a job, over all hosts (default: $WORLD_SIZE, else 1)"),
 		masterAddr:  fs.String("master-addr", "127.0.0.1", "host of rank 0, where the ranks meet (default: $MASTER_ADDR)"),
@@ -46,8 +47,9 @@ func addDistFlags(fs *flag.FlagSet) *distFlags {
 	}
 }
 
-// errNotWired is the honest answer to a multi-GPU request today.
-var errNotWired = errors.New("training on several GPUs is not available yet: the NCCL all-reduce is not wired into the CUDA executor; -ranks N trains N ranks on the CPU (-device cpu), the same loop and collectives over loopback TCP")
+// ncclVersion reports the NCCL library's version, or why it cannot be
+// loaded (a variable: tests stand in for a machine with or without NCCL).
+var ncclVersion = cuda.NCCLVersion
 
 // The CPU test transport is a collective the CPU executor can call.
 var _ backend.Collective = (*dist.TCP)(nil)
@@ -62,6 +64,7 @@ type rankJob struct {
 	timeout    time.Duration
 	bucketByte int64
 	shardOpt   bool
+	onCUDA     bool // the ranks train on GPUs (NCCL)
 }
 
 // config resolves the job from the environment and the flags given and
@@ -134,8 +137,16 @@ func (f *distFlags) config(getenv func(string) string, device string, globalBatc
 		return j, nil
 	}
 	j.shardOpt = *f.shardOpt
+	j.onCUDA = device == "cuda"
 	if device == "cuda" {
-		return j, fmt.Errorf("%s on -device cuda: %w", j.Config, errNotWired)
+		// The gradients of GPU ranks go through NCCL: without it there is
+		// nothing to train with, and the job is refused before it starts.
+		if _, err := ncclVersion(); err != nil {
+			return j, fmt.Errorf("%s on -device cuda: the ranks average their gradients through NCCL, which cannot be used here: %w (-ranks N -device cpu trains N ranks on the CPU)", j.Config, err)
+		}
+		if j.shardOpt {
+			return j, fmt.Errorf("%s on -device cuda: -shard-optimizer is not available on GPUs yet (its reduce-scatter and all-gather are not lowered to NCCL): drop it, or train on -device cpu", j.Config)
+		}
 	}
 	if _, _, err := dist.Shard(globalBatch, j.WorldSize, j.Rank); err != nil {
 		return j, fmt.Errorf("-batch: %w", err)

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cuda"
 	"github.com/flashgraph/flashgraph/dist"
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -34,6 +36,15 @@ func launchRanks(j rankJob, args []string, stdout, stderr io.Writer) error {
 	path, prefix, err := rankCommand()
 	if err != nil {
 		return fmt.Errorf("-ranks: finding this program to start the ranks: %w", err)
+	}
+	if j.onCUDA {
+		n, err := cuda.DeviceCount()
+		if err != nil {
+			return fmt.Errorf("-gpus %d: %w", j.WorldSize, err)
+		}
+		if n < j.WorldSize {
+			return fmt.Errorf("-gpus %d: this host has %d GPU(s); one rank drives one GPU", j.WorldSize, n)
+		}
 	}
 	port := j.MasterPort
 	if !j.portGiven {
@@ -125,4 +136,86 @@ func countBuckets(g *graph.Graph) int {
 		}
 	}
 	return len(seen)
+}
+
+// gpuComm is a GPU rank's NCCL communicator and the watchdog that aborts it
+// when the job fails: a collective waiting on a dead peer would otherwise
+// hold this rank's stream, and the step with it, forever.
+type gpuComm struct {
+	comm *cuda.Comm
+	done chan struct{}
+}
+
+// joinGPURanks makes this process a GPU rank: the rendezvous and the CPU
+// collective (which the loop's scalars go through) carry rank 0's NCCL id to
+// every rank, and each joins the communicator on its own GPU, which the
+// backend's AllReduce nodes then reduce through.
+func joinGPURanks(ctx context.Context, j rankJob, be backend.Backend) (*dist.TCP, *gpuComm, error) {
+	cb, ok := be.(*cuda.Backend)
+	if !ok {
+		return nil, nil, fmt.Errorf("ranks on %s: only the CUDA backend reduces through NCCL", be.Name())
+	}
+	var extra []byte
+	if j.Rank == 0 {
+		id, err := cuda.NewNCCLUniqueID()
+		if err != nil {
+			return nil, nil, fmt.Errorf("rank 0: making the NCCL id: %w", err)
+		}
+		extra = id[:]
+	}
+	t, err := dist.NewTCPWith(ctx, j.Config, j.timeout, extra)
+	if err != nil {
+		return nil, nil, err
+	}
+	t.Timeout = j.timeout
+	var id cuda.NCCLUniqueID
+	if n := copy(id[:], t.Extra(0)); n != len(id) {
+		t.Close()
+		return nil, nil, fmt.Errorf("rank %d: rank 0 sent an NCCL id of %d bytes, want %d", j.Rank, n, len(id))
+	}
+	comm, err := cb.Device().NewComm(id, j.WorldSize, j.Rank)
+	if err != nil {
+		t.Group().Abort(err)
+		return nil, nil, err
+	}
+	if err := cb.SetComm(comm); err != nil {
+		comm.Abort()
+		t.Group().Abort(err)
+		return nil, nil, err
+	}
+	g := &gpuComm{comm: comm, done: make(chan struct{})}
+	go g.watch(t)
+	return t, g, nil
+}
+
+// watch aborts the communicator when another rank dies (the group hears of
+// it) or NCCL reports an error of its own in the background.
+func (g *gpuComm) watch(t *dist.TCP) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-g.done:
+			return
+		case <-t.Group().Failed():
+			g.comm.Abort()
+			return
+		case <-tick.C:
+			if g.comm.AsyncError() != nil {
+				g.comm.Abort()
+				return
+			}
+		}
+	}
+}
+
+// close ends the watchdog and the communicator: at once (abort) after a
+// failure, once the queued work is done otherwise.
+func (g *gpuComm) close(failed bool) {
+	close(g.done)
+	if failed {
+		g.comm.Abort()
+		return
+	}
+	g.comm.Close()
 }
