@@ -38,7 +38,7 @@ weights and the batch sampling. A FILE (our graph text or .onnx) trains that gra
 -loss names its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze
 say how; train -explain FILE shows what is trained, -resume needs no FILE. -ranks N trains
 data parallel: N rank processes, each on 1/N of every -batch rows, gradients averaged after
-each step (on the CPU over loopback TCP; GPUs need NCCL, not wired in yet); -rank,
+each step (on the CPU over loopback TCP; -gpus N on GPUs through NCCL, not yet run); -rank,
 -world-size, -master-addr and -master-port (or torchrun's variables) make this process one
 rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
