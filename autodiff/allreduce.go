@@ -10,36 +10,28 @@ import (
 // before it is reduced (PyTorch DDP's default, 25 MiB).
 const DefaultBucketBytes = 25 << 20
 
-// allReduceGradients inserts one flashgraph.AllReduce (mean over world ranks)
-// after each param's final gradient, in the reverse of params order (the
-// order backward finishes them: last layer first). Each node's bucket
-// attribute groups consecutive gradients until bucketBytes are collected, so
-// that an executor can hand one bucket to its collective in one call as soon
-// as the last gradient of the bucket is computed. It returns the reduced
-// gradient of each param.
+// allReduceGradients averages each param's final gradient over world ranks
+// with one flashgraph.AllReduce per bucket (gradientBuckets: backward order,
+// up to bucketBytes each). Each bucket's node is placed right after the node
+// that computes the last of its gradients: the point where an executor can
+// hand the bucket to its collective (on a GPU, on a second stream while the
+// rest of the backward runs), in one call for the whole bucket. It returns
+// the reduced gradient of each param.
 func allReduceGradients(g *graph.Graph, nm *graph.Namer, gradOf func(string) *graph.Value, params []string, world int, bucketBytes int64) (map[string]*graph.Value, error) {
-	if bucketBytes <= 0 {
-		bucketBytes = DefaultBucketBytes
-	}
 	out := map[string]*graph.Value{}
-	bucket, filled := int64(0), int64(0)
-	for i := len(params) - 1; i >= 0; i-- {
-		p := params[i]
-		gv := gradOf(p)
-		size := int64(gv.Type.Shape.Numel()) * int64(gv.Type.DType.Size())
-		if filled > 0 && filled+size > bucketBytes {
-			bucket++
-			filled = 0
-		}
-		filled += size
-		attrs := graph.Attrs{"reduce": graph.Str("mean"), "world": graph.Int(int64(world)), "bucket": graph.Int(bucket)}
-		n, err := graph.NewNode(nm.Fresh("allreduce/"+p), "AllReduce", attrs, gv)
+	var nodes []*graph.Node
+	for k, b := range gradientBuckets(gradOf, params, bucketBytes) {
+		attrs := graph.Attrs{"reduce": graph.Str("mean"), "world": graph.Int(int64(world)), "bucket": graph.Int(int64(k))}
+		n, err := graph.NewNode(nm.Fresh(fmt.Sprintf("allreduce/bucket%d", k)), "AllReduce", attrs, b.grads...)
 		if err != nil {
-			return nil, fmt.Errorf("AllReduce for %s: %w", p, err)
+			return nil, fmt.Errorf("AllReduce of bucket %d (%s, ...): %w", k, b.params[0], err)
 		}
-		n.Outputs[0].Name = nm.Fresh("grad.reduced." + p)
-		g.Nodes = append(g.Nodes, n)
-		out[p] = n.Outputs[0]
+		for j, p := range b.params {
+			n.Outputs[j].Name = nm.Fresh("grad.reduced." + p)
+			out[p] = n.Outputs[j]
+		}
+		nodes = append(nodes, n)
 	}
+	insertAfterProducers(g, nodes)
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package autodiff
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -33,9 +34,11 @@ func TestAllReduceWorldOfOneInsertsNothing(t *testing.T) {
 }
 
 // With world 2 every AdamW (and the clip's norm) reads a gradient averaged
-// over the ranks, the nodes are bucketed by size in backward order, and the
-// graph verifies and survives the text format.
-func TestAllReduceInsertedPerGradient(t *testing.T) {
+// over the ranks, the gradients are bucketed by size in backward order, one
+// AllReduce per bucket placed right after the node that computes the
+// bucket's last gradient, and the graph verifies and survives the text
+// format.
+func TestAllReduceInsertedPerBucket(t *testing.T) {
 	cfg := tinyConfig(t, graph.Float32)
 	g := buildModel(t, cfg)
 	ts, err := TrainingGraph(g, TrainOptions{World: 2, ClipNorm: 1})
@@ -44,7 +47,7 @@ func TestAllReduceInsertedPerGradient(t *testing.T) {
 	}
 	producer := map[*graph.Value]*graph.Node{}
 	var reduces []*graph.Node
-	for _, n := range ts.Graph.Nodes {
+	for i, n := range ts.Graph.Nodes {
 		for _, o := range n.Outputs {
 			producer[o] = n
 		}
@@ -59,10 +62,13 @@ func TestAllReduceInsertedPerGradient(t *testing.T) {
 			if b := n.Attrs.Int("bucket", -1); b != 0 {
 				t.Errorf("%s: bucket %d with the 25 MiB default on a tiny model, want 0", n.Name, b)
 			}
+			if i == 0 || !slices.ContainsFunc(n.Inputs, func(v *graph.Value) bool { return producer[v] == ts.Graph.Nodes[i-1] }) {
+				t.Errorf("%s is not right after the node of its last gradient", n.Name)
+			}
 		}
 	}
-	if len(reduces) != len(ts.Params) {
-		t.Fatalf("%d AllReduce nodes for %d params", len(reduces), len(ts.Params))
+	if len(reduces) != 1 || len(reduces[0].Inputs) != len(ts.Params) {
+		t.Fatalf("%d AllReduce nodes for %d params, want one bucket of every gradient", len(reduces), len(ts.Params))
 	}
 	for _, n := range ts.Graph.Nodes {
 		if n.Op != "AdamW" {
@@ -90,15 +96,25 @@ func TestAllReduceInsertedPerGradient(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[int64]bool{}
-	for _, n := range ts.Graph.Nodes {
+	placedAt := map[*graph.Value]int{}
+	for i, n := range ts.Graph.Nodes {
+		for _, o := range n.Outputs {
+			placedAt[o] = i
+		}
 		if n.Op == "AllReduce" {
 			b := n.Attrs.Int("bucket", -1)
 			if seen[b] {
 				t.Errorf("bucket %d used twice with 1-byte buckets", b)
 			}
 			seen[b] = true
-			if want := "allreduce/" + ts.Params[len(ts.Params)-1]; b == 0 && !strings.HasPrefix(n.Name, want) {
-				t.Errorf("bucket 0 is %s, want %s (backward order)", n.Name, want)
+			if len(n.Inputs) != 1 {
+				t.Errorf("%s reduces %d gradients with 1-byte buckets", n.Name, len(n.Inputs))
+			}
+			if want := "grad.reduced." + ts.Params[len(ts.Params)-1]; b == 0 && !strings.HasPrefix(n.Outputs[0].Name, want) {
+				t.Errorf("bucket 0 reduces %s, want %s (backward order)", n.Outputs[0].Name, want)
+			}
+			if at, ok := placedAt[n.Inputs[0]]; ok && at != i-1 {
+				t.Errorf("%s is at node %d, its gradient is made at node %d", n.Name, i, at)
 			}
 		}
 	}

@@ -35,6 +35,13 @@ type TrainOptions struct {
 	// nothing: the graph is the single-process one.
 	World       int
 	BucketBytes int64
+	// ShardOptimizer, with World > 1, makes the step ZeRO-1's for rank
+	// Rank (zero.go): each bucket's averaged gradients are reduce-scattered,
+	// the rank updates its part of the flat bucket with moments for that
+	// part only, and the updated parts are all-gathered into every rank's
+	// weights. Each rank's graph then differs in its part.
+	ShardOptimizer bool
+	Rank           int
 }
 
 // Default AdamW hyperparameters (those of the AdamW op's table entry).
@@ -66,8 +73,14 @@ type TrainStep struct {
 	// Grads maps each param to its gradient value inside Graph.
 	Grads map[string]string
 	// Moments maps each param to its first and second moment initializers
-	// ("opt.m.<param>", "opt.v.<param>": zeros consts of the param's type).
+	// ("opt.m.<param>", "opt.v.<param>": zeros consts of the param's type;
+	// with ShardOptimizer, of the rank's part of the param only, and only
+	// for the params the rank holds a part of).
 	Moments map[string][2]string
+	// Shards, with ShardOptimizer, gives for each param the rank holds a
+	// part of the part: elements [lo, hi) of the flattened param, which its
+	// moments hold.
+	Shards map[string][2]int
 	// GradNorm names the global gradient norm output (before clipping),
 	// "" unless TrainOptions.ClipNorm was set.
 	GradNorm string
@@ -177,6 +190,24 @@ func TrainingGraph(fwd *graph.Graph, opt TrainOptions) (*TrainStep, error) {
 	}
 	if opt.World < 0 {
 		return nil, fmt.Errorf("training graph %s: world size must be at least 1, got %d", fwd.Name, opt.World)
+	}
+	if opt.ShardOptimizer && opt.World > 1 {
+		switch {
+		case opt.ClipNorm != 0:
+			return nil, fmt.Errorf("training graph %s: gradient clipping with a sharded optimizer is not supported yet (each rank holds a part of the gradients; the norm needs one more all-reduce)", fwd.Name)
+		case acc != nil:
+			return nil, fmt.Errorf("training graph %s: gradient accumulation with a sharded optimizer is not supported yet", fwd.Name)
+		}
+		outs, err := shardedUpdate(g, nm, claim, ts, vals, gradOf, params, opt, lr, step, b1, b2, eps)
+		if err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		g.Outputs = append([]*graph.Value{lossV}, outs...)
+		if err := graph.Verify(g); err != nil {
+			return nil, fmt.Errorf("training graph %s: %w", fwd.Name, err)
+		}
+		ts.Graph = g
+		return ts, nil
 	}
 	if opt.World > 1 {
 		reduced, err := allReduceGradients(g, nm, gradOf, params, opt.World, opt.BucketBytes)

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -48,10 +49,17 @@ const maxReduce = 1 << 30
 // depends on which rank arrived first). It is meant for tests and small CPU
 // jobs, not for speed: rank 0 carries (world-1) times the traffic.
 type TCP struct {
-	g     *Group
-	ln    net.Listener
-	conns []net.Conn // rank 0: conns[r] for r ≥ 1; others: conns[0]
-	mu    sync.Mutex
+	// Timeout bounds one collective call whose context has no deadline
+	// (an executor's AllReduce): a rank that sends nothing for that long
+	// (hung, stopped, or cut off without a FIN) fails the call on the others,
+	// named, instead of making them wait forever. The ranks other than 0
+	// wait verdictGrace longer, so that rank 0's verdict naming the culprit
+	// reaches them first. Zero: no bound.
+	Timeout time.Duration
+	g       *Group
+	ln      net.Listener
+	conns   []net.Conn // rank 0: conns[r] for r ≥ 1; others: conns[0]
+	mu      sync.Mutex
 }
 
 // NewTCP meets the other ranks of c's job (through Rendezvous, which also
@@ -60,19 +68,30 @@ type TCP struct {
 // its rendezvous blob, and the others dial it. A world of one returns a TCP
 // that reduces nothing.
 func NewTCP(ctx context.Context, c Config, timeout time.Duration) (*TCP, error) {
+	return NewTCPWith(ctx, c, timeout, nil)
+}
+
+// NewTCPWith is NewTCP passing this rank's extra bytes (rank 0's NCCL
+// unique id, for a GPU job whose gradients go through NCCL and whose loop
+// agrees on its scalars through this collective) to every rank: Extra(r)
+// returns rank r's.
+func NewTCPWith(ctx context.Context, c Config, timeout time.Duration, extra []byte) (*TCP, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	t := &TCP{}
-	var blob []byte
+	var addr []byte
 	if c.Rank == 0 && c.WorldSize > 1 {
 		ln, err := net.Listen("tcp", net.JoinHostPort(c.MasterAddr, "0"))
 		if err != nil {
 			return nil, fmt.Errorf("dist: collective listener: %w", err)
 		}
 		t.ln = ln
-		blob = []byte(ln.Addr().String())
+		addr = []byte(ln.Addr().String())
 	}
+	// The blob: the listener's address (rank 0), then the extra bytes.
+	blob := binary.BigEndian.AppendUint32(nil, uint32(len(addr)))
+	blob = append(append(blob, addr...), extra...)
 	g, err := Rendezvous(ctx, c, blob, timeout)
 	if err != nil {
 		if t.ln != nil {
@@ -89,7 +108,7 @@ func NewTCP(ctx context.Context, c Config, timeout time.Duration) (*TCP, error) 
 	if c.Rank == 0 {
 		err = t.accept(deadline)
 	} else {
-		err = t.dial(ctx, string(g.Blobs[0]), deadline)
+		err = t.dial(ctx, string(t.blobPart(0, true)), deadline)
 	}
 	if err != nil {
 		t.Close()
@@ -142,6 +161,31 @@ func (t *TCP) dial(ctx context.Context, addr string, deadline time.Time) error {
 	return nil
 }
 
+// blobPart splits rank r's rendezvous blob into the listener address and
+// the extra bytes (nil for a malformed blob).
+func (t *TCP) blobPart(r int, address bool) []byte {
+	b := t.g.Blobs[r]
+	if len(b) < 4 {
+		return nil
+	}
+	n := int(binary.BigEndian.Uint32(b))
+	if n > len(b)-4 {
+		return nil
+	}
+	if address {
+		return b[4 : 4+n]
+	}
+	return b[4+n:]
+}
+
+// Extra is the extra bytes rank r passed to NewTCPWith.
+func (t *TCP) Extra(r int) []byte {
+	if r < 0 || r >= t.g.WorldSize {
+		return nil
+	}
+	return t.blobPart(r, false)
+}
+
 // Rank is this process's rank.
 func (t *TCP) Rank() int { return t.g.Rank }
 
@@ -160,7 +204,15 @@ func (t *TCP) AllReduceSum(ctx context.Context, buf []float32) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
+	dl, ok := ctx.Deadline()
+	if !ok && t.Timeout > 0 {
+		wait := t.Timeout
+		if t.g.Rank != 0 {
+			wait += verdictGrace
+		}
+		dl, ok = time.Now().Add(wait), true
+	}
+	if ok {
 		for _, c := range t.conns {
 			if c != nil {
 				c.SetDeadline(dl)
@@ -176,10 +228,10 @@ func (t *TCP) AllReduceSum(ctx context.Context, buf []float32) error {
 	}
 	if t.g.Rank != 0 {
 		if err := writeFloats(t.conns[0], buf); err != nil {
-			return fmt.Errorf("dist: all-reduce: sending to rank 0: %w", err)
+			return t.peerError(0, "sending to", err)
 		}
 		if err := readFloats(t.conns[0], buf); err != nil {
-			return fmt.Errorf("dist: all-reduce: rank 0 went away: %w", err)
+			return t.peerError(0, "waiting for", err)
 		}
 		return nil
 	}
@@ -190,7 +242,7 @@ func (t *TCP) AllReduceSum(ctx context.Context, buf []float32) error {
 	other := make([]float32, len(buf))
 	for r := 1; r < t.g.WorldSize; r++ {
 		if err := readFloats(t.conns[r], other); err != nil {
-			return fmt.Errorf("dist: all-reduce: rank %d went away: %w", r, err)
+			return t.peerError(r, "waiting for", err)
 		}
 		for i, v := range other {
 			sum[i] += float64(v)
@@ -201,10 +253,52 @@ func (t *TCP) AllReduceSum(ctx context.Context, buf []float32) error {
 	}
 	for r := 1; r < t.g.WorldSize; r++ {
 		if err := writeFloats(t.conns[r], buf); err != nil {
-			return fmt.Errorf("dist: all-reduce: rank %d went away: %w", r, err)
+			return t.peerError(r, "sending to", err)
 		}
 	}
 	return nil
+}
+
+// peerError says what went wrong with rank r during an all-reduce, naming it:
+// gone (its connection closed: it died, or exited on an error of its own) or
+// silent past the deadline (hung, stopped, or far behind).
+func (t *TCP) peerError(r int, doing string, err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return &PeerError{Rank: r, Err: fmt.Errorf("dist: all-reduce: rank %d sent nothing within the collective timeout (%v): it hangs, is stopped, or is far behind (-rank-timeout raises the bound): %w", r, t.Timeout, err)}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || isReset(err) {
+		return &PeerError{Rank: r, Err: fmt.Errorf("dist: all-reduce: rank %d went away (it died, or stopped on an error of its own): %w", r, err)}
+	}
+	return &PeerError{Rank: r, Err: fmt.Errorf("dist: all-reduce: %s rank %d: %w", doing, r, err)}
+}
+
+// PeerError is a collective that failed because of another rank, named.
+type PeerError struct {
+	Rank int
+	Err  error
+}
+
+func (e *PeerError) Error() string { return e.Err.Error() }
+func (e *PeerError) Unwrap() error { return e.Err }
+
+// Cause returns err, or when the group heard within grace why the job is
+// failing (rank 0 names a rank that died to every other rank), that reason
+// joined to err: a rank whose all-reduce saw only rank 0 go away then says
+// which rank really died.
+func (t *TCP) Cause(err error, grace time.Duration) error {
+	if t.g == nil || t.g.WorldSize == 1 {
+		return err
+	}
+	if why := t.g.Cause(); why != nil {
+		return fmt.Errorf("%w\n(%v)", err, why)
+	}
+	select {
+	case why := <-t.g.Failed():
+		return fmt.Errorf("%w\n(%v)", err, why)
+	case <-time.After(grace):
+		return err
+	}
 }
 
 // Barrier implements Collective as an all-reduce of nothing.
@@ -258,4 +352,10 @@ func readFloats(r io.Reader, v []float32) error {
 		v[i] = math.Float32frombits(binary.BigEndian.Uint32(b[4*i:]))
 	}
 	return nil
+}
+
+// isReset says err is a connection reset or broken pipe: the peer's process
+// ended while data was in flight.
+func isReset(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

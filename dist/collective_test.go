@@ -2,6 +2,7 @@ package dist
 
 import (
 	"context"
+	"errors"
 	"math"
 	"os"
 	"os/exec"
@@ -267,5 +268,89 @@ func waitBounded(t *testing.T, cmd *exec.Cmd, limit time.Duration) error {
 		<-done
 		t.Fatalf("process still running after %v", limit)
 		return nil
+	}
+}
+
+// A rank that never joins an all-reduce (hung) fails it on the others within
+// Timeout, with a PeerError naming that rank; rank 0 answers first, the
+// others a grace later.
+func TestTCPTimeoutNamesSilentRank(t *testing.T) {
+	cs := collectives(t, 3)
+	for _, c := range cs {
+		c.Timeout = 300 * time.Millisecond
+	}
+	errs := make([]error, 2)
+	took := make([]time.Duration, 2)
+	var wg sync.WaitGroup
+	for r := range 2 { // rank 2 stays silent
+		wg.Go(func() {
+			start := time.Now()
+			errs[r] = cs[r].AllReduceSum(context.Background(), make([]float32, 4))
+			took[r] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	var pe *PeerError
+	if !errors.As(errs[0], &pe) || pe.Rank != 2 || !strings.Contains(errs[0].Error(), "rank 2 sent nothing within the collective timeout") {
+		t.Errorf("rank 0: %v, want a PeerError naming rank 2", errs[0])
+	}
+	if took[0] > 2*time.Second {
+		t.Errorf("rank 0 gave up after %v, want about the 300ms timeout", took[0])
+	}
+	// Rank 1 sent its part to rank 0 and waits for the sum, which rank 0
+	// cannot send: it names rank 0, the one it hears from, once rank 0 gives
+	// up and closes (Cause adds rank 0's verdict when the job aborts).
+	if errs[1] == nil {
+		t.Errorf("rank 1: the all-reduce succeeded without rank 2")
+	}
+}
+
+// NewTCPWith passes each rank's extra bytes (rank 0's NCCL id in a GPU job)
+// to every rank, beside the collective's own address.
+func TestTCPExtraBytes(t *testing.T) {
+	port := freePort(t)
+	const world = 3
+	out := make([]*TCP, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Go(func() {
+			c := Config{Rank: r, WorldSize: world, LocalRank: r, MasterAddr: "127.0.0.1", MasterPort: port}
+			var extra []byte
+			if r == 0 {
+				extra = []byte("nccl-id-of-rank-0")
+			}
+			out[r], errs[r] = NewTCPWith(context.Background(), c, 10*time.Second, extra)
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+		defer out[r].Close()
+	}
+	for r := range world {
+		if got := string(out[r].Extra(0)); got != "nccl-id-of-rank-0" {
+			t.Errorf("rank %d sees rank 0's extra as %q", r, got)
+		}
+		if got := out[r].Extra(1); len(got) != 0 {
+			t.Errorf("rank %d sees rank 1's extra as %q, want none", r, got)
+		}
+	}
+	// The collective itself still works.
+	var wg2 sync.WaitGroup
+	sums := make([][]float32, world)
+	for r := range world {
+		wg2.Go(func() {
+			sums[r] = []float32{float32(r + 1)}
+			errs[r] = out[r].AllReduceSum(context.Background(), sums[r])
+		})
+	}
+	wg2.Wait()
+	for r := range world {
+		if errs[r] != nil || sums[r][0] != 6 {
+			t.Errorf("rank %d: sum %v, %v; want 6", r, sums[r], errs[r])
+		}
 	}
 }

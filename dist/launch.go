@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"os/exec"
 	"strconv"
 	"sync"
@@ -28,6 +29,16 @@ type Launch struct {
 	// Started, if set, is told each rank's process id (tests check that none
 	// outlives the job).
 	Started func(rank, pid int)
+	// Signals, if set, are passed on to every rank that is still running.
+	// The ranks run in a process group of their own (on Linux), so that a
+	// terminal's Ctrl-C reaches them once, through the launcher, and not
+	// twice (a rank takes a second signal as "abort now").
+	Signals <-chan os.Signal
+	// Graceful, if set, says that a rank's unsuccessful exit is one the
+	// others are about to make too (stopped by a signal that every rank
+	// got): the launcher then waits for them instead of killing them, and
+	// still returns the first such exit as a *RankError.
+	Graceful func(rank int, err error) bool
 }
 
 // TailBytes is how much of a failing rank's output its error repeats.
@@ -129,13 +140,26 @@ func (l *Launch) Run(ctx context.Context) error {
 	var first *RankError
 	var ctxErr error
 	done := ctx.Done()
+	running := make([]bool, l.World)
+	for r := range running {
+		running[r] = true
+	}
 	for left := l.World; left > 0; {
 		select {
+		case sig := <-l.Signals:
+			for r, c := range cmds {
+				if running[r] {
+					c.Process.Signal(sig)
+				}
+			}
 		case e := <-exits:
 			left--
+			running[e.rank] = false
 			if e.err != nil && first == nil && ctxErr == nil {
 				first = &RankError{Rank: e.rank, Err: e.err}
-				killAll()
+				if l.Graceful == nil || !l.Graceful(e.rank, e.err) {
+					killAll()
+				}
 			}
 		case <-done:
 			ctxErr = ctx.Err()

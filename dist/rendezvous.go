@@ -409,6 +409,14 @@ func (g *Group) broadcastAbort(dead int, why error) {
 	}
 }
 
+// Cause is the first failure the group heard of (nil while there is none):
+// what Failed delivered, for a caller that did not keep it.
+func (g *Group) Cause() error {
+	g.causeMu.Lock()
+	defer g.causeMu.Unlock()
+	return g.cause
+}
+
 // Failed receives one error when another rank of the job dies or the job
 // aborts. A training loop selects on it (or polls it between steps) and exits
 // with the error: a collective with a dead peer would otherwise wait forever.

@@ -99,8 +99,14 @@ func (s *OpSpec) InPlaceInput(k int) int {
 }
 
 // KeepsDType reports whether output k stays in its graph dtype under mixed
-// precision (KeepDType).
-func (s *OpSpec) KeepsDType(k int) bool { return slices.Contains(s.KeepDType, k) }
+// precision (KeepDType). Every output of a variadic last output counts as
+// that output.
+func (s *OpSpec) KeepsDType(k int) bool {
+	if n := len(s.Outputs); n > 0 && k >= n-1 && strings.HasSuffix(s.Outputs[n-1], "...") {
+		k = n - 1
+	}
+	return slices.Contains(s.KeepDType, k)
+}
 
 var ops = map[string]*OpSpec{}
 

@@ -199,8 +199,8 @@ func init() {
 func init() {
 	register(&OpSpec{
 		Name: "AllReduce", Domain: DomainFlashgraph,
-		Doc:    "data parallel: the sum (reduce=sum) or mean (reduce=mean) of x over the job's world ranks; identity on one rank",
-		Inputs: []string{"x"}, Outputs: []string{"y"}, Eval: evalAllReduce,
+		Doc:    "data parallel: each y_i is the sum (reduce=sum) or mean (reduce=mean) of x_i over the job's world ranks, the inputs of one bucket reduced together in one collective call; identity on one rank",
+		Inputs: []string{"x..."}, Outputs: []string{"y..."}, Eval: evalAllReduce,
 		KeepDType: []int{0},
 		Attrs: []AttrSpec{
 			{Name: "reduce", Kind: AttrString, Default: Str("mean"), Enum: []string{"sum", "mean"}},
@@ -214,7 +214,14 @@ func init() {
 			if b := a.Int("bucket", 0); b < 0 {
 				return nil, fmt.Errorf("bucket must be at least 0, got %d", b)
 			}
-			return []TensorType{*in[0]}, nil
+			out := make([]TensorType, len(in))
+			for i, t := range in {
+				if t == nil {
+					return nil, fmt.Errorf("input %d is omitted", i)
+				}
+				out[i] = *t
+			}
+			return out, nil
 		},
 	})
 }
@@ -227,8 +234,136 @@ func evalAllReduce(in []*Tensor, a Attrs, out []*Tensor) error {
 	if a.String("reduce", "mean") == "sum" {
 		k = float64(a.Int("world", 1))
 	}
+	for j, x := range in {
+		for i := range x.Len() {
+			out[j].Set(i, k*x.At(i))
+		}
+	}
+	return nil
+}
+
+// shardAttrs are the attributes of the sharded collectives (ZeRO-1): the
+// job's world size, this node's rank, and offsets, world+1 increasing
+// element offsets into the flat bucket (the concatenation of the bucket's
+// tensors, row-major): rank r holds elements [offsets[r], offsets[r+1]).
+var shardAttrs = []AttrSpec{
+	{Name: "world", Kind: AttrInt, Default: Int(1)},
+	{Name: "rank", Kind: AttrInt, Default: Int(0)},
+	{Name: "bucket", Kind: AttrInt, Default: Int(0)},
+	{Name: "offsets", Kind: AttrInts, Required: true},
+}
+
+// ShardRange checks a sharded collective's attributes against a flat bucket
+// of total elements and returns the node's rank's part [lo, hi).
+func ShardRange(a Attrs, total int) (lo, hi int, err error) {
+	w, r := a.Int("world", 1), a.Int("rank", 0)
+	if w < 1 {
+		return 0, 0, fmt.Errorf("world must be at least 1, got %d", w)
+	}
+	if r < 0 || r >= w {
+		return 0, 0, fmt.Errorf("rank %d is outside [0, %d)", r, w)
+	}
+	off := a.IntList("offsets")
+	if int64(len(off)) != w+1 {
+		return 0, 0, fmt.Errorf("offsets has %d entries, want world+1 = %d", len(off), w+1)
+	}
+	if off[0] != 0 || off[w] != int64(total) {
+		return 0, 0, fmt.Errorf("offsets run from %d to %d, want 0 to the bucket's %d elements", off[0], off[w], total)
+	}
+	for i := range w {
+		if off[i+1] < off[i] {
+			return 0, 0, fmt.Errorf("offsets decrease at rank %d (%d after %d)", i+1, off[i+1], off[i])
+		}
+	}
+	return int(off[r]), int(off[r+1]), nil
+}
+
+func init() {
+	register(&OpSpec{
+		Name: "ReduceScatter", Domain: DomainFlashgraph,
+		Doc:    "data parallel (ZeRO-1): the node's rank's part [offsets[rank], offsets[rank+1]) of the flat concatenation of x_i, summed (reduce=sum) or averaged (reduce=mean) over the job's world ranks; on one rank the whole concatenation",
+		Inputs: []string{"x..."}, Outputs: []string{"y"}, Eval: evalReduceScatter,
+		KeepDType: []int{0},
+		Attrs:     append([]AttrSpec{{Name: "reduce", Kind: AttrString, Default: Str("mean"), Enum: []string{"sum", "mean"}}}, shardAttrs...),
+		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
+			total := 0
+			for i, t := range in {
+				if t == nil {
+					return nil, fmt.Errorf("input %d is omitted", i)
+				}
+				if t.DType != in[0].DType {
+					return nil, fmt.Errorf("input %d is %v, input 0 %v: a bucket has one dtype", i, t.DType, in[0].DType)
+				}
+				total += t.Shape.Numel()
+			}
+			lo, hi, err := ShardRange(a, total)
+			if err != nil {
+				return nil, err
+			}
+			return []TensorType{{DType: in[0].DType, Shape: Shape{hi - lo}}}, nil
+		},
+	})
+	register(&OpSpec{
+		Name: "AllGather", Domain: DomainFlashgraph,
+		Doc:    "data parallel (ZeRO-1): the flat bucket whose elements [offsets[r], offsets[r+1]) are rank r's x, for every rank r of the job; on one rank x itself",
+		Inputs: []string{"x"}, Outputs: []string{"y"}, Eval: evalAllGather,
+		KeepDType: []int{0},
+		Attrs:     shardAttrs,
+		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
+			off := a.IntList("offsets")
+			if len(off) == 0 {
+				return nil, fmt.Errorf("offsets is empty")
+			}
+			total := int(off[len(off)-1])
+			lo, hi, err := ShardRange(a, total)
+			if err != nil {
+				return nil, err
+			}
+			if in[0].Shape.Rank() != 1 || in[0].Shape[0] != hi-lo {
+				return nil, fmt.Errorf("x is %v, want the rank's %d elements [%d]", in[0].Shape, hi-lo, hi-lo)
+			}
+			return []TensorType{{DType: in[0].DType, Shape: Shape{total}}}, nil
+		},
+	})
+}
+
+// evalReduceScatter is the op's meaning on one process: every rank holding
+// the same inputs, the mean over the ranks is the inputs and the sum world
+// times them; the node keeps its rank's part of the flat bucket.
+func evalReduceScatter(in []*Tensor, a Attrs, out []*Tensor) error {
+	k := 1.0
+	if a.String("reduce", "mean") == "sum" {
+		k = float64(a.Int("world", 1))
+	}
+	total := 0
+	for _, x := range in {
+		total += x.Len()
+	}
+	lo, hi, err := ShardRange(a, total)
+	if err != nil {
+		return err
+	}
+	flat := 0
+	for _, x := range in {
+		for i := range x.Len() {
+			if flat >= lo && flat < hi {
+				out[0].Set(flat-lo, k*x.At(i))
+			}
+			flat++
+		}
+	}
+	return nil
+}
+
+// evalAllGather is the op's meaning on one rank, x itself. Over several
+// ranks the other ranks' parts exist only in their processes: only an
+// executor connected to the job's collective computes it.
+func evalAllGather(in []*Tensor, a Attrs, out []*Tensor) error {
+	if w := a.Int("world", 1); w > 1 {
+		return fmt.Errorf("AllGather over %d ranks needs the job's collective: the other ranks' parts are theirs", w)
+	}
 	for i := range in[0].Len() {
-		out[0].Set(i, k*in[0].At(i))
+		out[0].Set(i, in[0].At(i))
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func diagnoseDivergence(ctx context.Context, be backend.Backend, src Source, fus
 	hd := h
 	hd.NoFuseElementwise = true
 	d, err := untilDone(ctx, "compiling the diagnostic step", func() (*Trainer, error) {
-		return newSourceTrainer(be, src, fuse, hd, corpus, true)
+		return newSourceTrainer(be, src, fuse, hd, corpus, true, nil)
 	}, (*Trainer).Close)
 	if err != nil {
 		return fmt.Sprintf("%s: not looked for: %v", what, err)

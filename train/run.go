@@ -66,6 +66,15 @@ type Options struct {
 	// PeakFLOPS); with it the progress and the result give MFU. Zero: no
 	// MFU (the CPU).
 	Peak Peak
+
+	// Ranks, for a data-parallel job (Hyper.World > 1), is this process's
+	// rank and the job's collective. Every rank runs Run with the same
+	// options; the ranks agree on each step's loss, on the validation loss
+	// and on when to stop (a signal to any rank stops every rank after the
+	// same step), and rank 0 alone writes the checkpoints, between two
+	// barriers, into CkptDir, which every rank reads on Resume (one folder
+	// on one host, a shared one across hosts).
+	Ranks Ranks
 }
 
 // Result is what a run did.
@@ -111,6 +120,13 @@ type Result struct {
 	// Unit is what one position of the data is, the unit losses are per:
 	// "byte" for text, "token" for a token file.
 	Unit string
+	// World is the number of ranks that trained (1: one process); Tokens,
+	// TokensPerStep and the throughput are the job's, over every rank.
+	World int
+	// OptimizerStateBytes is the AdamW state this process kept (with
+	// Hyper.ShardOptimizer, its part only).
+	OptimizerStateBytes int64
+	ShardOptimizer      bool
 }
 
 // TokensPerSec is the mean training throughput of this process over all its
@@ -210,7 +226,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		src = *opts.Source
 	}
 	tr, err := untilDone(ctx, "compiling the training step", func() (*Trainer, error) {
-		return NewSourceTrainer(be, src, opts.Fuse, opts.Hyper, corpus)
+		return NewRankTrainer(be, src, opts.Fuse, opts.Hyper, corpus, opts.Ranks)
 	}, (*Trainer).Close)
 	if err != nil {
 		return nil, err
@@ -222,11 +238,13 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 	}()
 	// A step runs the step graph once per micro-batch (Hyper.Accum).
+	// The job's tokens: each rank's step graph runs 1/World of them.
 	runTokens := int64(opts.Config.Batch * opts.Config.Seq)
 	tokensPerStep := runTokens * int64(opts.Hyper.accum())
+	world := opts.Hyper.world()
 	res := &Result{Config: opts.Config, Fused: opts.Fuse, Backend: be.Name(), Graphs: tr.Graphs, Recompute: opts.Hyper.RecomputeMode(), Unit: strings.TrimSuffix(corpus.Unit(), "s"),
 		Compile: time.Since(tc), TokensPerStep: tokensPerStep, Peak: opts.Peak,
-		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(runTokens)}
+		FLOPsPerToken: GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(runTokens/int64(world)), World: world}
 	if log != nil {
 		fmt.Fprintf(log, "compile: %s\n", roundDuration(res.Compile))
 	}
@@ -254,7 +272,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 				fmt.Fprintf(log, "note: %s\n", n)
 			}
 		}
-	} else if opts.CkptDir != "" {
+	} else if opts.CkptDir != "" && tr.Rank() == 0 {
 		// Checkpoints of an earlier run would be taken for this run's by a
 		// later -resume, so this run replaces them; but only once it has a
 		// checkpoint of its own, so that a run that fails to start (or a
@@ -288,13 +306,19 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	// sessionStart marks the start of the training time not yet added to
 	// tr.elapsed (which checkpoints carry across resumed sessions).
 	sessionStart := time.Now()
+	// The ranks of a job validate together and stop together: a validation
+	// that one rank gave up would leave the others waiting for its part.
+	evalCtx := ctx
+	if world > 1 {
+		evalCtx = context.Background()
+	}
 	eval := func() error {
 		if !tr.HasVal() {
 			return nil
 		}
 		rs.set(phaseValidating, tr.StepsDone())
 		defer rs.set(phaseBetween, tr.StepsDone())
-		l, err := tr.EvalContext(ctx)
+		l, err := tr.EvalContext(evalCtx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil // interrupted: the loop stops and saves
@@ -315,8 +339,19 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		if err != nil {
 			return err
 		}
-		p, err := checkpoint.SaveCheckpoint(opts.CkptDir, tr.StepsDone(), ts, opts.KeepEvery)
-		if err != nil {
+		// Rank 0 writes the job's one checkpoint once every rank has
+		// finished the step, and no rank goes on (or exits) before it is
+		// complete: a rank lost meanwhile leaves the previous one intact.
+		if err := tr.barrier("before the checkpoint of step %d", tr.StepsDone()); err != nil {
+			return err
+		}
+		p := checkpoint.CheckpointPath(opts.CkptDir, tr.StepsDone())
+		if tr.Rank() == 0 {
+			if p, err = checkpoint.SaveCheckpoint(opts.CkptDir, tr.StepsDone(), ts, opts.KeepEvery); err != nil {
+				return err
+			}
+		}
+		if err := tr.barrier("after the checkpoint of step %d", tr.StepsDone()); err != nil {
 			return err
 		}
 		res.Checkpoint = p
@@ -340,16 +375,23 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	lastSaved := tr.StepsDone()
 	var win window
 	prevEnd := time.Now()
+	stopAll := false
 	for tr.StepsDone() < total {
-		if ctx.Err() != nil {
+		if stopAll || (world == 1 && ctx.Err() != nil) {
 			res.Interrupted = true
 			break
 		}
 		ts := time.Now()
 		lr := tr.LR()
 		rs.set(phaseStep, tr.StepsDone())
-		loss, err := tr.Step()
+		loss, stop, err := tr.stepAgreeing(ctx.Err() != nil)
+		stopAll = stop
 		if err != nil {
+			if errors.Is(err, ErrDiverged) && world > 1 {
+				// Every rank saw the same global loss: each stops here. A
+				// re-run with every node checked is a one-process affair.
+				return nil, fmt.Errorf("%w (re-run from that checkpoint on one rank to find the node)", divergedError(err, goodCkpt, goodStep))
+			}
 			if errors.Is(err, ErrDiverged) {
 				bad := tr.StepsDone() + 1
 				// Its weights are damaged: the re-run compiles its own, in
@@ -400,8 +442,11 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 			lastSaved = step
 		}
 	}
-	if !res.Interrupted && ctx.Err() != nil {
+	if !res.Interrupted && ctx.Err() != nil && world == 1 {
 		res.Interrupted = true // during the last validation
+	}
+	if world > 1 && stopAll {
+		res.Interrupted = true // the last step's agreement said stop
 	}
 	if res.Interrupted {
 		stopWatch()
@@ -412,7 +457,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 		}
 		// Interrupted during the final validation: every step is done,
 		// but the run did not finish as asked.
-		res.Interrupted = ctx.Err() != nil
+		res.Interrupted = ctx.Err() != nil && world == 1
 	}
 	if tr.StepsDone() != lastSaved {
 		if err := save(); err != nil {
@@ -427,6 +472,7 @@ func Run(ctx context.Context, be backend.Backend, corpus *Corpus, opts Options) 
 	res.Losses = tr.Losses()
 	res.Val = tr.ValLosses()
 	res.Stats = tr.Stats()
+	res.OptimizerStateBytes, res.ShardOptimizer = tr.OptimizerStateBytes(), tr.sharded()
 	res.Wall = time.Since(t0)
 	res.TotalElapsed = time.Duration((tr.elapsed + time.Since(sessionStart).Seconds()) * float64(time.Second))
 	return res, nil

@@ -63,6 +63,23 @@ type Hyper struct {
 	Accum int `json:"accum,omitempty"`
 	// DataOrder is how batches are drawn ("": OrderRandom; see DataOrder).
 	DataOrder DataOrder `json:"data_order,omitempty"`
+	// World, above 1, trains data parallel over World ranks: each rank's
+	// step graph computes its rows of the global batch (Config.Batch split
+	// evenly) and averages the gradients over the ranks with AllReduce
+	// nodes, bucketed by BucketBytes (0: autodiff.DefaultBucketBytes). The
+	// state of the run (weights, moments) is the same on every rank and in
+	// a checkpoint, whatever World is.
+	World       int   `json:"world,omitempty"`
+	BucketBytes int64 `json:"bucket_bytes,omitempty"`
+	// ShardOptimizer, with World > 1, is ZeRO-1: each rank keeps the AdamW
+	// moments of its part of every gradient bucket only (reduce-scatter,
+	// update the part, all-gather the weights; autodiff's ShardOptimizer).
+	// The steps compute the same bits as without it; checkpoints hold the
+	// whole state, gathered.
+	ShardOptimizer bool `json:"shard_optimizer,omitempty"`
+	// Rank is this process's rank in the job, which picks its part with
+	// ShardOptimizer. It is not recorded: a checkpoint is the job's.
+	Rank int `json:"-"`
 }
 
 // Schedule returns the run's learning-rate schedule.
@@ -114,6 +131,7 @@ func buildStep(fwd *graph.Graph, loss string, params []string, fuse bool, h Hype
 	}
 	ts, err := autodiff.TrainingGraph(fwd, autodiff.TrainOptions{
 		Loss: loss, Params: params, Beta1: h.Beta1, Beta2: h.Beta2, WeightDecay: h.WeightDecay, ClipNorm: h.ClipNorm, Accum: h.Accum,
+		World: h.World, BucketBytes: h.BucketBytes, ShardOptimizer: h.ShardOptimizer, Rank: h.Rank,
 	})
 	if err != nil {
 		return nil, err
@@ -164,8 +182,9 @@ type Trainer struct {
 	be     backend.Backend
 	exec   backend.Executable
 	eval   backend.Executable // forward-only, compiled on first use
-	train  *Batcher
-	val    *Batcher
+	train  batchSource
+	val    batchSource // nil: no validation data
+	ranks  Ranks       // the data-parallel job (nil: one process)
 	sched  Schedule
 	corpus *Corpus
 
@@ -207,22 +226,40 @@ func NewTrainer(be backend.Backend, cfg model.Config, fuse bool, h Hyper, corpus
 
 // NewSourceTrainer builds and compiles the training step of src on be.
 func NewSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus) (*Trainer, error) {
-	return newSourceTrainer(be, src, fuse, h, corpus, false)
+	return newSourceTrainer(be, src, fuse, h, corpus, false, nil)
 }
 
-// newSourceTrainer is NewSourceTrainer; checkFinite compiles the step in the
+// NewRankTrainer is NewSourceTrainer for one rank of a data-parallel job of
+// h.World ranks, r: its step graph trains the rank's rows of each global
+// batch of src.Config.Batch rows, and its AllReduce nodes average the
+// gradients over the job through r. Its losses are the global batch's (the
+// mean of the ranks'), and its state is the whole run's, as on one process.
+func NewRankTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus, r Ranks) (*Trainer, error) {
+	return newSourceTrainer(be, src, fuse, h, corpus, false, r)
+}
+
+// newSourceTrainer is NewRankTrainer; checkFinite compiles the step in the
 // backend's diagnostic mode (backend.Options.CheckFinite).
-func newSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus, checkFinite bool) (*Trainer, error) {
+func newSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus *Corpus, checkFinite bool, ranks Ranks) (*Trainer, error) {
 	cfg := src.Config
 	if err := h.Schedule().Validate(); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
+	}
+	if err := checkRanks(src, h, ranks); err != nil {
+		return nil, err
+	}
+	local, err := rankConfig(cfg, h)
+	if err != nil {
+		return nil, fmt.Errorf("train: -batch: %w", err)
 	}
 	if cfg.Vocab > 0 {
 		if err := corpus.CheckVocab(cfg.Vocab); err != nil {
 			return nil, fmt.Errorf("train: %s: %w", src.Name(), err)
 		}
 	}
-	gs, err := BuildSourceGraphs(be, src, fuse, h)
+	rankSrc := src
+	rankSrc.Config = local
+	gs, err := BuildSourceGraphs(be, rankSrc, fuse, h)
 	if err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
@@ -240,7 +277,23 @@ func newSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus
 	if err != nil {
 		return nil, fmt.Errorf("train: training data %s: %w", corpus.Source, err)
 	}
-	t := &Trainer{Config: cfg, Source: src, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, val: vb, sched: h.Schedule(), corpus: corpus}
+	t := &Trainer{Config: cfg, Source: src, Fused: fuse, Hyper: h, Graphs: gs, be: be, train: tb, sched: h.Schedule(), corpus: corpus, ranks: ranks}
+	if vb != nil {
+		t.val = vb
+	}
+	if h.world() > 1 {
+		// Each rank draws the global batch and keeps its rows: the job
+		// trains on exactly the batches of the one-process run.
+		lo, hi := ranks.Rank()*local.Batch, (ranks.Rank()+1)*local.Batch
+		if t.train, err = NewShardBatcher(tb, lo, hi); err != nil {
+			return nil, fmt.Errorf("train: %w", err)
+		}
+		if vb != nil {
+			if t.val, err = NewShardBatcher(vb, lo, hi); err != nil {
+				return nil, fmt.Errorf("train: %w", err)
+			}
+		}
+	}
 	t.tokensName, t.targetsName, t.lossName = src.names()
 	for _, in := range gs.Step.Graph.Inputs {
 		switch in.Name {
@@ -250,7 +303,11 @@ func newSourceTrainer(be backend.Backend, src Source, fuse bool, h Hyper, corpus
 			t.stepDType = in.Type.DType
 		}
 	}
-	t.exec, err = be.Compile(gs.Step.Graph, backend.Options{Updates: gs.Step.Updates, CheckFinite: checkFinite})
+	opts := backend.Options{Updates: gs.Step.Updates, CheckFinite: checkFinite}
+	if h.world() > 1 {
+		opts.Collective = ranks
+	}
+	t.exec, err = be.Compile(gs.Step.Graph, opts)
 	if err != nil {
 		return nil, fmt.Errorf("train: compiling the training step on %s: %w", be.Name(), err)
 	}
@@ -283,28 +340,60 @@ func (t *Trainer) LR() float64 { return t.sched.LR(t.step) }
 // Step runs one training step on the next batch and returns its loss. A
 // non-finite loss is an error and does not count as a step; the executable's
 // weights are then damaged and the run must restart from a checkpoint.
+//
+// On a rank of a data-parallel job the loss is the global batch's: the mean
+// of the ranks' losses, agreed through the collective.
 func (t *Trainer) Step() (float64, error) {
+	loss, _, err := t.stepAgreeing(false)
+	return loss, err
+}
+
+// stepAgreeing is Step; on a rank of a job, stop says that this rank was
+// asked to stop (a signal), and stopAll that some rank was: the ranks agree
+// on it with the loss, so that every rank stops after the same step.
+func (t *Trainer) stepAgreeing(stop bool) (loss float64, stopAll bool, err error) {
 	if t.Hyper.accum() > 1 {
-		return t.stepAccum()
+		loss, err = t.stepAccum()
+		return loss, stop, err
 	}
 	out, err := t.exec.Run(t.StepFeeds())
 	if err != nil {
-		return 0, fmt.Errorf("train: step %d: %w", t.step+1, err)
+		return 0, false, fmt.Errorf("train: step %d: %w", t.step+1, err)
 	}
 	lt, ok := out[t.Graphs.Step.Loss]
 	if !ok || lt.Len() != 1 {
-		return 0, fmt.Errorf("train: step %d: the step returned no scalar loss", t.step+1)
+		return 0, false, fmt.Errorf("train: step %d: the step returned no scalar loss", t.step+1)
 	}
-	loss := lt.At(0)
+	loss = lt.At(0)
+	stopAll = stop
+	if t.ranks != nil && t.ranks.WorldSize() > 1 {
+		flag := 0.0
+		if stop {
+			flag = 1
+		}
+		m, err := t.reduceMean(context.Background(), loss, flag)
+		if err != nil {
+			return 0, false, fmt.Errorf("train: step %d: agreeing on the loss: %w", t.step+1, err)
+		}
+		loss, stopAll = m[0], m[1] > 0
+	}
+	if err := t.finishStep(out, loss); err != nil {
+		return loss, stopAll, err
+	}
+	return loss, stopAll, nil
+}
+
+// finishStep checks a step's loss and counts the step.
+func (t *Trainer) finishStep(out map[string]*graph.Tensor, loss float64) error {
 	if math.IsNaN(loss) || math.IsInf(loss, 0) {
-		return loss, fmt.Errorf("train: step %d: loss is %v (%w; try a lower -lr)", t.step+1, loss, ErrDiverged)
+		return fmt.Errorf("train: step %d: loss is %v (%w; try a lower -lr)", t.step+1, loss, ErrDiverged)
 	}
 	if err := t.readGradNorm(out); err != nil {
-		return loss, err
+		return err
 	}
 	t.step++
 	t.losses = append(t.losses, loss)
-	return loss, nil
+	return nil
 }
 
 // HasVal reports whether there is validation data for at least one window.
@@ -355,6 +444,13 @@ func (t *Trainer) EvalContext(ctx context.Context) (float64, error) {
 		sum += out[t.lossName].At(0)
 	}
 	loss := sum / float64(nb)
+	// A rank evaluated its rows of each validation batch: the batch's loss
+	// is the mean over the ranks.
+	m, err := t.reduceMean(context.Background(), loss)
+	if err != nil {
+		return 0, fmt.Errorf("train: eval: agreeing on the validation loss: %w", err)
+	}
+	loss = m[0]
 	t.recordVal(loss)
 	return loss, nil
 }
@@ -388,15 +484,23 @@ func (t *Trainer) stateNames() []string {
 }
 
 // State returns the weights, the optimizer moments and the metadata that
-// make up a checkpoint of the current step.
+// make up a checkpoint of the current step. With a sharded optimizer every
+// rank of the job must call it (in the same order as the steps): the
+// moments are gathered from the ranks that hold their parts.
 func (t *Trainer) State() (*checkpoint.Tensors, error) {
 	ts := &checkpoint.Tensors{Tensors: map[string]*graph.Tensor{}, Metadata: map[string]string{}}
-	for _, n := range t.stateNames() {
-		w, err := t.exec.Initializer(n)
-		if err != nil {
-			return nil, fmt.Errorf("train: state: %w", err)
+	if t.sharded() {
+		if err := t.gatherState(ts.Tensors); err != nil {
+			return nil, err
 		}
-		ts.Tensors[n] = w
+	} else {
+		for _, n := range t.stateNames() {
+			w, err := t.exec.Initializer(n)
+			if err != nil {
+				return nil, fmt.Errorf("train: state: %w", err)
+			}
+			ts.Tensors[n] = w
+		}
 	}
 	cfg, _ := json.Marshal(t.Config)
 	hyper, _ := json.Marshal(struct {
@@ -440,7 +544,7 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 	if cfg != t.Config {
 		return nil, fmt.Errorf("train: the checkpoint is of another model (%s; pass the checkpoint's -config and overrides)", fieldDiffs(cfg, t.Config))
 	}
-	if err := checkpoint.CheckState(ts, t.stateTypes()); err != nil {
+	if err := checkpoint.CheckState(ts, t.fullStateTypes()); err != nil {
 		return nil, fmt.Errorf("train: %w", err)
 	}
 	var old struct {
@@ -456,8 +560,14 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with -recompute %s, this run uses %s (the same math; only memory and speed differ)", was, now))
 		old.Recompute, old.RecomputeCheap = t.Hyper.Recompute, t.Hyper.RecomputeCheap
 	}
-	if old.Hyper != t.Hyper {
-		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%s): the run does not repeat the original exactly", fieldDiffs(old.Hyper, t.Hyper)))
+	now := t.Hyper
+	now.Rank = 0 // not recorded
+	if now.ShardOptimizer != old.ShardOptimizer {
+		// The same bits either way: not a difference worth a note.
+		now.ShardOptimizer = old.ShardOptimizer
+	}
+	if old.Hyper != now {
+		notes = append(notes, fmt.Sprintf("settings differ from the checkpoint's (%s): the run does not repeat the original exactly", fieldDiffs(old.Hyper, now)))
 	}
 	if old.Fused != t.Fused {
 		notes = append(notes, fmt.Sprintf("the checkpoint was trained with fusion %v, this run uses %v (same math, rounding differs)", old.Fused, t.Fused))
@@ -478,7 +588,11 @@ func (t *Trainer) Restore(ts *checkpoint.Tensors, step int64) (notes []string, e
 	}
 	elapsed, _ := strconv.ParseFloat(ts.Metadata[checkpoint.MetaElapsed], 64)
 	for _, n := range t.stateNames() {
-		if err := t.exec.SetInitializer(n, ts.Tensors[n]); err != nil {
+		v := ts.Tensors[n]
+		if t.sharded() {
+			v = t.partOf(n, v)
+		}
+		if err := t.exec.SetInitializer(n, v); err != nil {
 			return nil, fmt.Errorf("train: restore: %w", err)
 		}
 	}

@@ -116,6 +116,18 @@ func opCases() []opCase {
 		x, rx := c.x(3, 4)
 		c.expect(c.op("AllReduce", nil, x), rx)
 	})
+	// ReduceScatter and AllGather on one rank: the flat concatenation of
+	// the bucket, and the identity.
+	add("ReduceScatter", "one_rank", func(c *ctx) {
+		x, rx := c.x(3, 4)
+		y, ry := c.x(5)
+		flat := &arr{shape: []int{17}, data: append(append([]float64(nil), rx.data...), ry.data...)}
+		c.expect(c.op("ReduceScatter", graph.Attrs{"offsets": graph.Ints(0, 17)}, x, y), flat)
+	})
+	add("AllGather", "one_rank", func(c *ctx) {
+		x, rx := c.x(6)
+		c.expect(c.op("AllGather", graph.Attrs{"offsets": graph.Ints(0, 6)}, x), rx)
+	})
 	addDT("Identity", "int64", onlyInt64, identity(ints(-9, 9), 5))
 	addDT("Identity", "bool", onlyBool, identity(coin, 2, 3))
 

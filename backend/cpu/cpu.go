@@ -112,9 +112,9 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		if !ok {
 			return nil, fmt.Errorf("cpu: node %s: op %s has no CPU kernel", n.Name, n.Op)
 		}
-		if n.Op == "AllReduce" && n.Attrs.Int("world", 1) > 1 {
+		if collectives[n.Op] != nil && n.Attrs.Int("world", 1) > 1 {
 			var err error
-			if k, err = collectiveKernel(n, opts.Collective); err != nil {
+			if k, err = collectives[n.Op](n, opts.Collective); err != nil {
 				return nil, fmt.Errorf("cpu: node %s: %w", n.Name, err)
 			}
 		}

@@ -45,23 +45,25 @@ func binaryFloat[T float](op graph.Prim, c, a, b []T, p *bplan) {
 	})
 }
 
-// identityKernel copies the data: Identity, and Reshape, Squeeze and
-// Unsqueeze, whose row-major data is unchanged (the output type, already
-// inferred, carries the new shape). Copying rather than aliasing keeps every
-// buffer owned by exactly one value, which liveness relies on.
-// allReduceKernel is AllReduce on one rank, the identity. Compile gives a
-// node of a job of several ranks collectiveKernel instead; this refusal is
-// for a kernel called on such a node directly.
+// allReduceKernel is AllReduce on one rank, the identity on each input.
+// Compile gives a node of a job of several ranks collectiveKernel instead;
+// this refusal is for a kernel called on such a node directly.
 func allReduceKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	if w := n.Attrs.Int("world", 1); w > 1 {
 		return fmt.Errorf("AllReduce over %d ranks: the CPU executor is not connected to a collective yet", w)
 	}
-	return identityKernel(n, in, out)
+	for i := range in {
+		if err := identityKernel(n, in[i:i+1], out[i:i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
-// collectiveKernel is AllReduce over a job of several ranks: the sum through
-// c (float64 in rank order inside the collective), then for reduce=mean a
-// division by the world size, so that every rank holds the same bits.
+// collectiveKernel is AllReduce over a job of several ranks: the node's
+// bucket of gradients, packed into one buffer, summed through c in one call
+// (float64 in rank order inside the collective), then for reduce=mean divided
+// by the world size, so that every rank holds the same bits.
 func collectiveKernel(n *graph.Node, c backend.Collective) (kernel, error) {
 	w := n.Attrs.Int("world", 1)
 	if c == nil {
@@ -70,24 +72,42 @@ func collectiveKernel(n *graph.Node, c backend.Collective) (kernel, error) {
 	if int64(c.WorldSize()) != w {
 		return nil, fmt.Errorf("AllReduce over %d ranks, but the collective has %d", w, c.WorldSize())
 	}
-	if dt := n.Inputs[0].Type.DType; dt != graph.Float32 {
-		return nil, fmt.Errorf("AllReduce of %v: the collective reduces float32 only", dt)
+	total := 0
+	for _, x := range n.Inputs {
+		if dt := x.Type.DType; dt != graph.Float32 {
+			return nil, fmt.Errorf("AllReduce of %v (%s): the collective reduces float32 only", dt, x.Name)
+		}
+		total += x.Type.Shape.Numel()
 	}
 	mean := n.Attrs.String("reduce", "mean") == "mean"
+	bucket := make([]float32, total)
 	return func(n *graph.Node, in, out []*graph.Tensor) error {
-		copy(out[0].F32, in[0].F32)
-		if err := c.AllReduceSum(context.Background(), out[0].F32); err != nil {
+		off := 0
+		for _, x := range in {
+			off += copy(bucket[off:], x.F32)
+		}
+		if err := c.AllReduceSum(context.Background(), bucket); err != nil {
 			return fmt.Errorf("AllReduce: %w", err)
 		}
-		if mean {
-			for i, v := range out[0].F32 {
-				out[0].F32[i] = float32(float64(v) / float64(w))
+		off = 0
+		for _, y := range out {
+			for i := range y.F32 {
+				v := bucket[off+i]
+				if mean {
+					v = float32(float64(v) / float64(w))
+				}
+				y.F32[i] = v
 			}
+			off += len(y.F32)
 		}
 		return nil
 	}, nil
 }
 
+// identityKernel copies the data: Identity, and Reshape, Squeeze and
+// Unsqueeze, whose row-major data is unchanged (the output type, already
+// inferred, carries the new shape). Copying rather than aliasing keeps every
+// buffer owned by exactly one value, which liveness relies on.
 func identityKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	x, y := in[0], out[0]
 	if x.Len() != y.Len() {

@@ -23,7 +23,9 @@ func init() {
 		// elementwise.go; the ops defined by an expression are added below
 		"FusedElementwise": fusedKernel,
 		"Identity":         identityKernel, "Cast": castKernel,
-		"AllReduce": allReduceKernel,
+		"AllReduce":     allReduceKernel,
+		"ReduceScatter": reduceScatterKernel,
+		"AllGather":     allGatherKernel,
 		// matmul.go
 		"MatMul": matmulKernel, "Gemm": gemmKernel,
 		// reduce.go

@@ -75,6 +75,26 @@ type Backend struct {
 	// instead of compiling it (a Backend without a device: the kernel-source
 	// golden test renders the generated CUDA C of whole graphs on the CPU).
 	render func(entry, src string)
+
+	// comm is this rank's NCCL communicator in a data-parallel job
+	// (SetComm): AllReduce nodes of several ranks reduce through it.
+	comm *Comm
+}
+
+// SetComm makes b one rank of a data-parallel job: executables compiled
+// afterwards lower the AllReduce nodes of c.World() ranks to NCCL through c,
+// which must be bound to b's device. b does not own c: the caller closes it
+// after b's executables.
+func (b *Backend) SetComm(c *Comm) error {
+	if c == nil {
+		b.comm = nil
+		return nil
+	}
+	if c.Device() != b.dev {
+		return fmt.Errorf("cuda: the NCCL communicator is bound to another device than the backend's")
+	}
+	b.comm = c
+	return nil
 }
 
 // NewBackend opens the GPU and compiles the op kernels. On a machine without

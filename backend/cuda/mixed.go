@@ -14,7 +14,13 @@ import (
 // On machines without a usable GPU it returns Available's error, which
 // says which library or device is missing.
 func NewMixedBackend(bf16 bool) (backend.Backend, error) {
-	var opts Options
+	return NewMixedBackendOn(bf16, 0)
+}
+
+// NewMixedBackendOn is NewMixedBackend on the GPU of the given ordinal (a
+// rank's LOCAL_RANK in a data-parallel job).
+func NewMixedBackendOn(bf16 bool, ordinal int) (backend.Backend, error) {
+	opts := Options{Ordinal: ordinal}
 	if bf16 {
 		opts.Compute = graph.BFloat16
 	} else if v := os.Getenv("FLASHGRAPH_CUDA_DTYPE"); v != "" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/graph"
@@ -47,6 +48,8 @@ func init() {
 	lowerings = map[string]lowering{
 		"FusedElementwise": {lower: lowerFusedElementwise},
 		"AllReduce":        {lower: lowerAllReduce},
+		"ReduceScatter":    {lower: lowerReduceScatter},
+		"AllGather":        {lower: lowerAllGather},
 		"Identity":         {lower: lowerAlias}, "Reshape": {lower: lowerAlias}, "Squeeze": {lower: lowerAlias}, "Unsqueeze": {lower: lowerAlias},
 		"Cast":      {lower: lowerCast},
 		"Transpose": {lower: lowerTranspose}, "Slice": {lower: lowerSlice}, "Expand": {lower: lowerExpand}, "Concat": {lower: lowerConcat},
@@ -271,14 +274,114 @@ func lowerAlias(c *lowerCtx) (func() error, error) {
 	return c.convert(c.out(0), c.in(0))
 }
 
-// lowerAllReduce lowers AllReduce on one rank (the identity). A job of
-// several ranks is refused at compile time until the NCCL all-reduce
-// (driver/nccl.go) is wired into the executor.
+// lowerAllReduce lowers AllReduce: on one rank the identity on each input
+// of the bucket; over several, NCCL's all-reduce (ncclAvg for reduce=mean)
+// of each of the bucket's buffers through the backend's communicator
+// (SetComm), queued on the device's stream after the kernels that made the
+// gradients. Without a communicator the graph is refused at compile time.
+//
+// Not measured yet (no multi-GPU machine): the reduction runs on the main
+// stream where the node stands, so it does not yet overlap the rest of the
+// backward (a second stream joined before the first reader is the next
+// step), and the buffers of a bucket are reduced one call each rather than
+// packed into one.
 func lowerAllReduce(c *lowerCtx) (func() error, error) {
 	if w := c.n.Attrs.Int("world", 1); w > 1 {
-		return nil, fmt.Errorf("AllReduce over %d ranks: the NCCL all-reduce is not wired into the CUDA executor yet", w)
+		return lowerAllReduceNCCL(c, int(w))
 	}
-	return lowerAlias(c)
+	if len(c.n.Inputs) == 1 {
+		return lowerAlias(c)
+	}
+	copies := make([]func() error, len(c.n.Inputs))
+	for i := range c.n.Inputs {
+		f, err := c.convert(c.out(i), c.in(i))
+		if err != nil {
+			return nil, err
+		}
+		copies[i] = f
+	}
+	return func() error {
+		for _, f := range copies {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+func lowerAllReduceNCCL(c *lowerCtx, world int) (func() error, error) {
+	comm := c.x.b.comm
+	if comm == nil {
+		return nil, fmt.Errorf("AllReduce over %d ranks needs the job's NCCL communicator (Backend.SetComm; train -gpus N sets it up when NCCL loads): %w", world, backend.ErrUnsupported)
+	}
+	if comm.World() != world {
+		return nil, fmt.Errorf("AllReduce over %d ranks, but the NCCL communicator has %d", world, comm.World())
+	}
+	mean := c.n.Attrs.String("reduce", "mean") == "mean"
+	dev := c.dev()
+	c.host = true // the communicator queues through the public Device API
+	var calls []func() error
+	for i := range c.n.Inputs {
+		out := c.out(i)
+		if c.x.plan.values[c.n.Outputs[i]].kind != placeAlias {
+			conv, err := c.convert(out, c.in(i))
+			if err != nil {
+				return nil, err
+			}
+			calls = append(calls, func() error { return dev.Do(conv) })
+		}
+		gt, err := gemmTypeOf(out.dt)
+		if err != nil {
+			return nil, fmt.Errorf("AllReduce of %v: %w", out.dt, err)
+		}
+		calls = append(calls, func() error {
+			if mean {
+				return comm.AllReduceMean(gt, out.ptr, out.ptr, out.n)
+			}
+			return comm.AllReduceSum(gt, out.ptr, out.ptr, out.n)
+		})
+	}
+	return seq(calls...), nil
+}
+
+// lowerReduceScatter lowers ReduceScatter on one rank: the concatenation of
+// the bucket's inputs, copied into place. Several ranks are refused like
+// AllReduce's (ncclReduceScatter is not wired in yet).
+func lowerReduceScatter(c *lowerCtx) (func() error, error) {
+	if w := c.n.Attrs.Int("world", 1); w > 1 {
+		return nil, fmt.Errorf("ReduceScatter over %d ranks: the NCCL reduce-scatter is not wired into the CUDA executor yet", w)
+	}
+	out := c.out(0)
+	var copies []func() error
+	off := 0
+	for i := range c.n.Inputs {
+		src := c.in(i)
+		dst := buffer{ptr: out.ptr + DevicePtr(off*out.dt.Size()), dt: out.dt, n: src.n}
+		f, err := c.convert(dst, src)
+		if err != nil {
+			return nil, err
+		}
+		copies = append(copies, f)
+		off += src.n
+	}
+	return func() error {
+		for _, f := range copies {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, nil
+}
+
+// lowerAllGather lowers AllGather on one rank, the identity. Several ranks
+// are refused like AllReduce's (ncclAllGather is not wired in yet).
+func lowerAllGather(c *lowerCtx) (func() error, error) {
+	if w := c.n.Attrs.Int("world", 1); w > 1 {
+		return nil, fmt.Errorf("AllGather over %d ranks: the NCCL all-gather is not wired into the CUDA executor yet", w)
+	}
+	return c.convert(c.out(0), c.in(0))
 }
 
 func lowerCast(c *lowerCtx) (func() error, error) { return c.convert(c.out(0), c.in(0)) }

@@ -28,8 +28,16 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")
 	plan := fs.Bool("plan", false, "print the device memory plan: peak activation memory and the largest tensors (with -explain: also the planning facts it was made from)")
 	bind := addBindFlag(fs)
+	ranks := fs.Int("ranks", 1, "with -plan: plan one rank's training step of a data-parallel job of N ranks (train -ranks N): its gradient all-reduce buckets are listed, with -explain their gradients")
+	bucketMB := fs.Float64("bucket-mb", 25, "with -plan -ranks N: gradient MiB per all-reduce bucket (train -bucket-mb)")
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
+	}
+	if *ranks < 1 {
+		return fmt.Errorf("-ranks must be at least 1, got %d", *ranks)
+	}
+	if !(*bucketMB > 0) || *bucketMB > 1<<20 {
+		return fmt.Errorf("-bucket-mb must be in (0, 1048576], got %v", *bucketMB)
 	}
 	// The graph text goes to stdout when asked for (-o -) or when no report
 	// was asked for; a report then goes to stderr, otherwise to stdout.
@@ -62,7 +70,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if mf.bf16 {
 			compute = graph.BFloat16
 		}
-		if err := printPlan(report, g, compute, pf.explain, pf.fuseQKV); err != nil {
+		if err := printPlan(report, g, compute, pf.explain, pf.fuseQKV, *ranks, max(1, int64(*bucketMB*(1<<20)))); err != nil {
 			return err
 		}
 	}

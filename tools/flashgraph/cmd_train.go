@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/dist"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
@@ -35,7 +36,11 @@ once), saves a checkpoint and exits with status 130 or 143; a second one aborts 
 removing what the run created except its last complete checkpoint. -seed seeds both the
 weights and the batch sampling. A FILE (our graph text or .onnx) trains that graph instead:
 -loss names its loss (or next-token appends one), -tokens, -bind, -train-params and -freeze
-say how; train -explain FILE shows what is trained, -resume needs no FILE.`, stderr)
+say how; train -explain FILE shows what is trained, -resume needs no FILE. -ranks N trains
+data parallel: N rank processes, each on 1/N of every -batch rows, gradients averaged after
+each step (on the CPU over loopback TCP; -gpus N on GPUs through NCCL, not yet run); -rank,
+-world-size, -master-addr and -master-port (or torchrun's variables) make this process one
+rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	mf := addModelFlags(fs, defaultConfig, false)
 	fuse := addFuseFlag(fs, true, "fuse attention into FlashAttention before differentiating (-fuse=false: the graph as built)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: also fuse the training step's elementwise chains (FusedElementwise nodes; off: one node per op)")
@@ -79,10 +84,17 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if gf.explain {
 		return explainSource(stdout, ts, train.Hyper{FuseQKV: *fuseQKV}.WithRecompute(recompute.mode))
 	}
-	// Data parallel flags and environment: one rank runs on, several are
-	// checked and then refused until NCCL is wired into the loop.
-	if _, err := df.config(os.Getenv, *device, cfg.Batch); err != nil {
+	// Data parallel flags and environment: one rank is the ordinary run;
+	// -ranks N starts N ranks below; a rank of a job trains its rows.
+	job, err := df.config(os.Getenv, *device, cfg.Batch)
+	if err != nil {
 		return err
+	}
+	world := job.WorldSize
+	if world > 1 && !job.launch && job.Rank > 0 {
+		// Output is rank 0's; a failing rank's error still reaches stderr
+		// through main, and the launcher passes it on.
+		stdout, stderr = io.Discard, io.Discard
 	}
 	peak := *lr
 	if peak == 0 {
@@ -119,6 +131,18 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	if err := h.Schedule().Validate(); err != nil {
 		return err
 	}
+	if world > 1 {
+		h.World, h.BucketBytes, h.ShardOptimizer, h.Rank = world, job.bucketByte, job.shardOpt, job.Rank
+		if h.ShardOptimizer && *clip != 0 {
+			return errors.New("-shard-optimizer: -clip is not supported with it yet (each rank holds a part of the gradients; the global norm needs one more all-reduce)")
+		}
+		if source.Graph != nil {
+			return errors.New("-ranks: training a graph FILE on several ranks is not supported yet (its batch size is fixed in the file): train it on one rank, or a built-in -config on several")
+		}
+		if *accum > 1 {
+			return errors.New("-ranks: -accum with several ranks is not supported yet: raise -batch instead (the global batch is split over the ranks)")
+		}
+	}
 	if ckptDir == "" && *resume {
 		return errors.New("-resume needs checkpoints: drop -ckpt none")
 	}
@@ -138,12 +162,20 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		}
 	}
 
+	if job.launch {
+		return launchRanks(job, args, stdout, stderr)
+	}
+
 	// SIGINT and SIGTERM: acknowledged at once; honoured at once while
 	// reading data or compiling, after the step in flight while training
 	// (with a checkpoint); a second one aborts (see signals.go).
 	sigs := watchSignals(stderr)
 	defer sigs.stop()
-	be, note, err := resolveDevice(*device, mf.bf16)
+	dev := *device
+	if *df.gpus > 1 {
+		dev = "cuda" // -gpus N is -ranks N on CUDA
+	}
+	be, note, err := resolveDeviceOn(dev, mf.bf16, job.LocalRank)
 	if err != nil {
 		return err
 	}
@@ -187,8 +219,10 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		}
 	}
 	var gs *train.Graphs
+	rankSource := source // what one rank's step graph trains: its rows
+	rankSource.Config.Batch /= world
 	if err := sigs.do("building the training graph", func() (err error) {
-		gs, err = train.BuildSourceGraphs(be, source, fuse.on, h)
+		gs, err = train.BuildSourceGraphs(be, rankSource, fuse.on, h)
 		return err
 	}); err != nil {
 		return err
@@ -221,6 +255,14 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	}
 	fmt.Fprintf(stderr, "train: %d steps of %d×%d tokens on %s, lr %.2g (warmup %d, cosine to %.2g), weight decay %g\n",
 		h.Steps, cfg.Batch, cfg.Seq, be.Name(), h.LR, h.Warmup, h.MinLR, h.WeightDecay)
+	if world > 1 {
+		how := "averaged in %d all-reduce bucket(s) of up to %s"
+		if h.ShardOptimizer {
+			how = "averaged and scattered in %d bucket(s) of up to %s, each rank updating its part with its part of the AdamW moments (ZeRO-1)"
+		}
+		fmt.Fprintf(stderr, "ranks: %s; each trains %d of the %d rows of a batch; gradients "+how+"\n",
+			job.Config, cfg.Batch/world, cfg.Batch, countBuckets(gs.Step.Graph), trainBytes(job.bucketByte))
+	}
 	if be.Name() == "cpu" {
 		stepFLOPs := matmulFLOPs(gs.Step.Graph) * float64(*accum)
 		left := max(0, h.Steps-fromStep)
@@ -250,6 +292,9 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 	}()
 	sigs.onAbort(func() { made.remove(*out, ckptDir) })
 	ready := func(*train.Trainer) error {
+		if job.Rank > 0 {
+			return nil // rank 0 writes the files and the checkpoints
+		}
 		for _, d := range []struct{ flag, dir string }{{"-out", *out}, {"-ckpt", ckptDir}} {
 			if d.dir == "" {
 				continue
@@ -274,20 +319,48 @@ say how; train -explain FILE shows what is trained, -resume needs no FILE.`, std
 		metricsFile, err = openMetrics(*metricsPath, *resume, &made)
 		return err
 	}
+	var ranks *dist.TCP
+	var comm *gpuComm
+	if world > 1 {
+		if err := sigs.do("waiting for the other ranks", func() (err error) {
+			if be.Name() == "cpu" {
+				ranks, err = joinRanks(sigs.ctx, job)
+			} else {
+				ranks, comm, err = joinGPURanks(sigs.ctx, job, be)
+			}
+			return err
+		}); err != nil {
+			return err
+		}
+	}
 	sigs.setPhase("")
-	res, err := train.Run(sigs.ctx, be, corpus, train.Options{
+	opts := train.Options{
 		Config: cfg, Source: &source, Fuse: fuse.on, Hyper: h, EvalEvery: *evalEvery,
 		CkptDir: ckptDir, CkptEvery: *ckptEvery, KeepEvery: *keepEvery, Resume: *resume,
 		Log: stderr, Bar: train.IsTerminal(stderr), Ready: ready, Peak: devicePeak(be, cfg.DType),
 		Metrics: metricsWriter{&metricsFile},
-	})
+	}
+	if ranks != nil {
+		opts.Ranks = ranks
+	}
+	res, err := train.Run(sigs.ctx, be, corpus, opts)
+	if comm != nil {
+		comm.close(err != nil)
+	}
+	if ranks != nil {
+		if err != nil {
+			err = rankFailure(ranks, err)
+		} else {
+			ranks.Close()
+		}
+	}
 	if err != nil {
 		if serr := sigs.err(); serr != nil && !errors.As(err, new(*signalError)) {
 			return fmt.Errorf("%w: %v", serr, err)
 		}
 		return err
 	}
-	if len(res.Losses) > 0 {
+	if len(res.Losses) > 0 && job.Rank == 0 {
 		p := filepath.Join(*out, "loss.png")
 		title := fmt.Sprintf("%s (%s attention), %d steps of %d×%d %ss", cfg.Name, map[bool]string{true: "fused", false: "unfused"}[fuse.on], res.Step, cfg.Batch, cfg.Seq, res.Unit)
 		if err := train.PlotLosses(p, title, res.Unit, res.Losses, res.Val); err != nil {
@@ -359,6 +432,9 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 	}
 	row("model", "%s, %s attention, %s, on %s", r.Config.Name, map[bool]string{true: "fused", false: "unfused"}[r.Fused], r.Config.DType, r.Backend)
 	row("steps", "%d%s (this run: %d to %d)", r.Step, status, r.StartStep, r.Step)
+	if r.World > 1 {
+		row("ranks", "%d (data parallel: %d of the %d rows of each batch per rank, gradients averaged)", r.World, r.Config.Batch/r.World, r.Config.Batch)
+	}
 	if n := len(r.Losses); n > 0 {
 		row("train loss", "%.4f (mean of the last %d steps; %.4f at step 1)", r.FinalTrainLoss(), min(10, n), r.Losses[0])
 	}
@@ -378,6 +454,14 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 		row("wall time", "%v (compile included)", r.Wall.Round(time.Millisecond))
 	}
 	row("peak activations", "%s per training step (initializers incl. optimizer state: %s)%s", trainBytes(r.Stats.PeakActivationBytes), trainBytes(r.Stats.InitializerBytes), recomputeNote(r.Recompute))
+	switch {
+	case r.ShardOptimizer:
+		row("optimizer state", "%s per rank (AdamW moments of this rank's 1/%d part: -shard-optimizer)", trainBytes(r.OptimizerStateBytes), r.World)
+	case r.World > 1:
+		row("optimizer state", "%s per rank (AdamW moments, whole on every rank; -shard-optimizer keeps 1/%d each)", trainBytes(r.OptimizerStateBytes), r.World)
+	default:
+		row("optimizer state", "%s (AdamW moments)", trainBytes(r.OptimizerStateBytes))
+	}
 	if r.Checkpoint != "" {
 		row("checkpoint", "%s", r.Checkpoint)
 	}

@@ -14,6 +14,12 @@ import (
 // bf16 asks for mixed precision, which only the CUDA backend has: it never
 // falls back silently to a float32 CPU run.
 func resolveDevice(device string, bf16 bool) (backend.Backend, string, error) {
+	return resolveDeviceOn(device, bf16, 0)
+}
+
+// resolveDeviceOn is resolveDevice on the GPU of the given ordinal (a rank's
+// local rank); the CPU has one device.
+func resolveDeviceOn(device string, bf16 bool, ordinal int) (backend.Backend, string, error) {
 	switch device {
 	case "cpu":
 		if bf16 {
@@ -21,13 +27,13 @@ func resolveDevice(device string, bf16 bool) (backend.Backend, string, error) {
 		}
 		return cpu.New(), "", nil
 	case "cuda":
-		be, err := cuda.NewMixedBackend(bf16)
+		be, err := cuda.NewMixedBackendOn(bf16, ordinal)
 		if err != nil {
 			return nil, "", fmt.Errorf("-device cuda: %w", err)
 		}
 		return be, "", nil
 	case "auto":
-		be, err := cuda.NewMixedBackend(bf16)
+		be, err := cuda.NewMixedBackendOn(bf16, ordinal)
 		if err != nil {
 			if bf16 {
 				return nil, "", fmt.Errorf("-dtype bf16 needs CUDA, which is unavailable: %w", err)

@@ -17,7 +17,11 @@ import (
 // (views, folded transposes, storage types, in-place updates, scratch,
 // grouped launches) and where they come from. fuseQKV says g went through
 // fuse_qkv: its step then gets disjoint_sums, as train's does.
-func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQKV bool) error {
+//
+// With world > 1 the training step is one rank's of a data-parallel job
+// (train -ranks): its gradient all-reduce buckets are listed after the plan,
+// each with where it is final, and with explain the gradients in it.
+func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQKV bool, world int, bucketBytes int64) error {
 	p, err := cuda.PlanMemoryWith(g, cuda.PlanOptions{Compute: compute})
 	if err != nil {
 		return fmt.Errorf("memory plan: %w", err)
@@ -35,7 +39,7 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQK
 	if loss == nil || loss.Type.Shape.Rank() != 0 || len(g.Params) == 0 {
 		return nil
 	}
-	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss"})
+	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss", World: world, BucketBytes: bucketBytes})
 	if err != nil {
 		return fmt.Errorf("training graph for the plan: %w", err)
 	}
@@ -71,6 +75,9 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQK
 		if err := tp.ReportFacts(w); err != nil {
 			return err
 		}
+	}
+	if world > 1 {
+		reportBuckets(w, stepGraph, world, bucketBytes, explain)
 	}
 	// What train -recompute saves: the same step with each layer's forward
 	// recomputed in the backward.
@@ -115,4 +122,47 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQK
 	fmt.Fprintf(w, "with train -recompute=cheap (only norms and elementwise ops recomputed): activation arena %s (peak live %s at %s), %.0f%% of the training step\n",
 		cuda.FormatBytes(cp.PeakBytes), cuda.FormatBytes(cp.LiveBytes), cp.PeakNode, 100*float64(cp.PeakBytes)/float64(tp.PeakBytes))
 	return nil
+}
+
+// reportBuckets lists the gradient all-reduce buckets of a data-parallel
+// training step: for each, its gradients' count and bytes and the node after
+// which it is final (where its collective can start while the rest of the
+// backward runs); with explain, the gradients.
+func reportBuckets(w io.Writer, step *graph.Graph, world int, bucketBytes int64, explain bool) {
+	if bucketBytes <= 0 {
+		bucketBytes = autodiff.DefaultBucketBytes
+	}
+	var total int64
+	type row struct {
+		n     *graph.Node
+		bytes int64
+		after string
+		at    int
+	}
+	var rows []row
+	for i, n := range step.Nodes {
+		if n.Op != "AllReduce" {
+			continue
+		}
+		var b int64
+		for _, x := range n.Inputs {
+			b += int64(x.Type.Shape.Numel()) * int64(x.Type.DType.Size())
+		}
+		total += b
+		after := "the step's start"
+		if i > 0 {
+			after = step.Nodes[i-1].Name
+		}
+		rows = append(rows, row{n, b, after, i})
+	}
+	fmt.Fprintf(w, "gradient all-reduce over %d ranks: %d bucket(s) of up to %s, %s in all (-bucket-mb):\n", world, len(rows), cuda.FormatBytes(bucketBytes), cuda.FormatBytes(total))
+	for _, r := range rows {
+		fmt.Fprintf(w, "  bucket %d: %d gradient(s), %s, final after node %d of %d (%s)\n",
+			r.n.Attrs.Int("bucket", 0), len(r.n.Inputs), cuda.FormatBytes(r.bytes), r.at, len(step.Nodes), r.after)
+		if explain {
+			for _, x := range r.n.Inputs {
+				fmt.Fprintf(w, "    %s %v\n", x.Name, x.Type)
+			}
+		}
+	}
 }

@@ -133,6 +133,11 @@ func TestReadmeCommandsRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Chdir(t.TempDir())
+	// train -ranks N starts its ranks as helper processes of this binary.
+	old := rankCommand
+	rankCommand = helperRankCommand
+	t.Cleanup(func() { rankCommand = old })
+	t.Setenv("FLASHGRAPH_TRAIN_HELPER", "1")
 	data := filepath.Join(t.TempDir(), "data.txt")
 	if err := os.WriteFile(data, []byte(strings.Repeat("func main() { fmt.Println(\"hello, world\") }\n", 400)), 0o644); err != nil {
 		t.Fatal(err)
@@ -187,7 +192,7 @@ func TestReadmeCommandsRun(t *testing.T) {
 		t.Errorf("ran %d lines and checked %d: the block changed shape; look at this test", ran, checked)
 	}
 	// What the lines promised is there.
-	for _, f := range []string{"small.txt", "g.txt", "small.onnx", "tiny.dot", "tiny.svg", "tiny.onnx", "out/loss.png", "out/ckpt/step-00000040.safetensors"} {
+	for _, f := range []string{"small.txt", "g.txt", "small.onnx", "tiny.dot", "tiny.svg", "tiny.onnx", "out/loss.png", "out/ckpt/step-00000040.safetensors", "ranks/ckpt/step-00000010.safetensors"} {
 		if _, err := os.Stat(f); err != nil {
 			t.Errorf("after the README's lines: %v", err)
 		}

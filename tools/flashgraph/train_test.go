@@ -225,6 +225,11 @@ func TestTrainCLIInterrupt(t *testing.T) {
 
 // helperCommand runs the CLI with args in a new process (the test binary,
 // through TestTrainCLIHelperProcess).
+// helperRankCommand starts a rank of train -ranks N as a helper process.
+func helperRankCommand() (string, []string, error) {
+	return os.Args[0], []string{"-test.run=^TestTrainCLIHelperProcess$", "--"}, nil
+}
+
 func helperCommand(args []string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], append([]string{"-test.run=^TestTrainCLIHelperProcess$", "--"}, args...)...)
 	cmd.Env = append(os.Environ(), "FLASHGRAPH_TRAIN_HELPER=1")
@@ -237,6 +242,9 @@ func TestTrainCLIHelperProcess(t *testing.T) {
 	if os.Getenv("FLASHGRAPH_TRAIN_HELPER") == "" {
 		t.Skip("helper process of the CLI tests that need a process of their own")
 	}
+	// A launcher (train -ranks N) in this process starts its ranks as
+	// helper processes too.
+	rankCommand = helperRankCommand
 	args := os.Args
 	for i, a := range args {
 		if a == "--" {

@@ -1,7 +1,6 @@
 package driver
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -189,6 +188,9 @@ func ncclVersionString(v int) string {
 	return fmt.Sprintf("%d.%d.%d", v/1000, v/100%10, v%100)
 }
 
+// Device is the device the communicator is bound to.
+func (c *Comm) Device() *Device { return c.dev }
+
 // Rank and World are this communicator's rank and size.
 func (c *Comm) Rank() int  { return c.rank }
 func (c *Comm) World() int { return c.world }
@@ -206,30 +208,46 @@ func ncclDataType(t GemmType) (uintptr, error) {
 	return 0, fmt.Errorf("cuda: NCCL: unknown element type %v", t)
 }
 
-const ncclSum = 0 // ncclRedOp_t
+// ncclRedOp_t values of nccl.h: ncclAvg (NCCL 2.10 and later, below the
+// 2.23 NewComm requires) divides the sum by the number of ranks inside the
+// collective, so a mean costs no kernel of ours.
+const (
+	ncclSum = 0
+	ncclAvg = 4
+)
 
 // AllReduceSum sums count elements of type t at send over every rank into recv
 // on every rank (send == recv reduces in place). It is queued on the device's
 // stream and returns once queued; the result is there for the work queued
 // after it. Every rank must make the same calls in the same order.
 func (c *Comm) AllReduceSum(t GemmType, send, recv DevicePtr, count int) error {
+	return c.allReduce("AllReduceSum", ncclSum, t, send, recv, count)
+}
+
+// AllReduceMean is AllReduceSum divided by the number of ranks (ncclAvg):
+// data parallel training's gradient average.
+func (c *Comm) AllReduceMean(t GemmType, send, recv DevicePtr, count int) error {
+	return c.allReduce("AllReduceMean", ncclAvg, t, send, recv, count)
+}
+
+func (c *Comm) allReduce(what string, op uintptr, t GemmType, send, recv DevicePtr, count int) error {
 	comm := c.comm.Load()
 	if comm == 0 {
-		return errors.New("cuda: AllReduceSum on a closed NCCL communicator")
+		return fmt.Errorf("cuda: %s on a closed NCCL communicator", what)
 	}
 	dt, err := ncclDataType(t)
 	if err != nil {
 		return err
 	}
 	if count < 0 {
-		return fmt.Errorf("cuda: AllReduceSum: negative count %d", count)
+		return fmt.Errorf("cuda: %s: negative count %d", what, count)
 	}
 	if count == 0 {
 		return nil
 	}
 	err = c.dev.do(func() error {
 		return c.api.check("ncclAllReduce", ccall(c.api.ncclAllReduce,
-			uintptr(send), uintptr(recv), uintptr(count), dt, ncclSum, comm, c.dev.stream), comm)
+			uintptr(send), uintptr(recv), uintptr(count), dt, op, comm, c.dev.stream), comm)
 	})
 	if err != nil {
 		return fmt.Errorf("cuda: rank %d of %d: %s all-reduce of %d elements: %w", c.rank, c.world, t, count, err)
