@@ -120,7 +120,9 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 		for _, full := range []graph.Shape{{8, 1024, 768}, {6, 64}, {3, 5, 64}, {4, 7}, {2, 8192}, {5, 1}} {
 			for _, addr := range []uint64{0x10000, 0x10004} {
 				for _, mean := range []bool{true, false} {
-					buf := func(dt graph.DType, addr uint64, s graph.Shape) Buffer { return Buffer{Addr: addr, DType: dt, N: s.Numel()} }
+					buf := func(dt graph.DType, addr uint64, s graph.Shape) Buffer {
+						return Buffer{Addr: addr, DType: dt, N: s.Numel()}
+					}
 					red := append(full[:len(full)-1:len(full)-1], 1)
 					p := &Rows{full: full, steps: fwd, red: 2, mean: mean, rowLevel: []bool{false, false, true, true, true, true},
 						outs: []int{0, 4, 5}, narrow: []graph.DType{dt, dt, dt, dt, dt, dt}}
@@ -205,9 +207,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 				if zero == nil {
 					zero = make([]bool, len(tc.ins))
 				}
-				for k, s := range tc.ins {
+				for _, s := range tc.ins {
 					in = append(in, graph.TensorType{DType: dt, Shape: s})
-					_ = k
 				}
 				types, err := graph.FusedTypes(steps, in, nil)
 				if err != nil {
