@@ -3,6 +3,7 @@ package codegen
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -330,21 +331,6 @@ func storeExpr(t, ct, x string) string {
 	return "(" + t + ")(" + x + ")"
 }
 
-// vecType is an integer type of n bytes, for moving n bytes at once.
-func vecType(n int) string {
-	switch n {
-	case 16:
-		return "uint4"
-	case 8:
-		return "uint2"
-	case 4:
-		return "unsigned int"
-	case 2:
-		return "unsigned short"
-	}
-	return "unsigned char"
-}
-
 // Generate writes the kernel source ("ew" is its entry point) and returns it
 // with the launch's element count and vector width.
 func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
@@ -353,99 +339,54 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	for i, d := range p.Shape {
 		dims[i] = int64(d)
 	}
-	strides := make([][]int64, 0, len(p.Ins)+1)
-	for _, o := range p.Ins {
-		strides = append(strides, o.Strides)
+	// Inputs and outputs alike are operands over the shape: a buffer read
+	// or written at an offset plus coordinates times strides, coalesced
+	// together.
+	ops := slices.Clone(p.Ins)
+	for k, b := range p.OutBufs {
+		ops = append(ops, Operand{Buf: b, Off: p.outOff(k), Strides: p.outStrides(k)})
 	}
-	for k := range p.OutBufs {
-		strides = append(strides, p.outStrides(k))
+	strides := make([][]int64, len(ops))
+	for k, o := range ops {
+		strides[k] = o.Strides
 	}
 	dims, strides = Coalesce(dims, strides)
 	r := len(dims)
-
-	types := make([]string, len(p.Ins))
-	otypes := make([]string, len(p.OutBufs))
-	maxSize := 1
-	var dts []graph.DType
-	for i, o := range p.Ins {
-		if types[i], err = CType(o.Buf.DType); err != nil {
-			return "", 0, 0, err
-		}
-		dts = append(dts, o.Buf.DType)
-		maxSize = max(maxSize, o.Buf.DType.Size())
+	nIn := len(p.Ins)
+	bufs := make([]Buffer, len(ops))
+	for k, o := range ops {
+		bufs[k] = o.Buf
 	}
-	for i, b := range p.OutBufs {
-		if otypes[i], err = CType(b.DType); err != nil {
-			return "", 0, 0, err
-		}
-		dts = append(dts, b.DType)
+	types, err := cTypes(bufs)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	maxSize := 1
+	for _, b := range bufs {
 		maxSize = max(maxSize, b.DType.Size())
 	}
-	ct := ComputeType(dts...)
+	ct := ComputeType(dtypesOf(bufs)...)
 
 	// Vector width: 16 bytes of the widest type, when the innermost axis
-	// splits into whole vectors, every operand reads it contiguously or
-	// broadcasts it, and every vector starts aligned.
-	vec = 16 / maxSize
-	inner := dims[r-1]
-	ok := inner%int64(vec) == 0
-	for k, o := range p.Ins {
+	// splits into whole vectors, every input reads it contiguously or
+	// broadcasts it, every output writes it contiguously, and every vector
+	// starts aligned.
+	vec = vectorOf(maxSize)
+	ok := dims[r-1]%int64(vec) == 0
+	for k, o := range ops {
 		s := strides[k]
-		switch s[r-1] {
-		case 0:
-		case 1:
-			if !o.Buf.alignedFor(o.Off, vec) {
-				ok = false
-			}
-			for j := 0; j < r-1; j++ {
-				if s[j]%int64(vec) != 0 {
-					ok = false
-				}
-			}
-		default:
+		if k >= nIn && s[r-1] != 1 || !movesVectors(o.Buf, o.Off, s[r-1], s[:r-1], vec) {
 			ok = false
-		}
-	}
-	for k, b := range p.OutBufs {
-		s := strides[len(p.Ins)+k]
-		if s[r-1] != 1 || !b.alignedFor(p.outOff(k), vec) {
-			ok = false
-		}
-		for j := 0; j < r-1; j++ {
-			if s[j]%int64(vec) != 0 {
-				ok = false
-			}
 		}
 	}
 	if !ok || n < int64(vec) {
 		vec = 1
 	}
 
-	idx := "unsigned"
-	if n >= 1<<31 {
-		idx = "unsigned long long"
-	}
-	// The body is written first: the head declares the error flag's
-	// parameters only when a step divides integers.
-	var body strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&body, format, args...) }
-	p.UsesFlag = false
-	// Operands that broadcast over everything are loaded once.
-	scalar := make([]bool, len(p.Ins))
-	for k := range p.Ins {
-		scalar[k] = true
-		for _, s := range strides[k] {
-			if s != 0 {
-				scalar[k] = false
-			}
-		}
-		if scalar[k] {
-			w("    const %s s%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%d]", k, p.Ins[k].Off)))
-		}
-	}
+	idx := indexType(n)
 	// Offsets in 32 bits where they fit (cheaper multiplies).
-	offType := make([]string, len(p.Ins))
-	for k, o := range p.Ins {
+	offType := make([]string, len(ops))
+	for k, o := range ops {
 		last := o.Off
 		for j := 0; j < r; j++ {
 			last += (dims[j] - 1) * strides[k][j]
@@ -455,63 +396,48 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 			offType[k] = "unsigned"
 		}
 	}
-	outOffType := make([]string, len(p.OutBufs))
-	for k := range p.OutBufs {
-		last := p.outOff(k)
-		for j := 0; j < r; j++ {
-			last += (dims[j] - 1) * strides[len(p.Ins)+k][j]
-		}
-		outOffType[k] = "unsigned long long"
-		if idx == "unsigned" && last < 1<<31 {
-			outOffType[k] = "unsigned"
+	offset := func(k int) string {
+		return offsetExpr(fmt.Sprintf("%du", ops[k].Off), strides[k], func(j int, s int64) string {
+			return fmt.Sprintf("(%s)c%d * %du", offType[k], j, s)
+		})
+	}
+	kn := &kernel{entry: "ew", comment: fmt.Sprintf("%v, %d inputs, %d steps, %d outputs, vector %d", p.Shape, nIn, len(p.Steps), len(p.OutBufs), vec),
+		params: bufferParams(types[:nIn], types[nIn:])}
+	if ct == "long long" {
+		kn.helpers = intHelpers
+	}
+	w := kn.w
+	// Operands that broadcast over everything are loaded once.
+	scalar := make([]bool, nIn)
+	for k := range p.Ins {
+		scalar[k] = !slices.ContainsFunc(strides[k], func(s int64) bool { return s != 0 })
+		if scalar[k] {
+			w("    const %s s%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%d]", k, p.Ins[k].Off)))
 		}
 	}
-	w("    for (%s base = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; base < %dull; base += (%s)gridDim.x * blockDim.x * %d) {\n",
-		idx, idx, vec, n, idx, vec)
-	// Coordinates of base, innermost last.
-	w("        %s rem = base;\n", idx)
-	for j := r - 1; j >= 0; j-- {
-		if j > 0 {
-			w("        const %s c%d = rem %% %du; rem /= %du;\n", idx, j, dims[j], dims[j])
-		} else {
-			w("        const %s c0 = rem;\n", idx)
-		}
-	}
+	kn.gridStride(idx, "base", vec, n)
+	kn.coordinates("        ", idx, "base", dims, "u")
 	for k := range p.Ins {
 		if scalar[k] {
 			continue
 		}
-		terms := []string{fmt.Sprintf("%du", p.Ins[k].Off)}
-		for j := 0; j < r; j++ {
-			if s := strides[k][j]; s != 0 {
-				terms = append(terms, fmt.Sprintf("(%s)c%d * %du", offType[k], j, s))
-			}
-		}
-		w("        const %s o%d = %s;\n", offType[k], k, strings.Join(terms, " + "))
+		w("        const %s o%d = %s;\n", offType[k], k, offset(k))
 		if vec > 1 && strides[k][r-1] == 1 {
-			sz := p.Ins[k].Buf.DType.Size()
-			w("        __align__(16) %s v%d[%d];\n", types[k], k, vec)
-			w("        *reinterpret_cast<%s*>(v%d) = *reinterpret_cast<const %s*>(in%d + o%d);\n",
-				vecType(vec*sz), k, vecType(vec*sz), k, k)
+			w("        %s\n", alignedArray(types[k], fmt.Sprintf("v%d", k), vec))
+			w("        %s\n", vecMove(fmt.Sprintf("v%d", k), fmt.Sprintf("in%d + o%d", k, k), vec*p.Ins[k].Buf.DType.Size()))
 		}
 	}
-	for i, t := range otypes {
-		terms := []string{fmt.Sprintf("%du", p.outOff(i))}
-		for j := 0; j < r; j++ {
-			if s := strides[len(p.Ins)+i][j]; s != 0 {
-				terms = append(terms, fmt.Sprintf("(%s)c%d * %du", outOffType[i], j, s))
-			}
-		}
-		w("        const %s q%d = %s;\n", outOffType[i], i, strings.Join(terms, " + "))
+	for i := range p.OutBufs {
+		w("        const %s q%d = %s;\n", offType[nIn+i], i, offset(nIn+i))
 		if vec > 1 {
-			w("        __align__(16) %s w%d[%d];\n", t, i, vec)
+			w("        %s\n", alignedArray(types[nIn+i], fmt.Sprintf("w%d", i), vec))
 		}
 	}
 	w("#pragma unroll\n        for (int e = 0; e < %d; e++) {\n", vec)
 	if vec == 1 {
 		w("            (void)e;\n")
 	}
-	args := make([]string, len(p.Ins))
+	args := make([]string, nIn)
 	for k := range p.Ins {
 		switch {
 		case scalar[k]:
@@ -524,49 +450,29 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 			args[k] = fmt.Sprintf("a%d", k)
 		}
 	}
-	for s, st := range p.Steps {
-		e, err := stepExpr(st, ct, operandExprs(st, args), narrowOf(p.Narrow, s))
-		if err != nil {
-			return "", 0, 0, err
-		}
-		p.UsesFlag = p.UsesFlag || usesIntFlag(e)
-		w("            const %s t%d = %s;\n", ct, s, e)
+	if p.UsesFlag, err = kn.steps("            ", ct, p.Steps, p.Narrow, args, nil); err != nil {
+		return "", 0, 0, err
 	}
 	for i, s := range p.Outs {
 		if vec > 1 {
-			w("            w%d[e] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+			w("            w%d[e] = %s;\n", i, storeExpr(types[nIn+i], ct, fmt.Sprintf("t%d", s)))
 		} else {
-			w("            out%d[q%d] = %s;\n", i, i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+			w("            out%d[q%d] = %s;\n", i, i, storeExpr(types[nIn+i], ct, fmt.Sprintf("t%d", s)))
 		}
 	}
 	w("        }\n")
 	if vec > 1 {
-		for i := range otypes {
-			sz := p.OutBufs[i].DType.Size()
-			w("        *reinterpret_cast<%s*>(out%d + q%d) = *reinterpret_cast<const %s*>(w%d);\n", vecType(vec*sz), i, i, vecType(vec*sz), i)
+		for i, b := range p.OutBufs {
+			w("        %s\n", vecMove(fmt.Sprintf("out%d + q%d", i, i), fmt.Sprintf("w%d", i), vec*b.DType.Size()))
 		}
 	}
 	w("    }\n}\n")
-	var head strings.Builder
-	hw := func(format string, args ...any) { fmt.Fprintf(&head, format, args...) }
-	hw("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	if ct == "long long" {
-		hw("%s", intHelpers)
-	}
-	hw("// %v, %d inputs, %d steps, %d outputs, vector %d\n", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), vec)
-	hw("extern \"C\" __global__ void __launch_bounds__(256) ew(")
-	var params []string
-	for i, t := range types {
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, i))
-	}
-	for i, t := range otypes {
-		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
-	}
+	// The error flag's parameters follow the buffers only when a step
+	// divides integers.
 	if p.UsesFlag {
-		params = append(params, "int* __restrict__ flag", "int code")
+		kn.params = append(kn.params, "int* __restrict__ flag", "int code")
 	}
-	hw("%s)\n{\n", strings.Join(params, ", "))
-	return head.String() + body.String(), n, vec, nil
+	return kn.source(), n, vec, nil
 }
 
 // ComputeType is the C type a kernel over buffers of types dts computes in:
