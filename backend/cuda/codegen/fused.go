@@ -353,10 +353,7 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	dims, strides = Coalesce(dims, strides)
 	r := len(dims)
 	nIn := len(p.Ins)
-	bufs := make([]Buffer, len(ops))
-	for k, o := range ops {
-		bufs[k] = o.Buf
-	}
+	bufs := opBufs(ops)
 	types, err := cTypes(bufs)
 	if err != nil {
 		return "", 0, 0, err

@@ -93,6 +93,15 @@ func cTypes(bufs []Buffer) ([]string, error) {
 	return ts, nil
 }
 
+// opBufs are the buffers of operands ops.
+func opBufs(ops []Operand) []Buffer {
+	bufs := make([]Buffer, len(ops))
+	for k, o := range ops {
+		bufs[k] = o.Buf
+	}
+	return bufs
+}
+
 // dtypesOf are the element types of bufs.
 func dtypesOf(bufs ...[]Buffer) []graph.DType {
 	var dts []graph.DType
