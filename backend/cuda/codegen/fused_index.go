@@ -113,6 +113,9 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 		return name, nil
 	}
 	s := p.InShapes[k]
+	// Coordinates along size-1 axes (and constant zeros) add nothing. (A
+	// zero stride, of an axis before an empty one, keeps its term: unlike
+	// offsetExpr, which drops it.)
 	st := ContiguousStrides(s)
 	terms := []string{"0ull"}
 	for j, c := range coords {
@@ -120,11 +123,11 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 			terms = append(terms, fmt.Sprintf("(unsigned long long)(%s) * %dull", c, st[j]))
 		}
 	}
+	off := strings.Join(terms, " + ")
 	t, err := CType(p.Ins[k].DType)
 	if err != nil {
 		return "", err
 	}
-	off := strings.Join(terms, " + ")
 	// Along the last axis the operand either varies (a vector load at the
 	// vector's first element) or is broadcast (one load for all).
 	varies := len(coords) > 0 && coords[len(coords)-1] != "0" && s[len(s)-1] != 1
@@ -137,9 +140,8 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 	case vec == 1:
 		g.line("%s[0] = %s;", name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
 	default:
-		vt := vecType(vec * p.Ins[k].DType.Size())
-		g.line("{ __align__(16) %s raw[%d];", t, vec)
-		g.line("*reinterpret_cast<%s*>(raw) = *reinterpret_cast<const %s*>(in%d + %s);", vt, vt, k, off)
+		g.line("{ %s", alignedArray(t, "raw", vec))
+		g.line("%s", vecMove("raw", fmt.Sprintf("in%d + %s", k, off), vec*p.Ins[k].DType.Size()))
 		g.line("#pragma unroll")
 		g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; } }", vec, name, loadExpr(t, g.ct, "raw[e]"))
 	}
@@ -233,40 +235,22 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 // Generate writes the kernel ("ix") and returns it with the element count.
 func (p *Index) Generate() (string, int64, error) {
 	n := int64(p.Shape.Numel())
-	r := p.Shape.Rank()
-	g := &indexGen{p: p, ct: "float", memo: []map[string]string{{}}, depth: 2}
-	var params []string
-	for k, b := range p.Ins {
-		t, err := CType(b.DType)
-		if err != nil {
-			return "", 0, err
-		}
-		if b.DType == graph.Float64 {
-			g.ct = "double"
-		}
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
+	types, err := cTypes(p.Ins)
+	if err != nil {
+		return "", 0, err
 	}
-	otypes := make([]string, len(p.OutBufs))
-	for i, b := range p.OutBufs {
-		t, err := CType(b.DType)
-		if err != nil {
-			return "", 0, err
-		}
-		if b.DType == graph.Float64 {
-			g.ct = "double"
-		}
-		otypes[i] = t
-		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
+	otypes, err := cTypes(p.OutBufs)
+	if err != nil {
+		return "", 0, err
 	}
+	g := &indexGen{p: p, ct: floatComputeType(dtypesOf(p.Ins, p.OutBufs)...), memo: []map[string]string{{}}, depth: 2}
 	if p.Vec < 1 {
 		p.Vec = 1
 	}
-	idx := "unsigned"
-	if n >= 1<<31 {
-		idx = "unsigned long long"
-	}
-	coords := make([]string, r)
-	for j := range coords {
+	dims := make([]int64, p.Shape.Rank())
+	coords := make([]string, len(dims))
+	for j, d := range p.Shape {
+		dims[j] = int64(d)
 		coords[j] = fmt.Sprintf("c%d", j)
 	}
 	vals := make([]string, len(p.Outs))
@@ -277,33 +261,24 @@ func (p *Index) Generate() (string, int64, error) {
 		}
 		vals[i] = v
 	}
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	w("// %v, %d inputs, %d steps with index steps, %d outputs, vector %d\n", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), p.Vec)
-	w("extern \"C\" __global__ void __launch_bounds__(256) ix(%s)\n{\n", strings.Join(params, ", "))
-	w("    for (%s i = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; i < %dull; i += (%s)gridDim.x * blockDim.x * %d) {\n", idx, idx, p.Vec, n, idx, p.Vec)
-	w("        %s rem = i;\n", idx)
-	for j := r - 1; j >= 0; j-- {
-		if j > 0 {
-			w("        const %s c%d = rem %% %du; rem /= %du;\n", idx, j, p.Shape[j], p.Shape[j])
-		} else {
-			w("        const %s c0 = rem;\n", idx)
-		}
-	}
-	sb.WriteString(g.sb.String())
+	kn := &kernel{entry: "ix", comment: fmt.Sprintf("%v, %d inputs, %d steps with index steps, %d outputs, vector %d", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), p.Vec),
+		params: bufferParams(types, otypes)}
+	w := kn.w
+	idx := indexType(n)
+	kn.gridStride(idx, "i", p.Vec, n)
+	kn.coordinates("        ", idx, "i", dims, "u")
+	kn.body.WriteString(g.sb.String())
 	for i, v := range vals {
 		if p.Vec == 1 {
 			w("        out%d[i] = %s;\n", i, storeExpr(otypes[i], g.ct, v+"[0]"))
 			continue
 		}
-		vt := vecType(p.Vec * p.OutBufs[i].DType.Size())
-		w("        { __align__(16) %s o[%d];\n", otypes[i], p.Vec)
+		w("        { %s\n", alignedArray(otypes[i], "o", p.Vec))
 		w("#pragma unroll\n        for (int e = 0; e < %d; e++) { o[e] = %s; }\n", p.Vec, storeExpr(otypes[i], g.ct, v+"[e]"))
-		w("        *reinterpret_cast<%s*>(out%d + i) = *reinterpret_cast<const %s*>(o); }\n", vt, i, vt)
+		w("        %s }\n", vecMove(fmt.Sprintf("out%d + i", i), "o", p.Vec*p.OutBufs[i].DType.Size()))
 	}
 	w("    }\n}\n")
-	return sb.String(), n, nil
+	return kn.source(), n, nil
 }
 
 // VectorWidth is the elements a thread takes along the last axis: 16 bytes
@@ -322,7 +297,7 @@ func (p *Index) VectorWidth() int {
 	for _, b := range p.OutBufs {
 		size = max(size, b.DType.Size())
 	}
-	vec := int64(16 / size)
+	vec := int64(vectorOf(size))
 	ok := int64(p.Shape[r-1])%vec == 0
 	last := func(s graph.Shape) int64 {
 		if s.Rank() == 0 {
