@@ -111,8 +111,7 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 	if !ok {
 		vec = 1
 	}
-	lanes = lanesFor(cols, vec)
-	iters := (cols + int64(lanes*vec) - 1) / int64(lanes*vec)
+	lanes, iters := rowSplit(cols, vec)
 
 	kn := &kernel{entry: "rows", comment: fmt.Sprintf("rows %d x %d, %d steps (reduction at %d), vector %d, %d lanes per row", rows, cols, len(p.steps), p.red, vec, lanes)}
 	// An input read neither per element nor per row is a void pointer.

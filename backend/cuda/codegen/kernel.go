@@ -227,14 +227,15 @@ func offsetExpr(base string, strides []int64, term func(j int, s int64) string) 
 	return strings.Join(terms, " + ")
 }
 
-// lanesFor is how many lanes of a warp share a row of cols elements taken
-// vec at a time: the most, up to 32, that each get a vector.
-func lanesFor(cols int64, vec int) int {
-	lanes := 1
+// rowSplit is how a row of cols elements, taken vec at a time, is shared
+// by the lanes of a warp: the most lanes, up to 32, that each get a
+// vector, and the iterations that walk the row.
+func rowSplit(cols int64, vec int) (lanes int, iters int64) {
+	lanes = 1
 	for lanes < 32 && int64(lanes*2*vec) <= cols {
 		lanes *= 2
 	}
-	return lanes
+	return lanes, (cols + int64(lanes*vec) - 1) / int64(lanes*vec)
 }
 
 // warpRows opens the loop of a segment of lanes lanes over rows (row and
