@@ -430,39 +430,27 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 			w("        %s\n", alignedArray(types[nIn+i], fmt.Sprintf("w%d", i), vec))
 		}
 	}
-	w("#pragma unroll\n        for (int e = 0; e < %d; e++) {\n", vec)
-	if vec == 1 {
-		w("            (void)e;\n")
-	}
-	args := make([]string, nIn)
+	ins := make([]elemIn, nIn)
 	for k := range p.Ins {
+		ins[k].t = types[k]
 		switch {
 		case scalar[k]:
-			args[k] = fmt.Sprintf("s%d", k)
+			ins[k].arg = fmt.Sprintf("s%d", k)
 		case vec > 1 && strides[k][r-1] == 1:
-			w("            const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("v%d[e]", k)))
-			args[k] = fmt.Sprintf("a%d", k)
+			ins[k].load = fmt.Sprintf("v%d[e]", k)
 		default: // read at o (a broadcast inner axis, or one element per thread)
-			w("            const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[o%d]", k, k)))
-			args[k] = fmt.Sprintf("a%d", k)
+			ins[k].load = fmt.Sprintf("in%d[o%d]", k, k)
 		}
 	}
+	args := kn.elementLoop("        ", ct, vec, vec == 1, ins)
 	if p.UsesFlag, err = kn.steps("            ", ct, p.Steps, p.Narrow, args, nil); err != nil {
 		return "", 0, 0, err
 	}
+	outs := make([]elemOut, len(p.Outs))
 	for i, s := range p.Outs {
-		if vec > 1 {
-			w("            w%d[e] = %s;\n", i, storeExpr(types[nIn+i], ct, fmt.Sprintf("t%d", s)))
-		} else {
-			w("            out%d[q%d] = %s;\n", i, i, storeExpr(types[nIn+i], ct, fmt.Sprintf("t%d", s)))
-		}
+		outs[i] = elemOut{at: fmt.Sprintf("q%d", i), t: types[nIn+i], step: s, size: p.OutBufs[i].DType.Size()}
 	}
-	w("        }\n")
-	if vec > 1 {
-		for i, b := range p.OutBufs {
-			w("        %s\n", vecMove(fmt.Sprintf("out%d + q%d", i, i), fmt.Sprintf("w%d", i), vec*b.DType.Size()))
-		}
-	}
+	kn.closeElementLoop("        ", ct, vec, outs)
 	w("    }\n}\n")
 	// The error flag's parameters follow the buffers only when a step
 	// divides integers.

@@ -166,46 +166,32 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 			w("                    %s\n", alignedArray(otypes[i], fmt.Sprintf("w%d", i), vec))
 		}
 	}
-	w("#pragma unroll\n                    for (int e = 0; e < %d; e++) {\n", vec)
-	w("                        (void)e;\n")
-	args := make([]string, len(p.ElemIns))
+	ins := make([]elemIn, len(p.ElemIns))
 	for k, o := range p.ElemIns {
+		ins[k].t = types[k]
 		switch {
 		case o.Strides == nil:
 		case o.Strides[r-1] == 0:
-			args[k] = elemArgs[k]
+			ins[k].arg = elemArgs[k]
 		case vec > 1:
-			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("v%d[e]", k)))
-			args[k] = fmt.Sprintf("a%d", k)
+			ins[k].load = fmt.Sprintf("v%d[e]", k)
 		default:
-			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct,
-				fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])))
-			args[k] = fmt.Sprintf("a%d", k)
+			ins[k].load = fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])
 		}
 	}
+	args := kn.elementLoop("                    ", ct, vec, true, ins)
 	perElement := func(s int) bool { return !p.rowLevel[s] }
 	if _, err := kn.steps("                        ", ct, p.steps, p.narrow, args, perElement); err != nil {
 		return "", 0, 0, err
 	}
 	w("                        a += (%s)%s;\n", acc, operandOf(p.steps[p.red].Args[0], args))
+	outs := make([]elemOut, len(p.outs))
 	for i, s := range p.outs {
-		if p.rowLevel[s] {
-			continue
-		}
-		if vec > 1 {
-			w("                        w%d[e] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
-		} else {
-			w("                        out%d[q + col] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+		if !p.rowLevel[s] {
+			outs[i] = elemOut{at: "q + col", t: otypes[i], step: s, size: p.OutBufs[i].DType.Size()}
 		}
 	}
-	w("                    }\n")
-	if vec > 1 {
-		for i, s := range p.outs {
-			if !p.rowLevel[s] {
-				w("                    %s\n", vecMove(fmt.Sprintf("out%d + q + col", i), fmt.Sprintf("w%d", i), vec*p.OutBufs[i].DType.Size()))
-			}
-		}
-	}
+	kn.closeElementLoop("                    ", ct, vec, outs)
 	w("                }\n            }\n        }\n")
 	// Every lane of the warp takes part in the shuffles (rows past the end
 	// add nothing); the xor pattern leaves each segment's sum in all its lanes.

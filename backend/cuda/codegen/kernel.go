@@ -267,3 +267,63 @@ func (k *kernel) steps(indent, ct string, steps []graph.FusedStep, narrow []grap
 	}
 	return usesFlag, nil
 }
+
+// elemIn is how the loop over a thread's vector reads an input of C type
+// t: as a value named outside the loop (arg: broadcast along it), as a<k>
+// loaded from load (an element of the thread's vector, indexed by e, or of
+// memory), or not at all (both empty).
+type elemIn struct{ arg, load, t string }
+
+// elementLoop opens the loop over the vec elements a thread holds
+// (elementwise and row kernels) and returns the inputs' values in it, as
+// operand expressions of the body's steps.
+func (k *kernel) elementLoop(indent, ct string, vec int, voidE bool, ins []elemIn) []string {
+	k.w("#pragma unroll\n%sfor (int e = 0; e < %d; e++) {\n", indent, vec)
+	if voidE {
+		k.w("%s    (void)e;\n", indent)
+	}
+	args := make([]string, len(ins))
+	for i, in := range ins {
+		switch {
+		case in.arg != "":
+			args[i] = in.arg
+		case in.load != "":
+			k.w("%s    const %s a%d = %s;\n", indent, ct, i, loadExpr(in.t, ct, in.load))
+			args[i] = fmt.Sprintf("a%d", i)
+		}
+	}
+	return args
+}
+
+// elemOut is an output the loop over a thread's vector writes: step's
+// value, at out<k> + at (the vector's first element), in C type t of size
+// bytes; "" writes none.
+type elemOut struct {
+	at, t      string
+	step, size int
+}
+
+// closeElementLoop stores the outputs' elements (into the w<k> arrays when
+// vec > 1, else to memory), closes the loop, and writes each w<k> as one
+// vector.
+func (k *kernel) closeElementLoop(indent, ct string, vec int, outs []elemOut) {
+	for i, o := range outs {
+		v := storeExpr(o.t, ct, fmt.Sprintf("t%d", o.step))
+		switch {
+		case o.at == "":
+		case vec > 1:
+			k.w("%s    w%d[e] = %s;\n", indent, i, v)
+		default:
+			k.w("%s    out%d[%s] = %s;\n", indent, i, o.at, v)
+		}
+	}
+	k.w("%s}\n", indent)
+	if vec == 1 {
+		return
+	}
+	for i, o := range outs {
+		if o.at != "" {
+			k.w("%s%s\n", indent, vecMove(fmt.Sprintf("out%d + %s", i, o.at), fmt.Sprintf("w%d", i), vec*o.size))
+		}
+	}
+}
