@@ -57,6 +57,21 @@ func (g *indexGen) line(format string, args ...any) {
 	g.sb.WriteByte('\n')
 }
 
+// newValue declares the next value: an array of the thread's vec
+// elements, named v<n>.
+func (g *indexGen) newValue() string {
+	name := fmt.Sprintf("v%d", g.n)
+	g.n++
+	g.line("%s %s[%d];", g.ct, name, g.p.Vec)
+	return name
+}
+
+// fill sets each element e of value name to x, then writes tail.
+func (g *indexGen) fill(name, x, tail string) {
+	g.line("#pragma unroll")
+	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }%s", g.p.Vec, name, x, tail)
+}
+
 func (g *indexGen) lookup(key string) (string, bool) {
 	for i := len(g.memo) - 1; i >= 0; i-- {
 		if v, ok := g.memo[i][key]; ok {
@@ -103,13 +118,10 @@ func (g *indexGen) value(a graph.FusedOperand, coords []string) (string, error) 
 
 func (g *indexGen) input(k int, coords []string) (string, error) {
 	p := g.p
-	name := fmt.Sprintf("v%d", g.n)
-	g.n++
 	vec := p.Vec
 	if p.Zero[k] {
-		g.line("%s %s[%d];", g.ct, name, vec)
-		g.line("#pragma unroll")
-		g.line("for (int e = 0; e < %d; e++) { %s[e] = (%s)0; }", vec, name, g.ct)
+		name := g.newValue()
+		g.fill(name, "("+g.ct+")0", "")
 		return name, nil
 	}
 	s := p.InShapes[k]
@@ -131,28 +143,27 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 	// Along the last axis the operand either varies (a vector load at the
 	// vector's first element) or is broadcast (one load for all).
 	varies := len(coords) > 0 && coords[len(coords)-1] != "0" && s[len(s)-1] != 1
-	g.line("%s %s[%d];", g.ct, name, vec)
+	name := g.newValue()
 	switch {
 	case !varies:
 		g.line("{ const %s x = %s;", g.ct, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
-		g.line("#pragma unroll")
-		g.line("for (int e = 0; e < %d; e++) { %s[e] = x; } }", vec, name)
+		g.fill(name, "x", " }")
 	case vec == 1:
 		g.line("%s[0] = %s;", name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
 	default:
 		g.line("{ %s", alignedArray(t, "raw", vec))
 		g.line("%s", vecMove("raw", fmt.Sprintf("in%d + %s", k, off), vec*p.Ins[k].DType.Size()))
-		g.line("#pragma unroll")
-		g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; } }", vec, name, loadExpr(t, g.ct, "raw[e]"))
+		g.fill(name, loadExpr(t, g.ct, "raw[e]"), " }")
 	}
 	return name, nil
 }
 
-func (g *indexGen) shapeOf(a graph.FusedOperand) graph.Shape {
+// shapeOf is the shape of a step's operand a.
+func (p *Index) shapeOf(a graph.FusedOperand) graph.Shape {
 	if a.Step {
-		return g.p.Types[a.Index].Shape
+		return p.Types[a.Index].Shape
 	}
-	return g.p.InShapes[a.Index]
+	return p.InShapes[a.Index]
 }
 
 func (g *indexGen) step(s int, coords []string) (string, error) {
@@ -177,12 +188,10 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		return g.value(st.Args[0], c)
 	case "Concat":
 		axis := int(st.Params[0])
-		name := fmt.Sprintf("v%d", g.n)
-		g.n++
-		g.line("%s %s[%d];", g.ct, name, g.p.Vec)
+		name := g.newValue()
 		off := int64(0)
 		for j, a := range st.Args {
-			size := int64(g.shapeOf(a)[axis])
+			size := int64(g.p.shapeOf(a)[axis])
 			c := append([]string(nil), coords...)
 			if off != 0 {
 				c[axis] = fmt.Sprintf("(%s - %du)", coords[axis], off)
@@ -203,8 +212,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			g.line("#pragma unroll")
-			g.line("for (int e = 0; e < %d; e++) { %s[e] = %s[e]; }", g.p.Vec, name, v)
+			g.fill(name, v+"[e]", "")
 			g.memo = g.memo[:len(g.memo)-1]
 			g.depth--
 			g.line("}")
@@ -214,7 +222,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 	}
 	ops := make([]string, len(st.Args))
 	for j, a := range st.Args {
-		v, err := g.value(a, broadcastCoords(coords, g.shapeOf(a)))
+		v, err := g.value(a, broadcastCoords(coords, g.p.shapeOf(a)))
 		if err != nil {
 			return "", err
 		}
@@ -224,11 +232,8 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("v%d", g.n)
-	g.n++
-	g.line("%s %s[%d];", g.ct, name, p.Vec)
-	g.line("#pragma unroll")
-	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }", p.Vec, name, e)
+	name := g.newValue()
+	g.fill(name, e, "")
 	return name, nil
 }
 
@@ -247,10 +252,8 @@ func (p *Index) Generate() (string, int64, error) {
 	if p.Vec < 1 {
 		p.Vec = 1
 	}
-	dims := make([]int64, p.Shape.Rank())
-	coords := make([]string, len(dims))
-	for j, d := range p.Shape {
-		dims[j] = int64(d)
+	coords := make([]string, p.Shape.Rank())
+	for j := range coords {
 		coords[j] = fmt.Sprintf("c%d", j)
 	}
 	vals := make([]string, len(p.Outs))
@@ -266,7 +269,7 @@ func (p *Index) Generate() (string, int64, error) {
 	w := kn.w
 	idx := indexType(n)
 	kn.gridStride(idx, "i", p.Vec, n)
-	kn.coordinates("        ", idx, "i", dims, "u")
+	kn.coordinates("        ", idx, "i", dims64(p.Shape), "u")
 	kn.body.WriteString(g.sb.String())
 	for i, v := range vals {
 		if p.Vec == 1 {
@@ -290,14 +293,7 @@ func (p *Index) VectorWidth() int {
 	if r == 0 {
 		return 1
 	}
-	size := 1
-	for _, b := range p.Ins {
-		size = max(size, b.DType.Size())
-	}
-	for _, b := range p.OutBufs {
-		size = max(size, b.DType.Size())
-	}
-	vec := int64(vectorOf(size))
+	vec := int64(vectorOf(widest(p.Ins, p.OutBufs)))
 	ok := int64(p.Shape[r-1])%vec == 0
 	last := func(s graph.Shape) int64 {
 		if s.Rank() == 0 {
@@ -320,13 +316,7 @@ func (p *Index) VectorWidth() int {
 		case "Concat":
 			if st.Params[0] == int64(r-1) {
 				for _, a := range st.Args {
-					var s graph.Shape
-					if a.Step {
-						s = p.Types[a.Index].Shape
-					} else {
-						s = p.InShapes[a.Index]
-					}
-					if last(s)%vec != 0 {
+					if last(p.shapeOf(a))%vec != 0 {
 						ok = false
 					}
 				}

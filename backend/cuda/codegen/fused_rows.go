@@ -41,10 +41,7 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 	r := p.full.Rank()
 	cols := int64(p.full[r-1])
 	rows = int64(p.full.Numel()) / cols
-	lead := make([]int64, r-1)
-	for i := range lead {
-		lead[i] = int64(p.full[i])
-	}
+	lead := dims64(p.full[:r-1])
 	// Everything indexed by the leading axes, coalesced together: element
 	// inputs' leading strides, row inputs' strides, the element outputs'
 	// (cols per row) and the row outputs' (one per row).

@@ -27,6 +27,10 @@ import (
 // coordinate × stride, and the body's steps rendered from their op-table
 // expressions (ExprC).
 
+// CompileOptions: --fmad=false keeps a*b+c two rounded operations, as the
+// CPU reference computes it.
+var CompileOptions = []string{"-std=c++17", "--fmad=false"}
+
 // includes are the headers of the 16-bit float types, which every kernel
 // includes whatever its dtypes.
 const includes = "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
@@ -132,6 +136,26 @@ func accumulatorType(dts ...graph.DType) string {
 		}
 	}
 	return "double"
+}
+
+// widest is the largest element size among bufs, in bytes.
+func widest(bufs ...[]Buffer) int {
+	size := 1
+	for _, list := range bufs {
+		for _, b := range list {
+			size = max(size, b.DType.Size())
+		}
+	}
+	return size
+}
+
+// dims64 are the dims of s as int64.
+func dims64(s graph.Shape) []int64 {
+	dims := make([]int64, s.Rank())
+	for i, d := range s {
+		dims[i] = int64(d)
+	}
+	return dims
 }
 
 // vectorOf is how many elements of size bytes a 16-byte vector holds.
