@@ -34,15 +34,11 @@ type Elementwise struct {
 	// narrow, when set, is each step's dtype: a bfloat16 or float16 step is
 	// rounded to it before later steps read it, as separate nodes would be.
 	Narrow []graph.DType
-	// UsesFlag is set by Generate when a step divides integers: the kernel
-	// then takes the error flag and the node's code after the buffers.
-	UsesFlag bool
 }
 
-// Generate writes the kernel source ("ew" is its entry point) and returns it
-// with the launch's element count and vector width.
-func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
-	n = int64(p.Shape.Numel())
+// Generate writes the kernel ("ew"): a thread per vector of elements.
+func (p *Elementwise) Generate() (Kernel, error) {
+	n := int64(p.Shape.Numel())
 	dims := dims64(p.Shape)
 	// Inputs and outputs alike are operands over the shape: a buffer read
 	// or written at an offset plus coordinates times strides, coalesced
@@ -61,7 +57,7 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	bufs := opBufs(ops)
 	types, err := cTypes(bufs)
 	if err != nil {
-		return "", 0, 0, err
+		return Kernel{}, err
 	}
 	ct := ComputeType(dtypesOf(bufs)...)
 
@@ -69,7 +65,7 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	// splits into whole vectors, every input reads it contiguously or
 	// broadcasts it, every output writes it contiguously, and every vector
 	// starts aligned.
-	vec = vectorOf(widest(bufs))
+	vec := vectorOf(widest(bufs))
 	ok := dims[r-1]%int64(vec) == 0
 	for k, o := range ops {
 		s := strides[k]
@@ -144,8 +140,9 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 		}
 	}
 	args := kn.elementLoop("        ", ct, vec, vec == 1, ins)
-	if p.UsesFlag, err = kn.steps("            ", ct, p.Steps, p.Narrow, args, nil); err != nil {
-		return "", 0, 0, err
+	usesFlag, err := kn.steps("            ", ct, p.Steps, p.Narrow, args, nil)
+	if err != nil {
+		return Kernel{}, err
 	}
 	outs := make([]elemOut, len(p.Outs))
 	for i, s := range p.Outs {
@@ -155,10 +152,12 @@ func (p *Elementwise) Generate() (src string, n int64, vec int, err error) {
 	w("    }\n}\n")
 	// The error flag's parameters follow the buffers only when a step
 	// divides integers.
-	if p.UsesFlag {
+	if usesFlag {
 		kn.params = append(kn.params, "int* __restrict__ flag", "int code")
 	}
-	return kn.source(), n, vec, nil
+	k := kn.done((n+int64(vec)-1)/int64(vec), bufs)
+	k.UsesFlag, k.Vec = usesFlag, vec
+	return k, nil
 }
 
 // outStrides are output k's strides over the program's shape.

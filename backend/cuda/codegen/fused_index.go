@@ -237,16 +237,17 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 	return name, nil
 }
 
-// Generate writes the kernel ("ix") and returns it with the element count.
-func (p *Index) Generate() (string, int64, error) {
+// Generate writes the kernel ("ix"): a thread per p.Vec elements along the
+// last axis.
+func (p *Index) Generate() (Kernel, error) {
 	n := int64(p.Shape.Numel())
 	types, err := cTypes(p.Ins)
 	if err != nil {
-		return "", 0, err
+		return Kernel{}, err
 	}
 	otypes, err := cTypes(p.OutBufs)
 	if err != nil {
-		return "", 0, err
+		return Kernel{}, err
 	}
 	g := &indexGen{p: p, ct: floatComputeType(dtypesOf(p.Ins, p.OutBufs)...), memo: []map[string]string{{}}, depth: 2}
 	if p.Vec < 1 {
@@ -260,7 +261,7 @@ func (p *Index) Generate() (string, int64, error) {
 	for i, s := range p.Outs {
 		v, err := g.value(graph.FusedOperand{Step: true, Index: s}, coords)
 		if err != nil {
-			return "", 0, err
+			return Kernel{}, err
 		}
 		vals[i] = v
 	}
@@ -281,7 +282,9 @@ func (p *Index) Generate() (string, int64, error) {
 		w("        %s }\n", vecMove(fmt.Sprintf("out%d + i", i), "o", p.Vec*p.OutBufs[i].DType.Size()))
 	}
 	w("    }\n}\n")
-	return kn.source(), n, nil
+	k := kn.done(n/int64(p.Vec), p.Ins, p.OutBufs)
+	k.Vec = p.Vec
+	return k, nil
 }
 
 // VectorWidth is the elements a thread takes along the last axis: 16 bytes

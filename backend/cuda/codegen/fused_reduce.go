@@ -23,11 +23,11 @@ type RowReduce struct {
 	Divisor int64 // 1, or cols for a mean
 }
 
-// Generate writes the kernel ("red") and returns it with the lanes per row.
-func (p *RowReduce) Generate() (src string, lanes int, err error) {
+// Generate writes the kernel ("red"): a segment of a warp's lanes per row.
+func (p *RowReduce) Generate() (Kernel, error) {
 	ts, err := cTypes([]Buffer{p.X, p.Y})
 	if err != nil {
-		return "", 0, err
+		return Kernel{}, err
 	}
 	xt, yt := ts[0], ts[1]
 	acc := accumulatorType(p.X.DType, p.Y.DType)
@@ -65,7 +65,10 @@ func (p *RowReduce) Generate() (src string, lanes int, err error) {
 		result = fmt.Sprintf("a / (%s)%d", acc, p.Divisor)
 	}
 	w("        if (valid && lane == 0) {\n            y[row] = %s;\n        }\n    }\n}\n", storeExpr(yt, acc, result))
-	return kn.source(), lanes, nil
+	rowsPerBlock := int64(256 / lanes)
+	k := kn.done((p.Rows+rowsPerBlock-1)/rowsPerBlock*256, []Buffer{p.X, p.Y})
+	k.Vec, k.Lanes = vec, lanes
+	return k, nil
 }
 
 // ColReduce is one pass of a generated column reduction: x is
@@ -87,11 +90,11 @@ type ColReduce struct {
 	PartialsF32 bool
 }
 
-// Generate writes the kernel ("cols") and returns it with its launch shape.
-func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
+// Generate writes the kernel ("cols"), with its launch shape.
+func (p *ColReduce) Generate() (Kernel, error) {
 	ts, err := cTypes([]Buffer{p.X, p.Y})
 	if err != nil {
-		return "", grid, block, err
+		return Kernel{}, err
 	}
 	xt, yt := ts[0], ts[1]
 	// As the generic kernels: float with 16-bit data (and for its float32
@@ -113,8 +116,8 @@ func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
 	tx := min(groups, 32)
 	ty := max(1, 256/tx)
 	chunks := (p.Rows + p.ChunkLen - 1) / p.ChunkLen
-	grid = [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
-	block = [3]uint32{uint32(tx * ty), 1, 1}
+	grid := [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
+	block := [3]uint32{uint32(tx * ty), 1, 1}
 	ident, combine := reduceCombine(p.Op, acc)
 	kn := &kernel{entry: "cols", comment: fmt.Sprintf("columns of [%d, %d] in chunks of %d rows, %s -> %s, op %d, vector %d, block %dx%d", p.Rows, p.Cols, p.ChunkLen, xt, yt, p.Op, vec, tx, ty),
 		commentFirst: true, helpers: combine, params: []string{inParam(xt, "x"), outParam(yt, "y")}}
@@ -144,7 +147,9 @@ func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
 		result = fmt.Sprintf("s / (%s)%d", acc, p.Divisor)
 	}
 	w("            y[(unsigned long long)blockIdx.x * %dull + g * %d + e] = %s;\n        }\n    }\n}\n", p.Cols, vec, storeExpr(yt, acc, result))
-	return kn.source(), grid, block, nil
+	k := kn.done(0, []Buffer{p.X, p.Y})
+	k.Grid, k.Block, k.Vec = grid, block, vec
+	return k, nil
 }
 
 // ColChunks is how many row chunks the first pass of a generated column

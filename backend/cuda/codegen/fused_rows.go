@@ -35,12 +35,12 @@ type Rows struct {
 	narrow   []graph.DType
 }
 
-// Generate writes the kernel ("rows") and returns it with the row count and
-// the lanes per row.
-func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
+// Generate writes the kernel ("rows"): a segment of a warp's lanes per
+// row, 8 warps a block.
+func (p *Rows) Generate() (Kernel, error) {
 	r := p.full.Rank()
 	cols := int64(p.full[r-1])
-	rows = int64(p.full.Numel()) / cols
+	rows := int64(p.full.Numel()) / cols
 	lead := dims64(p.full[:r-1])
 	// Everything indexed by the leading axes, coalesced together: element
 	// inputs' leading strides, row inputs' strides, the element outputs'
@@ -69,11 +69,11 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 
 	types, err := cTypes(opBufs(p.ElemIns))
 	if err != nil {
-		return "", 0, 0, err
+		return Kernel{}, err
 	}
 	otypes, err := cTypes(p.OutBufs)
 	if err != nil {
-		return "", 0, 0, err
+		return Kernel{}, err
 	}
 	dts := dtypesOf(opBufs(p.ElemIns), p.OutBufs)
 	ct := floatComputeType(dts...)
@@ -179,7 +179,7 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 	args := kn.elementLoop("                    ", ct, vec, true, ins)
 	perElement := func(s int) bool { return !p.rowLevel[s] }
 	if _, err := kn.steps("                        ", ct, p.steps, p.narrow, args, perElement); err != nil {
-		return "", 0, 0, err
+		return Kernel{}, err
 	}
 	w("                        a += (%s)%s;\n", acc, operandOf(p.steps[p.red].Args[0], args))
 	outs := make([]elemOut, len(p.outs))
@@ -213,7 +213,7 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		}
 		if s != p.red {
 			if _, err := kn.steps("            ", ct, p.steps, p.narrow, rargs, func(k int) bool { return k == s }); err != nil {
-				return "", 0, 0, err
+				return Kernel{}, err
 			}
 			continue
 		}
@@ -233,7 +233,10 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		}
 	}
 	w("        }\n    }\n}\n")
-	return kn.source(), rows, lanes, nil
+	rowsPerBlock := int64(8 * (32 / lanes))
+	k := kn.done((rows+rowsPerBlock-1)/rowsPerBlock*256, opBufs(p.ElemIns), p.OutBufs)
+	k.Vec, k.Lanes = vec, lanes
+	return k, nil
 }
 
 // transposedView is a Transpose step's reading of a node input, as an

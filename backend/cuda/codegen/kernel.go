@@ -31,6 +31,32 @@ import (
 // CPU reference computes it.
 var CompileOptions = []string{"-std=c++17", "--fmad=false"}
 
+// Kernel is a generated kernel as the executor compiles and launches it;
+// every variant's Generate returns one.
+type Kernel struct {
+	Entry, Source string
+	// Threads is the work of a kernel whose threads stride over it, in
+	// blocks of 256 (the launcher caps the grid at what keeps the device
+	// busy); 0: nothing to launch.
+	Threads int64
+	// Grid and Block, when Block is set, are the launch's shape as it is
+	// (the column reduction sizes its own).
+	Grid, Block [3]uint32
+	Args        []Buffer // the buffer arguments, in order
+	// UsesFlag: the node's error flag and code follow the buffers (a step
+	// divides integers).
+	UsesFlag bool
+	// What the generator chose: the elements a thread moves at once, and
+	// the lanes that share a row (row kernels and row reductions).
+	Vec, Lanes int
+}
+
+// Program is a kernel to generate, of any variant: Elementwise, Rows,
+// Index, RowReduce, ColReduce.
+type Program interface {
+	Generate() (Kernel, error)
+}
+
 // includes are the headers of the 16-bit float types, which every kernel
 // includes whatever its dtypes.
 const includes = "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n"
@@ -65,6 +91,16 @@ func (k *kernel) source() string {
 	fmt.Fprintf(&sb, "extern \"C\" __global__ void __launch_bounds__(256) %s(%s)\n{\n", k.entry, strings.Join(k.params, ", "))
 	sb.WriteString(k.body.String())
 	return sb.String()
+}
+
+// done is the kernel k ready to launch with threads threads over the
+// buffers args (inputs, then outputs).
+func (k *kernel) done(threads int64, args ...[]Buffer) Kernel {
+	var bufs []Buffer
+	for _, list := range args {
+		bufs = append(bufs, list...)
+	}
+	return Kernel{Entry: k.entry, Source: k.source(), Threads: threads, Args: bufs}
 }
 
 // inParam and outParam are a read and a written buffer parameter of C

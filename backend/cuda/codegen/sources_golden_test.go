@@ -35,14 +35,14 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 		args        int
 		flag        bool
 	}
-	add := func(name, src string, err error, l launch, chose ...any) {
+	add := func(name string, k Kernel, err error, chose ...any) {
 		t.Helper()
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		lines = append(lines, fmt.Sprintf("%s %+v %v %x", name, l, chose, sha256.Sum256([]byte(src))))
+		l := launch{k.Entry, k.Threads, k.Grid, k.Block, len(k.Args), k.UsesFlag}
+		lines = append(lines, fmt.Sprintf("%s %+v %v %x", name, l, chose, sha256.Sum256([]byte(k.Source))))
 	}
-	ceil := func(a, b int64) int64 { return (a + b - 1) / b }
 	dts := []graph.DType{graph.Float32, graph.BFloat16, graph.Float16, graph.Float64}
 
 	// Elementwise: one step or a body, over broadcast, transposed,
@@ -87,8 +87,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 						n = 1
 					}
 					p := &Elementwise{Shape: shape, Ins: in[:n], Steps: []graph.FusedStep{step(op, n)}, Outs: []int{0}, OutBufs: []Buffer{buf(0x9000)}}
-					src, cnt, vec, err := p.Generate()
-					add(fmt.Sprintf("ew/%v/%v/%s/%s", dt, shape, name, op), src, err, launch{"ew", ceil(cnt, int64(vec)), [3]uint32{}, [3]uint32{}, n + 1, p.UsesFlag}, vec)
+					k, err := p.Generate()
+					add(fmt.Sprintf("ew/%v/%v/%s/%s", dt, shape, name, op), k, err, k.Vec)
 				}
 			}
 		}
@@ -105,11 +105,11 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 		p := &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(b(0x1000, nd), sh, sh), BroadcastOperand(b(0x2000, graph.Float32), graph.Shape{256}, sh)},
 			Steps: body, Outs: []int{0, 3}, OutBufs: []Buffer{b(0x4000, nd), b(0x8000, graph.Float32)},
 			Narrow: []graph.DType{nd, nd, graph.Float32, nd}}
-		src, cnt, vec, err := p.Generate()
-		add(fmt.Sprintf("ew-body/%v", nd), src, err, launch{"ew", ceil(cnt, int64(vec)), [3]uint32{}, [3]uint32{}, 4, p.UsesFlag}, vec)
+		k, err := p.Generate()
+		add(fmt.Sprintf("ew-body/%v", nd), k, err, k.Vec)
 		p.Ins[1].Buf.DType = graph.Float64
-		src, cnt, vec, err = p.Generate()
-		add(fmt.Sprintf("ew-body-f64/%v", nd), src, err, launch{"ew", ceil(cnt, int64(vec)), [3]uint32{}, [3]uint32{}, 4, p.UsesFlag}, vec)
+		k, err = p.Generate()
+		add(fmt.Sprintf("ew-body-f64/%v", nd), k, err, k.Vec)
 	}
 	for _, tc := range []struct{ at, cols, row int64 }{{0, 32, 64}, {32, 32, 64}, {3, 32, 64}, {0, 30, 60}, {1 << 31, 32, 64}} {
 		for _, dt := range dts {
@@ -117,8 +117,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 			out := Buffer{Addr: 0x8000, DType: dt, N: int(4 * tc.row)}
 			p := &Elementwise{Shape: graph.Shape{4, int(tc.cols)}, Ins: []Operand{{Buf: in, Strides: []int64{tc.cols, 1}}},
 				Steps: []graph.FusedStep{step("Identity", 1)}, Outs: []int{0}, OutBufs: []Buffer{out}, OutStrides: [][]int64{{tc.row, 1}}, OutOffs: []int64{tc.at}}
-			src, cnt, vec, err := p.Generate()
-			add(fmt.Sprintf("ew-strided-out/%v/%d/%d/%d", dt, tc.at, tc.cols, tc.row), src, err, launch{"ew", ceil(cnt, int64(vec)), [3]uint32{}, [3]uint32{}, 2, p.UsesFlag}, vec)
+			k, err := p.Generate()
+			add(fmt.Sprintf("ew-strided-out/%v/%d/%d/%d", dt, tc.at, tc.cols, tc.row), k, err, k.Vec)
 		}
 	}
 
@@ -141,8 +141,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 					p.ElemIns = []Operand{BroadcastOperand(x, full, full), BroadcastOperand(y, graph.Shape{full[len(full)-1]}, full), {Buf: e}}
 					p.rIns = []Operand{{Buf: x}, {Buf: y}, BroadcastOperand(e, graph.Shape{}, red)}
 					p.OutBufs = []Buffer{buf(dt, 0x40000, full), buf(dt, 0x50000, red), buf(graph.Float32, 0x60000, red)}
-					src, rows, lanes, err := p.Generate()
-					add(fmt.Sprintf("rows/%v/%v/%#x/mean=%v", dt, full, addr, mean), src, err, launch{"rows", ceil(rows, int64(8*(32/lanes))) * 256, [3]uint32{}, [3]uint32{}, 6, false}, lanes)
+					k, err := p.Generate()
+					add(fmt.Sprintf("rows/%v/%v/%#x/mean=%v", dt, full, addr, mean), k, err, k.Lanes)
 				}
 			}
 		}
@@ -180,8 +180,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			src, rows, lanes, err := p.Generate()
-			add(fmt.Sprintf("rows-node/%v/%s", dt, tc.body), src, err, launch{"rows", ceil(rows, int64(8*(32/lanes))) * 256, [3]uint32{}, [3]uint32{}, len(p.ElemIns) + len(p.OutBufs), false}, lanes)
+			k, err := p.Generate()
+			add(fmt.Sprintf("rows-node/%v/%s", dt, tc.body), k, err, k.Lanes)
 		}
 	}
 
@@ -231,8 +231,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 					p.Ins = append(p.Ins, Buffer{Addr: uint64(0x10000 * (k + 1)), DType: dt, N: s.Numel()})
 				}
 				p.Vec = p.VectorWidth()
-				src, cnt, err := p.Generate()
-				add(fmt.Sprintf("ix/%v/%v/%s", dt, odt, tc.body), src, err, launch{"ix", cnt / int64(p.Vec), [3]uint32{}, [3]uint32{}, len(p.Ins) + 1, false}, p.Vec)
+				k, err := p.Generate()
+				add(fmt.Sprintf("ix/%v/%v/%s", dt, odt, tc.body), k, err, k.Vec)
 			}
 		}
 	}
@@ -245,8 +245,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 					for _, op := range []int32{0, 2} {
 						for _, div := range []int64{1, cols} {
 							p := &RowReduce{X: Buffer{Addr: addr, DType: xdt}, Y: Buffer{Addr: 0x9000, DType: ydt}, Rows: 100, Cols: cols, Op: op, Divisor: div}
-							src, lanes, err := p.Generate()
-							add(fmt.Sprintf("red/%v/%v/%d/%#x/op%d/div%d", xdt, ydt, cols, addr, op, div), src, err, launch{"red", ceil(100, int64(256/lanes)) * 256, [3]uint32{}, [3]uint32{}, 2, false}, lanes)
+							k, err := p.Generate()
+							add(fmt.Sprintf("red/%v/%v/%d/%#x/op%d/div%d", xdt, ydt, cols, addr, op, div), k, err, k.Lanes)
 						}
 					}
 				}
@@ -255,8 +255,8 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 				for _, op := range []int32{0, 2} {
 					for _, part := range []bool{false, true} {
 						p := &ColReduce{X: Buffer{Addr: 0x1000, DType: xdt}, Y: Buffer{Addr: 0x9000, DType: ydt}, Rows: tc.rows, Cols: tc.cols, ChunkLen: tc.clen, Op: op, Divisor: tc.rows, PartialsF32: part}
-						src, grid, block, err := p.Generate()
-						add(fmt.Sprintf("cols/%v/%v/%d/%d/%d/op%d/part=%v", xdt, ydt, tc.rows, tc.cols, tc.clen, op, part), src, err, launch{"cols", 0, grid, block, 2, false})
+						k, err := p.Generate()
+						add(fmt.Sprintf("cols/%v/%v/%d/%d/%d/op%d/part=%v", xdt, ydt, tc.rows, tc.cols, tc.clen, op, part), k, err)
 					}
 				}
 			}
