@@ -25,29 +25,21 @@ type RowReduce struct {
 
 // Generate writes the kernel ("red"): a segment of a warp's lanes per row.
 func (p *RowReduce) Generate() (Kernel, error) {
-	ts, err := cTypes([]Buffer{p.X, p.Y})
+	acc := accumulatorType(p.X.DType, p.Y.DType)
+	kn, err := newReduction("red", p.X, p.Y, p.Cols, p.Op, acc)
 	if err != nil {
 		return Kernel{}, err
 	}
-	xt, yt := ts[0], ts[1]
-	acc := accumulatorType(p.X.DType, p.Y.DType)
-	vec := vectorOf(p.X.DType.Size())
-	if p.Cols%int64(vec) != 0 || !p.X.alignedFor(0, vec) {
-		vec = 1
-	}
+	xt, yt, ident, vec := kn.xt, kn.yt, kn.ident, kn.vec
 	lanes, iters := rowSplit(p.Cols, vec)
-	ident, combine := reduceCombine(p.Op, acc)
-	kn := &kernel{entry: "red", comment: fmt.Sprintf("rows %d x %d, %s -> %s, op %d, vector %d, %d lanes per row", p.Rows, p.Cols, xt, yt, p.Op, vec, lanes),
-		commentFirst: true, helpers: combine, params: []string{inParam(xt, "x"), outParam(yt, "y")}}
+	kn.comment = fmt.Sprintf("rows %d x %d, %s -> %s, op %d, vector %d, %d lanes per row", p.Rows, p.Cols, xt, yt, p.Op, vec, lanes)
 	w := kn.w
 	kn.warpRows(lanes, p.Rows)
 	w("        const bool valid = row < %dull;\n", p.Rows)
 	w("        %s a = %s;\n", acc, ident)
 	w("        if (valid) {\n")
 	w("            const %s* xr = x + row * %dull;\n", xt, p.Cols)
-	w("#pragma unroll\n            for (int it = 0; it < %d; it++) {\n", iters)
-	w("                const unsigned col = (it * %du + lane) * %du;\n", lanes, vec)
-	w("                if (col < %du) {\n", p.Cols)
+	kn.walkRow("#pragma unroll\n", "unsigned", "u", iters, lanes, vec, p.Cols)
 	if vec > 1 {
 		w("                    %s\n", alignedArray(xt, "v", vec))
 		w("                    %s\n", vecMove("v", "xr + col", 16))
@@ -92,21 +84,17 @@ type ColReduce struct {
 
 // Generate writes the kernel ("cols"), with its launch shape.
 func (p *ColReduce) Generate() (Kernel, error) {
-	ts, err := cTypes([]Buffer{p.X, p.Y})
-	if err != nil {
-		return Kernel{}, err
-	}
-	xt, yt := ts[0], ts[1]
 	// As the generic kernels: float with 16-bit data (and for its float32
 	// partials), double otherwise.
 	acc := accumulatorType(p.X.DType, p.Y.DType)
 	if p.X.DType == graph.Float32 && p.Y.DType == graph.Float32 && p.PartialsF32 {
 		acc = "float"
 	}
-	vec := vectorOf(p.X.DType.Size())
-	if p.Cols%int64(vec) != 0 || !p.X.alignedFor(0, vec) {
-		vec = 1
+	kn, err := newReduction("cols", p.X, p.Y, p.Cols, p.Op, acc)
+	if err != nil {
+		return Kernel{}, err
 	}
+	xt, yt, ident, vec := kn.xt, kn.yt, kn.ident, kn.vec
 	groups := p.Cols / int64(vec)
 	// At most a warp of column groups per block, the other lanes along
 	// rows: a pass over few rows and many columns (the partials) then still
@@ -118,9 +106,7 @@ func (p *ColReduce) Generate() (Kernel, error) {
 	chunks := (p.Rows + p.ChunkLen - 1) / p.ChunkLen
 	grid := [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
 	block := [3]uint32{uint32(tx * ty), 1, 1}
-	ident, combine := reduceCombine(p.Op, acc)
-	kn := &kernel{entry: "cols", comment: fmt.Sprintf("columns of [%d, %d] in chunks of %d rows, %s -> %s, op %d, vector %d, block %dx%d", p.Rows, p.Cols, p.ChunkLen, xt, yt, p.Op, vec, tx, ty),
-		commentFirst: true, helpers: combine, params: []string{inParam(xt, "x"), outParam(yt, "y")}}
+	kn.comment = fmt.Sprintf("columns of [%d, %d] in chunks of %d rows, %s -> %s, op %d, vector %d, block %dx%d", p.Rows, p.Cols, p.ChunkLen, xt, yt, p.Op, vec, tx, ty)
 	w := kn.w
 	w("    __shared__ %s sh[%d];\n", acc, tx*ty*int64(vec))
 	w("    const unsigned tx = threadIdx.x %% %du, ty = threadIdx.x / %du;\n", tx, tx)
@@ -160,6 +146,31 @@ func ColChunks(count int64) int64 {
 		return 1
 	}
 	return min((count+15)/16, 128)
+}
+
+// reduction is a reduction kernel from x to y as both reductions start it.
+type reduction struct {
+	*kernel
+	xt, yt string // x's and y's C types
+	ident  string // the combine's identity element
+	vec    int    // elements of x moved at once
+}
+
+// newReduction starts a reduction kernel from x to y combining in acc:
+// 16-byte vectors along x's rows of cols elements when they split into
+// aligned vectors, and the combine helper of op.
+func newReduction(entry string, x, y Buffer, cols int64, op int32, acc string) (*reduction, error) {
+	ts, err := cTypes([]Buffer{x, y})
+	if err != nil {
+		return nil, err
+	}
+	vec := vectorOf(x.DType.Size())
+	if cols%int64(vec) != 0 || !x.alignedFor(0, vec) {
+		vec = 1
+	}
+	ident, combine := reduceCombine(op, acc)
+	kn := &kernel{entry: entry, commentFirst: true, helpers: combine, params: []string{inParam(ts[0], "x"), outParam(ts[1], "y")}}
+	return &reduction{kernel: kn, xt: ts[0], yt: ts[1], ident: ident, vec: vec}, nil
 }
 
 // reduceCombine is the combine function of a generated reduction (a sum,

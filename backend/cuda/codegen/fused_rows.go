@@ -146,9 +146,7 @@ func (p *Rows) Generate() (Kernel, error) {
 	if iters > 16 {
 		unroll = "#pragma unroll 4\n"
 	}
-	w("%s            for (int it = 0; it < %d; it++) {\n", unroll, iters)
-	w("                const unsigned long long col = (it * %du + lane) * %du;\n", lanes, vec)
-	w("                if (col < %dull) {\n", cols)
+	kn.walkRow(unroll, "unsigned long long", "ull", iters, lanes, vec, cols)
 	for k, o := range p.ElemIns {
 		if o.Strides == nil || o.Strides[r-1] == 0 {
 			continue

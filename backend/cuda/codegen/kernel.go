@@ -310,6 +310,15 @@ func (k *kernel) warpRows(lanes int, rows int64) {
 	k.w("        const unsigned long long row = r0 + seg;\n")
 }
 
+// walkRow opens the walk of a segment's lanes over a row of cols elements
+// (row and row-reduction kernels): iteration it gives lane the vector at
+// col, of type idx; literals take suffix.
+func (k *kernel) walkRow(unroll, idx, suffix string, iters int64, lanes, vec int, cols int64) {
+	k.w("%s            for (int it = 0; it < %d; it++) {\n", unroll, iters)
+	k.w("                const %s col = (it * %du + lane) * %du;\n", idx, lanes, vec)
+	k.w("                if (col < %d%s) {\n", cols, suffix)
+}
+
 // steps writes each step s of steps that keep selects (nil: all) as
 // "const ct ts = ...;" over operands args, rounded to narrow[s], and
 // reports whether any raises the error flag.
