@@ -58,13 +58,7 @@ func (p *Rows) Generate() (Kernel, error) {
 		elemStr[i] = s * cols
 	}
 	lists = append(lists, rowStr, elemStr)
-	dims, lists := Coalesce(lead, lists)
-	if len(dims) == 0 { // one row
-		dims = []int64{1}
-		for k := range lists {
-			lists[k] = []int64{0}
-		}
-	}
+	dims, lists := Coalesce(lead, lists) // one row: dims [1]
 	eLead, rLead := lists[:len(p.ElemIns)], lists[len(p.ElemIns):len(p.ElemIns)+len(p.rIns)]
 
 	types, err := cTypes(opBufs(p.ElemIns))
