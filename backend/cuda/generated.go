@@ -53,9 +53,7 @@ func (c *lowerCtx) lowerEwProgram(p *codegen.Elementwise) (func() error, error) 
 }
 
 // lowerProgram generates, compiles and launches a program of any variant.
-func (c *lowerCtx) lowerProgram(p interface {
-	Generate() (codegen.Kernel, error)
-}) (func() error, error) {
+func (c *lowerCtx) lowerProgram(p codegen.Program) (func() error, error) {
 	k, err := p.Generate()
 	if err != nil {
 		return nil, err
