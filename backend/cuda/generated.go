@@ -49,46 +49,43 @@ func (b *Backend) generatedFunction(src, entry string) (*Function, error) {
 
 // lowerEwProgram generates, compiles and launches p.
 func (c *lowerCtx) lowerEwProgram(p *codegen.Elementwise) (func() error, error) {
-	src, n, vec, err := p.Generate()
+	return c.lowerProgram(p)
+}
+
+// lowerProgram generates, compiles and launches a program of any variant.
+func (c *lowerCtx) lowerProgram(p codegen.Program) (func() error, error) {
+	k, err := p.Generate()
 	if err != nil {
 		return nil, err
 	}
-	if n == 0 {
-		return nop, nil
-	}
-	ins := make([]codegen.Buffer, len(p.Ins))
-	for i, o := range p.Ins {
-		ins[i] = o.Buf
-	}
-	var extra []any
-	if p.UsesFlag {
-		extra = []any{c.flag(), c.code()}
-	}
-	return c.launchGeneratedWith(src, "ew", (n+int64(vec)-1)/int64(vec), extra, ins, p.OutBufs)
+	return c.launchKernel(k)
 }
 
-// launchGenerated compiles a generated kernel (once per source) and returns
-// the launch of its entry point with threads threads in blocks of 256 and
-// the buffers' addresses as its arguments, in order.
-func (c *lowerCtx) launchGenerated(src, entry string, threads int64, bufs ...[]codegen.Buffer) (func() error, error) {
-	return c.launchGeneratedWith(src, entry, threads, nil, bufs...)
-}
-
-// launchGeneratedWith is launchGenerated with extra arguments after the
-// buffers (the error flag and the node's code).
-func (c *lowerCtx) launchGeneratedWith(src, entry string, threads int64, extra []any, bufs ...[]codegen.Buffer) (func() error, error) {
-	f, err := c.x.b.generatedFunction(src, entry)
+// launchKernel compiles a generated kernel (once per source) and returns
+// its launch: k.Threads threads in blocks of 256 (the grid capped by
+// gridFor), or k's own grid and block; its buffers' addresses as the
+// arguments, in order, then the node's error flag and code when it raises
+// it. A kernel with no work is not launched.
+func (c *lowerCtx) launchKernel(k codegen.Kernel) (func() error, error) {
+	grid, block := k.Grid, k.Block
+	if block == ([3]uint32{}) {
+		if k.Threads == 0 {
+			return nop, nil
+		}
+		grid, block = c.gridFor(k.Threads, 256), [3]uint32{256, 1, 1}
+	}
+	f, err := c.x.b.generatedFunction(k.Source, k.Entry)
 	if err != nil {
 		return nil, err
 	}
 	var args []any
-	for _, list := range bufs {
-		for _, b := range list {
-			args = append(args, DevicePtr(b.Addr))
-		}
+	for _, b := range k.Args {
+		args = append(args, DevicePtr(b.Addr))
 	}
-	args = append(args, extra...)
-	l, err := driver.NewRawLaunch(f, c.gridFor(threads, 256), [3]uint32{256, 1, 1}, 0, args...)
+	if k.UsesFlag {
+		args = append(args, c.flag(), c.code())
+	}
+	l, err := driver.NewRawLaunch(f, grid, block, 0, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -178,19 +175,7 @@ func lowerFusedRows(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorTy
 	if err != nil {
 		return nil, err
 	}
-	src, rows, lanes, err := p.Generate()
-	if err != nil {
-		return nil, err
-	}
-	if rows == 0 {
-		return nop, nil
-	}
-	ins := make([]codegen.Buffer, len(p.ElemIns))
-	for i, o := range p.ElemIns {
-		ins[i] = o.Buf
-	}
-	rowsPerBlock := int64(8 * (32 / lanes))
-	return c.launchGenerated(src, "rows", (rows+rowsPerBlock-1)/rowsPerBlock*256, ins, p.OutBufs)
+	return c.lowerProgram(p)
 }
 
 // lowerFusedIndex lowers a FusedElementwise node whose body has index
@@ -218,14 +203,7 @@ func lowerFusedIndex(c *lowerCtx, steps []graph.FusedStep, types []graph.TensorT
 			(c.x.sharedZeros[v] || c.x.zerosShared(v)))
 	}
 	p.Vec = p.VectorWidth()
-	src, count, err := p.Generate()
-	if err != nil {
-		return nil, err
-	}
-	if count == 0 {
-		return nop, nil
-	}
-	return c.launchGenerated(src, "ix", count/int64(p.Vec), p.Ins, p.OutBufs)
+	return c.lowerProgram(p)
 }
 
 // lowerRowReduceGenerated returns the generated kernel for rp when it is a
@@ -243,21 +221,7 @@ func (c *lowerCtx) lowerRowReduceGenerated(rp reducePlan, x, y buffer) (func() e
 	if rp.mean {
 		p.Divisor = rp.count
 	}
-	src, lanes, err := p.Generate()
-	if err != nil {
-		return nil, err
-	}
-	f, err := c.x.b.generatedFunction(src, "red")
-	if err != nil {
-		return nil, err
-	}
-	rowsPerBlock := int64(256 / lanes)
-	l, err := driver.NewRawLaunch(f, c.gridFor((rp.nout+rowsPerBlock-1)/rowsPerBlock, 1), [3]uint32{256, 1, 1}, 0, x.ptr, y.ptr)
-	if err != nil {
-		return nil, err
-	}
-	d := c.dev()
-	return func() error { return l.Run(d) }, nil
+	return c.lowerProgram(p)
 }
 
 // lowerColReduceGenerated lowers a reduction over the leading axes of a
@@ -268,34 +232,18 @@ func (c *lowerCtx) lowerColReduceGenerated(rp reducePlan, x, y buffer) (func() e
 	if rp.mean {
 		div = rp.count
 	}
-	launch := func(p *codegen.ColReduce) (func() error, error) {
-		src, grid, block, err := p.Generate()
-		if err != nil {
-			return nil, err
-		}
-		f, err := c.x.b.generatedFunction(src, "cols")
-		if err != nil {
-			return nil, err
-		}
-		l, err := driver.NewRawLaunch(f, grid, block, 0, DevicePtr(p.X.Addr), DevicePtr(p.Y.Addr))
-		if err != nil {
-			return nil, err
-		}
-		d := c.dev()
-		return func() error { return l.Run(d) }, nil
-	}
 	if rp.chunks <= 1 {
-		return launch(&codegen.ColReduce{X: x.gen(), Y: y.gen(), Rows: rp.count, Cols: rp.nout, ChunkLen: rp.count, Op: rp.op, Divisor: div})
+		return c.lowerProgram(&codegen.ColReduce{X: x.gen(), Y: y.gen(), Rows: rp.count, Cols: rp.nout, ChunkLen: rp.count, Op: rp.op, Divisor: div})
 	}
 	part, err := c.takeScratch()
 	if err != nil {
 		return nil, err
 	}
-	first, err := launch(&codegen.ColReduce{X: x.gen(), Y: part.gen(), Rows: rp.count, Cols: rp.nout, ChunkLen: rp.clen, Op: rp.op, Divisor: 1})
+	first, err := c.lowerProgram(&codegen.ColReduce{X: x.gen(), Y: part.gen(), Rows: rp.count, Cols: rp.nout, ChunkLen: rp.clen, Op: rp.op, Divisor: 1})
 	if err != nil {
 		return nil, err
 	}
-	second, err := launch(&codegen.ColReduce{X: part.gen(), Y: y.gen(), Rows: rp.chunks, Cols: rp.nout, ChunkLen: rp.chunks, Op: rp.op, Divisor: div,
+	second, err := c.lowerProgram(&codegen.ColReduce{X: part.gen(), Y: y.gen(), Rows: rp.chunks, Cols: rp.nout, ChunkLen: rp.chunks, Op: rp.op, Divisor: div,
 		PartialsF32: part.dt == graph.Float32})
 	if err != nil {
 		return nil, err

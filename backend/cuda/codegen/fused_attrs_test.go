@@ -44,22 +44,22 @@ func TestExprCAttributes(t *testing.T) {
 	f32 := Buffer{Addr: 0x2000, DType: graph.Float32, N: 16}
 	p := &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(f32, sh, sh)}, Outs: []int{0}, OutBufs: []Buffer{f32},
 		Steps: []graph.FusedStep{{Op: "Elu", Attrs: graph.Attrs{"alpha": graph.Float(0.75)}, Args: []graph.FusedOperand{{Index: 0}}}}}
-	src, _, _, err := p.Generate()
+	k, err := p.Generate()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(src, "(float)0.75 * ") {
+	if src := k.Source; !strings.Contains(src, "(float)0.75 * ") {
 		t.Errorf("Elu{alpha=0.75}: the literal is not in\n%s", src)
 	}
 	// Integer remainder raises the node's flag on a zero divisor.
 	i64 := Buffer{Addr: 0x1000, DType: graph.Int64, N: 16}
 	p = &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(i64, sh, sh), BroadcastOperand(i64, sh, sh)}, Outs: []int{0}, OutBufs: []Buffer{i64},
 		Steps: []graph.FusedStep{{Op: "Mod", Attrs: graph.Attrs{"fmod": graph.Int(0)}, Args: []graph.FusedOperand{{Index: 0}, {Index: 1}}}}}
-	if src, _, _, err = p.Generate(); err != nil {
+	if k, err = p.Generate(); err != nil {
 		t.Fatal(err)
 	}
-	if !p.UsesFlag || !strings.Contains(src, "fg_imod(a0, a1, flag, code)") {
-		t.Errorf("int64 Mod: usesFlag %v:\n%s", p.UsesFlag, src)
+	if !k.UsesFlag || !strings.Contains(k.Source, "fg_imod(a0, a1, flag, code)") {
+		t.Errorf("int64 Mod: usesFlag %v:\n%s", k.UsesFlag, k.Source)
 	}
 }
 
@@ -117,11 +117,12 @@ func TestEwKernelsHostSyntax(t *testing.T) {
 				st.Args = append(st.Args, graph.FusedOperand{Index: i})
 			}
 			p.Steps = []graph.FusedStep{st}
-			src, _, _, err := p.Generate()
+			k, err := p.Generate()
 			if err != nil {
 				t.Errorf("%s (%v): %v", spec.Name, dt, err)
 				continue
 			}
+			src := k.Source
 			// One unit: each kernel under a namespace of its own, the
 			// CUDA headers it includes stubbed by the prelude.
 			var body strings.Builder

@@ -57,6 +57,21 @@ func (g *indexGen) line(format string, args ...any) {
 	g.sb.WriteByte('\n')
 }
 
+// newValue declares the next value: an array of the thread's vec
+// elements, named v<n>.
+func (g *indexGen) newValue() string {
+	name := fmt.Sprintf("v%d", g.n)
+	g.n++
+	g.line("%s %s[%d];", g.ct, name, g.p.Vec)
+	return name
+}
+
+// fill sets each element e of value name to x, then writes tail.
+func (g *indexGen) fill(name, x, tail string) {
+	g.line("#pragma unroll")
+	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }%s", g.p.Vec, name, x, tail)
+}
+
 func (g *indexGen) lookup(key string) (string, bool) {
 	for i := len(g.memo) - 1; i >= 0; i-- {
 		if v, ok := g.memo[i][key]; ok {
@@ -103,16 +118,16 @@ func (g *indexGen) value(a graph.FusedOperand, coords []string) (string, error) 
 
 func (g *indexGen) input(k int, coords []string) (string, error) {
 	p := g.p
-	name := fmt.Sprintf("v%d", g.n)
-	g.n++
 	vec := p.Vec
 	if p.Zero[k] {
-		g.line("%s %s[%d];", g.ct, name, vec)
-		g.line("#pragma unroll")
-		g.line("for (int e = 0; e < %d; e++) { %s[e] = (%s)0; }", vec, name, g.ct)
+		name := g.newValue()
+		g.fill(name, "("+g.ct+")0", "")
 		return name, nil
 	}
 	s := p.InShapes[k]
+	// Coordinates along size-1 axes (and constant zeros) add nothing. (A
+	// zero stride, of an axis before an empty one, keeps its term: unlike
+	// offsetExpr, which drops it.)
 	st := ContiguousStrides(s)
 	terms := []string{"0ull"}
 	for j, c := range coords {
@@ -120,37 +135,35 @@ func (g *indexGen) input(k int, coords []string) (string, error) {
 			terms = append(terms, fmt.Sprintf("(unsigned long long)(%s) * %dull", c, st[j]))
 		}
 	}
+	off := strings.Join(terms, " + ")
 	t, err := CType(p.Ins[k].DType)
 	if err != nil {
 		return "", err
 	}
-	off := strings.Join(terms, " + ")
 	// Along the last axis the operand either varies (a vector load at the
 	// vector's first element) or is broadcast (one load for all).
 	varies := len(coords) > 0 && coords[len(coords)-1] != "0" && s[len(s)-1] != 1
-	g.line("%s %s[%d];", g.ct, name, vec)
+	name := g.newValue()
 	switch {
 	case !varies:
 		g.line("{ const %s x = %s;", g.ct, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
-		g.line("#pragma unroll")
-		g.line("for (int e = 0; e < %d; e++) { %s[e] = x; } }", vec, name)
+		g.fill(name, "x", " }")
 	case vec == 1:
 		g.line("%s[0] = %s;", name, loadExpr(t, g.ct, fmt.Sprintf("in%d[%s]", k, off)))
 	default:
-		vt := vecType(vec * p.Ins[k].DType.Size())
-		g.line("{ __align__(16) %s raw[%d];", t, vec)
-		g.line("*reinterpret_cast<%s*>(raw) = *reinterpret_cast<const %s*>(in%d + %s);", vt, vt, k, off)
-		g.line("#pragma unroll")
-		g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; } }", vec, name, loadExpr(t, g.ct, "raw[e]"))
+		g.line("{ %s", alignedArray(t, "raw", vec))
+		g.line("%s", vecMove("raw", fmt.Sprintf("in%d + %s", k, off), vec*p.Ins[k].DType.Size()))
+		g.fill(name, loadExpr(t, g.ct, "raw[e]"), " }")
 	}
 	return name, nil
 }
 
-func (g *indexGen) shapeOf(a graph.FusedOperand) graph.Shape {
+// shapeOf is the shape of a step's operand a.
+func (p *Index) shapeOf(a graph.FusedOperand) graph.Shape {
 	if a.Step {
-		return g.p.Types[a.Index].Shape
+		return p.Types[a.Index].Shape
 	}
-	return g.p.InShapes[a.Index]
+	return p.InShapes[a.Index]
 }
 
 func (g *indexGen) step(s int, coords []string) (string, error) {
@@ -175,12 +188,10 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 		return g.value(st.Args[0], c)
 	case "Concat":
 		axis := int(st.Params[0])
-		name := fmt.Sprintf("v%d", g.n)
-		g.n++
-		g.line("%s %s[%d];", g.ct, name, g.p.Vec)
+		name := g.newValue()
 		off := int64(0)
 		for j, a := range st.Args {
-			size := int64(g.shapeOf(a)[axis])
+			size := int64(g.p.shapeOf(a)[axis])
 			c := append([]string(nil), coords...)
 			if off != 0 {
 				c[axis] = fmt.Sprintf("(%s - %du)", coords[axis], off)
@@ -201,8 +212,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 			if err != nil {
 				return "", err
 			}
-			g.line("#pragma unroll")
-			g.line("for (int e = 0; e < %d; e++) { %s[e] = %s[e]; }", g.p.Vec, name, v)
+			g.fill(name, v+"[e]", "")
 			g.memo = g.memo[:len(g.memo)-1]
 			g.depth--
 			g.line("}")
@@ -212,7 +222,7 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 	}
 	ops := make([]string, len(st.Args))
 	for j, a := range st.Args {
-		v, err := g.value(a, broadcastCoords(coords, g.shapeOf(a)))
+		v, err := g.value(a, broadcastCoords(coords, g.p.shapeOf(a)))
 		if err != nil {
 			return "", err
 		}
@@ -222,50 +232,28 @@ func (g *indexGen) step(s int, coords []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	name := fmt.Sprintf("v%d", g.n)
-	g.n++
-	g.line("%s %s[%d];", g.ct, name, p.Vec)
-	g.line("#pragma unroll")
-	g.line("for (int e = 0; e < %d; e++) { %s[e] = %s; }", p.Vec, name, e)
+	name := g.newValue()
+	g.fill(name, e, "")
 	return name, nil
 }
 
-// Generate writes the kernel ("ix") and returns it with the element count.
-func (p *Index) Generate() (string, int64, error) {
+// Generate writes the kernel ("ix"): a thread per p.Vec elements along the
+// last axis.
+func (p *Index) Generate() (Kernel, error) {
 	n := int64(p.Shape.Numel())
-	r := p.Shape.Rank()
-	g := &indexGen{p: p, ct: "float", memo: []map[string]string{{}}, depth: 2}
-	var params []string
-	for k, b := range p.Ins {
-		t, err := CType(b.DType)
-		if err != nil {
-			return "", 0, err
-		}
-		if b.DType == graph.Float64 {
-			g.ct = "double"
-		}
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
+	types, err := cTypes(p.Ins)
+	if err != nil {
+		return Kernel{}, err
 	}
-	otypes := make([]string, len(p.OutBufs))
-	for i, b := range p.OutBufs {
-		t, err := CType(b.DType)
-		if err != nil {
-			return "", 0, err
-		}
-		if b.DType == graph.Float64 {
-			g.ct = "double"
-		}
-		otypes[i] = t
-		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
+	otypes, err := cTypes(p.OutBufs)
+	if err != nil {
+		return Kernel{}, err
 	}
+	g := &indexGen{p: p, ct: floatComputeType(dtypesOf(p.Ins, p.OutBufs)...), memo: []map[string]string{{}}, depth: 2}
 	if p.Vec < 1 {
 		p.Vec = 1
 	}
-	idx := "unsigned"
-	if n >= 1<<31 {
-		idx = "unsigned long long"
-	}
-	coords := make([]string, r)
+	coords := make([]string, p.Shape.Rank())
 	for j := range coords {
 		coords[j] = fmt.Sprintf("c%d", j)
 	}
@@ -273,37 +261,30 @@ func (p *Index) Generate() (string, int64, error) {
 	for i, s := range p.Outs {
 		v, err := g.value(graph.FusedOperand{Step: true, Index: s}, coords)
 		if err != nil {
-			return "", 0, err
+			return Kernel{}, err
 		}
 		vals[i] = v
 	}
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	w("// %v, %d inputs, %d steps with index steps, %d outputs, vector %d\n", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), p.Vec)
-	w("extern \"C\" __global__ void __launch_bounds__(256) ix(%s)\n{\n", strings.Join(params, ", "))
-	w("    for (%s i = (blockIdx.x * (%s)blockDim.x + threadIdx.x) * %d; i < %dull; i += (%s)gridDim.x * blockDim.x * %d) {\n", idx, idx, p.Vec, n, idx, p.Vec)
-	w("        %s rem = i;\n", idx)
-	for j := r - 1; j >= 0; j-- {
-		if j > 0 {
-			w("        const %s c%d = rem %% %du; rem /= %du;\n", idx, j, p.Shape[j], p.Shape[j])
-		} else {
-			w("        const %s c0 = rem;\n", idx)
-		}
-	}
-	sb.WriteString(g.sb.String())
+	kn := &kernel{entry: "ix", comment: fmt.Sprintf("%v, %d inputs, %d steps with index steps, %d outputs, vector %d", p.Shape, len(p.Ins), len(p.Steps), len(p.OutBufs), p.Vec),
+		params: bufferParams(types, otypes)}
+	w := kn.w
+	idx := indexType(n)
+	kn.gridStride(idx, "i", p.Vec, n)
+	kn.coordinates("        ", idx, "i", dims64(p.Shape), "u")
+	kn.body.WriteString(g.sb.String())
 	for i, v := range vals {
 		if p.Vec == 1 {
 			w("        out%d[i] = %s;\n", i, storeExpr(otypes[i], g.ct, v+"[0]"))
 			continue
 		}
-		vt := vecType(p.Vec * p.OutBufs[i].DType.Size())
-		w("        { __align__(16) %s o[%d];\n", otypes[i], p.Vec)
+		w("        { %s\n", alignedArray(otypes[i], "o", p.Vec))
 		w("#pragma unroll\n        for (int e = 0; e < %d; e++) { o[e] = %s; }\n", p.Vec, storeExpr(otypes[i], g.ct, v+"[e]"))
-		w("        *reinterpret_cast<%s*>(out%d + i) = *reinterpret_cast<const %s*>(o); }\n", vt, i, vt)
+		w("        %s }\n", vecMove(fmt.Sprintf("out%d + i", i), "o", p.Vec*p.OutBufs[i].DType.Size()))
 	}
 	w("    }\n}\n")
-	return sb.String(), n, nil
+	k := kn.done(n/int64(p.Vec), p.Ins, p.OutBufs)
+	k.Vec = p.Vec
+	return k, nil
 }
 
 // VectorWidth is the elements a thread takes along the last axis: 16 bytes
@@ -315,14 +296,7 @@ func (p *Index) VectorWidth() int {
 	if r == 0 {
 		return 1
 	}
-	size := 1
-	for _, b := range p.Ins {
-		size = max(size, b.DType.Size())
-	}
-	for _, b := range p.OutBufs {
-		size = max(size, b.DType.Size())
-	}
-	vec := int64(16 / size)
+	vec := int64(vectorOf(widest(p.Ins, p.OutBufs)))
 	ok := int64(p.Shape[r-1])%vec == 0
 	last := func(s graph.Shape) int64 {
 		if s.Rank() == 0 {
@@ -345,13 +319,7 @@ func (p *Index) VectorWidth() int {
 		case "Concat":
 			if st.Params[0] == int64(r-1) {
 				for _, a := range st.Args {
-					var s graph.Shape
-					if a.Step {
-						s = p.Types[a.Index].Shape
-					} else {
-						s = p.InShapes[a.Index]
-					}
-					if last(s)%vec != 0 {
+					if last(p.shapeOf(a))%vec != 0 {
 						ok = false
 					}
 				}

@@ -2,7 +2,6 @@ package codegen
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -24,55 +23,26 @@ type RowReduce struct {
 	Divisor int64 // 1, or cols for a mean
 }
 
-// Generate writes the kernel ("red") and returns it with the lanes per row.
-func (p *RowReduce) Generate() (src string, lanes int, err error) {
-	xt, err := CType(p.X.DType)
+// Generate writes the kernel ("red"): a segment of a warp's lanes per row.
+func (p *RowReduce) Generate() (Kernel, error) {
+	acc := accumulatorType(p.X.DType, p.Y.DType)
+	kn, err := newReduction("red", p.X, p.Y, p.Cols, p.Op, acc)
 	if err != nil {
-		return "", 0, err
+		return Kernel{}, err
 	}
-	yt, err := CType(p.Y.DType)
-	if err != nil {
-		return "", 0, err
-	}
-	// The accumulator: float when a 16-bit type is involved, double
-	// otherwise (as reduceSuffix picks for the generic kernels).
-	acc := "double"
-	if Is16(p.X.DType) || Is16(p.Y.DType) {
-		acc = "float"
-	}
-	size := p.X.DType.Size()
-	vec := 16 / size
-	if p.Cols%int64(vec) != 0 || int64(p.X.Addr)%16 != 0 {
-		vec = 1
-	}
-	lanes = 1
-	for lanes < 32 && int64(lanes*2*vec) <= p.Cols {
-		lanes *= 2
-	}
-	iters := (p.Cols + int64(lanes*vec) - 1) / int64(lanes*vec)
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("// rows %d x %d, %s -> %s, op %d, vector %d, %d lanes per row\n", p.Rows, p.Cols, xt, yt, p.Op, vec, lanes)
-	ident := reducePreamble(&sb, p.Op, acc)
-	w("extern \"C\" __global__ void __launch_bounds__(256) red(const %s* __restrict__ x, %s* __restrict__ y)\n{\n", xt, yt)
-	w("    const unsigned lane = threadIdx.x %% %du;\n", lanes)
-	w("    const unsigned long long warp = (blockIdx.x * 256ull + threadIdx.x) / 32;\n")
-	w("    const unsigned long long warps = gridDim.x * 256ull / 32;\n")
-	w("    const unsigned seg = (threadIdx.x %% 32) / %du;\n", lanes)
-	// Every lane of a warp runs the same iterations, so the shuffles always
-	// have the whole warp; rows past the end contribute nothing.
-	w("    for (unsigned long long r0 = warp * %d; r0 < %dull; r0 += warps * %d) {\n", 32/lanes, p.Rows, 32/lanes)
-	w("        const unsigned long long row = r0 + seg;\n")
+	xt, yt, ident, vec := kn.xt, kn.yt, kn.ident, kn.vec
+	lanes, iters := rowSplit(p.Cols, vec)
+	kn.comment = fmt.Sprintf("rows %d x %d, %s -> %s, op %d, vector %d, %d lanes per row", p.Rows, p.Cols, xt, yt, p.Op, vec, lanes)
+	w := kn.w
+	kn.warpRows(lanes, p.Rows)
 	w("        const bool valid = row < %dull;\n", p.Rows)
 	w("        %s a = %s;\n", acc, ident)
 	w("        if (valid) {\n")
 	w("            const %s* xr = x + row * %dull;\n", xt, p.Cols)
-	w("#pragma unroll\n            for (int it = 0; it < %d; it++) {\n", iters)
-	w("                const unsigned col = (it * %du + lane) * %du;\n", lanes, vec)
-	w("                if (col < %du) {\n", p.Cols)
+	kn.walkRow("#pragma unroll\n", "unsigned", "u", iters, lanes, vec, p.Cols)
 	if vec > 1 {
-		w("                    __align__(16) %s v[%d];\n", xt, vec)
-		w("                    *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(xr + col);\n")
+		w("                    %s\n", alignedArray(xt, "v", vec))
+		w("                    %s\n", vecMove("v", "xr + col", 16))
 		w("#pragma unroll\n                    for (int e = 0; e < %d; e++) {\n", vec)
 		w("                        a = combine(a, %s);\n", loadExpr(xt, acc, "v[e]"))
 		w("                    }\n")
@@ -87,7 +57,10 @@ func (p *RowReduce) Generate() (src string, lanes int, err error) {
 		result = fmt.Sprintf("a / (%s)%d", acc, p.Divisor)
 	}
 	w("        if (valid && lane == 0) {\n            y[row] = %s;\n        }\n    }\n}\n", storeExpr(yt, acc, result))
-	return sb.String(), lanes, nil
+	rowsPerBlock := int64(256 / lanes)
+	k := kn.done((p.Rows+rowsPerBlock-1)/rowsPerBlock*256, []Buffer{p.X, p.Y})
+	k.Vec, k.Lanes = vec, lanes
+	return k, nil
 }
 
 // ColReduce is one pass of a generated column reduction: x is
@@ -109,26 +82,19 @@ type ColReduce struct {
 	PartialsF32 bool
 }
 
-// Generate writes the kernel ("cols") and returns it with its launch shape.
-func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
-	xt, err := CType(p.X.DType)
-	if err != nil {
-		return "", grid, block, err
-	}
-	yt, err := CType(p.Y.DType)
-	if err != nil {
-		return "", grid, block, err
-	}
+// Generate writes the kernel ("cols"), with its launch shape.
+func (p *ColReduce) Generate() (Kernel, error) {
 	// As the generic kernels: float with 16-bit data (and for its float32
 	// partials), double otherwise.
-	acc := "double"
-	if Is16(p.X.DType) || Is16(p.Y.DType) || p.X.DType == graph.Float32 && p.Y.DType == graph.Float32 && p.PartialsF32 {
+	acc := accumulatorType(p.X.DType, p.Y.DType)
+	if p.X.DType == graph.Float32 && p.Y.DType == graph.Float32 && p.PartialsF32 {
 		acc = "float"
 	}
-	vec := 16 / p.X.DType.Size()
-	if p.Cols%int64(vec) != 0 || int64(p.X.Addr)%16 != 0 {
-		vec = 1
+	kn, err := newReduction("cols", p.X, p.Y, p.Cols, p.Op, acc)
+	if err != nil {
+		return Kernel{}, err
 	}
+	xt, yt, ident, vec := kn.xt, kn.yt, kn.ident, kn.vec
 	groups := p.Cols / int64(vec)
 	// At most a warp of column groups per block, the other lanes along
 	// rows: a pass over few rows and many columns (the partials) then still
@@ -138,13 +104,10 @@ func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
 	tx := min(groups, 32)
 	ty := max(1, 256/tx)
 	chunks := (p.Rows + p.ChunkLen - 1) / p.ChunkLen
-	grid = [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
-	block = [3]uint32{uint32(tx * ty), 1, 1}
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("// columns of [%d, %d] in chunks of %d rows, %s -> %s, op %d, vector %d, block %dx%d\n", p.Rows, p.Cols, p.ChunkLen, xt, yt, p.Op, vec, tx, ty)
-	ident := reducePreamble(&sb, p.Op, acc)
-	w("extern \"C\" __global__ void __launch_bounds__(256) cols(const %s* __restrict__ x, %s* __restrict__ y)\n{\n", xt, yt)
+	grid := [3]uint32{uint32(chunks), uint32((groups + tx - 1) / tx), 1}
+	block := [3]uint32{uint32(tx * ty), 1, 1}
+	kn.comment = fmt.Sprintf("columns of [%d, %d] in chunks of %d rows, %s -> %s, op %d, vector %d, block %dx%d", p.Rows, p.Cols, p.ChunkLen, xt, yt, p.Op, vec, tx, ty)
+	w := kn.w
 	w("    __shared__ %s sh[%d];\n", acc, tx*ty*int64(vec))
 	w("    const unsigned tx = threadIdx.x %% %du, ty = threadIdx.x / %du;\n", tx, tx)
 	w("    const unsigned long long g = (unsigned long long)blockIdx.y * %d + tx;\n", tx)
@@ -154,8 +117,8 @@ func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
 	w("    const unsigned long long r1 = r0 + %dull < %dull ? r0 + %dull : %dull;\n", p.ChunkLen, p.Rows, p.ChunkLen, p.Rows)
 	w("    if (valid) {\n#pragma unroll 4\n        for (unsigned long long r = r0 + ty; r < r1; r += %d) {\n", ty)
 	if vec > 1 {
-		w("            __align__(16) %s v[%d];\n", xt, vec)
-		w("            *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(x + r * %dull + g * %d);\n", p.Cols, vec)
+		w("            %s\n", alignedArray(xt, "v", vec))
+		w("            %s\n", vecMove("v", fmt.Sprintf("x + r * %dull + g * %d", p.Cols, vec), 16))
 		w("#pragma unroll\n            for (int e = 0; e < %d; e++) {\n                a[e] = combine(a[e], %s);\n            }\n", vec, loadExpr(xt, acc, "v[e]"))
 	} else {
 		w("            a[0] = combine(a[0], %s);\n", loadExpr(xt, acc, fmt.Sprintf("x[r * %dull + g]", p.Cols)))
@@ -170,7 +133,9 @@ func (p *ColReduce) Generate() (src string, grid, block [3]uint32, err error) {
 		result = fmt.Sprintf("s / (%s)%d", acc, p.Divisor)
 	}
 	w("            y[(unsigned long long)blockIdx.x * %dull + g * %d + e] = %s;\n        }\n    }\n}\n", p.Cols, vec, storeExpr(yt, acc, result))
-	return sb.String(), grid, block, nil
+	k := kn.done(0, []Buffer{p.X, p.Y})
+	k.Grid, k.Block, k.Vec = grid, block, vec
+	return k, nil
 }
 
 // ColChunks is how many row chunks the first pass of a generated column
@@ -183,10 +148,35 @@ func ColChunks(count int64) int64 {
 	return min((count+15)/16, 128)
 }
 
-// reducePreamble writes the includes and the combine function of a
-// generated reduction (a sum, or for op 2 a max in which NaN wins, as in the
-// generic kernels' nanmax) and returns the identity element's expression.
-func reducePreamble(sb *strings.Builder, op int32, acc string) (ident string) {
+// reduction is a reduction kernel from x to y as both reductions start it.
+type reduction struct {
+	*kernel
+	xt, yt string // x's and y's C types
+	ident  string // the combine's identity element
+	vec    int    // elements of x moved at once
+}
+
+// newReduction starts a reduction kernel from x to y combining in acc:
+// 16-byte vectors along x's rows of cols elements when they split into
+// aligned vectors, and the combine helper of op.
+func newReduction(entry string, x, y Buffer, cols int64, op int32, acc string) (*reduction, error) {
+	ts, err := cTypes([]Buffer{x, y})
+	if err != nil {
+		return nil, err
+	}
+	vec := vectorOf(x.DType.Size())
+	if cols%int64(vec) != 0 || !x.alignedFor(0, vec) {
+		vec = 1
+	}
+	ident, combine := reduceCombine(op, acc)
+	kn := &kernel{entry: entry, commentFirst: true, helpers: combine, params: []string{inParam(ts[0], "x"), outParam(ts[1], "y")}}
+	return &reduction{kernel: kn, xt: ts[0], yt: ts[1], ident: ident, vec: vec}, nil
+}
+
+// reduceCombine is the combine function of a generated reduction (a sum,
+// or for op 2 a max in which NaN wins, as in the generic kernels' nanmax),
+// a device helper, and its identity element's expression.
+func reduceCombine(op int32, acc string) (ident, helper string) {
 	ident, combine := "("+acc+")0", "a + b"
 	if op == 2 {
 		ident = "-__int_as_float(0x7f800000)"
@@ -195,7 +185,5 @@ func reducePreamble(sb *strings.Builder, op int32, acc string) (ident string) {
 		}
 		combine = "(b > a || b != b || a != a) ? (a != a ? a : b) : a"
 	}
-	fmt.Fprintf(sb, "#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	fmt.Fprintf(sb, "__device__ __forceinline__ %s combine(%s a, %s b) { return %s; }\n", acc, acc, acc, combine)
-	return ident
+	return ident, fmt.Sprintf("__device__ __forceinline__ %s combine(%s a, %s b) { return %s; }\n", acc, acc, acc, combine)
 }

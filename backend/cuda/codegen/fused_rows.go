@@ -3,7 +3,6 @@ package codegen
 import (
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -36,16 +35,13 @@ type Rows struct {
 	narrow   []graph.DType
 }
 
-// Generate writes the kernel ("rows") and returns it with the row count and
-// the lanes per row.
-func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
+// Generate writes the kernel ("rows"): a segment of a warp's lanes per
+// row, 8 warps a block.
+func (p *Rows) Generate() (Kernel, error) {
 	r := p.full.Rank()
 	cols := int64(p.full[r-1])
-	rows = int64(p.full.Numel()) / cols
-	lead := make([]int64, r-1)
-	for i := range lead {
-		lead[i] = int64(p.full[i])
-	}
+	rows := int64(p.full.Numel()) / cols
+	lead := dims64(p.full[:r-1])
 	// Everything indexed by the leading axes, coalesced together: element
 	// inputs' leading strides, row inputs' strides, the element outputs'
 	// (cols per row) and the row outputs' (one per row).
@@ -62,69 +58,39 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		elemStr[i] = s * cols
 	}
 	lists = append(lists, rowStr, elemStr)
-	dims, lists := Coalesce(lead, lists)
-	if len(dims) == 0 { // one row
-		dims = []int64{1}
-		for k := range lists {
-			lists[k] = []int64{0}
-		}
-	}
+	dims, lists := Coalesce(lead, lists) // one row: dims [1]
 	eLead, rLead := lists[:len(p.ElemIns)], lists[len(p.ElemIns):len(p.ElemIns)+len(p.rIns)]
 
-	ct := "float"
-	wide := false // a 16-bit buffer: sums in float, as the generic kernels
+	types, err := cTypes(opBufs(p.ElemIns))
+	if err != nil {
+		return Kernel{}, err
+	}
+	otypes, err := cTypes(p.OutBufs)
+	if err != nil {
+		return Kernel{}, err
+	}
+	dts := dtypesOf(opBufs(p.ElemIns), p.OutBufs)
+	ct := floatComputeType(dts...)
+	acc := accumulatorType(dts...) // a 16-bit buffer: sums in float
 	maxSize := 1
-	types := make([]string, len(p.ElemIns))
-	for k, o := range p.ElemIns {
-		if types[k], err = CType(o.Buf.DType); err != nil {
-			return "", 0, 0, err
-		}
-		if o.Buf.DType == graph.Float64 {
-			ct = "double"
-		}
-		wide = wide || Is16(o.Buf.DType)
+	for _, o := range p.ElemIns {
 		if o.Strides != nil && o.Strides[r-1] == 1 {
 			maxSize = max(maxSize, o.Buf.DType.Size())
 		}
 	}
-	otypes := make([]string, len(p.OutBufs))
 	for i, b := range p.OutBufs {
-		if otypes[i], err = CType(b.DType); err != nil {
-			return "", 0, 0, err
-		}
-		if b.DType == graph.Float64 {
-			ct = "double"
-		}
-		wide = wide || Is16(b.DType)
 		if !p.rowLevel[p.outs[i]] {
 			maxSize = max(maxSize, b.DType.Size())
 		}
 	}
-	acc := "double"
-	if wide {
-		acc = "float"
-	}
 
-	// Vectors along the row: every element input reads it contiguously or
-	// broadcasts it, rows start aligned, the row splits into whole vectors.
-	vec := 16 / maxSize
+	// Vectors along the row, of the widest operand that moves along it:
+	// every element input reads it contiguously or broadcasts it, rows
+	// start aligned, the row splits into whole vectors.
+	vec := vectorOf(maxSize)
 	ok := cols%int64(vec) == 0
 	for k, o := range p.ElemIns {
-		if o.Strides == nil {
-			continue
-		}
-		switch o.Strides[r-1] {
-		case 0:
-		case 1:
-			if !o.Buf.alignedFor(o.Off, vec) {
-				ok = false
-			}
-			for _, s := range eLead[k] {
-				if s%int64(vec) != 0 {
-					ok = false
-				}
-			}
-		default:
+		if o.Strides != nil && !movesVectors(o.Buf, o.Off, o.Strides[r-1], eLead[k], vec) {
 			ok = false
 		}
 	}
@@ -136,58 +102,27 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 	if !ok {
 		vec = 1
 	}
-	lanes = 1
-	for lanes < 32 && int64(lanes*2*vec) <= cols {
-		lanes *= 2
-	}
-	iters := (cols + int64(lanes*vec) - 1) / int64(lanes*vec)
+	lanes, iters := rowSplit(cols, vec)
 
-	var sb strings.Builder
-	w := func(format string, args ...any) { fmt.Fprintf(&sb, format, args...) }
-	w("#include <cuda_bf16.h>\n#include <cuda_fp16.h>\n")
-	w("// rows %d x %d, %d steps (reduction at %d), vector %d, %d lanes per row\n", rows, cols, len(p.steps), p.red, vec, lanes)
-	var params []string
+	kn := &kernel{entry: "rows", comment: fmt.Sprintf("rows %d x %d, %d steps (reduction at %d), vector %d, %d lanes per row", rows, cols, len(p.steps), p.red, vec, lanes)}
+	// An input read neither per element nor per row is a void pointer.
+	ptypes := slices.Clone(types)
 	for k, o := range p.ElemIns {
-		t := types[k]
 		if o.Strides == nil && p.rIns[k].Strides == nil {
-			t = "void"
-		}
-		params = append(params, fmt.Sprintf("const %s* __restrict__ in%d", t, k))
-	}
-	for i, t := range otypes {
-		params = append(params, fmt.Sprintf("%s* __restrict__ out%d", t, i))
-	}
-	// rowCoords declares the row's leading coordinates c0, c1, ... (the
-	// loop over the row and the row steps each need them in scope).
-	rowCoords := func() {
-		w("            unsigned long long rem = row;\n")
-		for j := len(dims) - 1; j >= 0; j-- {
-			if j > 0 {
-				w("            const unsigned long long c%d = rem %% %dull; rem /= %dull;\n", j, dims[j], dims[j])
-			} else {
-				w("            const unsigned long long c0 = rem;\n")
-			}
+			ptypes[k] = "void"
 		}
 	}
-	w("extern \"C\" __global__ void __launch_bounds__(256) rows(%s)\n{\n", strings.Join(params, ", "))
-	w("    const unsigned lane = threadIdx.x %% %du;\n", lanes)
-	w("    const unsigned long long warp = (blockIdx.x * 256ull + threadIdx.x) / 32;\n")
-	w("    const unsigned long long warps = gridDim.x * 256ull / 32;\n")
-	w("    const unsigned seg = (threadIdx.x %% 32) / %du;\n", lanes)
-	w("    for (unsigned long long r0 = warp * %d; r0 < %dull; r0 += warps * %d) {\n", 32/lanes, rows, 32/lanes)
-	w("        const unsigned long long row = r0 + seg;\n")
+	kn.params = bufferParams(ptypes, otypes)
+	w := kn.w
+	// The row's leading coordinates c0, c1, ... (the loop over the row and
+	// the row steps each need them in scope).
+	rowCoords := func() { kn.coordinates("            ", "unsigned long long", "row", dims, "ull") }
+	kn.warpRows(lanes, rows)
 	w("        %s a = 0;\n", acc)
 	w("        if (row < %dull) {\n", rows)
-	// Leading coordinates of the row.
 	rowCoords()
 	offset := func(base int64, strides []int64) string {
-		terms := []string{fmt.Sprintf("%dull", base)}
-		for j, s := range strides {
-			if s != 0 {
-				terms = append(terms, fmt.Sprintf("c%d * %dull", j, s))
-			}
-		}
-		return strings.Join(terms, " + ")
+		return offsetExpr(fmt.Sprintf("%dull", base), strides, func(j int, s int64) string { return fmt.Sprintf("c%d * %dull", j, s) })
 	}
 	elemArgs := make([]string, len(p.ElemIns))
 	for k, o := range p.ElemIns {
@@ -205,74 +140,47 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 	if iters > 16 {
 		unroll = "#pragma unroll 4\n"
 	}
-	w("%s            for (int it = 0; it < %d; it++) {\n", unroll, iters)
-	w("                const unsigned long long col = (it * %du + lane) * %du;\n", lanes, vec)
-	w("                if (col < %dull) {\n", cols)
+	kn.walkRow(unroll, "unsigned long long", "ull", iters, lanes, vec, cols)
 	for k, o := range p.ElemIns {
 		if o.Strides == nil || o.Strides[r-1] == 0 {
 			continue
 		}
 		if vec > 1 {
-			sz := o.Buf.DType.Size()
-			w("                    __align__(16) %s v%d[%d];\n", types[k], k, vec)
-			w("                    *reinterpret_cast<%s*>(v%d) = *reinterpret_cast<const %s*>(in%d + e%d + col);\n",
-				vecType(vec*sz), k, vecType(vec*sz), k, k)
+			w("                    %s\n", alignedArray(types[k], fmt.Sprintf("v%d", k), vec))
+			w("                    %s\n", vecMove(fmt.Sprintf("v%d", k), fmt.Sprintf("in%d + e%d + col", k, k), vec*o.Buf.DType.Size()))
 		}
 	}
 	for i, s := range p.outs {
 		if !p.rowLevel[s] && vec > 1 {
-			w("                    __align__(16) %s w%d[%d];\n", otypes[i], i, vec)
+			w("                    %s\n", alignedArray(otypes[i], fmt.Sprintf("w%d", i), vec))
 		}
 	}
-	w("#pragma unroll\n                    for (int e = 0; e < %d; e++) {\n", vec)
-	w("                        (void)e;\n")
-	args := make([]string, len(p.ElemIns))
+	ins := make([]elemIn, len(p.ElemIns))
 	for k, o := range p.ElemIns {
+		ins[k].t = types[k]
 		switch {
 		case o.Strides == nil:
 		case o.Strides[r-1] == 0:
-			args[k] = elemArgs[k]
+			ins[k].arg = elemArgs[k]
 		case vec > 1:
-			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("v%d[e]", k)))
-			args[k] = fmt.Sprintf("a%d", k)
+			ins[k].load = fmt.Sprintf("v%d[e]", k)
 		default:
-			w("                        const %s a%d = %s;\n", ct, k, loadExpr(types[k], ct,
-				fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])))
-			args[k] = fmt.Sprintf("a%d", k)
+			ins[k].load = fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])
 		}
 	}
-	for s := range p.steps {
-		if p.rowLevel[s] {
-			continue
-		}
-		e, err := stepExpr(p.steps[s], ct, operandExprs(p.steps[s], args), narrowOf(p.narrow, s))
-		if err != nil {
-			return "", 0, 0, err
-		}
-		w("                        const %s t%d = %s;\n", ct, s, e)
+	args := kn.elementLoop("                    ", ct, vec, true, ins)
+	perElement := func(s int) bool { return !p.rowLevel[s] }
+	if _, err := kn.steps("                        ", ct, p.steps, p.narrow, args, perElement); err != nil {
+		return Kernel{}, err
 	}
 	w("                        a += (%s)%s;\n", acc, operandOf(p.steps[p.red].Args[0], args))
+	outs := make([]elemOut, len(p.outs))
 	for i, s := range p.outs {
-		if p.rowLevel[s] {
-			continue
-		}
-		if vec > 1 {
-			w("                        w%d[e] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
-		} else {
-			w("                        out%d[q + col] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+		if !p.rowLevel[s] {
+			outs[i] = elemOut{at: "q + col", t: otypes[i], step: s, size: p.OutBufs[i].DType.Size()}
 		}
 	}
-	w("                    }\n")
-	if vec > 1 {
-		for i, s := range p.outs {
-			if p.rowLevel[s] {
-				continue
-			}
-			sz := p.OutBufs[i].DType.Size()
-			w("                    *reinterpret_cast<%s*>(out%d + q + col) = *reinterpret_cast<const %s*>(w%d);\n",
-				vecType(vec*sz), i, vecType(vec*sz), i)
-		}
-	}
+	kn.closeElementLoop("                    ", ct, vec, outs)
 	w("                }\n            }\n        }\n")
 	// Every lane of the warp takes part in the shuffles (rows past the end
 	// add nothing); the xor pattern leaves each segment's sum in all its lanes.
@@ -289,23 +197,25 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		rargs[k] = fmt.Sprintf("r%d", k)
 		w("            const %s r%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[%s]", k, offset(o.Off, rLead[k]))))
 	}
+	// The row steps: the reduction's result (the mean divides it), then
+	// the steps after it.
 	for s := range p.steps {
 		if !p.rowLevel[s] {
 			continue
 		}
-		var e string
-		if s == p.red {
-			e = "a"
-			if p.mean {
-				e = fmt.Sprintf("a / (%s)%d", acc, cols)
+		if s != p.red {
+			if _, err := kn.steps("            ", ct, p.steps, p.narrow, rargs, func(k int) bool { return k == s }); err != nil {
+				return Kernel{}, err
 			}
-			e = "(" + ct + ")(" + e + ")"
-			if s < len(p.narrow) && Is16(p.narrow[s]) {
-				t, _ := CType(p.narrow[s])
-				e = loadExpr(t, ct, storeExpr(t, ct, e))
-			}
-		} else if e, err = stepExpr(p.steps[s], ct, operandExprs(p.steps[s], rargs), narrowOf(p.narrow, s)); err != nil {
-			return "", 0, 0, err
+			continue
+		}
+		e := "a"
+		if p.mean {
+			e = fmt.Sprintf("a / (%s)%d", acc, cols)
+		}
+		e = "(" + ct + ")(" + e + ")"
+		if t, _ := CType(narrowOf(p.narrow, s)); Is16(narrowOf(p.narrow, s)) {
+			e = loadExpr(t, ct, storeExpr(t, ct, e))
 		}
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}
@@ -315,7 +225,10 @@ func (p *Rows) Generate() (src string, rows int64, lanes int, err error) {
 		}
 	}
 	w("        }\n    }\n}\n")
-	return sb.String(), rows, lanes, nil
+	rowsPerBlock := int64(8 * (32 / lanes))
+	k := kn.done((rows+rowsPerBlock-1)/rowsPerBlock*256, opBufs(p.ElemIns), p.OutBufs)
+	k.Vec, k.Lanes = vec, lanes
+	return k, nil
 }
 
 // transposedView is a Transpose step's reading of a node input, as an

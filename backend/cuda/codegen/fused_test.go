@@ -87,7 +87,8 @@ func TestEwProgramVectorWidth(t *testing.T) {
 	}
 	for _, tc := range cases {
 		p := &Elementwise{Shape: shape, Ins: tc.ins, Steps: mul, Outs: []int{0}, OutBufs: []Buffer{tc.out}}
-		src, n, vec, err := p.Generate()
+		k, err := p.Generate()
+		src, n, vec := k.Source, k.Threads*int64(k.Vec), k.Vec
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -134,7 +135,8 @@ func TestEwProgramIntegerWork(t *testing.T) {
 		{"bool copy to float", &Elementwise{Shape: sh, Ins: []Operand{BroadcastOperand(b, sh, sh)}, Steps: step("Identity", 1), Outs: []int{0}, OutBufs: []Buffer{f32}},
 			[]string{"const float a0 = (v0[e] != 0);"}, false},
 	} {
-		src, _, _, err := tc.p.Generate()
+		k, err := tc.p.Generate()
+		src := k.Source
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -143,8 +145,8 @@ func TestEwProgramIntegerWork(t *testing.T) {
 				t.Errorf("%s: want %q in\n%s", tc.name, w, src)
 			}
 		}
-		if tc.p.UsesFlag != tc.flag || strings.Contains(src, "int* __restrict__ flag") != tc.flag {
-			t.Errorf("%s: usesFlag %v, want %v:\n%s", tc.name, tc.p.UsesFlag, tc.flag, src)
+		if k.UsesFlag != tc.flag || strings.Contains(src, "int* __restrict__ flag") != tc.flag {
+			t.Errorf("%s: usesFlag %v, want %v:\n%s", tc.name, k.UsesFlag, tc.flag, src)
 		}
 	}
 }
@@ -162,7 +164,8 @@ func TestEwProgramStridedOutput(t *testing.T) {
 		out := Buffer{Addr: 0x8000, DType: graph.BFloat16, N: int(4 * tc.row)}
 		p := &Elementwise{Shape: graph.Shape{4, int(tc.cols)}, Ins: []Operand{{Buf: in, Strides: []int64{tc.cols, 1}}},
 			Steps: copyStep, Outs: []int{0}, OutBufs: []Buffer{out}, OutStrides: [][]int64{{tc.row, 1}}, OutOffs: []int64{tc.at}}
-		src, _, vec, err := p.Generate()
+		k, err := p.Generate()
+		src, vec := k.Source, k.Vec
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +197,8 @@ func TestRowReduceProgram(t *testing.T) {
 		{graph.Float64, 1, 0x1000, 1, 1, "double"},
 	} {
 		p := &RowReduce{X: Buffer{Addr: tc.addr, DType: tc.dt}, Y: Buffer{Addr: 0x9000, DType: tc.dt}, Rows: 100, Cols: tc.cols, Divisor: tc.cols}
-		src, lanes, err := p.Generate()
+		k, err := p.Generate()
+		src, lanes := k.Source, k.Lanes
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -220,7 +224,8 @@ func TestColReduceProgram(t *testing.T) {
 		{graph.Float64, 10, 5, 10, 1, 1, 255, 1},
 	} {
 		p := &ColReduce{X: Buffer{Addr: 0x1000, DType: tc.dt}, Y: Buffer{Addr: 0x9000, DType: tc.dt}, Rows: tc.rows, Cols: tc.cols, ChunkLen: tc.clen, Divisor: 1}
-		src, grid, block, err := p.Generate()
+		k, err := p.Generate()
+		src, grid, block := k.Source, k.Grid, k.Block
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,12 +279,16 @@ func TestRowProgramGenerate(t *testing.T) {
 		{"misaligned input", prog(graph.Shape{4, 64}, graph.Float32, 0x10004, graph.Float32), 1, 32, 4, nil},
 	}
 	for _, tc := range cases {
-		src, rows, lanes, err := tc.p.Generate()
+		k, err := tc.p.Generate()
+		src, lanes := k.Source, k.Lanes
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
-		if !strings.Contains(src, fmt.Sprintf("vector %d, %d lanes per row", tc.vec, tc.lanes)) || rows != tc.rows || lanes != tc.lanes {
-			t.Errorf("%s: rows %d lanes %d, want %d rows, vector %d, %d lanes\n%s", tc.name, rows, lanes, tc.rows, tc.vec, tc.lanes, src)
+		// Blocks of 8 warps, each warp 32/lanes rows.
+		perBlock := int64(8 * 32 / tc.lanes)
+		wantThreads := (tc.rows + perBlock - 1) / perBlock * 256
+		if !strings.Contains(src, fmt.Sprintf("vector %d, %d lanes per row", tc.vec, tc.lanes)) || k.Threads != wantThreads || lanes != tc.lanes {
+			t.Errorf("%s: %d threads, lanes %d; want %d threads (%d rows), vector %d, %d lanes\n%s", tc.name, k.Threads, lanes, wantThreads, tc.rows, tc.vec, tc.lanes, src)
 		}
 		for _, s := range tc.mustContain {
 			if !strings.Contains(src, s) {
@@ -312,7 +321,8 @@ func TestIndexProgramGenerate(t *testing.T) {
 		for range outs {
 			p.OutBufs = append(p.OutBufs, Buffer{Addr: 0x9000, DType: graph.BFloat16, N: shape.Numel()})
 		}
-		src, n, err := p.Generate()
+		k, err := p.Generate()
+		src, n := k.Source, k.Threads*int64(k.Vec)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -420,7 +430,8 @@ func TestTransposeProgramsGenerate(t *testing.T) {
 			[]string{"(unsigned long long)(c3) * 64ull", "(unsigned long long)(c2)"}},
 	} {
 		p := index(tc.body, tc.shape, tc.ins)
-		src, n, err := p.Generate()
+		k, err := p.Generate()
+		src, n := k.Source, k.Threads*int64(k.Vec)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
@@ -462,12 +473,13 @@ func TestTransposeProgramsGenerate(t *testing.T) {
 	if len(p.ElemIns) != 3 || p.ElemIns[0].Strides != nil || p.ElemIns[2].Buf != p.ElemIns[0].Buf {
 		t.Fatalf("want input 0 unread and a view of it as operand 2; operands %+v", p.ElemIns)
 	}
-	src, nrows, lanes, err := p.Generate()
+	k, err := p.Generate()
+	src, lanes := k.Source, k.Lanes
 	if err != nil {
 		t.Fatal(err)
 	}
-	if nrows != 2*3*16 || lanes != 8 || !strings.Contains(src, "vector 8,") {
-		t.Errorf("rows %d, lanes %d; want 96 rows of 8 lanes, vector 8\n%s", nrows, lanes, src)
+	if k.Threads != 3*256 || lanes != 8 || !strings.Contains(src, "vector 8,") {
+		t.Errorf("%d threads, lanes %d; want 96 rows of 8 lanes (3 blocks), vector 8\n%s", k.Threads, lanes, src)
 	}
 	// Row (b,h,s) starts at b·3072 + h·64 + s·192 of the [B,S,H,D] buffer,
 	// and the transposed value (an output) is written contiguously.
