@@ -13,6 +13,7 @@ import (
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/dist"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
 )
@@ -24,6 +25,34 @@ func init() {
 // defaultLR is a peak learning rate that trains each config well with AdamW
 // at its own batch size; wider models want smaller steps.
 var defaultLR = map[string]float64{"tiny": 3e-3, "small": 1e-3, "gpt2": 6e-4, "gpt2-medium": 3e-4, "gpt3-1.3b": 2e-4}
+
+// defaultPeakLR is -lr's default for the built-in model cfg: its config's
+// rate, or, when -dim, -layers, -heads, -head-dim or -ffn resized it, the
+// rate of the built-in config nearest in size (non-embedding params, on a
+// log scale), since a rate that trains a 64-wide model makes a 1024-wide
+// one diverge. The second result names that config ("" when cfg is its
+// config's own size).
+func defaultPeakLR(cfg model.Config) (float64, string) {
+	own, err := model.Lookup(cfg.Name)
+	if err == nil && own.Dim == cfg.Dim && own.Layers == cfg.Layers && own.Heads == cfg.Heads &&
+		own.HeadDim == cfg.HeadDim && own.FFN == cfg.FFN {
+		return defaultLR[cfg.Name], ""
+	}
+	body := func(c model.Config) float64 {
+		return float64(model.ParamCount(c) - 2*int64(c.Vocab)*int64(c.Dim))
+	}
+	n := body(cfg)
+	best, bestDist := cfg.Name, math.Inf(1)
+	for _, c := range model.Configs() {
+		if _, ok := defaultLR[c.Name]; !ok {
+			continue
+		}
+		if d := math.Abs(math.Log(body(c)) - math.Log(n)); d < bestDist {
+			best, bestDist = c.Name, d
+		}
+	}
+	return defaultLR[best], best
+}
 
 func runTrain(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("train", "[FILE]", `Trains a model of docs/MODEL.md on bytes of text: forward, backward and AdamW as one
@@ -47,7 +76,7 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	recompute := addRecomputeFlag(fs)
 	fuseQKV := fs.Bool("fuse-qkv", false, fuseQKVHelp)
 	steps := fs.Int64("steps", 200, "total training steps (a resumed run continues up to this many)")
-	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4)")
+	lr := fs.Float64("lr", 0, "peak learning rate (0: the config's default: tiny 3e-3, small 1e-3, gpt2 6e-4, gpt2-medium 3e-4, gpt3-1.3b 2e-4; a model resized by -dim, -layers, -heads, -head-dim or -ffn takes the rate of the built-in config nearest its size; a graph FILE 1e-3)")
 	minLRFrac := fs.Float64("min-lr-frac", 0.1, "learning rate at the last step, as a fraction of -lr (cosine decay; 1: constant)")
 	warmup := fs.Int64("warmup", -1, "linear warmup steps (-1: 10% of -steps)")
 	wd := fs.Float64("wd", 0.1, "AdamW weight decay of the weight matrices (norm gains are not decayed)")
@@ -98,9 +127,13 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 	}
 	peak := *lr
 	if peak == 0 {
-		peak = defaultLR[cfg.Name]
+		var like string
+		peak, like = defaultPeakLR(cfg)
 		if source.Graph != nil {
-			peak = defaultGraphLR
+			peak, like = defaultGraphLR, ""
+		}
+		if like != "" {
+			fmt.Fprintf(stderr, "lr: %g, the default of %s, the built-in config nearest this model's size (-lr sets it)\n", peak, like)
 		}
 	}
 	if !(*minLRFrac >= 0 && *minLRFrac <= 1) {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/model"
 )
 
 // TestSizeFlagsCompile: the size flags build the model they say, with
@@ -110,5 +112,24 @@ func TestTrainTokenFileAndResume(t *testing.T) {
 		if code, _, stderr := runCode(tinyTrainArgs(data, filepath.Join(dir, "o3"), "1", append(c.args, "-vocab", "300")...)...); code == 0 || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, %s", c.args, code, stderr)
 		}
+	}
+}
+
+// A model resized by flags takes the learning rate of the built-in config
+// nearest its size, not the rate of the config it was resized from (tiny's
+// 3e-3 makes a 24-layer, 1024-wide model diverge); an unresized config keeps
+// its own.
+func TestDefaultLRFollowsTheSize(t *testing.T) {
+	tiny, err := model.Lookup("tiny")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lr, like := defaultPeakLR(tiny); lr != 3e-3 || like != "" {
+		t.Errorf("tiny: %g (like %q), want 3e-3 of its own", lr, like)
+	}
+	big := tiny
+	big.Dim, big.Layers, big.Heads, big.HeadDim, big.FFN = 1024, 24, 16, 64, 4096
+	if lr, like := defaultPeakLR(big); lr != 3e-4 || like != "gpt2-medium" {
+		t.Errorf("tiny resized to 1024×24: %g (like %q), want gpt2-medium's 3e-4", lr, like)
 	}
 }
