@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // Launch describes a job of World ranks on this host, one process each, as
@@ -84,7 +86,8 @@ func (e *RankError) Error() string {
 
 // Run starts the ranks and waits for them. When one exits unsuccessfully the
 // others are killed (so none outlives the job, and none waits on a peer that
-// is gone) and Run returns a *RankError naming the first; when ctx is done
+// is gone) and Run returns a *RankError naming it, or, if within a second a
+// rank dies by a signal, naming that one (the likely cause); when ctx is done
 // every rank is killed and Run returns ctx's error. On Linux a rank is also
 // killed if the launcher itself dies.
 func (l *Launch) Run(ctx context.Context) error {
@@ -144,6 +147,20 @@ func (l *Launch) Run(ctx context.Context) error {
 	for r := range running {
 		running[r] = true
 	}
+	// A rank that fails because a peer died usually exits before the
+	// peer's own death is reaped here: which exit comes first is a race.
+	// So a failure that is an ordinary exit waits up to rootCauseWait for a
+	// rank killed by a signal (not by this launcher) to name instead; a
+	// rank killed by a signal is named at once.
+	var grace <-chan time.Time
+	killed := false
+	stop := func() {
+		grace = nil
+		if !killed {
+			killed = true
+			killAll()
+		}
+	}
 	for left := l.World; left > 0; {
 		select {
 		case sig := <-l.Signals:
@@ -155,16 +172,29 @@ func (l *Launch) Run(ctx context.Context) error {
 		case e := <-exits:
 			left--
 			running[e.rank] = false
-			if e.err != nil && first == nil && ctxErr == nil {
-				first = &RankError{Rank: e.rank, Err: e.err}
-				if l.Graceful == nil || !l.Graceful(e.rank, e.err) {
-					killAll()
-				}
+			if e.err == nil || ctxErr != nil || killed {
+				continue
 			}
+			switch {
+			case first == nil:
+				first = &RankError{Rank: e.rank, Err: e.err}
+				switch {
+				case l.Graceful != nil && l.Graceful(e.rank, e.err):
+				case killedBySignal(e.err):
+					stop()
+				default:
+					grace = time.After(rootCauseWait)
+				}
+			case grace != nil && killedBySignal(e.err):
+				first = &RankError{Rank: e.rank, Err: e.err}
+				stop()
+			}
+		case <-grace:
+			stop()
 		case <-done:
 			ctxErr = ctx.Err()
 			done = nil
-			killAll()
+			stop()
 		}
 	}
 	if first != nil {
@@ -176,6 +206,20 @@ func (l *Launch) Run(ctx context.Context) error {
 		return errors.Join(errors.New("dist: launch: stopped"), ctxErr)
 	}
 	return nil
+}
+
+// rootCauseWait is how long a rank's ordinary failure waits for a peer's
+// death by a signal to name instead (see Run).
+const rootCauseWait = time.Second
+
+// killedBySignal reports whether a rank's exit was a death by a signal.
+func killedBySignal(err error) bool {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		return false
+	}
+	ws, ok := ee.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled()
 }
 
 func orDiscard(w io.Writer) io.Writer {

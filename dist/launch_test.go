@@ -34,6 +34,16 @@ func TestLaunchHelperProcess(t *testing.T) {
 	if mode == "ok" {
 		os.Exit(0)
 	}
+	if mode == "peer-killed" {
+		// Rank 0 fails at once the way a rank whose peer died does;
+		// rank 1 dies by SIGKILL a little later.
+		if c.Rank == 0 {
+			fmt.Fprintln(os.Stderr, "all-reduce: rank 1 went away")
+			os.Exit(1)
+		}
+		time.Sleep(300 * time.Millisecond)
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	}
 	if mode == "die:"+strconv.Itoa(c.Rank) {
 		time.Sleep(200 * time.Millisecond)
 		fmt.Fprintln(os.Stderr, "boom: out of memory on this rank")
@@ -105,6 +115,20 @@ func TestLaunchRankFails(t *testing.T) {
 		if err := syscall.Kill(pid, 0); err == nil {
 			t.Errorf("process %d outlived the job", pid)
 		}
+	}
+}
+
+// A rank killed by a signal is the job's failure even when a peer's failure
+// (its own error because the killed rank went away) is reaped first.
+func TestLaunchNamesTheKilledRank(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	l, out, _ := helperLaunch("peer-killed", 2)
+	err := l.Run(context.Background())
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || !strings.Contains(err.Error(), "signal: killed") {
+		t.Fatalf("got %v, want rank 1's death by SIGKILL named\n%s", err, out.String())
 	}
 }
 
