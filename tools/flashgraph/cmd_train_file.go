@@ -63,7 +63,8 @@ func (d dimsFlag) Set(s string) error {
 	return nil
 }
 
-// bindFlag collects -bind NAME=FILE.
+// bindFlag collects -bind NAME=FILE (run, compile and train FILE): graph
+// inputs given fixed values; an input bound twice is an error.
 type bindFlag map[string]string
 
 func (b bindFlag) String() string {
@@ -78,7 +79,7 @@ func (b bindFlag) String() string {
 func (b bindFlag) Set(s string) error {
 	name, file, ok := strings.Cut(s, "=")
 	if !ok || name == "" || file == "" {
-		return fmt.Errorf("want NAME=FILE.safetensors, got %q", s)
+		return fmt.Errorf("want NAME=FILE, got %q", s)
 	}
 	if _, dup := b[name]; dup {
 		return fmt.Errorf("input %s bound twice", name)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -361,46 +360,31 @@ func unravel(i int, shape graph.Shape) []int {
 	return idx
 }
 
-// runBindFlag is -bind NAME=FILE, repeatable: graph inputs made constants.
-type runBindFlag []string
-
-func (b *runBindFlag) String() string { return strings.Join(*b, ",") }
-
-func (b *runBindFlag) Set(s string) error {
-	name, file, ok := strings.Cut(s, "=")
-	if !ok || name == "" || file == "" {
-		return errors.New("want NAME=FILE")
-	}
-	*b = append(*b, s)
-	return nil
-}
-
-func addBindFlag(fs *flag.FlagSet) *runBindFlag {
-	b := &runBindFlag{}
+func addBindFlag(fs *flag.FlagSet) bindFlag {
+	b := bindFlag{}
 	fs.Var(b, "bind", "NAME=FILE: make graph input NAME a constant holding FILE's tensor (a .pb TensorProto, or a safetensors file with a tensor NAME or only one), before the passes run, so they fold it; repeatable")
 	return b
 }
 
 // names are the inputs bound.
-func (b *runBindFlag) names() map[string]bool {
+func (b bindFlag) names() map[string]bool {
 	m := map[string]bool{}
-	for _, s := range *b {
-		name, _, _ := strings.Cut(s, "=")
+	for name := range b {
 		m[name] = true
 	}
 	return m
 }
 
-// apply binds every -bind to g, in order.
-func (b *runBindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
-	for _, s := range *b {
-		name, file, _ := strings.Cut(s, "=")
+// apply binds every -bind to g, in the order of the inputs' names.
+func (b bindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
+	for _, name := range slices.Sorted(maps.Keys(b)) {
+		file := b[name]
 		t, err := readTensorFile(file, name)
 		if err != nil {
-			return nil, fmt.Errorf("-bind %s: %w", s, err)
+			return nil, fmt.Errorf("-bind %s=%s: %w", name, file, err)
 		}
 		if g, err = graph.Bind(g, name, t); err != nil {
-			return nil, fmt.Errorf("-bind %s: %w", s, err)
+			return nil, fmt.Errorf("-bind %s=%s: %w", name, file, err)
 		}
 	}
 	return g, nil
@@ -408,7 +392,7 @@ func (b *runBindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
 
 // runIOFlags are run's flags for real inputs and outputs.
 type runIOFlags struct {
-	bind            *runBindFlag
+	bind            bindFlag
 	inputs, outputs string
 	expect          string
 	rtol, atol      float64

@@ -277,3 +277,28 @@ func TestRunMemoryGuard(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// One -bind for run, compile and train FILE: NAME=FILE pairs, an input bound
+// twice refused, applied in the order of the names.
+func TestBindFlag(t *testing.T) {
+	b := bindFlag{}
+	for _, s := range []string{"b=y.pb", "a=x.safetensors"} {
+		if err := b.Set(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Set("a=z.pb"); err == nil || !strings.Contains(err.Error(), "input a bound twice") {
+		t.Errorf("second -bind a: %v, want it refused", err)
+	}
+	for _, bad := range []string{"a", "=x.pb", "a="} {
+		if err := b.Set(bad); err == nil {
+			t.Errorf("-bind %q accepted", bad)
+		}
+	}
+	if got := b.String(); got != "a=x.safetensors,b=y.pb" {
+		t.Errorf("String() = %q", got)
+	}
+	if n := b.names(); len(n) != 2 || !n["a"] || !n["b"] {
+		t.Errorf("names() = %v", n)
+	}
+}
