@@ -1,7 +1,6 @@
 package dist
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -97,6 +96,3 @@ func (c Config) Address() string {
 func (c Config) String() string {
 	return fmt.Sprintf("rank %d/%d (local %d) via %s", c.Rank, c.WorldSize, c.LocalRank, c.Address())
 }
-
-// errSingle is returned by operations that make no sense for a one-rank job.
-var errSingle = errors.New("dist: world size is 1: there is no one to meet")
