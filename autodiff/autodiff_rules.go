@@ -51,6 +51,17 @@ var gradRules = map[string]gradRule{
 	"Slice":      {Diff: []int{0}, VJP: sliceVJP},
 	"ReduceSum":  {Diff: []int{0}, VJP: reduceVJP(false)},
 	"ReduceMean": {Diff: []int{0}, VJP: reduceVJP(true)},
+	// CumSum is linear: each input element reaches the sums after it (before
+	// it, reversed), so its cotangent is the running sum of dy the other way.
+	"CumSum": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		a := n.Attrs.Clone()
+		a["reverse"] = graph.Int(1 - n.Attrs.Int("reverse", 0))
+		return []*graph.Value{e.op("CumSum", a, dy[0], n.Inputs[1])}
+	}},
+	// ReverseSequence is a permutation that is its own inverse.
+	"ReverseSequence": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		return []*graph.Value{e.op("ReverseSequence", n.Attrs.Clone(), dy[0], n.Inputs[1])}
+	}},
 	// Trilu is linear and keeps the same triangle of the cotangent.
 	"Trilu": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
 		in := []*graph.Value{dy[0]}

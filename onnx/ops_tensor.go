@@ -1,0 +1,147 @@
+package onnx
+
+import (
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// The tensor ops of graph/ops_tensor.go, imported as themselves: CumSum,
+// GatherND, ScatterND, ReverseSequence, MaxUnpool, LRN and Det. Operands
+// that fix a shape or an axis (CumSum's axis, MaxUnpool's output_shape) must
+// be constants, as every shape operand must.
+
+func init() {
+	for op, h := range map[string]handler{
+		"CumSum": importCumSum, "GatherND": importIndexed, "ScatterND": importIndexed,
+		"ReverseSequence": importReverseSequence, "MaxUnpool": importMaxUnpool,
+		"LRN": importTableAttrs, "Det": importTableAttrs,
+	} {
+		handlers[op] = h
+	}
+	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11} {
+		introduced[op] = v
+	}
+}
+
+// importTableAttrs maps an op whose ONNX inputs and scalar attributes are
+// the table row's.
+func importTableAttrs(c *opCtx) error {
+	s, ok := graph.LookupOp(c.n.OpType)
+	if !ok {
+		return c.errf("op is not supported")
+	}
+	return directAttrs(s)(c)
+}
+
+// importCumSum needs the axis known (int32 or int64 in ONNX; ours is int64).
+func importCumSum(c *opCtx) error {
+	s, _ := graph.LookupOp("CumSum")
+	attrs, err := c.tableAttrs(s)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	axis, err := c.constInput(1, "axis")
+	if err != nil {
+		return err
+	}
+	if axis == nil || axis.n() != 1 {
+		return c.errf("axis: want one value")
+	}
+	ax, err := axis.ints()
+	if err != nil {
+		return c.errf("axis: %v", err)
+	}
+	av, err := c.ints("axis", ax)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("CumSum", attrs, x, av)
+	return err
+}
+
+// importIndexed maps GatherND and ScatterND (constant int32 indices become
+// int64). ScatterND's max and min reductions are from opset 18.
+func importIndexed(c *opCtx) error {
+	s, _ := graph.LookupOp(c.n.OpType)
+	attrs, err := c.tableAttrs(s)
+	if err != nil {
+		return err
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) < 2 || in[0] == nil {
+		return c.errf("needs data and indices")
+	}
+	if in[1], err = c.indicesValue(1); err != nil {
+		return err
+	}
+	_, err = c.emit(c.n.OpType, attrs, in...)
+	return err
+}
+
+func importReverseSequence(c *opCtx) error {
+	s, _ := graph.LookupOp("ReverseSequence")
+	attrs, err := c.tableAttrs(s)
+	if err != nil {
+		return err
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	lens, err := c.indicesValue(1)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("ReverseSequence", attrs, x, lens)
+	return err
+}
+
+// importMaxUnpool reads the window attributes; output_shape, when given,
+// must be a constant.
+func importMaxUnpool(c *opCtx) error {
+	attrs := graph.Attrs{}
+	for _, name := range []string{"kernel_shape", "strides", "pads"} {
+		v, ok, err := c.attrInts(name)
+		if err != nil {
+			return err
+		}
+		if ok {
+			attrs[name] = graph.Ints(v...)
+		}
+	}
+	if _, ok := attrs["kernel_shape"]; !ok {
+		return c.errf("kernel_shape is required")
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	idx, err := c.indicesValue(1)
+	if err != nil {
+		return err
+	}
+	in := []*graph.Value{x, idx}
+	if c.input(2) != nil {
+		shape, err := c.constInput(2, "output_shape")
+		if err != nil {
+			return err
+		}
+		vals, err := shape.ints()
+		if err != nil {
+			return c.errf("output_shape: %v", err)
+		}
+		sv, err := c.ints("output_shape", vals)
+		if err != nil {
+			return err
+		}
+		in = append(in, sv)
+	}
+	_, err = c.emit("MaxUnpool", attrs, in...)
+	return err
+}
