@@ -834,12 +834,44 @@ func (c *opCtx) constInput(i int, what string) (*cval, error) {
 	}
 	if e.c == nil {
 		err := c.errf("%s (input %d, %q) must be a constant: flashgraph shapes are static", what, i, e.name)
-		if e.v != nil && e.v.Kind == graph.Input {
-			err = &BindError{Input: e.name, err: fmt.Errorf("%w; bind it with Options.Bind", err)}
+		if in := sourceInput(e); in != "" {
+			err = &BindError{Input: in, err: fmt.Errorf("%w; bind %q with Options.Bind", err, in)}
 		}
 		return nil, err
 	}
 	return e.c, nil
+}
+
+// sourceInput names the graph input a runtime operand is computed from
+// ("" for none): the operand itself, or the first graph input reached
+// through the nodes that compute it (a size input cast to float, then
+// given to Range). Binding it may make the operand a constant, which
+// folding then carries to the node that needs it.
+func sourceInput(e *entry) string {
+	if e == nil || e.c != nil || e.v == nil {
+		return ""
+	}
+	seen := map[*graph.Value]bool{}
+	var walk func(v *graph.Value) string
+	walk = func(v *graph.Value) string {
+		if v == nil || seen[v] {
+			return ""
+		}
+		seen[v] = true
+		if v.Kind == graph.Input {
+			return v.Name
+		}
+		if v.Producer == nil {
+			return ""
+		}
+		for _, in := range v.Producer.Inputs {
+			if name := walk(in); name != "" {
+				return name
+			}
+		}
+		return ""
+	}
+	return walk(e.v)
 }
 
 // unboundInput names an input of the node that is a graph input of an integer

@@ -157,8 +157,8 @@ func (c *opCtx) dispatch() error {
 		if _, foldable := folders[op]; foldable {
 			err := c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
 			for _, e := range c.in {
-				if e != nil && e.c == nil && e.v != nil && e.v.Kind == graph.Input {
-					return &BindError{Input: e.name, err: err}
+				if in := sourceInput(e); in != "" {
+					return &BindError{Input: in, err: err}
 				}
 			}
 			return err
@@ -219,7 +219,11 @@ func direct(op string) handler {
 }
 
 // importPow converts a constant exponent to the base's type (opset 12 allows
-// them to differ; our Pow does not) when that is exact.
+// them to differ; our Pow does not) when that is exact. Otherwise a runtime
+// exponent of another type is converted as the ONNX reference computes
+// the op: for a float base, the exponent is cast to the base's type; for an
+// integer base, both are raised in float64 and the result truncated back
+// to the base's type (an integer power with a fractional exponent).
 func importPow(c *opCtx) error {
 	base, err := c.need(0)
 	if err != nil || base == nil {
@@ -229,19 +233,50 @@ func importPow(c *opCtx) error {
 	if exp == nil {
 		return c.errf("needs an exponent")
 	}
-	if exp.c != nil && exp.c.dt != onnxType(base.Type.DType) {
-		cv := newCval(onnxType(base.Type.DType), exp.c.shape)
+	bt := base.Type.DType
+	if exp.c != nil && exp.c.dt != onnxType(bt) {
+		cv := newCval(onnxType(bt), exp.c.shape)
+		exact := true
 		for k := range cv.n() {
 			cv.set(k, exp.c.at(k))
-			if cv.at(k) != exp.c.at(k) {
-				return c.errf("exponent %v does not convert exactly to %v", exp.c.at(k), base.Type.DType)
-			}
+			exact = exact && cv.at(k) == exp.c.at(k)
 		}
-		exp = c.im.constant(exp.name+"_"+base.Type.DType.String(), cv)
+		switch {
+		case exact:
+			exp = c.im.constant(exp.name+"_"+bt.String(), cv)
+		case bt.IsFloat():
+			return c.errf("exponent %v does not convert exactly to %v", exp.c, bt)
+		}
 	}
 	ev, err := c.im.val(exp)
 	if err != nil {
 		return c.errf("%v", err)
+	}
+	if et := ev.Type.DType; et != bt {
+		if et == graph.Bool || bt == graph.Bool {
+			return c.errf("Pow of %v to a %v exponent is not supported", bt, et)
+		}
+		if bt.IsFloat() {
+			if ev, err = c.sub("Cast", graph.Attrs{"to": graph.Str(bt.String())}, ev); err != nil {
+				return err
+			}
+		} else {
+			wide := graph.Attrs{"to": graph.Str(graph.Float64.String())}
+			if base, err = c.sub("Cast", wide, base); err != nil {
+				return err
+			}
+			if et != graph.Float64 {
+				if ev, err = c.sub("Cast", wide, ev); err != nil {
+					return err
+				}
+			}
+			p, err := c.sub("Pow", nil, base, ev)
+			if err != nil {
+				return err
+			}
+			_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(bt.String())}, p)
+			return err
+		}
 	}
 	_, err = c.emit("Pow", nil, base, ev)
 	return err

@@ -776,6 +776,8 @@ func (c *opCtx) legacyForms() error {
 		}
 	}
 	switch op := c.n.OpType; {
+	case op == "PRelu":
+		return c.legacyPReluSlope()
 	case op == "Reshape" && c.ver < 5:
 		return c.errf("the shape attribute of opset < 5 is not supported")
 	case op == "Tile" && c.ver < 6:
@@ -1659,8 +1661,15 @@ func (c *opCtx) legacyBroadcast() error {
 	if shape.Rank() == sb.Rank() {
 		return nil
 	}
+	return c.reshapeInput(1, shape)
+}
+
+// reshapeInput replaces input i by itself reshaped to shape (a constant
+// folded, a runtime value through a Reshape node).
+func (c *opCtx) reshapeInput(i int, shape graph.Shape) error {
+	eb := c.input(i)
 	if eb.c != nil {
-		c.in[1] = c.im.constant(eb.name+"_aligned", eb.c.reshaped(shape))
+		c.in[i] = c.im.constant(eb.name+"_aligned", eb.c.reshaped(shape))
 		return nil
 	}
 	v, err := c.im.val(eb)
@@ -1679,8 +1688,31 @@ func (c *opCtx) legacyBroadcast() error {
 	if err != nil {
 		return err
 	}
-	c.in[1] = &entry{name: r.Name, v: r}
+	c.in[i] = &entry{name: r.Name, v: r}
 	return nil
+}
+
+// legacyPReluSlope: before opset 7 PRelu's slope was per channel, a [C]
+// vector for X [N, C, ...] (or one value for all); from 7 it broadcasts
+// numpy-style. A [C] slope is reshaped to [C, 1, ...] to keep its meaning.
+func (c *opCtx) legacyPReluSlope() error {
+	ex, es := c.input(0), c.input(1)
+	if ex == nil || es == nil {
+		return c.errf("needs X and slope")
+	}
+	_, sx := ex.typ()
+	_, ss := es.typ()
+	if ss.Rank() != 1 || ss[0] == 1 {
+		return nil
+	}
+	if sx.Rank() < 2 || ss[0] != sx[1] {
+		return c.errf("slope %v is not one value per channel of X %v", ss, sx)
+	}
+	shape := graph.Shape{ss[0]}
+	for range sx.Rank() - 2 {
+		shape = append(shape, 1)
+	}
+	return c.reshapeInput(1, shape)
 }
 
 func init() {

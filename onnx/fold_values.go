@@ -1,0 +1,243 @@
+package onnx
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// ONNX ops whose output shape depends on their input's values (the window
+// functions' size, Unique's and NonZero's data) or only on its shape
+// (EyeLike). A static graph cannot hold them as nodes: each folds at import
+// when its inputs are known (a graph input they need is named in a
+// BindError, so that binding it specialises the model), and EyeLike folds
+// whenever its input's shape is known, which is always.
+
+func init() {
+	for op, f := range map[string]folder{
+		"HannWindow": foldWindow, "HammingWindow": foldWindow, "BlackmanWindow": foldWindow,
+		"Unique": foldUnique, "NonZero": foldNonZero,
+	} {
+		folders[op] = f
+	}
+	shapeOnly["EyeLike"] = foldEyeLike
+	for op, v := range map[string]int64{"HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17, "Unique": 11, "NonZero": 9, "EyeLike": 9} {
+		introduced[op] = v
+	}
+}
+
+// windowTerms are the cosine coefficients a_j of each window, w(k) = Σ_j
+// (−1)^j a_j cos(2πjk/N): Hann 0.5, 0.5; Hamming 25/46, 21/46; Blackman
+// 0.42, 0.5, 0.08 (ONNX's definitions).
+var windowTerms = map[string][]float64{
+	"HannWindow":     {0.5, 0.5},
+	"HammingWindow":  {25.0 / 46, 21.0 / 46},
+	"BlackmanWindow": {0.42, 0.5, 0.08},
+}
+
+// foldWindow computes a window of size values: N = size when periodic (the
+// default), size − 1 when symmetric.
+func foldWindow(c *opCtx, in []*cval) ([]*cval, error) {
+	periodic, err := c.attrInt("periodic", 1)
+	if err != nil {
+		return nil, err
+	}
+	odt, err := c.attrInt("output_datatype", int64(onnxpb.Float))
+	if err != nil {
+		return nil, err
+	}
+	dt := onnxpb.DataType(odt)
+	if !numericType(dt) || dt == onnxpb.Bool {
+		return nil, c.errf("output_datatype %v is not supported", dt)
+	}
+	if in[0] == nil || in[0].n() != 1 || !isIntType(in[0].dt) {
+		return nil, c.errf("size: want one integer")
+	}
+	size := in[0].i[0]
+	if size < 0 || size > int64(c.foldCap()) {
+		return nil, c.errf("size %d out of range", size)
+	}
+	n := float64(size)
+	if periodic == 0 {
+		n--
+	}
+	terms := windowTerms[c.n.OpType]
+	out := newCval(dt, graph.Shape{int(size)})
+	for k := range int(size) {
+		var w float64
+		for j, a := range terms {
+			if j%2 == 1 {
+				a = -a
+			}
+			w += a * math.Cos(2*math.Pi*float64(j)*float64(k)/n)
+		}
+		if size == 1 {
+			w = 1 // N = 0 in the symmetric window of one: the window is [1].
+		}
+		out.set(k, w)
+	}
+	return []*cval{out}, nil
+}
+
+// foldEyeLike is a 2-D tensor of its input's shape with ones on diagonal k.
+func foldEyeLike(c *opCtx) ([]*cval, error) {
+	e := c.input(0)
+	if e == nil {
+		return nil, c.errf("needs an input")
+	}
+	dt, shape := e.typ()
+	if c.has("dtype") {
+		v, err := c.attrInt("dtype", 0)
+		if err != nil {
+			return nil, err
+		}
+		dt = onnxpb.DataType(v)
+	}
+	k, err := c.attrInt("k", 0)
+	if err != nil {
+		return nil, err
+	}
+	if !numericType(dt) {
+		return nil, c.errf("dtype %v is not supported", dt)
+	}
+	if len(shape) != 2 {
+		return nil, c.errf("input of shape %v: want 2-D", shape)
+	}
+	if c.foldTooBig(shape) {
+		return nil, c.errf("an identity of shape %v is too large to fold", shape)
+	}
+	out := newCval(dt, shape)
+	for i := range shape[0] {
+		if j := int64(i) + k; j >= 0 && j < int64(shape[1]) {
+			out.set(i*shape[1]+int(j), 1)
+		}
+	}
+	return []*cval{out}, nil
+}
+
+// foldUnique lists the distinct elements (or slices along axis) of X, sorted
+// ascending (lexicographically for slices) or in order of first occurrence,
+// with the first index of each, each element's index in the list, and the
+// counts.
+func foldUnique(c *opCtx, in []*cval) ([]*cval, error) {
+	sorted, err := c.attrInt("sorted", 1)
+	if err != nil {
+		return nil, err
+	}
+	x := in[0]
+	if x == nil {
+		return nil, c.errf("needs an input")
+	}
+	// Slices along axis: [outer, n, inner] with slice s the elements
+	// (o, s, i) for every o and i. Without axis: the flattened elements.
+	shape := x.shape
+	ax := -1
+	outer, n, inner := 1, x.n(), 1
+	if c.has("axis") {
+		a, err := c.attrInt("axis", 0)
+		if err != nil {
+			return nil, err
+		}
+		if ax, err = graph.NormAxis(int(a), shape.Rank()); err != nil {
+			return nil, c.errf("%v", err)
+		}
+		outer, n, inner = shape[:ax].Numel(), shape[ax], shape[ax+1:].Numel()
+	}
+	pos := func(s, j int) int { // flat position of element j of slice s
+		o, i := j/inner, j%inner
+		return (o*n+s)*inner + i
+	}
+	width := outer * inner
+	compare := func(a, b int) int {
+		for j := range width {
+			p, q := pos(a, j), pos(b, j)
+			d := 0
+			if x.i != nil { // integers exactly, not through float64
+				d = cmp.Compare(x.i[p], x.i[q])
+			} else {
+				d = cmp.Compare(x.f[p], x.f[q])
+			}
+			if d != 0 {
+				return d
+			}
+		}
+		return 0
+	}
+	var firsts []int // the first slice of each distinct value
+	inverse := make([]int64, n)
+	for s := range n {
+		k := slices.IndexFunc(firsts, func(f int) bool { return compare(f, s) == 0 })
+		if k < 0 {
+			k = len(firsts)
+			firsts = append(firsts, s)
+		}
+		inverse[s] = int64(k)
+	}
+	order := make([]int, len(firsts)) // positions in firsts, in output order
+	for i := range order {
+		order[i] = i
+	}
+	if sorted != 0 {
+		slices.SortStableFunc(order, func(a, b int) int { return compare(firsts[a], firsts[b]) })
+	}
+	rank := make([]int64, len(order)) // output position of each entry of firsts
+	for p, k := range order {
+		rank[k] = int64(p)
+	}
+	u := len(firsts)
+	yShape := graph.Shape{u}
+	if ax >= 0 {
+		yShape = shape.Clone()
+		yShape[ax] = u
+	}
+	y := newCval(x.dt, yShape)
+	idx, cnt := newCval(onnxpb.Int64, graph.Shape{u}), newCval(onnxpb.Int64, graph.Shape{u})
+	for p, k := range order {
+		s := firsts[k]
+		idx.i[p] = int64(s)
+		for j := range width {
+			o, i := j/inner, j%inner
+			if y.i != nil {
+				y.i[(o*u+p)*inner+i] = x.i[pos(s, j)]
+			} else {
+				y.f[(o*u+p)*inner+i] = x.f[pos(s, j)]
+			}
+		}
+	}
+	inv := newCval(onnxpb.Int64, graph.Shape{n})
+	for s, k := range inverse {
+		inv.i[s] = rank[k]
+		cnt.i[rank[k]]++
+	}
+	return []*cval{y, idx, inv, cnt}, nil
+}
+
+// foldNonZero gives the coordinates of the non-zero elements, one row per
+// axis, in row-major order.
+func foldNonZero(c *opCtx, in []*cval) ([]*cval, error) {
+	x := in[0]
+	if x == nil {
+		return nil, c.errf("needs an input")
+	}
+	if x.shape.Rank() == 0 {
+		return nil, c.errf("NonZero of a scalar is not supported")
+	}
+	var nz []int
+	for k := range x.n() {
+		if x.at(k) != 0 {
+			nz = append(nz, k)
+		}
+	}
+	r := x.shape.Rank()
+	out := newCval(onnxpb.Int64, graph.Shape{r, len(nz)})
+	for j, k := range nz {
+		for d := r - 1; d >= 0; d-- {
+			out.i[d*len(nz)+j] = int64(k % x.shape[d])
+			k /= x.shape[d]
+		}
+	}
+	return []*cval{out}, nil
+}
