@@ -131,8 +131,8 @@ func init() {
 // differentiated at each node's values: its operands that may get a
 // gradient are those of the expression with the attributes unbound.
 func exprRule(spec *graph.OpSpec) (gradRule, bool) {
-	if spec.Logical() {
-		return gradRule{}, false // bools
+	if spec.Logical() || spec.IntegerOnly() {
+		return gradRule{}, false // bools, integer bit work
 	}
 	nIn := len(spec.Inputs)
 	vjps := make([]*graph.Expr, nIn)

@@ -165,3 +165,28 @@ func TestReverseSequenceMaxUnpoolLRNDet(t *testing.T) {
 		}
 	}
 }
+
+// TestBitShiftInt64 checks BitShift's int64 form, which the graph computes
+// on unsigned values: exact past 2^53, 0 from a right shift of 63 or more,
+// and a left shift wrapping as a 64-bit shift does.
+func TestBitShiftInt64(t *testing.T) {
+	x := i64Tensor(Shape{4}, 1<<40+1, 1<<62, 5, 3)
+	n := i64Tensor(Shape{4}, 20, 62, 63, 62)
+	left, err := Eval("BitShift", Attrs{"direction": Str("LEFT")}, x, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1<<60 + 1<<20, 0, math.MinInt64, -(1 << 62)}; !slices.Equal(left[0].I64, want) {
+		t.Errorf("LEFT: %v, want %v", left[0].I64, want)
+	}
+	right, err := Eval("BitShift", Attrs{"direction": Str("RIGHT")}, x, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []int64{1 << 20, 1, 0, 0}; !slices.Equal(right[0].I64, want) {
+		t.Errorf("RIGHT: %v, want %v", right[0].I64, want)
+	}
+	if _, err := Eval("BitShift", Attrs{"direction": Str("UP")}, x, n); err == nil {
+		t.Error("direction UP: no error")
+	}
+}

@@ -33,8 +33,9 @@ var narrowExact = map[string]bool{
 
 // narrowUnsigned are exact on unsigned types only: a quotient or absolute
 // value of non-negative operands stays in range; a signed one overflows
-// (the type's minimum divided by -1, or negated).
-var narrowUnsigned = map[string]bool{"Div": true, "Abs": true}
+// (the type's minimum divided by -1, or negated). BitShift, defined on
+// unsigned types alone, reduces a left shift to the width (importBitShift).
+var narrowUnsigned = map[string]bool{"Div": true, "Abs": true, "BitShift": true}
 
 // notDataTyped are the ops whose outputs do not take their data's element
 // type (a comparison's bool, an index, Cast's target): a narrow operand is

@@ -13,11 +13,11 @@ func init() {
 	for op, h := range map[string]handler{
 		"CumSum": importCumSum, "GatherND": importIndexed, "ScatterND": importIndexed,
 		"ReverseSequence": importReverseSequence, "MaxUnpool": importMaxUnpool,
-		"LRN": importTableAttrs, "Det": importTableAttrs,
+		"LRN": importTableAttrs, "Det": importTableAttrs, "BitShift": importBitShift,
 	} {
 		handlers[op] = h
 	}
-	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11} {
+	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11} {
 		introduced[op] = v
 	}
 }
@@ -143,5 +143,49 @@ func importMaxUnpool(c *opCtx) error {
 		in = append(in, sv)
 	}
 	_, err = c.emit("MaxUnpool", attrs, in...)
+	return err
+}
+
+// importBitShift maps BitShift, which ONNX defines on unsigned types: UINT8
+// to UINT32 held as int64 (UINT64 has no dtype here). A right shift stays in
+// the type's range; a left shift is reduced modulo 2^width, as a store of
+// that width drops the bits shifted out.
+func importBitShift(c *opCtx) error {
+	if !c.has("direction") {
+		return c.errf("direction is required")
+	}
+	dir, err := c.attrString("direction", "")
+	if err != nil {
+		return err
+	}
+	if dir != "LEFT" && dir != "RIGHT" {
+		return c.errf("direction %q is not LEFT or RIGHT", dir)
+	}
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) != 2 || in[0] == nil || in[1] == nil {
+		return c.errf("needs X and Y")
+	}
+	dt, _ := c.in[0].typ()
+	if !isUnsigned(dt) {
+		return c.errf("BitShift on %v: ONNX defines it on unsigned integers", dt)
+	}
+	attrs := graph.Attrs{"direction": graph.Str(dir)}
+	if dir == "RIGHT" {
+		_, err = c.emit("BitShift", attrs, in...)
+		return err
+	}
+	y, err := c.sub("BitShift", attrs, in...)
+	if err != nil {
+		return err
+	}
+	_, hi, _ := intRange(dt)
+	m, err := c.scalar("modulus", graph.Int64, float64(hi+1))
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Mod", nil, y, m)
 	return err
 }

@@ -54,3 +54,30 @@ func TestPReluLegacySlope(t *testing.T) {
 		}
 	}
 }
+
+// BitShift on UINT8: a left shift drops the bits past the width (200 << 1
+// = 144), a right shift never leaves the range; on a signed type it is
+// refused (ONNX defines it on unsigned ones).
+func TestBitShiftNarrow(t *testing.T) {
+	for _, c := range []struct {
+		dir  string
+		want []int64
+	}{{"LEFT", []int64{144, 8, 0}}, {"RIGHT", []int64{100, 0, 0}}} {
+		m := modelOf(11, []*onnxpb.ValueInfo{vi("x", onnxpb.Uint8, 3), vi("n", onnxpb.Uint8, 3)}, nil, []string{"y"},
+			nd("BitShift", []string{"x", "n"}, []string{"y"}, aStr("direction", c.dir)))
+		x, n := graph.NewTensor(graph.Int64, graph.Shape{3}), graph.NewTensor(graph.Int64, graph.Shape{3})
+		copy(x.I64, []int64{200, 1, 255})
+		copy(n.I64, []int64{1, 3, 8})
+		_, out := importAndRun(t, m, map[string]*graph.Tensor{"x": x, "n": n})
+		for i, w := range c.want {
+			if got := out["y"].I64[i]; got != w {
+				t.Errorf("%s[%d] = %d, want %d", c.dir, i, got, w)
+			}
+		}
+	}
+	m := modelOf(11, []*onnxpb.ValueInfo{vi("x", onnxpb.Int32, 3), vi("n", onnxpb.Int32, 3)}, nil, []string{"y"},
+		nd("BitShift", []string{"x", "n"}, []string{"y"}, aStr("direction", "LEFT")))
+	if _, err := ImportModel(m, Options{}); err == nil {
+		t.Error("BitShift on INT32 imported")
+	}
+}

@@ -128,5 +128,21 @@ func tensorCases() []opCase {
 			c.expect(c.op("Det", nil, x), ref("Det", nil, f64(rx)))
 		})
 	}
+	return append(cs, bitShiftCases()...)
+}
+
+// bitShiftCases shift non-negative int64 values (the unsigned values the
+// graph holds) both ways, by amounts up to 70 (a right shift of 63 or more
+// gives 0; a left shift wraps as a 64-bit shift does).
+func bitShiftCases() []opCase {
+	var cs []opCase
+	for _, dir := range []string{"LEFT", "RIGHT"} {
+		cs = append(cs, opCase{op: "BitShift", name: dir, dts: onlyInt64, fn: func(c *ctx) {
+			x, rx := c.input(graph.Int64, ints(0, 1<<20), 3, 5)
+			n, rn := c.input(graph.Int64, ints(0, 70), 5)
+			attrs := graph.Attrs{"direction": graph.Str(dir)}
+			c.expect(c.op("BitShift", attrs, x, n), ref("BitShift", attrs, tensorFrom(graph.Int64, rx), tensorFrom(graph.Int64, rn)))
+		}})
+	}
 	return cs
 }
