@@ -104,13 +104,13 @@ func (c *opCtx) narrowCheck() (onnxpb.DataType, error) {
 }
 
 // markNarrow gives the node's new Int64 outputs the data's narrow type
-// (TopK's indices stay INT64).
+// (TopK's and MaxPool's indices stay INT64).
 func (c *opCtx) markNarrow(dt onnxpb.DataType) {
 	for i, e := range c.out {
 		if e == nil || e.c != nil || e.v == nil || e.odt != onnxpb.Undefined || e.v.Type.DType != graph.Int64 {
 			continue
 		}
-		if c.n.OpType == "TopK" && i == 1 {
+		if (c.n.OpType == "TopK" || c.n.OpType == "MaxPool") && i == 1 {
 			continue
 		}
 		e.odt = dt

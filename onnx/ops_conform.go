@@ -800,7 +800,7 @@ func init() {
 
 // importWindowOp maps Conv, MaxPool and AveragePool, resolving auto_pad into
 // explicit pads (SAME_UPPER puts the odd pad at the end, SAME_LOWER at the
-// beginning). MaxPool's Indices output is refused.
+// beginning). MaxPool's Indices output is its table row's second output.
 func importWindowOp(c *opCtx) error {
 	op := c.n.OpType
 	x, err := c.need(0)
@@ -921,16 +921,18 @@ func importWindowOp(c *opCtx) error {
 				return err
 			}
 			attrs["count_include_pad"] = graph.Int(cp)
+			c.outNames = c.n.Output[:1]
 		} else {
-			// storage_order only says how Indices are numbered.
-			if _, err := c.attrInt("storage_order", 0); err != nil {
+			// storage_order says how Indices number the spatial positions.
+			so, err := c.attrInt("storage_order", 0)
+			if err != nil {
 				return err
 			}
-			if c.outputUsed(1) {
-				return c.errf("the Indices output is not supported")
+			attrs["storage_order"] = graph.Int(so)
+			if !c.outputUsed(1) {
+				c.outNames = c.n.Output[:1]
 			}
 		}
-		c.outNames = c.n.Output[:1]
 	}
 	_, err = c.emit(op, attrs, in...)
 	return err
@@ -961,15 +963,19 @@ func importGlobalPool(c *opCtx) error {
 	return err
 }
 
-// importBatchNorm is inference BatchNormalization: (X − mean)/√(var + ε)·scale
-// + B, with the [C] statistics reshaped to broadcast over [N, C, D...].
-// Training mode (which updates the running statistics) is refused.
+// importBatchNorm is BatchNormalization: (X − mean)/√(var + ε)·scale + B,
+// with the [C] statistics reshaped to broadcast over [N, C, D...]. At
+// inference mean and var are the inputs; in training mode (opset 14 on)
+// they are the batch's, over every axis but the channel one (the variance
+// divided by the count, as ONNX's reference computes it), and the running
+// statistics are also output: input·momentum + batch·(1 − momentum).
 func importBatchNorm(c *opCtx) error {
 	eps, err := c.attrFloat("epsilon", 1e-5)
 	if err != nil {
 		return err
 	}
-	if _, err := c.attrFloat("momentum", 0.9); err != nil { // only for training
+	momentum, err := c.attrFloat("momentum", 0.9)
+	if err != nil {
 		return err
 	}
 	if c.ver < 9 {
@@ -988,15 +994,17 @@ func importBatchNorm(c *opCtx) error {
 			return c.errf("is_test=0 (training) is not supported")
 		}
 	}
-	if tm, err := c.attrInt("training_mode", 0); err != nil || tm != 0 {
-		if err != nil {
-			return err
-		}
-		return c.errf("training_mode=1 is not supported")
+	tm, err := c.attrInt("training_mode", 0)
+	if err != nil {
+		return err
+	}
+	training := tm != 0
+	if training && c.ver < 14 {
+		return c.errf("training_mode does not exist before opset 14")
 	}
 	for i := 1; i < len(c.n.Output); i++ {
-		if c.outputUsed(i) {
-			return c.errf("output %d (running statistics) is not supported", i)
+		if c.outputUsed(i) && (!training || i > 2) {
+			return c.errf("output %d (running statistics) is not supported at inference", i)
 		}
 	}
 	in := make([]*graph.Value, 5)
@@ -1020,6 +1028,7 @@ func importBatchNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	stats := slices.Clone(in) // the [C] inputs, for the running statistics
 	for i := 1; i < 5; i++ {
 		if in[i].Type.DType != x.Type.DType || !in[i].Type.Shape.Equal(graph.Shape{ch}) {
 			return c.errf("input %d %v: want %v[%d]", i, in[i].Type, x.Type.DType, ch)
@@ -1029,6 +1038,44 @@ func importBatchNorm(c *opCtx) error {
 		}
 	}
 	scale, bias, mean, variance := in[1], in[2], in[3], in[4]
+	var d *graph.Value
+	var running [][2]*graph.Value // training: the input and batch statistics
+	if training {
+		ax := []int64{0}
+		for i := 2; i < r; i++ {
+			ax = append(ax, int64(i))
+		}
+		axes, err := c.ints("axes", ax)
+		if err != nil {
+			return err
+		}
+		// The batch statistics, [1, C, 1, ...] dropped to [C, 1, ...].
+		keep := graph.Attrs{"keepdims": graph.Int(1)}
+		bm, err := c.sub("ReduceMean", keep, x, axes)
+		if err != nil {
+			return err
+		}
+		if d, err = c.sub("Sub", nil, x, bm); err != nil {
+			return err
+		}
+		sq, err := c.sub("Mul", nil, d, d)
+		if err != nil {
+			return err
+		}
+		bv, err := c.sub("ReduceMean", keep, sq, axes)
+		if err != nil {
+			return err
+		}
+		if mean, err = c.sub("Reshape", nil, bm, sv); err != nil {
+			return err
+		}
+		if variance, err = c.sub("Reshape", nil, bv, sv); err != nil {
+			return err
+		}
+		running = [][2]*graph.Value{{stats[3], bm}, {stats[4], bv}}
+	} else if d, err = c.sub("Sub", nil, x, mean); err != nil {
+		return err
+	}
 	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
 	if err != nil {
 		return err
@@ -1041,10 +1088,6 @@ func importBatchNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
 	nrm, err := c.sub("Div", nil, d, sd)
 	if err != nil {
 		return err
@@ -1054,8 +1097,49 @@ func importBatchNorm(c *opCtx) error {
 		return err
 	}
 	c.outNames = c.n.Output[:1]
-	_, err = c.emit("Add", nil, y, bias)
-	return err
+	if _, err = c.emit("Add", nil, y, bias); err != nil {
+		return err
+	}
+	for k, st := range running {
+		if c.outputUsed(k + 1) {
+			if err := c.runningStat(k+1, st[0], st[1], momentum, ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runningStat writes output i of training BatchNormalization: the running
+// statistic old·momentum + batch·(1 − momentum), batch given [1, C, 1, ...]
+// and written as old's [C].
+func (c *opCtx) runningStat(i int, old, batch *graph.Value, momentum float64, ch int) error {
+	flat, err := c.ints("channels", []int64{int64(ch)})
+	if err != nil {
+		return err
+	}
+	b, err := c.sub("Reshape", nil, batch, flat)
+	if err != nil {
+		return err
+	}
+	dt := old.Type.DType
+	m, err := c.scalar("momentum", dt, momentum)
+	if err != nil {
+		return err
+	}
+	rest, err := c.scalar("one_minus_momentum", dt, 1-momentum)
+	if err != nil {
+		return err
+	}
+	kept, err := c.sub("Mul", nil, old, m)
+	if err != nil {
+		return err
+	}
+	added, err := c.sub("Mul", nil, b, rest)
+	if err != nil {
+		return err
+	}
+	return c.emitOutput(i, "Add", nil, kept, added)
 }
 
 func init() {

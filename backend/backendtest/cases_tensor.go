@@ -1,6 +1,8 @@
 package backendtest
 
 import (
+	"fmt"
+
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -128,7 +130,29 @@ func tensorCases() []opCase {
 			c.expect(c.op("Det", nil, x), ref("Det", nil, f64(rx)))
 		})
 	}
-	return append(cs, bitShiftCases()...)
+	return append(append(cs, bitShiftCases()...), maxPoolIndexCases()...)
+}
+
+// maxPoolIndexCases check MaxPool's Indices output in both storage orders
+// (on values with ties: the first maximum's index), and MaxPool on int64.
+func maxPoolIndexCases() []opCase {
+	var cs []opCase
+	for _, so := range []int64{0, 1} {
+		cs = append(cs, opCase{op: "MaxPool", name: fmt.Sprintf("indices_storage_order%d", so), fn: func(c *ctx) {
+			x, rx := c.input(c.dt, fewValues, 2, 2, 5, 4)
+			attrs := graph.Attrs{"kernel_shape": graph.Ints(2, 3), "strides": graph.Ints(2, 1), "pads": graph.Ints(1, 1, 0, 1), "storage_order": graph.Int(so)}
+			outs := c.opN("MaxPool", attrs, x)
+			want := refN("MaxPool", attrs, f64(rx))
+			c.expect(outs[0], want[0])
+			c.expect(outs[1], want[1])
+		}})
+	}
+	cs = append(cs, opCase{op: "MaxPool", name: "int64", dts: onlyInt64, fn: func(c *ctx) {
+		x, rx := c.input(graph.Int64, ints(-1000, 1000), 1, 3, 4, 4)
+		attrs := graph.Attrs{"kernel_shape": graph.Ints(2, 2), "strides": graph.Ints(2, 2)}
+		c.expect(c.op("MaxPool", attrs, x), ref("MaxPool", attrs, tensorFrom(graph.Int64, rx)))
+	}})
+	return cs
 }
 
 // bitShiftCases shift non-negative int64 values (the unsigned values the
