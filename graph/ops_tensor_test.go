@@ -190,3 +190,34 @@ func TestBitShiftInt64(t *testing.T) {
 		t.Error("direction UP: no error")
 	}
 }
+
+// TestGridSampleReflect folds points into [lo, hi] by mirroring at the ends,
+// an odd number of folds landing from the other end.
+func TestGridSampleReflect(t *testing.T) {
+	for _, c := range []struct{ v, want float64 }{
+		{1.25, 1.25}, {-0.7, -0.3}, {3, 2}, {6.2, 0.2}, {-3.6, 2.4},
+	} {
+		if got := reflect(c.v, -0.5, 2.5); math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("reflect(%v) = %v, want %v", c.v, got, c.want)
+		}
+	}
+	// A 1×1×1×2 image [10, 20]: bilinear at x = 0 (between the two pixel
+	// centres with align_corners 0) is their mean; nearest at x = −1 with
+	// border padding is the first pixel.
+	x := f64Tensor(Shape{1, 1, 1, 2}, 10, 20)
+	grid := f64Tensor(Shape{1, 1, 2, 2}, 0, 0, -1, 0)
+	out, err := Eval("GridSample", nil, x, grid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].F64[0] != 15 {
+		t.Errorf("bilinear at the centre: %v, want 15", out[0].F64[0])
+	}
+	out, err = Eval("GridSample", Attrs{"mode": Str("nearest"), "padding_mode": Str("border")}, x, grid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].F64[1] != 10 {
+		t.Errorf("nearest at the left edge: %v, want 10", out[0].F64[1])
+	}
+}

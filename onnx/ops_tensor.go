@@ -14,10 +14,11 @@ func init() {
 		"CumSum": importCumSum, "GatherND": importIndexed, "ScatterND": importIndexed,
 		"ReverseSequence": importReverseSequence, "MaxUnpool": importMaxUnpool,
 		"LRN": importTableAttrs, "Det": importTableAttrs, "BitShift": importBitShift,
+		"GridSample": importGridSample,
 	} {
 		handlers[op] = h
 	}
-	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11} {
+	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11, "GridSample": 16} {
 		introduced[op] = v
 	}
 }
@@ -187,5 +188,47 @@ func importBitShift(c *opCtx) error {
 		return err
 	}
 	_, err = c.emit("Mod", nil, y, m)
+	return err
+}
+
+// importGridSample maps GridSample on 4-D X; opset 20's mode names linear
+// and cubic are the table's bilinear and bicubic.
+func importGridSample(c *opCtx) error {
+	attrs := graph.Attrs{}
+	ac, err := c.attrInt("align_corners", 0)
+	if err != nil {
+		return err
+	}
+	attrs["align_corners"] = graph.Int(ac)
+	mode, err := c.attrString("mode", "bilinear")
+	if err != nil {
+		return err
+	}
+	if m, ok := map[string]string{"linear": "bilinear", "cubic": "bicubic"}[mode]; ok {
+		mode = m
+	}
+	if mode != "bilinear" && mode != "nearest" && mode != "bicubic" {
+		return c.errf("mode %q is not supported", mode)
+	}
+	attrs["mode"] = graph.Str(mode)
+	pad, err := c.attrString("padding_mode", "zeros")
+	if err != nil {
+		return err
+	}
+	if pad != "zeros" && pad != "border" && pad != "reflection" {
+		return c.errf("padding_mode %q is not supported", pad)
+	}
+	attrs["padding_mode"] = graph.Str(pad)
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	if len(in) != 2 || in[0] == nil || in[1] == nil {
+		return c.errf("needs X and grid")
+	}
+	if in[0].Type.Shape.Rank() != 4 {
+		return c.errf("X %v: only 4-D input is supported", in[0].Type)
+	}
+	_, err = c.emit("GridSample", attrs, in...)
 	return err
 }

@@ -130,6 +130,19 @@ func tensorCases() []opCase {
 			c.expect(c.op("Det", nil, x), ref("Det", nil, f64(rx)))
 		})
 	}
+	for _, mode := range []string{"bilinear", "nearest", "bicubic"} {
+		for _, pad := range []string{"zeros", "border", "reflection"} {
+			for _, align := range []int64{0, 1} {
+				add("GridSample", fmt.Sprintf("%s_%s_align%d", mode, pad, align), func(c *ctx) {
+					x, rx := c.x(2, 2, 4, 5)
+					// Points past the edges too, where the padding decides.
+					grid, rg := c.input(c.dt, scaled(1.3, inUnit), 2, 3, 4, 2)
+					attrs := graph.Attrs{"mode": graph.Str(mode), "padding_mode": graph.Str(pad), "align_corners": graph.Int(align)}
+					c.expect(c.op("GridSample", attrs, x, grid), ref("GridSample", attrs, f64(rx), f64(rg)))
+				})
+			}
+		}
+	}
 	return append(append(cs, bitShiftCases()...), maxPoolIndexCases()...)
 }
 

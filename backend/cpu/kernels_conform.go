@@ -13,7 +13,7 @@ import (
 func init() {
 	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
 		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
-		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det"} {
+		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample"} {
 		kernels[op] = evalKernel(op)
 	}
 }
