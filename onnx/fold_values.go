@@ -19,12 +19,12 @@ import (
 func init() {
 	for op, f := range map[string]folder{
 		"HannWindow": foldWindow, "HammingWindow": foldWindow, "BlackmanWindow": foldWindow,
-		"Unique": foldUnique, "NonZero": foldNonZero,
+		"Unique": foldUnique, "NonZero": foldNonZero, "MelWeightMatrix": foldMelWeightMatrix,
 	} {
 		folders[op] = f
 	}
 	shapeOnly["EyeLike"] = foldEyeLike
-	for op, v := range map[string]int64{"HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17, "Unique": 11, "NonZero": 9, "EyeLike": 9} {
+	for op, v := range map[string]int64{"HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17, "Unique": 11, "NonZero": 9, "EyeLike": 9, "MelWeightMatrix": 17} {
 		introduced[op] = v
 	}
 }
@@ -237,6 +237,63 @@ func foldNonZero(c *opCtx, in []*cval) ([]*cval, error) {
 		for d := r - 1; d >= 0; d-- {
 			out.i[d*len(nz)+j] = int64(k % x.shape[d])
 			k /= x.shape[d]
+		}
+	}
+	return []*cval{out}, nil
+}
+
+// foldMelWeightMatrix is the [dft_length/2 + 1, num_mel_bins] matrix of
+// triangular filters, as ONNX defines it: num_mel_bins + 2 points evenly
+// spaced on the mel scale (mel = 2595·log10(1 + f/700)) between the edge
+// frequencies, each mapped to the spectrogram bin ⌊(dft_length + 1)·f /
+// sample_rate⌋; filter i rises from point i to point i + 1 and falls to
+// point i + 2.
+func foldMelWeightMatrix(c *opCtx, in []*cval) ([]*cval, error) {
+	odt, err := c.attrInt("output_datatype", int64(onnxpb.Float))
+	if err != nil {
+		return nil, err
+	}
+	dt := onnxpb.DataType(odt)
+	if !isFloatType(dt) {
+		return nil, c.errf("output_datatype %v is not supported", dt)
+	}
+	var v [5]float64
+	for i := range v {
+		if in[i] == nil || in[i].n() != 1 {
+			return nil, c.errf("input %d: want one value", i)
+		}
+		v[i] = in[i].at(0)
+	}
+	bins, length, rate, lo, hi := int(v[0]), int(v[1]), v[2], v[3], v[4]
+	spec := length/2 + 1
+	if bins < 1 || length < 1 || rate <= 0 || spec*bins > c.foldCap() {
+		return nil, c.errf("num_mel_bins %d, dft_length %d, sample_rate %v: out of range", bins, length, rate)
+	}
+	mel := func(f float64) float64 { return 2595 * math.Log10(1+f/700) }
+	lm, hm := mel(lo), mel(hi)
+	step := (hm - lm) / float64(bins+2)
+	pts := make([]int, bins+2)
+	for i := range pts {
+		f := 700 * (math.Pow(10, (float64(i)*step+lm)/2595) - 1)
+		pts[i] = int(math.Floor(float64(length+1) * f / rate))
+	}
+	out := newCval(dt, graph.Shape{spec, bins})
+	set := func(row, col int, w float64) {
+		if row >= 0 && row < spec {
+			out.set(row*bins+col, w)
+		}
+	}
+	for i := range bins {
+		lower, center, upper := pts[i], pts[i+1], pts[i+2]
+		if center == lower {
+			set(center, i, 1)
+		} else {
+			for j := lower; j <= center; j++ {
+				set(j, i, float64(j-lower)/float64(center-lower))
+			}
+		}
+		for j := center; j < upper; j++ {
+			set(j, i, float64(upper-j)/float64(upper-center))
 		}
 	}
 	return []*cval{out}, nil
