@@ -20,11 +20,12 @@ func init() {
 	for op, f := range map[string]folder{
 		"HannWindow": foldWindow, "HammingWindow": foldWindow, "BlackmanWindow": foldWindow,
 		"Unique": foldUnique, "NonZero": foldNonZero, "MelWeightMatrix": foldMelWeightMatrix,
+		"NonMaxSuppression": foldNMS,
 	} {
 		folders[op] = f
 	}
 	shapeOnly["EyeLike"] = foldEyeLike
-	for op, v := range map[string]int64{"HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17, "Unique": 11, "NonZero": 9, "EyeLike": 9, "MelWeightMatrix": 17} {
+	for op, v := range map[string]int64{"HannWindow": 17, "HammingWindow": 17, "BlackmanWindow": 17, "Unique": 11, "NonZero": 9, "EyeLike": 9, "MelWeightMatrix": 17, "NonMaxSuppression": 10} {
 		introduced[op] = v
 	}
 }
@@ -296,5 +297,98 @@ func foldMelWeightMatrix(c *opCtx, in []*cval) ([]*cval, error) {
 			set(j, i, float64(upper-j)/float64(upper-center))
 		}
 	}
+	return []*cval{out}, nil
+}
+
+// foldNMS selects, per batch entry and class, the boxes of highest score
+// greedily, dropping a box whose IoU with one already selected is above
+// iou_threshold and boxes of score not above score_threshold, at most
+// max_output_boxes_per_class of them (absent: 0, none). Each selected box
+// is a row [batch, class, box] of the output, by batch, class, then
+// selection order.
+func foldNMS(c *opCtx, in []*cval) ([]*cval, error) {
+	center, err := c.attrInt("center_point_box", 0)
+	if err != nil {
+		return nil, err
+	}
+	boxes, scores := in[0], in[1]
+	if boxes == nil || scores == nil || boxes.shape.Rank() != 3 || boxes.shape[2] != 4 || scores.shape.Rank() != 3 ||
+		scores.shape[0] != boxes.shape[0] || scores.shape[2] != boxes.shape[1] {
+		return nil, c.errf("want boxes [batch, n, 4] and scores [batch, classes, n]")
+	}
+	if !boxes.isFloat() {
+		return nil, c.errf("boxes must be floats, got %v", boxes.dt)
+	}
+	scalar := func(i int, def float64) (float64, error) {
+		if i >= len(in) || in[i] == nil {
+			return def, nil
+		}
+		if in[i].n() != 1 {
+			return 0, c.errf("input %d: want one value", i)
+		}
+		return in[i].at(0), nil
+	}
+	maxOut, err := scalar(2, 0)
+	if err != nil {
+		return nil, err
+	}
+	iouMax, err := scalar(3, 0)
+	if err != nil {
+		return nil, err
+	}
+	minScore, err := scalar(4, math.Inf(-1))
+	if err != nil {
+		return nil, err
+	}
+	nb, nc, n := boxes.shape[0], scores.shape[1], boxes.shape[1]
+	// corners gives box i of batch b as y1 ≤ y2, x1 ≤ x2.
+	corners := func(b, i int) (y1, x1, y2, x2 float64) {
+		p := (b*n + i) * 4
+		v := boxes.f[p : p+4]
+		if center != 0 {
+			return v[1] - v[3]/2, v[0] - v[2]/2, v[1] + v[3]/2, v[0] + v[2]/2
+		}
+		return min(v[0], v[2]), min(v[1], v[3]), max(v[0], v[2]), max(v[1], v[3])
+	}
+	iou := func(b, i, j int) float64 {
+		ay1, ax1, ay2, ax2 := corners(b, i)
+		by1, bx1, by2, bx2 := corners(b, j)
+		areaA, areaB := (ay2-ay1)*(ax2-ax1), (by2-by1)*(bx2-bx1)
+		if areaA <= 0 || areaB <= 0 {
+			return 0
+		}
+		ih, iw := min(ay2, by2)-max(ay1, by1), min(ax2, bx2)-max(ax1, bx1)
+		if ih <= 0 || iw <= 0 {
+			return 0
+		}
+		inter := ih * iw
+		return inter / (areaA + areaB - inter)
+	}
+	var rows []int64
+	for b := range nb {
+		for cl := range nc {
+			var cand []int
+			for i := range n {
+				if scores.at((b*nc+cl)*n+i) > minScore {
+					cand = append(cand, i)
+				}
+			}
+			slices.SortStableFunc(cand, func(i, j int) int {
+				return cmp.Compare(scores.at((b*nc+cl)*n+j), scores.at((b*nc+cl)*n+i))
+			})
+			var kept []int
+			for _, i := range cand {
+				if float64(len(kept)) >= maxOut {
+					break
+				}
+				if !slices.ContainsFunc(kept, func(j int) bool { return iou(b, i, j) > iouMax }) {
+					kept = append(kept, i)
+					rows = append(rows, int64(b), int64(cl), int64(i))
+				}
+			}
+		}
+	}
+	out := newCval(onnxpb.Int64, graph.Shape{len(rows) / 3, 3})
+	copy(out.i, rows)
 	return []*cval{out}, nil
 }
