@@ -221,3 +221,33 @@ func TestGridSampleReflect(t *testing.T) {
 		t.Errorf("nearest at the left edge: %v, want 10", out[0].F64[1])
 	}
 }
+
+// TestRoiAlignPixels: a half_pixel ROI over a whole 2×2 image with one
+// output bin samples each pixel centre once: avg is the mean, max the
+// largest; with output_half_pixel the same ROI samples between pixels.
+func TestRoiAlignPixels(t *testing.T) {
+	x := f64Tensor(Shape{1, 1, 2, 2}, 1, 2, 3, 4)
+	rois := f64Tensor(Shape{1, 4}, 0, 0, 2, 2)
+	idx := i64Tensor(Shape{1}, 0)
+	for _, c := range []struct {
+		attrs Attrs
+		want  float64
+	}{
+		{Attrs{}, 2.5},
+		{Attrs{"mode": Str("max")}, 4},
+		// Samples at 0.5 and 1.5: the first interpolates all four pixels
+		// (2.5), the others are clamped to the last row or column.
+		{Attrs{"coordinate_transformation_mode": Str("output_half_pixel")}, (2.5 + 3 + 3.5 + 4) / 4},
+	} {
+		out, err := Eval("RoiAlign", c.attrs, x, rois, idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := out[0].F64[0]; math.Abs(got-c.want) > 1e-12 {
+			t.Errorf("%v: %v, want %v", c.attrs, got, c.want)
+		}
+	}
+	if _, err := Eval("RoiAlign", nil, x, rois, i64Tensor(Shape{1}, 1)); err == nil {
+		t.Error("batch index 1 of a batch of 1: no error")
+	}
+}

@@ -14,11 +14,11 @@ func init() {
 		"CumSum": importCumSum, "GatherND": importIndexed, "ScatterND": importIndexed,
 		"ReverseSequence": importReverseSequence, "MaxUnpool": importMaxUnpool,
 		"LRN": importTableAttrs, "Det": importTableAttrs, "BitShift": importBitShift,
-		"GridSample": importGridSample,
+		"GridSample": importGridSample, "RoiAlign": importRoiAlign,
 	} {
 		handlers[op] = h
 	}
-	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11, "GridSample": 16} {
+	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11, "GridSample": 16, "RoiAlign": 10} {
 		introduced[op] = v
 	}
 }
@@ -230,5 +230,32 @@ func importGridSample(c *opCtx) error {
 		return c.errf("X %v: only 4-D input is supported", in[0].Type)
 	}
 	_, err = c.emit("GridSample", attrs, in...)
+	return err
+}
+
+// importRoiAlign maps RoiAlign; before opset 16 there is no
+// coordinate_transformation_mode and the coordinates are output_half_pixel.
+func importRoiAlign(c *opCtx) error {
+	s, _ := graph.LookupOp("RoiAlign")
+	attrs, err := c.tableAttrs(s)
+	if err != nil {
+		return err
+	}
+	if _, ok := attrs["coordinate_transformation_mode"]; !ok && c.ver < 16 {
+		attrs["coordinate_transformation_mode"] = graph.Str("output_half_pixel")
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	rois, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	idx, err := c.indicesValue(2)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("RoiAlign", attrs, x, rois, idx)
 	return err
 }

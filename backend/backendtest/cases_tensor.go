@@ -2,6 +2,7 @@ package backendtest
 
 import (
 	"fmt"
+	"math/rand/v2"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -142,6 +143,23 @@ func tensorCases() []opCase {
 				})
 			}
 		}
+	}
+	for _, rc := range []struct {
+		name  string
+		attrs graph.Attrs
+	}{
+		{"avg_half_pixel", graph.Attrs{"output_height": graph.Int(3), "output_width": graph.Int(2), "spatial_scale": graph.Float(0.5)}},
+		{"max_ratio2", graph.Attrs{"mode": graph.Str("max"), "output_height": graph.Int(2), "output_width": graph.Int(2), "sampling_ratio": graph.Int(2)}},
+		{"avg_output_half_pixel", graph.Attrs{"coordinate_transformation_mode": graph.Str("output_half_pixel"), "output_height": graph.Int(2), "output_width": graph.Int(3)}},
+	} {
+		add("RoiAlign", rc.name, func(c *ctx) {
+			x, rx := c.x(2, 3, 6, 7)
+			// Corners anywhere in the image and a little past it.
+			rois, rr := c.input(c.dt, func(r *rand.Rand) float64 { return 8*r.Float64() - 1 }, 4, 4)
+			idx := c.b.Const("batch", graph.Int64, graph.Shape{4}, graph.Literal(0, 1, 1, 0))
+			ri := tensorFrom(graph.Int64, &arr{shape: []int{4}, data: []float64{0, 1, 1, 0}})
+			c.expect(c.op("RoiAlign", rc.attrs, x, rois, idx), ref("RoiAlign", rc.attrs, f64(rx), f64(rr), ri))
+		})
 	}
 	return append(append(cs, bitShiftCases()...), maxPoolIndexCases()...)
 }
