@@ -251,3 +251,36 @@ func TestRoiAlignPixels(t *testing.T) {
 		t.Error("batch index 1 of a batch of 1: no error")
 	}
 }
+
+// TestTfIdfModes counts a pool of 1-grams {1, 3} and the 2-gram (1, 2) in
+// [1, 5, 2, 1, 2] with one skip allowed: 1 twice, 3 never, (1, 2) once
+// contiguous and once across the 5; IDF gives the weight where the count
+// is positive, TFIDF count × weight.
+func TestTfIdfModes(t *testing.T) {
+	x := i64Tensor(Shape{5}, 1, 5, 2, 1, 2)
+	base := Attrs{
+		"min_gram_length": Int(1), "max_gram_length": Int(2), "max_skip_count": Int(1),
+		"ngram_counts": Ints(0, 2), "ngram_indexes": Ints(0, 1, 2), "pool_int64s": Ints(1, 3, 1, 2),
+		"weights": Floats(0.5, 2, 3),
+	}
+	for mode, want := range map[string][]float32{"TF": {2, 0, 2}, "IDF": {0.5, 0, 3}, "TFIDF": {1, 0, 6}} {
+		a := base.Clone()
+		a["mode"] = Str(mode)
+		out, err := Eval("TfIdfVectorizer", a, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(out[0].F32, want) {
+			t.Errorf("%s: %v, want %v", mode, out[0].F32, want)
+		}
+	}
+	a := base.Clone()
+	a["mode"], a["max_skip_count"] = Str("TF"), Int(0)
+	out, err := Eval("TfIdfVectorizer", a, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []float32{2, 0, 1}; !slices.Equal(out[0].F32, want) {
+		t.Errorf("no skips: %v, want %v", out[0].F32, want)
+	}
+}

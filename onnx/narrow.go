@@ -43,7 +43,7 @@ var narrowUnsigned = map[string]bool{"Div": true, "Abs": true, "BitShift": true}
 var notDataTyped = map[string]bool{
 	"Equal": true, "Less": true, "Greater": true, "LessOrEqual": true, "GreaterOrEqual": true,
 	"ArgMax": true, "ArgMin": true, "Shape": true, "Size": true, "NonZero": true,
-	"Cast": true, "CastLike": true, "IsNaN": true, "IsInf": true,
+	"Cast": true, "CastLike": true, "IsNaN": true, "IsInf": true, "TfIdfVectorizer": true,
 }
 
 func isUnsigned(dt onnxpb.DataType) bool {

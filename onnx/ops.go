@@ -88,6 +88,22 @@ func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 				return nil, c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum)
 			}
 			attrs[as.Name] = graph.Str(v)
+		case graph.AttrInts:
+			v, _, err := c.attrInts(as.Name)
+			if err != nil {
+				return nil, err
+			}
+			attrs[as.Name] = graph.Ints(v...)
+		case graph.AttrFloats:
+			a, err := c.attr(as.Name, onnxpb.AttrFloats)
+			if err != nil {
+				return nil, err
+			}
+			f := make([]float64, len(a.Floats))
+			for i, x := range a.Floats {
+				f[i] = float64(x)
+			}
+			attrs[as.Name] = graph.Floats(f...)
 		default:
 			return nil, c.errf("attribute %s: kind %v is not read", as.Name, as.Kind)
 		}

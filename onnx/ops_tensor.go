@@ -14,11 +14,11 @@ func init() {
 		"CumSum": importCumSum, "GatherND": importIndexed, "ScatterND": importIndexed,
 		"ReverseSequence": importReverseSequence, "MaxUnpool": importMaxUnpool,
 		"LRN": importTableAttrs, "Det": importTableAttrs, "BitShift": importBitShift,
-		"GridSample": importGridSample, "RoiAlign": importRoiAlign,
+		"GridSample": importGridSample, "RoiAlign": importRoiAlign, "TfIdfVectorizer": importTfIdf,
 	} {
 		handlers[op] = h
 	}
-	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11, "GridSample": 16, "RoiAlign": 10} {
+	for op, v := range map[string]int64{"CumSum": 11, "GatherND": 11, "ScatterND": 11, "ReverseSequence": 10, "MaxUnpool": 9, "Det": 11, "BitShift": 11, "GridSample": 16, "RoiAlign": 10, "TfIdfVectorizer": 9} {
 		introduced[op] = v
 	}
 }
@@ -258,4 +258,13 @@ func importRoiAlign(c *opCtx) error {
 	}
 	_, err = c.emit("RoiAlign", attrs, x, rois, idx)
 	return err
+}
+
+// importTfIdf maps TfIdfVectorizer on integer input (a pool of strings is
+// refused); its attributes are the table row's.
+func importTfIdf(c *opCtx) error {
+	if c.has("pool_strings") {
+		return c.errf("pool_strings: string type is not supported")
+	}
+	return importTableAttrs(c)
 }

@@ -161,6 +161,17 @@ func tensorCases() []opCase {
 			c.expect(c.op("RoiAlign", rc.attrs, x, rois, idx), ref("RoiAlign", rc.attrs, f64(rx), f64(rr), ri))
 		})
 	}
+	for _, mode := range []string{"TF", "IDF", "TFIDF"} {
+		addDT("TfIdfVectorizer", mode, onlyInt64, func(c *ctx) {
+			x, rx := c.input(graph.Int64, ints(0, 4), 3, 9)
+			attrs := graph.Attrs{
+				"mode": graph.Str(mode), "min_gram_length": graph.Int(1), "max_gram_length": graph.Int(3), "max_skip_count": graph.Int(2),
+				"ngram_counts": graph.Ints(0, 3, 7), "ngram_indexes": graph.Ints(0, 1, 2, 3, 5, 4), "pool_int64s": graph.Ints(0, 1, 3, 0, 1, 2, 2, 1, 0, 3),
+				"weights": graph.Floats(0.5, 1.5, 2, 0.25, 1, 3),
+			}
+			c.expect(c.op("TfIdfVectorizer", attrs, x), ref("TfIdfVectorizer", attrs, tensorFrom(graph.Int64, rx)))
+		})
+	}
 	return append(append(cs, bitShiftCases()...), maxPoolIndexCases()...)
 }
 

@@ -13,7 +13,7 @@ import (
 func init() {
 	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
 		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
-		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign"} {
+		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer"} {
 		kernels[op] = evalKernel(op)
 	}
 }
