@@ -185,6 +185,9 @@ func (c *opCtx) dispatch() error {
 	if err != nil {
 		return err
 	}
+	if ndt != onnxpb.Undefined && narrowWrapped[op] {
+		h = importWrapped
+	}
 	if err := h(c); err != nil {
 		return err
 	}
