@@ -218,31 +218,43 @@ func (im *importer) run() (*graph.Graph, error) {
 		im.vinfo[v.Name] = v
 	}
 	im.consumed = map[string]bool{}
-	for _, n := range og.Node {
-		for _, in := range n.Input {
-			im.consumed[in] = true
-		}
-	}
-	for _, o := range og.Output {
-		im.consumed[o.Name] = true
-	}
-	// Reserve every ONNX value name first, so that names we invent never take one.
+	// Reserve every ONNX value name first, so that names we invent never
+	// take one; the names of subgraphs (an If's branches, inlined when the
+	// condition is known) count too, as do the values their nodes read.
 	for _, v := range og.Input {
 		im.values.Reserve(v.Name)
 	}
-	for _, t := range og.Initializer {
-		im.values.Reserve(t.Name)
-	}
-	for _, n := range og.Node {
-		for _, o := range n.Output {
-			if o != "" {
-				im.values.Reserve(o)
+	var scan func(g *onnxpb.Graph, top bool)
+	scan = func(g *onnxpb.Graph, top bool) {
+		for _, o := range g.Output {
+			im.consumed[o.Name] = true
+		}
+		for _, t := range g.Initializer {
+			im.values.Reserve(t.Name)
+		}
+		for _, n := range g.Node {
+			for _, in := range n.Input {
+				im.consumed[in] = true
+			}
+			for _, o := range n.Output {
+				if o != "" {
+					im.values.Reserve(o)
+				}
+			}
+			if n.Name != "" && im.faithful && top {
+				im.nodes.Reserve(n.Name)
+			}
+			for _, a := range n.Attribute {
+				if a.G != nil {
+					scan(a.G, false)
+				}
+				for _, sg := range a.Graphs {
+					scan(sg, false)
+				}
 			}
 		}
-		if n.Name != "" && im.faithful {
-			im.nodes.Reserve(n.Name)
-		}
 	}
+	scan(og, true)
 	if err := im.initializers(); err != nil {
 		return nil, err
 	}
