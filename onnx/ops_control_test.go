@@ -2,6 +2,8 @@ package onnx
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -46,5 +48,72 @@ func TestIfInlinesKnownBranch(t *testing.T) {
 	var be *BindError
 	if !errors.As(err, &be) || be.Input != "x" {
 		t.Errorf("runtime condition: %v, want a BindError for x", err)
+	}
+}
+
+// graphAttr is a GRAPH attribute holding nodes with the given input and
+// output names.
+func graphAttr(name string, inputs, outputs []string, nodes ...*onnxpb.Node) *onnxpb.Attribute {
+	g := &onnxpb.Graph{Node: nodes}
+	for _, in := range inputs {
+		g.Input = append(g.Input, &onnxpb.ValueInfo{Name: in})
+	}
+	for _, o := range outputs {
+		g.Output = append(g.Output, &onnxpb.ValueInfo{Name: o})
+	}
+	return &onnxpb.Attribute{Name: name, Type: onnxpb.AttrGraph, G: g}
+}
+
+// A Loop of trip count 10 whose condition (iteration < 3, folded each
+// iteration) ends it after four iterations: y doubles four times and the
+// scan output stacks 2y, 4y, 8y, 16y. A condition computed from a runtime
+// value is refused.
+func TestLoopUnrolls(t *testing.T) {
+	body := graphAttr("body", []string{"i", "c_in", "y_in"}, []string{"c_out", "y_out", "s"},
+		nd("Add", []string{"y_in", "y_in"}, []string{"y_out"}),
+		nd("Less", []string{"i", "three"}, []string{"c_out"}),
+		nd("Identity", []string{"y_out"}, []string{"s"}))
+	inits := []*onnxpb.Tensor{onnxpb.NewInt64("M", nil, []int64{10}), onnxpb.NewBool("cond", nil, []bool{true}), onnxpb.NewInt64("three", nil, []int64{3})}
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("y", onnxpb.Float, 2)}, inits, []string{"y_final", "stacked"},
+		nd("Loop", []string{"M", "cond", "y"}, []string{"y_final", "stacked"}, body))
+	y := graph.NewTensor(graph.Float32, graph.Shape{2})
+	copy(y.F32, []float32{1, -3})
+	_, out := importAndRun(t, m, map[string]*graph.Tensor{"y": y})
+	for i, v := range y.F32 {
+		if got := out["y_final"].F32[i]; got != 16*v {
+			t.Errorf("y_final[%d] = %v, want %v", i, got, 16*v)
+		}
+	}
+	if s := out["stacked"]; !s.Shape.Equal(graph.Shape{4, 2}) || s.F32[0] != 2 || s.F32[7] != -48 {
+		t.Errorf("stacked = %v %v, want [4 2] from 2y to 16y", s.Shape, s.F32)
+	}
+	body.G.Node[1] = nd("ReduceSum", []string{"y_in"}, []string{"sum"}, aInt("keepdims", 0))
+	body.G.Node = append(body.G.Node, nd("Greater", []string{"sum", "zero"}, []string{"c_out"}))
+	m.Graph.Initializer = append(m.Graph.Initializer, onnxpb.NewFloat32("zero", nil, []float32{0}))
+	if _, err := ImportModel(m, Options{}); err == nil || !strings.Contains(err.Error(), "computed at run time") {
+		t.Errorf("a loop with a runtime condition: %v, want a refusal naming it", err)
+	}
+}
+
+// Scan (opset 11) over a [3, 2] input read in reverse, the running sum
+// stacked on output axis 1: z[:, k] = s + x[2] + ... + x[2−k].
+func TestScanUnrolls(t *testing.T) {
+	body := graphAttr("body", []string{"s_in", "x_t"}, []string{"s_out", "z_t"},
+		nd("Add", []string{"s_in", "x_t"}, []string{"s_out"}),
+		nd("Identity", []string{"s_out"}, []string{"z_t"}))
+	m := modelOf(11, []*onnxpb.ValueInfo{vi("s", onnxpb.Float, 2), vi("x", onnxpb.Float, 3, 2)}, nil, []string{"final", "z"},
+		nd("Scan", []string{"s", "x"}, []string{"final", "z"}, body, aInt("num_scan_inputs", 1),
+			aInts("scan_input_directions", 1), aInts("scan_output_axes", 1)))
+	s, x := graph.NewTensor(graph.Float32, graph.Shape{2}), graph.NewTensor(graph.Float32, graph.Shape{3, 2})
+	copy(s.F32, []float32{10, 20})
+	copy(x.F32, []float32{1, 2, 3, 4, 5, 6})
+	_, out := importAndRun(t, m, map[string]*graph.Tensor{"s": s, "x": x})
+	if got := out["final"].F32; got[0] != 19 || got[1] != 32 {
+		t.Errorf("final = %v, want [19 32]", got)
+	}
+	// Reversed: x[2] = (5, 6) first, then (3, 4), then (1, 2).
+	want := []float32{15, 18, 19, 26, 30, 32}
+	if z := out["z"]; !z.Shape.Equal(graph.Shape{2, 3}) || !slices.Equal(z.F32, want) {
+		t.Errorf("z = %v %v, want [2 3] %v", z.Shape, z.F32, want)
 	}
 }
