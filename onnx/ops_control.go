@@ -80,23 +80,15 @@ func (c *opCtx) inline(g *onnxpb.Graph) error {
 			return c.errf("branch output %q is not produced", o.Name)
 		}
 		isOutput := slices.ContainsFunc(im.m.Graph.Output, func(v *onnxpb.ValueInfo) bool { return v.Name == c.n.Output[i] })
-		if isOutput && e.c == nil {
-			// A graph output takes the If's name: a node writes it.
-			v, err := im.val(e)
-			if err != nil {
-				return c.errf("%v", err)
-			}
-			if err := c.emitOutput(i, "Identity", nil, v); err != nil {
+		if isOutput || e.c != nil {
+			// A graph output takes the If's name (a node writes it); a
+			// constant is known under it.
+			if err := c.setOutput(i, e); err != nil {
 				return err
 			}
 			continue
 		}
-		if e.c != nil { // a constant, known under the If's name
-			e = &entry{name: c.n.Output[i], c: e.c, seq: im.nextSeq}
-			im.nextSeq++
-			im.inits = append(im.inits, e)
-		}
-		c.out[i] = e
+		c.out[i] = e // the branch's value, read under the If's name
 	}
 	return nil
 }
