@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 )
 
 // The tensor ops of graph/ops_tensor.go, imported as themselves: CumSum,
@@ -55,7 +56,13 @@ func importCumSum(c *opCtx) error {
 	if err != nil {
 		return c.errf("axis: %v", err)
 	}
-	av, err := c.ints("axis", ax)
+	// The model's own int64 operand, or an int32 one as an int64 scalar.
+	var av *graph.Value
+	if axis.dt == onnxpb.Int64 {
+		av, err = c.value(1)
+	} else {
+		av, err = c.scalar("axis", graph.Int64, float64(ax[0]))
+	}
 	if err != nil {
 		return err
 	}
@@ -170,6 +177,11 @@ func importBitShift(c *opCtx) error {
 		return c.errf("needs X and Y")
 	}
 	dt, _ := c.in[0].typ()
+	if dt == onnxpb.Int64 && c.im.faithful {
+		// Our own export: the graph's BitShift on int64 (unsigned values).
+		_, err = c.emit("BitShift", graph.Attrs{"direction": graph.Str(dir)}, in...)
+		return err
+	}
 	if !isUnsigned(dt) {
 		return c.errf("BitShift on %v: ONNX defines it on unsigned integers", dt)
 	}

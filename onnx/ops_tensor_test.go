@@ -81,3 +81,33 @@ func TestBitShiftNarrow(t *testing.T) {
 		t.Error("BitShift on INT32 imported")
 	}
 }
+
+// The tensor ops of the table export as the ONNX ops of their names and
+// import back as built (attributes of every kind, int64 BitShift, MaxPool's
+// Indices output).
+func TestRoundTripTensorOps(t *testing.T) {
+	b := graph.NewBuilder("tensor_ops")
+	x := b.Input("x", graph.Float32, 2, 3, 4, 4)
+	ids := b.Input("ids", graph.Int64, 2, 5)
+	cs := b.Op("CumSum", graph.Attrs{"exclusive": graph.Int(1), "reverse": graph.Int(1)}, x, b.Ints(-1))
+	gnd := b.Op("GatherND", graph.Attrs{"batch_dims": graph.Int(1)}, cs, b.Const("gi", graph.Int64, graph.Shape{2, 1}, graph.Literal(2, 0)))
+	snd := b.Op("ScatterND", graph.Attrs{"reduction": graph.Str("mul")}, x, b.Const("si", graph.Int64, graph.Shape{1, 2}, graph.Literal(1, 2)), b.Input("u", graph.Float32, 1, 4, 4))
+	rs := b.Op("ReverseSequence", graph.Attrs{"batch_axis": graph.Int(0), "time_axis": graph.Int(1)}, snd, b.Const("lens", graph.Int64, graph.Shape{2}, graph.Literal(3, 1)))
+	// Pads and dilations spelled out: the window ops import them explicit.
+	pool := b.OpN("MaxPool", graph.Attrs{"kernel_shape": graph.Ints(2, 2), "strides": graph.Ints(2, 2), "storage_order": graph.Int(1),
+		"pads": graph.Ints(0, 0, 0, 0), "dilations": graph.Ints(1, 1)}, rs)
+	un := b.Op("MaxUnpool", graph.Attrs{"kernel_shape": graph.Ints(2, 2), "strides": graph.Ints(2, 2)}, pool[0], pool[1])
+	lrn := b.Op("LRN", graph.Attrs{"size": graph.Int(3), "alpha": graph.Float(0.25)}, un)
+	det := b.Op("Det", nil, lrn)
+	gs := b.Op("GridSample", graph.Attrs{"mode": graph.Str("bicubic"), "padding_mode": graph.Str("reflection")}, x, b.Input("grid", graph.Float32, 2, 3, 3, 2))
+	ra := b.Op("RoiAlign", graph.Attrs{"mode": graph.Str("max"), "output_height": graph.Int(2)}, x, b.Input("rois", graph.Float32, 3, 4), b.Const("bi", graph.Int64, graph.Shape{3}, graph.Literal(0, 1, 1)))
+	tf := b.Op("TfIdfVectorizer", graph.Attrs{"mode": graph.Str("TFIDF"), "min_gram_length": graph.Int(1), "max_gram_length": graph.Int(2), "max_skip_count": graph.Int(1),
+		"ngram_counts": graph.Ints(0, 2), "ngram_indexes": graph.Ints(1, 0, 2), "pool_int64s": graph.Ints(4, 7, 4, 7), "weights": graph.Floats(0.5, 1.25, 3)}, ids)
+	sh := b.Op("BitShift", graph.Attrs{"direction": graph.Str("RIGHT")}, ids, b.Const("n", graph.Int64, graph.Shape{}, graph.Literal(2)))
+	b.Output(gnd, det, gs, ra, tf, sh)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, g)
+}
