@@ -35,13 +35,17 @@ func init() {
 				return nil, fmt.Errorf("batch_indices %v: want int64[%d]", *idx, rois.Shape[0])
 			}
 			oh, ow := a.Int("output_height", 1), a.Int("output_width", 1)
-			if oh < 1 || ow < 1 || a.Int("sampling_ratio", 0) < 0 {
-				return nil, fmt.Errorf("output %d×%d, sampling_ratio %d: want positive sizes, a non-negative ratio", oh, ow, a.Int("sampling_ratio", 0))
+			if sr := a.Int("sampling_ratio", 0); oh < 1 || ow < 1 || sr < 0 || sr > maxRoiSamples {
+				return nil, fmt.Errorf("output %d×%d, sampling_ratio %d: want positive sizes, a ratio in [0, %d]", oh, ow, sr, maxRoiSamples)
 			}
 			return []TensorType{{x.DType, Shape{rois.Shape[0], x.Shape[1], int(oh), int(ow)}}}, nil
 		},
 	})
 }
+
+// maxRoiSamples bounds the samples per bin along an axis when
+// sampling_ratio is 0 (the region's own size then sets them).
+const maxRoiSamples = 1 << 16
 
 func evalRoiAlign(in []*Tensor, a Attrs, out []*Tensor) error {
 	x, rois, idx, y := in[0], in[1], in[2], out[0]
@@ -68,7 +72,12 @@ func evalRoiAlign(in []*Tensor, a Attrs, out []*Tensor) error {
 		bh, bw := rh/float64(oh), rw/float64(ow)
 		gh, gw := ratio, ratio
 		if ratio == 0 {
-			gh, gw = int(math.Ceil(rh/float64(oh))), int(math.Ceil(rw/float64(ow)))
+			fh, fw := math.Ceil(rh/float64(oh)), math.Ceil(rw/float64(ow))
+			// A region of absurd size (or NaN corners) would sample without end.
+			if math.IsNaN(fh) || math.IsNaN(fw) || fh > maxRoiSamples || fw > maxRoiSamples {
+				return fmt.Errorf("roi %d spans %v×%v samples per bin, past %d", r, fh, fw, maxRoiSamples)
+			}
+			gh, gw = int(math.Max(fh, 0)), int(math.Max(fw, 0))
 		}
 		count := float64(max(gh*gw, 1))
 		for c := range ch {

@@ -250,6 +250,10 @@ func TestRoiAlignPixels(t *testing.T) {
 	if _, err := Eval("RoiAlign", nil, x, rois, i64Tensor(Shape{1}, 1)); err == nil {
 		t.Error("batch index 1 of a batch of 1: no error")
 	}
+	huge := f64Tensor(Shape{1, 4}, 0, 0, 1e30, math.NaN())
+	if _, err := Eval("RoiAlign", nil, x, huge, idx); err == nil || !strings.Contains(err.Error(), "samples per bin") {
+		t.Errorf("a region of 1e30 pixels: %v, want a refusal", err)
+	}
 }
 
 // TestTfIdfModes counts a pool of 1-grams {1, 3} and the 2-gram (1, 2) in
