@@ -125,6 +125,9 @@ func importRecurrent(c *opCtx) error {
 	}
 	r.dt, r.steps, r.batch = x.Type.DType, x.Type.Shape[0], x.Type.Shape[1]
 	nd, g := len(dirs), r.gates
+	if r.steps*nd > maxUnroll {
+		return c.errf("%d steps in %d directions: past the %d steps an unrolled graph may have", r.steps, nd, maxUnroll)
+	}
 	if ws := w.Type.Shape; ws.Rank() != 3 || ws[0] != nd || ws[1]%g != 0 || ws[2] != x.Type.Shape[2] {
 		return c.errf("W %v: want [%d, %d·hidden, %d]", ws, nd, g, x.Type.Shape[2])
 	}
