@@ -1316,16 +1316,32 @@ func importConvTranspose(c *opCtx) error {
 			return c.errf("output_shape %v for %d spatial axes", outShape, n)
 		}
 		pads = make([]int64, 2*n)
+		grown := false
 		for i := range n {
 			total := strides[i]*(int64(xs[2+i])-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - outShape[i]
-			if total < 0 {
-				return c.errf("output_shape %v is larger than the full output", outShape)
+			// ONNX splits the total with a floor division; a negative total
+			// (an output_shape past the full output) makes negative pads.
+			half := total / 2
+			if total < 0 && total%2 != 0 {
+				half--
 			}
 			if autoPad == "SAME_UPPER" {
-				pads[i], pads[n+i] = total/2, total-total/2
+				pads[i], pads[n+i] = half, total-half
 			} else {
-				pads[i], pads[n+i] = total-total/2, total/2
+				pads[i], pads[n+i] = total-half, half
 			}
+			if pads[i] < 0 {
+				return c.errf("output_shape %v starts before the full output (a negative leading pad)", outShape)
+			}
+			if pads[n+i] < 0 {
+				// Rows past the full output's end: output_padding's zeros.
+				outPad[i] -= pads[n+i]
+				pads[n+i] = 0
+				grown = true
+			}
+		}
+		if grown {
+			attrs["output_padding"] = graph.Ints(outPad...)
 		}
 	case autoPad == "VALID" || !hasPads:
 		pads = make([]int64, 2*n)
