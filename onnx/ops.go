@@ -535,7 +535,24 @@ func importReshape(c *opCtx) error {
 	if target, err := shape.ints(); err != nil {
 		return c.errf("shape: %v", err)
 	} else if allowzero != 0 && slices.Contains(target, 0) {
-		return c.errf("allowzero=1 with a 0 in the shape is not supported")
+		// A literal 0: the output has no elements, so it is a constant
+		// (and the input, of as many elements, has none either).
+		x, err := c.need(0)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(target, func(d int64) bool { return d < 0 }) {
+			return c.errf("shape %v: allowzero=1 with a 0 leaves no -1 to infer", target)
+		}
+		if x.Type.Shape.Numel() != 0 {
+			return c.errf("cannot reshape %v (%d elements) to %v", x.Type.Shape, x.Type.Shape.Numel(), target)
+		}
+		dims := make(graph.Shape, len(target))
+		for i, d := range target {
+			dims[i] = int(d)
+		}
+		dt, _ := c.in[0].typ()
+		return c.folded([]*cval{newCval(dt, dims)})
 	}
 	in, err := c.values()
 	if err != nil {

@@ -111,3 +111,23 @@ func TestRoundTripTensorOps(t *testing.T) {
 	}
 	roundTrip(t, g)
 }
+
+// Reshape with allowzero=1 and a literal 0: the output has no elements, a
+// constant of the target shape; an input with elements cannot take it.
+func TestReshapeAllowZero(t *testing.T) {
+	model := func(in ...int64) *onnxpb.Model {
+		return modelOf(14, []*onnxpb.ValueInfo{vi("x", onnxpb.Float, in...)},
+			[]*onnxpb.Tensor{onnxpb.NewInt64("s", []int64{3}, []int64{4, 0, 3})}, []string{"y"},
+			nd("Reshape", []string{"x", "s"}, []string{"y"}, aInt("allowzero", 1)))
+	}
+	g, err := ImportModel(model(0, 4, 3), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if y := g.Outputs[0]; !y.Type.Shape.Equal(graph.Shape{4, 0, 3}) || y.Kind != graph.Const {
+		t.Errorf("y is %v %v, want a constant of shape [4 0 3]", y.Kind, y.Type)
+	}
+	if _, err := ImportModel(model(2, 6), Options{}); err == nil {
+		t.Error("12 elements reshaped to [4 0 3]: imported")
+	}
+}
