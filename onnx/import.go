@@ -141,6 +141,10 @@ type entry struct {
 	// odt is the ONNX element type of a runtime value of a narrow integer
 	// type, which the graph holds as Int64 (Undefined otherwise).
 	odt onnxpb.DataType
+	// list, when isList, is a sequence value: its tensors, known as a
+	// list at import time (ops_sequence.go); v and c are nil.
+	list   []*entry
+	isList bool
 }
 
 // typ is the entry's type in ONNX terms.
@@ -542,6 +546,9 @@ func (im *importer) val(e *entry) (*graph.Value, error) {
 	if e.v != nil {
 		return e.v, nil
 	}
+	if e.isList {
+		return nil, fmt.Errorf("%q is a sequence, which is not a graph value (sequences live between the sequence ops)", e.name)
+	}
 	v, err := im.initValue(e.name, e.c, false, "")
 	if err != nil {
 		return nil, fmt.Errorf("constant %q: %w", e.name, err)
@@ -648,9 +655,11 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 			}
 			continue
 		}
-		dt, shape := e.typ()
-		if err := im.checkInfo(o, dt, shape); err != nil {
-			return ctx.errf("%v", err)
+		if !e.isList { // a sequence's value_info is not a tensor's
+			dt, shape := e.typ()
+			if err := im.checkInfo(o, dt, shape); err != nil {
+				return ctx.errf("%v", err)
+			}
 		}
 		im.env[o] = e
 	}

@@ -141,6 +141,17 @@ func (c *opCtx) dispatch() error {
 	if since, ok := introduced[op]; ok && c.ver < since {
 		return c.errf("%s does not exist before opset %d", op, since)
 	}
+	if h, ok := sequenceOps[op]; ok {
+		if err := h(c); err != nil {
+			return err
+		}
+		return c.checkAttrs()
+	}
+	for i, e := range c.in {
+		if e != nil && e.isList {
+			return c.errf("input %d is a sequence: only the sequence ops read one (sequence_type values are import-time lists)", i)
+		}
+	}
 	if f, ok := shapeOnly[op]; ok {
 		outs, err := f(c)
 		if err != nil {

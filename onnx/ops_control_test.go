@@ -117,3 +117,42 @@ func TestScanUnrolls(t *testing.T) {
 		t.Errorf("z = %v %v, want [2 3] %v", z.Shape, z.F32, want)
 	}
 }
+
+// Sequences are import-time lists: built, edited at known positions and
+// turned back into tensors; one used where a tensor is wanted is refused.
+func TestSequenceLists(t *testing.T) {
+	inits := []*onnxpb.Tensor{onnxpb.NewInt64("one", nil, []int64{1}), onnxpb.NewInt64("neg", nil, []int64{-1})}
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Float, 2), vi("b", onnxpb.Float, 2), vi("x", onnxpb.Float, 5, 2)}, inits,
+		[]string{"cat", "n", "last"},
+		nd("SequenceConstruct", []string{"a", "b"}, []string{"s1"}),
+		nd("SequenceInsert", []string{"s1", "b", "one"}, []string{"s2"}), // a, b, b
+		nd("SequenceErase", []string{"s2", "neg"}, []string{"s3"}),       // a, b
+		nd("SequenceInsert", []string{"s3", "a"}, []string{"s4"}),        // a, b, a
+		nd("ConcatFromSequence", []string{"s4"}, []string{"cat"}, aInt("axis", 0), aInt("new_axis", 1)),
+		nd("SplitToSequence", []string{"x", "two"}, []string{"parts"}, aInt("axis", 0)),
+		nd("SequenceLength", []string{"parts"}, []string{"n"}),
+		nd("SequenceAt", []string{"parts", "neg"}, []string{"last"}))
+	m.Graph.Initializer = append(m.Graph.Initializer, onnxpb.NewInt64("two", nil, []int64{2}))
+	a, b, x := graph.NewTensor(graph.Float32, graph.Shape{2}), graph.NewTensor(graph.Float32, graph.Shape{2}), graph.NewTensor(graph.Float32, graph.Shape{5, 2})
+	copy(a.F32, []float32{1, 2})
+	copy(b.F32, []float32{3, 4})
+	for i := range x.F32 {
+		x.F32[i] = float32(i)
+	}
+	_, out := importAndRun(t, m, map[string]*graph.Tensor{"a": a, "b": b, "x": x})
+	if c := out["cat"]; !c.Shape.Equal(graph.Shape{3, 2}) || !slices.Equal(c.F32, []float32{1, 2, 3, 4, 1, 2}) {
+		t.Errorf("cat = %v %v, want [3 2] a, b, a", c.Shape, c.F32)
+	}
+	// Chunks of 2 rows of 5: 3 parts, the last of one row.
+	if n := out["n"]; n.I64[0] != 3 {
+		t.Errorf("n = %v, want 3", n.I64)
+	}
+	if l := out["last"]; !l.Shape.Equal(graph.Shape{1, 2}) || !slices.Equal(l.F32, []float32{8, 9}) {
+		t.Errorf("last = %v %v, want [1 2] [8 9]", l.Shape, l.F32)
+	}
+	m.Graph.Node = append(m.Graph.Node, nd("Relu", []string{"s4"}, []string{"bad"}))
+	m.Graph.Output = append(m.Graph.Output, &onnxpb.ValueInfo{Name: "bad"})
+	if _, err := ImportModel(m, Options{}); err == nil || !strings.Contains(err.Error(), "is a sequence") {
+		t.Errorf("Relu of a sequence: %v, want a refusal naming the sequence", err)
+	}
+}
