@@ -550,8 +550,8 @@ func TestRefusals(t *testing.T) {
 		m    *onnxpb.Model
 		want []string
 	}{
-		{"unknown op", modelOf(17, x, nil, []string{"y"}, nd("SplitToSequence", []string{"x"}, []string{"y"})),
-			[]string{`"SplitToSequence_y"`, "SplitToSequence", "opset 17", "not supported"}},
+		{"unknown op", modelOf(17, x, nil, []string{"y"}, nd("Bernoulli", []string{"x"}, []string{"y"})),
+			[]string{`"Bernoulli_y"`, "Bernoulli", "opset 17", "not supported"}},
 		{"unknown attribute", modelOf(17, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"}, aInt("alpha", 1))),
 			[]string{"Relu", "alpha"}},
 		{"runtime-only op", modelOf(17, x, nil, []string{"y"}, nd("Less", []string{"x", "x"}, []string{"y"})),
