@@ -791,6 +791,7 @@ func (c *opCtx) legacyForms() error {
 func init() {
 	for op, h := range map[string]handler{
 		"Conv": importWindowOp, "MaxPool": importWindowOp, "AveragePool": importWindowOp,
+		"ConvInteger": importWindowOp, "QLinearConv": importWindowOp,
 		"GlobalAveragePool": importGlobalPool, "GlobalMaxPool": importGlobalPool,
 		"BatchNormalization": importBatchNorm, "ConvTranspose": importConvTranspose,
 	} {
@@ -813,13 +814,28 @@ func importWindowOp(c *opCtx) error {
 	in := []*graph.Value{x}
 	n := x.Type.Shape.Rank() - 2
 	var kernel []int64
-	if op == "Conv" {
-		w, err := c.need(1)
+	// The integer convolutions convolve their centred inputs in float64
+	// (exact: sums of 8-bit products), then (quant.go) cast or requantize.
+	integer := op == "ConvInteger" || op == "QLinearConv"
+	if op == "Conv" || integer {
+		wi, zx, zw := 1, 2, 3
+		if op == "QLinearConv" {
+			wi, zx, zw = 3, 2, 5
+		}
+		w, err := c.need(wi)
 		if err != nil {
 			return err
 		}
-		b, err := c.value(2)
-		if err != nil {
+		var b *graph.Value
+		if integer {
+			if x, err = c.centred(0, zx, x.Type.Shape, 1, graph.Float64); err != nil {
+				return err
+			}
+			if w, err = c.centred(wi, zw, w.Type.Shape, 0, graph.Float64); err != nil {
+				return err
+			}
+			in[0] = x
+		} else if b, err = c.value(2); err != nil {
 			return err
 		}
 		in = append(in, w)
@@ -836,7 +852,7 @@ func importWindowOp(c *opCtx) error {
 	} else if ok {
 		kernel = ks
 		attrs["kernel_shape"] = graph.Ints(ks...)
-	} else if op != "Conv" {
+	} else if op != "Conv" && !integer {
 		return c.errf("kernel_shape is required")
 	}
 	if len(kernel) != n {
@@ -901,7 +917,7 @@ func importWindowOp(c *opCtx) error {
 	}
 	attrs["pads"] = graph.Ints(pads...)
 	switch op {
-	case "Conv":
+	case "Conv", "ConvInteger", "QLinearConv":
 		g, err := c.attrInt("group", 1)
 		if err != nil {
 			return err
@@ -933,6 +949,13 @@ func importWindowOp(c *opCtx) error {
 				c.outNames = c.n.Output[:1]
 			}
 		}
+	}
+	if integer {
+		y, err := c.sub("Conv", attrs, in...)
+		if err != nil {
+			return err
+		}
+		return c.requantizeConv(y)
 	}
 	_, err = c.emit(op, attrs, in...)
 	return err

@@ -25,6 +25,66 @@ func init() {
 	}
 	introduced["DequantizeLinear"], introduced["QuantizeLinear"] = 10, 10
 	introduced["DynamicQuantizeLinear"], introduced["MatMulInteger"], introduced["QLinearMatMul"] = 11, 10, 10
+	introduced["ConvInteger"], introduced["QLinearConv"] = 10, 10
+	notDataTyped["ConvInteger"], notDataTyped["QLinearConv"] = true, true
+}
+
+// requantizeConv finishes ConvInteger (the exact float64 convolution y of
+// the centred inputs, as INT32) and QLinearConv (y plus the int32 bias B,
+// requantized with x_scale·w_scale / y_scale, one w_scale per output
+// channel allowed).
+func (c *opCtx) requantizeConv(y *graph.Value) error {
+	if c.n.OpType == "ConvInteger" {
+		if err := c.emitOutput(0, "Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, y); err != nil {
+			return err
+		}
+		c.out[0].odt = onnxpb.Int32
+		return nil
+	}
+	ys := y.Type.Shape
+	if b, err := c.value(8); err != nil {
+		return err
+	} else if b != nil {
+		if b, err = c.perAxis(b, ys, 1); err != nil {
+			return err
+		}
+		if b, err = c.sub("Cast", graph.Attrs{"to": graph.Str(graph.Float64.String())}, b); err != nil {
+			return err
+		}
+		if y, err = c.sub("Add", nil, y, b); err != nil {
+			return err
+		}
+	}
+	xs, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	ws, err := c.need(4)
+	if err != nil {
+		return err
+	}
+	if ws, err = c.perAxis(ws, ys, 1); err != nil {
+		return err
+	}
+	if y, err = c.sub("Cast", graph.Attrs{"to": graph.Str(xs.Type.DType.String())}, y); err != nil {
+		return err
+	}
+	if y, err = c.sub("Mul", nil, y, xs); err != nil {
+		return err
+	}
+	if y, err = c.sub("Mul", nil, y, ws); err != nil {
+		return err
+	}
+	yScale, err := c.need(6)
+	if err != nil {
+		return err
+	}
+	zp, err := c.need(7)
+	if err != nil {
+		return err
+	}
+	dt, _ := c.in[7].typ()
+	return c.quantized(0, y, yScale, zp, dt)
 }
 
 // perAxis makes a scale or zero point broadcast against a rank-r tensor: a
