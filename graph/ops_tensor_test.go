@@ -288,3 +288,19 @@ func TestTfIdfModes(t *testing.T) {
 		t.Errorf("no skips: %v, want %v", out[0].F32, want)
 	}
 }
+
+// TestTfIdfHugeBounds: gram lengths and skips far past the row cost no more
+// than the row allows (no allocation or loop sized by the attribute).
+func TestTfIdfHugeBounds(t *testing.T) {
+	a := Attrs{
+		"mode": Str("TF"), "min_gram_length": Int(1), "max_gram_length": Int(1 << 40), "max_skip_count": Int(1 << 40),
+		"ngram_counts": Ints(0), "ngram_indexes": Ints(0), "pool_int64s": Ints(5),
+	}
+	out, err := Eval("TfIdfVectorizer", a, i64Tensor(Shape{3}, 5, 1, 5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0].F32[0] != 2 {
+		t.Errorf("count of 5: %v, want 2", out[0].F32[0])
+	}
+}

@@ -108,13 +108,14 @@ func evalTfIdf(in []*Tensor, a Attrs, out []*Tensor) error {
 		weight = func(col int) float64 { return byCol[col] }
 	}
 	mode := a.String("mode", "TF")
-	items := make([]int64, 0, p.max)
+	items := make([]int64, 0, min(p.max, cols)) // an n-gram never outgrows its row
 	for r := range rows {
 		row := x.I64[r*cols : (r+1)*cols]
 		counts := make([]int, p.width)
 		for i := range row {
 			// Every start and gap; a 1-gram has no gap and is counted once.
-			for gap := 1; gap <= p.skip+1; gap++ {
+			// A gap past the row reaches no second item.
+			for gap := 1; gap <= min(p.skip+1, max(cols-1, 1)); gap++ {
 				items = items[:0]
 				for n := 1; n <= p.max && i+(n-1)*gap < cols; n++ {
 					items = append(items, row[i+(n-1)*gap])
