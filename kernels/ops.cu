@@ -1363,3 +1363,61 @@ extern "C" __global__ void pad(i64 n, int r, int mode, D6(od), D6(id), D6(pb), c
         move(y, ydt, o, x, xdt, off);
     }
 }
+
+// reverse_sequence: x viewed [a0, a1, inner] with time and batch the first
+// two axes (batch_axis says which is the batch): the first lens[b] steps of
+// each batch entry reversed, the rest kept.
+extern "C" __global__ void reverse_sequence(i64 n, i64 a1, i64 inner, int batch_axis, i64 steps, const i64* lens,
+                                            const void* x, int xdt, void* y, int ydt, int* flag, int code)
+{
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 q = o % inner, i1 = (o / inner) % a1, i0 = o / (inner * a1);
+        i64 t = batch_axis == 1 ? i0 : i1, b = batch_axis == 1 ? i1 : i0;
+        i64 l = lens[b];
+        if (l < 0 || l > steps) {
+            set_flag(flag, code);
+            st<double>(y, ydt, o, 0.0);
+            continue;
+        }
+        if (t < l) {
+            t = l - 1 - t;
+        }
+        i64 s0 = batch_axis == 1 ? t : b, s1 = batch_axis == 1 ? b : t;
+        move(y, ydt, o, x, xdt, (s0 * a1 + s1) * inner + q);
+    }
+}
+
+// zero_fill: y = 0.
+extern "C" __global__ void zero_fill(i64 n, void* y, int ydt)
+{
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        st<double>(y, ydt, o, 0.0);
+    }
+}
+
+// max_unpool_scatter: x[i] goes to the multi-index that idx[i] numbers in
+// the default unpooled shape (dims dd), in the output (dims od, rank r).
+extern "C" __global__ void max_unpool_scatter(i64 n, int r, D6(dd), D6(od), const void* x, int xdt, const i64* idx,
+                                              void* y, int ydt, int* flag, int code)
+{
+    A6(dd);
+    A6(od);
+    i64 total = 1;
+    for (int k = 0; k < r; k++) {
+        total *= dd[k];
+    }
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 q = idx[i];
+        if (q < 0 || q >= total) {
+            set_flag(flag, code);
+            continue;
+        }
+        i64 off = 0, stride = 1;
+        for (int k = r - 1; k >= 0; k--) {
+            off += (q % dd[k]) * stride;
+            q /= dd[k];
+            stride *= od[k];
+        }
+        move(y, ydt, off, x, xdt, i);
+    }
+}

@@ -14,7 +14,7 @@ import (
 var noKernelYet = map[string]bool{
 	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true, "Einsum": true,
 	"TopK": true, "Interpolate": true,
-	"ReverseSequence": true, "MaxUnpool": true, "LRN": true, "Det": true, "GridSample": true, "RoiAlign": true, "TfIdfVectorizer": true,
+	"LRN": true, "Det": true, "GridSample": true, "RoiAlign": true, "TfIdfVectorizer": true,
 }
 
 func init() {

@@ -17,7 +17,7 @@ func init() {
 		"GatherElements": lowerGatherElements, "ScatterElements": lowerScatterElements,
 		"ArgMax": lowerArgMax, "OneHot": lowerOneHot, "CumSum": lowerCumSum,
 		"GatherND": lowerGatherND, "ScatterND": lowerScatterND, "Pad": lowerPad,
-		"ReduceProd": lowerReduceProd,
+		"ReduceProd": lowerReduceProd, "ReverseSequence": lowerReverseSequence, "MaxUnpool": lowerMaxUnpool,
 	} {
 		lowerings[op] = lowering{lower: l}
 	}
@@ -289,4 +289,55 @@ func lowerReduceProd(c *lowerCtx) (func() error, error) {
 	args := append([]any{int32(1), 1.0, rp.nout, rp.count, rp.count, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
 		redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)
 	return c.kernel("reduce_cols"+reduceSuffix(x.dt, y.dt), c.gridFor(rp.nout, bw), [3]uint32{uint32(bw), 1, 1}, args...)
+}
+
+func lowerReverseSequence(c *lowerCtx) (func() error, error) {
+	xs := c.n.Inputs[0].Type.Shape
+	ba := c.n.Attrs.Int("batch_axis", 1)
+	ta := c.n.Attrs.Int("time_axis", 0)
+	if xs.Rank() < 2 || (ba != 0 && ba != 1) || ba == ta {
+		return nil, fmt.Errorf("batch_axis %d and time_axis %d of %v", ba, ta, xs)
+	}
+	x, y := c.in(0), c.out(0)
+	n := int64(xs.Numel())
+	return c.launch1D("reverse_sequence", n, n, int64(xs[1]), int64(xs[2:].Numel()), int32(ba), int64(xs[ta]),
+		c.in(1).ptr, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt), c.flag(), c.code())
+}
+
+// lowerMaxUnpool zeroes the output, then writes each X element at the
+// multi-index its MaxPool index numbers in the default unpooled shape.
+func lowerMaxUnpool(c *lowerCtx) (func() error, error) {
+	xs, ys := c.n.Inputs[0].Type.Shape, c.n.Outputs[0].Type.Shape
+	if err := rankOK("MaxUnpool", ys); err != nil {
+		return nil, err
+	}
+	if c.hasIn(2) {
+		if _, err := c.constInts(2, "output_shape"); err != nil {
+			return nil, err
+		}
+	}
+	def, err := graph.UnpoolShape(c.n.Attrs, xs)
+	if err != nil {
+		return nil, err
+	}
+	x, y := c.in(0), c.out(0)
+	zero, err := c.launch1D("zero_fill", int64(ys.Numel()), int64(ys.Numel()), y.ptr, dtCode(y.dt))
+	if err != nil {
+		return nil, err
+	}
+	n := int64(xs.Numel())
+	args := []any{n, int32(ys.Rank())}
+	args = append(args, six(dims64(def), 1)...)
+	args = append(args, six(dims64(ys), 1)...)
+	args = append(args, x.ptr, dtCode(x.dt), c.in(1).ptr, y.ptr, dtCode(y.dt), c.flag(), c.code())
+	scatter, err := c.launch1D("max_unpool_scatter", n, args...)
+	if err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := zero(); err != nil {
+			return err
+		}
+		return scatter()
+	}, nil
 }
