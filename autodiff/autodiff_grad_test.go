@@ -182,6 +182,21 @@ func gradCases() []gradCase {
 		{"Trilu", []gcInput{in("x", anyReal, 2, 4, 4)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
 			return b.Op("Trilu", graph.Attrs{"upper": graph.Int(0)}, x[0], i64(b, "k", graph.Shape{}, -1))
 		}},
+		{"CumSum", []gcInput{in("x", anyReal, 3, 4)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
+			return b.Op("CumSum", nil, x[0], b.Ints(-1))
+		}},
+		{"CumSumReverseExclusive", []gcInput{in("x", anyReal, 2, 3, 4)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
+			return b.Op("CumSum", graph.Attrs{"exclusive": graph.Int(1), "reverse": graph.Int(1)}, x[0], b.Ints(1))
+		}},
+		{"ReverseSequence", []gcInput{in("x", anyReal, 4, 3, 2)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
+			return b.Op("ReverseSequence", nil, x[0], i64(b, "lens", graph.Shape{3}, 4, 0, 2))
+		}},
+		{"GatherElementsRepeats", []gcInput{in("x", anyReal, 3, 4)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
+			return b.Op("GatherElements", graph.Attrs{"axis": graph.Int(1)}, x[0], i64(b, "idx", graph.Shape{3, 5}, 0, 3, 3, -1, 1, 2, 2, 0, 1, 1, 3, 0, 0, 0, 2))
+		}},
+		{"GatherNDRepeats", []gcInput{in("x", anyReal, 3, 4, 2)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
+			return b.Op("GatherND", nil, x[0], i64(b, "idx", graph.Shape{4, 2}, 0, 1, 2, 3, 0, 1, -1, 0))
+		}},
 		// Composites the model is made of.
 		{"RMSNorm", []gcInput{in("x", anyReal, 2, 3, 8), in("w", anyReal, 8)}, func(b *graph.Builder, x []*graph.Value) *graph.Value {
 			ms := b.ReduceMean(b.Mul(x[0], x[0]), true, -1)

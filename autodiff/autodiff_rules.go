@@ -51,6 +51,30 @@ var gradRules = map[string]gradRule{
 	"Slice":      {Diff: []int{0}, VJP: sliceVJP},
 	"ReduceSum":  {Diff: []int{0}, VJP: reduceVJP(false)},
 	"ReduceMean": {Diff: []int{0}, VJP: reduceVJP(true)},
+	// CumSum is linear: each input element reaches the sums after it (before
+	// it, reversed), so its cotangent is the running sum of dy the other way.
+	"CumSum": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		a := n.Attrs.Clone()
+		a["reverse"] = graph.Int(1 - n.Attrs.Int("reverse", 0))
+		return []*graph.Value{e.op("CumSum", a, dy[0], n.Inputs[1])}
+	}},
+	// GatherElements and GatherND read each data element any number of
+	// times: its cotangent is the sum of dy over the reads, a scatter-add of
+	// dy into zeros at the same indices.
+	"GatherElements": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		attrs := graph.Attrs{"axis": graph.Int(n.Attrs.Int("axis", 0)), "reduction": graph.Str("add")}
+		return []*graph.Value{e.op("ScatterElements", attrs, e.zeros(n.Inputs[0].Type), n.Inputs[1], dy[0])}
+	}},
+	"GatherND": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		if b := n.Attrs.Int("batch_dims", 0); b != 0 {
+			return []*graph.Value{e.fail("GatherND with batch_dims %d has no gradient rule (ScatterND has no batch axes)", b)}
+		}
+		return []*graph.Value{e.op("ScatterND", graph.Attrs{"reduction": graph.Str("add")}, e.zeros(n.Inputs[0].Type), n.Inputs[1], dy[0])}
+	}},
+	// ReverseSequence is a permutation that is its own inverse.
+	"ReverseSequence": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
+		return []*graph.Value{e.op("ReverseSequence", n.Attrs.Clone(), dy[0], n.Inputs[1])}
+	}},
 	// Trilu is linear and keeps the same triangle of the cotangent.
 	"Trilu": {Diff: []int{0}, VJP: func(e *emitter, n *graph.Node, dy []*graph.Value, need []bool) []*graph.Value {
 		in := []*graph.Value{dy[0]}
@@ -120,8 +144,8 @@ func init() {
 // differentiated at each node's values: its operands that may get a
 // gradient are those of the expression with the attributes unbound.
 func exprRule(spec *graph.OpSpec) (gradRule, bool) {
-	if spec.Logical() {
-		return gradRule{}, false // bools
+	if spec.Logical() || spec.IntegerOnly() {
+		return gradRule{}, false // bools, integer bit work
 	}
 	nIn := len(spec.Inputs)
 	vjps := make([]*graph.Expr, nIn)

@@ -228,3 +228,32 @@ func TestAutodiffEdgeCases(t *testing.T) {
 		}
 	}
 }
+
+// An op whose gradient exists only in some forms says which: GatherND's
+// rule is a ScatterND, which has no batch axes; LRN has no rule at all.
+func TestGradientRefusalsNameTheForm(t *testing.T) {
+	for _, c := range []struct {
+		op, want string
+		build    func(b *graph.Builder, x *graph.Value) *graph.Value
+	}{
+		{"GatherND", "batch_dims 1 has no gradient rule", func(b *graph.Builder, x *graph.Value) *graph.Value {
+			idx := b.Const("idx", graph.Int64, graph.Shape{2, 1}, graph.Literal(1, 0))
+			return b.Op("GatherND", graph.Attrs{"batch_dims": graph.Int(1)}, x, idx)
+		}},
+		{"LRN", "no gradient rule for op LRN", func(b *graph.Builder, x *graph.Value) *graph.Value {
+			return b.Op("LRN", graph.Attrs{"size": graph.Int(3)}, x)
+		}},
+	} {
+		b := graph.NewBuilder("e")
+		x := b.Param("x", graph.Float64, graph.Shape{2, 3}, graph.Ones())
+		y := c.build(b, x)
+		b.Output(b.Rename(b.Op("ReduceSum", graph.Attrs{"keepdims": graph.Int(0)}, y), "loss"))
+		g, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Gradients(g, "loss", []string{"x"}); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error with %q", c.op, err, c.want)
+		}
+	}
+}

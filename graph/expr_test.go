@@ -50,6 +50,7 @@ var knownValues = []struct {
 	{"Sin", []float64{math.Pi / 6}, 0.5}, {"Cos", []float64{math.Pi / 3}, 0.5}, {"Tan", []float64{math.Pi / 4}, 1},
 	{"Asin", []float64{0.5}, math.Pi / 6}, {"Acos", []float64{0.5}, math.Pi / 3}, {"Atan", []float64{1}, math.Pi / 4},
 	{"Sinh", []float64{math.Ln2}, 0.75}, {"Cosh", []float64{math.Ln2}, 1.25},
+	{"BitShift", []float64{3, 4}, 48}, {"BitShift", []float64{5, 0}, 5},
 	{"Asinh", []float64{0.75}, math.Ln2}, {"Acosh", []float64{1.25}, math.Ln2}, {"Atanh", []float64{0.6}, math.Ln2},
 }
 
@@ -76,6 +77,8 @@ var knownAttrValues = []struct {
 	{"IsInf", Attrs{"detect_negative": Int(0)}, []float64{math.Inf(1)}, 1},
 	{"IsInf", Attrs{"detect_positive": Int(0)}, []float64{math.Inf(1)}, 0},
 	{"IsInf", Attrs{"detect_positive": Int(0)}, []float64{math.Inf(-1)}, 1},
+	{"BitShift", Attrs{"direction": Str("RIGHT")}, []float64{200, 3}, 25},
+	{"BitShift", Attrs{"direction": Str("RIGHT")}, []float64{7, 63}, 0},
 	{"Mod", Attrs{"fmod": Int(1)}, []float64{-7, 3}, -1},
 	{"Mod", Attrs{"fmod": Int(1)}, []float64{7.5, -2}, 1.5},
 }

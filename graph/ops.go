@@ -64,6 +64,9 @@ type OpSpec struct {
 	// boolResult: a float function with a bool result (IsNaN), kept out of
 	// bodies as comparisons are.
 	boolResult bool
+	// integerOnly: int64 operands and result (BitShift); the expression's
+	// arithmetic is exact integer work with no derivative to take.
+	integerOnly bool
 	// noMatch keeps MatchOp from naming the op for a subexpression: a
 	// logical op, or one whose operands do not broadcast both ways
 	// (PRelu's slope broadcasts to X only).
@@ -167,6 +170,10 @@ type boundExpr struct {
 // Logical reports whether the op is a logical one (And, Or, Xor, Not):
 // defined by an expression over bool operands, not differentiated.
 func (s *OpSpec) Logical() bool { return s.logical }
+
+// IntegerOnly reports whether the op is defined on int64 operands alone
+// (BitShift): it has no gradient.
+func (s *OpSpec) IntegerOnly() bool { return s.integerOnly }
 
 // HasExprAttrs reports whether the op's expression reads attributes: its
 // nodes compute ExprFor(attrs), not Expr.

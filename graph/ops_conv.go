@@ -153,6 +153,24 @@ func toInts(v []int64) []int {
 	return out
 }
 
+// inferMaxPool is inferPool for int64 data too (a maximum is exact), with
+// the Indices output.
+func inferMaxPool(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
+	x := *in[0]
+	if x.DType == Int64 {
+		x.DType = Float64 // checked as a float; the output keeps int64
+	}
+	if so := a.Int("storage_order", 0); so != 0 && so != 1 {
+		return nil, fmt.Errorf("storage_order %d: want 0 or 1", so)
+	}
+	out, err := inferPool([]*TensorType{&x}, a, c)
+	if err != nil {
+		return nil, err
+	}
+	out[0].DType = in[0].DType
+	return append(out, TensorType{Int64, out[0].Shape.Clone()}), nil
+}
+
 func inferPool(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 	x := in[0]
 	if !x.DType.IsFloat() || x.Shape.Rank() < 3 {
@@ -176,13 +194,16 @@ func init() {
 		Attrs: append([]AttrSpec{{Name: "group", Kind: AttrInt, Default: Int(1)}}, windowAttrs...),
 	})
 	register(&OpSpec{
-		Name: "MaxPool", Doc: "maximum over each window of the spatial axes (pads never win)",
-		Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferPool, Eval: evalPool(false),
-		Attrs: append([]AttrSpec{{Name: "ceil_mode", Kind: AttrInt, Default: Int(0)}}, windowAttrs...),
+		Name: "MaxPool", Doc: "maximum over each window of the spatial axes (pads never win), and its flat int64 index in X (the first maximum; storage_order 1: spatial axes numbered column-major)",
+		Inputs: []string{"X"}, Outputs: []string{"Y", "Indices?"}, Infer: inferMaxPool, Eval: evalMaxPool,
+		Attrs: append([]AttrSpec{
+			{Name: "ceil_mode", Kind: AttrInt, Default: Int(0)},
+			{Name: "storage_order", Kind: AttrInt, Default: Int(0)},
+		}, windowAttrs...),
 	})
 	register(&OpSpec{
 		Name: "AveragePool", Doc: "mean over each window of the spatial axes (pads counted when count_include_pad)",
-		Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferPool, Eval: evalPool(true),
+		Inputs: []string{"X"}, Outputs: []string{"Y"}, Infer: inferPool, Eval: evalAveragePool,
 		Attrs: append([]AttrSpec{
 			{Name: "ceil_mode", Kind: AttrInt, Default: Int(0)},
 			{Name: "count_include_pad", Kind: AttrInt, Default: Int(0)},
@@ -227,48 +248,95 @@ func evalConv(in []*Tensor, a Attrs, out []*Tensor) error {
 	return nil
 }
 
-// evalPool is MaxPool (avg false) or AveragePool over each window.
-func evalPool(avg bool) EvalFunc {
-	return func(in []*Tensor, a Attrs, out []*Tensor) error {
-		x, y := in[0], out[0]
-		w, err := newWindow(a, spatial(x.Shape), toInts(a.IntList("kernel_shape")), a.Int("ceil_mode", 0) != 0)
-		if err != nil {
-			return err
-		}
-		withPad := a.Int("count_include_pad", 0) != 0
-		planes := x.Shape[0] * x.Shape[1]
-		inN, outN := Shape(w.in).Numel(), Shape(w.out).Numel()
-		op := make([]int, len(w.out))
-		for pl := range planes {
-			for o := range outN {
-				unravel(o, Shape(w.out), op)
-				acc, cnt := math.Inf(-1), 0
-				if avg {
-					acc = 0
+// evalMaxPool takes the first maximum of each window (a NaN wins) and
+// copies it, so int64 data stays exact; its index counts
+// from the start of X.
+func evalMaxPool(in []*Tensor, a Attrs, out []*Tensor) error {
+	x, y := in[0], out[0]
+	w, err := newWindow(a, spatial(x.Shape), toInts(a.IntList("kernel_shape")), a.Int("ceil_mode", 0) != 0)
+	if err != nil {
+		return err
+	}
+	colMajor := a.Int("storage_order", 0) == 1
+	planes := x.Shape[0] * x.Shape[1]
+	inN, outN := Shape(w.in).Numel(), Shape(w.out).Numel()
+	op := make([]int, len(w.out))
+	ip := make([]int, len(w.in))
+	for pl := range planes {
+		for o := range outN {
+			unravel(o, Shape(w.out), op)
+			best := -1
+			w.each(op, func(_, p int, _ bool) {
+				if p < 0 {
+					return
 				}
-				w.each(op, func(_, ip int, inPad bool) {
-					if ip < 0 {
-						if avg && withPad && inPad {
-							cnt++
-						}
-						return
-					}
-					v := x.At(pl*inN + ip)
-					if avg {
-						acc += v
-						cnt++
-					} else if v > acc || math.IsNaN(v) {
-						acc = v
-					}
-				})
-				if avg {
-					acc /= float64(cnt)
+				if best < 0 {
+					best = p
+					return
 				}
-				y.Set(pl*outN+o, acc)
+				v, b := x.At(pl*inN+p), x.At(pl*inN+best)
+				if !math.IsNaN(b) && (v > b || math.IsNaN(v)) {
+					best = p
+				}
+			})
+			q := pl*outN + o
+			if best < 0 { // a window of padding alone: −∞, no index
+				if y.I64 != nil {
+					return fmt.Errorf("the window at %v holds no element of X", op)
+				}
+				y.Set(q, math.Inf(-1))
+				if len(out) > 1 && out[1] != nil {
+					out[1].I64[q] = -1
+				}
+				continue
+			}
+			copyElem(y, q, x, pl*inN+best)
+			if len(out) > 1 && out[1] != nil {
+				idx := best
+				if colMajor {
+					unravel(best, Shape(w.in), ip)
+					idx = 0
+					for d := len(ip) - 1; d >= 0; d-- {
+						idx = idx*w.in[d] + ip[d]
+					}
+				}
+				out[1].I64[q] = int64(pl*inN + idx)
 			}
 		}
-		return nil
 	}
+	return nil
+}
+
+// evalAveragePool is the mean over each window (the padding counted when
+// count_include_pad).
+func evalAveragePool(in []*Tensor, a Attrs, out []*Tensor) error {
+	x, y := in[0], out[0]
+	w, err := newWindow(a, spatial(x.Shape), toInts(a.IntList("kernel_shape")), a.Int("ceil_mode", 0) != 0)
+	if err != nil {
+		return err
+	}
+	withPad := a.Int("count_include_pad", 0) != 0
+	planes := x.Shape[0] * x.Shape[1]
+	inN, outN := Shape(w.in).Numel(), Shape(w.out).Numel()
+	op := make([]int, len(w.out))
+	for pl := range planes {
+		for o := range outN {
+			unravel(o, Shape(w.out), op)
+			acc, cnt := 0.0, 0
+			w.each(op, func(_, ip int, inPad bool) {
+				if ip < 0 {
+					if withPad && inPad {
+						cnt++
+					}
+					return
+				}
+				acc += x.At(pl*inN + ip)
+				cnt++
+			})
+			y.Set(pl*outN+o, acc/float64(cnt))
+		}
+	}
+	return nil
 }
 
 func init() {

@@ -75,6 +75,15 @@ func inferMod(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
 	return t, nil
 }
 
+func inferInteger(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
+	for _, t := range in {
+		if t.DType != Int64 {
+			return nil, fmt.Errorf("needs int64 inputs, got %v", t.DType)
+		}
+	}
+	return inferBroadcast(in, a, c)
+}
+
 func inferPRelu(in []*TensorType, a Attrs, c []*Tensor) ([]TensorType, error) {
 	if err := sameFloat(in); err != nil {
 		return nil, err
@@ -181,6 +190,16 @@ var elementwise = []struct {
 	{"Mod", "A mod B: with fmod=0 (integers only) the sign of B, as Python's %; with fmod=1 the sign of A, as C's fmod (int64: a zero divisor is an error)",
 		ex(PrimSelect, ExprAttr("fmod"), ex(PrimFmod, x0, x1), floorModExpr(x0, x1)),
 		ewMod, []AttrSpec{{Name: "fmod", Kind: AttrInt, Default: Int(0)}}},
+	// BitShift: ONNX defines it on unsigned integers, which the graph holds
+	// as non-negative int64: a left shift is a product with 2^B (wrapping
+	// as the shift does), a right shift a quotient by it, 0 from a shift
+	// of 63 or more (where 2^B no longer fits; the quotient's exponent is
+	// capped so that no branch divides by a wrapped 2^B of 0).
+	{"BitShift", "A << B or, with direction=RIGHT, A >> B, on non-negative int64 (unsigned values)",
+		ex(PrimSelect, ExprAttr("direction"),
+			ex(PrimSelect, ex(PrimGreater, x1, ExprConst(62)), ExprConst(0), ex(PrimDiv, x0, ex(PrimPow, ExprConst(2), ex(PrimMin, x1, ExprConst(62))))),
+			ex(PrimMul, x0, ex(PrimPow, ExprConst(2), x1))),
+		ewInteger, []AttrSpec{{Name: "direction", Kind: AttrString, Default: Str("LEFT"), Enum: []string{"LEFT", "RIGHT"}}}},
 	{"Min", "the smaller of A and B (NaN if either is)", ex(PrimMin, x0, x1), 0, nil},
 	{"Max", "the larger of A and B (NaN if either is)", ex(PrimMax, x0, x1), 0, nil},
 
@@ -214,6 +233,7 @@ const (
 	ewLogical                   // bool operands and result (kept out of bodies and MatchOp)
 	ewMod                       // two operands broadcasting; floats need fmod=1
 	ewPRelu                     // float X, slope broadcasting to X
+	ewInteger                   // two int64 operands broadcasting (kept out of MatchOp)
 )
 
 // eluExpr is max(x, 0) + alpha·(e^(min(x, 0)/div) − 1) (div nil: 1): Elu
@@ -280,6 +300,9 @@ func init() {
 		case ewMod:
 			binary()
 			s.Infer = inferMod
+		case ewInteger:
+			binary()
+			s.Infer, s.noMatch, s.integerOnly = inferInteger, true, true
 		case ewPRelu:
 			s.Doc, s.Inputs, s.Infer, s.noMatch = op.doc+", elementwise", []string{"X", "slope"}, inferPRelu, true
 		}

@@ -59,13 +59,22 @@ uint8, uint16 and uint32 are held as int64, exactly (the declared type of a grap
 output is kept in ` + "`Graph.ElemTypes`" + `: its values are fed and read as int64 in the type's range,
 and export writes the type back). Constants fold at their own width; at run time an op on
 them is imported where no result can leave the type's range (ops that move, select or
-compare values, Mod, unsigned Div, casts to a type that holds every value of the source)
-and refused otherwise as "integer semantics differ: OP on TYPE" (Add, Sub, Mul wrap; a
-signed Div or Abs overflows at the minimum; a float to uint8 Cast saturates). uint64,
-strings and non-tensor types (sequence, map, optional) are refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
+compare values, Mod, unsigned Div and BitShift, casts to a type that holds every value of
+the source); Add, Sub, Mul and Pow are computed in int64 and reduced to the type's width,
+which is the narrow result exactly; the rest is refused as "integer semantics differ: OP on
+TYPE" (a sum or product reduction wraps; a signed Div or Abs overflows at the minimum; a float
+to uint8 Cast saturates). uint64, strings and non-tensor types (sequence, map, optional) are
+refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
 attributes of binary ops are read (B lined up with A from axis) and consumed_inputs ignored;
 the forms that meant something else (Reshape's shape attribute, Tile-1, Split-1's split
 input) are refused.
+
+A static graph holds one set of nodes of known shapes. So If is imported when its condition
+is known at import (a constant, a value folded from static shapes, or a bound input) as the
+chosen branch; Loop and Scan when their iteration count is, unrolled; RNN, GRU and LSTM
+unrolled over the sequence length. Ops whose output shape depends on their data (NonZero,
+Unique, NonMaxSuppression, the window functions, Range) fold when their inputs are known,
+and otherwise name the input to bind.
 
 ## The ONNX backend test suite
 

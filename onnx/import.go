@@ -141,6 +141,10 @@ type entry struct {
 	// odt is the ONNX element type of a runtime value of a narrow integer
 	// type, which the graph holds as Int64 (Undefined otherwise).
 	odt onnxpb.DataType
+	// list, when isList, is a sequence value: its tensors, known as a
+	// list at import time (ops_sequence.go); v and c are nil.
+	list   []*entry
+	isList bool
 }
 
 // typ is the entry's type in ONNX terms.
@@ -218,31 +222,43 @@ func (im *importer) run() (*graph.Graph, error) {
 		im.vinfo[v.Name] = v
 	}
 	im.consumed = map[string]bool{}
-	for _, n := range og.Node {
-		for _, in := range n.Input {
-			im.consumed[in] = true
-		}
-	}
-	for _, o := range og.Output {
-		im.consumed[o.Name] = true
-	}
-	// Reserve every ONNX value name first, so that names we invent never take one.
+	// Reserve every ONNX value name first, so that names we invent never
+	// take one; the names of subgraphs (an If's branches, inlined when the
+	// condition is known) count too, as do the values their nodes read.
 	for _, v := range og.Input {
 		im.values.Reserve(v.Name)
 	}
-	for _, t := range og.Initializer {
-		im.values.Reserve(t.Name)
-	}
-	for _, n := range og.Node {
-		for _, o := range n.Output {
-			if o != "" {
-				im.values.Reserve(o)
+	var scan func(g *onnxpb.Graph, top bool)
+	scan = func(g *onnxpb.Graph, top bool) {
+		for _, o := range g.Output {
+			im.consumed[o.Name] = true
+		}
+		for _, t := range g.Initializer {
+			im.values.Reserve(t.Name)
+		}
+		for _, n := range g.Node {
+			for _, in := range n.Input {
+				im.consumed[in] = true
+			}
+			for _, o := range n.Output {
+				if o != "" {
+					im.values.Reserve(o)
+				}
+			}
+			if n.Name != "" && im.faithful && top {
+				im.nodes.Reserve(n.Name)
+			}
+			for _, a := range n.Attribute {
+				if a.G != nil {
+					scan(a.G, false)
+				}
+				for _, sg := range a.Graphs {
+					scan(sg, false)
+				}
 			}
 		}
-		if n.Name != "" && im.faithful {
-			im.nodes.Reserve(n.Name)
-		}
 	}
+	scan(og, true)
 	if err := im.initializers(); err != nil {
 		return nil, err
 	}
@@ -530,6 +546,9 @@ func (im *importer) val(e *entry) (*graph.Value, error) {
 	if e.v != nil {
 		return e.v, nil
 	}
+	if e.isList {
+		return nil, fmt.Errorf("%q is a sequence, which is not a graph value (sequences live between the sequence ops)", e.name)
+	}
 	v, err := im.initValue(e.name, e.c, false, "")
 	if err != nil {
 		return nil, fmt.Errorf("constant %q: %w", e.name, err)
@@ -636,9 +655,11 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 			}
 			continue
 		}
-		dt, shape := e.typ()
-		if err := im.checkInfo(o, dt, shape); err != nil {
-			return ctx.errf("%v", err)
+		if !e.isList { // a sequence's value_info is not a tensor's
+			dt, shape := e.typ()
+			if err := im.checkInfo(o, dt, shape); err != nil {
+				return ctx.errf("%v", err)
+			}
 		}
 		im.env[o] = e
 	}
@@ -834,12 +855,44 @@ func (c *opCtx) constInput(i int, what string) (*cval, error) {
 	}
 	if e.c == nil {
 		err := c.errf("%s (input %d, %q) must be a constant: flashgraph shapes are static", what, i, e.name)
-		if e.v != nil && e.v.Kind == graph.Input {
-			err = &BindError{Input: e.name, err: fmt.Errorf("%w; bind it with Options.Bind", err)}
+		if in := sourceInput(e); in != "" {
+			err = &BindError{Input: in, err: fmt.Errorf("%w; bind %q with Options.Bind", err, in)}
 		}
 		return nil, err
 	}
 	return e.c, nil
+}
+
+// sourceInput names the graph input a runtime operand is computed from
+// ("" for none): the operand itself, or the first graph input reached
+// through the nodes that compute it (a size input cast to float, then
+// given to Range). Binding it may make the operand a constant, which
+// folding then carries to the node that needs it.
+func sourceInput(e *entry) string {
+	if e == nil || e.c != nil || e.v == nil {
+		return ""
+	}
+	seen := map[*graph.Value]bool{}
+	var walk func(v *graph.Value) string
+	walk = func(v *graph.Value) string {
+		if v == nil || seen[v] {
+			return ""
+		}
+		seen[v] = true
+		if v.Kind == graph.Input {
+			return v.Name
+		}
+		if v.Producer == nil {
+			return ""
+		}
+		for _, in := range v.Producer.Inputs {
+			if name := walk(in); name != "" {
+				return name
+			}
+		}
+		return ""
+	}
+	return walk(e.v)
 }
 
 // unboundInput names an input of the node that is a graph input of an integer

@@ -550,8 +550,8 @@ func TestRefusals(t *testing.T) {
 		m    *onnxpb.Model
 		want []string
 	}{
-		{"unknown op", modelOf(17, x, nil, []string{"y"}, nd("NonZero", []string{"x"}, []string{"y"})),
-			[]string{`"NonZero_y"`, "NonZero", "opset 17", "not supported"}},
+		{"unknown op", modelOf(17, x, nil, []string{"y"}, nd("Bernoulli", []string{"x"}, []string{"y"})),
+			[]string{`"Bernoulli_y"`, "Bernoulli", "opset 17", "not supported"}},
 		{"unknown attribute", modelOf(17, x, nil, []string{"y"}, nd("Relu", []string{"x"}, []string{"y"}, aInt("alpha", 1))),
 			[]string{"Relu", "alpha"}},
 		{"runtime-only op", modelOf(17, x, nil, []string{"y"}, nd("Less", []string{"x", "x"}, []string{"y"})),
@@ -697,6 +697,7 @@ func TestEveryElementwiseOpFolds(t *testing.T) {
 		"Selu": {aFloat("alpha", 2), aFloat("gamma", 3)}, "HardSigmoid": {aFloat("alpha", 0.25), aFloat("beta", 0.125)},
 		"Shrink": {aFloat("bias", 0.25), aFloat("lambd", 1)}, "ThresholdedRelu": {aFloat("alpha", 1)},
 		"Gelu": {aStr("approximate", "tanh")}, "Celu": {aFloat("alpha", 0.5)}, "IsInf": {aInt("detect_positive", 0)},
+		"BitShift": {aStr("direction", "LEFT")},
 	}
 	for _, s := range graph.ExprOps() {
 		if s.Domain != graph.DomainONNX {
@@ -708,6 +709,9 @@ func TestEveryElementwiseOpFolds(t *testing.T) {
 			xs = []float32{0.125, 0.25, 0.375}
 		case "Acosh":
 			xs = []float32{1.5, 2.25, 3}
+		}
+		if s.IntegerOnly() { // BitShift: UINT8 operands (3 << 6 = 192 still fits)
+			xs = []float32{1, 2, 3}
 		}
 		var nodes []*onnxpb.Node
 		var names []string
@@ -725,6 +729,14 @@ func TestEveryElementwiseOpFolds(t *testing.T) {
 			v := make([]float32, len(xs))
 			for i, x := range xs {
 				v[i] = x * float32(k+1) // distinct operands
+			}
+			if s.IntegerOnly() {
+				u := &onnxpb.Tensor{DataType: onnxpb.Uint8, Dims: []int64{3}}
+				for _, x := range v {
+					u.Int32Data = append(u.Int32Data, int32(x))
+				}
+				nodes = append(nodes, nd("Constant", nil, []string{name}, aTensor("value", u)))
+				continue
 			}
 			nodes = append(nodes, nd("Constant", nil, []string{name}, aTensor("value", onnxpb.NewFloat32("", []int64{3}, v))))
 		}

@@ -12,10 +12,11 @@ import (
 // (fold.go wraps every result). At run time an op computes in int64, which
 // is what it computes at the narrow width exactly when no result leaves
 // the narrow range: ops that only move, select or compare values are
-// exact; arithmetic that may wrap (Add, Sub, Mul, Neg, Sum, MatMul, the
-// reductions that add, BitShift, ...) is refused with the op and the type,
-// as are casts into a narrow type from one whose values it may not hold
-// (float to UINT8 saturates or wraps by rules of its own).
+// exact; the ring operations (Add, Sub, Mul, Pow) are computed in
+// int64 and reduced to the width (narrowWrapped); other arithmetic that may
+// wrap (Sum, MatMul, the reductions that add, ...) is refused with the op
+// and the type, as are casts into a narrow type from one whose values it
+// may not hold (float to UINT8 saturates or wraps by rules of its own).
 
 // narrowExact are the ops whose result on narrow integers is one of their
 // operands' values (moved, selected, padded with an operand of the same
@@ -31,10 +32,17 @@ var narrowExact = map[string]bool{
 	"Dropout": true, "OneHot": true, "Mod": true, "ScatterElements": true, "Scatter": true,
 }
 
+// narrowWrapped are the ring operations: on narrow integers their int64
+// result, reduced to the type's width, is the narrow result exactly (int64
+// arithmetic wraps modulo 2^64, which 2^width divides), so they are
+// imported as the int64 op followed by that reduction (importWrapped).
+var narrowWrapped = map[string]bool{"Add": true, "Sub": true, "Mul": true, "Pow": true}
+
 // narrowUnsigned are exact on unsigned types only: a quotient or absolute
 // value of non-negative operands stays in range; a signed one overflows
-// (the type's minimum divided by -1, or negated).
-var narrowUnsigned = map[string]bool{"Div": true, "Abs": true}
+// (the type's minimum divided by -1, or negated). BitShift, defined on
+// unsigned types alone, reduces a left shift to the width (importBitShift).
+var narrowUnsigned = map[string]bool{"Div": true, "Abs": true, "BitShift": true}
 
 // notDataTyped are the ops whose outputs do not take their data's element
 // type (a comparison's bool, an index, Cast's target): a narrow operand is
@@ -42,7 +50,7 @@ var narrowUnsigned = map[string]bool{"Div": true, "Abs": true}
 var notDataTyped = map[string]bool{
 	"Equal": true, "Less": true, "Greater": true, "LessOrEqual": true, "GreaterOrEqual": true,
 	"ArgMax": true, "ArgMin": true, "Shape": true, "Size": true, "NonZero": true,
-	"Cast": true, "CastLike": true, "IsNaN": true, "IsInf": true,
+	"Cast": true, "CastLike": true, "IsNaN": true, "IsInf": true, "TfIdfVectorizer": true,
 }
 
 func isUnsigned(dt onnxpb.DataType) bool {
@@ -81,6 +89,7 @@ func (c *opCtx) narrowCheck() (onnxpb.DataType, error) {
 	}
 	op := c.n.OpType
 	switch {
+	case narrowWrapped[op]:
 	case narrowUnsigned[op] && isUnsigned(dt):
 	case !narrowExact[op] && !narrowUnsigned[op]:
 		return dt, c.errf("integer semantics differ: %s on %v (int64 arithmetic does not wrap at %v's width)", op, dt, dt)
@@ -103,13 +112,13 @@ func (c *opCtx) narrowCheck() (onnxpb.DataType, error) {
 }
 
 // markNarrow gives the node's new Int64 outputs the data's narrow type
-// (TopK's indices stay INT64).
+// (TopK's and MaxPool's indices stay INT64).
 func (c *opCtx) markNarrow(dt onnxpb.DataType) {
 	for i, e := range c.out {
 		if e == nil || e.c != nil || e.v == nil || e.odt != onnxpb.Undefined || e.v.Type.DType != graph.Int64 {
 			continue
 		}
-		if c.n.OpType == "TopK" && i == 1 {
+		if (c.n.OpType == "TopK" || c.n.OpType == "MaxPool") && i == 1 {
 			continue
 		}
 		e.odt = dt
@@ -159,4 +168,48 @@ func (c *opCtx) boundary(kind string, to onnxpb.DataType) error {
 		return nil
 	}
 	return c.errf("a %s boundary Cast to %v on %q is not one our export writes", kind, to, in.name)
+}
+
+// importWrapped imports a ring operation on narrow integers of type dt: the
+// int64 op, then its result reduced to dt's range, v mod 2^width for an
+// unsigned type, ((v + 2^(width−1)) mod 2^width) − 2^(width−1) for a
+// signed one (mod with the divisor's sign, never negative).
+func importWrapped(c *opCtx) error {
+	dt := c.narrowData()
+	in, err := c.values()
+	if err != nil {
+		return err
+	}
+	for i, v := range in {
+		if v == nil || v.Type.DType != graph.Int64 {
+			return c.errf("integer semantics differ: %s on %v (input %d is not an integer of the same width)", c.n.OpType, dt, i)
+		}
+	}
+	v, err := c.sub(c.n.OpType, nil, in...)
+	if err != nil {
+		return err
+	}
+	lo, hi, _ := intRange(dt)
+	k := func(what string, x int64) (*graph.Value, error) { return c.scalar(what, graph.Int64, float64(x)) }
+	mod, err := k("modulus", hi-lo+1)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	if lo == 0 {
+		_, err = c.emit("Mod", nil, v, mod)
+		return err
+	}
+	half, err := k("half", -lo)
+	if err != nil {
+		return err
+	}
+	if v, err = c.sub("Add", nil, v, half); err != nil {
+		return err
+	}
+	if v, err = c.sub("Mod", nil, v, mod); err != nil {
+		return err
+	}
+	_, err = c.emit("Sub", nil, v, half)
+	return err
 }

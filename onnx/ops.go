@@ -88,6 +88,22 @@ func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 				return nil, c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum)
 			}
 			attrs[as.Name] = graph.Str(v)
+		case graph.AttrInts:
+			v, _, err := c.attrInts(as.Name)
+			if err != nil {
+				return nil, err
+			}
+			attrs[as.Name] = graph.Ints(v...)
+		case graph.AttrFloats:
+			a, err := c.attr(as.Name, onnxpb.AttrFloats)
+			if err != nil {
+				return nil, err
+			}
+			f := make([]float64, len(a.Floats))
+			for i, x := range a.Floats {
+				f[i] = float64(x)
+			}
+			attrs[as.Name] = graph.Floats(f...)
 		default:
 			return nil, c.errf("attribute %s: kind %v is not read", as.Name, as.Kind)
 		}
@@ -125,6 +141,17 @@ func (c *opCtx) dispatch() error {
 	if since, ok := introduced[op]; ok && c.ver < since {
 		return c.errf("%s does not exist before opset %d", op, since)
 	}
+	if h, ok := sequenceOps[op]; ok {
+		if err := h(c); err != nil {
+			return err
+		}
+		return c.checkAttrs()
+	}
+	for i, e := range c.in {
+		if e != nil && e.isList {
+			return c.errf("input %d is a sequence: only the sequence ops read one (sequence_type values are import-time lists)", i)
+		}
+	}
 	if f, ok := shapeOnly[op]; ok {
 		outs, err := f(c)
 		if err != nil {
@@ -157,8 +184,8 @@ func (c *opCtx) dispatch() error {
 		if _, foldable := folders[op]; foldable {
 			err := c.errf("op is supported only on constant inputs (it is not in flashgraph's op table)")
 			for _, e := range c.in {
-				if e != nil && e.c == nil && e.v != nil && e.v.Kind == graph.Input {
-					return &BindError{Input: e.name, err: err}
+				if in := sourceInput(e); in != "" {
+					return &BindError{Input: in, err: err}
 				}
 			}
 			return err
@@ -168,6 +195,9 @@ func (c *opCtx) dispatch() error {
 	ndt, err := c.narrowCheck()
 	if err != nil {
 		return err
+	}
+	if ndt != onnxpb.Undefined && narrowWrapped[op] {
+		h = importWrapped
 	}
 	if err := h(c); err != nil {
 		return err
@@ -219,7 +249,11 @@ func direct(op string) handler {
 }
 
 // importPow converts a constant exponent to the base's type (opset 12 allows
-// them to differ; our Pow does not) when that is exact.
+// them to differ; our Pow does not) when that is exact. Otherwise a runtime
+// exponent of another type is converted as the ONNX reference computes
+// the op: for a float base, the exponent is cast to the base's type; for an
+// integer base, both are raised in float64 and the result truncated back
+// to the base's type (an integer power with a fractional exponent).
 func importPow(c *opCtx) error {
 	base, err := c.need(0)
 	if err != nil || base == nil {
@@ -229,19 +263,50 @@ func importPow(c *opCtx) error {
 	if exp == nil {
 		return c.errf("needs an exponent")
 	}
-	if exp.c != nil && exp.c.dt != onnxType(base.Type.DType) {
-		cv := newCval(onnxType(base.Type.DType), exp.c.shape)
+	bt := base.Type.DType
+	if exp.c != nil && exp.c.dt != onnxType(bt) {
+		cv := newCval(onnxType(bt), exp.c.shape)
+		exact := true
 		for k := range cv.n() {
 			cv.set(k, exp.c.at(k))
-			if cv.at(k) != exp.c.at(k) {
-				return c.errf("exponent %v does not convert exactly to %v", exp.c.at(k), base.Type.DType)
-			}
+			exact = exact && cv.at(k) == exp.c.at(k)
 		}
-		exp = c.im.constant(exp.name+"_"+base.Type.DType.String(), cv)
+		switch {
+		case exact:
+			exp = c.im.constant(exp.name+"_"+bt.String(), cv)
+		case bt.IsFloat():
+			return c.errf("exponent %v does not convert exactly to %v", exp.c, bt)
+		}
 	}
 	ev, err := c.im.val(exp)
 	if err != nil {
 		return c.errf("%v", err)
+	}
+	if et := ev.Type.DType; et != bt {
+		if et == graph.Bool || bt == graph.Bool {
+			return c.errf("Pow of %v to a %v exponent is not supported", bt, et)
+		}
+		if bt.IsFloat() {
+			if ev, err = c.sub("Cast", graph.Attrs{"to": graph.Str(bt.String())}, ev); err != nil {
+				return err
+			}
+		} else {
+			wide := graph.Attrs{"to": graph.Str(graph.Float64.String())}
+			if base, err = c.sub("Cast", wide, base); err != nil {
+				return err
+			}
+			if et != graph.Float64 {
+				if ev, err = c.sub("Cast", wide, ev); err != nil {
+					return err
+				}
+			}
+			p, err := c.sub("Pow", nil, base, ev)
+			if err != nil {
+				return err
+			}
+			_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(bt.String())}, p)
+			return err
+		}
 	}
 	_, err = c.emit("Pow", nil, base, ev)
 	return err
@@ -481,7 +546,24 @@ func importReshape(c *opCtx) error {
 	if target, err := shape.ints(); err != nil {
 		return c.errf("shape: %v", err)
 	} else if allowzero != 0 && slices.Contains(target, 0) {
-		return c.errf("allowzero=1 with a 0 in the shape is not supported")
+		// A literal 0: the output has no elements, so it is a constant
+		// (and the input, of as many elements, has none either).
+		x, err := c.need(0)
+		if err != nil {
+			return err
+		}
+		if slices.ContainsFunc(target, func(d int64) bool { return d < 0 }) {
+			return c.errf("shape %v: allowzero=1 with a 0 leaves no -1 to infer", target)
+		}
+		if x.Type.Shape.Numel() != 0 {
+			return c.errf("cannot reshape %v (%d elements) to %v", x.Type.Shape, x.Type.Shape.Numel(), target)
+		}
+		dims := make(graph.Shape, len(target))
+		for i, d := range target {
+			dims[i] = int(d)
+		}
+		dt, _ := c.in[0].typ()
+		return c.folded([]*cval{newCval(dt, dims)})
 	}
 	in, err := c.values()
 	if err != nil {

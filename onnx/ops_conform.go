@@ -776,6 +776,8 @@ func (c *opCtx) legacyForms() error {
 		}
 	}
 	switch op := c.n.OpType; {
+	case op == "PRelu":
+		return c.legacyPReluSlope()
 	case op == "Reshape" && c.ver < 5:
 		return c.errf("the shape attribute of opset < 5 is not supported")
 	case op == "Tile" && c.ver < 6:
@@ -789,6 +791,7 @@ func (c *opCtx) legacyForms() error {
 func init() {
 	for op, h := range map[string]handler{
 		"Conv": importWindowOp, "MaxPool": importWindowOp, "AveragePool": importWindowOp,
+		"ConvInteger": importWindowOp, "QLinearConv": importWindowOp,
 		"GlobalAveragePool": importGlobalPool, "GlobalMaxPool": importGlobalPool,
 		"BatchNormalization": importBatchNorm, "ConvTranspose": importConvTranspose,
 	} {
@@ -798,7 +801,7 @@ func init() {
 
 // importWindowOp maps Conv, MaxPool and AveragePool, resolving auto_pad into
 // explicit pads (SAME_UPPER puts the odd pad at the end, SAME_LOWER at the
-// beginning). MaxPool's Indices output is refused.
+// beginning). MaxPool's Indices output is its table row's second output.
 func importWindowOp(c *opCtx) error {
 	op := c.n.OpType
 	x, err := c.need(0)
@@ -811,13 +814,28 @@ func importWindowOp(c *opCtx) error {
 	in := []*graph.Value{x}
 	n := x.Type.Shape.Rank() - 2
 	var kernel []int64
-	if op == "Conv" {
-		w, err := c.need(1)
+	// The integer convolutions convolve their centred inputs in float64
+	// (exact: sums of 8-bit products), then (quant.go) cast or requantize.
+	integer := op == "ConvInteger" || op == "QLinearConv"
+	if op == "Conv" || integer {
+		wi, zx, zw := 1, 2, 3
+		if op == "QLinearConv" {
+			wi, zx, zw = 3, 2, 5
+		}
+		w, err := c.need(wi)
 		if err != nil {
 			return err
 		}
-		b, err := c.value(2)
-		if err != nil {
+		var b *graph.Value
+		if integer {
+			if x, err = c.centred(0, zx, x.Type.Shape, 1, graph.Float64); err != nil {
+				return err
+			}
+			if w, err = c.centred(wi, zw, w.Type.Shape, 0, graph.Float64); err != nil {
+				return err
+			}
+			in[0] = x
+		} else if b, err = c.value(2); err != nil {
 			return err
 		}
 		in = append(in, w)
@@ -834,7 +852,7 @@ func importWindowOp(c *opCtx) error {
 	} else if ok {
 		kernel = ks
 		attrs["kernel_shape"] = graph.Ints(ks...)
-	} else if op != "Conv" {
+	} else if op != "Conv" && !integer {
 		return c.errf("kernel_shape is required")
 	}
 	if len(kernel) != n {
@@ -899,7 +917,7 @@ func importWindowOp(c *opCtx) error {
 	}
 	attrs["pads"] = graph.Ints(pads...)
 	switch op {
-	case "Conv":
+	case "Conv", "ConvInteger", "QLinearConv":
 		g, err := c.attrInt("group", 1)
 		if err != nil {
 			return err
@@ -919,16 +937,25 @@ func importWindowOp(c *opCtx) error {
 				return err
 			}
 			attrs["count_include_pad"] = graph.Int(cp)
+			c.outNames = c.n.Output[:1]
 		} else {
-			// storage_order only says how Indices are numbered.
-			if _, err := c.attrInt("storage_order", 0); err != nil {
+			// storage_order says how Indices number the spatial positions.
+			so, err := c.attrInt("storage_order", 0)
+			if err != nil {
 				return err
 			}
-			if c.outputUsed(1) {
-				return c.errf("the Indices output is not supported")
+			attrs["storage_order"] = graph.Int(so)
+			if !c.outputUsed(1) {
+				c.outNames = c.n.Output[:1]
 			}
 		}
-		c.outNames = c.n.Output[:1]
+	}
+	if integer {
+		y, err := c.sub("Conv", attrs, in...)
+		if err != nil {
+			return err
+		}
+		return c.requantizeConv(y)
 	}
 	_, err = c.emit(op, attrs, in...)
 	return err
@@ -959,15 +986,19 @@ func importGlobalPool(c *opCtx) error {
 	return err
 }
 
-// importBatchNorm is inference BatchNormalization: (X − mean)/√(var + ε)·scale
-// + B, with the [C] statistics reshaped to broadcast over [N, C, D...].
-// Training mode (which updates the running statistics) is refused.
+// importBatchNorm is BatchNormalization: (X − mean)/√(var + ε)·scale + B,
+// with the [C] statistics reshaped to broadcast over [N, C, D...]. At
+// inference mean and var are the inputs; in training mode (opset 14 on)
+// they are the batch's, over every axis but the channel one (the variance
+// divided by the count, as ONNX's reference computes it), and the running
+// statistics are also output: input·momentum + batch·(1 − momentum).
 func importBatchNorm(c *opCtx) error {
 	eps, err := c.attrFloat("epsilon", 1e-5)
 	if err != nil {
 		return err
 	}
-	if _, err := c.attrFloat("momentum", 0.9); err != nil { // only for training
+	momentum, err := c.attrFloat("momentum", 0.9)
+	if err != nil {
 		return err
 	}
 	if c.ver < 9 {
@@ -986,15 +1017,17 @@ func importBatchNorm(c *opCtx) error {
 			return c.errf("is_test=0 (training) is not supported")
 		}
 	}
-	if tm, err := c.attrInt("training_mode", 0); err != nil || tm != 0 {
-		if err != nil {
-			return err
-		}
-		return c.errf("training_mode=1 is not supported")
+	tm, err := c.attrInt("training_mode", 0)
+	if err != nil {
+		return err
+	}
+	training := tm != 0
+	if training && c.ver < 14 {
+		return c.errf("training_mode does not exist before opset 14")
 	}
 	for i := 1; i < len(c.n.Output); i++ {
-		if c.outputUsed(i) {
-			return c.errf("output %d (running statistics) is not supported", i)
+		if c.outputUsed(i) && (!training || i > 2) {
+			return c.errf("output %d (running statistics) is not supported at inference", i)
 		}
 	}
 	in := make([]*graph.Value, 5)
@@ -1018,6 +1051,7 @@ func importBatchNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	stats := slices.Clone(in) // the [C] inputs, for the running statistics
 	for i := 1; i < 5; i++ {
 		if in[i].Type.DType != x.Type.DType || !in[i].Type.Shape.Equal(graph.Shape{ch}) {
 			return c.errf("input %d %v: want %v[%d]", i, in[i].Type, x.Type.DType, ch)
@@ -1027,6 +1061,44 @@ func importBatchNorm(c *opCtx) error {
 		}
 	}
 	scale, bias, mean, variance := in[1], in[2], in[3], in[4]
+	var d *graph.Value
+	var running [][2]*graph.Value // training: the input and batch statistics
+	if training {
+		ax := []int64{0}
+		for i := 2; i < r; i++ {
+			ax = append(ax, int64(i))
+		}
+		axes, err := c.ints("axes", ax)
+		if err != nil {
+			return err
+		}
+		// The batch statistics, [1, C, 1, ...] dropped to [C, 1, ...].
+		keep := graph.Attrs{"keepdims": graph.Int(1)}
+		bm, err := c.sub("ReduceMean", keep, x, axes)
+		if err != nil {
+			return err
+		}
+		if d, err = c.sub("Sub", nil, x, bm); err != nil {
+			return err
+		}
+		sq, err := c.sub("Mul", nil, d, d)
+		if err != nil {
+			return err
+		}
+		bv, err := c.sub("ReduceMean", keep, sq, axes)
+		if err != nil {
+			return err
+		}
+		if mean, err = c.sub("Reshape", nil, bm, sv); err != nil {
+			return err
+		}
+		if variance, err = c.sub("Reshape", nil, bv, sv); err != nil {
+			return err
+		}
+		running = [][2]*graph.Value{{stats[3], bm}, {stats[4], bv}}
+	} else if d, err = c.sub("Sub", nil, x, mean); err != nil {
+		return err
+	}
 	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
 	if err != nil {
 		return err
@@ -1039,10 +1111,6 @@ func importBatchNorm(c *opCtx) error {
 	if err != nil {
 		return err
 	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
 	nrm, err := c.sub("Div", nil, d, sd)
 	if err != nil {
 		return err
@@ -1052,8 +1120,49 @@ func importBatchNorm(c *opCtx) error {
 		return err
 	}
 	c.outNames = c.n.Output[:1]
-	_, err = c.emit("Add", nil, y, bias)
-	return err
+	if _, err = c.emit("Add", nil, y, bias); err != nil {
+		return err
+	}
+	for k, st := range running {
+		if c.outputUsed(k + 1) {
+			if err := c.runningStat(k+1, st[0], st[1], momentum, ch); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// runningStat writes output i of training BatchNormalization: the running
+// statistic old·momentum + batch·(1 − momentum), batch given [1, C, 1, ...]
+// and written as old's [C].
+func (c *opCtx) runningStat(i int, old, batch *graph.Value, momentum float64, ch int) error {
+	flat, err := c.ints("channels", []int64{int64(ch)})
+	if err != nil {
+		return err
+	}
+	b, err := c.sub("Reshape", nil, batch, flat)
+	if err != nil {
+		return err
+	}
+	dt := old.Type.DType
+	m, err := c.scalar("momentum", dt, momentum)
+	if err != nil {
+		return err
+	}
+	rest, err := c.scalar("one_minus_momentum", dt, 1-momentum)
+	if err != nil {
+		return err
+	}
+	kept, err := c.sub("Mul", nil, old, m)
+	if err != nil {
+		return err
+	}
+	added, err := c.sub("Mul", nil, b, rest)
+	if err != nil {
+		return err
+	}
+	return c.emitOutput(i, "Add", nil, kept, added)
 }
 
 func init() {
@@ -1230,16 +1339,32 @@ func importConvTranspose(c *opCtx) error {
 			return c.errf("output_shape %v for %d spatial axes", outShape, n)
 		}
 		pads = make([]int64, 2*n)
+		grown := false
 		for i := range n {
 			total := strides[i]*(int64(xs[2+i])-1) + outPad[i] + (kernel[i]-1)*dil[i] + 1 - outShape[i]
-			if total < 0 {
-				return c.errf("output_shape %v is larger than the full output", outShape)
+			// ONNX splits the total with a floor division; a negative total
+			// (an output_shape past the full output) makes negative pads.
+			half := total / 2
+			if total < 0 && total%2 != 0 {
+				half--
 			}
 			if autoPad == "SAME_UPPER" {
-				pads[i], pads[n+i] = total/2, total-total/2
+				pads[i], pads[n+i] = half, total-half
 			} else {
-				pads[i], pads[n+i] = total-total/2, total/2
+				pads[i], pads[n+i] = total-half, half
 			}
+			if pads[i] < 0 {
+				return c.errf("output_shape %v starts before the full output (a negative leading pad)", outShape)
+			}
+			if pads[n+i] < 0 {
+				// Rows past the full output's end: output_padding's zeros.
+				outPad[i] -= pads[n+i]
+				pads[n+i] = 0
+				grown = true
+			}
+		}
+		if grown {
+			attrs["output_padding"] = graph.Ints(outPad...)
 		}
 	case autoPad == "VALID" || !hasPads:
 		pads = make([]int64, 2*n)
@@ -1659,8 +1784,15 @@ func (c *opCtx) legacyBroadcast() error {
 	if shape.Rank() == sb.Rank() {
 		return nil
 	}
+	return c.reshapeInput(1, shape)
+}
+
+// reshapeInput replaces input i by itself reshaped to shape (a constant
+// folded, a runtime value through a Reshape node).
+func (c *opCtx) reshapeInput(i int, shape graph.Shape) error {
+	eb := c.input(i)
 	if eb.c != nil {
-		c.in[1] = c.im.constant(eb.name+"_aligned", eb.c.reshaped(shape))
+		c.in[i] = c.im.constant(eb.name+"_aligned", eb.c.reshaped(shape))
 		return nil
 	}
 	v, err := c.im.val(eb)
@@ -1679,8 +1811,31 @@ func (c *opCtx) legacyBroadcast() error {
 	if err != nil {
 		return err
 	}
-	c.in[1] = &entry{name: r.Name, v: r}
+	c.in[i] = &entry{name: r.Name, v: r}
 	return nil
+}
+
+// legacyPReluSlope: before opset 7 PRelu's slope was per channel, a [C]
+// vector for X [N, C, ...] (or one value for all); from 7 it broadcasts
+// numpy-style. A [C] slope is reshaped to [C, 1, ...] to keep its meaning.
+func (c *opCtx) legacyPReluSlope() error {
+	ex, es := c.input(0), c.input(1)
+	if ex == nil || es == nil {
+		return c.errf("needs X and slope")
+	}
+	_, sx := ex.typ()
+	_, ss := es.typ()
+	if ss.Rank() != 1 || ss[0] == 1 {
+		return nil
+	}
+	if sx.Rank() < 2 || ss[0] != sx[1] {
+		return c.errf("slope %v is not one value per channel of X %v", ss, sx)
+	}
+	shape := graph.Shape{ss[0]}
+	for range sx.Rank() - 2 {
+		shape = append(shape, 1)
+	}
+	return c.reshapeInput(1, shape)
 }
 
 func init() {

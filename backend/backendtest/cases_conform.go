@@ -85,7 +85,7 @@ func conformCases() []opCase {
 			c.expect(c.op("Einsum", attrs, ins...), ref("Einsum", attrs, refs...))
 		})
 	}
-	return append(append(cs, convCases()...), indexCases()...)
+	return append(append(append(cs, convCases()...), indexCases()...), tensorCases()...)
 }
 
 // indexCases are the cases of ScatterElements, Pad, TopK and OneHot.

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/graph"
@@ -30,7 +31,7 @@ func TestExprKernelsCoverPrims(t *testing.T) {
 // regions (negative arguments of Sqrt and Log give NaN in both).
 // An op whose expression reads attributes runs at values other than its
 // defaults too (exprTestAttrs; Mod's floats need fmod=1); the logical ops
-// run on bool data.
+// run on bool data, the integer ones (BitShift) on int64.
 func TestExprKernelsBitExact(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 11))
 	type run struct {
@@ -55,6 +56,9 @@ func TestExprKernelsBitExact(t *testing.T) {
 		for _, dt := range []graph.DType{graph.Float32, graph.Float64} {
 			if logicalOps[s.Name] {
 				dt = graph.Bool
+			}
+			if s.IntegerOnly() {
+				dt = graph.Int64
 			}
 			n := len(s.Inputs)
 			in := make([]*graph.Tensor, n)
@@ -88,6 +92,12 @@ func TestExprKernelsBitExact(t *testing.T) {
 					if dt == graph.Bool {
 						v = float64(rng.IntN(2))
 					}
+					if dt == graph.Int64 { // BitShift: values and shift amounts past 63
+						v = float64(rng.IntN(1 << 20))
+						if i == 1 {
+							v = float64(rng.IntN(70))
+						}
+					}
 					in[i].Set(j, v)
 				}
 			}
@@ -99,6 +109,9 @@ func TestExprKernelsBitExact(t *testing.T) {
 			if err := kernels[s.Name](&graph.Node{Op: s.Name, Attrs: r.attrs}, in, []*graph.Tensor{got}); err != nil {
 				t.Fatalf("%s %v: %v", s.Name, dt, err)
 			}
+			if got.I64 != nil && !slices.Equal(got.I64, want[0].I64) {
+				t.Errorf("%s%v %v: the kernel's int64 results differ from the definition's", s.Name, r.attrs, dt)
+			}
 			for j := range got.Len() {
 				g, w := got.At(j), want[0].At(j)
 				if g != w && !(g != g && w != w) {
@@ -106,7 +119,7 @@ func TestExprKernelsBitExact(t *testing.T) {
 					break
 				}
 			}
-			if dt == graph.Bool {
+			if dt == graph.Bool || dt == graph.Int64 {
 				break
 			}
 		}
@@ -129,6 +142,7 @@ var exprTestAttrs = map[string][]graph.Attrs{
 	"Gelu":            {{"approximate": graph.Str("tanh")}},
 	"IsInf":           {{"detect_negative": graph.Int(0)}, {"detect_positive": graph.Int(0)}},
 	"Mod":             {{"fmod": graph.Int(1)}},
+	"BitShift":        {{"direction": graph.Str("RIGHT")}},
 }
 
 // BenchmarkElementwise times the kernels the model's graphs run most, on a

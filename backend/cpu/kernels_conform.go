@@ -12,7 +12,8 @@ import (
 // once to the output's type, as the CPU kernels do).
 func init() {
 	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
-		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate"} {
+		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
+		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer"} {
 		kernels[op] = evalKernel(op)
 	}
 }

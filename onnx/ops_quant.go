@@ -1,0 +1,402 @@
+package onnx
+
+import (
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// The linear quantization ops, written in table ops exactly as ONNX
+// defines them: DequantizeLinear is (x − zero_point)·scale; QuantizeLinear
+// saturate(round(x / scale) + zero_point), rounding halves to even, into
+// the zero point's 8-bit type (held as int64, its type recorded);
+// DynamicQuantizeLinear picks the uint8 scale and zero point from x's range
+// first. The integer matrix products (MatMulInteger, QLinearMatMul) take
+// (a − a_zero_point)·(b − b_zero_point) in float64, where sums of 8-bit
+// products are exact, then requantize.
+
+func init() {
+	for op, h := range map[string]handler{
+		"DequantizeLinear": importDequantize, "QuantizeLinear": importQuantize,
+		"DynamicQuantizeLinear": importDynamicQuantize,
+		"MatMulInteger":         importMatMulInteger, "QLinearMatMul": importQLinearMatMul,
+	} {
+		handlers[op] = h
+		notDataTyped[op] = true // outputs of their own types (set below)
+	}
+	introduced["DequantizeLinear"], introduced["QuantizeLinear"] = 10, 10
+	introduced["DynamicQuantizeLinear"], introduced["MatMulInteger"], introduced["QLinearMatMul"] = 11, 10, 10
+	introduced["ConvInteger"], introduced["QLinearConv"] = 10, 10
+	notDataTyped["ConvInteger"], notDataTyped["QLinearConv"] = true, true
+}
+
+// requantizeConv finishes ConvInteger (the exact float64 convolution y of
+// the centred inputs, as INT32) and QLinearConv (y plus the int32 bias B,
+// requantized with x_scale·w_scale / y_scale, one w_scale per output
+// channel allowed).
+func (c *opCtx) requantizeConv(y *graph.Value) error {
+	if c.n.OpType == "ConvInteger" {
+		if err := c.emitOutput(0, "Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, y); err != nil {
+			return err
+		}
+		c.out[0].odt = onnxpb.Int32
+		return nil
+	}
+	ys := y.Type.Shape
+	if b, err := c.value(8); err != nil {
+		return err
+	} else if b != nil {
+		if b, err = c.perAxis(b, ys, 1); err != nil {
+			return err
+		}
+		if b, err = c.sub("Cast", graph.Attrs{"to": graph.Str(graph.Float64.String())}, b); err != nil {
+			return err
+		}
+		if y, err = c.sub("Add", nil, y, b); err != nil {
+			return err
+		}
+	}
+	xs, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	ws, err := c.need(4)
+	if err != nil {
+		return err
+	}
+	if ws, err = c.perAxis(ws, ys, 1); err != nil {
+		return err
+	}
+	if y, err = c.sub("Cast", graph.Attrs{"to": graph.Str(xs.Type.DType.String())}, y); err != nil {
+		return err
+	}
+	if y, err = c.sub("Mul", nil, y, xs); err != nil {
+		return err
+	}
+	if y, err = c.sub("Mul", nil, y, ws); err != nil {
+		return err
+	}
+	yScale, err := c.need(6)
+	if err != nil {
+		return err
+	}
+	zp, err := c.need(7)
+	if err != nil {
+		return err
+	}
+	dt, _ := c.in[7].typ()
+	return c.quantized(0, y, yScale, zp, dt)
+}
+
+// perAxis makes a scale or zero point broadcast against a rank-r tensor: a
+// scalar (or one value) as it is, a 1-D one of size x's dim along axis as
+// [C, 1, ...].
+func (c *opCtx) perAxis(v *graph.Value, xs graph.Shape, axis int64) (*graph.Value, error) {
+	s := v.Type.Shape
+	if s.Numel() == 1 && s.Rank() <= 1 {
+		return v, nil
+	}
+	a, err := graph.NormAxis(int(axis), xs.Rank())
+	if err != nil {
+		return nil, c.errf("axis: %v", err)
+	}
+	if s.Rank() != 1 || s[0] != xs[a] {
+		return nil, c.errf("scale or zero point %v: want one value or one per entry of axis %d of %v", s, a, xs)
+	}
+	dims := []int64{int64(s[0])}
+	for range xs.Rank() - 1 - a {
+		dims = append(dims, 1)
+	}
+	sv, err := c.ints("per_axis", dims)
+	if err != nil {
+		return nil, err
+	}
+	return c.sub("Reshape", nil, v, sv)
+}
+
+// centred is the integer input i minus its zero point (input zi, absent:
+// none), as a float64 value: exact for 8- and 32-bit integers.
+func (c *opCtx) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) (*graph.Value, error) {
+	x, err := c.need(i)
+	if err != nil {
+		return nil, err
+	}
+	if xt, _ := c.in[i].typ(); !isIntType(xt) {
+		return nil, c.errf("input %d is %v: want an integer type", i, xt)
+	}
+	if z, err := c.value(zi); err != nil {
+		return nil, err
+	} else if z != nil {
+		if z, err = c.perAxis(z, xs, axis); err != nil {
+			return nil, err
+		}
+		if z.Type.DType != graph.Int64 {
+			return nil, c.errf("zero point %v: want an integer type", z.Type)
+		}
+		if x, err = c.sub("Sub", nil, x, z); err != nil {
+			return nil, err
+		}
+	}
+	return c.sub("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
+}
+
+func importDequantize(c *opCtx) error {
+	axis, err := c.attrInt("axis", 1)
+	if err != nil {
+		return err
+	}
+	if _, err := c.need(0); err != nil {
+		return err
+	}
+	_, xs := c.in[0].typ()
+	scale, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	if !scale.Type.DType.IsFloat() {
+		return c.errf("x_scale %v: want a float", scale.Type)
+	}
+	if scale, err = c.perAxis(scale, xs, axis); err != nil {
+		return err
+	}
+	x, err := c.centred(0, 2, xs, axis, scale.Type.DType)
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Mul", nil, x, scale)
+	return err
+}
+
+// quantized writes output i: saturate(round(v / scale) + zero point) in
+// type dt, with zero point zp (nil: 0) already broadcastable, as float.
+func (c *opCtx) quantized(i int, v, scale, zp *graph.Value, dt onnxpb.DataType) error {
+	lo, hi, ok := intRange(dt)
+	if !ok || !isNarrowInt(dt) {
+		return c.errf("quantizing to %v is not supported", dt)
+	}
+	fdt := v.Type.DType
+	q, err := c.sub("Div", nil, v, scale)
+	if err != nil {
+		return err
+	}
+	if q, err = c.sub("Round", nil, q); err != nil {
+		return err
+	}
+	if zp != nil {
+		zf, err := c.sub("Cast", graph.Attrs{"to": graph.Str(fdt.String())}, zp)
+		if err != nil {
+			return err
+		}
+		if q, err = c.sub("Add", nil, q, zf); err != nil {
+			return err
+		}
+	}
+	lov, err := c.scalar("qmin", fdt, float64(lo))
+	if err != nil {
+		return err
+	}
+	hiv, err := c.scalar("qmax", fdt, float64(hi))
+	if err != nil {
+		return err
+	}
+	if q, err = c.sub("Max", nil, q, lov); err != nil {
+		return err
+	}
+	if q, err = c.sub("Min", nil, q, hiv); err != nil {
+		return err
+	}
+	if err := c.emitOutput(i, "Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, q); err != nil {
+		return err
+	}
+	c.out[i].odt = dt
+	return nil
+}
+
+func importQuantize(c *opCtx) error {
+	axis, err := c.attrInt("axis", 1)
+	if err != nil {
+		return err
+	}
+	if s, err := c.attrInt("saturate", 1); err != nil {
+		return err
+	} else if s != 1 {
+		return c.errf("saturate=0 (float8 targets) is not supported")
+	}
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	if !x.Type.DType.IsFloat() {
+		return c.errf("x %v: want a float", x.Type)
+	}
+	scale, err := c.need(1)
+	if err != nil {
+		return err
+	}
+	if scale, err = c.perAxis(scale, x.Type.Shape, axis); err != nil {
+		return err
+	}
+	dt := onnxpb.Uint8
+	zp, err := c.value(2)
+	if err != nil {
+		return err
+	}
+	if zp != nil {
+		dt, _ = c.in[2].typ()
+		if zp, err = c.perAxis(zp, x.Type.Shape, axis); err != nil {
+			return err
+		}
+	}
+	return c.quantized(0, x, scale, zp, dt)
+}
+
+// importDynamicQuantizeLinear: scale = (max(0, max x) − min(0, min x)) / 255,
+// zero point = round(saturate(−min(0, min x) / scale)), then x quantized.
+func importDynamicQuantize(c *opCtx) error {
+	x, err := c.need(0)
+	if err != nil {
+		return err
+	}
+	dt := x.Type.DType
+	if !dt.IsFloat() {
+		return c.errf("x %v: want a float", x.Type)
+	}
+	zero, err := c.scalar("zero", dt, 0)
+	if err != nil {
+		return err
+	}
+	all := graph.Attrs{"keepdims": graph.Int(0)}
+	hi, err := c.sub("ReduceMax", all, x)
+	if err != nil {
+		return err
+	}
+	if hi, err = c.sub("Max", nil, hi, zero); err != nil {
+		return err
+	}
+	nx, err := c.sub("Neg", nil, x)
+	if err != nil {
+		return err
+	}
+	negLo, err := c.sub("ReduceMax", all, nx) // −min x
+	if err != nil {
+		return err
+	}
+	if negLo, err = c.sub("Max", nil, negLo, zero); err != nil { // −min(0, min x)
+		return err
+	}
+	span, err := c.sub("Add", nil, hi, negLo)
+	if err != nil {
+		return err
+	}
+	steps, err := c.scalar("steps", dt, 255)
+	if err != nil {
+		return err
+	}
+	scale, err := c.sub("Div", nil, span, steps)
+	if err != nil {
+		return err
+	}
+	zf, err := c.sub("Div", nil, negLo, scale)
+	if err != nil {
+		return err
+	}
+	if zf, err = c.sub("Min", nil, zf, steps); err != nil { // saturate to [0, 255]
+		return err
+	}
+	if zf, err = c.sub("Round", nil, zf); err != nil {
+		return err
+	}
+	zp, err := c.sub("Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, zf)
+	if err != nil {
+		return err
+	}
+	if err := c.quantized(0, x, scale, zp, onnxpb.Uint8); err != nil {
+		return err
+	}
+	if c.outputUsed(1) {
+		if err := c.emitOutput(1, "Identity", nil, scale); err != nil {
+			return err
+		}
+	}
+	if c.outputUsed(2) {
+		if err := c.emitOutput(2, "Identity", nil, zp); err != nil {
+			return err
+		}
+		c.out[2].odt = onnxpb.Uint8
+	}
+	return nil
+}
+
+// intProduct is (a − a_zero_point)·(b − b_zero_point) in float64 (exact):
+// inputs ai, bi and zero points azi, bzi (a per-row a zero point is [M]).
+func (c *opCtx) intProduct(ai, azi, bi, bzi int) (*graph.Value, error) {
+	for _, i := range []int{ai, bi} {
+		if _, err := c.need(i); err != nil {
+			return nil, err
+		}
+	}
+	_, as := c.in[ai].typ()
+	_, bs := c.in[bi].typ()
+	if as.Rank() < 1 || bs.Rank() < 1 {
+		return nil, c.errf("A %v and B %v: want matrices", as, bs)
+	}
+	a, err := c.centred(ai, azi, as, int64(as.Rank()-2), graph.Float64)
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.centred(bi, bzi, bs, int64(bs.Rank()-1), graph.Float64)
+	if err != nil {
+		return nil, err
+	}
+	return c.sub("MatMul", nil, a, b)
+}
+
+// importMatMulInteger is the exact integer product, as INT32.
+func importMatMulInteger(c *opCtx) error {
+	p, err := c.intProduct(0, 2, 1, 3)
+	if err != nil {
+		return err
+	}
+	if err := c.emitOutput(0, "Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, p); err != nil {
+		return err
+	}
+	c.out[0].odt = onnxpb.Int32
+	return nil
+}
+
+// importQLinearMatMul requantizes the integer product with a_scale·b_scale /
+// y_scale (scalars).
+func importQLinearMatMul(c *opCtx) error {
+	var scales [3]*graph.Value
+	for k, i := range []int{1, 4, 6} {
+		s, err := c.need(i)
+		if err != nil {
+			return err
+		}
+		if s.Type.Shape.Numel() != 1 || !s.Type.DType.IsFloat() {
+			return c.errf("scale %v: only a single float scale is supported", s.Type)
+		}
+		scales[k] = s
+	}
+	p, err := c.intProduct(0, 2, 3, 5)
+	if err != nil {
+		return err
+	}
+	fdt := scales[0].Type.DType
+	if p, err = c.sub("Cast", graph.Attrs{"to": graph.Str(fdt.String())}, p); err != nil {
+		return err
+	}
+	ab, err := c.sub("Mul", nil, scales[0], scales[1])
+	if err != nil {
+		return err
+	}
+	m, err := c.sub("Mul", nil, p, ab)
+	if err != nil {
+		return err
+	}
+	zp, err := c.need(7)
+	if err != nil {
+		return err
+	}
+	dt, _ := c.in[7].typ()
+	return c.quantized(0, m, scales[2], zp, dt)
+}
