@@ -104,7 +104,9 @@ and otherwise name the input to bind.
 		}
 		fmt.Fprintf(&b, "| %s | %d |\n", r.k, r.n)
 	}
-	fmt.Fprintf(&b, "| unsupported op (%d ops): %s | %d |\n", len(ops), strings.Join(ops, ", "), opsTotal)
+	if len(ops) > 0 {
+		fmt.Fprintf(&b, "| unsupported op (%d ops): %s | %d |\n", len(ops), strings.Join(ops, ", "), opsTotal)
+	}
 	if err := cudaDocText(&b, counts["pass"]); err != nil {
 		return "", err
 	}
