@@ -189,80 +189,33 @@ func importReduceDerived(c *opCtx) error {
 		// −x wraps for the most negative integer; the logs and roots are of floats.
 		return c.errf("%s of %v is not supported", op, x.Type.DType)
 	}
-	last := func(o string, in ...*graph.Value) error {
-		c.outNames = c.n.Output[:1]
-		_, err := c.emit(o, nil, in...)
-		return err
-	}
+	r := c.rewrite()
+	c.outNames = c.n.Output[:1]
 	switch op {
 	case "ReduceMin":
-		n, err := c.sub("Neg", nil, x)
-		if err != nil {
-			return err
-		}
-		m, err := c.reduce("ReduceMax", n, axes, keep)
-		if err != nil {
-			return err
-		}
-		return last("Neg", m)
+		r.emit("Neg", nil, r.reduce("ReduceMax", r.sub("Neg", nil, x), axes, keep))
 	case "ReduceL1":
-		a, err := c.sub("Abs", nil, x)
-		if err != nil {
-			return err
-		}
-		s, err := c.reduce("ReduceSum", a, axes, keep)
-		if err != nil {
-			return err
-		}
-		return last("Identity", s)
+		r.emit("Identity", nil, r.reduce("ReduceSum", r.sub("Abs", nil, x), axes, keep))
 	case "ReduceL2", "ReduceSumSquare":
-		sq, err := c.sub("Mul", nil, x, x)
-		if err != nil {
-			return err
-		}
-		s, err := c.reduce("ReduceSum", sq, axes, keep)
-		if err != nil {
-			return err
-		}
+		s := r.reduce("ReduceSum", r.sub("Mul", nil, x, x), axes, keep)
 		if op == "ReduceL2" {
-			return last("Sqrt", s)
+			r.emit("Sqrt", nil, s)
+		} else {
+			r.emit("Identity", nil, s)
 		}
-		return last("Identity", s)
 	case "ReduceLogSum":
-		s, err := c.reduce("ReduceSum", x, axes, keep)
-		if err != nil {
-			return err
-		}
-		return last("Log", s)
+		r.emit("Log", nil, r.reduce("ReduceSum", x, axes, keep))
 	default: // ReduceLogSumExp
-		mk, err := c.reduce("ReduceMax", x, axes, 1)
-		if err != nil {
-			return err
-		}
-		d, err := c.sub("Sub", nil, x, mk)
-		if err != nil {
-			return err
-		}
-		e, err := c.sub("Exp", nil, d)
-		if err != nil {
-			return err
-		}
-		s, err := c.reduce("ReduceSum", e, axes, keep)
-		if err != nil {
-			return err
-		}
-		l, err := c.sub("Log", nil, s)
-		if err != nil {
-			return err
-		}
+		mk := r.reduce("ReduceMax", x, axes, 1)
+		e := r.sub("Exp", nil, r.sub("Sub", nil, x, mk))
+		l := r.sub("Log", nil, r.reduce("ReduceSum", e, axes, keep))
 		m := mk
 		if keep == 0 {
-			if m, err = c.reduce("ReduceMax", x, axes, 0); err != nil {
-				return err
-			}
+			m = r.reduce("ReduceMax", x, axes, 0)
 		}
-		return last("Add", l, m)
+		r.emit("Add", nil, l, m)
 	}
+	return r.err
 }
 
 // importVariadic writes Sum and Mean as a chain of Adds (Mean then divided
@@ -332,32 +285,21 @@ func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error
 	for _, d := range shape {
 		target = append(target, int64(d))
 	}
-	tv, err := c.ints("shape", target)
-	if err != nil {
-		return nil, err
-	}
+	r := c.rewrite()
+	tv := r.ints("shape", target)
 	parts := make([]*graph.Value, len(in))
 	for i, v := range in {
 		if neg {
-			if v, err = c.sub("Neg", nil, v); err != nil {
-				return nil, err
-			}
+			v = r.sub("Neg", nil, v)
 		}
-		if parts[i], err = c.sub("Expand", nil, v, tv); err != nil {
-			return nil, err
-		}
+		parts[i] = r.sub("Expand", nil, v, tv)
 	}
 	cat := parts[0]
 	if len(parts) > 1 {
-		if cat, err = c.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, parts...); err != nil {
-			return nil, err
-		}
+		cat = r.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, parts...)
 	}
-	axes, err := c.ints("axes", []int64{0})
-	if err != nil {
-		return nil, err
-	}
-	return c.reduce("ReduceMax", cat, axes, 0)
+	m := r.reduce("ReduceMax", cat, r.ints("axes", []int64{0}), 0)
+	return m, r.err
 }
 
 // importClipInt is Clip of integers (int64, or a narrow type held as one):
@@ -485,23 +427,11 @@ func importTile(c *opCtx) error {
 		expanded = append(expanded, reps[i], int64(d))
 		final = append(final, reps[i]*int64(d))
 	}
-	sv, err := c.ints("split", split)
-	if err != nil {
-		return err
-	}
-	xs, err := c.sub("Reshape", nil, x, sv)
-	if err != nil {
-		return err
-	}
-	ev, err := c.ints("expanded", expanded)
-	if err != nil {
-		return err
-	}
-	xe, err := c.sub("Expand", nil, xs, ev)
-	if err != nil {
-		return err
-	}
-	return c.emitReshape(xe, final)
+	r := c.rewrite()
+	xs := r.sub("Reshape", nil, x, r.ints("split", split))
+	xe := r.sub("Expand", nil, xs, r.ints("expanded", expanded))
+	r.emitReshape(xe, final)
+	return r.err
 }
 
 func init() {
@@ -974,16 +904,13 @@ func importGlobalPool(c *opCtx) error {
 	for i := 2; i < x.Type.Shape.Rank(); i++ {
 		ax = append(ax, int64(i))
 	}
-	axes, err := c.ints("axes", ax)
-	if err != nil {
-		return err
-	}
 	red := "ReduceMean"
 	if c.n.OpType == "GlobalMaxPool" {
 		red = "ReduceMax"
 	}
-	_, err = c.emit(red, graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	return err
+	r := c.rewrite()
+	r.emit(red, graph.Attrs{"keepdims": graph.Int(1)}, x, r.ints("axes", ax))
+	return r.err
 }
 
 // importBatchNorm is BatchNormalization: (X − mean)/√(var + ε)·scale + B,
@@ -1037,132 +964,72 @@ func importBatchNorm(c *opCtx) error {
 		}
 	}
 	x := in[0]
-	r := x.Type.Shape.Rank()
-	if r < 2 || !x.Type.DType.IsFloat() {
+	rank := x.Type.Shape.Rank()
+	if rank < 2 || !x.Type.DType.IsFloat() {
 		return c.errf("X %v: want a float [N, C, ...]", x.Type)
 	}
 	ch := x.Type.Shape[1]
-	shape := make([]int64, r-1)
-	shape[0] = int64(ch)
-	for i := 1; i < len(shape); i++ {
-		shape[i] = 1
-	}
-	sv, err := c.ints("shape", shape)
-	if err != nil {
-		return err
-	}
-	stats := slices.Clone(in) // the [C] inputs, for the running statistics
 	for i := 1; i < 5; i++ {
 		if in[i].Type.DType != x.Type.DType || !in[i].Type.Shape.Equal(graph.Shape{ch}) {
 			return c.errf("input %d %v: want %v[%d]", i, in[i].Type, x.Type.DType, ch)
 		}
-		if in[i], err = c.sub("Reshape", nil, in[i], sv); err != nil {
-			return err
-		}
+	}
+	shape := make([]int64, rank-1)
+	shape[0] = int64(ch)
+	for i := 1; i < len(shape); i++ {
+		shape[i] = 1
+	}
+	r := c.rewrite()
+	sv := r.ints("shape", shape)
+	stats := slices.Clone(in) // the [C] inputs, for the running statistics
+	for i := 1; i < 5; i++ {
+		in[i] = r.sub("Reshape", nil, in[i], sv)
 	}
 	scale, bias, mean, variance := in[1], in[2], in[3], in[4]
 	var d *graph.Value
 	var running [][2]*graph.Value // training: the input and batch statistics
 	if training {
 		ax := []int64{0}
-		for i := 2; i < r; i++ {
+		for i := 2; i < rank; i++ {
 			ax = append(ax, int64(i))
 		}
-		axes, err := c.ints("axes", ax)
-		if err != nil {
-			return err
-		}
+		axes := r.ints("axes", ax)
 		// The batch statistics, [1, C, 1, ...] dropped to [C, 1, ...].
 		keep := graph.Attrs{"keepdims": graph.Int(1)}
-		bm, err := c.sub("ReduceMean", keep, x, axes)
-		if err != nil {
-			return err
-		}
-		if d, err = c.sub("Sub", nil, x, bm); err != nil {
-			return err
-		}
-		sq, err := c.sub("Mul", nil, d, d)
-		if err != nil {
-			return err
-		}
-		bv, err := c.sub("ReduceMean", keep, sq, axes)
-		if err != nil {
-			return err
-		}
-		if mean, err = c.sub("Reshape", nil, bm, sv); err != nil {
-			return err
-		}
-		if variance, err = c.sub("Reshape", nil, bv, sv); err != nil {
-			return err
-		}
+		bm := r.sub("ReduceMean", keep, x, axes)
+		d = r.sub("Sub", nil, x, bm)
+		bv := r.sub("ReduceMean", keep, r.sub("Mul", nil, d, d), axes)
+		mean = r.sub("Reshape", nil, bm, sv)
+		variance = r.sub("Reshape", nil, bv, sv)
 		running = [][2]*graph.Value{{stats[3], bm}, {stats[4], bv}}
-	} else if d, err = c.sub("Sub", nil, x, mean); err != nil {
-		return err
+	} else {
+		d = r.sub("Sub", nil, x, mean)
 	}
-	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
-	if err != nil {
-		return err
-	}
-	ve, err := c.sub("Add", nil, variance, epsV)
-	if err != nil {
-		return err
-	}
-	sd, err := c.sub("Sqrt", nil, ve)
-	if err != nil {
-		return err
-	}
-	nrm, err := c.sub("Div", nil, d, sd)
-	if err != nil {
-		return err
-	}
-	y, err := c.sub("Mul", nil, nrm, scale)
-	if err != nil {
-		return err
-	}
+	sd := r.sub("Sqrt", nil, r.sub("Add", nil, variance, r.scalar("epsilon", x.Type.DType, eps)))
+	y := r.sub("Mul", nil, r.sub("Div", nil, d, sd), scale)
 	c.outNames = c.n.Output[:1]
-	if _, err = c.emit("Add", nil, y, bias); err != nil {
-		return err
-	}
+	r.emit("Add", nil, y, bias)
 	for k, st := range running {
-		if c.outputUsed(k + 1) {
-			if err := c.runningStat(k+1, st[0], st[1], momentum, ch); err != nil {
-				return err
-			}
+		if r.err == nil && c.outputUsed(k+1) {
+			r.fail(c.runningStat(k+1, st[0], st[1], momentum, ch))
 		}
 	}
-	return nil
+	return r.err
 }
 
 // runningStat writes output i of training BatchNormalization: the running
 // statistic old·momentum + batch·(1 − momentum), batch given [1, C, 1, ...]
 // and written as old's [C].
 func (c *opCtx) runningStat(i int, old, batch *graph.Value, momentum float64, ch int) error {
-	flat, err := c.ints("channels", []int64{int64(ch)})
-	if err != nil {
-		return err
-	}
-	b, err := c.sub("Reshape", nil, batch, flat)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	b := r.sub("Reshape", nil, batch, r.ints("channels", []int64{int64(ch)}))
 	dt := old.Type.DType
-	m, err := c.scalar("momentum", dt, momentum)
-	if err != nil {
-		return err
-	}
-	rest, err := c.scalar("one_minus_momentum", dt, 1-momentum)
-	if err != nil {
-		return err
-	}
-	kept, err := c.sub("Mul", nil, old, m)
-	if err != nil {
-		return err
-	}
-	added, err := c.sub("Mul", nil, b, rest)
-	if err != nil {
-		return err
-	}
-	return c.emitOutput(i, "Add", nil, kept, added)
+	m := r.scalar("momentum", dt, momentum)
+	rest := r.scalar("one_minus_momentum", dt, 1-momentum)
+	kept := r.sub("Mul", nil, old, m)
+	added := r.sub("Mul", nil, b, rest)
+	r.emitOutput(i, "Add", nil, kept, added)
+	return r.err
 }
 
 func init() {

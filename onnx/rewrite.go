@@ -1,0 +1,149 @@
+package onnx
+
+import "github.com/flashgraph/flashgraph/graph"
+
+// rewrite is one ONNX node's import written as straight-line steps (read
+// attributes and inputs, emit nodes) that keeps the first error, the way
+// bufio.Writer does: once a step fails, the later ones do nothing and
+// return zero values, and the handler checks err once, at the end. The
+// error is the one the first failing step gives, so the steps run in the
+// order the checks used to. A value a failed step returns is nil: code that
+// looks inside a value (its type or shape) checks err before it does.
+type rewrite struct {
+	c   *opCtx
+	err error
+}
+
+func (c *opCtx) rewrite() *rewrite { return &rewrite{c: c} }
+
+// fail records err unless an earlier step already failed.
+func (r *rewrite) fail(err error) {
+	if r.err == nil {
+		r.err = err
+	}
+}
+
+func (r *rewrite) attrInt(name string, def int64) int64 {
+	if r.err != nil {
+		return def
+	}
+	v, err := r.c.attrInt(name, def)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) attrFloat(name string, def float64) float64 {
+	if r.err != nil {
+		return def
+	}
+	v, err := r.c.attrFloat(name, def)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) attrString(name, def string) string {
+	if r.err != nil {
+		return def
+	}
+	v, err := r.c.attrString(name, def)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) attrInts(name string) ([]int64, bool) {
+	if r.err != nil {
+		return nil, false
+	}
+	v, ok, err := r.c.attrInts(name)
+	r.err = err
+	return v, ok
+}
+
+func (r *rewrite) need(i int) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.need(i)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) value(i int) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.value(i)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) constInput(i int, what string) *cval {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.constInput(i, what)
+	r.err = err
+	return v
+}
+
+// sub adds an intermediate node (opCtx.sub).
+func (r *rewrite) sub(op string, attrs graph.Attrs, in ...*graph.Value) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.sub(op, attrs, in...)
+	r.err = err
+	return v
+}
+
+// reduce adds a table reduction (opCtx.reduce).
+func (r *rewrite) reduce(op string, x, axes *graph.Value, keep int64) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.reduce(op, x, axes, keep)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) ints(what string, vals []int64) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.ints(what, vals)
+	r.err = err
+	return v
+}
+
+func (r *rewrite) scalar(what string, dt graph.DType, v float64) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	s, err := r.c.scalar(what, dt, v)
+	r.err = err
+	return s
+}
+
+// emit adds the node that produces the ONNX node's outputs (opCtx.emit).
+func (r *rewrite) emit(op string, attrs graph.Attrs, in ...*graph.Value) []*graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	outs, err := r.c.emit(op, attrs, in...)
+	r.err = err
+	return outs
+}
+
+// emitOutput adds a node that produces ONNX output i alone (opCtx.emitOutput).
+func (r *rewrite) emitOutput(i int, op string, attrs graph.Attrs, in ...*graph.Value) {
+	if r.err == nil {
+		r.err = r.c.emitOutput(i, op, attrs, in...)
+	}
+}
+
+// emitReshape writes the node's output as y reshaped (opCtx.emitReshape).
+func (r *rewrite) emitReshape(y *graph.Value, shape []int64) {
+	if r.err == nil {
+		r.err = r.c.emitReshape(y, shape)
+	}
+}
