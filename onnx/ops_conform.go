@@ -486,31 +486,24 @@ func importGatherElements(c *opCtx) error {
 
 // importArgMax maps ArgMax, and ArgMin as ArgMax of −x (exact for floats).
 func importArgMax(c *opCtx) error {
-	attrs := graph.Attrs{}
-	for _, a := range []struct {
-		name string
-		def  int64
-	}{{"axis", 0}, {"keepdims", 1}, {"select_last_index", 0}} {
-		v, err := c.attrInt(a.name, a.def)
-		if err != nil {
-			return err
-		}
-		attrs[a.name] = graph.Int(v)
+	r := c.rewrite()
+	attrs := graph.Attrs{
+		"axis":              graph.Int(r.attrInt("axis", 0)),
+		"keepdims":          graph.Int(r.attrInt("keepdims", 1)),
+		"select_last_index": graph.Int(r.attrInt("select_last_index", 0)),
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if !x.Type.DType.IsFloat() {
 		return c.errf("%s of %v is not supported", c.n.OpType, x.Type.DType)
 	}
 	if c.n.OpType == "ArgMin" {
-		if x, err = c.sub("Neg", nil, x); err != nil {
-			return err
-		}
+		x = r.sub("Neg", nil, x)
 	}
-	_, err = c.emit("ArgMax", attrs, x)
-	return err
+	r.emit("ArgMax", attrs, x)
+	return r.err
 }
 
 func importReduceProd(c *opCtx) error {
@@ -546,20 +539,15 @@ func importNLLLoss(c *opCtx) error {
 // the target is ignore_index; "sum" adds them up, "mean" divides the sum by
 // the sum of the weights of the targets not ignored.
 func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
-	red, err := c.attrString("reduction", "mean")
-	if err != nil {
-		return nil, err
-	}
-	if red != "none" && red != "sum" && red != "mean" {
+	r := c.rewrite()
+	red := r.attrString("reduction", "mean")
+	if r.err == nil && red != "none" && red != "sum" && red != "mean" {
 		return nil, c.errf("reduction %q is not supported", red)
 	}
-	target, err := c.need(1)
-	if err != nil {
-		return nil, err
-	}
-	weight, err := c.value(2)
-	if err != nil {
-		return nil, err
+	target := r.need(1)
+	weight := r.value(2)
+	if r.err != nil {
+		return nil, r.err
 	}
 	dt := input.Type.DType
 	if !dt.IsFloat() || target.Type.DType != graph.Int64 {
@@ -571,90 +559,43 @@ func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
 	safe := target
 	var ignored *graph.Value // bool, true where the target is ignore_index
 	if c.has("ignore_index") {
-		ign, err := c.attrInt("ignore_index", 0)
-		if err != nil {
-			return nil, err
-		}
-		iv, err := c.scalar("ignore_index", graph.Int64, float64(ign))
-		if err != nil {
-			return nil, err
-		}
-		if ignored, err = c.sub("Equal", nil, target, iv); err != nil {
-			return nil, err
-		}
-		zero, err := c.scalar("zero_index", graph.Int64, 0)
-		if err != nil {
-			return nil, err
-		}
-		if safe, err = c.sub("Where", nil, ignored, zero, target); err != nil {
-			return nil, err
-		}
+		ign := r.attrInt("ignore_index", 0)
+		ignored = r.sub("Equal", nil, target, r.scalar("ignore_index", graph.Int64, float64(ign)))
+		safe = r.sub("Where", nil, ignored, r.scalar("zero_index", graph.Int64, 0), target)
 	}
-	axis1, err := c.ints("class_axis", []int64{1})
-	if err != nil {
-		return nil, err
-	}
-	tu, err := c.sub("Unsqueeze", nil, safe, axis1)
-	if err != nil {
-		return nil, err
-	}
-	picked, err := c.sub("GatherElements", graph.Attrs{"axis": graph.Int(1)}, input, tu)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := c.sub("Squeeze", nil, picked, axis1)
-	if err != nil {
-		return nil, err
-	}
-	loss, err := c.sub("Neg", nil, ps)
-	if err != nil {
-		return nil, err
-	}
+	axis1 := r.ints("class_axis", []int64{1})
+	tu := r.sub("Unsqueeze", nil, safe, axis1)
+	picked := r.sub("GatherElements", graph.Attrs{"axis": graph.Int(1)}, input, tu)
+	loss := r.sub("Neg", nil, r.sub("Squeeze", nil, picked, axis1))
 	var w *graph.Value // the weight of each target, nil for all ones
 	if weight != nil {
-		if w, err = c.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, weight, safe); err != nil {
-			return nil, err
-		}
+		w = r.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, weight, safe)
 	}
 	if ignored != nil {
-		zero, err := c.scalar("zero", dt, 0)
-		if err != nil {
-			return nil, err
-		}
+		zero := r.scalar("zero", dt, 0)
 		keep := w
-		if keep == nil {
-			if keep, err = c.scalar("one", dt, 1); err != nil {
-				return nil, err
-			}
+		if weight == nil {
+			keep = r.scalar("one", dt, 1)
 		}
-		if w, err = c.sub("Where", nil, ignored, zero, keep); err != nil {
-			return nil, err
-		}
+		w = r.sub("Where", nil, ignored, zero, keep)
 	}
 	if w != nil {
-		if loss, err = c.sub("Mul", nil, loss, w); err != nil {
-			return nil, err
-		}
+		loss = r.sub("Mul", nil, loss, w)
 	}
 	if red == "none" {
-		return loss, nil
+		return loss, r.err
 	}
-	sum, err := c.reduce("ReduceSum", loss, nil, 0)
-	if err != nil {
-		return nil, err
-	}
+	sum := r.reduce("ReduceSum", loss, nil, 0)
 	if red == "sum" {
-		return sum, nil
+		return sum, r.err
 	}
 	var den *graph.Value
 	if w != nil {
-		if den, err = c.reduce("ReduceSum", w, nil, 0); err != nil {
-			return nil, err
-		}
-	} else if den, err = c.scalar("count", dt, float64(target.Type.Shape.Numel())); err != nil {
-		return nil, err
+		den = r.reduce("ReduceSum", w, nil, 0)
+	} else {
+		den = r.scalar("count", dt, float64(target.Type.Shape.Numel()))
 	}
-	return c.sub("Div", nil, sum, den)
+	return r.sub("Div", nil, sum, den), r.err
 }
 
 // importSCEComposed writes SoftmaxCrossEntropyLoss in the forms our fused op
@@ -678,13 +619,12 @@ func importSCEComposed(c *opCtx) error {
 		return err
 	}
 	c.outNames = c.n.Output[:1]
-	if _, err := c.emit("Identity", nil, loss); err != nil {
-		return err
-	}
+	r := c.rewrite()
+	r.emit("Identity", nil, loss)
 	if c.outputUsed(1) {
-		return c.emitOutput(1, "Identity", nil, lp)
+		r.emitOutput(1, "Identity", nil, lp)
 	}
-	return nil
+	return r.err
 }
 
 // legacyForms handles what opsets before 7 spelled differently: the
