@@ -751,13 +751,11 @@ func importWindowOp(c *opCtx) error {
 		return c.errf("strides %v or dilations %v for %d spatial axes", strides, dil, n)
 	}
 	attrs["strides"], attrs["dilations"] = graph.Ints(strides...), graph.Ints(dil...)
-	autoPad, err := c.attrString("auto_pad", "NOTSET")
-	if err != nil {
-		return err
-	}
-	pads, hasPads, err := c.attrInts("pads")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	autoPad := r.attrString("auto_pad", "NOTSET")
+	pads, hasPads := r.attrInts("pads")
+	if r.err != nil {
+		return r.err
 	}
 	switch autoPad {
 	case "NOTSET":
@@ -788,47 +786,31 @@ func importWindowOp(c *opCtx) error {
 	attrs["pads"] = graph.Ints(pads...)
 	switch op {
 	case "Conv", "ConvInteger", "QLinearConv":
-		g, err := c.attrInt("group", 1)
-		if err != nil {
-			return err
-		}
-		attrs["group"] = graph.Int(g)
+		attrs["group"] = graph.Int(r.attrInt("group", 1))
 	case "MaxPool", "AveragePool":
 		if c.ver >= 10 {
-			cm, err := c.attrInt("ceil_mode", 0)
-			if err != nil {
-				return err
-			}
-			attrs["ceil_mode"] = graph.Int(cm)
+			attrs["ceil_mode"] = graph.Int(r.attrInt("ceil_mode", 0))
 		}
 		if op == "AveragePool" {
-			cp, err := c.attrInt("count_include_pad", 0)
-			if err != nil {
-				return err
-			}
-			attrs["count_include_pad"] = graph.Int(cp)
+			attrs["count_include_pad"] = graph.Int(r.attrInt("count_include_pad", 0))
 			c.outNames = c.n.Output[:1]
 		} else {
 			// storage_order says how Indices number the spatial positions.
-			so, err := c.attrInt("storage_order", 0)
-			if err != nil {
-				return err
-			}
-			attrs["storage_order"] = graph.Int(so)
+			attrs["storage_order"] = graph.Int(r.attrInt("storage_order", 0))
 			if !c.outputUsed(1) {
 				c.outNames = c.n.Output[:1]
 			}
 		}
 	}
 	if integer {
-		y, err := c.sub("Conv", attrs, in...)
-		if err != nil {
-			return err
+		y := r.sub("Conv", attrs, in...)
+		if r.err != nil {
+			return r.err
 		}
 		return c.requantizeConv(y)
 	}
-	_, err = c.emit(op, attrs, in...)
-	return err
+	r.emit(op, attrs, in...)
+	return r.err
 }
 
 // importGlobalPool is ReduceMean or ReduceMax over the spatial axes, kept.
@@ -860,13 +842,11 @@ func importGlobalPool(c *opCtx) error {
 // divided by the count, as ONNX's reference computes it), and the running
 // statistics are also output: input·momentum + batch·(1 − momentum).
 func importBatchNorm(c *opCtx) error {
-	eps, err := c.attrFloat("epsilon", 1e-5)
-	if err != nil {
-		return err
-	}
-	momentum, err := c.attrFloat("momentum", 0.9)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	eps := r.attrFloat("epsilon", 1e-5)
+	momentum := r.attrFloat("momentum", 0.9)
+	if r.err != nil {
+		return r.err
 	}
 	if c.ver < 9 {
 		if sp, err := c.attrInt("spatial", 1); err != nil || sp != 1 {
@@ -919,7 +899,6 @@ func importBatchNorm(c *opCtx) error {
 	for i := 1; i < len(shape); i++ {
 		shape[i] = 1
 	}
-	r := c.rewrite()
 	sv := r.ints("shape", shape)
 	stats := slices.Clone(in) // the [C] inputs, for the running statistics
 	for i := 1; i < 5; i++ {
