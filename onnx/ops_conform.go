@@ -963,13 +963,11 @@ func importHardmax(c *opCtx) error {
 	if c.ver < 13 {
 		def = 1
 	}
-	axis, err := c.attrInt("axis", def)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", def)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	dt, s := x.Type.DType, x.Type.Shape
 	if !dt.IsFloat() {
@@ -981,12 +979,9 @@ func importHardmax(c *opCtx) error {
 	}
 	v := x
 	if c.ver < 13 {
-		flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
-		if err != nil {
-			return err
-		}
-		if v, err = c.sub("Reshape", nil, x, flat); err != nil {
-			return err
+		v = r.sub("Reshape", nil, x, r.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())}))
+		if r.err != nil {
+			return r.err
 		}
 		a = 1
 	}
@@ -994,10 +989,7 @@ func importHardmax(c *opCtx) error {
 	if vs[a] == 0 {
 		return c.errf("axis %d is empty", a)
 	}
-	am, err := c.sub("ArgMax", graph.Attrs{"axis": graph.Int(int64(a)), "keepdims": graph.Int(1), "select_last_index": graph.Int(0)}, v)
-	if err != nil {
-		return err
-	}
+	am := r.sub("ArgMax", graph.Attrs{"axis": graph.Int(int64(a)), "keepdims": graph.Int(1), "select_last_index": graph.Int(0)}, v)
 	iotaShape := make(graph.Shape, vs.Rank())
 	for i := range iotaShape {
 		iotaShape[i] = 1
@@ -1007,27 +999,25 @@ func importHardmax(c *opCtx) error {
 	for i := range iota.i {
 		iota.i[i] = int64(i)
 	}
+	if r.err != nil {
+		return r.err
+	}
 	iv, err := c.im.val(c.im.constant(c.nodeBase()+"/positions", iota))
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	eq, err := c.sub("Equal", nil, am, iv)
-	if err != nil {
-		return err
-	}
+	eq := r.sub("Equal", nil, am, iv)
+	to := graph.Attrs{"to": graph.Str(dt.String())}
 	if c.ver >= 13 {
-		_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
-		return err
-	}
-	y, err := c.sub("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
-	if err != nil {
-		return err
+		r.emit("Cast", to, eq)
+		return r.err
 	}
 	back := make([]int64, s.Rank())
 	for i, d := range s {
 		back[i] = int64(d)
 	}
-	return c.emitReshape(y, back)
+	r.emitReshape(r.sub("Cast", to, eq), back)
+	return r.err
 }
 
 // importConvTranspose resolves output_shape and auto_pad into pads: the
@@ -1035,17 +1025,10 @@ func importHardmax(c *opCtx) error {
 // odd half at the end for SAME_UPPER and at the beginning otherwise, as the
 // operator's definition says.
 func importConvTranspose(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	w, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	b, err := c.value(2)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, w, b := r.need(0), r.need(1), r.value(2)
+	if r.err != nil {
+		return r.err
 	}
 	xs, ws := x.Type.Shape, w.Type.Shape
 	if xs.Rank() < 3 || ws.Rank() != xs.Rank() {
@@ -1057,15 +1040,13 @@ func importConvTranspose(c *opCtx) error {
 		kernel[i] = int64(ws[2+i])
 	}
 	attrs := graph.Attrs{}
-	if ks, ok, err := c.attrInts("kernel_shape"); err != nil {
-		return err
-	} else if ok {
+	if ks, ok := r.attrInts("kernel_shape"); ok {
 		attrs["kernel_shape"] = graph.Ints(ks...)
 	}
-	list := func(name string, def int64) ([]int64, error) {
-		v, ok, err := c.attrInts(name)
-		if err != nil {
-			return nil, err
+	list := func(name string, def int64) []int64 {
+		v, ok := r.attrInts(name)
+		if r.err != nil {
+			return nil
 		}
 		if !ok {
 			v = make([]int64, n)
@@ -1074,39 +1055,21 @@ func importConvTranspose(c *opCtx) error {
 			}
 		}
 		if len(v) != n {
-			return nil, c.errf("%s %v for %d spatial axes", name, v, n)
+			r.fail(c.errf("%s %v for %d spatial axes", name, v, n))
+			return nil
 		}
 		attrs[name] = graph.Ints(v...)
-		return v, nil
+		return v
 	}
-	strides, err := list("strides", 1)
-	if err != nil {
-		return err
-	}
-	dil, err := list("dilations", 1)
-	if err != nil {
-		return err
-	}
-	outPad, err := list("output_padding", 0)
-	if err != nil {
-		return err
-	}
-	g, err := c.attrInt("group", 1)
-	if err != nil {
-		return err
-	}
-	attrs["group"] = graph.Int(g)
-	autoPad, err := c.attrString("auto_pad", "NOTSET")
-	if err != nil {
-		return err
-	}
-	pads, hasPads, err := c.attrInts("pads")
-	if err != nil {
-		return err
-	}
-	outShape, hasOut, err := c.attrInts("output_shape")
-	if err != nil {
-		return err
+	strides := list("strides", 1)
+	dil := list("dilations", 1)
+	outPad := list("output_padding", 0)
+	attrs["group"] = graph.Int(r.attrInt("group", 1))
+	autoPad := r.attrString("auto_pad", "NOTSET")
+	pads, hasPads := r.attrInts("pads")
+	outShape, hasOut := r.attrInts("output_shape")
+	if r.err != nil {
+		return r.err
 	}
 	if hasOut && len(outShape) == n+2 {
 		outShape = outShape[2:]
@@ -1160,8 +1123,8 @@ func importConvTranspose(c *opCtx) error {
 	if b != nil {
 		in = append(in, b)
 	}
-	_, err = c.emit("ConvTranspose", attrs, in...)
-	return err
+	r.emit("ConvTranspose", attrs, in...)
+	return r.err
 }
 
 func init() {
