@@ -1157,19 +1157,15 @@ func init() {
 // importSpaceDepth writes DepthToSpace and SpaceToDepth as the Reshape,
 // Transpose, Reshape their definitions are.
 func importSpaceDepth(c *opCtx) error {
-	bs, err := c.attrInt("blocksize", 0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	bs := r.attrInt("blocksize", 0)
 	mode := "DCR"
 	if c.n.OpType == "DepthToSpace" && c.ver >= 11 {
-		if mode, err = c.attrString("mode", "DCR"); err != nil {
-			return err
-		}
+		mode = r.attrString("mode", "DCR")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	if s.Rank() != 4 || bs <= 0 {
@@ -1192,31 +1188,20 @@ func importSpaceDepth(c *opCtx) error {
 	default:
 		return c.errf("mode %q is not supported", mode)
 	}
-	sv, err := c.ints("split", split)
-	if err != nil {
-		return err
-	}
-	xs, err := c.sub("Reshape", nil, x, sv)
-	if err != nil {
-		return err
-	}
-	xt, err := c.sub("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, xs)
-	if err != nil {
-		return err
-	}
-	return c.emitReshape(xt, final)
+	xs := r.sub("Reshape", nil, x, r.ints("split", split))
+	xt := r.sub("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, xs)
+	r.emitReshape(xt, final)
+	return r.err
 }
 
 // importInstanceNorm normalizes each [n, c] plane over the spatial axes:
 // (X − mean)/√(var + ε)·scale[c] + B[c].
 func importInstanceNorm(c *opCtx) error {
-	eps, err := c.attrFloat("epsilon", 1e-5)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	eps := r.attrFloat("epsilon", 1e-5)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	if s.Rank() < 3 || !x.Type.DType.IsFloat() {
@@ -1228,45 +1213,30 @@ func importInstanceNorm(c *opCtx) error {
 		ax = append(ax, int64(i))
 		shape = append(shape, 1)
 	}
-	axes, err := c.ints("axes", ax)
-	if err != nil {
-		return err
-	}
-	sv, err := c.ints("shape", shape)
-	if err != nil {
-		return err
-	}
+	axes := r.ints("axes", ax)
+	sv := r.ints("shape", shape)
 	var sb [2]*graph.Value
 	for i := range sb {
-		v, err := c.need(i + 1)
-		if err != nil {
-			return err
+		v := r.need(i + 1)
+		if r.err != nil {
+			return r.err
 		}
 		if v.Type.DType != x.Type.DType || !v.Type.Shape.Equal(graph.Shape{s[1]}) {
 			return c.errf("input %d %v: want %v[%d]", i+1, v.Type, x.Type.DType, s[1])
 		}
-		if sb[i], err = c.sub("Reshape", nil, v, sv); err != nil {
-			return err
-		}
+		sb[i] = r.sub("Reshape", nil, v, sv)
 	}
-	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	if err != nil {
-		return err
-	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
+	mean := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	d := r.sub("Sub", nil, x, mean)
+	if r.err != nil {
+		return r.err
 	}
 	nrm, _, err := rmsScale(c, d, axes, eps)
 	if err != nil {
 		return err
 	}
-	y, err := c.sub("Mul", nil, nrm, sb[0])
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Add", nil, y, sb[1])
-	return err
+	r.emit("Add", nil, r.sub("Mul", nil, nrm, sb[0]), sb[1])
+	return r.err
 }
 
 func init() {
@@ -1284,30 +1254,15 @@ func init() {
 // importScatterElements maps ScatterElements and Scatter (its name before
 // opset 11, without reduction).
 func importScatterElements(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
 	red := "none"
 	if c.n.OpType == "ScatterElements" && c.ver >= 16 {
-		if red, err = c.attrString("reduction", "none"); err != nil {
-			return err
-		}
+		red = r.attrString("reduction", "none")
 	}
-	data, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	idx, err := c.indicesValue(1)
-	if err != nil {
-		return err
-	}
-	upd, err := c.need(2)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("ScatterElements", graph.Attrs{"axis": graph.Int(axis), "reduction": graph.Str(red)}, data, idx, upd)
-	return err
+	data, idx, upd := r.need(0), r.indices(1), r.need(2)
+	r.emit("ScatterElements", graph.Attrs{"axis": graph.Int(axis), "reduction": graph.Str(red)}, data, idx, upd)
+	return r.err
 }
 
 // importPad reads pads and the constant from attributes (before opset 11)
@@ -1400,34 +1355,21 @@ func importPad(c *opCtx) error {
 
 // importTopK reads K from the attribute (before opset 10) or input.
 func importTopK(c *opCtx) error {
-	attrs := graph.Attrs{}
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return err
-	}
-	attrs["axis"] = graph.Int(axis)
+	r := c.rewrite()
+	attrs := graph.Attrs{"axis": graph.Int(r.attrInt("axis", -1))}
 	if c.ver >= 11 {
-		for _, name := range []string{"largest", "sorted"} {
-			v, err := c.attrInt(name, 1)
-			if err != nil {
-				return err
-			}
-			attrs[name] = graph.Int(v)
-		}
-		if attrs.Int("sorted", 1) == 0 {
-			// Unsorted order is unspecified; ours is sorted, which is one such order.
-			attrs["sorted"] = graph.Int(1)
-		}
+		attrs["largest"] = graph.Int(r.attrInt("largest", 1))
+		// Unsorted order is unspecified; ours is sorted, which is one such
+		// order (sorted is read, and always 1).
+		r.attrInt("sorted", 1)
+		attrs["sorted"] = graph.Int(1)
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
+	x := r.need(0)
 	var k *graph.Value
 	if c.ver < 10 {
-		kv, ok, err := c.attrInts("k")
-		if err != nil {
-			return err
+		kv, ok := r.attrInts("k")
+		if r.err != nil {
+			return r.err
 		}
 		if a, _ := c.attr("k", onnxpb.AttrInt); a != nil {
 			kv, ok = []int64{a.I}, true
@@ -1435,33 +1377,22 @@ func importTopK(c *opCtx) error {
 		if !ok {
 			return c.errf("k is required")
 		}
-		if k, err = c.ints("k", kv); err != nil {
-			return err
-		}
+		k = r.ints("k", kv)
 	} else {
-		if _, err := c.constInput(1, "K"); err != nil {
-			return err
-		}
-		if k, err = c.need(1); err != nil {
-			return err
-		}
+		r.constInput(1, "K")
+		k = r.need(1)
 	}
-	_, err = c.emit("TopK", attrs, x, k)
-	return err
+	r.emit("TopK", attrs, x, k)
+	return r.err
 }
 
 func importOneHot(c *opCtx) error {
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return err
-	}
-	idx, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	dc, err := c.constInput(1, "depth")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", -1)
+	idx := r.need(0)
+	dc := r.constInput(1, "depth")
+	if r.err != nil {
+		return r.err
 	}
 	if dc == nil || dc.n() != 1 {
 		return c.errf("depth must be one value")
@@ -1470,13 +1401,10 @@ func importOneHot(c *opCtx) error {
 	if d != float64(int64(d)) {
 		return c.errf("depth %v is not an integer", d)
 	}
-	depth, err := c.ints("depth", []int64{int64(d)})
-	if err != nil {
-		return err
-	}
-	vals, err := c.need(2)
-	if err != nil {
-		return err
+	depth := r.ints("depth", []int64{int64(d)})
+	vals := r.need(2)
+	if r.err != nil {
+		return r.err
 	}
 	if c.ver < 11 {
 		// Negative indices are out of range before opset 11; ours count from the end.
@@ -1486,8 +1414,8 @@ func importOneHot(c *opCtx) error {
 			return c.errf("negative indices before opset 11 are not supported")
 		}
 	}
-	_, err = c.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
-	return err
+	r.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
+	return r.err
 }
 
 // legacyBroadcast lists the ops that took broadcast (and, but for Gemm,

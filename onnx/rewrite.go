@@ -147,3 +147,13 @@ func (r *rewrite) emitReshape(y *graph.Value, shape []int64) {
 		r.err = r.c.emitReshape(y, shape)
 	}
 }
+
+// indices reads input i as int64 indices (opCtx.indicesValue).
+func (r *rewrite) indices(i int) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.indicesValue(i)
+	r.err = err
+	return v
+}
