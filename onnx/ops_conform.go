@@ -1480,15 +1480,12 @@ func (c *opCtx) reshapeInput(i int, shape graph.Shape) error {
 	for i, d := range shape {
 		dims[i] = int64(d)
 	}
-	sv, err := c.ints("aligned", dims)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	y := r.sub("Reshape", nil, v, r.ints("aligned", dims))
+	if r.err != nil {
+		return r.err
 	}
-	r, err := c.sub("Reshape", nil, v, sv)
-	if err != nil {
-		return err
-	}
-	c.in[i] = &entry{name: r.Name, v: r}
+	c.in[i] = &entry{name: y.Name, v: y}
 	return nil
 }
 
@@ -1526,13 +1523,10 @@ func init() {
 // it): it is then Gather of the selected positions, along axis or of the
 // flattened input.
 func importCompress(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	cond, err := c.constInput(1, "condition")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, cond := r.need(0), r.constInput(1, "condition")
+	if r.err != nil {
+		return r.err
 	}
 	if cond == nil || cond.shape.Rank() != 1 {
 		return c.errf("needs a 1-D condition")
@@ -1545,8 +1539,8 @@ func importCompress(c *opCtx) error {
 	}
 	src, axis := x, int64(0)
 	if c.has("axis") {
-		if axis, err = c.attrInt("axis", 0); err != nil {
-			return err
+		if axis = r.attrInt("axis", 0); r.err != nil {
+			return r.err
 		}
 		a, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
 		if err != nil {
@@ -1559,33 +1553,21 @@ func importCompress(c *opCtx) error {
 		if cond.n() > x.Type.Shape.Numel() {
 			return c.errf("condition of %d for %d elements", cond.n(), x.Type.Shape.Numel())
 		}
-		flat, err := c.ints("flat", []int64{int64(x.Type.Shape.Numel())})
-		if err != nil {
-			return err
-		}
-		if src, err = c.sub("Reshape", nil, x, flat); err != nil {
-			return err
-		}
+		src = r.sub("Reshape", nil, x, r.ints("flat", []int64{int64(x.Type.Shape.Numel())}))
 	}
-	iv, err := c.ints("indices", idx)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, src, iv)
-	return err
+	r.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, src, r.ints("indices", idx))
+	return r.err
 }
 
 // importMVN is (X − mean)/(√(mean((X − mean)²)) + 1e-9) over axes (default
 // 0, 2, 3), as the function that defines it (which writes the variance as
 // E[X²] − E[X]², the same value).
 func importMVN(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	ax, ok, err := c.attrInts("axes")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x := r.need(0)
+	ax, ok := r.attrInts("axes")
+	if r.err != nil {
+		return r.err
 	}
 	if !ok {
 		ax = []int64{0, 2, 3}
@@ -1593,40 +1575,13 @@ func importMVN(c *opCtx) error {
 	if !x.Type.DType.IsFloat() {
 		return c.errf("MeanVarianceNormalization of %v is not supported", x.Type.DType)
 	}
-	axes, err := c.ints("axes", ax)
-	if err != nil {
-		return err
-	}
-	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	if err != nil {
-		return err
-	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
-	sq, err := c.sub("Mul", nil, d, d)
-	if err != nil {
-		return err
-	}
-	v, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
-	if err != nil {
-		return err
-	}
-	sd, err := c.sub("Sqrt", nil, v)
-	if err != nil {
-		return err
-	}
-	eps, err := c.scalar("epsilon", x.Type.DType, 1e-9)
-	if err != nil {
-		return err
-	}
-	den, err := c.sub("Add", nil, sd, eps)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Div", nil, d, den)
-	return err
+	keep := graph.Attrs{"keepdims": graph.Int(1)}
+	axes := r.ints("axes", ax)
+	d := r.sub("Sub", nil, x, r.sub("ReduceMean", keep, x, axes))
+	sd := r.sub("Sqrt", nil, r.sub("ReduceMean", keep, r.sub("Mul", nil, d, d), axes))
+	den := r.sub("Add", nil, sd, r.scalar("epsilon", x.Type.DType, 1e-9))
+	r.emit("Div", nil, d, den)
+	return r.err
 }
 
 func init() {
