@@ -1641,27 +1641,15 @@ func importResize(c *opCtx) error {
 			return err
 		}
 	} else {
-		for _, name := range []string{"coordinate_transformation_mode", "nearest_mode"} {
-			def := map[string]string{"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor"}[name]
-			v, err := c.attrString(name, def)
-			if err != nil {
-				return err
-			}
-			attrs[name] = graph.Str(v)
+		rw := c.rewrite()
+		attrs["coordinate_transformation_mode"] = graph.Str(rw.attrString("coordinate_transformation_mode", "half_pixel"))
+		attrs["nearest_mode"] = graph.Str(rw.attrString("nearest_mode", "round_prefer_floor"))
+		attrs["cubic_coeff_a"] = graph.Float(rw.attrFloat("cubic_coeff_a", -0.75))
+		attrs["exclude_outside"] = graph.Int(rw.attrInt("exclude_outside", 0))
+		attrs["extrapolation_value"] = graph.Float(rw.attrFloat("extrapolation_value", 0))
+		if rw.err != nil {
+			return rw.err
 		}
-		a, err := c.attrFloat("cubic_coeff_a", -0.75)
-		if err != nil {
-			return err
-		}
-		ex, err := c.attrInt("exclude_outside", 0)
-		if err != nil {
-			return err
-		}
-		ev, err := c.attrFloat("extrapolation_value", 0)
-		if err != nil {
-			return err
-		}
-		attrs["cubic_coeff_a"], attrs["exclude_outside"], attrs["extrapolation_value"] = graph.Float(a), graph.Int(ex), graph.Float(ev)
 		if scales, err = floats(2, "scales"); err != nil {
 			return err
 		}
