@@ -434,41 +434,24 @@ func importSoftmax(c *opCtx) error {
 	if c.ver < 13 {
 		def = 1
 	}
-	axis, err := c.attrInt("axis", def)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", def)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	r := x.Type.Shape.Rank()
-	a, err := graph.NormAxis(int(axis), r)
+	rank := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), rank)
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	if c.ver >= 13 || a == r-1 {
-		_, err = c.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, x)
-		return err
+	if c.ver >= 13 || a == rank-1 {
+		r.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, x)
+		return r.err
 	}
-	s := x.Type.Shape
-	flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
-	if err != nil {
-		return err
-	}
-	x2, err := c.sub("Reshape", nil, x, flat)
-	if err != nil {
-		return err
-	}
-	y2, err := c.sub(c.n.OpType, graph.Attrs{"axis": graph.Int(-1)}, x2)
-	if err != nil {
-		return err
-	}
-	back := make([]int64, r)
-	for i, d := range s {
-		back[i] = int64(d)
-	}
-	return c.emitReshape(y2, back)
+	y2 := r.sub(c.n.OpType, graph.Attrs{"axis": graph.Int(-1)}, r.as2D(x, a))
+	r.emitReshape(y2, dims64(x.Type.Shape))
+	return r.err
 }
 
 func importSCELoss(c *opCtx) error {

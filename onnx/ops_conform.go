@@ -979,7 +979,7 @@ func importHardmax(c *opCtx) error {
 	}
 	v := x
 	if c.ver < 13 {
-		v = r.sub("Reshape", nil, x, r.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())}))
+		v = r.as2D(x, a)
 		if r.err != nil {
 			return r.err
 		}
@@ -1012,11 +1012,7 @@ func importHardmax(c *opCtx) error {
 		r.emit("Cast", to, eq)
 		return r.err
 	}
-	back := make([]int64, s.Rank())
-	for i, d := range s {
-		back[i] = int64(d)
-	}
-	r.emitReshape(r.sub("Cast", to, eq), back)
+	r.emitReshape(r.sub("Cast", to, eq), dims64(s))
 	return r.err
 }
 
@@ -1476,12 +1472,8 @@ func (c *opCtx) reshapeInput(i int, shape graph.Shape) error {
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	dims := make([]int64, len(shape))
-	for i, d := range shape {
-		dims[i] = int64(d)
-	}
 	r := c.rewrite()
-	y := r.sub("Reshape", nil, v, r.ints("aligned", dims))
+	y := r.sub("Reshape", nil, v, r.ints("aligned", dims64(shape)))
 	if r.err != nil {
 		return r.err
 	}

@@ -157,3 +157,22 @@ func (r *rewrite) indices(i int) *graph.Value {
 	r.err = err
 	return v
 }
+
+// dims64 is s as the int64 dimensions of a shape operand.
+func dims64(s graph.Shape) []int64 {
+	dims := make([]int64, len(s))
+	for i, d := range s {
+		dims[i] = int64(d)
+	}
+	return dims
+}
+
+// as2D reshapes x to [dims before axis a, dims from a], the 2-D form opsets
+// before 13 gave Softmax, LogSoftmax and Hardmax.
+func (r *rewrite) as2D(x *graph.Value, a int) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	s := x.Type.Shape
+	return r.sub("Reshape", nil, x, r.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())}))
+}
