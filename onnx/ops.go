@@ -286,26 +286,20 @@ func importPow(c *opCtx) error {
 		if et == graph.Bool || bt == graph.Bool {
 			return c.errf("Pow of %v to a %v exponent is not supported", bt, et)
 		}
+		r := c.rewrite()
 		if bt.IsFloat() {
-			if ev, err = c.sub("Cast", graph.Attrs{"to": graph.Str(bt.String())}, ev); err != nil {
-				return err
-			}
+			ev = r.sub("Cast", graph.Attrs{"to": graph.Str(bt.String())}, ev)
 		} else {
 			wide := graph.Attrs{"to": graph.Str(graph.Float64.String())}
-			if base, err = c.sub("Cast", wide, base); err != nil {
-				return err
-			}
+			base = r.sub("Cast", wide, base)
 			if et != graph.Float64 {
-				if ev, err = c.sub("Cast", wide, ev); err != nil {
-					return err
-				}
+				ev = r.sub("Cast", wide, ev)
 			}
-			p, err := c.sub("Pow", nil, base, ev)
-			if err != nil {
-				return err
-			}
-			_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(bt.String())}, p)
-			return err
+			r.emit("Cast", graph.Attrs{"to": graph.Str(bt.String())}, r.sub("Pow", nil, base, ev))
+			return r.err
+		}
+		if r.err != nil {
+			return r.err
 		}
 	}
 	_, err = c.emit("Pow", nil, base, ev)
@@ -325,16 +319,12 @@ func importIdentity(c *opCtx) error {
 }
 
 func importCast(c *opCtx) error {
-	to, err := c.attrInt("to", 0)
-	if err != nil {
-		return err
-	}
-	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	to := r.attrInt("to", 0)
+	r.attrInt("saturate", 1) // only affects float8 targets
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if kind := meta(c.n.MetadataProps, metaBoundary); kind != "" && c.im.faithful {
 		return c.boundary(kind, onnxpb.DataType(to))
@@ -347,25 +337,20 @@ func importCast(c *opCtx) error {
 	if !ok {
 		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
 	}
-	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
-	return err
+	r.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
+	return r.err
 }
 
 func importGemm(c *opCtx) error {
-	attrs := graph.Attrs{}
-	for _, name := range []string{"alpha", "beta"} {
-		v, err := c.attrFloat(name, 1)
-		if err != nil {
-			return err
-		}
-		attrs[name] = graph.Float(v)
+	r := c.rewrite()
+	attrs := graph.Attrs{
+		"alpha":  graph.Float(r.attrFloat("alpha", 1)),
+		"beta":   graph.Float(r.attrFloat("beta", 1)),
+		"transA": graph.Int(r.attrInt("transA", 0)),
+		"transB": graph.Int(r.attrInt("transB", 0)),
 	}
-	for _, name := range []string{"transA", "transB"} {
-		v, err := c.attrInt(name, 0)
-		if err != nil {
-			return err
-		}
-		attrs[name] = graph.Int(v)
+	if r.err != nil {
+		return r.err
 	}
 	in, err := c.values()
 	if err != nil {
@@ -383,45 +368,25 @@ func importGemm(c *opCtx) error {
 // opset since (13 for ReduceSum, 18 for the others).
 func importReduce(since int64) handler {
 	return func(c *opCtx) error {
-		keep, err := c.attrInt("keepdims", 1)
-		if err != nil {
-			return err
-		}
-		attrs := graph.Attrs{"keepdims": graph.Int(keep)}
-		x, err := c.need(0)
-		if err != nil {
-			return err
-		}
+		r := c.rewrite()
+		attrs := graph.Attrs{"keepdims": graph.Int(r.attrInt("keepdims", 1))}
+		x := r.need(0)
 		var axes *graph.Value
 		if c.ver < since {
-			vals, ok, err := c.attrInts("axes")
-			if err != nil {
-				return err
-			}
-			if ok {
-				if axes, err = c.ints("axes", vals); err != nil {
-					return err
-				}
+			if vals, ok := r.attrInts("axes"); ok {
+				axes = r.ints("axes", vals)
 			}
 		} else {
-			noop, err := c.attrInt("noop_with_empty_axes", 0)
-			if err != nil {
-				return err
-			}
-			attrs["noop_with_empty_axes"] = graph.Int(noop)
-			if _, err := c.constInput(1, "axes"); err != nil {
-				return err
-			}
-			if axes, err = c.value(1); err != nil {
-				return err
-			}
+			attrs["noop_with_empty_axes"] = graph.Int(r.attrInt("noop_with_empty_axes", 0))
+			r.constInput(1, "axes")
+			axes = r.value(1)
 		}
 		in := []*graph.Value{x}
 		if axes != nil {
 			in = append(in, axes)
 		}
-		_, err = c.emit(c.n.OpType, attrs, in...)
-		return err
+		r.emit(c.n.OpType, attrs, in...)
+		return r.err
 	}
 }
 
@@ -455,14 +420,9 @@ func importSoftmax(c *opCtx) error {
 }
 
 func importSCELoss(c *opCtx) error {
-	red, err := c.attrString("reduction", "mean")
-	if err != nil {
-		return err
-	}
-	scores, err := c.need(0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	red := r.attrString("reduction", "mean")
+	scores := r.need(0)
 	// Our op takes [N, C] scores and [N] labels in [0, C), no class weights;
 	// the other forms are written out (ops_conform.go). ignore_index drops
 	// rows with that label from the loss and the mean. Our op has no such
@@ -471,22 +431,19 @@ func importSCELoss(c *opCtx) error {
 	// (PyTorch exports -100) never changes a result the fused op computes,
 	// and keeps the fused op (which has a gradient); one inside needs the
 	// composed form.
-	ign, err := c.attrInt("ignore_index", -1)
-	if err != nil {
-		return err
+	ign := r.attrInt("ignore_index", -1)
+	if r.err != nil {
+		return r.err
 	}
 	s := scores.Type.Shape
 	ignoresClass := c.has("ignore_index") && (s.Rank() != 2 || (ign >= 0 && ign < int64(s[1])))
 	if c.input(2) != nil || c.outputUsed(1) || ignoresClass || s.Rank() != 2 || red == "none" {
 		return importSCEComposed(c)
 	}
-	labels, err := c.need(1)
-	if err != nil {
-		return err
-	}
+	labels := r.need(1)
 	c.outNames = c.n.Output[:1]
-	_, err = c.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
-	return err
+	r.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
+	return r.err
 }
 
 // importExpand needs its shape operand known: our shapes are static.
