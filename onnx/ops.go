@@ -455,30 +455,21 @@ func importExpand(c *opCtx) error {
 }
 
 func importTranspose(c *opCtx) error {
+	r := c.rewrite()
 	attrs := graph.Attrs{}
-	perm, ok, err := c.attrInts("perm")
-	if err != nil {
-		return err
-	}
-	if ok {
+	if perm, ok := r.attrInts("perm"); ok {
 		attrs["perm"] = graph.Ints(perm...)
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Transpose", attrs, x)
-	return err
+	r.emit("Transpose", attrs, r.need(0))
+	return r.err
 }
 
 func importReshape(c *opCtx) error {
-	allowzero, err := c.attrInt("allowzero", 0)
-	if err != nil {
-		return err
-	}
-	shape, err := c.constInput(1, "shape")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	allowzero := r.attrInt("allowzero", 0)
+	shape := r.constInput(1, "shape")
+	if r.err != nil {
+		return r.err
 	}
 	if shape == nil {
 		return c.errf("needs a shape")
@@ -505,28 +496,18 @@ func importReshape(c *opCtx) error {
 		dt, _ := c.in[0].typ()
 		return c.folded([]*cval{newCval(dt, dims)})
 	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, in...)
-	return err
+	r.emit("Reshape", nil, r.values()...)
+	return r.err
 }
 
 func importConcat(c *opCtx) error {
 	if !c.has("axis") {
 		return c.errf("axis is required")
 	}
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, in...)
-	return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	r.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, r.values()...)
+	return r.err
 }
 
 func fitsExactly(vals []int64) bool {
@@ -615,47 +596,32 @@ func (c *opCtx) axesValue(i int, since int64) (*graph.Value, error) {
 }
 
 func importUnsqueeze(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	axes, err := c.axesValue(1, 13)
-	if err != nil {
-		return err
-	}
-	if axes == nil {
+	r := c.rewrite()
+	x, axes := r.need(0), r.axesValue(1, 13)
+	if r.err == nil && axes == nil {
 		return c.errf("axes are required")
 	}
-	_, err = c.emit("Unsqueeze", nil, x, axes)
-	return err
+	r.emit("Unsqueeze", nil, x, axes)
+	return r.err
 }
 
 func importSqueeze(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	axes, err := c.axesValue(1, 13)
-	if err != nil {
-		return err
-	}
-	in := []*graph.Value{x}
-	if axes != nil {
+	r := c.rewrite()
+	in := []*graph.Value{r.need(0)}
+	if axes := r.axesValue(1, 13); axes != nil {
 		in = append(in, axes)
 	}
-	_, err = c.emit("Squeeze", nil, in...)
-	return err
+	r.emit("Squeeze", nil, in...)
+	return r.err
 }
 
 // importGather makes constant indices int64 (ONNX also allows int32).
 func importGather(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	data, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	data := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	idx := c.input(1)
 	if idx == nil {
@@ -672,24 +638,16 @@ func importGather(c *opCtx) error {
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, iv)
-	return err
+	r.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, iv)
+	return r.err
 }
 
 func importTrilu(c *opCtx) error {
-	upper, err := c.attrInt("upper", 1)
-	if err != nil {
-		return err
-	}
-	if _, err := c.constInput(1, "k"); err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Trilu", graph.Attrs{"upper": graph.Int(upper)}, in...)
-	return err
+	r := c.rewrite()
+	upper := r.attrInt("upper", 1)
+	r.constInput(1, "k")
+	r.emit("Trilu", graph.Attrs{"upper": graph.Int(upper)}, r.values()...)
+	return r.err
 }
 
 // importSplit becomes one Slice per output. The sizes come from the split
@@ -697,13 +655,11 @@ func importTrilu(c *opCtx) error {
 // opset 18 (which must divide the axis), num_outputs from 18 (the last part may
 // be smaller).
 func importSplit(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	ax, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
 	if err != nil {
@@ -759,30 +715,16 @@ func importSplit(c *opCtx) error {
 	if total != dim || len(sizes) != len(c.n.Output) {
 		return c.errf("split %v does not cover axis of size %d with %d outputs", sizes, dim, len(c.n.Output))
 	}
-	axes, err := c.ints("axes", []int64{int64(ax)})
-	if err != nil {
-		return err
-	}
+	axes := r.ints("axes", []int64{int64(ax)})
 	var start int64
 	for i, s := range sizes {
 		lo, hi := start, start+s
 		start = hi
-		if !c.outputUsed(i) {
-			continue
-		}
-		st, err := c.ints("starts", []int64{lo})
-		if err != nil {
-			return err
-		}
-		en, err := c.ints("ends", []int64{hi})
-		if err != nil {
-			return err
-		}
-		if err := c.emitOutput(i, "Slice", nil, x, st, en, axes); err != nil {
-			return err
+		if c.outputUsed(i) {
+			r.emitOutput(i, "Slice", nil, x, r.ints("starts", []int64{lo}), r.ints("ends", []int64{hi}), axes)
 		}
 	}
-	return nil
+	return r.err
 }
 
 // importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that

@@ -176,3 +176,23 @@ func (r *rewrite) as2D(x *graph.Value, a int) *graph.Value {
 	s := x.Type.Shape
 	return r.sub("Reshape", nil, x, r.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())}))
 }
+
+// values reads every input, nil for omitted ones (opCtx.values).
+func (r *rewrite) values() []*graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.values()
+	r.err = err
+	return v
+}
+
+// axesValue reads the axes operand (opCtx.axesValue).
+func (r *rewrite) axesValue(i int, since int64) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.axesValue(i, since)
+	r.err = err
+	return v
+}
