@@ -730,140 +730,82 @@ func importSplit(c *opCtx) error {
 // importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that
 // defines it: normalize over the axes from axis on, then scale and shift.
 func importLayerNorm(c *opCtx) error {
-	x, axes, eps, err := normInputs(c)
-	if err != nil {
-		return err
-	}
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	bias, err := c.value(2)
-	if err != nil {
-		return err
-	}
-	keep := graph.Attrs{"keepdims": graph.Int(1)}
-	mean, err := c.sub("ReduceMean", keep, x, axes)
-	if err != nil {
-		return err
-	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
-	nrm, inv, err := rmsScale(c, d, axes, eps)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, axes, eps := normInputs(r)
+	scale, bias := r.need(1), r.value(2)
+	mean := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	nrm, inv := r.rmsScale(r.sub("Sub", nil, x, mean), axes, eps)
+	if r.err != nil {
+		return r.err
 	}
 	c.outNames = c.n.Output[:1]
 	if bias == nil {
-		_, err = c.emit("Mul", nil, nrm, scale)
+		r.emit("Mul", nil, nrm, scale)
 	} else {
-		y, err := c.sub("Mul", nil, nrm, scale)
-		if err != nil {
-			return err
-		}
-		_, err = c.emit("Add", nil, y, bias)
-	}
-	if err != nil {
-		return err
+		r.emit("Add", nil, r.sub("Mul", nil, nrm, scale), bias)
 	}
 	// The Mean and InvStdDev outputs (the statistics, reduced axes kept as 1).
-	for i, v := range map[int]*graph.Value{1: mean, 2: inv} {
-		if c.outputUsed(i) {
-			if err := c.emitOutput(i, "Identity", nil, v); err != nil {
-				return err
-			}
+	for i, v := range []*graph.Value{1: mean, 2: inv} {
+		if i > 0 && c.outputUsed(i) {
+			r.emitOutput(i, "Identity", nil, v)
 		}
 	}
-	return nil
+	return r.err
 }
 
 // rmsScale writes v · 1/√(mean(v², axes) + eps), the step LayerNormalization
 // (v = X − mean) and RMSNormalization (v = X) share, and returns it with
 // 1/√(mean(v², axes) + eps).
-func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, *graph.Value, error) {
-	sq, err := c.sub("Mul", nil, v, v)
-	if err != nil {
-		return nil, nil, err
+func (r *rewrite) rmsScale(v, axes *graph.Value, eps float64) (y, inv *graph.Value) {
+	if r.err != nil {
+		return nil, nil
 	}
-	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
-	if err != nil {
-		return nil, nil, err
-	}
-	epsV, err := c.scalar("epsilon", v.Type.DType, eps)
-	if err != nil {
-		return nil, nil, err
-	}
-	mse, err := c.sub("Add", nil, ms, epsV)
-	if err != nil {
-		return nil, nil, err
-	}
-	rms, err := c.sub("Sqrt", nil, mse)
-	if err != nil {
-		return nil, nil, err
-	}
-	inv, err := c.sub("Reciprocal", nil, rms)
-	if err != nil {
-		return nil, nil, err
-	}
-	y, err := c.sub("Mul", nil, v, inv)
-	return y, inv, err
+	ms := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, r.sub("Mul", nil, v, v), axes)
+	rms := r.sub("Sqrt", nil, r.sub("Add", nil, ms, r.scalar("epsilon", v.Type.DType, eps)))
+	inv = r.sub("Reciprocal", nil, rms)
+	return r.sub("Mul", nil, v, inv), inv
 }
 
 // normInputs reads what LayerNormalization and RMSNormalization share: the
 // input X, the axes from the axis attribute to the last (as an operand of
 // ReduceMean), epsilon, and a stash_type the rewrite can honour.
-func normInputs(c *opCtx) (x, axes *graph.Value, eps float64, err error) {
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if eps, err = c.attrFloat("epsilon", 1e-5); err != nil {
-		return nil, nil, 0, err
-	}
-	stash, err := c.attrInt("stash_type", int64(onnxpb.Float))
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if x, err = c.need(0); err != nil {
-		return nil, nil, 0, err
+func normInputs(r *rewrite) (x, axes *graph.Value, eps float64) {
+	c := r.c
+	axis := r.attrInt("axis", -1)
+	eps = r.attrFloat("epsilon", 1e-5)
+	stash := r.attrInt("stash_type", int64(onnxpb.Float))
+	x = r.need(0)
+	if r.err != nil {
+		return nil, nil, 0
 	}
 	// stash_type is the precision of the statistics; the rewrite computes them
 	// in the input's type, so the two must agree.
 	if onnxType(x.Type.DType) != onnxpb.DataType(stash) {
-		return nil, nil, 0, c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType)
+		r.fail(c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType))
+		return nil, nil, 0
 	}
-	r := x.Type.Shape.Rank()
-	a, err := graph.NormAxis(int(axis), r)
+	rank := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), rank)
 	if err != nil {
-		return nil, nil, 0, c.errf("%v", err)
+		r.fail(c.errf("%v", err))
+		return nil, nil, 0
 	}
 	var ax []int64
-	for i := a; i < r; i++ {
+	for i := a; i < rank; i++ {
 		ax = append(ax, int64(i))
 	}
-	axes, err = c.ints("axes", ax)
-	return x, axes, eps, err
+	return x, r.ints("axes", ax), eps
 }
 
 // importRMSNorm writes RMSNormalization (opset 23) as the ONNX function that
 // defines it: X · 1/√(mean(X²) + ε) over the axes from axis on, times scale.
 func importRMSNorm(c *opCtx) error {
-	x, axes, eps, err := normInputs(c)
-	if err != nil {
-		return err
-	}
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	nrm, _, err := rmsScale(c, x, axes, eps)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mul", nil, nrm, scale)
-	return err
+	r := c.rewrite()
+	x, axes, eps := normInputs(r)
+	scale := r.need(1)
+	nrm, _ := r.rmsScale(x, axes, eps)
+	r.emit("Mul", nil, nrm, scale)
+	return r.err
 }
 
 // importGelu writes Gelu (opset 20) with the formula that defines it.
@@ -875,83 +817,27 @@ func importGelu(c *opCtx) error {
 			return directAttrs(s)(c)
 		}
 	}
-	approx, err := c.attrString("approximate", "none")
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	approx := r.attrString("approximate", "none")
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	dt := x.Type.DType
-	k := func(what string, v float64) (*graph.Value, error) { return c.scalar(what, dt, v) }
 	var inner *graph.Value
 	switch approx {
 	case "none": // 0.5·x·(1 + erf(x/√2))
-		s, err := k("rsqrt2", 1/math.Sqrt2)
-		if err != nil {
-			return err
-		}
-		t, err := c.sub("Mul", nil, x, s)
-		if err != nil {
-			return err
-		}
-		if inner, err = c.sub("Erf", nil, t); err != nil {
-			return err
-		}
+		inner = r.sub("Erf", nil, r.sub("Mul", nil, x, r.scalar("rsqrt2", dt, 1/math.Sqrt2)))
 	case "tanh": // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-		x2, err := c.sub("Mul", nil, x, x)
-		if err != nil {
-			return err
-		}
-		x3, err := c.sub("Mul", nil, x2, x)
-		if err != nil {
-			return err
-		}
-		cc, err := k("coef", 0.044715)
-		if err != nil {
-			return err
-		}
-		t, err := c.sub("Mul", nil, x3, cc)
-		if err != nil {
-			return err
-		}
-		u, err := c.sub("Add", nil, x, t)
-		if err != nil {
-			return err
-		}
-		s, err := k("sqrt2_pi", math.Sqrt(2/math.Pi))
-		if err != nil {
-			return err
-		}
-		v, err := c.sub("Mul", nil, u, s)
-		if err != nil {
-			return err
-		}
-		if inner, err = c.sub("Tanh", nil, v); err != nil {
-			return err
-		}
+		x3 := r.sub("Mul", nil, r.sub("Mul", nil, x, x), x)
+		u := r.sub("Add", nil, x, r.sub("Mul", nil, x3, r.scalar("coef", dt, 0.044715)))
+		inner = r.sub("Tanh", nil, r.sub("Mul", nil, u, r.scalar("sqrt2_pi", dt, math.Sqrt(2/math.Pi))))
 	default:
 		return c.errf("approximate=%q is not supported", approx)
 	}
-	one, err := k("one", 1)
-	if err != nil {
-		return err
-	}
-	p, err := c.sub("Add", nil, inner, one)
-	if err != nil {
-		return err
-	}
-	m, err := c.sub("Mul", nil, x, p)
-	if err != nil {
-		return err
-	}
-	half, err := k("half", 0.5)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mul", nil, m, half)
-	return err
+	m := r.sub("Mul", nil, x, r.sub("Add", nil, inner, r.scalar("one", dt, 1)))
+	r.emit("Mul", nil, m, r.scalar("half", dt, 0.5))
+	return r.err
 }
 
 // importAttention maps opset-23 Attention onto FlashAttention, which has its
@@ -959,13 +845,11 @@ func importGelu(c *opCtx) error {
 // them: grouped-query attention), no mask, no KV cache and no softcap; the
 // logsumexp output FlashAttention adds is left unused.
 func importAttention(c *opCtx) error {
-	causal, err := c.attrInt("is_causal", 0)
-	if err != nil {
-		return err
-	}
-	softcap, err := c.attrFloat("softcap", 0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	causal := r.attrInt("is_causal", 0)
+	softcap := r.attrFloat("softcap", 0)
+	if r.err != nil {
+		return r.err
 	}
 	if softcap != 0 {
 		return c.errf("softcap is not supported")

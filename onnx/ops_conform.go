@@ -1223,14 +1223,7 @@ func importInstanceNorm(c *opCtx) error {
 		sb[i] = r.sub("Reshape", nil, v, sv)
 	}
 	mean := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	d := r.sub("Sub", nil, x, mean)
-	if r.err != nil {
-		return r.err
-	}
-	nrm, _, err := rmsScale(c, d, axes, eps)
-	if err != nil {
-		return err
-	}
+	nrm, _ := r.rmsScale(r.sub("Sub", nil, x, mean), axes, eps)
 	r.emit("Add", nil, r.sub("Mul", nil, nrm, sb[0]), sb[1])
 	return r.err
 }
