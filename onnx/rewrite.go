@@ -196,3 +196,18 @@ func (r *rewrite) axesValue(i int, since int64) *graph.Value {
 	r.err = err
 	return v
 }
+
+// slice is v[lo:hi] along axis, a Slice with constant starts, ends and axes
+// (made in that order); it returns the axes operand too, for a Squeeze.
+func (r *rewrite) slice(v *graph.Value, axis, lo, hi int64) (s, axes *graph.Value) {
+	st := r.ints("starts", []int64{lo})
+	en := r.ints("ends", []int64{hi})
+	axes = r.ints("axes", []int64{axis})
+	return r.sub("Slice", nil, v, st, en, axes), axes
+}
+
+// pick is v's entry pos along axis, the axis dropped.
+func (r *rewrite) pick(v *graph.Value, pos, axis int64) *graph.Value {
+	s, axes := r.slice(v, axis, pos, pos+1)
+	return r.sub("Squeeze", nil, s, axes)
+}
