@@ -211,3 +211,16 @@ func (r *rewrite) pick(v *graph.Value, pos, axis int64) *graph.Value {
 	s, axes := r.slice(v, axis, pos, pos+1)
 	return r.sub("Squeeze", nil, s, axes)
 }
+
+// val is entry e as a graph value (a constant made one), its error naming
+// the node.
+func (r *rewrite) val(e *entry) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.im.val(e)
+	if err != nil {
+		r.err = r.c.errf("%v", err)
+	}
+	return v
+}
