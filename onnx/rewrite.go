@@ -224,3 +224,13 @@ func (r *rewrite) val(e *entry) *graph.Value {
 	}
 	return v
 }
+
+// tableAttrs reads the attributes the op table declares for s (opCtx.tableAttrs).
+func (r *rewrite) tableAttrs(s *graph.OpSpec) graph.Attrs {
+	if r.err != nil {
+		return nil
+	}
+	a, err := r.c.tableAttrs(s)
+	r.err = err
+	return a
+}
