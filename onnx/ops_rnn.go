@@ -28,17 +28,17 @@ func init() {
 type recurrent struct {
 	*rewrite // the node's steps, which keep the first error
 	c        *opCtx
-	op     string
-	gates  int // 1, 3 or 4
-	hidden int
-	batch  int
-	steps  int
-	dt     graph.DType
-	acts   []string // the activations of one direction
-	clip   float64  // 0: none
-	lbr    bool     // GRU's linear_before_reset
-	lens   *graph.Value
-	zeros  *graph.Value // [batch, hidden]
+	op       string
+	gates    int // 1, 3 or 4
+	hidden   int
+	batch    int
+	steps    int
+	dt       graph.DType
+	acts     []string // the activations of one direction
+	clip     float64  // 0: none
+	lbr      bool     // GRU's linear_before_reset
+	lens     *graph.Value
+	zeros    *graph.Value // [batch, hidden]
 }
 
 func importRecurrent(c *opCtx) error {
