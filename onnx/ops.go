@@ -395,12 +395,8 @@ func importReduce(since int64) handler {
 // on; that is our per-axis op when axis is the last one, and otherwise a
 // Reshape to 2-D, Softmax over the last axis, and a Reshape back.
 func importSoftmax(c *opCtx) error {
-	def := int64(-1)
-	if c.ver < 13 {
-		def = 1
-	}
 	r := c.rewrite()
-	axis := r.attrInt("axis", def)
+	axis := r.softmaxAxis()
 	x := r.need(0)
 	if r.err != nil {
 		return r.err

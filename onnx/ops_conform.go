@@ -243,22 +243,17 @@ func importVariadic(c *opCtx) error {
 	if op == "Sum" || op == "Mean" {
 		step = "Add"
 	}
+	r := c.rewrite()
 	acc := in[0]
 	for i, v := range in[1:] {
 		if i == len(in)-2 && op != "Mean" {
-			_, err := c.emit(step, nil, acc, v)
-			return err
+			r.emit(step, nil, acc, v)
+			return r.err
 		}
-		if acc, err = c.sub(step, nil, acc, v); err != nil {
-			return err
-		}
+		acc = r.sub(step, nil, acc, v)
 	}
-	n, err := c.scalar("count", dt, float64(len(in)))
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Div", nil, acc, n)
-	return err
+	r.emit("Div", nil, acc, r.scalar("count", dt, float64(len(in))))
+	return r.err
 }
 
 // elementwiseMax is the elementwise maximum of the inputs (of their
@@ -302,17 +297,23 @@ func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error
 	return m, r.err
 }
 
+func (r *rewrite) elementwiseMax(in []*graph.Value, neg bool) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	m, err := r.c.elementwiseMax(in, neg)
+	r.err = err
+	return m
+}
+
 // importClipInt is Clip of integers (int64, or a narrow type held as one):
 // the table's Max then Min with the scalar bounds, which select values and
 // so are exact (the float form's negations would wrap at the minimum).
 func importClipInt(c *opCtx, x *graph.Value) error {
-	lo, err := c.value(1)
-	if err != nil {
-		return err
-	}
-	hi, err := c.value(2)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	lo, hi := r.value(1), r.value(2)
+	if r.err != nil {
+		return r.err
 	}
 	for _, b := range []*graph.Value{lo, hi} {
 		if b != nil && (b.Type.DType != graph.Int64 || b.Type.Shape.Rank() != 0) {
@@ -320,22 +321,17 @@ func importClipInt(c *opCtx, x *graph.Value) error {
 		}
 	}
 	c.outNames = c.n.Output[:1]
-	y := x
-	if lo != nil {
-		if hi == nil {
-			_, err := c.emit("Max", nil, y, lo)
-			return err
-		}
-		if y, err = c.sub("Max", nil, y, lo); err != nil {
-			return err
-		}
+	switch {
+	case lo != nil && hi != nil:
+		r.emit("Min", nil, r.sub("Max", nil, x, lo), hi)
+	case lo != nil:
+		r.emit("Max", nil, x, lo)
+	case hi != nil:
+		r.emit("Min", nil, x, hi)
+	default:
+		r.emit("Identity", nil, x)
 	}
-	if hi != nil {
-		_, err := c.emit("Min", nil, y, hi)
-		return err
-	}
-	_, err = c.emit("Identity", nil, y)
-	return err
+	return r.err
 }
 
 // importClip is min(max(x, lo), hi) with the bounds from attributes (before
@@ -353,47 +349,33 @@ func importClip(c *opCtx) error {
 		return c.errf("Clip of %v is not supported", dt)
 	}
 	var lo, hi *graph.Value
+	r := c.rewrite()
 	if c.ver < 11 {
-		for _, b := range []struct {
-			name string
-			dst  **graph.Value
-		}{{"min", &lo}, {"max", &hi}} {
-			if !c.has(b.name) {
-				continue
+		bound := func(name string) *graph.Value {
+			if !c.has(name) {
+				return nil
 			}
-			v, err := c.attrFloat(b.name, 0)
-			if err != nil {
-				return err
-			}
-			if *b.dst, err = c.scalar(b.name, dt, v); err != nil {
-				return err
-			}
+			return r.scalar(name, dt, r.attrFloat(name, 0))
 		}
+		lo, hi = bound("min"), bound("max")
 	} else {
-		if lo, err = c.value(1); err != nil {
-			return err
-		}
-		if hi, err = c.value(2); err != nil {
-			return err
-		}
+		lo, hi = r.value(1), r.value(2)
+	}
+	if r.err != nil {
+		return r.err
 	}
 	c.outNames = c.n.Output[:1]
 	y := x
 	if lo != nil {
-		if y, err = c.elementwiseMax([]*graph.Value{y, lo}, false); err != nil {
-			return err
-		}
+		y = r.elementwiseMax([]*graph.Value{y, lo}, false)
 	}
 	if hi != nil {
-		m, err := c.elementwiseMax([]*graph.Value{y, hi}, true)
-		if err != nil {
-			return err
-		}
-		_, err = c.emit("Neg", nil, m)
-		return err
+		// min(y, hi) = −max(−y, −hi)
+		r.emit("Neg", nil, r.elementwiseMax([]*graph.Value{y, hi}, true))
+	} else {
+		r.emit("Identity", nil, y)
 	}
-	_, err = c.emit("Identity", nil, y)
-	return err
+	return r.err
 }
 
 // importTile is Reshape to [1, d0, 1, d1, ...], Expand to [r0, d0, r1, d1,
@@ -959,12 +941,8 @@ func init() {
 // ArgMax along axis compared with the positions along it. Before opset 13
 // the input is flattened to 2-D at axis (default 1) first, as Softmax was.
 func importHardmax(c *opCtx) error {
-	def := int64(-1)
-	if c.ver < 13 {
-		def = 1
-	}
 	r := c.rewrite()
-	axis := r.attrInt("axis", def)
+	axis := r.softmaxAxis()
 	x := r.need(0)
 	if r.err != nil {
 		return r.err

@@ -234,3 +234,14 @@ func (r *rewrite) tableAttrs(s *graph.OpSpec) graph.Attrs {
 	r.err = err
 	return a
 }
+
+// softmaxAxis reads the axis of Softmax, LogSoftmax and Hardmax: 1 by
+// default before opset 13 (when they flattened their input to 2-D there),
+// −1 from 13.
+func (r *rewrite) softmaxAxis() int64 {
+	def := int64(-1)
+	if r.c.ver < 13 {
+		def = 1
+	}
+	return r.attrInt("axis", def)
+}
