@@ -269,16 +269,25 @@ func stackConst(parts []*entry, axis int) *cval {
 	return out
 }
 
-func importLoop(c *opCtx) error {
+// loopBody reads the body attribute Loop and Scan share, and marks the
+// outputs its nodes make.
+func (c *opCtx) loopBody() (*onnxpb.Graph, error) {
 	body, err := c.attr("body", onnxpb.AttrGraph)
+	if err != nil {
+		return nil, err
+	}
+	if body == nil || body.G == nil {
+		return nil, c.errf("needs a body")
+	}
+	c.markBodyOutputs(body.G)
+	return body.G, nil
+}
+
+func importLoop(c *opCtx) error {
+	g, err := c.loopBody()
 	if err != nil {
 		return err
 	}
-	if body == nil || body.G == nil {
-		return c.errf("needs a body")
-	}
-	g := body.G
-	c.markBodyOutputs(g)
 	trips := int64(maxUnroll + 1)
 	if c.input(0) != nil {
 		m, err := c.constScalar(0, "M (the trip count)", 0)
@@ -349,15 +358,10 @@ func importLoop(c *opCtx) error {
 // after it) and the body runs on each batch entry alone: the batch is
 // unrolled too and the results stacked on it; sequence_lens is refused.
 func importScan(c *opCtx) error {
-	body, err := c.attr("body", onnxpb.AttrGraph)
+	g, err := c.loopBody()
 	if err != nil {
 		return err
 	}
-	if body == nil || body.G == nil {
-		return c.errf("needs a body")
-	}
-	g := body.G
-	c.markBodyOutputs(g)
 	m, err := c.attrInt("num_scan_inputs", 0)
 	if err != nil {
 		return err
