@@ -615,26 +615,8 @@ func importSqueeze(c *opCtx) error {
 func importGather(c *opCtx) error {
 	r := c.rewrite()
 	axis := r.attrInt("axis", 0)
-	data := r.need(0)
-	if r.err != nil {
-		return r.err
-	}
-	idx := c.input(1)
-	if idx == nil {
-		return c.errf("needs indices")
-	}
-	if idx.c != nil && idx.c.dt != onnxpb.Int64 {
-		vals, err := idx.c.ints()
-		if err != nil {
-			return c.errf("indices: %v", err)
-		}
-		idx = c.im.constant(idx.name+"_int64", &cval{dt: onnxpb.Int64, shape: idx.c.shape, i: vals})
-	}
-	iv, err := c.im.val(idx)
-	if err != nil {
-		return c.errf("%v", err)
-	}
-	r.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, iv)
+	data, idx := r.need(0), r.indices(1)
+	r.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
 	return r.err
 }
 

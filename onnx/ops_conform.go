@@ -450,20 +450,11 @@ func (c *opCtx) indicesValue(i int) (*graph.Value, error) {
 }
 
 func importGatherElements(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	data, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	idx, err := c.indicesValue(1)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("GatherElements", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
-	return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	data, idx := r.need(0), r.indices(1)
+	r.emit("GatherElements", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
+	return r.err
 }
 
 // importArgMax maps ArgMax, and ArgMin as ArgMax of −x (exact for floats).
@@ -674,21 +665,21 @@ func importWindowOp(c *opCtx) error {
 		if op == "QLinearConv" {
 			wi, zx, zw = 3, 2, 5
 		}
-		w, err := c.need(wi)
-		if err != nil {
-			return err
+		r := c.rewrite()
+		w := r.need(wi)
+		if r.err != nil {
+			return r.err
 		}
+		ws := w.Type.Shape
 		var b *graph.Value
 		if integer {
-			if x, err = c.centred(0, zx, x.Type.Shape, 1, graph.Float64); err != nil {
-				return err
-			}
-			if w, err = c.centred(wi, zw, w.Type.Shape, 0, graph.Float64); err != nil {
-				return err
-			}
-			in[0] = x
-		} else if b, err = c.value(2); err != nil {
-			return err
+			in[0] = r.centred(0, zx, x.Type.Shape, 1, graph.Float64)
+			w = r.centred(wi, zw, ws, 0, graph.Float64)
+		} else {
+			b = r.value(2)
+		}
+		if r.err != nil {
+			return r.err
 		}
 		in = append(in, w)
 		if b != nil {
@@ -1107,19 +1098,14 @@ func init() {
 }
 
 func importEinsum(c *opCtx) error {
-	eq, err := c.attrString("equation", "")
-	if err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	if len(in) == 0 || slices.Contains(in, nil) {
+	r := c.rewrite()
+	eq := r.attrString("equation", "")
+	in := r.values()
+	if r.err == nil && (len(in) == 0 || slices.Contains(in, nil)) {
 		return c.errf("needs operands, none omitted")
 	}
-	_, err = c.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
-	return err
+	r.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
+	return r.err
 }
 
 func init() {

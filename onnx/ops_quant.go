@@ -316,3 +316,12 @@ func importQLinearMatMul(c *opCtx) error {
 	dt, _ := c.in[7].typ()
 	return c.quantized(0, m, scales[2], zp, dt)
 }
+
+func (r *rewrite) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) *graph.Value {
+	if r.err != nil {
+		return nil
+	}
+	v, err := r.c.centred(i, zi, xs, axis, dt)
+	r.err = err
+	return v
+}
