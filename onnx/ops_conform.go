@@ -1221,15 +1221,13 @@ func importScatterElements(c *opCtx) error {
 // importPad reads pads and the constant from attributes (before opset 11)
 // or inputs; opset 18's axes input spreads pads over the axes it names.
 func importPad(c *opCtx) error {
-	mode, err := c.attrString("mode", "constant")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	mode := r.attrString("mode", "constant")
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	r := x.Type.Shape.Rank()
+	rank := x.Type.Shape.Rank()
 	var pads []int64
 	var value *graph.Value
 	if c.ver < 11 {
@@ -1237,38 +1235,26 @@ func importPad(c *opCtx) error {
 		if c.ver < 2 {
 			name = "paddings"
 		}
-		p, ok, err := c.attrInts(name)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		p, ok := r.attrInts(name)
+		if r.err == nil && !ok {
 			return c.errf("%s is required", name)
 		}
 		pads = p
-		v, err := c.attrFloat("value", 0)
-		if err != nil {
-			return err
-		}
-		if value, err = c.scalar("value", x.Type.DType, v); err != nil {
-			return err
-		}
+		value = r.scalar("value", x.Type.DType, r.attrFloat("value", 0))
 	} else {
-		pc, err := c.constInput(1, "pads")
-		if err != nil {
-			return err
+		pc := r.constInput(1, "pads")
+		if r.err != nil {
+			return r.err
 		}
 		if pc == nil {
 			return c.errf("needs pads")
 		}
+		var err error
 		if pads, err = pc.ints(); err != nil {
 			return c.errf("pads: %v", err)
 		}
-		if value, err = c.value(2); err != nil {
-			return err
-		}
-		if ac, err := c.constInput(3, "axes"); err != nil {
-			return err
-		} else if ac != nil {
+		value = r.value(2)
+		if ac := r.constInput(3, "axes"); ac != nil {
 			axes, err := ac.ints()
 			if err != nil {
 				return c.errf("axes: %v", err)
@@ -1276,34 +1262,33 @@ func importPad(c *opCtx) error {
 			if len(pads) != 2*len(axes) {
 				return c.errf("pads %v for axes %v", pads, axes)
 			}
-			full := make([]int64, 2*r)
+			full := make([]int64, 2*rank)
 			for i, a := range axes {
-				ax, err := graph.NormAxis(int(a), r)
+				ax, err := graph.NormAxis(int(a), rank)
 				if err != nil {
 					return c.errf("%v", err)
 				}
-				full[ax], full[r+ax] = pads[i], pads[len(axes)+i]
+				full[ax], full[rank+ax] = pads[i], pads[len(axes)+i]
 			}
 			pads = full
 		}
 	}
-	pv, err := c.ints("pads", pads)
-	if err != nil {
-		return err
+	if r.err != nil {
+		return r.err
 	}
-	in := []*graph.Value{x, pv}
+	in := []*graph.Value{x, r.ints("pads", pads)}
 	if value != nil {
 		if value.Type.Shape.Rank() != 0 {
 			// Our constant_value is one element of any rank; ONNX's is a scalar
 			// (or [1]).
-			if value.Type.Shape.Numel() != 1 {
+			if r.err == nil && value.Type.Shape.Numel() != 1 {
 				return c.errf("constant_value %v: want one element", value.Type.Shape)
 			}
 		}
 		in = append(in, value)
 	}
-	_, err = c.emit("Pad", graph.Attrs{"mode": graph.Str(mode)}, in...)
-	return err
+	r.emit("Pad", graph.Attrs{"mode": graph.Str(mode)}, in...)
+	return r.err
 }
 
 // importTopK reads K from the attribute (before opset 10) or input.
