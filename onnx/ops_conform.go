@@ -31,13 +31,10 @@ func init() {
 
 // importFlatten is Reshape to [prod(dims before axis), prod(dims from axis)].
 func importFlatten(c *opCtx) error {
-	axis, err := c.attrInt("axis", 1)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis, x := r.attrInt("axis", 1), r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	a := int(axis)
@@ -106,62 +103,43 @@ func importDropout(c *opCtx) error {
 
 // importCastLike is Cast to the element type of its second input.
 func importCastLike(c *opCtx) error {
-	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	like, err := c.need(1)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	r.attrInt("saturate", 1) // only affects float8 targets
+	x, like := r.need(0), r.need(1)
+	if r.err != nil {
+		return r.err
 	}
 	if to, _ := c.in[1].typ(); isNarrowInt(to) {
 		from, _ := c.in[0].typ()
 		return c.castNarrow(x, from, to)
 	}
-	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
-	return err
+	r.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
+	return r.err
 }
 
 // reduceOperands reads what every reduction shares: X, the axes (attribute
 // before opset 18, input from 18) as a graph operand or nil for all, and
 // keepdims. noop_with_empty_axes=1 with no axes is refused.
 func reduceOperands(c *opCtx) (x, axes *graph.Value, keep int64, err error) {
-	if keep, err = c.attrInt("keepdims", 1); err != nil {
-		return
-	}
-	if x, err = c.need(0); err != nil {
-		return
-	}
+	r := c.rewrite()
+	keep = r.attrInt("keepdims", 1)
+	x = r.need(0)
 	if c.ver < 18 {
-		vals, ok, err := c.attrInts("axes")
-		if err != nil {
-			return nil, nil, 0, err
+		if vals, ok := r.attrInts("axes"); ok {
+			axes = r.ints("axes", vals)
 		}
-		if ok {
-			if axes, err = c.ints("axes", vals); err != nil {
-				return nil, nil, 0, err
-			}
+	} else {
+		noop := r.attrInt("noop_with_empty_axes", 0)
+		cv := r.constInput(1, "axes")
+		if r.err == nil && noop != 0 && (cv == nil || cv.n() == 0) {
+			return nil, nil, 0, c.errf("noop_with_empty_axes=1 with no axes is not supported")
 		}
-		return x, axes, keep, nil
-	}
-	noop, err := c.attrInt("noop_with_empty_axes", 0)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	cv, err := c.constInput(1, "axes")
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if noop != 0 && (cv == nil || cv.n() == 0) {
-		return nil, nil, 0, c.errf("noop_with_empty_axes=1 with no axes is not supported")
-	}
-	if cv != nil && cv.n() > 0 {
-		if axes, err = c.value(1); err != nil {
-			return nil, nil, 0, err
+		if cv != nil && cv.n() > 0 {
+			axes = r.value(1)
 		}
+	}
+	if r.err != nil {
+		return nil, nil, 0, r.err
 	}
 	return x, axes, keep, nil
 }
@@ -381,13 +359,10 @@ func importClip(c *opCtx) error {
 // importTile is Reshape to [1, d0, 1, d1, ...], Expand to [r0, d0, r1, d1,
 // ...] and Reshape to [r0·d0, r1·d1, ...].
 func importTile(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	rc, err := c.constInput(1, "repeats")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, rc := r.need(0), r.constInput(1, "repeats")
+	if r.err != nil {
+		return r.err
 	}
 	if rc == nil {
 		return c.errf("needs repeats")
@@ -409,7 +384,6 @@ func importTile(c *opCtx) error {
 		expanded = append(expanded, reps[i], int64(d))
 		final = append(final, reps[i]*int64(d))
 	}
-	r := c.rewrite()
 	xs := r.sub("Reshape", nil, x, r.ints("split", split))
 	xe := r.sub("Expand", nil, xs, r.ints("expanded", expanded))
 	r.emitReshape(xe, final)
