@@ -45,16 +45,10 @@ func init() {
 // with the attributes it declares (ONNX's names, kinds and defaults).
 func directAttrs(s *graph.OpSpec) handler {
 	return func(c *opCtx) error {
-		attrs, err := c.tableAttrs(s)
-		if err != nil {
-			return err
-		}
-		in, err := c.values()
-		if err != nil {
-			return err
-		}
-		_, err = c.emit(s.Name, attrs, in...)
-		return err
+		r := c.rewrite()
+		attrs := r.tableAttrs(s)
+		r.emit(s.Name, attrs, r.values()...)
+		return r.err
 	}
 }
 
@@ -62,37 +56,24 @@ func directAttrs(s *graph.OpSpec) handler {
 // node (those it omits keep the table's defaults, which are ONNX's).
 func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 	attrs := graph.Attrs{}
+	r := c.rewrite()
 	for _, as := range s.Attrs {
 		if !c.has(as.Name) {
 			continue
 		}
 		switch as.Kind {
 		case graph.AttrFloat:
-			v, err := c.attrFloat(as.Name, 0)
-			if err != nil {
-				return nil, err
-			}
-			attrs[as.Name] = graph.Float(v)
+			attrs[as.Name] = graph.Float(r.attrFloat(as.Name, 0))
 		case graph.AttrInt:
-			v, err := c.attrInt(as.Name, 0)
-			if err != nil {
-				return nil, err
-			}
-			attrs[as.Name] = graph.Int(v)
+			attrs[as.Name] = graph.Int(r.attrInt(as.Name, 0))
 		case graph.AttrString:
-			v, err := c.attrString(as.Name, "")
-			if err != nil {
-				return nil, err
-			}
-			if as.Enum != nil && !slices.Contains(as.Enum, v) {
-				return nil, c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum)
+			v := r.attrString(as.Name, "")
+			if r.err == nil && as.Enum != nil && !slices.Contains(as.Enum, v) {
+				r.fail(c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum))
 			}
 			attrs[as.Name] = graph.Str(v)
 		case graph.AttrInts:
-			v, _, err := c.attrInts(as.Name)
-			if err != nil {
-				return nil, err
-			}
+			v, _ := r.attrInts(as.Name)
 			attrs[as.Name] = graph.Ints(v...)
 		case graph.AttrFloats:
 			a, err := c.attr(as.Name, onnxpb.AttrFloats)
@@ -105,7 +86,10 @@ func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 			}
 			attrs[as.Name] = graph.Floats(f...)
 		default:
-			return nil, c.errf("attribute %s: kind %v is not read", as.Name, as.Kind)
+			r.fail(c.errf("attribute %s: kind %v is not read", as.Name, as.Kind))
+		}
+		if r.err != nil {
+			return nil, r.err
 		}
 	}
 	return attrs, nil
@@ -239,12 +223,9 @@ func (c *opCtx) values() ([]*graph.Value, error) {
 // direct maps an op with the same inputs and no attributes onto ours.
 func direct(op string) handler {
 	return func(c *opCtx) error {
-		in, err := c.values()
-		if err != nil {
-			return err
-		}
-		_, err = c.emit(op, nil, in...)
-		return err
+		r := c.rewrite()
+		r.emit(op, nil, r.values()...)
+		return r.err
 	}
 }
 
