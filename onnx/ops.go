@@ -592,12 +592,13 @@ func importSqueeze(c *opCtx) error {
 	return r.err
 }
 
-// importGather makes constant indices int64 (ONNX also allows int32).
+// importGather maps Gather and GatherElements (axis, data, indices),
+// making constant indices int64 (ONNX also allows int32).
 func importGather(c *opCtx) error {
 	r := c.rewrite()
 	axis := r.attrInt("axis", 0)
 	data, idx := r.need(0), r.indices(1)
-	r.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
+	r.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, data, idx)
 	return r.err
 }
 

@@ -392,7 +392,7 @@ func importTile(c *opCtx) error {
 
 func init() {
 	for op, h := range map[string]handler{
-		"GatherElements": importGatherElements, "ArgMax": importArgMax, "ArgMin": importArgMax,
+		"GatherElements": importGather, "ArgMax": importArgMax, "ArgMin": importArgMax,
 		"ReduceProd":                importReduceProd,
 		"NegativeLogLikelihoodLoss": importNLLLoss,
 	} {
@@ -421,14 +421,6 @@ func (c *opCtx) indicesValue(i int) (*graph.Value, error) {
 		return nil, c.errf("%v", err)
 	}
 	return v, nil
-}
-
-func importGatherElements(c *opCtx) error {
-	r := c.rewrite()
-	axis := r.attrInt("axis", 0)
-	data, idx := r.need(0), r.indices(1)
-	r.emit("GatherElements", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
-	return r.err
 }
 
 // importArgMax maps ArgMax, and ArgMin as ArgMax of −x (exact for floats).
@@ -467,17 +459,11 @@ func importReduceProd(c *opCtx) error {
 }
 
 func importNLLLoss(c *opCtx) error {
-	input, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	loss, err := c.nllLoss(input)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	loss := r.nllLoss(r.need(0))
 	c.outNames = c.n.Output[:1]
-	_, err = c.emit("Identity", nil, loss)
-	return err
+	r.emit("Identity", nil, loss)
+	return r.err
 }
 
 // nllLoss writes NegativeLogLikelihoodLoss of input (log-probabilities
@@ -485,23 +471,25 @@ func importNLLLoss(c *opCtx) error {
 // reduction: loss[n, d] = −input[n, target[n, d], d]·w[target[n, d]], 0 where
 // the target is ignore_index; "sum" adds them up, "mean" divides the sum by
 // the sum of the weights of the targets not ignored.
-func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
-	r := c.rewrite()
+func (r *rewrite) nllLoss(input *graph.Value) *graph.Value {
+	c := r.c
 	red := r.attrString("reduction", "mean")
 	if r.err == nil && red != "none" && red != "sum" && red != "mean" {
-		return nil, c.errf("reduction %q is not supported", red)
+		r.fail(c.errf("reduction %q is not supported", red))
 	}
 	target := r.need(1)
 	weight := r.value(2)
 	if r.err != nil {
-		return nil, r.err
+		return nil
 	}
 	dt := input.Type.DType
 	if !dt.IsFloat() || target.Type.DType != graph.Int64 {
-		return nil, c.errf("input %v and target %v: want float and int64", dt, target.Type.DType)
+		r.fail(c.errf("input %v and target %v: want float and int64", dt, target.Type.DType))
+		return nil
 	}
 	if input.Type.Shape.Rank() < 2 || target.Type.Shape.Rank() != input.Type.Shape.Rank()-1 {
-		return nil, c.errf("input %v and target %v: want [N, C, d...] and [N, d...]", input.Type.Shape, target.Type.Shape)
+		r.fail(c.errf("input %v and target %v: want [N, C, d...] and [N, d...]", input.Type.Shape, target.Type.Shape))
+		return nil
 	}
 	safe := target
 	var ignored *graph.Value // bool, true where the target is ignore_index
@@ -530,11 +518,11 @@ func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
 		loss = r.sub("Mul", nil, loss, w)
 	}
 	if red == "none" {
-		return loss, r.err
+		return loss
 	}
 	sum := r.reduce("ReduceSum", loss, nil, 0)
 	if red == "sum" {
-		return sum, r.err
+		return sum
 	}
 	var den *graph.Value
 	if w != nil {
@@ -542,7 +530,7 @@ func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
 	} else {
 		den = r.scalar("count", dt, float64(target.Type.Shape.Numel()))
 	}
-	return r.sub("Div", nil, sum, den), r.err
+	return r.sub("Div", nil, sum, den)
 }
 
 // importSCEComposed writes SoftmaxCrossEntropyLoss in the forms our fused op
@@ -557,16 +545,10 @@ func importSCEComposed(c *opCtx) error {
 	if !scores.Type.DType.IsFloat() || scores.Type.Shape.Rank() < 2 {
 		return c.errf("scores %v: want float [N, C, d...]", scores.Type)
 	}
-	lp, err := c.sub("LogSoftmax", graph.Attrs{"axis": graph.Int(1)}, scores)
-	if err != nil {
-		return err
-	}
-	loss, err := c.nllLoss(lp)
-	if err != nil {
-		return err
-	}
-	c.outNames = c.n.Output[:1]
 	r := c.rewrite()
+	lp := r.sub("LogSoftmax", graph.Attrs{"axis": graph.Int(1)}, scores)
+	loss := r.nllLoss(lp)
+	c.outNames = c.n.Output[:1]
 	r.emit("Identity", nil, loss)
 	if c.outputUsed(1) {
 		r.emitOutput(1, "Identity", nil, lp)
