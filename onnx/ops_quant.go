@@ -124,30 +124,21 @@ func (c *opCtx) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) (
 }
 
 func importDequantize(c *opCtx) error {
-	axis, err := c.attrInt("axis", 1)
-	if err != nil {
-		return err
-	}
-	if _, err := c.need(0); err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 1)
+	r.need(0)
+	scale := r.need(1)
+	if r.err != nil {
+		return r.err
 	}
 	_, xs := c.in[0].typ()
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
 	if !scale.Type.DType.IsFloat() {
 		return c.errf("x_scale %v: want a float", scale.Type)
 	}
-	if scale, err = c.perAxis(scale, xs, axis); err != nil {
-		return err
-	}
-	x, err := c.centred(0, 2, xs, axis, scale.Type.DType)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mul", nil, x, scale)
-	return err
+	dt := scale.Type.DType
+	scale = r.perAxis(scale, xs, axis)
+	r.emit("Mul", nil, r.centred(0, 2, xs, axis, dt), scale)
+	return r.err
 }
 
 // quantized writes output i: saturate(round(v / scale) + zero point) in
@@ -173,39 +164,27 @@ func (c *opCtx) quantized(i int, v, scale, zp *graph.Value, dt onnxpb.DataType) 
 }
 
 func importQuantize(c *opCtx) error {
-	axis, err := c.attrInt("axis", 1)
-	if err != nil {
-		return err
-	}
-	if s, err := c.attrInt("saturate", 1); err != nil {
-		return err
-	} else if s != 1 {
+	r := c.rewrite()
+	axis := r.attrInt("axis", 1)
+	if s := r.attrInt("saturate", 1); r.err == nil && s != 1 {
 		return c.errf("saturate=0 (float8 targets) is not supported")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if !x.Type.DType.IsFloat() {
 		return c.errf("x %v: want a float", x.Type)
 	}
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	if scale, err = c.perAxis(scale, x.Type.Shape, axis); err != nil {
-		return err
-	}
+	scale := r.perAxis(r.need(1), x.Type.Shape, axis)
 	dt := onnxpb.Uint8
-	zp, err := c.value(2)
-	if err != nil {
-		return err
-	}
+	zp := r.value(2)
 	if zp != nil {
 		dt, _ = c.in[2].typ()
-		if zp, err = c.perAxis(zp, x.Type.Shape, axis); err != nil {
-			return err
-		}
+		zp = r.perAxis(zp, x.Type.Shape, axis)
+	}
+	if r.err != nil {
+		return r.err
 	}
 	return c.quantized(0, x, scale, zp, dt)
 }
@@ -263,15 +242,10 @@ func (c *opCtx) intProduct(ai, azi, bi, bzi int) (*graph.Value, error) {
 	if as.Rank() < 1 || bs.Rank() < 1 {
 		return nil, c.errf("A %v and B %v: want matrices", as, bs)
 	}
-	a, err := c.centred(ai, azi, as, int64(as.Rank()-2), graph.Float64)
-	if err != nil {
-		return nil, err
-	}
-	b, err := c.centred(bi, bzi, bs, int64(bs.Rank()-1), graph.Float64)
-	if err != nil {
-		return nil, err
-	}
-	return c.sub("MatMul", nil, a, b)
+	r := c.rewrite()
+	a := r.centred(ai, azi, as, int64(as.Rank()-2), graph.Float64)
+	b := r.centred(bi, bzi, bs, int64(bs.Rank()-1), graph.Float64)
+	return r.sub("MatMul", nil, a, b), r.err
 }
 
 // importMatMulInteger is the exact integer product, as INT32.
