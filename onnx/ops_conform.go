@@ -276,12 +276,7 @@ func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error
 }
 
 func (r *rewrite) elementwiseMax(in []*graph.Value, neg bool) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	m, err := r.c.elementwiseMax(in, neg)
-	r.err = err
-	return m
+	return step(r, func() (*graph.Value, error) { return r.c.elementwiseMax(in, neg) })
 }
 
 // importClipInt is Clip of integers (int64, or a narrow type held as one):

@@ -89,12 +89,7 @@ func (c *opCtx) perAxis(v *graph.Value, xs graph.Shape, axis int64) (*graph.Valu
 }
 
 func (r *rewrite) perAxis(v *graph.Value, xs graph.Shape, axis int64) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	p, err := r.c.perAxis(v, xs, axis)
-	r.err = err
-	return p
+	return step(r, func() (*graph.Value, error) { return r.c.perAxis(v, xs, axis) })
 }
 
 // centred is the integer input i minus its zero point (input zi, absent:
@@ -292,10 +287,5 @@ func importQLinearMatMul(c *opCtx) error {
 }
 
 func (r *rewrite) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.centred(i, zi, xs, axis, dt)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.centred(i, zi, xs, axis, dt) })
 }

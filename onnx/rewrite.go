@@ -16,6 +16,17 @@ type rewrite struct {
 
 func (c *opCtx) rewrite() *rewrite { return &rewrite{c: c} }
 
+// step runs f unless an earlier step failed, and keeps its error.
+func step[T any](r *rewrite, f func() (T, error)) T {
+	if r.err != nil {
+		var zero T
+		return zero
+	}
+	v, err := f()
+	r.err = err
+	return v
+}
+
 // fail records err unless an earlier step already failed.
 func (r *rewrite) fail(err error) {
 	if r.err == nil {
@@ -60,78 +71,38 @@ func (r *rewrite) attrInts(name string) ([]int64, bool) {
 }
 
 func (r *rewrite) need(i int) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.need(i)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.need(i) })
 }
 
 func (r *rewrite) value(i int) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.value(i)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.value(i) })
 }
 
 func (r *rewrite) constInput(i int, what string) *cval {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.constInput(i, what)
-	r.err = err
-	return v
+	return step(r, func() (*cval, error) { return r.c.constInput(i, what) })
 }
 
 // sub adds an intermediate node (opCtx.sub).
 func (r *rewrite) sub(op string, attrs graph.Attrs, in ...*graph.Value) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.sub(op, attrs, in...)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.sub(op, attrs, in...) })
 }
 
 // reduce adds a table reduction (opCtx.reduce).
 func (r *rewrite) reduce(op string, x, axes *graph.Value, keep int64) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.reduce(op, x, axes, keep)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.reduce(op, x, axes, keep) })
 }
 
 func (r *rewrite) ints(what string, vals []int64) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.ints(what, vals)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.ints(what, vals) })
 }
 
 func (r *rewrite) scalar(what string, dt graph.DType, v float64) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	s, err := r.c.scalar(what, dt, v)
-	r.err = err
-	return s
+	return step(r, func() (*graph.Value, error) { return r.c.scalar(what, dt, v) })
 }
 
 // emit adds the node that produces the ONNX node's outputs (opCtx.emit).
 func (r *rewrite) emit(op string, attrs graph.Attrs, in ...*graph.Value) []*graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	outs, err := r.c.emit(op, attrs, in...)
-	r.err = err
-	return outs
+	return step(r, func() ([]*graph.Value, error) { return r.c.emit(op, attrs, in...) })
 }
 
 // emitOutput adds a node that produces ONNX output i alone (opCtx.emitOutput).
@@ -150,12 +121,7 @@ func (r *rewrite) emitReshape(y *graph.Value, shape []int64) {
 
 // indices reads input i as int64 indices (opCtx.indicesValue).
 func (r *rewrite) indices(i int) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.indicesValue(i)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.indicesValue(i) })
 }
 
 // dims64 is s as the int64 dimensions of a shape operand.
@@ -179,22 +145,12 @@ func (r *rewrite) as2D(x *graph.Value, a int) *graph.Value {
 
 // values reads every input, nil for omitted ones (opCtx.values).
 func (r *rewrite) values() []*graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.values()
-	r.err = err
-	return v
+	return step(r, func() ([]*graph.Value, error) { return r.c.values() })
 }
 
 // axesValue reads the axes operand (opCtx.axesValue).
 func (r *rewrite) axesValue(i int, since int64) *graph.Value {
-	if r.err != nil {
-		return nil
-	}
-	v, err := r.c.axesValue(i, since)
-	r.err = err
-	return v
+	return step(r, func() (*graph.Value, error) { return r.c.axesValue(i, since) })
 }
 
 // slice is v[lo:hi] along axis, a Slice with constant starts, ends and axes
@@ -227,12 +183,7 @@ func (r *rewrite) val(e *entry) *graph.Value {
 
 // tableAttrs reads the attributes the op table declares for s (opCtx.tableAttrs).
 func (r *rewrite) tableAttrs(s *graph.OpSpec) graph.Attrs {
-	if r.err != nil {
-		return nil
-	}
-	a, err := r.c.tableAttrs(s)
-	r.err = err
-	return a
+	return step(r, func() (graph.Attrs, error) { return r.c.tableAttrs(s) })
 }
 
 // softmaxAxis reads the axis of Softmax, LogSoftmax and Hardmax: 1 by
