@@ -705,11 +705,8 @@ func importLayerNorm(c *opCtx) error {
 		r.emit("Add", nil, r.sub("Mul", nil, nrm, scale), bias)
 	}
 	// The Mean and InvStdDev outputs (the statistics, reduced axes kept as 1).
-	for i, v := range []*graph.Value{1: mean, 2: inv} {
-		if i > 0 && c.outputUsed(i) {
-			r.emitOutput(i, "Identity", nil, v)
-		}
-	}
+	r.optionalOutput(1, mean)
+	r.optionalOutput(2, inv)
 	return r.err
 }
 

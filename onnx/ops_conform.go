@@ -545,9 +545,7 @@ func importSCEComposed(c *opCtx) error {
 	loss := r.nllLoss(lp)
 	c.outNames = c.n.Output[:1]
 	r.emit("Identity", nil, loss)
-	if c.outputUsed(1) {
-		r.emitOutput(1, "Identity", nil, lp)
-	}
+	r.optionalOutput(1, lp)
 	return r.err
 }
 

@@ -212,13 +212,8 @@ func importDynamicQuantize(c *opCtx) error {
 	if err := c.quantized(0, x, scale, zp, onnxpb.Uint8); err != nil {
 		return err
 	}
-	if c.outputUsed(1) {
-		r.emitOutput(1, "Identity", nil, scale)
-	}
-	if c.outputUsed(2) {
-		if r.emitOutput(2, "Identity", nil, zp); r.err != nil {
-			return r.err
-		}
+	r.optionalOutput(1, scale)
+	if r.optionalOutput(2, zp) {
 		c.out[2].odt = onnxpb.Uint8
 	}
 	return r.err

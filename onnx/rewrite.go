@@ -196,3 +196,13 @@ func (r *rewrite) softmaxAxis() int64 {
 	}
 	return r.attrInt("axis", def)
 }
+
+// optionalOutput writes ONNX output i as v (through an Identity) when the
+// model reads it, and reports whether it did.
+func (r *rewrite) optionalOutput(i int, v *graph.Value) bool {
+	if r.err != nil || !r.c.outputUsed(i) {
+		return false
+	}
+	r.emitOutput(i, "Identity", nil, v)
+	return r.err == nil
+}
