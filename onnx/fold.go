@@ -362,11 +362,7 @@ func tooBig(what string) error { return fmt.Errorf("%w: %s", errTooBig, what) }
 
 // tooBigShape is tooBig for a result of shape s.
 func tooBigShape(s graph.Shape) error {
-	dims := make([]int64, len(s))
-	for i, d := range s {
-		dims[i] = int64(d)
-	}
-	return tooBigDims(dims)
+	return tooBigDims(dims64(s))
 }
 
 // tooBigDims is tooBig for a result of dimensions dims.

@@ -45,16 +45,10 @@ func init() {
 // with the attributes it declares (ONNX's names, kinds and defaults).
 func directAttrs(s *graph.OpSpec) handler {
 	return func(c *opCtx) error {
-		attrs, err := c.tableAttrs(s)
-		if err != nil {
-			return err
-		}
-		in, err := c.values()
-		if err != nil {
-			return err
-		}
-		_, err = c.emit(s.Name, attrs, in...)
-		return err
+		r := c.rewrite()
+		attrs := r.tableAttrs(s)
+		r.emit(s.Name, attrs, r.values()...)
+		return r.err
 	}
 }
 
@@ -62,37 +56,24 @@ func directAttrs(s *graph.OpSpec) handler {
 // node (those it omits keep the table's defaults, which are ONNX's).
 func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 	attrs := graph.Attrs{}
+	r := c.rewrite()
 	for _, as := range s.Attrs {
 		if !c.has(as.Name) {
 			continue
 		}
 		switch as.Kind {
 		case graph.AttrFloat:
-			v, err := c.attrFloat(as.Name, 0)
-			if err != nil {
-				return nil, err
-			}
-			attrs[as.Name] = graph.Float(v)
+			attrs[as.Name] = graph.Float(r.attrFloat(as.Name, 0))
 		case graph.AttrInt:
-			v, err := c.attrInt(as.Name, 0)
-			if err != nil {
-				return nil, err
-			}
-			attrs[as.Name] = graph.Int(v)
+			attrs[as.Name] = graph.Int(r.attrInt(as.Name, 0))
 		case graph.AttrString:
-			v, err := c.attrString(as.Name, "")
-			if err != nil {
-				return nil, err
-			}
-			if as.Enum != nil && !slices.Contains(as.Enum, v) {
-				return nil, c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum)
+			v := r.attrString(as.Name, "")
+			if r.err == nil && as.Enum != nil && !slices.Contains(as.Enum, v) {
+				r.fail(c.errf("attribute %s is %q, want one of %q", as.Name, v, as.Enum))
 			}
 			attrs[as.Name] = graph.Str(v)
 		case graph.AttrInts:
-			v, _, err := c.attrInts(as.Name)
-			if err != nil {
-				return nil, err
-			}
+			v, _ := r.attrInts(as.Name)
 			attrs[as.Name] = graph.Ints(v...)
 		case graph.AttrFloats:
 			a, err := c.attr(as.Name, onnxpb.AttrFloats)
@@ -105,7 +86,10 @@ func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 			}
 			attrs[as.Name] = graph.Floats(f...)
 		default:
-			return nil, c.errf("attribute %s: kind %v is not read", as.Name, as.Kind)
+			r.fail(c.errf("attribute %s: kind %v is not read", as.Name, as.Kind))
+		}
+		if r.err != nil {
+			return nil, r.err
 		}
 	}
 	return attrs, nil
@@ -239,12 +223,9 @@ func (c *opCtx) values() ([]*graph.Value, error) {
 // direct maps an op with the same inputs and no attributes onto ours.
 func direct(op string) handler {
 	return func(c *opCtx) error {
-		in, err := c.values()
-		if err != nil {
-			return err
-		}
-		_, err = c.emit(op, nil, in...)
-		return err
+		r := c.rewrite()
+		r.emit(op, nil, r.values()...)
+		return r.err
 	}
 }
 
@@ -286,26 +267,20 @@ func importPow(c *opCtx) error {
 		if et == graph.Bool || bt == graph.Bool {
 			return c.errf("Pow of %v to a %v exponent is not supported", bt, et)
 		}
+		r := c.rewrite()
 		if bt.IsFloat() {
-			if ev, err = c.sub("Cast", graph.Attrs{"to": graph.Str(bt.String())}, ev); err != nil {
-				return err
-			}
+			ev = r.sub("Cast", graph.Attrs{"to": graph.Str(bt.String())}, ev)
 		} else {
 			wide := graph.Attrs{"to": graph.Str(graph.Float64.String())}
-			if base, err = c.sub("Cast", wide, base); err != nil {
-				return err
-			}
+			base = r.sub("Cast", wide, base)
 			if et != graph.Float64 {
-				if ev, err = c.sub("Cast", wide, ev); err != nil {
-					return err
-				}
+				ev = r.sub("Cast", wide, ev)
 			}
-			p, err := c.sub("Pow", nil, base, ev)
-			if err != nil {
-				return err
-			}
-			_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(bt.String())}, p)
-			return err
+			r.emit("Cast", graph.Attrs{"to": graph.Str(bt.String())}, r.sub("Pow", nil, base, ev))
+			return r.err
+		}
+		if r.err != nil {
+			return r.err
 		}
 	}
 	_, err = c.emit("Pow", nil, base, ev)
@@ -325,16 +300,12 @@ func importIdentity(c *opCtx) error {
 }
 
 func importCast(c *opCtx) error {
-	to, err := c.attrInt("to", 0)
-	if err != nil {
-		return err
-	}
-	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	to := r.attrInt("to", 0)
+	r.attrInt("saturate", 1) // only affects float8 targets
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if kind := meta(c.n.MetadataProps, metaBoundary); kind != "" && c.im.faithful {
 		return c.boundary(kind, onnxpb.DataType(to))
@@ -347,25 +318,20 @@ func importCast(c *opCtx) error {
 	if !ok {
 		return c.errf("cast to %v is not supported on runtime values", onnxpb.DataType(to))
 	}
-	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
-	return err
+	r.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, x)
+	return r.err
 }
 
 func importGemm(c *opCtx) error {
-	attrs := graph.Attrs{}
-	for _, name := range []string{"alpha", "beta"} {
-		v, err := c.attrFloat(name, 1)
-		if err != nil {
-			return err
-		}
-		attrs[name] = graph.Float(v)
+	r := c.rewrite()
+	attrs := graph.Attrs{
+		"alpha":  graph.Float(r.attrFloat("alpha", 1)),
+		"beta":   graph.Float(r.attrFloat("beta", 1)),
+		"transA": graph.Int(r.attrInt("transA", 0)),
+		"transB": graph.Int(r.attrInt("transB", 0)),
 	}
-	for _, name := range []string{"transA", "transB"} {
-		v, err := c.attrInt(name, 0)
-		if err != nil {
-			return err
-		}
-		attrs[name] = graph.Int(v)
+	if r.err != nil {
+		return r.err
 	}
 	in, err := c.values()
 	if err != nil {
@@ -383,45 +349,25 @@ func importGemm(c *opCtx) error {
 // opset since (13 for ReduceSum, 18 for the others).
 func importReduce(since int64) handler {
 	return func(c *opCtx) error {
-		keep, err := c.attrInt("keepdims", 1)
-		if err != nil {
-			return err
-		}
-		attrs := graph.Attrs{"keepdims": graph.Int(keep)}
-		x, err := c.need(0)
-		if err != nil {
-			return err
-		}
+		r := c.rewrite()
+		attrs := graph.Attrs{"keepdims": graph.Int(r.attrInt("keepdims", 1))}
+		x := r.need(0)
 		var axes *graph.Value
 		if c.ver < since {
-			vals, ok, err := c.attrInts("axes")
-			if err != nil {
-				return err
-			}
-			if ok {
-				if axes, err = c.ints("axes", vals); err != nil {
-					return err
-				}
+			if vals, ok := r.attrInts("axes"); ok {
+				axes = r.ints("axes", vals)
 			}
 		} else {
-			noop, err := c.attrInt("noop_with_empty_axes", 0)
-			if err != nil {
-				return err
-			}
-			attrs["noop_with_empty_axes"] = graph.Int(noop)
-			if _, err := c.constInput(1, "axes"); err != nil {
-				return err
-			}
-			if axes, err = c.value(1); err != nil {
-				return err
-			}
+			attrs["noop_with_empty_axes"] = graph.Int(r.attrInt("noop_with_empty_axes", 0))
+			r.constInput(1, "axes")
+			axes = r.value(1)
 		}
 		in := []*graph.Value{x}
 		if axes != nil {
 			in = append(in, axes)
 		}
-		_, err = c.emit(c.n.OpType, attrs, in...)
-		return err
+		r.emit(c.n.OpType, attrs, in...)
+		return r.err
 	}
 }
 
@@ -430,56 +376,30 @@ func importReduce(since int64) handler {
 // on; that is our per-axis op when axis is the last one, and otherwise a
 // Reshape to 2-D, Softmax over the last axis, and a Reshape back.
 func importSoftmax(c *opCtx) error {
-	def := int64(-1)
-	if c.ver < 13 {
-		def = 1
+	r := c.rewrite()
+	axis := r.softmaxAxis()
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
-	axis, err := c.attrInt("axis", def)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	r := x.Type.Shape.Rank()
-	a, err := graph.NormAxis(int(axis), r)
+	rank := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), rank)
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	if c.ver >= 13 || a == r-1 {
-		_, err = c.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, x)
-		return err
+	if c.ver >= 13 || a == rank-1 {
+		r.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, x)
+		return r.err
 	}
-	s := x.Type.Shape
-	flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
-	if err != nil {
-		return err
-	}
-	x2, err := c.sub("Reshape", nil, x, flat)
-	if err != nil {
-		return err
-	}
-	y2, err := c.sub(c.n.OpType, graph.Attrs{"axis": graph.Int(-1)}, x2)
-	if err != nil {
-		return err
-	}
-	back := make([]int64, r)
-	for i, d := range s {
-		back[i] = int64(d)
-	}
-	return c.emitReshape(y2, back)
+	y2 := r.sub(c.n.OpType, graph.Attrs{"axis": graph.Int(-1)}, r.as2D(x, a))
+	r.emitReshape(y2, dims64(x.Type.Shape))
+	return r.err
 }
 
 func importSCELoss(c *opCtx) error {
-	red, err := c.attrString("reduction", "mean")
-	if err != nil {
-		return err
-	}
-	scores, err := c.need(0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	red := r.attrString("reduction", "mean")
+	scores := r.need(0)
 	// Our op takes [N, C] scores and [N] labels in [0, C), no class weights;
 	// the other forms are written out (ops_conform.go). ignore_index drops
 	// rows with that label from the loss and the mean. Our op has no such
@@ -488,22 +408,19 @@ func importSCELoss(c *opCtx) error {
 	// (PyTorch exports -100) never changes a result the fused op computes,
 	// and keeps the fused op (which has a gradient); one inside needs the
 	// composed form.
-	ign, err := c.attrInt("ignore_index", -1)
-	if err != nil {
-		return err
+	ign := r.attrInt("ignore_index", -1)
+	if r.err != nil {
+		return r.err
 	}
 	s := scores.Type.Shape
 	ignoresClass := c.has("ignore_index") && (s.Rank() != 2 || (ign >= 0 && ign < int64(s[1])))
 	if c.input(2) != nil || c.outputUsed(1) || ignoresClass || s.Rank() != 2 || red == "none" {
 		return importSCEComposed(c)
 	}
-	labels, err := c.need(1)
-	if err != nil {
-		return err
-	}
+	labels := r.need(1)
 	c.outNames = c.n.Output[:1]
-	_, err = c.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
-	return err
+	r.emit("SoftmaxCrossEntropyLoss", graph.Attrs{"reduction": graph.Str(red)}, scores, labels)
+	return r.err
 }
 
 // importExpand needs its shape operand known: our shapes are static.
@@ -515,30 +432,21 @@ func importExpand(c *opCtx) error {
 }
 
 func importTranspose(c *opCtx) error {
+	r := c.rewrite()
 	attrs := graph.Attrs{}
-	perm, ok, err := c.attrInts("perm")
-	if err != nil {
-		return err
-	}
-	if ok {
+	if perm, ok := r.attrInts("perm"); ok {
 		attrs["perm"] = graph.Ints(perm...)
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Transpose", attrs, x)
-	return err
+	r.emit("Transpose", attrs, r.need(0))
+	return r.err
 }
 
 func importReshape(c *opCtx) error {
-	allowzero, err := c.attrInt("allowzero", 0)
-	if err != nil {
-		return err
-	}
-	shape, err := c.constInput(1, "shape")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	allowzero := r.attrInt("allowzero", 0)
+	shape := r.constInput(1, "shape")
+	if r.err != nil {
+		return r.err
 	}
 	if shape == nil {
 		return c.errf("needs a shape")
@@ -565,28 +473,18 @@ func importReshape(c *opCtx) error {
 		dt, _ := c.in[0].typ()
 		return c.folded([]*cval{newCval(dt, dims)})
 	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Reshape", nil, in...)
-	return err
+	r.emit("Reshape", nil, r.values()...)
+	return r.err
 }
 
 func importConcat(c *opCtx) error {
 	if !c.has("axis") {
 		return c.errf("axis is required")
 	}
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, in...)
-	return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	r.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, r.values()...)
+	return r.err
 }
 
 func fitsExactly(vals []int64) bool {
@@ -675,81 +573,41 @@ func (c *opCtx) axesValue(i int, since int64) (*graph.Value, error) {
 }
 
 func importUnsqueeze(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	axes, err := c.axesValue(1, 13)
-	if err != nil {
-		return err
-	}
-	if axes == nil {
+	r := c.rewrite()
+	x, axes := r.need(0), r.axesValue(1, 13)
+	if r.err == nil && axes == nil {
 		return c.errf("axes are required")
 	}
-	_, err = c.emit("Unsqueeze", nil, x, axes)
-	return err
+	r.emit("Unsqueeze", nil, x, axes)
+	return r.err
 }
 
 func importSqueeze(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	axes, err := c.axesValue(1, 13)
-	if err != nil {
-		return err
-	}
-	in := []*graph.Value{x}
-	if axes != nil {
+	r := c.rewrite()
+	in := []*graph.Value{r.need(0)}
+	if axes := r.axesValue(1, 13); axes != nil {
 		in = append(in, axes)
 	}
-	_, err = c.emit("Squeeze", nil, in...)
-	return err
+	r.emit("Squeeze", nil, in...)
+	return r.err
 }
 
-// importGather makes constant indices int64 (ONNX also allows int32).
+// importGather maps Gather and GatherElements (axis, data, indices),
+// making constant indices int64 (ONNX also allows int32).
 func importGather(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	data, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	idx := c.input(1)
-	if idx == nil {
-		return c.errf("needs indices")
-	}
-	if idx.c != nil && idx.c.dt != onnxpb.Int64 {
-		vals, err := idx.c.ints()
-		if err != nil {
-			return c.errf("indices: %v", err)
-		}
-		idx = c.im.constant(idx.name+"_int64", &cval{dt: onnxpb.Int64, shape: idx.c.shape, i: vals})
-	}
-	iv, err := c.im.val(idx)
-	if err != nil {
-		return c.errf("%v", err)
-	}
-	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, data, iv)
-	return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	data, idx := r.need(0), r.indices(1)
+	r.emit(c.n.OpType, graph.Attrs{"axis": graph.Int(axis)}, data, idx)
+	return r.err
 }
 
 func importTrilu(c *opCtx) error {
-	upper, err := c.attrInt("upper", 1)
-	if err != nil {
-		return err
-	}
-	if _, err := c.constInput(1, "k"); err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Trilu", graph.Attrs{"upper": graph.Int(upper)}, in...)
-	return err
+	r := c.rewrite()
+	upper := r.attrInt("upper", 1)
+	r.constInput(1, "k")
+	r.emit("Trilu", graph.Attrs{"upper": graph.Int(upper)}, r.values()...)
+	return r.err
 }
 
 // importSplit becomes one Slice per output. The sizes come from the split
@@ -757,13 +615,11 @@ func importTrilu(c *opCtx) error {
 // opset 18 (which must divide the axis), num_outputs from 18 (the last part may
 // be smaller).
 func importSplit(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	ax, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
 	if err != nil {
@@ -819,169 +675,94 @@ func importSplit(c *opCtx) error {
 	if total != dim || len(sizes) != len(c.n.Output) {
 		return c.errf("split %v does not cover axis of size %d with %d outputs", sizes, dim, len(c.n.Output))
 	}
-	axes, err := c.ints("axes", []int64{int64(ax)})
-	if err != nil {
-		return err
-	}
+	axes := r.ints("axes", []int64{int64(ax)})
 	var start int64
 	for i, s := range sizes {
 		lo, hi := start, start+s
 		start = hi
-		if !c.outputUsed(i) {
-			continue
-		}
-		st, err := c.ints("starts", []int64{lo})
-		if err != nil {
-			return err
-		}
-		en, err := c.ints("ends", []int64{hi})
-		if err != nil {
-			return err
-		}
-		if err := c.emitOutput(i, "Slice", nil, x, st, en, axes); err != nil {
-			return err
+		if c.outputUsed(i) {
+			r.emitOutput(i, "Slice", nil, x, r.ints("starts", []int64{lo}), r.ints("ends", []int64{hi}), axes)
 		}
 	}
-	return nil
+	return r.err
 }
 
 // importLayerNorm writes LayerNormalization (opset 17) as the ONNX function that
 // defines it: normalize over the axes from axis on, then scale and shift.
 func importLayerNorm(c *opCtx) error {
-	x, axes, eps, err := normInputs(c)
-	if err != nil {
-		return err
-	}
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	bias, err := c.value(2)
-	if err != nil {
-		return err
-	}
-	keep := graph.Attrs{"keepdims": graph.Int(1)}
-	mean, err := c.sub("ReduceMean", keep, x, axes)
-	if err != nil {
-		return err
-	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
-	nrm, inv, err := rmsScale(c, d, axes, eps)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, axes, eps := normInputs(r)
+	scale, bias := r.need(1), r.value(2)
+	mean := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	nrm, inv := r.rmsScale(r.sub("Sub", nil, x, mean), axes, eps)
+	if r.err != nil {
+		return r.err
 	}
 	c.outNames = c.n.Output[:1]
 	if bias == nil {
-		_, err = c.emit("Mul", nil, nrm, scale)
+		r.emit("Mul", nil, nrm, scale)
 	} else {
-		y, err := c.sub("Mul", nil, nrm, scale)
-		if err != nil {
-			return err
-		}
-		_, err = c.emit("Add", nil, y, bias)
-	}
-	if err != nil {
-		return err
+		r.emit("Add", nil, r.sub("Mul", nil, nrm, scale), bias)
 	}
 	// The Mean and InvStdDev outputs (the statistics, reduced axes kept as 1).
-	for i, v := range map[int]*graph.Value{1: mean, 2: inv} {
-		if c.outputUsed(i) {
-			if err := c.emitOutput(i, "Identity", nil, v); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	r.optionalOutput(1, mean)
+	r.optionalOutput(2, inv)
+	return r.err
 }
 
 // rmsScale writes v · 1/√(mean(v², axes) + eps), the step LayerNormalization
 // (v = X − mean) and RMSNormalization (v = X) share, and returns it with
 // 1/√(mean(v², axes) + eps).
-func rmsScale(c *opCtx, v, axes *graph.Value, eps float64) (*graph.Value, *graph.Value, error) {
-	sq, err := c.sub("Mul", nil, v, v)
-	if err != nil {
-		return nil, nil, err
+func (r *rewrite) rmsScale(v, axes *graph.Value, eps float64) (y, inv *graph.Value) {
+	if r.err != nil {
+		return nil, nil
 	}
-	ms, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
-	if err != nil {
-		return nil, nil, err
-	}
-	epsV, err := c.scalar("epsilon", v.Type.DType, eps)
-	if err != nil {
-		return nil, nil, err
-	}
-	mse, err := c.sub("Add", nil, ms, epsV)
-	if err != nil {
-		return nil, nil, err
-	}
-	rms, err := c.sub("Sqrt", nil, mse)
-	if err != nil {
-		return nil, nil, err
-	}
-	inv, err := c.sub("Reciprocal", nil, rms)
-	if err != nil {
-		return nil, nil, err
-	}
-	y, err := c.sub("Mul", nil, v, inv)
-	return y, inv, err
+	ms := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, r.sub("Mul", nil, v, v), axes)
+	rms := r.sub("Sqrt", nil, r.sub("Add", nil, ms, r.scalar("epsilon", v.Type.DType, eps)))
+	inv = r.sub("Reciprocal", nil, rms)
+	return r.sub("Mul", nil, v, inv), inv
 }
 
 // normInputs reads what LayerNormalization and RMSNormalization share: the
 // input X, the axes from the axis attribute to the last (as an operand of
 // ReduceMean), epsilon, and a stash_type the rewrite can honour.
-func normInputs(c *opCtx) (x, axes *graph.Value, eps float64, err error) {
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if eps, err = c.attrFloat("epsilon", 1e-5); err != nil {
-		return nil, nil, 0, err
-	}
-	stash, err := c.attrInt("stash_type", int64(onnxpb.Float))
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if x, err = c.need(0); err != nil {
-		return nil, nil, 0, err
+func normInputs(r *rewrite) (x, axes *graph.Value, eps float64) {
+	c := r.c
+	axis := r.attrInt("axis", -1)
+	eps = r.attrFloat("epsilon", 1e-5)
+	stash := r.attrInt("stash_type", int64(onnxpb.Float))
+	x = r.need(0)
+	if r.err != nil {
+		return nil, nil, 0
 	}
 	// stash_type is the precision of the statistics; the rewrite computes them
 	// in the input's type, so the two must agree.
 	if onnxType(x.Type.DType) != onnxpb.DataType(stash) {
-		return nil, nil, 0, c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType)
+		r.fail(c.errf("stash_type %v with %v input is not supported", onnxpb.DataType(stash), x.Type.DType))
+		return nil, nil, 0
 	}
-	r := x.Type.Shape.Rank()
-	a, err := graph.NormAxis(int(axis), r)
+	rank := x.Type.Shape.Rank()
+	a, err := graph.NormAxis(int(axis), rank)
 	if err != nil {
-		return nil, nil, 0, c.errf("%v", err)
+		r.fail(c.errf("%v", err))
+		return nil, nil, 0
 	}
 	var ax []int64
-	for i := a; i < r; i++ {
+	for i := a; i < rank; i++ {
 		ax = append(ax, int64(i))
 	}
-	axes, err = c.ints("axes", ax)
-	return x, axes, eps, err
+	return x, r.ints("axes", ax), eps
 }
 
 // importRMSNorm writes RMSNormalization (opset 23) as the ONNX function that
 // defines it: X · 1/√(mean(X²) + ε) over the axes from axis on, times scale.
 func importRMSNorm(c *opCtx) error {
-	x, axes, eps, err := normInputs(c)
-	if err != nil {
-		return err
-	}
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	nrm, _, err := rmsScale(c, x, axes, eps)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mul", nil, nrm, scale)
-	return err
+	r := c.rewrite()
+	x, axes, eps := normInputs(r)
+	scale := r.need(1)
+	nrm, _ := r.rmsScale(x, axes, eps)
+	r.emit("Mul", nil, nrm, scale)
+	return r.err
 }
 
 // importGelu writes Gelu (opset 20) with the formula that defines it.
@@ -993,83 +774,27 @@ func importGelu(c *opCtx) error {
 			return directAttrs(s)(c)
 		}
 	}
-	approx, err := c.attrString("approximate", "none")
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	approx := r.attrString("approximate", "none")
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	dt := x.Type.DType
-	k := func(what string, v float64) (*graph.Value, error) { return c.scalar(what, dt, v) }
 	var inner *graph.Value
 	switch approx {
 	case "none": // 0.5·x·(1 + erf(x/√2))
-		s, err := k("rsqrt2", 1/math.Sqrt2)
-		if err != nil {
-			return err
-		}
-		t, err := c.sub("Mul", nil, x, s)
-		if err != nil {
-			return err
-		}
-		if inner, err = c.sub("Erf", nil, t); err != nil {
-			return err
-		}
+		inner = r.sub("Erf", nil, r.sub("Mul", nil, x, r.scalar("rsqrt2", dt, 1/math.Sqrt2)))
 	case "tanh": // 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))
-		x2, err := c.sub("Mul", nil, x, x)
-		if err != nil {
-			return err
-		}
-		x3, err := c.sub("Mul", nil, x2, x)
-		if err != nil {
-			return err
-		}
-		cc, err := k("coef", 0.044715)
-		if err != nil {
-			return err
-		}
-		t, err := c.sub("Mul", nil, x3, cc)
-		if err != nil {
-			return err
-		}
-		u, err := c.sub("Add", nil, x, t)
-		if err != nil {
-			return err
-		}
-		s, err := k("sqrt2_pi", math.Sqrt(2/math.Pi))
-		if err != nil {
-			return err
-		}
-		v, err := c.sub("Mul", nil, u, s)
-		if err != nil {
-			return err
-		}
-		if inner, err = c.sub("Tanh", nil, v); err != nil {
-			return err
-		}
+		x3 := r.sub("Mul", nil, r.sub("Mul", nil, x, x), x)
+		u := r.sub("Add", nil, x, r.sub("Mul", nil, x3, r.scalar("coef", dt, 0.044715)))
+		inner = r.sub("Tanh", nil, r.sub("Mul", nil, u, r.scalar("sqrt2_pi", dt, math.Sqrt(2/math.Pi))))
 	default:
 		return c.errf("approximate=%q is not supported", approx)
 	}
-	one, err := k("one", 1)
-	if err != nil {
-		return err
-	}
-	p, err := c.sub("Add", nil, inner, one)
-	if err != nil {
-		return err
-	}
-	m, err := c.sub("Mul", nil, x, p)
-	if err != nil {
-		return err
-	}
-	half, err := k("half", 0.5)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mul", nil, m, half)
-	return err
+	m := r.sub("Mul", nil, x, r.sub("Add", nil, inner, r.scalar("one", dt, 1)))
+	r.emit("Mul", nil, m, r.scalar("half", dt, 0.5))
+	return r.err
 }
 
 // importAttention maps opset-23 Attention onto FlashAttention, which has its
@@ -1077,13 +802,11 @@ func importGelu(c *opCtx) error {
 // them: grouped-query attention), no mask, no KV cache and no softcap; the
 // logsumexp output FlashAttention adds is left unused.
 func importAttention(c *opCtx) error {
-	causal, err := c.attrInt("is_causal", 0)
-	if err != nil {
-		return err
-	}
-	softcap, err := c.attrFloat("softcap", 0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	causal := r.attrInt("is_causal", 0)
+	softcap := r.attrFloat("softcap", 0)
+	if r.err != nil {
+		return r.err
 	}
 	if softcap != 0 {
 		return c.errf("softcap is not supported")

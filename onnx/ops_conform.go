@@ -31,13 +31,10 @@ func init() {
 
 // importFlatten is Reshape to [prod(dims before axis), prod(dims from axis)].
 func importFlatten(c *opCtx) error {
-	axis, err := c.attrInt("axis", 1)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis, x := r.attrInt("axis", 1), r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	a := int(axis)
@@ -106,62 +103,43 @@ func importDropout(c *opCtx) error {
 
 // importCastLike is Cast to the element type of its second input.
 func importCastLike(c *opCtx) error {
-	if _, err := c.attrInt("saturate", 1); err != nil { // only affects float8 targets
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	like, err := c.need(1)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	r.attrInt("saturate", 1) // only affects float8 targets
+	x, like := r.need(0), r.need(1)
+	if r.err != nil {
+		return r.err
 	}
 	if to, _ := c.in[1].typ(); isNarrowInt(to) {
 		from, _ := c.in[0].typ()
 		return c.castNarrow(x, from, to)
 	}
-	_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
-	return err
+	r.emit("Cast", graph.Attrs{"to": graph.Str(like.Type.DType.String())}, x)
+	return r.err
 }
 
 // reduceOperands reads what every reduction shares: X, the axes (attribute
 // before opset 18, input from 18) as a graph operand or nil for all, and
 // keepdims. noop_with_empty_axes=1 with no axes is refused.
 func reduceOperands(c *opCtx) (x, axes *graph.Value, keep int64, err error) {
-	if keep, err = c.attrInt("keepdims", 1); err != nil {
-		return
-	}
-	if x, err = c.need(0); err != nil {
-		return
-	}
+	r := c.rewrite()
+	keep = r.attrInt("keepdims", 1)
+	x = r.need(0)
 	if c.ver < 18 {
-		vals, ok, err := c.attrInts("axes")
-		if err != nil {
-			return nil, nil, 0, err
+		if vals, ok := r.attrInts("axes"); ok {
+			axes = r.ints("axes", vals)
 		}
-		if ok {
-			if axes, err = c.ints("axes", vals); err != nil {
-				return nil, nil, 0, err
-			}
+	} else {
+		noop := r.attrInt("noop_with_empty_axes", 0)
+		cv := r.constInput(1, "axes")
+		if r.err == nil && noop != 0 && (cv == nil || cv.n() == 0) {
+			return nil, nil, 0, c.errf("noop_with_empty_axes=1 with no axes is not supported")
 		}
-		return x, axes, keep, nil
-	}
-	noop, err := c.attrInt("noop_with_empty_axes", 0)
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	cv, err := c.constInput(1, "axes")
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if noop != 0 && (cv == nil || cv.n() == 0) {
-		return nil, nil, 0, c.errf("noop_with_empty_axes=1 with no axes is not supported")
-	}
-	if cv != nil && cv.n() > 0 {
-		if axes, err = c.value(1); err != nil {
-			return nil, nil, 0, err
+		if cv != nil && cv.n() > 0 {
+			axes = r.value(1)
 		}
+	}
+	if r.err != nil {
+		return nil, nil, 0, r.err
 	}
 	return x, axes, keep, nil
 }
@@ -189,80 +167,33 @@ func importReduceDerived(c *opCtx) error {
 		// −x wraps for the most negative integer; the logs and roots are of floats.
 		return c.errf("%s of %v is not supported", op, x.Type.DType)
 	}
-	last := func(o string, in ...*graph.Value) error {
-		c.outNames = c.n.Output[:1]
-		_, err := c.emit(o, nil, in...)
-		return err
-	}
+	r := c.rewrite()
+	c.outNames = c.n.Output[:1]
 	switch op {
 	case "ReduceMin":
-		n, err := c.sub("Neg", nil, x)
-		if err != nil {
-			return err
-		}
-		m, err := c.reduce("ReduceMax", n, axes, keep)
-		if err != nil {
-			return err
-		}
-		return last("Neg", m)
+		r.emit("Neg", nil, r.reduce("ReduceMax", r.sub("Neg", nil, x), axes, keep))
 	case "ReduceL1":
-		a, err := c.sub("Abs", nil, x)
-		if err != nil {
-			return err
-		}
-		s, err := c.reduce("ReduceSum", a, axes, keep)
-		if err != nil {
-			return err
-		}
-		return last("Identity", s)
+		r.emit("Identity", nil, r.reduce("ReduceSum", r.sub("Abs", nil, x), axes, keep))
 	case "ReduceL2", "ReduceSumSquare":
-		sq, err := c.sub("Mul", nil, x, x)
-		if err != nil {
-			return err
-		}
-		s, err := c.reduce("ReduceSum", sq, axes, keep)
-		if err != nil {
-			return err
-		}
+		s := r.reduce("ReduceSum", r.sub("Mul", nil, x, x), axes, keep)
 		if op == "ReduceL2" {
-			return last("Sqrt", s)
+			r.emit("Sqrt", nil, s)
+		} else {
+			r.emit("Identity", nil, s)
 		}
-		return last("Identity", s)
 	case "ReduceLogSum":
-		s, err := c.reduce("ReduceSum", x, axes, keep)
-		if err != nil {
-			return err
-		}
-		return last("Log", s)
+		r.emit("Log", nil, r.reduce("ReduceSum", x, axes, keep))
 	default: // ReduceLogSumExp
-		mk, err := c.reduce("ReduceMax", x, axes, 1)
-		if err != nil {
-			return err
-		}
-		d, err := c.sub("Sub", nil, x, mk)
-		if err != nil {
-			return err
-		}
-		e, err := c.sub("Exp", nil, d)
-		if err != nil {
-			return err
-		}
-		s, err := c.reduce("ReduceSum", e, axes, keep)
-		if err != nil {
-			return err
-		}
-		l, err := c.sub("Log", nil, s)
-		if err != nil {
-			return err
-		}
+		mk := r.reduce("ReduceMax", x, axes, 1)
+		e := r.sub("Exp", nil, r.sub("Sub", nil, x, mk))
+		l := r.sub("Log", nil, r.reduce("ReduceSum", e, axes, keep))
 		m := mk
 		if keep == 0 {
-			if m, err = c.reduce("ReduceMax", x, axes, 0); err != nil {
-				return err
-			}
+			m = r.reduce("ReduceMax", x, axes, 0)
 		}
-		return last("Add", l, m)
+		r.emit("Add", nil, l, m)
 	}
+	return r.err
 }
 
 // importVariadic writes Sum and Mean as a chain of Adds (Mean then divided
@@ -290,22 +221,17 @@ func importVariadic(c *opCtx) error {
 	if op == "Sum" || op == "Mean" {
 		step = "Add"
 	}
+	r := c.rewrite()
 	acc := in[0]
 	for i, v := range in[1:] {
 		if i == len(in)-2 && op != "Mean" {
-			_, err := c.emit(step, nil, acc, v)
-			return err
+			r.emit(step, nil, acc, v)
+			return r.err
 		}
-		if acc, err = c.sub(step, nil, acc, v); err != nil {
-			return err
-		}
+		acc = r.sub(step, nil, acc, v)
 	}
-	n, err := c.scalar("count", dt, float64(len(in)))
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Div", nil, acc, n)
-	return err
+	r.emit("Div", nil, acc, r.scalar("count", dt, float64(len(in))))
+	return r.err
 }
 
 // elementwiseMax is the elementwise maximum of the inputs (of their
@@ -332,45 +258,35 @@ func (c *opCtx) elementwiseMax(in []*graph.Value, neg bool) (*graph.Value, error
 	for _, d := range shape {
 		target = append(target, int64(d))
 	}
-	tv, err := c.ints("shape", target)
-	if err != nil {
-		return nil, err
-	}
+	r := c.rewrite()
+	tv := r.ints("shape", target)
 	parts := make([]*graph.Value, len(in))
 	for i, v := range in {
 		if neg {
-			if v, err = c.sub("Neg", nil, v); err != nil {
-				return nil, err
-			}
+			v = r.sub("Neg", nil, v)
 		}
-		if parts[i], err = c.sub("Expand", nil, v, tv); err != nil {
-			return nil, err
-		}
+		parts[i] = r.sub("Expand", nil, v, tv)
 	}
 	cat := parts[0]
 	if len(parts) > 1 {
-		if cat, err = c.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, parts...); err != nil {
-			return nil, err
-		}
+		cat = r.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, parts...)
 	}
-	axes, err := c.ints("axes", []int64{0})
-	if err != nil {
-		return nil, err
-	}
-	return c.reduce("ReduceMax", cat, axes, 0)
+	m := r.reduce("ReduceMax", cat, r.ints("axes", []int64{0}), 0)
+	return m, r.err
+}
+
+func (r *rewrite) elementwiseMax(in []*graph.Value, neg bool) *graph.Value {
+	return step(r, func() (*graph.Value, error) { return r.c.elementwiseMax(in, neg) })
 }
 
 // importClipInt is Clip of integers (int64, or a narrow type held as one):
 // the table's Max then Min with the scalar bounds, which select values and
 // so are exact (the float form's negations would wrap at the minimum).
 func importClipInt(c *opCtx, x *graph.Value) error {
-	lo, err := c.value(1)
-	if err != nil {
-		return err
-	}
-	hi, err := c.value(2)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	lo, hi := r.value(1), r.value(2)
+	if r.err != nil {
+		return r.err
 	}
 	for _, b := range []*graph.Value{lo, hi} {
 		if b != nil && (b.Type.DType != graph.Int64 || b.Type.Shape.Rank() != 0) {
@@ -378,22 +294,17 @@ func importClipInt(c *opCtx, x *graph.Value) error {
 		}
 	}
 	c.outNames = c.n.Output[:1]
-	y := x
-	if lo != nil {
-		if hi == nil {
-			_, err := c.emit("Max", nil, y, lo)
-			return err
-		}
-		if y, err = c.sub("Max", nil, y, lo); err != nil {
-			return err
-		}
+	switch {
+	case lo != nil && hi != nil:
+		r.emit("Min", nil, r.sub("Max", nil, x, lo), hi)
+	case lo != nil:
+		r.emit("Max", nil, x, lo)
+	case hi != nil:
+		r.emit("Min", nil, x, hi)
+	default:
+		r.emit("Identity", nil, x)
 	}
-	if hi != nil {
-		_, err := c.emit("Min", nil, y, hi)
-		return err
-	}
-	_, err = c.emit("Identity", nil, y)
-	return err
+	return r.err
 }
 
 // importClip is min(max(x, lo), hi) with the bounds from attributes (before
@@ -411,59 +322,42 @@ func importClip(c *opCtx) error {
 		return c.errf("Clip of %v is not supported", dt)
 	}
 	var lo, hi *graph.Value
+	r := c.rewrite()
 	if c.ver < 11 {
-		for _, b := range []struct {
-			name string
-			dst  **graph.Value
-		}{{"min", &lo}, {"max", &hi}} {
-			if !c.has(b.name) {
-				continue
+		bound := func(name string) *graph.Value {
+			if !c.has(name) {
+				return nil
 			}
-			v, err := c.attrFloat(b.name, 0)
-			if err != nil {
-				return err
-			}
-			if *b.dst, err = c.scalar(b.name, dt, v); err != nil {
-				return err
-			}
+			return r.scalar(name, dt, r.attrFloat(name, 0))
 		}
+		lo, hi = bound("min"), bound("max")
 	} else {
-		if lo, err = c.value(1); err != nil {
-			return err
-		}
-		if hi, err = c.value(2); err != nil {
-			return err
-		}
+		lo, hi = r.value(1), r.value(2)
+	}
+	if r.err != nil {
+		return r.err
 	}
 	c.outNames = c.n.Output[:1]
 	y := x
 	if lo != nil {
-		if y, err = c.elementwiseMax([]*graph.Value{y, lo}, false); err != nil {
-			return err
-		}
+		y = r.elementwiseMax([]*graph.Value{y, lo}, false)
 	}
 	if hi != nil {
-		m, err := c.elementwiseMax([]*graph.Value{y, hi}, true)
-		if err != nil {
-			return err
-		}
-		_, err = c.emit("Neg", nil, m)
-		return err
+		// min(y, hi) = −max(−y, −hi)
+		r.emit("Neg", nil, r.elementwiseMax([]*graph.Value{y, hi}, true))
+	} else {
+		r.emit("Identity", nil, y)
 	}
-	_, err = c.emit("Identity", nil, y)
-	return err
+	return r.err
 }
 
 // importTile is Reshape to [1, d0, 1, d1, ...], Expand to [r0, d0, r1, d1,
 // ...] and Reshape to [r0·d0, r1·d1, ...].
 func importTile(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	rc, err := c.constInput(1, "repeats")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, rc := r.need(0), r.constInput(1, "repeats")
+	if r.err != nil {
+		return r.err
 	}
 	if rc == nil {
 		return c.errf("needs repeats")
@@ -485,28 +379,15 @@ func importTile(c *opCtx) error {
 		expanded = append(expanded, reps[i], int64(d))
 		final = append(final, reps[i]*int64(d))
 	}
-	sv, err := c.ints("split", split)
-	if err != nil {
-		return err
-	}
-	xs, err := c.sub("Reshape", nil, x, sv)
-	if err != nil {
-		return err
-	}
-	ev, err := c.ints("expanded", expanded)
-	if err != nil {
-		return err
-	}
-	xe, err := c.sub("Expand", nil, xs, ev)
-	if err != nil {
-		return err
-	}
-	return c.emitReshape(xe, final)
+	xs := r.sub("Reshape", nil, x, r.ints("split", split))
+	xe := r.sub("Expand", nil, xs, r.ints("expanded", expanded))
+	r.emitReshape(xe, final)
+	return r.err
 }
 
 func init() {
 	for op, h := range map[string]handler{
-		"GatherElements": importGatherElements, "ArgMax": importArgMax, "ArgMin": importArgMax,
+		"GatherElements": importGather, "ArgMax": importArgMax, "ArgMin": importArgMax,
 		"ReduceProd":                importReduceProd,
 		"NegativeLogLikelihoodLoss": importNLLLoss,
 	} {
@@ -537,50 +418,26 @@ func (c *opCtx) indicesValue(i int) (*graph.Value, error) {
 	return v, nil
 }
 
-func importGatherElements(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	data, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	idx, err := c.indicesValue(1)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("GatherElements", graph.Attrs{"axis": graph.Int(axis)}, data, idx)
-	return err
-}
-
 // importArgMax maps ArgMax, and ArgMin as ArgMax of −x (exact for floats).
 func importArgMax(c *opCtx) error {
-	attrs := graph.Attrs{}
-	for _, a := range []struct {
-		name string
-		def  int64
-	}{{"axis", 0}, {"keepdims", 1}, {"select_last_index", 0}} {
-		v, err := c.attrInt(a.name, a.def)
-		if err != nil {
-			return err
-		}
-		attrs[a.name] = graph.Int(v)
+	r := c.rewrite()
+	attrs := graph.Attrs{
+		"axis":              graph.Int(r.attrInt("axis", 0)),
+		"keepdims":          graph.Int(r.attrInt("keepdims", 1)),
+		"select_last_index": graph.Int(r.attrInt("select_last_index", 0)),
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if !x.Type.DType.IsFloat() {
 		return c.errf("%s of %v is not supported", c.n.OpType, x.Type.DType)
 	}
 	if c.n.OpType == "ArgMin" {
-		if x, err = c.sub("Neg", nil, x); err != nil {
-			return err
-		}
+		x = r.sub("Neg", nil, x)
 	}
-	_, err = c.emit("ArgMax", attrs, x)
-	return err
+	r.emit("ArgMax", attrs, x)
+	return r.err
 }
 
 func importReduceProd(c *opCtx) error {
@@ -597,17 +454,11 @@ func importReduceProd(c *opCtx) error {
 }
 
 func importNLLLoss(c *opCtx) error {
-	input, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	loss, err := c.nllLoss(input)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	loss := r.nllLoss(r.need(0))
 	c.outNames = c.n.Output[:1]
-	_, err = c.emit("Identity", nil, loss)
-	return err
+	r.emit("Identity", nil, loss)
+	return r.err
 }
 
 // nllLoss writes NegativeLogLikelihoodLoss of input (log-probabilities
@@ -615,116 +466,66 @@ func importNLLLoss(c *opCtx) error {
 // reduction: loss[n, d] = −input[n, target[n, d], d]·w[target[n, d]], 0 where
 // the target is ignore_index; "sum" adds them up, "mean" divides the sum by
 // the sum of the weights of the targets not ignored.
-func (c *opCtx) nllLoss(input *graph.Value) (*graph.Value, error) {
-	red, err := c.attrString("reduction", "mean")
-	if err != nil {
-		return nil, err
+func (r *rewrite) nllLoss(input *graph.Value) *graph.Value {
+	c := r.c
+	red := r.attrString("reduction", "mean")
+	if r.err == nil && red != "none" && red != "sum" && red != "mean" {
+		r.fail(c.errf("reduction %q is not supported", red))
 	}
-	if red != "none" && red != "sum" && red != "mean" {
-		return nil, c.errf("reduction %q is not supported", red)
-	}
-	target, err := c.need(1)
-	if err != nil {
-		return nil, err
-	}
-	weight, err := c.value(2)
-	if err != nil {
-		return nil, err
+	target := r.need(1)
+	weight := r.value(2)
+	if r.err != nil {
+		return nil
 	}
 	dt := input.Type.DType
 	if !dt.IsFloat() || target.Type.DType != graph.Int64 {
-		return nil, c.errf("input %v and target %v: want float and int64", dt, target.Type.DType)
+		r.fail(c.errf("input %v and target %v: want float and int64", dt, target.Type.DType))
+		return nil
 	}
 	if input.Type.Shape.Rank() < 2 || target.Type.Shape.Rank() != input.Type.Shape.Rank()-1 {
-		return nil, c.errf("input %v and target %v: want [N, C, d...] and [N, d...]", input.Type.Shape, target.Type.Shape)
+		r.fail(c.errf("input %v and target %v: want [N, C, d...] and [N, d...]", input.Type.Shape, target.Type.Shape))
+		return nil
 	}
 	safe := target
 	var ignored *graph.Value // bool, true where the target is ignore_index
 	if c.has("ignore_index") {
-		ign, err := c.attrInt("ignore_index", 0)
-		if err != nil {
-			return nil, err
-		}
-		iv, err := c.scalar("ignore_index", graph.Int64, float64(ign))
-		if err != nil {
-			return nil, err
-		}
-		if ignored, err = c.sub("Equal", nil, target, iv); err != nil {
-			return nil, err
-		}
-		zero, err := c.scalar("zero_index", graph.Int64, 0)
-		if err != nil {
-			return nil, err
-		}
-		if safe, err = c.sub("Where", nil, ignored, zero, target); err != nil {
-			return nil, err
-		}
+		ign := r.attrInt("ignore_index", 0)
+		ignored = r.sub("Equal", nil, target, r.scalar("ignore_index", graph.Int64, float64(ign)))
+		safe = r.sub("Where", nil, ignored, r.scalar("zero_index", graph.Int64, 0), target)
 	}
-	axis1, err := c.ints("class_axis", []int64{1})
-	if err != nil {
-		return nil, err
-	}
-	tu, err := c.sub("Unsqueeze", nil, safe, axis1)
-	if err != nil {
-		return nil, err
-	}
-	picked, err := c.sub("GatherElements", graph.Attrs{"axis": graph.Int(1)}, input, tu)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := c.sub("Squeeze", nil, picked, axis1)
-	if err != nil {
-		return nil, err
-	}
-	loss, err := c.sub("Neg", nil, ps)
-	if err != nil {
-		return nil, err
-	}
+	axis1 := r.ints("class_axis", []int64{1})
+	tu := r.sub("Unsqueeze", nil, safe, axis1)
+	picked := r.sub("GatherElements", graph.Attrs{"axis": graph.Int(1)}, input, tu)
+	loss := r.sub("Neg", nil, r.sub("Squeeze", nil, picked, axis1))
 	var w *graph.Value // the weight of each target, nil for all ones
 	if weight != nil {
-		if w, err = c.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, weight, safe); err != nil {
-			return nil, err
-		}
+		w = r.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, weight, safe)
 	}
 	if ignored != nil {
-		zero, err := c.scalar("zero", dt, 0)
-		if err != nil {
-			return nil, err
-		}
+		zero := r.scalar("zero", dt, 0)
 		keep := w
-		if keep == nil {
-			if keep, err = c.scalar("one", dt, 1); err != nil {
-				return nil, err
-			}
+		if weight == nil {
+			keep = r.scalar("one", dt, 1)
 		}
-		if w, err = c.sub("Where", nil, ignored, zero, keep); err != nil {
-			return nil, err
-		}
+		w = r.sub("Where", nil, ignored, zero, keep)
 	}
 	if w != nil {
-		if loss, err = c.sub("Mul", nil, loss, w); err != nil {
-			return nil, err
-		}
+		loss = r.sub("Mul", nil, loss, w)
 	}
 	if red == "none" {
-		return loss, nil
+		return loss
 	}
-	sum, err := c.reduce("ReduceSum", loss, nil, 0)
-	if err != nil {
-		return nil, err
-	}
+	sum := r.reduce("ReduceSum", loss, nil, 0)
 	if red == "sum" {
-		return sum, nil
+		return sum
 	}
 	var den *graph.Value
 	if w != nil {
-		if den, err = c.reduce("ReduceSum", w, nil, 0); err != nil {
-			return nil, err
-		}
-	} else if den, err = c.scalar("count", dt, float64(target.Type.Shape.Numel())); err != nil {
-		return nil, err
+		den = r.reduce("ReduceSum", w, nil, 0)
+	} else {
+		den = r.scalar("count", dt, float64(target.Type.Shape.Numel()))
 	}
-	return c.sub("Div", nil, sum, den)
+	return r.sub("Div", nil, sum, den)
 }
 
 // importSCEComposed writes SoftmaxCrossEntropyLoss in the forms our fused op
@@ -739,22 +540,13 @@ func importSCEComposed(c *opCtx) error {
 	if !scores.Type.DType.IsFloat() || scores.Type.Shape.Rank() < 2 {
 		return c.errf("scores %v: want float [N, C, d...]", scores.Type)
 	}
-	lp, err := c.sub("LogSoftmax", graph.Attrs{"axis": graph.Int(1)}, scores)
-	if err != nil {
-		return err
-	}
-	loss, err := c.nllLoss(lp)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	lp := r.sub("LogSoftmax", graph.Attrs{"axis": graph.Int(1)}, scores)
+	loss := r.nllLoss(lp)
 	c.outNames = c.n.Output[:1]
-	if _, err := c.emit("Identity", nil, loss); err != nil {
-		return err
-	}
-	if c.outputUsed(1) {
-		return c.emitOutput(1, "Identity", nil, lp)
-	}
-	return nil
+	r.emit("Identity", nil, loss)
+	r.optionalOutput(1, lp)
+	return r.err
 }
 
 // legacyForms handles what opsets before 7 spelled differently: the
@@ -822,21 +614,21 @@ func importWindowOp(c *opCtx) error {
 		if op == "QLinearConv" {
 			wi, zx, zw = 3, 2, 5
 		}
-		w, err := c.need(wi)
-		if err != nil {
-			return err
+		r := c.rewrite()
+		w := r.need(wi)
+		if r.err != nil {
+			return r.err
 		}
+		ws := w.Type.Shape
 		var b *graph.Value
 		if integer {
-			if x, err = c.centred(0, zx, x.Type.Shape, 1, graph.Float64); err != nil {
-				return err
-			}
-			if w, err = c.centred(wi, zw, w.Type.Shape, 0, graph.Float64); err != nil {
-				return err
-			}
-			in[0] = x
-		} else if b, err = c.value(2); err != nil {
-			return err
+			in[0] = r.centred(0, zx, x.Type.Shape, 1, graph.Float64)
+			w = r.centred(wi, zw, ws, 0, graph.Float64)
+		} else {
+			b = r.value(2)
+		}
+		if r.err != nil {
+			return r.err
 		}
 		in = append(in, w)
 		if b != nil {
@@ -881,13 +673,11 @@ func importWindowOp(c *opCtx) error {
 		return c.errf("strides %v or dilations %v for %d spatial axes", strides, dil, n)
 	}
 	attrs["strides"], attrs["dilations"] = graph.Ints(strides...), graph.Ints(dil...)
-	autoPad, err := c.attrString("auto_pad", "NOTSET")
-	if err != nil {
-		return err
-	}
-	pads, hasPads, err := c.attrInts("pads")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	autoPad := r.attrString("auto_pad", "NOTSET")
+	pads, hasPads := r.attrInts("pads")
+	if r.err != nil {
+		return r.err
 	}
 	switch autoPad {
 	case "NOTSET":
@@ -918,47 +708,31 @@ func importWindowOp(c *opCtx) error {
 	attrs["pads"] = graph.Ints(pads...)
 	switch op {
 	case "Conv", "ConvInteger", "QLinearConv":
-		g, err := c.attrInt("group", 1)
-		if err != nil {
-			return err
-		}
-		attrs["group"] = graph.Int(g)
+		attrs["group"] = graph.Int(r.attrInt("group", 1))
 	case "MaxPool", "AveragePool":
 		if c.ver >= 10 {
-			cm, err := c.attrInt("ceil_mode", 0)
-			if err != nil {
-				return err
-			}
-			attrs["ceil_mode"] = graph.Int(cm)
+			attrs["ceil_mode"] = graph.Int(r.attrInt("ceil_mode", 0))
 		}
 		if op == "AveragePool" {
-			cp, err := c.attrInt("count_include_pad", 0)
-			if err != nil {
-				return err
-			}
-			attrs["count_include_pad"] = graph.Int(cp)
+			attrs["count_include_pad"] = graph.Int(r.attrInt("count_include_pad", 0))
 			c.outNames = c.n.Output[:1]
 		} else {
 			// storage_order says how Indices number the spatial positions.
-			so, err := c.attrInt("storage_order", 0)
-			if err != nil {
-				return err
-			}
-			attrs["storage_order"] = graph.Int(so)
+			attrs["storage_order"] = graph.Int(r.attrInt("storage_order", 0))
 			if !c.outputUsed(1) {
 				c.outNames = c.n.Output[:1]
 			}
 		}
 	}
 	if integer {
-		y, err := c.sub("Conv", attrs, in...)
-		if err != nil {
-			return err
+		y := r.sub("Conv", attrs, in...)
+		if r.err != nil {
+			return r.err
 		}
 		return c.requantizeConv(y)
 	}
-	_, err = c.emit(op, attrs, in...)
-	return err
+	r.emit(op, attrs, in...)
+	return r.err
 }
 
 // importGlobalPool is ReduceMean or ReduceMax over the spatial axes, kept.
@@ -974,16 +748,13 @@ func importGlobalPool(c *opCtx) error {
 	for i := 2; i < x.Type.Shape.Rank(); i++ {
 		ax = append(ax, int64(i))
 	}
-	axes, err := c.ints("axes", ax)
-	if err != nil {
-		return err
-	}
 	red := "ReduceMean"
 	if c.n.OpType == "GlobalMaxPool" {
 		red = "ReduceMax"
 	}
-	_, err = c.emit(red, graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	return err
+	r := c.rewrite()
+	r.emit(red, graph.Attrs{"keepdims": graph.Int(1)}, x, r.ints("axes", ax))
+	return r.err
 }
 
 // importBatchNorm is BatchNormalization: (X − mean)/√(var + ε)·scale + B,
@@ -993,13 +764,11 @@ func importGlobalPool(c *opCtx) error {
 // divided by the count, as ONNX's reference computes it), and the running
 // statistics are also output: input·momentum + batch·(1 − momentum).
 func importBatchNorm(c *opCtx) error {
-	eps, err := c.attrFloat("epsilon", 1e-5)
-	if err != nil {
-		return err
-	}
-	momentum, err := c.attrFloat("momentum", 0.9)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	eps := r.attrFloat("epsilon", 1e-5)
+	momentum := r.attrFloat("momentum", 0.9)
+	if r.err != nil {
+		return r.err
 	}
 	if c.ver < 9 {
 		if sp, err := c.attrInt("spatial", 1); err != nil || sp != 1 {
@@ -1037,132 +806,71 @@ func importBatchNorm(c *opCtx) error {
 		}
 	}
 	x := in[0]
-	r := x.Type.Shape.Rank()
-	if r < 2 || !x.Type.DType.IsFloat() {
+	rank := x.Type.Shape.Rank()
+	if rank < 2 || !x.Type.DType.IsFloat() {
 		return c.errf("X %v: want a float [N, C, ...]", x.Type)
 	}
 	ch := x.Type.Shape[1]
-	shape := make([]int64, r-1)
-	shape[0] = int64(ch)
-	for i := 1; i < len(shape); i++ {
-		shape[i] = 1
-	}
-	sv, err := c.ints("shape", shape)
-	if err != nil {
-		return err
-	}
-	stats := slices.Clone(in) // the [C] inputs, for the running statistics
 	for i := 1; i < 5; i++ {
 		if in[i].Type.DType != x.Type.DType || !in[i].Type.Shape.Equal(graph.Shape{ch}) {
 			return c.errf("input %d %v: want %v[%d]", i, in[i].Type, x.Type.DType, ch)
 		}
-		if in[i], err = c.sub("Reshape", nil, in[i], sv); err != nil {
-			return err
-		}
+	}
+	shape := make([]int64, rank-1)
+	shape[0] = int64(ch)
+	for i := 1; i < len(shape); i++ {
+		shape[i] = 1
+	}
+	sv := r.ints("shape", shape)
+	stats := slices.Clone(in) // the [C] inputs, for the running statistics
+	for i := 1; i < 5; i++ {
+		in[i] = r.sub("Reshape", nil, in[i], sv)
 	}
 	scale, bias, mean, variance := in[1], in[2], in[3], in[4]
 	var d *graph.Value
 	var running [][2]*graph.Value // training: the input and batch statistics
 	if training {
 		ax := []int64{0}
-		for i := 2; i < r; i++ {
+		for i := 2; i < rank; i++ {
 			ax = append(ax, int64(i))
 		}
-		axes, err := c.ints("axes", ax)
-		if err != nil {
-			return err
-		}
+		axes := r.ints("axes", ax)
 		// The batch statistics, [1, C, 1, ...] dropped to [C, 1, ...].
 		keep := graph.Attrs{"keepdims": graph.Int(1)}
-		bm, err := c.sub("ReduceMean", keep, x, axes)
-		if err != nil {
-			return err
-		}
-		if d, err = c.sub("Sub", nil, x, bm); err != nil {
-			return err
-		}
-		sq, err := c.sub("Mul", nil, d, d)
-		if err != nil {
-			return err
-		}
-		bv, err := c.sub("ReduceMean", keep, sq, axes)
-		if err != nil {
-			return err
-		}
-		if mean, err = c.sub("Reshape", nil, bm, sv); err != nil {
-			return err
-		}
-		if variance, err = c.sub("Reshape", nil, bv, sv); err != nil {
-			return err
-		}
+		bm := r.sub("ReduceMean", keep, x, axes)
+		d = r.sub("Sub", nil, x, bm)
+		bv := r.sub("ReduceMean", keep, r.sub("Mul", nil, d, d), axes)
+		mean = r.sub("Reshape", nil, bm, sv)
+		variance = r.sub("Reshape", nil, bv, sv)
 		running = [][2]*graph.Value{{stats[3], bm}, {stats[4], bv}}
-	} else if d, err = c.sub("Sub", nil, x, mean); err != nil {
-		return err
+	} else {
+		d = r.sub("Sub", nil, x, mean)
 	}
-	epsV, err := c.scalar("epsilon", x.Type.DType, eps)
-	if err != nil {
-		return err
-	}
-	ve, err := c.sub("Add", nil, variance, epsV)
-	if err != nil {
-		return err
-	}
-	sd, err := c.sub("Sqrt", nil, ve)
-	if err != nil {
-		return err
-	}
-	nrm, err := c.sub("Div", nil, d, sd)
-	if err != nil {
-		return err
-	}
-	y, err := c.sub("Mul", nil, nrm, scale)
-	if err != nil {
-		return err
-	}
+	sd := r.sub("Sqrt", nil, r.sub("Add", nil, variance, r.scalar("epsilon", x.Type.DType, eps)))
+	y := r.sub("Mul", nil, r.sub("Div", nil, d, sd), scale)
 	c.outNames = c.n.Output[:1]
-	if _, err = c.emit("Add", nil, y, bias); err != nil {
-		return err
-	}
+	r.emit("Add", nil, y, bias)
 	for k, st := range running {
-		if c.outputUsed(k + 1) {
-			if err := c.runningStat(k+1, st[0], st[1], momentum, ch); err != nil {
-				return err
-			}
+		if r.err == nil && c.outputUsed(k+1) {
+			r.fail(c.runningStat(k+1, st[0], st[1], momentum, ch))
 		}
 	}
-	return nil
+	return r.err
 }
 
 // runningStat writes output i of training BatchNormalization: the running
 // statistic old·momentum + batch·(1 − momentum), batch given [1, C, 1, ...]
 // and written as old's [C].
 func (c *opCtx) runningStat(i int, old, batch *graph.Value, momentum float64, ch int) error {
-	flat, err := c.ints("channels", []int64{int64(ch)})
-	if err != nil {
-		return err
-	}
-	b, err := c.sub("Reshape", nil, batch, flat)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	b := r.sub("Reshape", nil, batch, r.ints("channels", []int64{int64(ch)}))
 	dt := old.Type.DType
-	m, err := c.scalar("momentum", dt, momentum)
-	if err != nil {
-		return err
-	}
-	rest, err := c.scalar("one_minus_momentum", dt, 1-momentum)
-	if err != nil {
-		return err
-	}
-	kept, err := c.sub("Mul", nil, old, m)
-	if err != nil {
-		return err
-	}
-	added, err := c.sub("Mul", nil, b, rest)
-	if err != nil {
-		return err
-	}
-	return c.emitOutput(i, "Add", nil, kept, added)
+	m := r.scalar("momentum", dt, momentum)
+	rest := r.scalar("one_minus_momentum", dt, 1-momentum)
+	kept := r.sub("Mul", nil, old, m)
+	added := r.sub("Mul", nil, b, rest)
+	r.emitOutput(i, "Add", nil, kept, added)
+	return r.err
 }
 
 func init() {
@@ -1173,17 +881,11 @@ func init() {
 // ArgMax along axis compared with the positions along it. Before opset 13
 // the input is flattened to 2-D at axis (default 1) first, as Softmax was.
 func importHardmax(c *opCtx) error {
-	def := int64(-1)
-	if c.ver < 13 {
-		def = 1
-	}
-	axis, err := c.attrInt("axis", def)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.softmaxAxis()
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	dt, s := x.Type.DType, x.Type.Shape
 	if !dt.IsFloat() {
@@ -1195,12 +897,9 @@ func importHardmax(c *opCtx) error {
 	}
 	v := x
 	if c.ver < 13 {
-		flat, err := c.ints("shape2d", []int64{int64(s[:a].Numel()), int64(s[a:].Numel())})
-		if err != nil {
-			return err
-		}
-		if v, err = c.sub("Reshape", nil, x, flat); err != nil {
-			return err
+		v = r.as2D(x, a)
+		if r.err != nil {
+			return r.err
 		}
 		a = 1
 	}
@@ -1208,10 +907,7 @@ func importHardmax(c *opCtx) error {
 	if vs[a] == 0 {
 		return c.errf("axis %d is empty", a)
 	}
-	am, err := c.sub("ArgMax", graph.Attrs{"axis": graph.Int(int64(a)), "keepdims": graph.Int(1), "select_last_index": graph.Int(0)}, v)
-	if err != nil {
-		return err
-	}
+	am := r.sub("ArgMax", graph.Attrs{"axis": graph.Int(int64(a)), "keepdims": graph.Int(1), "select_last_index": graph.Int(0)}, v)
 	iotaShape := make(graph.Shape, vs.Rank())
 	for i := range iotaShape {
 		iotaShape[i] = 1
@@ -1221,27 +917,21 @@ func importHardmax(c *opCtx) error {
 	for i := range iota.i {
 		iota.i[i] = int64(i)
 	}
+	if r.err != nil {
+		return r.err
+	}
 	iv, err := c.im.val(c.im.constant(c.nodeBase()+"/positions", iota))
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	eq, err := c.sub("Equal", nil, am, iv)
-	if err != nil {
-		return err
-	}
+	eq := r.sub("Equal", nil, am, iv)
+	to := graph.Attrs{"to": graph.Str(dt.String())}
 	if c.ver >= 13 {
-		_, err = c.emit("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
-		return err
+		r.emit("Cast", to, eq)
+		return r.err
 	}
-	y, err := c.sub("Cast", graph.Attrs{"to": graph.Str(dt.String())}, eq)
-	if err != nil {
-		return err
-	}
-	back := make([]int64, s.Rank())
-	for i, d := range s {
-		back[i] = int64(d)
-	}
-	return c.emitReshape(y, back)
+	r.emitReshape(r.sub("Cast", to, eq), dims64(s))
+	return r.err
 }
 
 // importConvTranspose resolves output_shape and auto_pad into pads: the
@@ -1249,17 +939,10 @@ func importHardmax(c *opCtx) error {
 // odd half at the end for SAME_UPPER and at the beginning otherwise, as the
 // operator's definition says.
 func importConvTranspose(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	w, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	b, err := c.value(2)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, w, b := r.need(0), r.need(1), r.value(2)
+	if r.err != nil {
+		return r.err
 	}
 	xs, ws := x.Type.Shape, w.Type.Shape
 	if xs.Rank() < 3 || ws.Rank() != xs.Rank() {
@@ -1271,15 +954,13 @@ func importConvTranspose(c *opCtx) error {
 		kernel[i] = int64(ws[2+i])
 	}
 	attrs := graph.Attrs{}
-	if ks, ok, err := c.attrInts("kernel_shape"); err != nil {
-		return err
-	} else if ok {
+	if ks, ok := r.attrInts("kernel_shape"); ok {
 		attrs["kernel_shape"] = graph.Ints(ks...)
 	}
-	list := func(name string, def int64) ([]int64, error) {
-		v, ok, err := c.attrInts(name)
-		if err != nil {
-			return nil, err
+	list := func(name string, def int64) []int64 {
+		v, ok := r.attrInts(name)
+		if r.err != nil {
+			return nil
 		}
 		if !ok {
 			v = make([]int64, n)
@@ -1288,39 +969,21 @@ func importConvTranspose(c *opCtx) error {
 			}
 		}
 		if len(v) != n {
-			return nil, c.errf("%s %v for %d spatial axes", name, v, n)
+			r.fail(c.errf("%s %v for %d spatial axes", name, v, n))
+			return nil
 		}
 		attrs[name] = graph.Ints(v...)
-		return v, nil
+		return v
 	}
-	strides, err := list("strides", 1)
-	if err != nil {
-		return err
-	}
-	dil, err := list("dilations", 1)
-	if err != nil {
-		return err
-	}
-	outPad, err := list("output_padding", 0)
-	if err != nil {
-		return err
-	}
-	g, err := c.attrInt("group", 1)
-	if err != nil {
-		return err
-	}
-	attrs["group"] = graph.Int(g)
-	autoPad, err := c.attrString("auto_pad", "NOTSET")
-	if err != nil {
-		return err
-	}
-	pads, hasPads, err := c.attrInts("pads")
-	if err != nil {
-		return err
-	}
-	outShape, hasOut, err := c.attrInts("output_shape")
-	if err != nil {
-		return err
+	strides := list("strides", 1)
+	dil := list("dilations", 1)
+	outPad := list("output_padding", 0)
+	attrs["group"] = graph.Int(r.attrInt("group", 1))
+	autoPad := r.attrString("auto_pad", "NOTSET")
+	pads, hasPads := r.attrInts("pads")
+	outShape, hasOut := r.attrInts("output_shape")
+	if r.err != nil {
+		return r.err
 	}
 	if hasOut && len(outShape) == n+2 {
 		outShape = outShape[2:]
@@ -1374,8 +1037,8 @@ func importConvTranspose(c *opCtx) error {
 	if b != nil {
 		in = append(in, b)
 	}
-	_, err = c.emit("ConvTranspose", attrs, in...)
-	return err
+	r.emit("ConvTranspose", attrs, in...)
+	return r.err
 }
 
 func init() {
@@ -1384,19 +1047,14 @@ func init() {
 }
 
 func importEinsum(c *opCtx) error {
-	eq, err := c.attrString("equation", "")
-	if err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
-	}
-	if len(in) == 0 || slices.Contains(in, nil) {
+	r := c.rewrite()
+	eq := r.attrString("equation", "")
+	in := r.values()
+	if r.err == nil && (len(in) == 0 || slices.Contains(in, nil)) {
 		return c.errf("needs operands, none omitted")
 	}
-	_, err = c.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
-	return err
+	r.emit("Einsum", graph.Attrs{"equation": graph.Str(eq)}, in...)
+	return r.err
 }
 
 func init() {
@@ -1408,19 +1066,15 @@ func init() {
 // importSpaceDepth writes DepthToSpace and SpaceToDepth as the Reshape,
 // Transpose, Reshape their definitions are.
 func importSpaceDepth(c *opCtx) error {
-	bs, err := c.attrInt("blocksize", 0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	bs := r.attrInt("blocksize", 0)
 	mode := "DCR"
 	if c.n.OpType == "DepthToSpace" && c.ver >= 11 {
-		if mode, err = c.attrString("mode", "DCR"); err != nil {
-			return err
-		}
+		mode = r.attrString("mode", "DCR")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	if s.Rank() != 4 || bs <= 0 {
@@ -1443,31 +1097,20 @@ func importSpaceDepth(c *opCtx) error {
 	default:
 		return c.errf("mode %q is not supported", mode)
 	}
-	sv, err := c.ints("split", split)
-	if err != nil {
-		return err
-	}
-	xs, err := c.sub("Reshape", nil, x, sv)
-	if err != nil {
-		return err
-	}
-	xt, err := c.sub("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, xs)
-	if err != nil {
-		return err
-	}
-	return c.emitReshape(xt, final)
+	xs := r.sub("Reshape", nil, x, r.ints("split", split))
+	xt := r.sub("Transpose", graph.Attrs{"perm": graph.Ints(perm...)}, xs)
+	r.emitReshape(xt, final)
+	return r.err
 }
 
 // importInstanceNorm normalizes each [n, c] plane over the spatial axes:
 // (X − mean)/√(var + ε)·scale[c] + B[c].
 func importInstanceNorm(c *opCtx) error {
-	eps, err := c.attrFloat("epsilon", 1e-5)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	eps := r.attrFloat("epsilon", 1e-5)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	if s.Rank() < 3 || !x.Type.DType.IsFloat() {
@@ -1479,45 +1122,23 @@ func importInstanceNorm(c *opCtx) error {
 		ax = append(ax, int64(i))
 		shape = append(shape, 1)
 	}
-	axes, err := c.ints("axes", ax)
-	if err != nil {
-		return err
-	}
-	sv, err := c.ints("shape", shape)
-	if err != nil {
-		return err
-	}
+	axes := r.ints("axes", ax)
+	sv := r.ints("shape", shape)
 	var sb [2]*graph.Value
 	for i := range sb {
-		v, err := c.need(i + 1)
-		if err != nil {
-			return err
+		v := r.need(i + 1)
+		if r.err != nil {
+			return r.err
 		}
 		if v.Type.DType != x.Type.DType || !v.Type.Shape.Equal(graph.Shape{s[1]}) {
 			return c.errf("input %d %v: want %v[%d]", i+1, v.Type, x.Type.DType, s[1])
 		}
-		if sb[i], err = c.sub("Reshape", nil, v, sv); err != nil {
-			return err
-		}
+		sb[i] = r.sub("Reshape", nil, v, sv)
 	}
-	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	if err != nil {
-		return err
-	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
-	nrm, _, err := rmsScale(c, d, axes, eps)
-	if err != nil {
-		return err
-	}
-	y, err := c.sub("Mul", nil, nrm, sb[0])
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Add", nil, y, sb[1])
-	return err
+	mean := r.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
+	nrm, _ := r.rmsScale(r.sub("Sub", nil, x, mean), axes, eps)
+	r.emit("Add", nil, r.sub("Mul", nil, nrm, sb[0]), sb[1])
+	return r.err
 }
 
 func init() {
@@ -1535,44 +1156,27 @@ func init() {
 // importScatterElements maps ScatterElements and Scatter (its name before
 // opset 11, without reduction).
 func importScatterElements(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
 	red := "none"
 	if c.n.OpType == "ScatterElements" && c.ver >= 16 {
-		if red, err = c.attrString("reduction", "none"); err != nil {
-			return err
-		}
+		red = r.attrString("reduction", "none")
 	}
-	data, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	idx, err := c.indicesValue(1)
-	if err != nil {
-		return err
-	}
-	upd, err := c.need(2)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("ScatterElements", graph.Attrs{"axis": graph.Int(axis), "reduction": graph.Str(red)}, data, idx, upd)
-	return err
+	data, idx, upd := r.need(0), r.indices(1), r.need(2)
+	r.emit("ScatterElements", graph.Attrs{"axis": graph.Int(axis), "reduction": graph.Str(red)}, data, idx, upd)
+	return r.err
 }
 
 // importPad reads pads and the constant from attributes (before opset 11)
 // or inputs; opset 18's axes input spreads pads over the axes it names.
 func importPad(c *opCtx) error {
-	mode, err := c.attrString("mode", "constant")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	mode := r.attrString("mode", "constant")
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	r := x.Type.Shape.Rank()
+	rank := x.Type.Shape.Rank()
 	var pads []int64
 	var value *graph.Value
 	if c.ver < 11 {
@@ -1580,38 +1184,26 @@ func importPad(c *opCtx) error {
 		if c.ver < 2 {
 			name = "paddings"
 		}
-		p, ok, err := c.attrInts(name)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		p, ok := r.attrInts(name)
+		if r.err == nil && !ok {
 			return c.errf("%s is required", name)
 		}
 		pads = p
-		v, err := c.attrFloat("value", 0)
-		if err != nil {
-			return err
-		}
-		if value, err = c.scalar("value", x.Type.DType, v); err != nil {
-			return err
-		}
+		value = r.scalar("value", x.Type.DType, r.attrFloat("value", 0))
 	} else {
-		pc, err := c.constInput(1, "pads")
-		if err != nil {
-			return err
+		pc := r.constInput(1, "pads")
+		if r.err != nil {
+			return r.err
 		}
 		if pc == nil {
 			return c.errf("needs pads")
 		}
+		var err error
 		if pads, err = pc.ints(); err != nil {
 			return c.errf("pads: %v", err)
 		}
-		if value, err = c.value(2); err != nil {
-			return err
-		}
-		if ac, err := c.constInput(3, "axes"); err != nil {
-			return err
-		} else if ac != nil {
+		value = r.value(2)
+		if ac := r.constInput(3, "axes"); ac != nil {
 			axes, err := ac.ints()
 			if err != nil {
 				return c.errf("axes: %v", err)
@@ -1619,66 +1211,52 @@ func importPad(c *opCtx) error {
 			if len(pads) != 2*len(axes) {
 				return c.errf("pads %v for axes %v", pads, axes)
 			}
-			full := make([]int64, 2*r)
+			full := make([]int64, 2*rank)
 			for i, a := range axes {
-				ax, err := graph.NormAxis(int(a), r)
+				ax, err := graph.NormAxis(int(a), rank)
 				if err != nil {
 					return c.errf("%v", err)
 				}
-				full[ax], full[r+ax] = pads[i], pads[len(axes)+i]
+				full[ax], full[rank+ax] = pads[i], pads[len(axes)+i]
 			}
 			pads = full
 		}
 	}
-	pv, err := c.ints("pads", pads)
-	if err != nil {
-		return err
+	if r.err != nil {
+		return r.err
 	}
-	in := []*graph.Value{x, pv}
+	in := []*graph.Value{x, r.ints("pads", pads)}
 	if value != nil {
 		if value.Type.Shape.Rank() != 0 {
 			// Our constant_value is one element of any rank; ONNX's is a scalar
 			// (or [1]).
-			if value.Type.Shape.Numel() != 1 {
+			if r.err == nil && value.Type.Shape.Numel() != 1 {
 				return c.errf("constant_value %v: want one element", value.Type.Shape)
 			}
 		}
 		in = append(in, value)
 	}
-	_, err = c.emit("Pad", graph.Attrs{"mode": graph.Str(mode)}, in...)
-	return err
+	r.emit("Pad", graph.Attrs{"mode": graph.Str(mode)}, in...)
+	return r.err
 }
 
 // importTopK reads K from the attribute (before opset 10) or input.
 func importTopK(c *opCtx) error {
-	attrs := graph.Attrs{}
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return err
-	}
-	attrs["axis"] = graph.Int(axis)
+	r := c.rewrite()
+	attrs := graph.Attrs{"axis": graph.Int(r.attrInt("axis", -1))}
 	if c.ver >= 11 {
-		for _, name := range []string{"largest", "sorted"} {
-			v, err := c.attrInt(name, 1)
-			if err != nil {
-				return err
-			}
-			attrs[name] = graph.Int(v)
-		}
-		if attrs.Int("sorted", 1) == 0 {
-			// Unsorted order is unspecified; ours is sorted, which is one such order.
-			attrs["sorted"] = graph.Int(1)
-		}
+		attrs["largest"] = graph.Int(r.attrInt("largest", 1))
+		// Unsorted order is unspecified; ours is sorted, which is one such
+		// order (sorted is read, and always 1).
+		r.attrInt("sorted", 1)
+		attrs["sorted"] = graph.Int(1)
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
+	x := r.need(0)
 	var k *graph.Value
 	if c.ver < 10 {
-		kv, ok, err := c.attrInts("k")
-		if err != nil {
-			return err
+		kv, ok := r.attrInts("k")
+		if r.err != nil {
+			return r.err
 		}
 		if a, _ := c.attr("k", onnxpb.AttrInt); a != nil {
 			kv, ok = []int64{a.I}, true
@@ -1686,33 +1264,22 @@ func importTopK(c *opCtx) error {
 		if !ok {
 			return c.errf("k is required")
 		}
-		if k, err = c.ints("k", kv); err != nil {
-			return err
-		}
+		k = r.ints("k", kv)
 	} else {
-		if _, err := c.constInput(1, "K"); err != nil {
-			return err
-		}
-		if k, err = c.need(1); err != nil {
-			return err
-		}
+		r.constInput(1, "K")
+		k = r.need(1)
 	}
-	_, err = c.emit("TopK", attrs, x, k)
-	return err
+	r.emit("TopK", attrs, x, k)
+	return r.err
 }
 
 func importOneHot(c *opCtx) error {
-	axis, err := c.attrInt("axis", -1)
-	if err != nil {
-		return err
-	}
-	idx, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	dc, err := c.constInput(1, "depth")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", -1)
+	idx := r.need(0)
+	dc := r.constInput(1, "depth")
+	if r.err != nil {
+		return r.err
 	}
 	if dc == nil || dc.n() != 1 {
 		return c.errf("depth must be one value")
@@ -1721,13 +1288,10 @@ func importOneHot(c *opCtx) error {
 	if d != float64(int64(d)) {
 		return c.errf("depth %v is not an integer", d)
 	}
-	depth, err := c.ints("depth", []int64{int64(d)})
-	if err != nil {
-		return err
-	}
-	vals, err := c.need(2)
-	if err != nil {
-		return err
+	depth := r.ints("depth", []int64{int64(d)})
+	vals := r.need(2)
+	if r.err != nil {
+		return r.err
 	}
 	if c.ver < 11 {
 		// Negative indices are out of range before opset 11; ours count from the end.
@@ -1737,8 +1301,8 @@ func importOneHot(c *opCtx) error {
 			return c.errf("negative indices before opset 11 are not supported")
 		}
 	}
-	_, err = c.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
-	return err
+	r.emit("OneHot", graph.Attrs{"axis": graph.Int(axis)}, idx, depth, vals)
+	return r.err
 }
 
 // legacyBroadcast lists the ops that took broadcast (and, but for Gemm,
@@ -1799,19 +1363,12 @@ func (c *opCtx) reshapeInput(i int, shape graph.Shape) error {
 	if err != nil {
 		return c.errf("%v", err)
 	}
-	dims := make([]int64, len(shape))
-	for i, d := range shape {
-		dims[i] = int64(d)
+	r := c.rewrite()
+	y := r.sub("Reshape", nil, v, r.ints("aligned", dims64(shape)))
+	if r.err != nil {
+		return r.err
 	}
-	sv, err := c.ints("aligned", dims)
-	if err != nil {
-		return err
-	}
-	r, err := c.sub("Reshape", nil, v, sv)
-	if err != nil {
-		return err
-	}
-	c.in[i] = &entry{name: r.Name, v: r}
+	c.in[i] = &entry{name: y.Name, v: y}
 	return nil
 }
 
@@ -1849,13 +1406,10 @@ func init() {
 // it): it is then Gather of the selected positions, along axis or of the
 // flattened input.
 func importCompress(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	cond, err := c.constInput(1, "condition")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x, cond := r.need(0), r.constInput(1, "condition")
+	if r.err != nil {
+		return r.err
 	}
 	if cond == nil || cond.shape.Rank() != 1 {
 		return c.errf("needs a 1-D condition")
@@ -1868,8 +1422,8 @@ func importCompress(c *opCtx) error {
 	}
 	src, axis := x, int64(0)
 	if c.has("axis") {
-		if axis, err = c.attrInt("axis", 0); err != nil {
-			return err
+		if axis = r.attrInt("axis", 0); r.err != nil {
+			return r.err
 		}
 		a, err := graph.NormAxis(int(axis), x.Type.Shape.Rank())
 		if err != nil {
@@ -1882,33 +1436,21 @@ func importCompress(c *opCtx) error {
 		if cond.n() > x.Type.Shape.Numel() {
 			return c.errf("condition of %d for %d elements", cond.n(), x.Type.Shape.Numel())
 		}
-		flat, err := c.ints("flat", []int64{int64(x.Type.Shape.Numel())})
-		if err != nil {
-			return err
-		}
-		if src, err = c.sub("Reshape", nil, x, flat); err != nil {
-			return err
-		}
+		src = r.sub("Reshape", nil, x, r.ints("flat", []int64{int64(x.Type.Shape.Numel())}))
 	}
-	iv, err := c.ints("indices", idx)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, src, iv)
-	return err
+	r.emit("Gather", graph.Attrs{"axis": graph.Int(axis)}, src, r.ints("indices", idx))
+	return r.err
 }
 
 // importMVN is (X − mean)/(√(mean((X − mean)²)) + 1e-9) over axes (default
 // 0, 2, 3), as the function that defines it (which writes the variance as
 // E[X²] − E[X]², the same value).
 func importMVN(c *opCtx) error {
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	ax, ok, err := c.attrInts("axes")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	x := r.need(0)
+	ax, ok := r.attrInts("axes")
+	if r.err != nil {
+		return r.err
 	}
 	if !ok {
 		ax = []int64{0, 2, 3}
@@ -1916,40 +1458,13 @@ func importMVN(c *opCtx) error {
 	if !x.Type.DType.IsFloat() {
 		return c.errf("MeanVarianceNormalization of %v is not supported", x.Type.DType)
 	}
-	axes, err := c.ints("axes", ax)
-	if err != nil {
-		return err
-	}
-	mean, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, x, axes)
-	if err != nil {
-		return err
-	}
-	d, err := c.sub("Sub", nil, x, mean)
-	if err != nil {
-		return err
-	}
-	sq, err := c.sub("Mul", nil, d, d)
-	if err != nil {
-		return err
-	}
-	v, err := c.sub("ReduceMean", graph.Attrs{"keepdims": graph.Int(1)}, sq, axes)
-	if err != nil {
-		return err
-	}
-	sd, err := c.sub("Sqrt", nil, v)
-	if err != nil {
-		return err
-	}
-	eps, err := c.scalar("epsilon", x.Type.DType, 1e-9)
-	if err != nil {
-		return err
-	}
-	den, err := c.sub("Add", nil, sd, eps)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Div", nil, d, den)
-	return err
+	keep := graph.Attrs{"keepdims": graph.Int(1)}
+	axes := r.ints("axes", ax)
+	d := r.sub("Sub", nil, x, r.sub("ReduceMean", keep, x, axes))
+	sd := r.sub("Sqrt", nil, r.sub("ReduceMean", keep, r.sub("Mul", nil, d, d), axes))
+	den := r.sub("Add", nil, sd, r.scalar("epsilon", x.Type.DType, 1e-9))
+	r.emit("Div", nil, d, den)
+	return r.err
 }
 
 func init() {
@@ -2009,27 +1524,15 @@ func importResize(c *opCtx) error {
 			return err
 		}
 	} else {
-		for _, name := range []string{"coordinate_transformation_mode", "nearest_mode"} {
-			def := map[string]string{"coordinate_transformation_mode": "half_pixel", "nearest_mode": "round_prefer_floor"}[name]
-			v, err := c.attrString(name, def)
-			if err != nil {
-				return err
-			}
-			attrs[name] = graph.Str(v)
+		rw := c.rewrite()
+		attrs["coordinate_transformation_mode"] = graph.Str(rw.attrString("coordinate_transformation_mode", "half_pixel"))
+		attrs["nearest_mode"] = graph.Str(rw.attrString("nearest_mode", "round_prefer_floor"))
+		attrs["cubic_coeff_a"] = graph.Float(rw.attrFloat("cubic_coeff_a", -0.75))
+		attrs["exclude_outside"] = graph.Int(rw.attrInt("exclude_outside", 0))
+		attrs["extrapolation_value"] = graph.Float(rw.attrFloat("extrapolation_value", 0))
+		if rw.err != nil {
+			return rw.err
 		}
-		a, err := c.attrFloat("cubic_coeff_a", -0.75)
-		if err != nil {
-			return err
-		}
-		ex, err := c.attrInt("exclude_outside", 0)
-		if err != nil {
-			return err
-		}
-		ev, err := c.attrFloat("extrapolation_value", 0)
-		if err != nil {
-			return err
-		}
-		attrs["cubic_coeff_a"], attrs["exclude_outside"], attrs["extrapolation_value"] = graph.Float(a), graph.Int(ex), graph.Float(ev)
 		if scales, err = floats(2, "scales"); err != nil {
 			return err
 		}

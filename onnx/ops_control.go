@@ -197,12 +197,9 @@ func (c *opCtx) setOutput(i int, e *entry) error {
 		c.im.inits = append(c.im.inits, c.out[i])
 		return nil
 	}
-	v, err := c.im.val(e)
-	if err != nil {
-		return c.errf("%v", err)
-	}
-	if err := c.emitOutput(i, "Identity", nil, v); err != nil {
-		return err
+	r := c.rewrite()
+	if r.emitOutput(i, "Identity", nil, r.val(e)); r.err != nil {
+		return r.err
 	}
 	c.out[i].odt = e.odt // a narrow integer type carries through
 	return nil
@@ -234,23 +231,15 @@ func (c *opCtx) stacked(parts []*entry, axis int64, reverse bool) (*entry, error
 	if cv := stackConst(parts, int(axis)); cv != nil {
 		return &entry{c: cv}, nil
 	}
-	ax, err := c.ints("axes", []int64{axis})
-	if err != nil {
-		return nil, err
-	}
+	r := c.rewrite()
+	ax := r.ints("axes", []int64{axis})
 	vs := make([]*graph.Value, len(parts))
 	for k, e := range parts {
-		v, err := c.im.val(e)
-		if err != nil {
-			return nil, c.errf("%v", err)
-		}
-		if vs[k], err = c.sub("Unsqueeze", nil, v, ax); err != nil {
-			return nil, err
-		}
+		vs[k] = r.sub("Unsqueeze", nil, r.val(e), ax)
 	}
-	v, err := c.sub("Concat", graph.Attrs{"axis": graph.Int(axis)}, vs...)
-	if err != nil {
-		return nil, err
+	v := r.sub("Concat", graph.Attrs{"axis": graph.Int(axis)}, vs...)
+	if r.err != nil {
+		return nil, r.err
 	}
 	return &entry{name: v.Name, v: v, odt: parts[0].odt}, nil
 }
@@ -280,16 +269,25 @@ func stackConst(parts []*entry, axis int) *cval {
 	return out
 }
 
-func importLoop(c *opCtx) error {
+// loopBody reads the body attribute Loop and Scan share, and marks the
+// outputs its nodes make.
+func (c *opCtx) loopBody() (*onnxpb.Graph, error) {
 	body, err := c.attr("body", onnxpb.AttrGraph)
+	if err != nil {
+		return nil, err
+	}
+	if body == nil || body.G == nil {
+		return nil, c.errf("needs a body")
+	}
+	c.markBodyOutputs(body.G)
+	return body.G, nil
+}
+
+func importLoop(c *opCtx) error {
+	g, err := c.loopBody()
 	if err != nil {
 		return err
 	}
-	if body == nil || body.G == nil {
-		return c.errf("needs a body")
-	}
-	g := body.G
-	c.markBodyOutputs(g)
 	trips := int64(maxUnroll + 1)
 	if c.input(0) != nil {
 		m, err := c.constScalar(0, "M (the trip count)", 0)
@@ -360,15 +358,10 @@ func importLoop(c *opCtx) error {
 // after it) and the body runs on each batch entry alone: the batch is
 // unrolled too and the results stacked on it; sequence_lens is refused.
 func importScan(c *opCtx) error {
-	body, err := c.attr("body", onnxpb.AttrGraph)
+	g, err := c.loopBody()
 	if err != nil {
 		return err
 	}
-	if body == nil || body.G == nil {
-		return c.errf("needs a body")
-	}
-	g := body.G
-	c.markBodyOutputs(g)
 	m, err := c.attrInt("num_scan_inputs", 0)
 	if err != nil {
 		return err
@@ -448,16 +441,17 @@ func importScan(c *opCtx) error {
 	for b := range batch {
 		part := make([]*entry, len(in))
 		for k, e := range in {
-			v, err := c.im.val(e)
-			if err != nil {
-				return c.errf("%v", err)
+			r := c.rewrite()
+			v := r.val(e)
+			if r.err != nil {
+				return r.err
 			}
 			if v.Type.Shape.Rank() == 0 || v.Type.Shape[0] != batch {
 				return c.errf("input %d %v: want a batch axis of %d", k, v.Type.Shape, batch)
 			}
-			p, err := c.pick(v, b, 0)
-			if err != nil {
-				return err
+			p := r.pick(v, int64(b), 0)
+			if r.err != nil {
+				return r.err
 			}
 			part[k] = &entry{name: p.Name, v: p, odt: e.odt}
 		}
@@ -475,27 +469,6 @@ func importScan(c *opCtx) error {
 		}
 	}
 	return nil
-}
-
-// pick is v's entry pos along axis, the axis dropped.
-func (c *opCtx) pick(v *graph.Value, pos int, axis int64) (*graph.Value, error) {
-	st, err := c.ints("starts", []int64{int64(pos)})
-	if err != nil {
-		return nil, err
-	}
-	en, err := c.ints("ends", []int64{int64(pos + 1)})
-	if err != nil {
-		return nil, err
-	}
-	ax, err := c.ints("axes", []int64{axis})
-	if err != nil {
-		return nil, err
-	}
-	s, err := c.sub("Slice", nil, v, st, en, ax)
-	if err != nil {
-		return nil, err
-	}
-	return c.sub("Squeeze", nil, s, ax)
 }
 
 // scan is a Scan's body and axes, run by run.
@@ -542,9 +515,10 @@ func (s *scan) run(state, xs []*entry, first int) (final, outs []*entry, err err
 			if s.inDirs[k] != 0 {
 				pos = steps - 1 - it
 			}
-			p, err := c.pick(v, pos, axes[k])
-			if err != nil {
-				return nil, nil, err
+			r := c.rewrite()
+			p := r.pick(v, int64(pos), axes[k])
+			if r.err != nil {
+				return nil, nil, r.err
 			}
 			in = append(in, &entry{name: p.Name, v: p, odt: xs[k].odt})
 		}

@@ -50,117 +50,61 @@ func (c *opCtx) dftMatrices(dt graph.DType, n, l, k int) (cosM, sinM *graph.Valu
 // transform applies the DFT along the last axis of re (and im, nil for a
 // real signal): forward re·C + im·S, im·C − re·S; inverse re·C − im·S,
 // im·C + re·S, divided by l. It returns the real and imaginary parts.
-func (c *opCtx) transform(re, im *graph.Value, l, k int, inverse bool) (*graph.Value, *graph.Value, error) {
+func (r *rewrite) transform(re, im *graph.Value, l, k int, inverse bool) (outRe, outIm *graph.Value) {
+	if r.err != nil {
+		return nil, nil
+	}
 	n := re.Type.Shape[re.Type.Shape.Rank()-1]
-	cosM, sinM, err := c.dftMatrices(re.Type.DType, n, l, k)
+	cosM, sinM, err := r.c.dftMatrices(re.Type.DType, n, l, k)
 	if err != nil {
-		return nil, nil, err
+		r.fail(err)
+		return nil, nil
 	}
-	mm := func(a, b *graph.Value) (*graph.Value, error) { return c.sub("MatMul", nil, a, b) }
-	rc, err := mm(re, cosM)
-	if err != nil {
-		return nil, nil, err
-	}
-	rs, err := mm(re, sinM)
-	if err != nil {
-		return nil, nil, err
-	}
-	outRe, outIm := rc, rs // a real signal: re·C and ∓re·S
+	rc, rs := r.sub("MatMul", nil, re, cosM), r.sub("MatMul", nil, re, sinM)
+	outRe, outIm = rc, rs // a real signal: re·C and ∓re·S
 	if im == nil && !inverse {
-		if outIm, err = c.sub("Neg", nil, rs); err != nil {
-			return nil, nil, err
-		}
+		outIm = r.sub("Neg", nil, rs)
 	}
 	if im != nil {
-		ic, err := mm(im, cosM)
-		if err != nil {
-			return nil, nil, err
-		}
-		is, err := mm(im, sinM)
-		if err != nil {
-			return nil, nil, err
-		}
+		ic, is := r.sub("MatMul", nil, im, cosM), r.sub("MatMul", nil, im, sinM)
 		reOp, imOp := "Add", "Sub" // forward: re·C + im·S, im·C − re·S
 		if inverse {
 			reOp, imOp = "Sub", "Add"
 		}
-		if outRe, err = c.sub(reOp, nil, rc, is); err != nil {
-			return nil, nil, err
-		}
-		if outIm, err = c.sub(imOp, nil, ic, rs); err != nil {
-			return nil, nil, err
-		}
+		outRe, outIm = r.sub(reOp, nil, rc, is), r.sub(imOp, nil, ic, rs)
 	}
 	if inverse {
-		inv, err := c.scalar("inv_length", re.Type.DType, 1/float64(l))
-		if err != nil {
-			return nil, nil, err
-		}
-		if outRe, err = c.sub("Mul", nil, outRe, inv); err != nil {
-			return nil, nil, err
-		}
-		if outIm, err = c.sub("Mul", nil, outIm, inv); err != nil {
-			return nil, nil, err
-		}
+		inv := r.scalar("inv_length", re.Type.DType, 1/float64(l))
+		outRe, outIm = r.sub("Mul", nil, outRe, inv), r.sub("Mul", nil, outIm, inv)
 	}
-	return outRe, outIm, nil
+	return outRe, outIm
 }
 
 // complexParts splits [..., 1 or 2] into its real and imaginary parts
 // (imaginary nil for a real signal), each without the last axis.
-func (c *opCtx) complexParts(x *graph.Value) (re, im *graph.Value, err error) {
+func (r *rewrite) complexParts(x *graph.Value) (re, im *graph.Value) {
+	if r.err != nil {
+		return nil, nil
+	}
 	s := x.Type.Shape
 	last := s[s.Rank()-1]
 	if last != 1 && last != 2 {
-		return nil, nil, c.errf("input %v: the last axis must hold 1 (real) or 2 (complex) values", s)
+		r.fail(r.c.errf("input %v: the last axis must hold 1 (real) or 2 (complex) values", s))
+		return nil, nil
 	}
-	part := func(i int) (*graph.Value, error) {
-		st, err := c.ints("starts", []int64{int64(i)})
-		if err != nil {
-			return nil, err
-		}
-		en, err := c.ints("ends", []int64{int64(i + 1)})
-		if err != nil {
-			return nil, err
-		}
-		ax, err := c.ints("axes", []int64{-1})
-		if err != nil {
-			return nil, err
-		}
-		v, err := c.sub("Slice", nil, x, st, en, ax)
-		if err != nil {
-			return nil, err
-		}
-		return c.sub("Squeeze", nil, v, ax)
-	}
-	if re, err = part(0); err != nil {
-		return nil, nil, err
-	}
+	re = r.pick(x, 0, -1)
 	if last == 2 {
-		if im, err = part(1); err != nil {
-			return nil, nil, err
-		}
+		im = r.pick(x, 1, -1)
 	}
-	return re, im, nil
+	return re, im
 }
 
 // emitComplex writes the node's output: re and im stacked on a new last axis.
-func (c *opCtx) emitComplex(re, im *graph.Value) error {
-	ax, err := c.ints("axes", []int64{-1})
-	if err != nil {
-		return err
-	}
-	r, err := c.sub("Unsqueeze", nil, re, ax)
-	if err != nil {
-		return err
-	}
-	i, err := c.sub("Unsqueeze", nil, im, ax)
-	if err != nil {
-		return err
-	}
-	c.outNames = c.n.Output[:1]
-	_, err = c.emit("Concat", graph.Attrs{"axis": graph.Int(-1)}, r, i)
-	return err
+func (r *rewrite) emitComplex(re, im *graph.Value) {
+	ax := r.ints("axes", []int64{-1})
+	ur, ui := r.sub("Unsqueeze", nil, re, ax), r.sub("Unsqueeze", nil, im, ax)
+	r.c.outNames = r.c.n.Output[:1]
+	r.emit("Concat", graph.Attrs{"axis": graph.Int(-1)}, ur, ui)
 }
 
 // constScalar reads optional input i as one integer (absent: def).
@@ -176,42 +120,47 @@ func (c *opCtx) constScalar(i int, what string, def int64) (int64, error) {
 	return vals[0], nil
 }
 
+func (r *rewrite) constScalar(i int, what string, def int64) int64 {
+	if r.err != nil {
+		return def
+	}
+	v, err := r.c.constScalar(i, what, def)
+	r.err = err
+	return v
+}
+
 func importDFT(c *opCtx) error {
-	inverse, err := c.attrInt("inverse", 0)
-	if err != nil {
-		return err
-	}
-	onesided, err := c.attrInt("onesided", 0)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	inverse := r.attrInt("inverse", 0)
+	onesided := r.attrInt("onesided", 0)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if !x.Type.DType.IsFloat() {
 		return c.errf("input %v: want a float signal", x.Type)
 	}
-	r := x.Type.Shape.Rank()
+	rank := x.Type.Shape.Rank()
 	var axis int64
 	if c.ver < 20 {
-		if axis, err = c.attrInt("axis", 1); err != nil {
-			return err
-		}
-	} else if axis, err = c.constScalar(2, "axis", -2); err != nil {
-		return err
+		axis = r.attrInt("axis", 1)
+	} else {
+		axis = r.constScalar(2, "axis", -2)
+	}
+	if r.err != nil {
+		return r.err
 	}
 	// The axis counts among the signal axes, not the last (complex) one.
 	if axis < 0 {
-		axis += int64(r)
+		axis += int64(rank)
 	}
-	if axis < 1 || axis >= int64(r-1) {
+	if axis < 1 || axis >= int64(rank-1) {
 		return c.errf("axis %d of input %v: want a signal axis", axis, x.Type.Shape)
 	}
 	n := x.Type.Shape[axis]
-	l, err := c.constScalar(1, "dft_length", int64(n))
-	if err != nil {
-		return err
+	l := r.constScalar(1, "dft_length", int64(n))
+	if r.err != nil {
+		return r.err
 	}
 	if l < 1 {
 		return c.errf("dft_length %d", l)
@@ -223,72 +172,54 @@ func importDFT(c *opCtx) error {
 	if onesided != 0 {
 		k = int(l)/2 + 1
 	}
-	re, im, err := c.complexParts(x)
-	if err != nil {
-		return err
-	}
+	re, im := r.complexParts(x)
 	// Move the axis last, transform, move it back.
-	perm := make([]int64, 0, r-1)
-	for i := range r - 1 {
+	perm := make([]int64, 0, rank-1)
+	for i := range rank - 1 {
 		if int64(i) != axis {
 			perm = append(perm, int64(i))
 		}
 	}
 	perm = append(perm, axis)
-	back := make([]int64, r-1)
+	back := make([]int64, rank-1)
 	for i, p := range perm {
 		back[p] = int64(i)
 	}
-	move := func(v *graph.Value, p []int64) (*graph.Value, error) {
+	move := func(v *graph.Value, p []int64) *graph.Value {
 		if v == nil {
-			return nil, nil
+			return nil
 		}
-		return c.sub("Transpose", graph.Attrs{"perm": graph.Ints(p...)}, v)
+		return r.sub("Transpose", graph.Attrs{"perm": graph.Ints(p...)}, v)
 	}
-	if re, err = move(re, perm); err != nil {
-		return err
-	}
-	if im, err = move(im, perm); err != nil {
-		return err
-	}
-	yr, yi, err := c.transform(re, im, int(l), k, inverse != 0)
-	if err != nil {
-		return err
-	}
-	if yr, err = move(yr, back); err != nil {
-		return err
-	}
-	if yi, err = move(yi, back); err != nil {
-		return err
-	}
-	return c.emitComplex(yr, yi)
+	re, im = move(re, perm), move(im, perm)
+	yr, yi := r.transform(re, im, int(l), k, inverse != 0)
+	r.emitComplex(move(yr, back), move(yi, back))
+	return r.err
 }
 
 // importSTFT: frames of frame_length samples every frame_step, each times
 // the window, transformed (onesided by default).
 func importSTFT(c *opCtx) error {
-	onesided, err := c.attrInt("onesided", 1)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	onesided := r.attrInt("onesided", 1)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	if s.Rank() != 3 || !x.Type.DType.IsFloat() {
 		return c.errf("signal %v: want a float [batch, length, 1 or 2]", x.Type)
 	}
-	step, err := c.constScalar(1, "frame_step", 0)
-	if err != nil {
-		return err
+	step := r.constScalar(1, "frame_step", 0)
+	if r.err != nil {
+		return r.err
 	}
 	if step < 1 {
 		return c.errf("frame_step %d: want a positive step", step)
 	}
-	window, err := c.value(2)
-	if err != nil {
-		return err
+	window := r.value(2)
+	if r.err != nil {
+		return r.err
 	}
 	flen := int64(-1)
 	if window != nil {
@@ -298,9 +229,9 @@ func importSTFT(c *opCtx) error {
 		flen = int64(window.Type.Shape[0])
 	}
 	if c.input(3) != nil {
-		fl, err := c.constScalar(3, "frame_length", 0)
-		if err != nil {
-			return err
+		fl := r.constScalar(3, "frame_length", 0)
+		if r.err != nil {
+			return r.err
 		}
 		if flen >= 0 && fl != flen {
 			return c.errf("frame_length %d disagrees with the window's %d", fl, flen)
@@ -317,47 +248,30 @@ func importSTFT(c *opCtx) error {
 			idx = append(idx, f*step+j)
 		}
 	}
-	iv, err := c.ints("frame_positions", idx)
-	if err != nil {
-		return err
-	}
-	shape, err := c.ints("frames", []int64{frames, flen})
-	if err != nil {
-		return err
-	}
-	if iv, err = c.sub("Reshape", nil, iv, shape); err != nil {
-		return err
-	}
-	re, im, err := c.complexParts(x)
-	if err != nil {
-		return err
+	iv := r.ints("frame_positions", idx)
+	iv = r.sub("Reshape", nil, iv, r.ints("frames", []int64{frames, flen}))
+	re, im := r.complexParts(x)
+	if r.err != nil {
+		return r.err
 	}
 	if im != nil && onesided != 0 {
 		return c.errf("onesided with a complex signal is not supported")
 	}
-	frame := func(v *graph.Value) (*graph.Value, error) { // [batch, frames, frame_length]
+	frame := func(v *graph.Value) *graph.Value { // [batch, frames, frame_length]
 		if v == nil {
-			return nil, nil
+			return nil
 		}
-		f, err := c.sub("Gather", graph.Attrs{"axis": graph.Int(1)}, v, iv)
-		if err != nil || window == nil {
-			return f, err
+		f := r.sub("Gather", graph.Attrs{"axis": graph.Int(1)}, v, iv)
+		if window == nil {
+			return f
 		}
-		return c.sub("Mul", nil, f, window)
+		return r.sub("Mul", nil, f, window)
 	}
-	if re, err = frame(re); err != nil {
-		return err
-	}
-	if im, err = frame(im); err != nil {
-		return err
-	}
+	re, im = frame(re), frame(im)
 	k := int(flen)
 	if onesided != 0 {
 		k = int(flen)/2 + 1
 	}
-	yr, yi, err := c.transform(re, im, int(flen), k, false)
-	if err != nil {
-		return err
-	}
-	return c.emitComplex(yr, yi)
+	r.emitComplex(r.transform(re, im, int(flen), k, false))
+	return r.err
 }

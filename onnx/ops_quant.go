@@ -42,46 +42,21 @@ func (c *opCtx) requantizeConv(y *graph.Value) error {
 		return nil
 	}
 	ys := y.Type.Shape
-	if b, err := c.value(8); err != nil {
-		return err
-	} else if b != nil {
-		if b, err = c.perAxis(b, ys, 1); err != nil {
-			return err
-		}
-		if b, err = c.sub("Cast", graph.Attrs{"to": graph.Str(graph.Float64.String())}, b); err != nil {
-			return err
-		}
-		if y, err = c.sub("Add", nil, y, b); err != nil {
-			return err
-		}
+	r := c.rewrite()
+	if b := r.value(8); b != nil {
+		b = r.perAxis(b, ys, 1)
+		y = r.sub("Add", nil, y, r.sub("Cast", graph.Attrs{"to": graph.Str(graph.Float64.String())}, b))
 	}
-	xs, err := c.need(1)
-	if err != nil {
-		return err
+	xs, ws := r.need(1), r.need(4)
+	ws = r.perAxis(ws, ys, 1)
+	if r.err != nil {
+		return r.err
 	}
-	ws, err := c.need(4)
-	if err != nil {
-		return err
-	}
-	if ws, err = c.perAxis(ws, ys, 1); err != nil {
-		return err
-	}
-	if y, err = c.sub("Cast", graph.Attrs{"to": graph.Str(xs.Type.DType.String())}, y); err != nil {
-		return err
-	}
-	if y, err = c.sub("Mul", nil, y, xs); err != nil {
-		return err
-	}
-	if y, err = c.sub("Mul", nil, y, ws); err != nil {
-		return err
-	}
-	yScale, err := c.need(6)
-	if err != nil {
-		return err
-	}
-	zp, err := c.need(7)
-	if err != nil {
-		return err
+	y = r.sub("Cast", graph.Attrs{"to": graph.Str(xs.Type.DType.String())}, y)
+	y = r.sub("Mul", nil, r.sub("Mul", nil, y, xs), ws)
+	yScale, zp := r.need(6), r.need(7)
+	if r.err != nil {
+		return r.err
 	}
 	dt, _ := c.in[7].typ()
 	return c.quantized(0, y, yScale, zp, dt)
@@ -113,6 +88,10 @@ func (c *opCtx) perAxis(v *graph.Value, xs graph.Shape, axis int64) (*graph.Valu
 	return c.sub("Reshape", nil, v, sv)
 }
 
+func (r *rewrite) perAxis(v *graph.Value, xs graph.Shape, axis int64) *graph.Value {
+	return step(r, func() (*graph.Value, error) { return r.c.perAxis(v, xs, axis) })
+}
+
 // centred is the integer input i minus its zero point (input zi, absent:
 // none), as a float64 value: exact for 8- and 32-bit integers.
 func (c *opCtx) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) (*graph.Value, error) {
@@ -140,30 +119,21 @@ func (c *opCtx) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) (
 }
 
 func importDequantize(c *opCtx) error {
-	axis, err := c.attrInt("axis", 1)
-	if err != nil {
-		return err
-	}
-	if _, err := c.need(0); err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 1)
+	r.need(0)
+	scale := r.need(1)
+	if r.err != nil {
+		return r.err
 	}
 	_, xs := c.in[0].typ()
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
 	if !scale.Type.DType.IsFloat() {
 		return c.errf("x_scale %v: want a float", scale.Type)
 	}
-	if scale, err = c.perAxis(scale, xs, axis); err != nil {
-		return err
-	}
-	x, err := c.centred(0, 2, xs, axis, scale.Type.DType)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mul", nil, x, scale)
-	return err
+	dt := scale.Type.DType
+	scale = r.perAxis(scale, xs, axis)
+	r.emit("Mul", nil, r.centred(0, 2, xs, axis, dt), scale)
+	return r.err
 }
 
 // quantized writes output i: saturate(round(v / scale) + zero point) in
@@ -174,77 +144,42 @@ func (c *opCtx) quantized(i int, v, scale, zp *graph.Value, dt onnxpb.DataType) 
 		return c.errf("quantizing to %v is not supported", dt)
 	}
 	fdt := v.Type.DType
-	q, err := c.sub("Div", nil, v, scale)
-	if err != nil {
-		return err
-	}
-	if q, err = c.sub("Round", nil, q); err != nil {
-		return err
-	}
+	r := c.rewrite()
+	q := r.sub("Round", nil, r.sub("Div", nil, v, scale))
 	if zp != nil {
-		zf, err := c.sub("Cast", graph.Attrs{"to": graph.Str(fdt.String())}, zp)
-		if err != nil {
-			return err
-		}
-		if q, err = c.sub("Add", nil, q, zf); err != nil {
-			return err
-		}
+		q = r.sub("Add", nil, q, r.sub("Cast", graph.Attrs{"to": graph.Str(fdt.String())}, zp))
 	}
-	lov, err := c.scalar("qmin", fdt, float64(lo))
-	if err != nil {
-		return err
-	}
-	hiv, err := c.scalar("qmax", fdt, float64(hi))
-	if err != nil {
-		return err
-	}
-	if q, err = c.sub("Max", nil, q, lov); err != nil {
-		return err
-	}
-	if q, err = c.sub("Min", nil, q, hiv); err != nil {
-		return err
-	}
-	if err := c.emitOutput(i, "Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, q); err != nil {
-		return err
+	lov, hiv := r.scalar("qmin", fdt, float64(lo)), r.scalar("qmax", fdt, float64(hi))
+	q = r.sub("Min", nil, r.sub("Max", nil, q, lov), hiv)
+	if r.emitOutput(i, "Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, q); r.err != nil {
+		return r.err
 	}
 	c.out[i].odt = dt
 	return nil
 }
 
 func importQuantize(c *opCtx) error {
-	axis, err := c.attrInt("axis", 1)
-	if err != nil {
-		return err
-	}
-	if s, err := c.attrInt("saturate", 1); err != nil {
-		return err
-	} else if s != 1 {
+	r := c.rewrite()
+	axis := r.attrInt("axis", 1)
+	if s := r.attrInt("saturate", 1); r.err == nil && s != 1 {
 		return c.errf("saturate=0 (float8 targets) is not supported")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	if !x.Type.DType.IsFloat() {
 		return c.errf("x %v: want a float", x.Type)
 	}
-	scale, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	if scale, err = c.perAxis(scale, x.Type.Shape, axis); err != nil {
-		return err
-	}
+	scale := r.perAxis(r.need(1), x.Type.Shape, axis)
 	dt := onnxpb.Uint8
-	zp, err := c.value(2)
-	if err != nil {
-		return err
-	}
+	zp := r.value(2)
 	if zp != nil {
 		dt, _ = c.in[2].typ()
-		if zp, err = c.perAxis(zp, x.Type.Shape, axis); err != nil {
-			return err
-		}
+		zp = r.perAxis(zp, x.Type.Shape, axis)
+	}
+	if r.err != nil {
+		return r.err
 	}
 	return c.quantized(0, x, scale, zp, dt)
 }
@@ -260,70 +195,28 @@ func importDynamicQuantize(c *opCtx) error {
 	if !dt.IsFloat() {
 		return c.errf("x %v: want a float", x.Type)
 	}
-	zero, err := c.scalar("zero", dt, 0)
-	if err != nil {
-		return err
-	}
+	r := c.rewrite()
+	zero := r.scalar("zero", dt, 0)
 	all := graph.Attrs{"keepdims": graph.Int(0)}
-	hi, err := c.sub("ReduceMax", all, x)
-	if err != nil {
-		return err
-	}
-	if hi, err = c.sub("Max", nil, hi, zero); err != nil {
-		return err
-	}
-	nx, err := c.sub("Neg", nil, x)
-	if err != nil {
-		return err
-	}
-	negLo, err := c.sub("ReduceMax", all, nx) // −min x
-	if err != nil {
-		return err
-	}
-	if negLo, err = c.sub("Max", nil, negLo, zero); err != nil { // −min(0, min x)
-		return err
-	}
-	span, err := c.sub("Add", nil, hi, negLo)
-	if err != nil {
-		return err
-	}
-	steps, err := c.scalar("steps", dt, 255)
-	if err != nil {
-		return err
-	}
-	scale, err := c.sub("Div", nil, span, steps)
-	if err != nil {
-		return err
-	}
-	zf, err := c.sub("Div", nil, negLo, scale)
-	if err != nil {
-		return err
-	}
-	if zf, err = c.sub("Min", nil, zf, steps); err != nil { // saturate to [0, 255]
-		return err
-	}
-	if zf, err = c.sub("Round", nil, zf); err != nil {
-		return err
-	}
-	zp, err := c.sub("Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, zf)
-	if err != nil {
-		return err
+	hi := r.sub("Max", nil, r.sub("ReduceMax", all, x), zero)
+	negLo := r.sub("ReduceMax", all, r.sub("Neg", nil, x)) // −min x
+	negLo = r.sub("Max", nil, negLo, zero)                 // −min(0, min x)
+	span := r.sub("Add", nil, hi, negLo)
+	steps := r.scalar("steps", dt, 255)
+	scale := r.sub("Div", nil, span, steps)
+	zf := r.sub("Min", nil, r.sub("Div", nil, negLo, scale), steps) // saturate to [0, 255]
+	zp := r.sub("Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, r.sub("Round", nil, zf))
+	if r.err != nil {
+		return r.err
 	}
 	if err := c.quantized(0, x, scale, zp, onnxpb.Uint8); err != nil {
 		return err
 	}
-	if c.outputUsed(1) {
-		if err := c.emitOutput(1, "Identity", nil, scale); err != nil {
-			return err
-		}
-	}
-	if c.outputUsed(2) {
-		if err := c.emitOutput(2, "Identity", nil, zp); err != nil {
-			return err
-		}
+	r.optionalOutput(1, scale)
+	if r.optionalOutput(2, zp) {
 		c.out[2].odt = onnxpb.Uint8
 	}
-	return nil
+	return r.err
 }
 
 // intProduct is (a − a_zero_point)·(b − b_zero_point) in float64 (exact):
@@ -339,15 +232,10 @@ func (c *opCtx) intProduct(ai, azi, bi, bzi int) (*graph.Value, error) {
 	if as.Rank() < 1 || bs.Rank() < 1 {
 		return nil, c.errf("A %v and B %v: want matrices", as, bs)
 	}
-	a, err := c.centred(ai, azi, as, int64(as.Rank()-2), graph.Float64)
-	if err != nil {
-		return nil, err
-	}
-	b, err := c.centred(bi, bzi, bs, int64(bs.Rank()-1), graph.Float64)
-	if err != nil {
-		return nil, err
-	}
-	return c.sub("MatMul", nil, a, b)
+	r := c.rewrite()
+	a := r.centred(ai, azi, as, int64(as.Rank()-2), graph.Float64)
+	b := r.centred(bi, bzi, bs, int64(bs.Rank()-1), graph.Float64)
+	return r.sub("MatMul", nil, a, b), r.err
 }
 
 // importMatMulInteger is the exact integer product, as INT32.
@@ -382,21 +270,17 @@ func importQLinearMatMul(c *opCtx) error {
 		return err
 	}
 	fdt := scales[0].Type.DType
-	if p, err = c.sub("Cast", graph.Attrs{"to": graph.Str(fdt.String())}, p); err != nil {
-		return err
-	}
-	ab, err := c.sub("Mul", nil, scales[0], scales[1])
-	if err != nil {
-		return err
-	}
-	m, err := c.sub("Mul", nil, p, ab)
-	if err != nil {
-		return err
-	}
-	zp, err := c.need(7)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	p = r.sub("Cast", graph.Attrs{"to": graph.Str(fdt.String())}, p)
+	m := r.sub("Mul", nil, p, r.sub("Mul", nil, scales[0], scales[1]))
+	zp := r.need(7)
+	if r.err != nil {
+		return r.err
 	}
 	dt, _ := c.in[7].typ()
 	return c.quantized(0, m, scales[2], zp, dt)
+}
+
+func (r *rewrite) centred(i, zi int, xs graph.Shape, axis int64, dt graph.DType) *graph.Value {
+	return step(r, func() (*graph.Value, error) { return r.c.centred(i, zi, xs, axis, dt) })
 }

@@ -26,22 +26,23 @@ func init() {
 
 // recurrent is one RNN, GRU or LSTM node being written out.
 type recurrent struct {
-	c      *opCtx
-	op     string
-	gates  int // 1, 3 or 4
-	hidden int
-	batch  int
-	steps  int
-	dt     graph.DType
-	acts   []string // the activations of one direction
-	clip   float64  // 0: none
-	lbr    bool     // GRU's linear_before_reset
-	lens   *graph.Value
-	zeros  *graph.Value // [batch, hidden]
+	*rewrite // the node's steps, which keep the first error
+	c        *opCtx
+	op       string
+	gates    int // 1, 3 or 4
+	hidden   int
+	batch    int
+	steps    int
+	dt       graph.DType
+	acts     []string // the activations of one direction
+	clip     float64  // 0: none
+	lbr      bool     // GRU's linear_before_reset
+	lens     *graph.Value
+	zeros    *graph.Value // [batch, hidden]
 }
 
 func importRecurrent(c *opCtx) error {
-	r := &recurrent{c: c, op: c.n.OpType, gates: map[string]int{"RNN": 1, "GRU": 3, "LSTM": 4}[c.n.OpType]}
+	r := &recurrent{rewrite: c.rewrite(), c: c, op: c.n.OpType, gates: map[string]int{"RNN": 1, "GRU": 3, "LSTM": 4}[c.n.OpType]}
 	direction, err := c.attrString("direction", "forward")
 	if err != nil {
 		return err
@@ -100,25 +101,17 @@ func importRecurrent(c *opCtx) error {
 			return c.errf("input_forget=1 is not supported")
 		}
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	w, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	rw, err := c.need(2)
-	if err != nil {
-		return err
+	x, w, rw := r.need(0), r.need(1), r.need(2)
+	if r.err != nil {
+		return r.err
 	}
 	xs := x.Type.Shape
 	if xs.Rank() != 3 || !x.Type.DType.IsFloat() {
 		return c.errf("X %v: want a float [seq, batch, input] (or [batch, seq, input] with layout 1)", x.Type)
 	}
 	if layout == 1 {
-		if x, err = c.sub("Transpose", graph.Attrs{"perm": graph.Ints(1, 0, 2)}, x); err != nil {
-			return err
+		if x = r.sub("Transpose", graph.Attrs{"perm": graph.Ints(1, 0, 2)}, x); r.err != nil {
+			return r.err
 		}
 	} else if layout != 0 {
 		return c.errf("layout %d: want 0 or 1", layout)
@@ -186,9 +179,9 @@ func importRecurrent(c *opCtx) error {
 			a = acts[d*len(defaults) : (d+1)*len(defaults)]
 		}
 		r.acts = a
-		y, hT, cT, err := r.direction(d, rev, x, w, rw, b, h0, c0, p)
-		if err != nil {
-			return err
+		y, hT, cT := r.direction(d, rev, x, w, rw, b, h0, c0, p)
+		if r.err != nil {
+			return r.err
 		}
 		ys, hs, cs = append(ys, y), append(hs, hT), append(cs, cT)
 	}
@@ -196,416 +189,167 @@ func importRecurrent(c *opCtx) error {
 }
 
 // slice is v[lo:hi] along axis.
-func (r *recurrent) slice(v *graph.Value, axis, lo, hi int) (*graph.Value, error) {
-	c := r.c
-	st, err := c.ints("starts", []int64{int64(lo)})
-	if err != nil {
-		return nil, err
-	}
-	en, err := c.ints("ends", []int64{int64(hi)})
-	if err != nil {
-		return nil, err
-	}
-	ax, err := c.ints("axes", []int64{int64(axis)})
-	if err != nil {
-		return nil, err
-	}
-	return c.sub("Slice", nil, v, st, en, ax)
+func (r *recurrent) slice(v *graph.Value, axis, lo, hi int) *graph.Value {
+	s, _ := r.rewrite.slice(v, int64(axis), int64(lo), int64(hi))
+	return s
 }
 
-func (r *recurrent) reshape(v *graph.Value, dims ...int64) (*graph.Value, error) {
-	s, err := r.c.ints("shape", dims)
-	if err != nil {
-		return nil, err
-	}
-	return r.c.sub("Reshape", nil, v, s)
+func (r *recurrent) reshape(v *graph.Value, dims ...int64) *graph.Value {
+	return r.sub("Reshape", nil, v, r.ints("shape", dims))
 }
 
 // of is direction d's part of a [dirs, ...] operand, as [rest...].
-func (r *recurrent) of(v *graph.Value, d int, dims ...int64) (*graph.Value, error) {
+func (r *recurrent) of(v *graph.Value, d int, dims ...int64) *graph.Value {
 	if v == nil {
-		return nil, nil
+		return nil
 	}
-	s, err := r.slice(v, 0, d, d+1)
-	if err != nil {
-		return nil, err
-	}
-	return r.reshape(s, dims...)
+	return r.reshape(r.slice(v, 0, d, d+1), dims...)
 }
 
-func (r *recurrent) act(i int, v *graph.Value) (*graph.Value, error) {
-	return r.c.sub(r.acts[i], nil, v)
+func (r *recurrent) act(i int, v *graph.Value) *graph.Value {
+	return r.sub(r.acts[i], nil, v)
 }
 
 // clipped applies the clip attribute (to each gate's input).
-func (r *recurrent) clipped(v *graph.Value) (*graph.Value, error) {
+func (r *recurrent) clipped(v *graph.Value) *graph.Value {
 	if r.clip == 0 {
-		return v, nil
+		return v
 	}
-	hi, err := r.c.scalar("clip", r.dt, r.clip)
-	if err != nil {
-		return nil, err
-	}
-	lo, err := r.c.scalar("neg_clip", r.dt, -r.clip)
-	if err != nil {
-		return nil, err
-	}
-	if v, err = r.c.sub("Min", nil, v, hi); err != nil {
-		return nil, err
-	}
-	return r.c.sub("Max", nil, v, lo)
+	hi := r.scalar("clip", r.dt, r.clip)
+	lo := r.scalar("neg_clip", r.dt, -r.clip)
+	return r.sub("Max", nil, r.sub("Min", nil, v, hi), lo)
 }
 
 // direction writes one direction's steps and returns Y [seq, 1, batch,
 // hidden] and the final H and C as [1, batch, hidden] (C nil but for LSTM).
-func (r *recurrent) direction(d int, rev bool, x, w, rw, b, h0, c0, p *graph.Value) (y, hT, cT *graph.Value, err error) {
-	c, g, h, n := r.c, r.gates, int64(r.hidden), r.batch
-	sub := c.sub
+func (r *recurrent) direction(d int, rev bool, x, w, rw, b, h0, c0, p *graph.Value) (y, hT, cT *graph.Value) {
+	g, h, n := r.gates, int64(r.hidden), r.batch
+	in := int64(x.Type.Shape[2])
+	reverse := graph.Attrs{"batch_axis": graph.Int(1), "time_axis": graph.Int(0)}
 	if rev {
 		if r.lens != nil {
-			x, err = sub("ReverseSequence", graph.Attrs{"batch_axis": graph.Int(1), "time_axis": graph.Int(0)}, x, r.lens)
+			x = r.sub("ReverseSequence", reverse, x, r.lens)
 		} else {
-			x, err = r.reverseSteps(x)
-		}
-		if err != nil {
-			return nil, nil, nil, err
+			x = r.reverseSteps(x)
 		}
 	}
-	wd, err := r.of(w, d, int64(g)*h, int64(x.Type.Shape[2]))
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	wt, err := sub("Transpose", nil, wd)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	rd, err := r.of(rw, d, int64(g)*h, h)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	rt, err := sub("Transpose", nil, rd) // [hidden, gates·hidden]
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	wt := r.sub("Transpose", nil, r.of(w, d, int64(g)*h, in))
+	rt := r.sub("Transpose", nil, r.of(rw, d, int64(g)*h, h)) // [hidden, gates·hidden]
 	// The input projection of every step at once: [seq, batch, gates·hidden].
-	xw, err := sub("MatMul", nil, x, wt)
-	if err != nil {
-		return nil, nil, nil, err
-	}
+	xw := r.sub("MatMul", nil, x, wt)
 	var rb *graph.Value // the recurrent bias, added to H·Rᵀ
 	if b != nil {
-		bd, err := r.of(b, d, 2*int64(g)*h)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		wb, err := r.slice(bd, 0, 0, g*r.hidden)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		if rb, err = r.slice(bd, 0, g*r.hidden, 2*g*r.hidden); err != nil {
-			return nil, nil, nil, err
-		}
-		if xw, err = sub("Add", nil, xw, wb); err != nil {
-			return nil, nil, nil, err
-		}
+		bd := r.of(b, d, 2*int64(g)*h)
+		wb := r.slice(bd, 0, 0, g*r.hidden)
+		rb = r.slice(bd, 0, g*r.hidden, 2*g*r.hidden)
+		xw = r.sub("Add", nil, xw, wb)
 	}
 	hPrev, cPrev := r.zeros, r.zeros
 	if h0 != nil {
-		if hPrev, err = r.of(h0, d, int64(n), h); err != nil {
-			return nil, nil, nil, err
-		}
+		hPrev = r.of(h0, d, int64(n), h)
 	}
 	if c0 != nil {
-		if cPrev, err = r.of(c0, d, int64(n), h); err != nil {
-			return nil, nil, nil, err
-		}
+		cPrev = r.of(c0, d, int64(n), h)
 	}
 	var peep []*graph.Value // LSTM's P: i, o, f
 	if p != nil {
-		pd, err := r.of(p, d, 3*h)
-		if err != nil {
-			return nil, nil, nil, err
-		}
+		pd := r.of(p, d, 3*h)
 		for k := range 3 {
-			pk, err := r.slice(pd, 0, k*r.hidden, (k+1)*r.hidden)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			peep = append(peep, pk)
+			peep = append(peep, r.slice(pd, 0, k*r.hidden, (k+1)*r.hidden))
 		}
 	}
 	var steps []*graph.Value
 	for t := range r.steps {
-		xt, err := r.slice(xw, 0, t, t+1)
-		if err != nil {
-			return nil, nil, nil, err
+		if r.err != nil {
+			return nil, nil, nil
 		}
-		if xt, err = r.reshape(xt, int64(n), int64(g)*h); err != nil {
-			return nil, nil, nil, err
-		}
-		hNew, cNew, err := r.step(xt, hPrev, cPrev, rt, rb, peep)
-		if err != nil {
-			return nil, nil, nil, err
-		}
+		xt := r.reshape(r.slice(xw, 0, t, t+1), int64(n), int64(g)*h)
+		hNew, cNew := r.step(xt, hPrev, cPrev, rt, rb, peep)
 		out := hNew
 		if r.lens != nil {
 			// Entries whose sequence has ended keep their state; their output is 0.
-			tv, err := c.scalar(fmt.Sprintf("step%d", t), graph.Int64, float64(t))
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			live, err := sub("Greater", nil, r.lens, tv)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if live, err = r.reshape(live, int64(n), 1); err != nil {
-				return nil, nil, nil, err
-			}
-			if out, err = sub("Where", nil, live, hNew, r.zeros); err != nil {
-				return nil, nil, nil, err
-			}
-			if hNew, err = sub("Where", nil, live, hNew, hPrev); err != nil {
-				return nil, nil, nil, err
-			}
+			tv := r.scalar(fmt.Sprintf("step%d", t), graph.Int64, float64(t))
+			live := r.reshape(r.sub("Greater", nil, r.lens, tv), int64(n), 1)
+			out = r.sub("Where", nil, live, hNew, r.zeros)
+			hNew = r.sub("Where", nil, live, hNew, hPrev)
 			if cNew != nil {
-				if cNew, err = sub("Where", nil, live, cNew, cPrev); err != nil {
-					return nil, nil, nil, err
-				}
+				cNew = r.sub("Where", nil, live, cNew, cPrev)
 			}
 		}
-		if out, err = r.reshape(out, 1, 1, int64(n), h); err != nil {
-			return nil, nil, nil, err
-		}
-		steps = append(steps, out)
+		steps = append(steps, r.reshape(out, 1, 1, int64(n), h))
 		hPrev, cPrev = hNew, cNew
 	}
-	if y, err = sub("Concat", graph.Attrs{"axis": graph.Int(0)}, steps...); err != nil {
-		return nil, nil, nil, err
-	}
+	y = r.sub("Concat", graph.Attrs{"axis": graph.Int(0)}, steps...)
 	if rev {
 		if r.lens != nil {
-			y3, err := r.reshape(y, int64(r.steps), int64(n), h)
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			if y3, err = sub("ReverseSequence", graph.Attrs{"batch_axis": graph.Int(1), "time_axis": graph.Int(0)}, y3, r.lens); err != nil {
-				return nil, nil, nil, err
-			}
-			y, err = r.reshape(y3, int64(r.steps), 1, int64(n), h)
+			y3 := r.sub("ReverseSequence", reverse, r.reshape(y, int64(r.steps), int64(n), h), r.lens)
+			y = r.reshape(y3, int64(r.steps), 1, int64(n), h)
 		} else {
-			y, err = r.reverseSteps(y)
-		}
-		if err != nil {
-			return nil, nil, nil, err
+			y = r.reverseSteps(y)
 		}
 	}
-	if hT, err = r.reshape(hPrev, 1, int64(n), h); err != nil {
-		return nil, nil, nil, err
-	}
+	hT = r.reshape(hPrev, 1, int64(n), h)
 	if r.op == "LSTM" {
-		if cT, err = r.reshape(cPrev, 1, int64(n), h); err != nil {
-			return nil, nil, nil, err
-		}
+		cT = r.reshape(cPrev, 1, int64(n), h)
 	}
-	return y, hT, cT, nil
+	return y, hT, cT
 }
 
 // reverseSteps reverses axis 0 (every entry runs the whole sequence).
-func (r *recurrent) reverseSteps(v *graph.Value) (*graph.Value, error) {
+func (r *recurrent) reverseSteps(v *graph.Value) *graph.Value {
 	idx := make([]int64, r.steps)
 	for i := range idx {
 		idx[i] = int64(r.steps - 1 - i)
 	}
-	iv, err := r.c.ints("reversed", idx)
-	if err != nil {
-		return nil, err
-	}
-	return r.c.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, v, iv)
+	return r.sub("Gather", graph.Attrs{"axis": graph.Int(0)}, v, r.ints("reversed", idx))
 }
 
 // step is one time step: the new H (and C for LSTM) from the step's input
 // projection xt [batch, gates·hidden] and the previous state.
-func (r *recurrent) step(xt, hPrev, cPrev, rt, rb *graph.Value, peep []*graph.Value) (hNew, cNew *graph.Value, err error) {
-	c, hd := r.c, r.hidden
-	sub := c.sub
-	rec, err := sub("MatMul", nil, hPrev, rt)
-	if err != nil {
-		return nil, nil, err
-	}
+func (r *recurrent) step(xt, hPrev, cPrev, rt, rb *graph.Value, peep []*graph.Value) (hNew, cNew *graph.Value) {
+	hd := r.hidden
+	rec := r.sub("MatMul", nil, hPrev, rt)
 	if rb != nil {
-		if rec, err = sub("Add", nil, rec, rb); err != nil {
-			return nil, nil, err
-		}
+		rec = r.sub("Add", nil, rec, rb)
 	}
-	gate := func(v *graph.Value, k int) (*graph.Value, error) { return r.slice(v, 1, k*hd, (k+1)*hd) }
+	gate := func(v *graph.Value, k int) *graph.Value { return r.slice(v, 1, k*hd, (k+1)*hd) }
 	// pre is gate k's input: its input projection plus its recurrent term.
-	pre := func(k int) (*graph.Value, error) {
-		a, err := gate(xt, k)
-		if err != nil {
-			return nil, err
-		}
-		b, err := gate(rec, k)
-		if err != nil {
-			return nil, err
-		}
-		return sub("Add", nil, a, b)
-	}
-	activate := func(i int, v *graph.Value) (*graph.Value, error) {
-		v, err := r.clipped(v)
-		if err != nil {
-			return nil, err
-		}
-		return r.act(i, v)
-	}
+	pre := func(k int) *graph.Value { return r.sub("Add", nil, gate(xt, k), gate(rec, k)) }
+	activate := func(i int, v *graph.Value) *graph.Value { return r.act(i, r.clipped(v)) }
 	switch r.op {
 	case "RNN":
-		v, err := pre(0)
-		if err != nil {
-			return nil, nil, err
-		}
-		hNew, err = activate(0, v)
-		return hNew, nil, err
+		return activate(0, pre(0)), nil
 	case "GRU": // gates z, r, h
-		zp, err := pre(0)
-		if err != nil {
-			return nil, nil, err
-		}
-		z, err := activate(0, zp)
-		if err != nil {
-			return nil, nil, err
-		}
-		rp, err := pre(1)
-		if err != nil {
-			return nil, nil, err
-		}
-		rg, err := activate(0, rp)
-		if err != nil {
-			return nil, nil, err
-		}
-		xh, err := gate(xt, 2)
-		if err != nil {
-			return nil, nil, err
-		}
+		z := activate(0, pre(0))
+		rg := activate(0, pre(1))
+		xh := gate(xt, 2)
 		var hh *graph.Value
 		if r.lbr { // xh + r ⊙ (H·Rhᵀ + Rbh)
-			rh, err := gate(rec, 2)
-			if err != nil {
-				return nil, nil, err
-			}
-			if hh, err = sub("Mul", nil, rg, rh); err != nil {
-				return nil, nil, err
-			}
+			hh = r.sub("Mul", nil, rg, gate(rec, 2))
 		} else { // xh + (r ⊙ H)·Rhᵀ + Rbh
-			rhT, err := r.slice(rt, 1, 2*hd, 3*hd)
-			if err != nil {
-				return nil, nil, err
-			}
-			m, err := sub("Mul", nil, rg, hPrev)
-			if err != nil {
-				return nil, nil, err
-			}
-			if hh, err = sub("MatMul", nil, m, rhT); err != nil {
-				return nil, nil, err
-			}
+			rhT := r.slice(rt, 1, 2*hd, 3*hd)
+			hh = r.sub("MatMul", nil, r.sub("Mul", nil, rg, hPrev), rhT)
 			if rb != nil {
-				bh, err := r.slice(rb, 0, 2*hd, 3*hd)
-				if err != nil {
-					return nil, nil, err
-				}
-				if hh, err = sub("Add", nil, hh, bh); err != nil {
-					return nil, nil, err
-				}
+				hh = r.sub("Add", nil, hh, r.slice(rb, 0, 2*hd, 3*hd))
 			}
 		}
-		hp, err := sub("Add", nil, xh, hh)
-		if err != nil {
-			return nil, nil, err
-		}
-		ht, err := activate(1, hp)
-		if err != nil {
-			return nil, nil, err
-		}
+		ht := activate(1, r.sub("Add", nil, xh, hh))
 		// H = (1 − z) ⊙ h + z ⊙ H_prev = h + z ⊙ (H_prev − h)
-		diff, err := sub("Sub", nil, hPrev, ht)
-		if err != nil {
-			return nil, nil, err
-		}
-		zd, err := sub("Mul", nil, z, diff)
-		if err != nil {
-			return nil, nil, err
-		}
-		hNew, err = sub("Add", nil, ht, zd)
-		return hNew, nil, err
+		return r.sub("Add", nil, ht, r.sub("Mul", nil, z, r.sub("Sub", nil, hPrev, ht))), nil
 	}
 	// LSTM: gates i, o, f, c; peepholes i, o, f.
-	withPeep := func(v *graph.Value, k int, cs *graph.Value) (*graph.Value, error) {
+	withPeep := func(v *graph.Value, k int, cs *graph.Value) *graph.Value {
 		if peep == nil {
-			return v, nil
+			return v
 		}
-		pc, err := sub("Mul", nil, peep[k], cs)
-		if err != nil {
-			return nil, err
-		}
-		return sub("Add", nil, v, pc)
+		return r.sub("Add", nil, v, r.sub("Mul", nil, peep[k], cs))
 	}
-	ip, err := pre(0)
-	if err != nil {
-		return nil, nil, err
-	}
-	if ip, err = withPeep(ip, 0, cPrev); err != nil {
-		return nil, nil, err
-	}
-	ig, err := activate(0, ip)
-	if err != nil {
-		return nil, nil, err
-	}
-	fp, err := pre(2)
-	if err != nil {
-		return nil, nil, err
-	}
-	if fp, err = withPeep(fp, 2, cPrev); err != nil {
-		return nil, nil, err
-	}
-	fg, err := activate(0, fp)
-	if err != nil {
-		return nil, nil, err
-	}
-	cp, err := pre(3)
-	if err != nil {
-		return nil, nil, err
-	}
-	cg, err := activate(1, cp)
-	if err != nil {
-		return nil, nil, err
-	}
-	kept, err := sub("Mul", nil, fg, cPrev)
-	if err != nil {
-		return nil, nil, err
-	}
-	added, err := sub("Mul", nil, ig, cg)
-	if err != nil {
-		return nil, nil, err
-	}
-	if cNew, err = sub("Add", nil, kept, added); err != nil {
-		return nil, nil, err
-	}
-	op, err := pre(1)
-	if err != nil {
-		return nil, nil, err
-	}
-	if op, err = withPeep(op, 1, cNew); err != nil {
-		return nil, nil, err
-	}
-	og, err := activate(0, op)
-	if err != nil {
-		return nil, nil, err
-	}
-	hc, err := r.act(2, cNew)
-	if err != nil {
-		return nil, nil, err
-	}
-	hNew, err = sub("Mul", nil, og, hc)
-	return hNew, cNew, err
+	ig := activate(0, withPeep(pre(0), 0, cPrev))
+	fg := activate(0, withPeep(pre(2), 2, cPrev))
+	cg := activate(1, pre(3))
+	cNew = r.sub("Add", nil, r.sub("Mul", nil, fg, cPrev), r.sub("Mul", nil, ig, cg))
+	og := activate(0, withPeep(pre(1), 1, cNew))
+	return r.sub("Mul", nil, og, r.act(2, cNew)), cNew
 }
 
 // outputs writes Y [seq, dirs, batch, hidden], Y_h and Y_c [dirs, batch,
@@ -625,23 +369,20 @@ func (r *recurrent) outputs(layout int64, ys, hs, cs []*graph.Value) error {
 			return c.errf("%s has no output %d", r.op, i)
 		}
 		concat := graph.Attrs{"axis": graph.Int(o.axis)}
-		var err error
 		switch {
 		case layout == 1:
 			v := o.parts[0]
 			if len(o.parts) > 1 {
-				if v, err = c.sub("Concat", concat, o.parts...); err != nil {
-					return err
-				}
+				v = r.sub("Concat", concat, o.parts...)
 			}
-			err = c.emitOutput(i, "Transpose", graph.Attrs{"perm": graph.Ints(o.perm...)}, v)
+			r.emitOutput(i, "Transpose", graph.Attrs{"perm": graph.Ints(o.perm...)}, v)
 		case len(o.parts) > 1:
-			err = c.emitOutput(i, "Concat", concat, o.parts...)
+			r.emitOutput(i, "Concat", concat, o.parts...)
 		default:
-			err = c.emitOutput(i, "Identity", nil, o.parts[0])
+			r.emitOutput(i, "Identity", nil, o.parts[0])
 		}
-		if err != nil {
-			return err
+		if r.err != nil {
+			return r.err
 		}
 	}
 	return nil

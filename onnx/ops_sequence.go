@@ -159,13 +159,11 @@ func importConcatFromSequence(c *opCtx) error {
 	if !c.has("axis") {
 		return c.errf("axis is required")
 	}
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	newAxis, err := c.attrInt("new_axis", 0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	newAxis := r.attrInt("new_axis", 0)
+	if r.err != nil {
+		return r.err
 	}
 	if len(l) == 0 {
 		return c.errf("concatenating an empty sequence (its shape would be unknown)")
@@ -180,12 +178,10 @@ func importConcatFromSequence(c *opCtx) error {
 	}
 	vs := make([]*graph.Value, len(l))
 	for i, e := range l {
-		if vs[i], err = c.im.val(e); err != nil {
-			return c.errf("%v", err)
-		}
+		vs[i] = r.val(e)
 	}
-	if _, err = c.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, vs...); err != nil {
-		return err
+	if r.emit("Concat", graph.Attrs{"axis": graph.Int(axis)}, vs...); r.err != nil {
+		return r.err
 	}
 	if c.out[0] != nil {
 		c.out[0].odt = l[0].odt // a narrow integer type carries through
@@ -197,17 +193,12 @@ func importConcatFromSequence(c *opCtx) error {
 // list; one size: equal chunks, the last smaller; absent: chunks of 1,
 // squeezed unless keepdims).
 func importSplitToSequence(c *opCtx) error {
-	axis, err := c.attrInt("axis", 0)
-	if err != nil {
-		return err
-	}
-	keep, err := c.attrInt("keepdims", 1)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	axis := r.attrInt("axis", 0)
+	keep := r.attrInt("keepdims", 1)
+	x := r.need(0)
+	if r.err != nil {
+		return r.err
 	}
 	s := x.Type.Shape
 	a, err := graph.NormAxis(int(axis), s.Rank())
@@ -248,30 +239,17 @@ func importSplitToSequence(c *opCtx) error {
 			return c.errf("split %v does not cover axis %d of %d", sizes, a, dim)
 		}
 	}
-	ax, err := c.ints("axes", []int64{int64(a)})
-	if err != nil {
-		return err
-	}
+	ax := r.ints("axes", []int64{int64(a)})
 	var l []*entry
 	var start int64
 	for _, n := range sizes {
-		st, err := c.ints("starts", []int64{start})
-		if err != nil {
-			return err
-		}
-		en, err := c.ints("ends", []int64{start + n})
-		if err != nil {
-			return err
-		}
+		v := r.sub("Slice", nil, x, r.ints("starts", []int64{start}), r.ints("ends", []int64{start + n}), ax)
 		start += n
-		v, err := c.sub("Slice", nil, x, st, en, ax)
-		if err != nil {
-			return err
-		}
 		if squeeze {
-			if v, err = c.sub("Squeeze", nil, v, ax); err != nil {
-				return err
-			}
+			v = r.sub("Squeeze", nil, v, ax)
+		}
+		if r.err != nil {
+			return r.err
 		}
 		l = append(l, &entry{name: v.Name, v: v, odt: c.in[0].odt})
 	}

@@ -37,17 +37,12 @@ func importTableAttrs(c *opCtx) error {
 // importCumSum needs the axis known (int32 or int64 in ONNX; ours is int64).
 func importCumSum(c *opCtx) error {
 	s, _ := graph.LookupOp("CumSum")
-	attrs, err := c.tableAttrs(s)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	axis, err := c.constInput(1, "axis")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	attrs := r.tableAttrs(s)
+	x := r.need(0)
+	axis := r.constInput(1, "axis")
+	if r.err != nil {
+		return r.err
 	}
 	if axis == nil || axis.n() != 1 {
 		return c.errf("axis: want one value")
@@ -59,99 +54,71 @@ func importCumSum(c *opCtx) error {
 	// The model's own int64 operand, or an int32 one as an int64 scalar.
 	var av *graph.Value
 	if axis.dt == onnxpb.Int64 {
-		av, err = c.value(1)
+		av = r.value(1)
 	} else {
-		av, err = c.scalar("axis", graph.Int64, float64(ax[0]))
+		av = r.scalar("axis", graph.Int64, float64(ax[0]))
 	}
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("CumSum", attrs, x, av)
-	return err
+	r.emit("CumSum", attrs, x, av)
+	return r.err
 }
 
 // importIndexed maps GatherND and ScatterND (constant int32 indices become
 // int64). ScatterND's max and min reductions are from opset 18.
 func importIndexed(c *opCtx) error {
 	s, _ := graph.LookupOp(c.n.OpType)
-	attrs, err := c.tableAttrs(s)
-	if err != nil {
-		return err
-	}
-	in, err := c.values()
-	if err != nil {
-		return err
+	r := c.rewrite()
+	attrs := r.tableAttrs(s)
+	in := r.values()
+	if r.err != nil {
+		return r.err
 	}
 	if len(in) < 2 || in[0] == nil {
 		return c.errf("needs data and indices")
 	}
-	if in[1], err = c.indicesValue(1); err != nil {
-		return err
-	}
-	_, err = c.emit(c.n.OpType, attrs, in...)
-	return err
+	in[1] = r.indices(1)
+	r.emit(c.n.OpType, attrs, in...)
+	return r.err
 }
 
 func importReverseSequence(c *opCtx) error {
 	s, _ := graph.LookupOp("ReverseSequence")
-	attrs, err := c.tableAttrs(s)
-	if err != nil {
-		return err
-	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	lens, err := c.indicesValue(1)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("ReverseSequence", attrs, x, lens)
-	return err
+	r := c.rewrite()
+	attrs := r.tableAttrs(s)
+	x, lens := r.need(0), r.indices(1)
+	r.emit("ReverseSequence", attrs, x, lens)
+	return r.err
 }
 
 // importMaxUnpool reads the window attributes; output_shape, when given,
 // must be a constant.
 func importMaxUnpool(c *opCtx) error {
+	r := c.rewrite()
 	attrs := graph.Attrs{}
 	for _, name := range []string{"kernel_shape", "strides", "pads"} {
-		v, ok, err := c.attrInts(name)
-		if err != nil {
-			return err
-		}
-		if ok {
+		if v, ok := r.attrInts(name); ok {
 			attrs[name] = graph.Ints(v...)
 		}
+	}
+	if r.err != nil {
+		return r.err
 	}
 	if _, ok := attrs["kernel_shape"]; !ok {
 		return c.errf("kernel_shape is required")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	idx, err := c.indicesValue(1)
-	if err != nil {
-		return err
-	}
-	in := []*graph.Value{x, idx}
+	in := []*graph.Value{r.need(0), r.indices(1)}
 	if c.input(2) != nil {
-		shape, err := c.constInput(2, "output_shape")
-		if err != nil {
-			return err
+		shape := r.constInput(2, "output_shape")
+		if r.err != nil {
+			return r.err
 		}
 		vals, err := shape.ints()
 		if err != nil {
 			return c.errf("output_shape: %v", err)
 		}
-		sv, err := c.ints("output_shape", vals)
-		if err != nil {
-			return err
-		}
-		in = append(in, sv)
+		in = append(in, r.ints("output_shape", vals))
 	}
-	_, err = c.emit("MaxUnpool", attrs, in...)
-	return err
+	r.emit("MaxUnpool", attrs, in...)
+	return r.err
 }
 
 // importBitShift maps BitShift, which ONNX defines on unsigned types: UINT8
@@ -186,35 +153,25 @@ func importBitShift(c *opCtx) error {
 		return c.errf("BitShift on %v: ONNX defines it on unsigned integers", dt)
 	}
 	attrs := graph.Attrs{"direction": graph.Str(dir)}
+	r := c.rewrite()
 	if dir == "RIGHT" {
-		_, err = c.emit("BitShift", attrs, in...)
-		return err
+		r.emit("BitShift", attrs, in...)
+		return r.err
 	}
-	y, err := c.sub("BitShift", attrs, in...)
-	if err != nil {
-		return err
-	}
+	y := r.sub("BitShift", attrs, in...)
 	_, hi, _ := intRange(dt)
-	m, err := c.scalar("modulus", graph.Int64, float64(hi+1))
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("Mod", nil, y, m)
-	return err
+	r.emit("Mod", nil, y, r.scalar("modulus", graph.Int64, float64(hi+1)))
+	return r.err
 }
 
 // importGridSample maps GridSample on 4-D X; opset 20's mode names linear
 // and cubic are the table's bilinear and bicubic.
 func importGridSample(c *opCtx) error {
-	attrs := graph.Attrs{}
-	ac, err := c.attrInt("align_corners", 0)
-	if err != nil {
-		return err
-	}
-	attrs["align_corners"] = graph.Int(ac)
-	mode, err := c.attrString("mode", "bilinear")
-	if err != nil {
-		return err
+	r := c.rewrite()
+	attrs := graph.Attrs{"align_corners": graph.Int(r.attrInt("align_corners", 0))}
+	mode := r.attrString("mode", "bilinear")
+	if r.err != nil {
+		return r.err
 	}
 	if m, ok := map[string]string{"linear": "bilinear", "cubic": "bicubic"}[mode]; ok {
 		mode = m
@@ -223,17 +180,17 @@ func importGridSample(c *opCtx) error {
 		return c.errf("mode %q is not supported", mode)
 	}
 	attrs["mode"] = graph.Str(mode)
-	pad, err := c.attrString("padding_mode", "zeros")
-	if err != nil {
-		return err
+	pad := r.attrString("padding_mode", "zeros")
+	if r.err != nil {
+		return r.err
 	}
 	if pad != "zeros" && pad != "border" && pad != "reflection" {
 		return c.errf("padding_mode %q is not supported", pad)
 	}
 	attrs["padding_mode"] = graph.Str(pad)
-	in, err := c.values()
-	if err != nil {
-		return err
+	in := r.values()
+	if r.err != nil {
+		return r.err
 	}
 	if len(in) != 2 || in[0] == nil || in[1] == nil {
 		return c.errf("needs X and grid")
@@ -241,35 +198,25 @@ func importGridSample(c *opCtx) error {
 	if in[0].Type.Shape.Rank() != 4 {
 		return c.errf("X %v: only 4-D input is supported", in[0].Type)
 	}
-	_, err = c.emit("GridSample", attrs, in...)
-	return err
+	r.emit("GridSample", attrs, in...)
+	return r.err
 }
 
 // importRoiAlign maps RoiAlign; before opset 16 there is no
 // coordinate_transformation_mode and the coordinates are output_half_pixel.
 func importRoiAlign(c *opCtx) error {
 	s, _ := graph.LookupOp("RoiAlign")
-	attrs, err := c.tableAttrs(s)
-	if err != nil {
-		return err
+	r := c.rewrite()
+	attrs := r.tableAttrs(s)
+	if r.err != nil {
+		return r.err
 	}
 	if _, ok := attrs["coordinate_transformation_mode"]; !ok && c.ver < 16 {
 		attrs["coordinate_transformation_mode"] = graph.Str("output_half_pixel")
 	}
-	x, err := c.need(0)
-	if err != nil {
-		return err
-	}
-	rois, err := c.need(1)
-	if err != nil {
-		return err
-	}
-	idx, err := c.indicesValue(2)
-	if err != nil {
-		return err
-	}
-	_, err = c.emit("RoiAlign", attrs, x, rois, idx)
-	return err
+	x, rois, idx := r.need(0), r.need(1), r.indices(2)
+	r.emit("RoiAlign", attrs, x, rois, idx)
+	return r.err
 }
 
 // importTfIdf maps TfIdfVectorizer on integer input (a pool of strings is

@@ -58,10 +58,7 @@ func EncodeTensorProto(name string, t *graph.Tensor) ([]byte, error) {
 // tensorProto is t as a TensorProto called name: the one conversion that
 // EncodeTensorProto and the exporter's initializers share.
 func tensorProto(name string, t *graph.Tensor) (*onnxpb.Tensor, error) {
-	dims := make([]int64, len(t.Shape))
-	for i, d := range t.Shape {
-		dims[i] = int64(d)
-	}
+	dims := dims64(t.Shape)
 	var pt *onnxpb.Tensor
 	switch t.DType {
 	case graph.Float32:
