@@ -122,12 +122,26 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
 		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
 		"without the decode forward ("+cuda.FlashDecodeEnv+"=0) and SDPA's backends (sdpa_bench.py --decode-sq)")
+	kvHeadsFlag := fs.String("kv-heads", "", "K/V heads H_kv, a comma list (e.g. 8,1; default H: multi-head attention): grouped-query\n"+
+		"attention, our fused kernels on K/V of H_kv heads against PyTorch SDPA with enable_gqa=True (torch 2.5 or\n"+
+		"later); each must divide H = -width/D, an entry equal to H is multi-head attention; the composed path is\n"+
+		"MHA only (skipped for H_kv < H)")
 	accuracy := addAccuracyFlags(fs)
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var kvHeads []int
+	if set["kv-heads"] {
+		var err error
+		if kvHeads, err = parseInts("kv-heads", *kvHeadsFlag); err != nil {
+			return err
+		}
+		if *decode != "" {
+			return errors.New("-kv-heads: -decode times multi-head attention only")
+		}
+	}
 	if *accuracy.on {
 		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, *seed, *torchPy, *jsonOut, *device)
 		if err != nil {
@@ -148,7 +162,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	var shapes []bench.TableShape
 	if *quick {
-		shapes = []bench.TableShape{{S: 1024, D: 64, Causal: true}, {S: 4096, D: 128, Causal: false}}
+		for _, q := range []bench.TableShape{{S: 1024, D: 64, Causal: true}, {S: 4096, D: 128, Causal: false}} {
+			sh, err := bench.AttentionShapes([]int{q.S}, []int{q.D}, kvHeads, []bool{q.Causal}, *tokens, *width)
+			if err != nil {
+				return err
+			}
+			shapes = append(shapes, sh...)
+		}
 		if !set["iters"] {
 			*iters = 5
 		}
@@ -171,17 +191,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		for _, d := range ds {
-			for _, s := range ss {
-				for _, c := range cs {
-					shapes = append(shapes, bench.TableShape{S: s, D: d, Causal: c})
-				}
-			}
-		}
-	}
-	for _, sh := range shapes {
-		if *tokens%sh.S != 0 || *width%sh.D != 0 {
-			return fmt.Errorf("S=%d, D=%d: -tokens %d and -width %d must be multiples of S and D", sh.S, sh.D, *tokens, *width)
+		if shapes, err = bench.AttentionShapes(ss, ds, kvHeads, cs, *tokens, *width); err != nil {
+			return err
 		}
 	}
 	memShapes, err := parseMemShapes(*memShapesFlag)
@@ -197,7 +208,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *device != "cuda" {
 		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked (the table compares GPU kernels)", *device)
 	}
-	return bench.RunAttention(stdout, stderr, bench.AttentionOptions{Shapes: shapes, Tokens: *tokens, Width: *width, Warmup: *warmup,
+	return bench.RunAttention(stdout, stderr, bench.AttentionOptions{Shapes: shapes, KVHeads: kvHeads, Tokens: *tokens, Width: *width, Warmup: *warmup,
 		Iters: *iters, Rounds: *rounds, Settle: *settle, Composed: *composed, SM90: *sm90, Seed: *seed, TorchPy: *torchPy,
 		Reference: *reference, TorchBackends: *torchBackends, Attention: *attention, Memory: *memory, MemShapes: memShapes,
 		JSONOut: *jsonOut})
