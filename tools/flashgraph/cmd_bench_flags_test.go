@@ -34,6 +34,22 @@ func TestBenchFlags(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "multiples") {
 		t.Errorf("S that does not divide the tokens: code %d, %s", code, stderr)
 	}
+	// -kv-heads is checked against every D's H before any GPU work.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dims", "128", "-width", "4096", "-kv-heads", "3"}, "-kv-heads 3: must divide H = 32"},
+		{[]string{"-dims", "64,128", "-width", "2048", "-kv-heads", "32"}, "-kv-heads 32: must divide H = 16"},
+		{[]string{"-kv-heads", "8,x"}, `-kv-heads: "x" is not a positive integer`},
+		{[]string{"-kv-heads", ""}, "-kv-heads: empty list"},
+		{[]string{"-kv-heads", "1", "-decode", "1"}, "-decode times multi-head attention only"},
+		{[]string{"-quick", "-kv-heads", "5"}, "-kv-heads 5: must divide H"},
+	} {
+		if code, _, stderr := runCode(append([]string{"bench"}, c.args...)...); code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("bench %v: code %d, %s; want %q", c.args, code, stderr, c.want)
+		}
+	}
 	for _, bad := range [][]string{{"-rounds", "0"}, {"-settle", "-1s"}, {"-iters", "0"}} {
 		if code, _, stderr := runCode(append([]string{"bench"}, bad...)...); code == 0 || !strings.Contains(stderr, "at least") {
 			t.Errorf("bench %v: code %d, %s", bad, code, stderr)
