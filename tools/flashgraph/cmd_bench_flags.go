@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -143,7 +144,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if *accuracy.on {
-		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, *seed, *torchPy, *jsonOut, *device)
+		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, kvHeads, *seed, *torchPy, *jsonOut, *device)
 		if err != nil {
 			return err
 		}
@@ -361,7 +362,8 @@ func addAccuracyFlags(fs *flag.FlagSet) accuracyFlags {
 		on: fs.Bool("accuracy", false, "measure error instead of time: our FlashForward/FlashBackward (the kernels the\n"+
 			"environment picks) and PyTorch SDPA with cuDNN and with FLASH forced, each against a float64\n"+
 			"reference computed from the same 16-bit inputs (tools/reference/sdpa_error.py); B=1,\n"+
-			"H=-accuracy-heads, -dims × -seqs (default "+accuracyDefaultSeqs+" here) × -causal × -accuracy-dtypes.\n"+
+			"H=-accuracy-heads, -dims × -seqs (default "+accuracyDefaultSeqs+" here) × -causal × -accuracy-dtypes,\n"+
+			"and × -kv-heads (each must divide -accuracy-heads: grouped-query attention, SDPA with enable_gqa=True).\n"+
 			"Prints the relative L2 error of O, dQ, dK, dV and ours/cuDNN per output"),
 		heads:  fs.Int("accuracy-heads", 4, "-accuracy: heads H (B is 1)"),
 		dtypes: fs.String("accuracy-dtypes", "bf16,fp16", "-accuracy: element types (bf16, fp16)"),
@@ -375,7 +377,7 @@ func addAccuracyFlags(fs *flag.FlagSet) accuracyFlags {
 
 // options checks the flags -accuracy uses, the bench's shared ones with it
 // (set: the flags given on the command line).
-func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, causal string, seed uint64,
+func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, causal string, kvHeads []int, seed uint64,
 	torchPy, jsonOut, device string) (bench.AccuracyOptions, error) {
 	for _, other := range []string{"decode", "memory", "sm90", "quick"} {
 		if set[other] {
@@ -388,7 +390,7 @@ func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, c
 	if !set["seqs"] {
 		seqs = accuracyDefaultSeqs
 	}
-	cases, err := accuracyCases(seqs, dims, causal, *f.dtypes, *f.heads)
+	cases, err := accuracyCases(seqs, dims, causal, *f.dtypes, *f.heads, kvHeads)
 	if err != nil {
 		return bench.AccuracyOptions{}, err
 	}
@@ -400,9 +402,10 @@ func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, c
 		Command: strings.TrimSpace("flashgraph bench " + strings.Join(args, " "))}, nil
 }
 
-// accuracyCases lists the cases: each element type, D, S and causal, in that
-// nesting, with B = 1.
-func accuracyCases(seqs, dims, causal, dtypes string, heads int) ([]bench.AccuracyCase, error) {
+// accuracyCases lists the cases: each element type, D, K/V head count
+// (kvHeads; nil: heads only), S and causal, in that nesting, with B = 1. An
+// H_kv equal to heads is multi-head attention (KVHeads 0, once).
+func accuracyCases(seqs, dims, causal, dtypes string, heads int, kvHeads []int) ([]bench.AccuracyCase, error) {
 	ss, err := parseInts("seqs", seqs)
 	if err != nil {
 		return nil, err
@@ -433,12 +436,29 @@ func accuracyCases(seqs, dims, causal, dtypes string, heads int) ([]bench.Accura
 	if len(dts) == 0 {
 		return nil, errors.New("-accuracy-dtypes: empty list")
 	}
+	kvs := []int{0}
+	if len(kvHeads) > 0 {
+		kvs = nil
+		for _, kv := range kvHeads {
+			if kv < 1 || heads%kv != 0 {
+				return nil, fmt.Errorf("-kv-heads %d: must divide -accuracy-heads %d", kv, heads)
+			}
+			if kv == heads {
+				kv = 0
+			}
+			if !slices.Contains(kvs, kv) {
+				kvs = append(kvs, kv)
+			}
+		}
+	}
 	var out []bench.AccuracyCase
 	for _, dt := range dts {
 		for _, d := range ds {
-			for _, s := range ss {
-				for _, c := range cs {
-					out = append(out, bench.AccuracyCase{DType: dt, B: 1, H: heads, S: s, D: d, Causal: c})
+			for _, kv := range kvs {
+				for _, s := range ss {
+					for _, c := range cs {
+						out = append(out, bench.AccuracyCase{DType: dt, B: 1, H: heads, KVHeads: kv, S: s, D: d, Causal: c})
+					}
 				}
 			}
 		}
