@@ -346,6 +346,46 @@ func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 			fmt.Fprintln(w, n)
 		}
 	}
+	if grouped {
+		printBestSDPA(w, shapes, by)
+	}
+}
+
+// printBestSDPA writes, for each shape, fused's speed over the fastest SDPA
+// backend of each phase (which backend refuses grouped K/V varies with the
+// PyTorch version, so the table's flash and cuDNN columns may not hold the
+// best): forward, backward and forward+backward, each naming the backend.
+func printBestSDPA(w io.Writer, shapes []TableShape, by map[attnKey]benchRow) {
+	fmt.Fprintln(w, "fused over the fastest SDPA backend of each phase (>1: fused faster):")
+	for _, sh := range shapes {
+		fused := by[attnKey{"fused", sh.S, sh.D, sh.KVHeads, sh.Causal}]
+		fmt.Fprintf(w, "  D=%d S=%d Hkv=%s causal=%v:", sh.D, sh.S, kvHeadsText(sh, func(impl string) (benchRow, bool) {
+			r, ok := by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}]
+			return r, ok
+		}), sh.Causal)
+		for _, ph := range []struct {
+			name string
+			ms   func(benchRow) *float64
+		}{
+			{"fwd", func(r benchRow) *float64 { return r.FwdMs }},
+			{"bwd", func(r benchRow) *float64 { return r.BwdMs }},
+			{"f+b", func(r benchRow) *float64 { return sum(r.FwdMs, r.BwdMs) }},
+		} {
+			var best *float64
+			bestImpl := "none ran"
+			for _, impl := range tableColumns {
+				if !strings.HasPrefix(impl, "torch-") {
+					continue
+				}
+				r, ok := by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}]
+				if v := ph.ms(r); ok && v != nil && (best == nil || *v < *best) {
+					best, bestImpl = v, strings.TrimPrefix(impl, "torch-")
+				}
+			}
+			fmt.Fprintf(w, " %s %s (%s)", ph.name, ratio(best, ph.ms(fused)), bestImpl)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 // kvHeadsText is a shape's Hkv column: its H_kv, or for multi-head
