@@ -24,18 +24,59 @@ import (
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-// AttnShape is one attention problem: [B, H, S, D] queries, keys and values.
+// AttnShape is one attention problem: [B, H, S, D] queries and [B, H_kv, S,
+// D] keys and values (grouped-query attention when H_kv < H: query head h
+// reads K/V head h/(H/H_kv)).
 type AttnShape struct {
 	B, H, S, D int
-	Causal     bool
+	// KVHeads is H_kv; 0 means H (multi-head attention).
+	KVHeads int
+	Causal  bool
 }
 
-// Elems is the element count of one of Q, K, V, O (B·H·S·D).
+// Elems is the element count of one of Q, O, dO (B·H·S·D).
 func (s AttnShape) Elems() int { return s.B * s.H * s.S * s.D }
 
+// KV is the number of K/V heads: KVHeads, or H when it is 0.
+func (s AttnShape) KV() int {
+	if s.KVHeads == 0 {
+		return s.H
+	}
+	return s.KVHeads
+}
+
+// Grouped says whether K and V have fewer heads than Q.
+func (s AttnShape) Grouped() bool { return s.KV() != s.H }
+
+// Group is the number of query heads sharing one K/V head (1 for MHA).
+func (s AttnShape) Group() int { return s.H / s.KV() }
+
+// KVElems is the element count of one of K, V, dK, dV (B·H_kv·S·D).
+func (s AttnShape) KVElems() int { return s.B * s.KV() * s.S * s.D }
+
+// Check says why the shape cannot be benchmarked: a dim that is not
+// positive, or H_kv not dividing H.
+func (s AttnShape) Check() error {
+	if s.B < 1 || s.H < 1 || s.S < 1 || s.D < 1 || s.KVHeads < 0 {
+		return fmt.Errorf("attention: %v: every dim must be positive", s)
+	}
+	if s.H%s.KV() != 0 {
+		return fmt.Errorf("attention: %v: H_kv %d must divide H %d", s, s.KV(), s.H)
+	}
+	return nil
+}
+
 func (s AttnShape) String() string {
+	if s.Grouped() {
+		return fmt.Sprintf("B=%d H=%d H_kv=%d S=%d D=%d causal=%v", s.B, s.H, s.KV(), s.S, s.D, s.Causal)
+	}
 	return fmt.Sprintf("B=%d H=%d S=%d D=%d causal=%v", s.B, s.H, s.S, s.D, s.Causal)
 }
+
+// composedSkipGQA is the composed path's "error" for a grouped shape: the
+// unfused graph is multi-head attention only (a grouped model repeats K/V
+// before it), so there is nothing of ours to compare the kernels with.
+const composedSkipGQA = "skipped: grouped-query attention (the composed path is MHA only)"
 
 // Names of the values of the composed benchmark graph.
 const (
@@ -56,6 +97,9 @@ var attnInputs = [4]string{"q", "k", "v", "dout"}
 func UnfusedAttentionGraph(sh AttnShape) (g *graph.Graph, grads map[string]string, err error) {
 	if sh.B < 1 || sh.H < 1 || sh.S < 1 || sh.D < 1 {
 		return nil, nil, fmt.Errorf("attention graph: %v: every dim must be positive", sh)
+	}
+	if sh.Grouped() {
+		return nil, nil, fmt.Errorf("attention graph: %v: the composed graph is multi-head attention only", sh)
 	}
 	dt := graph.BFloat16
 	b := graph.NewBuilder(fmt.Sprintf("attention_b%d_h%d_s%d_d%d_c%d", sh.B, sh.H, sh.S, sh.D, boolInt(sh.Causal)))
@@ -229,6 +273,9 @@ func (ab *AttnBench) Close() error {
 // returned only when the bench itself cannot go on; a path that fails (out
 // of memory, say) is reported in its Err.
 func (ab *AttnBench) Run(sh AttnShape, composed bool) (*AttnResult, error) {
+	if err := sh.Check(); err != nil {
+		return nil, err
+	}
 	if sh.Elems() != ab.n {
 		return nil, fmt.Errorf("attention bench: %v has %d elements, the inputs %d", sh, sh.Elems(), ab.n)
 	}
@@ -239,6 +286,10 @@ func (ab *AttnBench) Run(sh AttnShape, composed bool) (*AttnResult, error) {
 	}
 	if !composed {
 		res.Composed.Err = "skipped"
+		return res, nil
+	}
+	if sh.Grouped() {
+		res.Composed.Err = composedSkipGQA
 		return res, nil
 	}
 	comp, err := ab.runComposed(sh, &res.Composed)
@@ -378,17 +429,19 @@ func (ab *AttnBench) download(p cuda.DevicePtr, n int) ([]uint16, error) {
 	return out, ab.d.CopyToHost(unsafe.Pointer(&out[0]), p, n*2)
 }
 
-// runFused times FlashForward and FlashBackward and returns O, dQ, dK, dV
-// (nil when the kernels failed; t.Err says why).
+// runFused times FlashForward and FlashBackward (their grouped forms when K
+// and V have fewer heads than Q: K and V are the first B·H_kv·S·D elements
+// of the shared inputs) and returns O, dQ, dK, dV (nil when the kernels
+// failed; t.Err says why).
 func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
-	d, n := ab.d, ab.n
-	bh := sh.B * sh.H
+	d, n, nkv := ab.d, ab.n, sh.KVElems()
+	bh, group := sh.B*sh.H, sh.Group()
 	used0, err := ab.usedBytes()
 	if err != nil {
 		return nil, err
 	}
-	inBytes := int64(4 * n * 2)
-	sizes := []int{n * 2, bh * sh.S * 4, n * 2, n * 2, n * 2, cuda.FlashBackwardWorkspaceBytes(bh, sh.S, sh.D)}
+	inBytes := int64(2*n*2 + 2*nkv*2)
+	sizes := []int{n * 2, bh * sh.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(bh, sh.S, sh.D)}
 	bufs := make([]cuda.DevicePtr, len(sizes))
 	defer func() {
 		for _, p := range bufs {
@@ -412,17 +465,19 @@ func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
 	q, k, v, dout := ab.in[0], ab.in[1], ab.in[2], ab.in[3]
 	// Poison the outputs: an element the kernels never write stays NaN and
 	// shows up in the comparison.
-	for _, p := range []cuda.DevicePtr{o, dq, dk, dv} {
-		if err := d.Memset(p, 0xff, n*2); err != nil {
+	outElems := []int{n, n, nkv, nkv}
+	for i, p := range []cuda.DevicePtr{o, dq, dk, dv} {
+		if err := d.Memset(p, 0xff, outElems[i]*2); err != nil {
 			return nil, err
 		}
 	}
 	scale := float32(1 / math.Sqrt(float64(sh.D)))
+	// group 1 runs FlashForward's and FlashBackward's own kernels.
 	fwd := func() error {
-		return cuda.FlashForward(d, cuda.GemmBF16, q, k, v, o, lse, bh, sh.S, sh.S, sh.D, scale, sh.Causal)
+		return cuda.FlashForwardGroupedWS(d, cuda.GemmBF16, q, k, v, o, lse, 0, bh, group, sh.S, sh.S, sh.D, scale, sh.Causal)
 	}
 	bwd := func() error {
-		return cuda.FlashBackward(d, cuda.GemmBF16, q, k, v, o, dout, lse, dq, dk, dv, ws, bh, sh.S, sh.S, sh.D, scale, sh.Causal)
+		return cuda.FlashBackwardGrouped(d, cuda.GemmBF16, q, k, v, o, dout, lse, dq, dk, dv, ws, bh, group, sh.S, sh.S, sh.D, scale, sh.Causal)
 	}
 	med, err := ab.timeLoop([]func() error{fwd, bwd}, []bool{true, true})
 	if err == nil {
@@ -439,8 +494,8 @@ func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
 	}
 	t.MeasuredBytes = used1 - used0 + inBytes
 	var outs [][]uint16
-	for _, p := range []cuda.DevicePtr{o, dq, dk, dv} {
-		h, err := ab.download(p, n)
+	for i, p := range []cuda.DevicePtr{o, dq, dk, dv} {
+		h, err := ab.download(p, outElems[i])
 		if err != nil {
 			return nil, err
 		}

@@ -11,21 +11,38 @@ import (
 	"github.com/flashgraph/flashgraph/backend/cuda"
 )
 
-// AccuracyCase is one problem of `flashgraph bench -accuracy`: Q, K, V, dO of
-// [B, H, S, D] in a 16-bit element type, self-attention (Sq = Sk = S), scale
-// 1/√D.
+// AccuracyCase is one problem of `flashgraph bench -accuracy`: Q, dO of [B,
+// H, S, D] and K, V of [B, H_kv, S, D] in a 16-bit element type,
+// self-attention (Sq = Sk = S), scale 1/√D.
 type AccuracyCase struct {
 	DType      string // "bfloat16" or "float16"
 	B, H, S, D int
-	Causal     bool
+	// KVHeads is H_kv (grouped-query attention: query head h reads K/V head
+	// h/(H/H_kv)); 0 means H.
+	KVHeads int
+	Causal  bool
 }
 
 func (c AccuracyCase) String() string {
+	if c.KV() != c.H {
+		return fmt.Sprintf("%s B=%d H=%d H_kv=%d S=%d D=%d causal=%v", c.DType, c.B, c.H, c.KV(), c.S, c.D, c.Causal)
+	}
 	return fmt.Sprintf("%s B=%d H=%d S=%d D=%d causal=%v", c.DType, c.B, c.H, c.S, c.D, c.Causal)
 }
 
-// Elems is the element count of each of Q, K, V, dO, O, dQ, dK, dV.
+// Elems is the element count of each of Q, dO, O, dQ.
 func (c AccuracyCase) Elems() int { return c.B * c.H * c.S * c.D }
+
+// KV is the number of K/V heads: KVHeads, or H when it is 0.
+func (c AccuracyCase) KV() int {
+	if c.KVHeads == 0 {
+		return c.H
+	}
+	return c.KVHeads
+}
+
+// KVElems is the element count of each of K, V, dK, dV.
+func (c AccuracyCase) KVElems() int { return c.B * c.KV() * c.S * c.D }
 
 // Scale is the softmax scale the kernels get: 1/√D rounded to float32, the
 // value the reference must use too.
@@ -55,7 +72,7 @@ type AccuracyData struct {
 // AccuracyInputs draws the case's inputs: four tensors of standard normals
 // rounded to the element type, each from its own seed (seed, seed+φ, ...
 // as NewAttnBench does), so they depend on seed, the element type and the
-// element count only.
+// element counts only (K and V have KVElems elements).
 func AccuracyInputs(c AccuracyCase, seed uint64) (q, k, v, dout []uint16, err error) {
 	var round func(float32) uint16
 	switch c.DType {
@@ -67,12 +84,16 @@ func AccuracyInputs(c AccuracyCase, seed uint64) (q, k, v, dout []uint16, err er
 		_, err := c.Gemm()
 		return nil, nil, nil, nil, err
 	}
-	if c.Elems() < 1 {
+	if c.Elems() < 1 || c.KVElems() < 1 {
 		return nil, nil, nil, nil, fmt.Errorf("accuracy bench: %v: every dim must be positive", c)
 	}
 	var in [4][]uint16
 	for i := range in {
-		in[i] = randomNormal16(c.Elems(), seed+uint64(i)*0x9e3779b9, round)
+		n := c.Elems()
+		if i == 1 || i == 2 {
+			n = c.KVElems()
+		}
+		in[i] = randomNormal16(n, seed+uint64(i)*0x9e3779b9, round)
 	}
 	return in[0], in[1], in[2], in[3], nil
 }
@@ -100,7 +121,8 @@ func randomNormal16(n int, seed uint64, round func(float32) uint16) []uint16 {
 }
 
 // RunAccuracy uploads the case's inputs (AccuracyInputs), runs FlashForward
-// and FlashBackward once, with whichever kernels the environment selects
+// and FlashBackward once (their grouped forms, FlashForwardGroupedWS and
+// FlashBackwardGrouped, with group H/H_kv: group 1 is the same kernels), with whichever kernels the environment selects
 // (cuda.FlashSM90Env, cuda.FlashSM90BwdEnv), and downloads O, LSE, dQ, dK
 // and dV. The outputs are poisoned with NaN first, so an element the kernels
 // never write shows up as non-finite. Any failure is returned: with no
@@ -114,7 +136,7 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 	if err != nil {
 		return nil, err
 	}
-	n, bh := c.Elems(), c.B*c.H
+	n, nkv, bh, group := c.Elems(), c.KVElems(), c.B*c.H, c.H/c.KV()
 	var bufs []cuda.DevicePtr
 	defer func() {
 		for _, p := range bufs {
@@ -131,7 +153,7 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 		in[i] = p
 	}
 	var out [6]cuda.DevicePtr // o, lse, dq, dk, dv, workspace
-	for i, sz := range []int{n * 2, bh * c.S * 4, n * 2, n * 2, n * 2, cuda.FlashBackwardWorkspaceBytes(bh, c.S, c.D)} {
+	for i, sz := range []int{n * 2, bh * c.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(bh, c.S, c.D)} {
 		p, err := d.Alloc(sz)
 		if err != nil {
 			return nil, fmt.Errorf("accuracy bench %v: %w", c, err)
@@ -146,10 +168,10 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 	}
 	o, lse, dq, dk, dv, ws := out[0], out[1], out[2], out[3], out[4], out[5]
 	scale := c.Scale()
-	if err := cuda.FlashForward(d, dt, in[0], in[1], in[2], o, lse, bh, c.S, c.S, c.D, scale, c.Causal); err != nil {
+	if err := cuda.FlashForwardGroupedWS(d, dt, in[0], in[1], in[2], o, lse, 0, bh, group, c.S, c.S, c.D, scale, c.Causal); err != nil {
 		return nil, fmt.Errorf("accuracy bench %v: FlashForward: %w", c, err)
 	}
-	if err := cuda.FlashBackward(d, dt, in[0], in[1], in[2], o, in[3], lse, dq, dk, dv, ws, bh, c.S, c.S, c.D, scale, c.Causal); err != nil {
+	if err := cuda.FlashBackwardGrouped(d, dt, in[0], in[1], in[2], o, in[3], lse, dq, dk, dv, ws, bh, group, c.S, c.S, c.D, scale, c.Causal); err != nil {
 		return nil, fmt.Errorf("accuracy bench %v: FlashBackward: %w", c, err)
 	}
 	if err := d.Synchronize(); err != nil {
@@ -159,8 +181,9 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 	for _, dst := range []struct {
 		h *[]uint16
 		p cuda.DevicePtr
-	}{{&r.O, o}, {&r.DQ, dq}, {&r.DK, dk}, {&r.DV, dv}} {
-		*dst.h = make([]uint16, n)
+		n int
+	}{{&r.O, o, n}, {&r.DQ, dq, n}, {&r.DK, dk, nkv}, {&r.DV, dv, nkv}} {
+		*dst.h = make([]uint16, dst.n)
 		if err := cuda.Download(d, dst.p, *dst.h); err != nil {
 			return nil, err
 		}
@@ -175,7 +198,8 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 var errNoCases = errors.New("accuracy bench: no cases")
 
 // CheckAccuracyCases rejects cases the bench cannot run before the device
-// is opened: an unknown element type or a non-positive dim.
+// is opened: an unknown element type, a non-positive dim or an H_kv that
+// does not divide H.
 func CheckAccuracyCases(cs []AccuracyCase) error {
 	if len(cs) == 0 {
 		return errNoCases
@@ -184,8 +208,11 @@ func CheckAccuracyCases(cs []AccuracyCase) error {
 		if _, err := c.Gemm(); err != nil {
 			return err
 		}
-		if c.B < 1 || c.H < 1 || c.S < 1 || c.D < 1 {
+		if c.B < 1 || c.H < 1 || c.S < 1 || c.D < 1 || c.KVHeads < 0 {
 			return fmt.Errorf("accuracy bench: %v: every dim must be positive", c)
+		}
+		if c.H%c.KV() != 0 {
+			return fmt.Errorf("accuracy bench: %v: H_kv %d must divide H %d", c, c.KV(), c.H)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package bench
 import (
 	"math"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cuda"
@@ -115,5 +116,46 @@ func TestBenchHelpers(t *testing.T) {
 	mean, std := sum/float64(len(a)), math.Sqrt(sq/float64(len(a)))
 	if math.Abs(mean) > 0.01 || math.Abs(std-1) > 0.01 {
 		t.Errorf("randomBF16: mean %v std %v, want standard normal", mean, std)
+	}
+}
+
+// A grouped shape: K/V of H_kv heads, H/H_kv query heads per K/V head;
+// KVHeads 0 is multi-head attention; an H_kv that does not divide H is
+// refused, and the composed graph (MHA only) refuses a grouped shape.
+func TestAttnShapeGrouped(t *testing.T) {
+	mha := AttnShape{B: 2, H: 32, S: 2048, D: 128, Causal: true}
+	if mha.KV() != 32 || mha.Grouped() || mha.Group() != 1 || mha.KVElems() != mha.Elems() || mha.Check() != nil {
+		t.Errorf("MHA: KV %d grouped %v group %d KV elems %d, check %v", mha.KV(), mha.Grouped(), mha.Group(), mha.KVElems(), mha.Check())
+	}
+	same := mha
+	same.KVHeads = 32
+	if same.Grouped() || same.Group() != 1 {
+		t.Errorf("H_kv = H must be multi-head attention: %v", same)
+	}
+	gqa := mha
+	gqa.KVHeads = 8
+	if !gqa.Grouped() || gqa.Group() != 4 || gqa.KVElems() != 2*8*2048*128 || gqa.Elems() != 2*32*2048*128 || gqa.Check() != nil {
+		t.Errorf("GQA: group %d KV elems %d elems %d check %v", gqa.Group(), gqa.KVElems(), gqa.Elems(), gqa.Check())
+	}
+	if s := gqa.String(); s != "B=2 H=32 H_kv=8 S=2048 D=128 causal=true" {
+		t.Errorf("String() = %q", s)
+	}
+	if s := mha.String(); s != "B=2 H=32 S=2048 D=128 causal=true" {
+		t.Errorf("MHA String() = %q (it must not change)", s)
+	}
+	mqa := mha
+	mqa.KVHeads = 1
+	if mqa.Group() != 32 || mqa.KVElems() != 2*2048*128 {
+		t.Errorf("MQA: group %d KV elems %d", mqa.Group(), mqa.KVElems())
+	}
+	for _, kv := range []int{3, -1, 64} {
+		bad := mha
+		bad.KVHeads = kv
+		if err := bad.Check(); err == nil {
+			t.Errorf("H_kv %d accepted for H 32", kv)
+		}
+	}
+	if _, _, err := UnfusedAttentionGraph(AttnShape{B: 1, H: 4, KVHeads: 2, S: 8, D: 4}); err == nil || !strings.Contains(err.Error(), "multi-head") {
+		t.Errorf("the composed graph took a grouped shape: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,8 +27,9 @@ import (
 )
 
 // accuracyFormat names the folder layout sdpa_error.py reads (see its
-// docstring); a change to the layout changes the name.
-const accuracyFormat = "flashgraph-attention-accuracy/1"
+// docstring); a change to the layout changes the name (2: K, V, dK and dV
+// of H_kv heads, H_kv in each case).
+const accuracyFormat = "flashgraph-attention-accuracy/2"
 
 // accuracyOutputs are the outputs the table compares, in column order (LSE
 // is ours alone: SDPA does not return it).
@@ -66,7 +68,11 @@ func accuracyCaseName(c AccuracyCase) string {
 	if c.Causal {
 		mask = "causal"
 	}
-	return fmt.Sprintf("%s_b%d_h%d_s%d_d%d_%s", shortDType(c.DType), c.B, c.H, c.S, c.D, mask)
+	kv := ""
+	if c.KV() != c.H {
+		kv = fmt.Sprintf("_kv%d", c.KV())
+	}
+	return fmt.Sprintf("%s_b%d_h%d%s_s%d_d%d_%s", shortDType(c.DType), c.B, c.H, kv, c.S, c.D, mask)
 }
 
 // accuracyManifest is DIR/manifest.json (sdpa_error.py's docstring has
@@ -87,6 +93,7 @@ type accuracyCaseEnt struct {
 	DType  string            `json:"dtype"`
 	B      int               `json:"B"`
 	H      int               `json:"H"`
+	HKV    int               `json:"H_kv"`
 	S      int               `json:"S"`
 	D      int               `json:"D"`
 	Causal bool              `json:"causal"`
@@ -94,26 +101,29 @@ type accuracyCaseEnt struct {
 	Files  map[string]string `json:"files"`
 }
 
-const accuracyLayout = "q k v do o dq dk dv: [B, H, S, D] row-major, the element type's 16-bit patterns as little-endian " +
-	"uint16; lse: [B, H, S] little-endian float32, natural log; causal: key j visible to query i iff j <= i"
+const accuracyLayout = "q do o dq: [B, H, S, D], k v dk dv: [B, H_kv, S, D] (query head h reads K/V head h/(H/H_kv)), " +
+	"row-major, the element type's 16-bit patterns as little-endian uint16; lse: [B, H, S] little-endian float32, " +
+	"natural log; causal: key j visible to query i iff j <= i"
 
 // writeAccuracyCase writes one case's tensors under dir/<name>/ and returns
 // its manifest entry.
 func writeAccuracyCase(dir string, r *AccuracyData) (accuracyCaseEnt, error) {
 	c := r.Case
-	ent := accuracyCaseEnt{Name: accuracyCaseName(c), DType: c.DType, B: c.B, H: c.H, S: c.S, D: c.D, Causal: c.Causal,
+	ent := accuracyCaseEnt{Name: accuracyCaseName(c), DType: c.DType, B: c.B, H: c.H, HKV: c.KV(), S: c.S, D: c.D, Causal: c.Causal,
 		Scale: float64(c.Scale()), Files: map[string]string{}}
 	if err := os.MkdirAll(filepath.Join(dir, ent.Name), 0o755); err != nil {
 		return ent, err
 	}
-	n, rows := c.Elems(), c.B*c.H*c.S
+	n, nkv, rows := c.Elems(), c.KVElems(), c.B*c.H*c.S
 	for _, t := range []struct {
 		name string
 		data []uint16
-	}{{"q", r.Q}, {"k", r.K}, {"v", r.V}, {"do", r.DO}, {"o", r.O}, {"dq", r.DQ}, {"dk", r.DK}, {"dv", r.DV}} {
-		if len(t.data) != n {
-			return ent, fmt.Errorf("%s %s: %d elements, want %d", ent.Name, t.name, len(t.data), n)
+		n    int
+	}{{"q", r.Q, n}, {"k", r.K, nkv}, {"v", r.V, nkv}, {"do", r.DO, n}, {"o", r.O, n}, {"dq", r.DQ, n}, {"dk", r.DK, nkv}, {"dv", r.DV, nkv}} {
+		if len(t.data) != t.n {
+			return ent, fmt.Errorf("%s %s: %d elements, want %d", ent.Name, t.name, len(t.data), t.n)
 		}
+		n := t.n
 		b := make([]byte, 2*n)
 		for i, v := range t.data {
 			binary.LittleEndian.PutUint16(b[2*i:], v)
@@ -162,10 +172,16 @@ func readAccuracyManifest(dir string) (*accuracyManifest, error) {
 		return nil, fmt.Errorf("manifest format %q, want %q", m.Format, accuracyFormat)
 	}
 	for _, c := range m.Cases {
+		if c.HKV < 1 || c.H%c.HKV != 0 {
+			return nil, fmt.Errorf("case %s: H_kv %d must divide H %d", c.Name, c.HKV, c.H)
+		}
 		for _, name := range []string{"q", "k", "v", "do", "o", "dq", "dk", "dv", "lse"} {
 			want := int64(2 * c.B * c.H * c.S * c.D)
-			if name == "lse" {
+			switch name {
+			case "lse":
 				want = int64(4 * c.B * c.H * c.S)
+			case "k", "v", "dk", "dv":
+				want = int64(2 * c.B * c.HKV * c.S * c.D)
 			}
 			rel, ok := c.Files[name]
 			if !ok {
@@ -201,6 +217,7 @@ type accuracyRow struct {
 	DType     string                    `json:"dtype"`
 	B         int                       `json:"B"`
 	H         int                       `json:"H"`
+	HKV       int                       `json:"H_kv,omitempty"` // K/V heads (sdpa_error.py: always; -json: only when not H)
 	S         int                       `json:"S"`
 	D         int                       `json:"D"`
 	Causal    bool                      `json:"causal"`
@@ -230,6 +247,9 @@ func parseAccuracyRows(r io.Reader) ([]accuracyRow, error) {
 		}
 		if rec.Error == nil && rec.Metrics == nil {
 			return fmt.Errorf("PyTorch output line %d: neither metrics nor an error", line)
+		}
+		if rec.HKV == rec.H {
+			rec.HKV = 0
 		}
 		rec.Kind, rec.Impl = "attention_accuracy", accuracyImpl(rec.Impl)
 		rows = append(rows, rec)
@@ -326,8 +346,12 @@ func RunAccuracyReport(stdout, stderr io.Writer, o AccuracyOptions) error {
 		// A case our kernels cannot run is a failure to report, after the others.
 		fmt.Fprintf(stderr, "bench: accuracy %v: %v\n", c, err)
 		failed = append(failed, fmt.Sprintf("%v: %s", c, firstLine(err.Error(), 200)))
+		hkv := 0
+		if c.KV() != c.H {
+			hkv = c.KV()
+		}
 		rows = append(rows, accuracyRow{Kind: "attention_accuracy", Case: accuracyCaseName(c), Impl: "fused", DType: c.DType,
-			B: c.B, H: c.H, S: c.S, D: c.D, Causal: c.Causal, Scale: float64(c.Scale()), Seed: o.Seed, GPU: d.Name(),
+			B: c.B, H: c.H, HKV: hkv, S: c.S, D: c.D, Causal: c.Causal, Scale: float64(c.Scale()), Seed: o.Seed, GPU: d.Name(),
 			Error: sptr(err.Error())})
 	}
 	gpu := d.Name()
@@ -390,6 +414,10 @@ func printAccuracyPreamble(w io.Writer, o AccuracyOptions, rows []accuracyRow, e
 		h = o.Cases[0].H
 	}
 	fmt.Fprintf(w, "B=1 H=%d, Sq=Sk=S, scale 1/√D; Q, K, V, dO ~ N(0,1) rounded to the element type (seed %d), the same for every impl\n", h, o.Seed)
+	if accuracyGrouped(o.Cases) {
+		fmt.Fprintln(w, "Hkv: K/V heads; below H, grouped-query attention: ours on K/V of Hkv heads (dK, dV summed over each group in the kernel),")
+		fmt.Fprintln(w, "SDPA with enable_gqa=True, the reference with query head h reading K/V head h/(H/Hkv) and dK, dV summed over the group")
+	}
 	sel := []string{}
 	for _, name := range []string{cuda.FlashSM90Env, cuda.FlashSM90BwdEnv} {
 		v, ok := env[name]
@@ -410,6 +438,11 @@ func printAccuracyPreamble(w io.Writer, o AccuracyOptions, rows []accuracyRow, e
 	if torch != "" {
 		fmt.Fprintf(w, "reference: float64 on %s from the same 16-bit inputs (tools/reference/sdpa_error.py, PyTorch %s)\n", refDev, torch)
 	}
+}
+
+// accuracyGrouped says whether a case has fewer K/V heads than query heads.
+func accuracyGrouped(cases []AccuracyCase) bool {
+	return slices.ContainsFunc(cases, func(c AccuracyCase) bool { return c.KV() != c.H })
 }
 
 // accuracyKey finds a row by case and impl.
@@ -476,12 +509,19 @@ func printAccuracyTable(w io.Writer, cases []AccuracyCase, rows []accuracyRow, m
 	} else {
 		fmt.Fprintln(w, "relative L2 error vs float64, ‖x − ref‖₂ / ‖ref‖₂ (ours/cd: ours ÷ cuDNN, <= 1: ours no larger; * marks a ratio above 1):")
 	}
-	fmt.Fprintf(w, "%-5s %4s %6s %2s |", "", "", "", "")
+	// An Hkv column only when a case is grouped: multi-head reports keep
+	// their layout.
+	grouped := accuracyGrouped(cases)
+	lead, hkvHead := "", ""
+	if grouped {
+		lead, hkvHead = "     ", " Hkv"
+	}
+	fmt.Fprintf(w, "%-5s %4s %6s %2s%s |", "", "", "", "", lead)
 	for _, out := range accuracyOutputs {
 		fmt.Fprintf(w, " %-35s|", accuracyOutputNames[out])
 	}
 	fmt.Fprintf(w, " %8s\n", "LSE")
-	fmt.Fprintf(w, "%-5s %4s %6s %2s |", "dtype", "D", "S", "c")
+	fmt.Fprintf(w, "%-5s %4s %6s %2s%s |", "dtype", "D", "S", "c", hkvHead)
 	for range accuracyOutputs {
 		fmt.Fprintf(w, " %8s %8s %7s %8s |", "ours", "cudnn", "ours/cd", "flash")
 	}
@@ -492,7 +532,11 @@ func printAccuracyTable(w io.Writer, cases []AccuracyCase, rows []accuracyRow, m
 		ours, oursOK := by[accuracyKey{name, "fused"}]
 		cd, cdOK := by[accuracyKey{name, "torch-cudnn"}]
 		fl, flOK := by[accuracyKey{name, "torch-flash"}]
-		fmt.Fprintf(w, "%-5s %4d %6d %2d |", shortDType(c.DType), c.D, c.S, boolDigit(c.Causal))
+		fmt.Fprintf(w, "%-5s %4d %6d %2d", shortDType(c.DType), c.D, c.S, boolDigit(c.Causal))
+		if grouped {
+			fmt.Fprintf(w, " %4d", c.KV())
+		}
+		fmt.Fprint(w, " |")
 		for _, out := range accuracyOutputs {
 			ov, ow := accuracyValue(ours, oursOK, out, metric)
 			cv, cw := accuracyValue(cd, cdOK, out, metric)
@@ -539,6 +583,9 @@ func printAccuracyVerdict(w io.Writer, cases []AccuracyCase, rows []accuracyRow)
 		ours, oursOK := by[accuracyKey{name, "fused"}]
 		cd, cdOK := by[accuracyKey{name, "torch-cudnn"}]
 		label := fmt.Sprintf("%s D=%d S=%d causal=%v", shortDType(c.DType), c.D, c.S, c.Causal)
+		if c.KV() != c.H {
+			label = fmt.Sprintf("%s D=%d S=%d H_kv=%d causal=%v", shortDType(c.DType), c.D, c.S, c.KV(), c.Causal)
+		}
 		var lacking []string
 		for _, out := range accuracyOutputs {
 			total++

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"io"
 	"math"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +21,14 @@ func TestAccuracyCaseName(t *testing.T) {
 	c := AccuracyCase{DType: "float16", B: 1, H: 4, S: 4096, D: 64, Causal: true}
 	if n := accuracyCaseName(c); n != "fp16_b1_h4_s4096_d64_causal" {
 		t.Errorf("name %q", n)
+	}
+	c.KVHeads = 4 // H_kv = H: multi-head, the same name
+	if n := accuracyCaseName(c); n != "fp16_b1_h4_s4096_d64_causal" {
+		t.Errorf("H_kv = H: name %q", n)
+	}
+	c.KVHeads = 1
+	if n := accuracyCaseName(c); n != "fp16_b1_h4_kv1_s4096_d64_causal" {
+		t.Errorf("grouped name %q", n)
 	}
 }
 
@@ -42,7 +51,7 @@ func testAccuracyData(t *testing.T, c AccuracyCase) *AccuracyData {
 		}
 		return out
 	}
-	o, lse, dq, dk, dv := naiveAttention(f64(q), f64(k), f64(v), f64(dout), c.B*c.H, c.S, c.D, float64(c.Scale()), c.Causal)
+	o, lse, dq, dk, dv := naiveAttention(f64(q), f64(k), f64(v), f64(dout), c.B*c.H, c.H/c.KV(), c.S, c.D, float64(c.Scale()), c.Causal)
 	r16 := func(x []float64) []uint16 {
 		out := make([]uint16, len(x))
 		for i, f := range x {
@@ -58,15 +67,16 @@ func testAccuracyData(t *testing.T, c AccuracyCase) *AccuracyData {
 }
 
 // naiveAttention is attention forward and backward in float64, row by row
-// (causal: key j visible to query i iff j <= i), written independently of
+// (causal: key j visible to query i iff j <= i; query head b reads K/V head
+// b/group, whose dK and dV sum over its group), written independently of
 // sdpa_error.py's blocked reference so the end-to-end test checks one with
 // the other.
-func naiveAttention(q, k, v, dout []float64, bh, s, d int, scale float64, causal bool) (o, lse, dq, dk, dv []float64) {
+func naiveAttention(q, k, v, dout []float64, bh, group, s, d int, scale float64, causal bool) (o, lse, dq, dk, dv []float64) {
 	o, lse, dq = make([]float64, len(q)), make([]float64, bh*s), make([]float64, len(q))
 	dk, dv = make([]float64, len(k)), make([]float64, len(v))
 	p := make([]float64, s)
 	for b := range bh {
-		base := b * s * d
+		base, kvBase := b*s*d, (b/group)*s*d
 		for i := range s {
 			n := s
 			if causal {
@@ -76,7 +86,7 @@ func naiveAttention(q, k, v, dout []float64, bh, s, d int, scale float64, causal
 			for j := range n {
 				dot := 0.0
 				for c := range d {
-					dot += q[base+i*d+c] * k[base+j*d+c]
+					dot += q[base+i*d+c] * k[kvBase+j*d+c]
 				}
 				p[j] = dot * scale
 				m = max(m, p[j])
@@ -90,7 +100,7 @@ func naiveAttention(q, k, v, dout []float64, bh, s, d int, scale float64, causal
 			for j := range n {
 				p[j] /= sum
 				for c := range d {
-					o[base+i*d+c] += p[j] * v[base+j*d+c]
+					o[base+i*d+c] += p[j] * v[kvBase+j*d+c]
 				}
 			}
 			dsum := 0.0
@@ -100,13 +110,13 @@ func naiveAttention(q, k, v, dout []float64, bh, s, d int, scale float64, causal
 			for j := range n {
 				dp := 0.0
 				for c := range d {
-					dp += dout[base+i*d+c] * v[base+j*d+c]
+					dp += dout[base+i*d+c] * v[kvBase+j*d+c]
 				}
 				ds := p[j] * (dp - dsum) * scale
 				for c := range d {
-					dq[base+i*d+c] += ds * k[base+j*d+c]
-					dk[base+j*d+c] += ds * q[base+i*d+c]
-					dv[base+j*d+c] += p[j] * dout[base+i*d+c]
+					dq[base+i*d+c] += ds * k[kvBase+j*d+c]
+					dk[kvBase+j*d+c] += ds * q[base+i*d+c]
+					dv[kvBase+j*d+c] += p[j] * dout[base+i*d+c]
 				}
 			}
 		}
@@ -165,6 +175,88 @@ func TestAccuracyManifestRoundTrip(t *testing.T) {
 	short.O = short.O[:5]
 	if _, err := writeAccuracyCase(t.TempDir(), &short); err == nil {
 		t.Error("a short O was written")
+	}
+
+	// A grouped case: K, V, dK, dV of H_kv heads, H_kv in the manifest.
+	gdir := t.TempDir()
+	gc := AccuracyCase{DType: "bfloat16", B: 1, H: 4, KVHeads: 2, S: 24, D: 8, Causal: true}
+	gdata := testAccuracyData(t, gc)
+	if len(gdata.K) != 2*24*8 || len(gdata.DK) != 2*24*8 || len(gdata.Q) != 4*24*8 {
+		t.Fatalf("grouped data: K %d dK %d Q %d elements", len(gdata.K), len(gdata.DK), len(gdata.Q))
+	}
+	gent, err := writeAccuracyCase(gdir, gdata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeAccuracyManifest(gdir, accuracyManifest{Format: accuracyFormat, Layout: accuracyLayout, Cases: []accuracyCaseEnt{gent}}); err != nil {
+		t.Fatal(err)
+	}
+	gm, err := readAccuracyManifest(gdir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := gm.Cases[0]; g.H != 4 || g.HKV != 2 || g.Name != "bf16_b1_h4_kv2_s24_d8_causal" {
+		t.Errorf("grouped manifest case %+v", g)
+	}
+	if ent.HKV != 2 {
+		t.Errorf("a multi-head case's H_kv is %d, want H", ent.HKV)
+	}
+	bad := gent
+	bad.HKV = 3
+	if err := writeAccuracyManifest(gdir, accuracyManifest{Format: accuracyFormat, Cases: []accuracyCaseEnt{bad}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readAccuracyManifest(gdir); err == nil || !strings.Contains(err.Error(), "H_kv 3") {
+		t.Errorf("H_kv 3 of H 4: %v", err)
+	}
+}
+
+// The float64 test reference's grouped form is its multi-head form on K
+// and V repeated per query head, with dK and dV summed over each group.
+func TestNaiveAttentionGrouped(t *testing.T) {
+	const h, group, s, d = 4, 2, 6, 3
+	r := rand.New(rand.NewPCG(1, 2))
+	draw := func(n int) []float64 {
+		x := make([]float64, n)
+		for i := range x {
+			x[i] = r.NormFloat64()
+		}
+		return x
+	}
+	q, k, v, dout := draw(h*s*d), draw(h/group*s*d), draw(h/group*s*d), draw(h*s*d)
+	repeat := func(x []float64) []float64 {
+		var out []float64
+		for b := range h {
+			kv := b / group
+			out = append(out, x[kv*s*d:(kv+1)*s*d]...)
+		}
+		return out
+	}
+	for _, causal := range []bool{false, true} {
+		o, lse, dq, dk, dv := naiveAttention(q, k, v, dout, h, group, s, d, 0.4, causal)
+		ro, rlse, rdq, rdk, rdv := naiveAttention(q, repeat(k), repeat(v), dout, h, 1, s, d, 0.4, causal)
+		sum := func(x []float64) []float64 {
+			out := make([]float64, h/group*s*d)
+			for b := range h {
+				for i := range s * d {
+					out[(b/group)*s*d+i] += x[b*s*d+i]
+				}
+			}
+			return out
+		}
+		for _, c := range []struct {
+			name      string
+			got, want []float64
+		}{{"o", o, ro}, {"lse", lse, rlse}, {"dq", dq, rdq}, {"dk", dk, sum(rdk)}, {"dv", dv, sum(rdv)}} {
+			if len(c.got) != len(c.want) {
+				t.Fatalf("causal=%v %s: %d elements, want %d", causal, c.name, len(c.got), len(c.want))
+			}
+			for i := range c.got {
+				if math.Abs(c.got[i]-c.want[i]) > 1e-12 {
+					t.Fatalf("causal=%v %s[%d] = %v, want %v", causal, c.name, i, c.got[i], c.want[i])
+				}
+			}
+		}
 	}
 }
 
@@ -346,11 +438,13 @@ func TestAccuracyScriptOnCPU(t *testing.T) {
 	cases := []AccuracyCase{
 		{DType: "bfloat16", B: 1, H: 2, S: 40, D: 16, Causal: true},
 		{DType: "float16", B: 1, H: 2, S: 40, D: 16, Causal: false},
+		{DType: "bfloat16", B: 1, H: 4, KVHeads: 2, S: 40, D: 16, Causal: true},
+		{DType: "bfloat16", B: 1, H: 4, KVHeads: 1, S: 40, D: 16, Causal: false},
 	}
 	man := accuracyManifest{Format: accuracyFormat, Layout: accuracyLayout, Seed: 3}
 	for _, c := range cases {
 		data := testAccuracyData(t, c)
-		if c.Causal {
+		if c.Causal && c.KV() == c.H {
 			data.DV[5] = 0x7fc0 // a NaN, as an element the kernels never wrote
 		}
 		ent, err := writeAccuracyCase(dir, data)
@@ -367,7 +461,7 @@ func TestAccuracyScriptOnCPU(t *testing.T) {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, log.String())
 	}
-	if len(rows) != 6 {
+	if len(rows) != 3*len(cases) {
 		t.Fatalf("%d rows, want 3 per case:\n%s", len(rows), log.String())
 	}
 	for _, r := range rows {
@@ -385,7 +479,7 @@ func TestAccuracyScriptOnCPU(t *testing.T) {
 		}
 		for _, out := range []string{"o", "dq", "dk", "dv"} {
 			m := r.Metrics[out]
-			if r.Causal && out == "dv" {
+			if r.Causal && out == "dv" && r.HKV == 0 {
 				if m.Nonfinite != 1 || m.RelL2 != nil {
 					t.Errorf("%s dv: %+v, want the NaN counted", r.Case, m)
 				}

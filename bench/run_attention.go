@@ -27,8 +27,11 @@ import (
 
 // TableShape is one attention problem of the table.
 type TableShape struct {
-	S, D   int
-	Causal bool
+	S, D int
+	// KVHeads is the number of K/V heads, 0 for H (multi-head attention);
+	// a shape whose H_kv equals its H has 0 here, so that MHA is one key.
+	KVHeads int
+	Causal  bool
 }
 
 // attnFLOPs is the forward FLOP count of attention over [B, H, S, S] scores
@@ -60,7 +63,8 @@ type benchRow struct {
 	Impl   string `json:"impl"` // fused, composed, torch-flash, torch-cudnn, ...; train: fused, unfused
 	B      int    `json:"B"`
 	H      int    `json:"H,omitempty"`
-	Sq     int    `json:"Sq,omitempty"` // attention_decode: query rows (S is the key count)
+	HKV    int    `json:"H_kv,omitempty"` // K/V heads when not H (grouped-query attention); absent for MHA
+	Sq     int    `json:"Sq,omitempty"`   // attention_decode: query rows (S is the key count)
 	S      int    `json:"S"`
 	D      int    `json:"D,omitempty"`
 	Causal bool   `json:"causal"`
@@ -122,6 +126,7 @@ type torchRecord struct {
 	Backend      string   `json:"backend"`
 	B            int      `json:"B"`
 	H            int      `json:"H"`
+	HKV          int      `json:"H_kv"` // absent from scripts before -kv-heads: H
 	S            int      `json:"S"`
 	D            int      `json:"D"`
 	Causal       bool     `json:"causal"`
@@ -143,7 +148,13 @@ func parseTorchRows(r io.Reader) ([]benchRow, error) {
 		if rec.Backend == "" || rec.S <= 0 || rec.D <= 0 || rec.B <= 0 || rec.H <= 0 {
 			return fmt.Errorf("PyTorch output line %d: missing backend or shape", line)
 		}
-		row := benchRow{Kind: "attention", Impl: "torch-" + rec.Backend, B: rec.B, H: rec.H, S: rec.S, D: rec.D,
+		if rec.HKV < 0 || (rec.HKV > 0 && rec.H%rec.HKV != 0) {
+			return fmt.Errorf("PyTorch output line %d: H_kv %d does not divide H %d", line, rec.HKV, rec.H)
+		}
+		if rec.HKV == rec.H {
+			rec.HKV = 0 // multi-head attention: the same key as our MHA rows
+		}
+		row := benchRow{Kind: "attention", Impl: "torch-" + rec.Backend, B: rec.B, H: rec.H, HKV: rec.HKV, S: rec.S, D: rec.D,
 			Causal: rec.Causal, DType: rec.DType, FwdMs: rec.FwdMs, BwdMs: rec.BwdMs, PeakMemBytes: rec.PeakMemBytes,
 			Iters: rec.Iters, GPU: rec.GPU, Torch: rec.Torch, Error: rec.Error}
 		// TFLOP/s recomputed with our formula, so every column divides the same count.
@@ -186,6 +197,9 @@ func attnRows(r *AttnResult, iters int, gpu string) []benchRow {
 	mk := func(impl string, t AttnTiming) benchRow {
 		row := benchRow{Kind: "attention", Impl: impl, B: sh.B, H: sh.H, S: sh.S, D: sh.D, Causal: sh.Causal,
 			DType: "bfloat16", Iters: iters, GPU: gpu}
+		if sh.Grouped() {
+			row.HKV = sh.KV()
+		}
 		if t.PlannedBytes > 0 {
 			row.PlannedMemBytes = iptr(t.PlannedBytes)
 		}
@@ -219,9 +233,9 @@ func jsonSafe(v float64) float64 {
 }
 
 type attnKey struct {
-	impl   string
-	s, d   int
-	causal bool
+	impl      string
+	s, d, hkv int // hkv: 0 for multi-head attention
+	causal    bool
 }
 
 // tableColumns are the implementations of the table, in column order.
@@ -231,32 +245,45 @@ var tableColumns = []string{"fused", "composed", "torch-flash", "torch-cudnn", "
 // ratios to PyTorch FLASH, cuDNN and our composed path (forward, backward,
 // forward+backward by total time), measured peak memory and the fused−composed
 // error. Rows are shapes in order; a missing number prints "-", a path that
-// failed prints its reason in the notes below the table.
+// failed prints its reason in the notes below the table. When a shape has
+// grouped K/V heads the table gets an Hkv column after c (H_kv; H for a
+// multi-head row), and the first lines say what grouped rows time.
 func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 	by := map[attnKey]benchRow{}
 	for _, r := range rows {
 		if r.Kind == "attention" {
-			by[attnKey{r.Impl, r.S, r.D, r.Causal}] = r
+			by[attnKey{r.Impl, r.S, r.D, r.HKV, r.Causal}] = r
 		}
 	}
+	grouped := slices.ContainsFunc(shapes, func(sh TableShape) bool { return sh.KVHeads != 0 })
 	fmt.Fprintln(w, "TFLOP/s (fwd 4·B·H·S²·D, halved when causal; bwd 2.5× fwd); ratios are fused's speed over the other's (>1: fused faster);")
 	fmt.Fprintln(w, "f+b: by total fwd+bwd time. peak GiB: device memory for fwd+bwd, inputs included (ours: cuMemGetInfo; torch: max_memory_allocated).")
-	fmt.Fprintf(w, "%-15s|%-36s|%-36s|%-19s|%-19s|%-19s|%-19s| %s\n",
-		"", " forward TFLOP/s", " backward TFLOP/s", " fused/flash", " fused/cudnn", " fused/composed", " peak GiB", "max|fused-comp|")
-	fmt.Fprintf(w, "%4s %6s %2s | %6s %6s %6s %6s %6s | %6s %6s %6s %6s %6s | %5s %5s %5s | %5s %5s %5s | %5s %5s %5s | %5s %5s %5s | %7s %7s\n",
-		"D", "S", "c", "fused", "comp", "flash", "cudnn", "eff", "fused", "comp", "flash", "cudnn", "eff",
+	lead, hkvHead := "", ""
+	if grouped {
+		fmt.Fprintln(w, "Hkv: K/V heads (grouped-query attention where below H; the same FLOP count as H heads): fused takes K/V of Hkv heads")
+		fmt.Fprintln(w, "(FlashForwardGroupedWS/FlashBackwardGrouped), PyTorch SDPA enable_gqa=True; the composed path is MHA only (skip).")
+		lead, hkvHead = "     ", " Hkv"
+	}
+	fmt.Fprintf(w, "%-15s%s|%-36s|%-36s|%-19s|%-19s|%-19s|%-19s| %s\n",
+		"", lead, " forward TFLOP/s", " backward TFLOP/s", " fused/flash", " fused/cudnn", " fused/composed", " peak GiB", "max|fused-comp|")
+	fmt.Fprintf(w, "%4s %6s %2s%s | %6s %6s %6s %6s %6s | %6s %6s %6s %6s %6s | %5s %5s %5s | %5s %5s %5s | %5s %5s %5s | %5s %5s %5s | %7s %7s\n",
+		"D", "S", "c", hkvHead, "fused", "comp", "flash", "cudnn", "eff", "fused", "comp", "flash", "cudnn", "eff",
 		"fwd", "bwd", "f+b", "fwd", "bwd", "f+b", "fwd", "bwd", "f+b", "fused", "comp", "cudnn", "O", "dQKV")
 	var notes []string
 	for _, sh := range shapes {
 		get := func(impl string) (benchRow, bool) {
-			r, ok := by[attnKey{impl, sh.S, sh.D, sh.Causal}]
+			r, ok := by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}]
 			return r, ok
 		}
 		c := 0
 		if sh.Causal {
 			c = 1
 		}
-		fmt.Fprintf(w, "%4d %6d %2d |", sh.D, sh.S, c)
+		fmt.Fprintf(w, "%4d %6d %2d", sh.D, sh.S, c)
+		if grouped {
+			fmt.Fprintf(w, " %4s", kvHeadsText(sh, get))
+		}
+		fmt.Fprint(w, " |")
 		for _, phase := range []int{0, 1} {
 			for _, impl := range tableColumns {
 				r, ok := get(impl)
@@ -305,7 +332,11 @@ func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 		fmt.Fprintln(w)
 		for _, impl := range tableColumns {
 			if r, ok := get(impl); ok && r.Error != nil && !strings.HasPrefix(*r.Error, "skipped") {
-				notes = append(notes, fmt.Sprintf("  %s D=%d S=%d causal=%v: %s", impl, sh.D, sh.S, sh.Causal, firstLine(*r.Error, 160)))
+				kv := ""
+				if sh.KVHeads != 0 {
+					kv = fmt.Sprintf(" H_kv=%d", sh.KVHeads)
+				}
+				notes = append(notes, fmt.Sprintf("  %s D=%d S=%d%s causal=%v: %s", impl, sh.D, sh.S, kv, sh.Causal, firstLine(*r.Error, 160)))
 			}
 		}
 	}
@@ -315,6 +346,60 @@ func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 			fmt.Fprintln(w, n)
 		}
 	}
+	if grouped {
+		printBestSDPA(w, shapes, by)
+	}
+}
+
+// printBestSDPA writes, for each shape, fused's speed over the fastest SDPA
+// backend of each phase (which backend refuses grouped K/V varies with the
+// PyTorch version, so the table's flash and cuDNN columns may not hold the
+// best): forward, backward and forward+backward, each naming the backend.
+func printBestSDPA(w io.Writer, shapes []TableShape, by map[attnKey]benchRow) {
+	fmt.Fprintln(w, "fused over the fastest SDPA backend of each phase (>1: fused faster):")
+	for _, sh := range shapes {
+		fused := by[attnKey{"fused", sh.S, sh.D, sh.KVHeads, sh.Causal}]
+		fmt.Fprintf(w, "  D=%d S=%d Hkv=%s causal=%v:", sh.D, sh.S, kvHeadsText(sh, func(impl string) (benchRow, bool) {
+			r, ok := by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}]
+			return r, ok
+		}), sh.Causal)
+		for _, ph := range []struct {
+			name string
+			ms   func(benchRow) *float64
+		}{
+			{"fwd", func(r benchRow) *float64 { return r.FwdMs }},
+			{"bwd", func(r benchRow) *float64 { return r.BwdMs }},
+			{"f+b", func(r benchRow) *float64 { return sum(r.FwdMs, r.BwdMs) }},
+		} {
+			var best *float64
+			bestImpl := "none ran"
+			for _, impl := range tableColumns {
+				if !strings.HasPrefix(impl, "torch-") {
+					continue
+				}
+				r, ok := by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}]
+				if v := ph.ms(r); ok && v != nil && (best == nil || *v < *best) {
+					best, bestImpl = v, strings.TrimPrefix(impl, "torch-")
+				}
+			}
+			fmt.Fprintf(w, " %s %s (%s)", ph.name, ratio(best, ph.ms(fused)), bestImpl)
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+// kvHeadsText is a shape's Hkv column: its H_kv, or for multi-head
+// attention the H of any of its rows ("H" when none has one).
+func kvHeadsText(sh TableShape, get func(string) (benchRow, bool)) string {
+	if sh.KVHeads != 0 {
+		return strconv.Itoa(sh.KVHeads)
+	}
+	for _, impl := range tableColumns {
+		if r, ok := get(impl); ok && r.H > 0 {
+			return strconv.Itoa(r.H)
+		}
+	}
+	return "H"
 }
 
 // sm90Variants are the Hopper forwards -sm90 times: the row name, the table
@@ -334,14 +419,19 @@ func printSM90Table(w io.Writer, shapes []TableShape, rows []benchRow) {
 	by := map[attnKey]benchRow{}
 	for _, r := range rows {
 		if r.Kind == "attention" {
-			by[attnKey{r.Impl, r.S, r.D, r.Causal}] = r
+			by[attnKey{r.Impl, r.S, r.D, r.HKV, r.Causal}] = r
 		}
 	}
 	fmt.Fprintln(w, "forward TFLOP/s: FA2 (fused); Hopper wgmma kernels/flash_sm90_fwd.cu, kernels/dev/flash_sm90_dev.cu: tma = TMA + producer warpgroup,")
 	fmt.Fprintln(w, "pp = tma with the consumer warpgroups taking turns (ping-pong), pp3 = three of them at D=64 (pp at D=128),")
 	fmt.Fprintln(w, "ppp/ppp3 = pp/pp3 persistent (a CTA per SM); cuDNN;")
 	fmt.Fprintln(w, "then the best sm90's speed over FA2 and cuDNN:")
-	fmt.Fprintf(w, "%4s %6s %2s | %6s", "D", "S", "c", "fa2")
+	grouped := slices.ContainsFunc(shapes, func(sh TableShape) bool { return sh.KVHeads != 0 })
+	hkvHead := ""
+	if grouped {
+		hkvHead = " Hkv"
+	}
+	fmt.Fprintf(w, "%4s %6s %2s%s | %6s", "D", "S", "c", hkvHead, "fa2")
 	for _, v := range sm90Variants {
 		fmt.Fprintf(w, " %7s", v.column)
 	}
@@ -352,7 +442,11 @@ func printSM90Table(w io.Writer, shapes []TableShape, rows []benchRow) {
 		if sh.Causal {
 			c = 1
 		}
-		get := func(impl string) benchRow { return by[attnKey{impl, sh.S, sh.D, sh.Causal}] }
+		get := func(impl string) benchRow { return by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}] }
+		getOK := func(impl string) (benchRow, bool) {
+			r, ok := by[attnKey{impl, sh.S, sh.D, sh.KVHeads, sh.Causal}]
+			return r, ok
+		}
 		tf := func(r benchRow, width int) string {
 			if r.FwdTFLOPs != nil {
 				return fmt.Sprintf("%*.1f", width, *r.FwdTFLOPs)
@@ -360,7 +454,11 @@ func printSM90Table(w io.Writer, shapes []TableShape, rows []benchRow) {
 			return fmt.Sprintf("%*s", width, "-")
 		}
 		fa2, cd := get("fused"), get("torch-cudnn")
-		fmt.Fprintf(w, "%4d %6d %2d | %s", sh.D, sh.S, c, tf(fa2, 6))
+		fmt.Fprintf(w, "%4d %6d %2d", sh.D, sh.S, c)
+		if grouped {
+			fmt.Fprintf(w, " %4s", kvHeadsText(sh, getOK))
+		}
+		fmt.Fprintf(w, " | %s", tf(fa2, 6))
 		var best *float64
 		for _, v := range sm90Variants {
 			r := get(v.impl)
@@ -414,10 +512,14 @@ func sum(a, b *float64) *float64 {
 type MemShape struct{ S, B int }
 
 // AttentionOptions are what `flashgraph bench` runs with: the attention
-// table's shapes (B = Tokens/S, H = Width/D), its timing and PyTorch's
-// script, the -memory table's shapes and the -json file.
+// table's shapes (B = Tokens/S, H = Width/D, H_kv from KVHeads), its timing
+// and PyTorch's script, the -memory table's shapes and the -json file.
 type AttentionOptions struct {
-	Shapes                            []TableShape
+	Shapes []TableShape
+	// KVHeads is -kv-heads as given (nil: multi-head only), passed on to
+	// sdpa_bench.py's --kv-heads, which resolves it per D as
+	// AttentionShapes does (an entry equal to H is multi-head attention).
+	KVHeads                           []int
 	Tokens, Width, Warmup, Iters      int
 	Rounds                            int
 	Settle                            time.Duration
@@ -445,7 +547,7 @@ func RunAttention(stdout, stderr io.Writer, o AttentionOptions) error {
 
 	var rows []benchRow
 	if o.Attention {
-		r, err := benchAttention(stdout, stderr, o.Shapes, o.Tokens, o.Width, o.Warmup, o.Iters, o.Rounds, o.Settle, o.Composed, o.SM90, o.Seed,
+		r, err := benchAttention(stdout, stderr, o.Shapes, o.KVHeads, o.Tokens, o.Width, o.Warmup, o.Iters, o.Rounds, o.Settle, o.Composed, o.SM90, o.Seed,
 			o.TorchPy, o.Reference, o.TorchBackends)
 		rows = append(rows, r...)
 		if err != nil {
@@ -479,7 +581,7 @@ func deviceLine(d *cuda.Device) string {
 	return s
 }
 
-func benchAttention(stdout, stderr io.Writer, shapes []TableShape, tokens, width, warmup, iters, rounds int, settle time.Duration, composed, sm90 bool,
+func benchAttention(stdout, stderr io.Writer, shapes []TableShape, kvHeads []int, tokens, width, warmup, iters, rounds int, settle time.Duration, composed, sm90 bool,
 	seed uint64, torchPy, reference, torchBackends string) ([]benchRow, error) {
 	if sm90 {
 		// FlashForward reads the variable at each call: "fused" runs FA2 with
@@ -517,7 +619,7 @@ func benchAttention(stdout, stderr io.Writer, shapes []TableShape, tokens, width
 			if torchPy == "" || torchNote != "" {
 				return
 			}
-			tr, err := runTorch(stderr, torchPy, reference, torchBackends, shapes, tokens, width, warmup, iters, settle)
+			tr, err := runTorch(stderr, torchPy, reference, torchBackends, shapes, kvHeads, tokens, width, warmup, iters, settle)
 			if err != nil {
 				// Not retried in later rounds: what failed once (no
 				// PyTorch, no GPU for it) fails again.
@@ -589,7 +691,7 @@ func benchOurs(stderr io.Writer, shapes []TableShape, tokens, width, warmup, ite
 	fmt.Fprintf(stderr, "bench: %s; inputs ready in %v\n", header, time.Since(t0).Round(time.Millisecond))
 	var rows []benchRow
 	for _, sh := range shapes {
-		as := AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, Causal: sh.Causal}
+		as := AttnShape{B: tokens / sh.S, H: width / sh.D, S: sh.S, D: sh.D, KVHeads: sh.KVHeads, Causal: sh.Causal}
 		t1 := time.Now()
 		r, err := ab.Run(as, composed)
 		if err != nil {
@@ -632,14 +734,14 @@ func benchOurs(stderr io.Writer, shapes []TableShape, tokens, width, warmup, ite
 func medianRows(rounds [][]benchRow) []benchRow {
 	type key struct {
 		kind, impl string
-		s, d       int
+		s, d, hkv  int
 		causal     bool
 	}
 	var order []key
 	byKey := map[key][]benchRow{}
 	for _, round := range rounds {
 		for _, r := range round {
-			k := key{r.Kind, r.Impl, r.S, r.D, r.Causal}
+			k := key{r.Kind, r.Impl, r.S, r.D, r.HKV, r.Causal}
 			if _, ok := byKey[k]; !ok {
 				order = append(order, k)
 			}
@@ -694,10 +796,22 @@ func timingText(t AttnTiming) string {
 }
 
 // runTorch runs sdpa_bench.py on the same shapes and returns its rows.
-func runTorch(stderr io.Writer, py, script, backends string, shapes []TableShape, tokens, width, warmup, iters int, settle time.Duration) ([]benchRow, error) {
+func runTorch(stderr io.Writer, py, script, backends string, shapes []TableShape, kvHeads []int, tokens, width, warmup, iters int, settle time.Duration) ([]benchRow, error) {
 	if _, err := os.Stat(script); err != nil {
 		return nil, fmt.Errorf("-reference %s: %w (run from the repository root or pass -reference)", script, err)
 	}
+	args, out, err := torchArgs(script, backends, shapes, kvHeads, tokens, width, warmup, iters, settle)
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(out)
+	return runPythonJSONLines(stderr, py, args, out, parseTorchRows)
+}
+
+// torchArgs is sdpa_bench.py's command line for the shapes (args[0] the
+// script) and the temporary file it writes its JSON lines to (the caller
+// removes it).
+func torchArgs(script, backends string, shapes []TableShape, kvHeads []int, tokens, width, warmup, iters int, settle time.Duration) (args []string, out string, err error) {
 	var seqs, dims []string
 	causal := map[bool]bool{}
 	seenS, seenD := map[int]bool{}, map[int]bool{}
@@ -720,17 +834,66 @@ func runTorch(stderr io.Writer, py, script, backends string, shapes []TableShape
 	}
 	tmp, err := os.CreateTemp("", "flashgraph-sdpa-*.jsonl")
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	tmp.Close()
-	defer os.Remove(tmp.Name())
-	args := []string{script, "--backends", backends, "--seqs", strings.Join(seqs, ","), "--head-dims", strings.Join(dims, ","),
+	args = []string{script, "--backends", backends, "--seqs", strings.Join(seqs, ","), "--head-dims", strings.Join(dims, ","),
 		"--causal", c, "--tokens", strconv.Itoa(tokens), "--width", strconv.Itoa(width),
 		"--iters", strconv.Itoa(iters), "--warmup", strconv.Itoa(max(1, warmup)), "--out", tmp.Name()}
 	if settle > 0 {
 		args = append(args, "--settle-ms", strconv.FormatFloat(float64(settle)/float64(time.Millisecond), 'f', -1, 64))
 	}
-	return runPythonJSONLines(stderr, py, args, tmp.Name(), parseTorchRows)
+	if len(kvHeads) > 0 {
+		kv := make([]string, len(kvHeads))
+		for i, n := range kvHeads {
+			kv[i] = strconv.Itoa(n)
+		}
+		args = append(args, "--kv-heads", strings.Join(kv, ","))
+	}
+	return args, tmp.Name(), nil
+}
+
+// AttentionShapes lists the table's shapes: each D, then each entry of
+// kvHeads (nil: multi-head only), each S and each causal, in that nesting.
+// H = width/D; an H_kv equal to H is multi-head attention (KVHeads 0, listed
+// once per D), and one that does not divide H is an error naming it.
+func AttentionShapes(seqs, dims, kvHeads []int, causal []bool, tokens, width int) ([]TableShape, error) {
+	if tokens < 1 || width < 1 {
+		return nil, fmt.Errorf("-tokens and -width must be positive, got %d and %d", tokens, width)
+	}
+	var out []TableShape
+	for _, d := range dims {
+		if d < 1 || width%d != 0 {
+			return nil, fmt.Errorf("D=%d: -width %d must be a multiple of D", d, width)
+		}
+		h := width / d
+		kvs := []int{0}
+		if len(kvHeads) > 0 {
+			kvs = nil
+			for _, kv := range kvHeads {
+				if kv < 1 || h%kv != 0 {
+					return nil, fmt.Errorf("-kv-heads %d: must divide H = %d (-width %d / D %d)", kv, h, width, d)
+				}
+				if kv == h {
+					kv = 0
+				}
+				if !slices.Contains(kvs, kv) {
+					kvs = append(kvs, kv)
+				}
+			}
+		}
+		for _, kv := range kvs {
+			for _, s := range seqs {
+				if s < 1 || tokens%s != 0 {
+					return nil, fmt.Errorf("S=%d, D=%d: -tokens %d and -width %d must be multiples of S and D", s, d, tokens, width)
+				}
+				for _, c := range causal {
+					out = append(out, TableShape{S: s, D: d, KVHeads: kv, Causal: c})
+				}
+			}
+		}
+	}
+	return out, nil
 }
 
 // runPythonJSONLines runs py with args (args[0] the script), whose JSON lines
@@ -964,9 +1127,20 @@ func sortRows(rows []benchRow) {
 		if a.S != b.S {
 			return a.S < b.S
 		}
+		if ak, bk := kvOrder(a), kvOrder(b); ak != bk {
+			return ak > bk // multi-head first, then fewer and fewer K/V heads
+		}
 		if a.Causal != b.Causal {
 			return !a.Causal
 		}
 		return order[a.Impl] < order[b.Impl]
 	})
+}
+
+// kvOrder is a row's K/V head count for sorting: H for multi-head rows.
+func kvOrder(r benchRow) int {
+	if r.HKV == 0 {
+		return r.H
+	}
+	return r.HKV
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -208,5 +210,171 @@ func TestMedianRows(t *testing.T) {
 	}
 	if m := medianPtr([]float64{4, 1, 3, 2}); *m != 2.5 {
 		t.Errorf("median of an even count: %v", *m)
+	}
+}
+
+// -kv-heads: each D's entries in order, H_kv = H folded into multi-head
+// attention (once), and an entry that does not divide H named.
+func TestAttentionShapes(t *testing.T) {
+	got, err := AttentionShapes([]int{2048, 4096}, []int{128}, []int{8, 1}, []bool{true}, 16384, 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []TableShape{{S: 2048, D: 128, KVHeads: 8, Causal: true}, {S: 4096, D: 128, KVHeads: 8, Causal: true},
+		{S: 2048, D: 128, KVHeads: 1, Causal: true}, {S: 4096, D: 128, KVHeads: 1, Causal: true}}
+	if !slices.Equal(got, want) {
+		t.Errorf("shapes %v, want %v", got, want)
+	}
+	// Without -kv-heads: the multi-head shapes as before (D, S, causal).
+	mha, err := AttentionShapes([]int{512, 1024}, []int{64, 128}, nil, []bool{false, true}, 16384, 2048)
+	if err != nil || len(mha) != 8 || mha[0] != (TableShape{S: 512, D: 64}) || mha[7] != (TableShape{S: 1024, D: 128, Causal: true}) {
+		t.Errorf("MHA shapes %v, %v", mha, err)
+	}
+	// H = 32 at D=64, 16 at D=128 (width 2048): 16 is GQA at D=64 and MHA at D=128.
+	mixed, err := AttentionShapes([]int{1024}, []int{64, 128}, []int{16, 16, 4}, []bool{true}, 16384, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []TableShape{{S: 1024, D: 64, KVHeads: 16, Causal: true}, {S: 1024, D: 64, KVHeads: 4, Causal: true},
+		{S: 1024, D: 128, Causal: true}, {S: 1024, D: 128, KVHeads: 4, Causal: true}}
+	if !slices.Equal(mixed, want) {
+		t.Errorf("mixed shapes %v, want %v", mixed, want)
+	}
+	for _, c := range []struct {
+		kv            []int
+		tokens, width int
+		seqs          []int
+		want          string
+	}{
+		{[]int{3}, 16384, 4096, []int{2048}, "-kv-heads 3: must divide H = 32"},
+		{[]int{64}, 16384, 4096, []int{2048}, "-kv-heads 64: must divide H = 32"},
+		{[]int{0}, 16384, 4096, []int{2048}, "-kv-heads 0"},
+		{nil, 16384, 4096, []int{3000}, "must be multiples"},
+		{nil, 16384, 4000, []int{2048}, "-width 4000 must be a multiple of D"},
+		{nil, 0, 4096, []int{2048}, "must be positive"},
+	} {
+		_, err := AttentionShapes(c.seqs, []int{128}, c.kv, []bool{true}, c.tokens, c.width)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("kv %v tokens %d width %d seqs %v: error %v, want %q", c.kv, c.tokens, c.width, c.seqs, err, c.want)
+		}
+	}
+}
+
+// sdpa_bench.py gets --kv-heads as given, and only when it was given.
+func TestTorchArgsKVHeads(t *testing.T) {
+	shapes := []TableShape{{S: 2048, D: 128, KVHeads: 8, Causal: true}, {S: 4096, D: 128, KVHeads: 1, Causal: true}}
+	args, out, err := torchArgs("sdpa_bench.py", "flash,cudnn", shapes, []int{8, 1}, 16384, 4096, 3, 20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out)
+	line := strings.Join(args, " ")
+	for _, want := range []string{"sdpa_bench.py --backends flash,cudnn --seqs 2048,4096 --head-dims 128 --causal causal", "--kv-heads 8,1", "--out " + out} {
+		if !strings.Contains(line, want) {
+			t.Errorf("args %q lack %q", line, want)
+		}
+	}
+	args, out, err = torchArgs("sdpa_bench.py", "flash", shapes[:1], nil, 16384, 4096, 3, 20, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(out)
+	if slices.Contains(args, "--kv-heads") {
+		t.Errorf("multi-head args %v pass --kv-heads", args)
+	}
+}
+
+// Grouped rows: sdpa_bench.py's H_kv (H_kv = H read as multi-head), our
+// fused grouped row with the composed path skipped, the Hkv column and the
+// notes; a table without grouped shapes keeps its multi-head layout
+// (TestParseTorchRowsAndTable).
+func TestGQATable(t *testing.T) {
+	const lines = `{"backend": "flash", "B": 8, "H": 32, "H_kv": 8, "S": 2048, "D": 128, "causal": true, "dtype": "bfloat16", "fwd_ms": 1.0, "bwd_ms": 3.0, "peak_mem_bytes": 402653184, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": null}
+{"backend": "cudnn", "B": 8, "H": 32, "H_kv": 8, "S": 2048, "D": 128, "causal": true, "dtype": "bfloat16", "fwd_ms": null, "bwd_ms": null, "peak_mem_bytes": null, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": "No available kernel. [cuDNN does not support GQA]"}
+{"backend": "flash", "B": 8, "H": 32, "H_kv": 32, "S": 2048, "D": 128, "causal": true, "dtype": "bfloat16", "fwd_ms": 1.1, "bwd_ms": 3.3, "peak_mem_bytes": 402653184, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": null}
+{"backend": "cudnn", "B": 8, "H": 32, "S": 2048, "D": 128, "causal": true, "dtype": "bfloat16", "fwd_ms": 1.2, "bwd_ms": 2.2, "peak_mem_bytes": 402653184, "iters": 20, "gpu": "NVIDIA H200", "torch": "2.11.0+cu130", "error": null}
+`
+	torch, err := parseTorchRows(strings.NewReader(lines))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if torch[0].HKV != 8 || torch[1].HKV != 8 || torch[2].HKV != 0 || torch[3].HKV != 0 {
+		t.Fatalf("H_kv read as %d %d %d %d, want 8 8 0 0 (H_kv = H, or none, is multi-head)", torch[0].HKV, torch[1].HKV, torch[2].HKV, torch[3].HKV)
+	}
+	if _, err := parseTorchRows(strings.NewReader(`{"backend": "flash", "B": 8, "H": 32, "H_kv": 5, "S": 2048, "D": 128}`)); err == nil || !strings.Contains(err.Error(), "H_kv 5") {
+		t.Errorf("an H_kv that does not divide H: %v", err)
+	}
+	gqa := &AttnResult{Shape: AttnShape{B: 8, H: 32, KVHeads: 8, S: 2048, D: 128, Causal: true},
+		Fused: AttnTiming{FwdMs: 0.8, BwdMs: 2.5, MeasuredBytes: 300 << 20}, Composed: AttnTiming{Err: composedSkipGQA}}
+	mha := &AttnResult{Shape: AttnShape{B: 8, H: 32, S: 2048, D: 128, Causal: true},
+		Fused: AttnTiming{FwdMs: 0.9, BwdMs: 2.75, MeasuredBytes: 400 << 20}, Composed: AttnTiming{Err: "skipped"}}
+	ours := append(attnRows(gqa, 20, "NVIDIA H200"), attnRows(mha, 20, "NVIDIA H200")...)
+	if ours[0].HKV != 8 || ours[1].HKV != 8 || ours[2].HKV != 0 {
+		t.Fatalf("our rows' H_kv %d %d %d, want 8 8 0", ours[0].HKV, ours[1].HKV, ours[2].HKV)
+	}
+	b, _ := json.Marshal(ours[2])
+	if strings.Contains(string(b), "H_kv") {
+		t.Errorf("a multi-head row's JSON has H_kv: %s", b)
+	}
+	all := append(torch, ours...)
+	shapes := []TableShape{{S: 2048, D: 128, Causal: true}, {S: 2048, D: 128, KVHeads: 8, Causal: true}}
+	var out bytes.Buffer
+	printAttnTable(&out, shapes, all)
+	text := out.String()
+	t.Log("\n" + text)
+	var mhaRow, gqaRow string
+	for _, l := range strings.Split(text, "\n") {
+		fs := strings.Fields(l)
+		if len(fs) > 4 && fs[0] == "128" && fs[1] == "2048" && fs[2] == "1" {
+			switch fs[3] {
+			case "32":
+				mhaRow = l
+			case "8":
+				gqaRow = l
+			}
+		}
+	}
+	if mhaRow == "" || gqaRow == "" {
+		t.Fatalf("the table lacks a row with Hkv 32 or 8:\n%s", text)
+	}
+	f, _ := attnFLOPs(8, 32, 2048, 128, true)
+	// D S c Hkv | fused comp flash cudnn eff | ...: the grouped row's fused
+	// and flash TFLOP/s come from its own rows, the composed path is skipped,
+	// cuDNN failed.
+	want := []string{"128", "2048", "1", "8", "|", fmtTF(tflops(f, 0.8)), "skip", fmtTF(tflops(f, 1.0)), "err", "-", "|"}
+	if got := strings.Fields(gqaRow); !slices.Equal(got[:len(want)], want) {
+		t.Errorf("grouped row %q, want it to start %q", gqaRow, want)
+	}
+	if !strings.Contains(gqaRow, " 1.25  1.20  1.21 |") {
+		t.Errorf("grouped row %q lacks fused/flash 1.0/0.8, 3.0/2.5, 4.0/3.3", gqaRow)
+	}
+	if got := strings.Fields(mhaRow); got[5] != fmtTF(tflops(f, 0.9)) || got[7] != fmtTF(tflops(f, 1.1)) {
+		t.Errorf("multi-head row %q: fused %s and flash %s expected", mhaRow, fmtTF(tflops(f, 0.9)), fmtTF(tflops(f, 1.1)))
+	}
+	for _, want := range []string{"Hkv", "enable_gqa=True", "torch-cudnn D=128 S=2048 H_kv=8 causal=true: No available kernel"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the table lacks %q", want)
+		}
+	}
+	// Against the fastest SDPA backend per phase: grouped, cuDNN failed, so
+	// FLASH; multi-head, FLASH's forward (1.1 ms), cuDNN's backward (2.2 ms)
+	// and cuDNN's total (3.4 ms) against fused's 0.9, 2.75, 3.65.
+	for _, want := range []string{"D=128 S=2048 Hkv=8 causal=true: fwd 1.25 (flash) bwd 1.20 (flash) f+b 1.21 (flash)",
+		"D=128 S=2048 Hkv=32 causal=true: fwd 1.22 (flash) bwd 0.80 (cudnn) f+b 0.93 (cudnn)"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the table lacks %q", want)
+		}
+	}
+	if strings.Contains(text, "composed D=128") {
+		t.Errorf("a skipped composed path must not be a note:\n%s", text)
+	}
+	// Rounds keep grouped and multi-head rows apart; -json sorts MHA first.
+	merged := medianRows([][]benchRow{all, all})
+	if len(merged) != len(all) {
+		t.Errorf("medianRows merged %d rows into %d: grouped and multi-head rows must stay apart", len(all), len(merged))
+	}
+	sortRows(merged)
+	if merged[0].HKV != 0 || merged[len(merged)-1].HKV != 8 {
+		t.Errorf("sortRows: first H_kv %d, last %d", merged[0].HKV, merged[len(merged)-1].HKV)
 	}
 }

@@ -45,3 +45,15 @@ func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
 func FlashDecodeChoice(dt GemmType, bh, sq, sk, dim int, scale float32, causal bool) (string, error) {
 	return attention.FlashDecodeChoice(dt, bh, sq, sk, dim, scale, causal)
 }
+
+// FlashForwardGroupedWS is attention.FlashForwardGroupedWS (K and V of
+// bh/group heads).
+func FlashForwardGroupedWS(d *Device, dt GemmType, q, k, v, o, lse, workspace DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
+	return attention.FlashForwardGroupedWS(d, dt, q, k, v, o, lse, workspace, bh, group, sq, sk, dim, scale, causal)
+}
+
+// FlashBackwardGrouped is attention.FlashBackwardGrouped (K, V, dK and dV of
+// bh/group heads).
+func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
+	return attention.FlashBackwardGrouped(d, dt, q, k, v, o, dO, lse, dq, dk, dv, workspace, bh, group, sq, sk, dim, scale, causal)
+}

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -122,14 +123,28 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	decode := fs.String("decode", "", "time generation instead: these query counts Sq (e.g. 1,16; at most 16 take the\n"+
 		"split-K/V decode forward) against S = -seqs keys, forward only, non-causal: FlashForward with and\n"+
 		"without the decode forward ("+cuda.FlashDecodeEnv+"=0) and SDPA's backends (sdpa_bench.py --decode-sq)")
+	kvHeadsFlag := fs.String("kv-heads", "", "K/V heads H_kv, a comma list (e.g. 8,1; default H: multi-head attention): grouped-query\n"+
+		"attention, our fused kernels on K/V of H_kv heads against PyTorch SDPA with enable_gqa=True (torch 2.5 or\n"+
+		"later); each must divide H = -width/D, an entry equal to H is multi-head attention; the composed path is\n"+
+		"MHA only (skipped for H_kv < H)")
 	accuracy := addAccuracyFlags(fs)
 	if err := parseFlags(fs, args, 0); err != nil {
 		return err
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var kvHeads []int
+	if set["kv-heads"] {
+		var err error
+		if kvHeads, err = parseInts("kv-heads", *kvHeadsFlag); err != nil {
+			return err
+		}
+		if *decode != "" {
+			return errors.New("-kv-heads: -decode times multi-head attention only")
+		}
+	}
 	if *accuracy.on {
-		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, *seed, *torchPy, *jsonOut, *device)
+		o, err := accuracy.options(args, set, *seqs, *dims, *causalFlag, kvHeads, *seed, *torchPy, *jsonOut, *device)
 		if err != nil {
 			return err
 		}
@@ -148,7 +163,13 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 
 	var shapes []bench.TableShape
 	if *quick {
-		shapes = []bench.TableShape{{S: 1024, D: 64, Causal: true}, {S: 4096, D: 128, Causal: false}}
+		for _, q := range []bench.TableShape{{S: 1024, D: 64, Causal: true}, {S: 4096, D: 128, Causal: false}} {
+			sh, err := bench.AttentionShapes([]int{q.S}, []int{q.D}, kvHeads, []bool{q.Causal}, *tokens, *width)
+			if err != nil {
+				return err
+			}
+			shapes = append(shapes, sh...)
+		}
 		if !set["iters"] {
 			*iters = 5
 		}
@@ -171,17 +192,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return err
 		}
-		for _, d := range ds {
-			for _, s := range ss {
-				for _, c := range cs {
-					shapes = append(shapes, bench.TableShape{S: s, D: d, Causal: c})
-				}
-			}
-		}
-	}
-	for _, sh := range shapes {
-		if *tokens%sh.S != 0 || *width%sh.D != 0 {
-			return fmt.Errorf("S=%d, D=%d: -tokens %d and -width %d must be multiples of S and D", sh.S, sh.D, *tokens, *width)
+		if shapes, err = bench.AttentionShapes(ss, ds, kvHeads, cs, *tokens, *width); err != nil {
+			return err
 		}
 	}
 	memShapes, err := parseMemShapes(*memShapesFlag)
@@ -197,7 +209,7 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	if *device != "cuda" {
 		return fmt.Errorf("bench needs -device cuda: -device %s is not benchmarked (the table compares GPU kernels)", *device)
 	}
-	return bench.RunAttention(stdout, stderr, bench.AttentionOptions{Shapes: shapes, Tokens: *tokens, Width: *width, Warmup: *warmup,
+	return bench.RunAttention(stdout, stderr, bench.AttentionOptions{Shapes: shapes, KVHeads: kvHeads, Tokens: *tokens, Width: *width, Warmup: *warmup,
 		Iters: *iters, Rounds: *rounds, Settle: *settle, Composed: *composed, SM90: *sm90, Seed: *seed, TorchPy: *torchPy,
 		Reference: *reference, TorchBackends: *torchBackends, Attention: *attention, Memory: *memory, MemShapes: memShapes,
 		JSONOut: *jsonOut})
@@ -350,7 +362,8 @@ func addAccuracyFlags(fs *flag.FlagSet) accuracyFlags {
 		on: fs.Bool("accuracy", false, "measure error instead of time: our FlashForward/FlashBackward (the kernels the\n"+
 			"environment picks) and PyTorch SDPA with cuDNN and with FLASH forced, each against a float64\n"+
 			"reference computed from the same 16-bit inputs (tools/reference/sdpa_error.py); B=1,\n"+
-			"H=-accuracy-heads, -dims × -seqs (default "+accuracyDefaultSeqs+" here) × -causal × -accuracy-dtypes.\n"+
+			"H=-accuracy-heads, -dims × -seqs (default "+accuracyDefaultSeqs+" here) × -causal × -accuracy-dtypes,\n"+
+			"and × -kv-heads (each must divide -accuracy-heads: grouped-query attention, SDPA with enable_gqa=True).\n"+
 			"Prints the relative L2 error of O, dQ, dK, dV and ours/cuDNN per output"),
 		heads:  fs.Int("accuracy-heads", 4, "-accuracy: heads H (B is 1)"),
 		dtypes: fs.String("accuracy-dtypes", "bf16,fp16", "-accuracy: element types (bf16, fp16)"),
@@ -364,7 +377,7 @@ func addAccuracyFlags(fs *flag.FlagSet) accuracyFlags {
 
 // options checks the flags -accuracy uses, the bench's shared ones with it
 // (set: the flags given on the command line).
-func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, causal string, seed uint64,
+func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, causal string, kvHeads []int, seed uint64,
 	torchPy, jsonOut, device string) (bench.AccuracyOptions, error) {
 	for _, other := range []string{"decode", "memory", "sm90", "quick"} {
 		if set[other] {
@@ -377,7 +390,7 @@ func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, c
 	if !set["seqs"] {
 		seqs = accuracyDefaultSeqs
 	}
-	cases, err := accuracyCases(seqs, dims, causal, *f.dtypes, *f.heads)
+	cases, err := accuracyCases(seqs, dims, causal, *f.dtypes, *f.heads, kvHeads)
 	if err != nil {
 		return bench.AccuracyOptions{}, err
 	}
@@ -389,9 +402,10 @@ func (f accuracyFlags) options(args []string, set map[string]bool, seqs, dims, c
 		Command: strings.TrimSpace("flashgraph bench " + strings.Join(args, " "))}, nil
 }
 
-// accuracyCases lists the cases: each element type, D, S and causal, in that
-// nesting, with B = 1.
-func accuracyCases(seqs, dims, causal, dtypes string, heads int) ([]bench.AccuracyCase, error) {
+// accuracyCases lists the cases: each element type, D, K/V head count
+// (kvHeads; nil: heads only), S and causal, in that nesting, with B = 1. An
+// H_kv equal to heads is multi-head attention (KVHeads 0, once).
+func accuracyCases(seqs, dims, causal, dtypes string, heads int, kvHeads []int) ([]bench.AccuracyCase, error) {
 	ss, err := parseInts("seqs", seqs)
 	if err != nil {
 		return nil, err
@@ -422,12 +436,29 @@ func accuracyCases(seqs, dims, causal, dtypes string, heads int) ([]bench.Accura
 	if len(dts) == 0 {
 		return nil, errors.New("-accuracy-dtypes: empty list")
 	}
+	kvs := []int{0}
+	if len(kvHeads) > 0 {
+		kvs = nil
+		for _, kv := range kvHeads {
+			if kv < 1 || heads%kv != 0 {
+				return nil, fmt.Errorf("-kv-heads %d: must divide -accuracy-heads %d", kv, heads)
+			}
+			if kv == heads {
+				kv = 0
+			}
+			if !slices.Contains(kvs, kv) {
+				kvs = append(kvs, kv)
+			}
+		}
+	}
 	var out []bench.AccuracyCase
 	for _, dt := range dts {
 		for _, d := range ds {
-			for _, s := range ss {
-				for _, c := range cs {
-					out = append(out, bench.AccuracyCase{DType: dt, B: 1, H: heads, S: s, D: d, Causal: c})
+			for _, kv := range kvs {
+				for _, s := range ss {
+					for _, c := range cs {
+						out = append(out, bench.AccuracyCase{DType: dt, B: 1, H: heads, KVHeads: kv, S: s, D: d, Causal: c})
+					}
 				}
 			}
 		}

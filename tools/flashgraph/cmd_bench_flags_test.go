@@ -34,6 +34,22 @@ func TestBenchFlags(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, "multiples") {
 		t.Errorf("S that does not divide the tokens: code %d, %s", code, stderr)
 	}
+	// -kv-heads is checked against every D's H before any GPU work.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-dims", "128", "-width", "4096", "-kv-heads", "3"}, "-kv-heads 3: must divide H = 32"},
+		{[]string{"-dims", "64,128", "-width", "2048", "-kv-heads", "32"}, "-kv-heads 32: must divide H = 16"},
+		{[]string{"-kv-heads", "8,x"}, `-kv-heads: "x" is not a positive integer`},
+		{[]string{"-kv-heads", ""}, "-kv-heads: empty list"},
+		{[]string{"-kv-heads", "1", "-decode", "1"}, "-decode times multi-head attention only"},
+		{[]string{"-quick", "-kv-heads", "5"}, "-kv-heads 5: must divide H"},
+	} {
+		if code, _, stderr := runCode(append([]string{"bench"}, c.args...)...); code == 0 || !strings.Contains(stderr, c.want) {
+			t.Errorf("bench %v: code %d, %s; want %q", c.args, code, stderr, c.want)
+		}
+	}
 	for _, bad := range [][]string{{"-rounds", "0"}, {"-settle", "-1s"}, {"-iters", "0"}} {
 		if code, _, stderr := runCode(append([]string{"bench"}, bad...)...); code == 0 || !strings.Contains(stderr, "at least") {
 			t.Errorf("bench %v: code %d, %s", bad, code, stderr)
@@ -92,7 +108,7 @@ func TestDecodeShapes(t *testing.T) {
 }
 
 func TestAccuracyCases(t *testing.T) {
-	got, err := accuracyCases("1024,4096", "128,64", "both", "bf16,fp16", 4)
+	got, err := accuracyCases("1024,4096", "128,64", "both", "bf16,fp16", 4, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,11 +126,11 @@ func TestAccuracyCases(t *testing.T) {
 		{"0", "64", "both", "bf16"},
 		{"1024", "64", "sometimes", "bf16"},
 	} {
-		if _, err := accuracyCases(bad.seqs, bad.dims, bad.causal, bad.dtypes, 4); err == nil {
+		if _, err := accuracyCases(bad.seqs, bad.dims, bad.causal, bad.dtypes, 4, nil); err == nil {
 			t.Errorf("%+v accepted", bad)
 		}
 	}
-	if _, err := accuracyCases("1024", "64", "both", "bf16", 0); err == nil {
+	if _, err := accuracyCases("1024", "64", "both", "bf16", 0, nil); err == nil {
 		t.Error("0 heads accepted")
 	}
 }
@@ -132,6 +148,7 @@ func TestAccuracyOptions(t *testing.T) {
 		device := fs.String("device", "cuda", "")
 		fs.String("decode", "", "")
 		fs.Bool("memory", false, "")
+		kvHeads := fs.String("kv-heads", "", "")
 		a := addAccuracyFlags(fs)
 		if err := fs.Parse(args); err != nil {
 			return bench.AccuracyOptions{}, err
@@ -141,7 +158,14 @@ func TestAccuracyOptions(t *testing.T) {
 		if !*a.on {
 			return bench.AccuracyOptions{}, errors.New("-accuracy not set")
 		}
-		return a.options(args, set, *seqs, *dims, *causal, 1, *torchPy, "", *device)
+		var kv []int
+		if set["kv-heads"] {
+			var err error
+			if kv, err = parseInts("kv-heads", *kvHeads); err != nil {
+				return bench.AccuracyOptions{}, err
+			}
+		}
+		return a.options(args, set, *seqs, *dims, *causal, kv, 1, *torchPy, "", *device)
 	}
 	o, err := parse("-accuracy", "-dims", "128")
 	if err != nil {
@@ -160,11 +184,30 @@ func TestAccuracyOptions(t *testing.T) {
 	if want := (bench.AccuracyCase{DType: "bfloat16", B: 1, H: 2, S: 256, D: 64, Causal: true}); len(o.Cases) != 1 || o.Cases[0] != want {
 		t.Errorf("cases %v, want [%v]", o.Cases, want)
 	}
+	// -kv-heads: grouped cases after the multi-head ones of each D, each
+	// H_kv dividing -accuracy-heads.
+	o, err = parse("-accuracy", "-seqs", "2048", "-dims", "128", "-causal", "causal", "-accuracy-dtypes", "bf16",
+		"-accuracy-heads", "32", "-kv-heads", "32,8,1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kvs []int
+	for _, c := range o.Cases {
+		kvs = append(kvs, c.KVHeads)
+		if c.H != 32 || c.S != 2048 || c.D != 128 || !c.Causal {
+			t.Errorf("case %v", c)
+		}
+	}
+	if len(kvs) != 3 || kvs[0] != 0 || kvs[1] != 8 || kvs[2] != 1 {
+		t.Errorf("K/V heads of the cases %v, want [0 8 1] (32 = H is multi-head)", kvs)
+	}
 	for args, want := range map[string]string{
-		"-accuracy -decode 1":   "-accuracy runs alone",
-		"-accuracy -memory":     "-accuracy runs alone",
-		"-accuracy -torch=":     "-torch is empty",
-		"-accuracy -device cpu": "needs -device cuda",
+		"-accuracy -kv-heads 8":                     "-kv-heads 8: must divide -accuracy-heads 4",
+		"-accuracy -accuracy-heads 6 -kv-heads 4,3": "-kv-heads 4: must divide -accuracy-heads 6",
+		"-accuracy -decode 1":                       "-accuracy runs alone",
+		"-accuracy -memory":                         "-accuracy runs alone",
+		"-accuracy -torch=":                         "-torch is empty",
+		"-accuracy -device cpu":                     "needs -device cuda",
 	} {
 		if _, err := parse(strings.Fields(args)...); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: %v, want an error with %q", args, err, want)

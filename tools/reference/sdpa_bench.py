@@ -5,14 +5,20 @@ Usage (GPU machine):
   python3 sdpa_bench.py [--backends flash,cudnn,efficient,math] [--seqs 512,1024,...]
       [--head-dims 64,128] [--causal both|causal|noncausal] [--tokens 16384] [--width 2048]
       [--iters 20] [--warmup 5] [--settle-ms 0] [--math-max-seq 8192] [--dtype bfloat16|float16]
-      [--out FILE] [--decode-sq 1,16]
+      [--out FILE] [--decode-sq 1,16] [--kv-heads 8,1]
 
 Shapes: q, k, v are [B, H, S, D] with B = tokens / S and H = width / D (defaults: B·S = 16384
 tokens, H·D = 2048), random normal, dtype bf16 by default.
 
-Output: one JSON object per line (stdout, or --out FILE), one per (backend, S, D, causal):
+--kv-heads 8,1 times grouped-query attention too: k and v are [B, H_kv, S, D] for each H_kv of
+the list and SDPA runs with enable_gqa=True (torch 2.5 or later); an entry equal to H (or 0) is
+plain multi-head attention, without enable_gqa, and an entry that does not divide H is an error.
+Without --kv-heads only multi-head attention is timed. The FLOP count is the same as for H heads.
+
+Output: one JSON object per line (stdout, or --out FILE), one per (backend, S, D, H_kv, causal):
   {"backend": "flash"|"cudnn"|"efficient"|"math",
-   "B": int, "H": int, "S": int, "D": int, "causal": bool, "dtype": "bfloat16",
+   "B": int, "H": int, "H_kv": int, "S": int, "D": int, "causal": bool, "dtype": "bfloat16",
+                              (H_kv: K/V heads, H for multi-head attention)
    "fwd_ms": float|null,      median forward time (CUDA events, after warm-up)
    "bwd_ms": float|null,      median backward time alone: torch.autograd.grad(out, (q,k,v), dout,
                               retain_graph=True) on one retained forward graph
@@ -72,19 +78,23 @@ def _median_ms(fn, warmup, iters):
     return statistics.median(s.elapsed_time(e) for s, e in evs)
 
 
-def bench_one(backend, B, H, S, D, causal, dtype, warmup, iters):
+def bench_one(backend, B, H, S, D, causal, dtype, warmup, iters, H_kv=None):
+    """Forward and backward times and peak memory; K and V of H_kv heads (None: H) take enable_gqa=True."""
+    H_kv = H if H_kv is None else H_kv
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     g = torch.Generator(device="cuda").manual_seed(0)
-    q, k, v = (torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
-               for _ in range(3))
+    q, k, v = (torch.randn(B, h, S, D, device="cuda", dtype=dtype, generator=g).requires_grad_(True)
+               for h in (H, H_kv, H_kv))
     dout = torch.randn(B, H, S, D, device="cuda", dtype=dtype, generator=g)
+    # Multi-head attention passes no enable_gqa, so it runs on torch before 2.5 as it always did.
+    gqa = {"enable_gqa": True} if H_kv != H else {}
     with sdpa_kernel([BACKENDS[backend]]):
         def fwd():
             with torch.no_grad():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
         fwd_ms = _median_ms(fwd, warmup, iters)
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
 
         def bwd():
             return torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
@@ -151,6 +161,37 @@ def run_decode(a, backends, seqs, dims, sqs, dtype, gpu, sink):
                               file=sys.stderr)
 
 
+def parse_kv_heads(s):
+    """--kv-heads as a list of non-negative ints ([] when empty)."""
+    out = []
+    for f in s.split(","):
+        f = f.strip()
+        if not f:
+            continue
+        try:
+            n = int(f)
+        except ValueError:
+            n = -1
+        if n < 0:
+            raise ValueError(f"--kv-heads: {f!r} is not a head count")
+        out.append(n)
+    return out
+
+
+def kv_heads_for(kv_list, H):
+    """The K/V head counts to time at H query heads, in --kv-heads order, each once: H for multi-head
+    attention (an empty list, 0 or H); an entry that does not divide H raises ValueError (as
+    flashgraph bench's AttentionShapes, which resolves -kv-heads the same way)."""
+    out = []
+    for n in kv_list or [H]:
+        n = H if n == 0 else n
+        if H % n:
+            raise ValueError(f"--kv-heads {n}: must divide H = {H}")
+        if n not in out:
+            out.append(n)
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch SDPA timings per backend (JSON lines)")
     ap.add_argument("--backends", default="flash,cudnn,efficient,math")
@@ -170,6 +211,9 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="write JSON lines here instead of stdout")
     ap.add_argument("--decode-sq", default="",
                     help="time decode forwards instead: these query counts against S keys (e.g. 1,16)")
+    ap.add_argument("--kv-heads", default="",
+                    help="K/V head counts H_kv to time (e.g. 8,1): grouped-query attention with enable_gqa=True; "
+                         "an entry equal to H, or 0, is multi-head attention (default: multi-head only)")
     a = ap.parse_args(argv)
     global SETTLE_S
     SETTLE_S = max(0.0, a.settle_ms) / 1e3
@@ -184,6 +228,18 @@ def main(argv=None):
     seqs = [int(s) for s in a.seqs.split(",")]
     dims = [int(d) for d in a.head_dims.split(",")]
     causals = {"both": [False, True], "causal": [True], "noncausal": [False]}[a.causal]
+    try:
+        kv_list = parse_kv_heads(a.kv_heads)
+    except ValueError as e:
+        ap.error(str(e))
+    if kv_list and a.decode_sq:
+        ap.error("--kv-heads: --decode-sq times multi-head attention only")
+    for D in dims:
+        if a.width % D == 0:
+            try:
+                kv_heads_for(kv_list, a.width // D)
+            except ValueError as e:
+                ap.error(f"D={D}: {e}")
     gpu = torch.cuda.get_device_name()
     sink = open(a.out, "w") if a.out else sys.stdout
     if a.decode_sq:
@@ -199,10 +255,10 @@ def main(argv=None):
                 print(f"skip S={S} D={D}: tokens/width not divisible", file=sys.stderr)
                 continue
             B, H = a.tokens // S, a.width // D
-            for causal in causals:
+            for H_kv, causal in ((kv, c) for kv in kv_heads_for(kv_list, H) for c in causals):
                 flops = 4.0 * B * H * S * S * D / (2 if causal else 1)
                 for b in backends:
-                    rec = dict(backend=b, B=B, H=H, S=S, D=D, causal=causal, dtype=a.dtype,
+                    rec = dict(backend=b, B=B, H=H, H_kv=H_kv, S=S, D=D, causal=causal, dtype=a.dtype,
                                fwd_ms=None, bwd_ms=None, fwd_tflops=None, bwd_tflops=None,
                                peak_mem_bytes=None, iters=a.iters, gpu=gpu, torch=torch.__version__,
                                error=None)
@@ -213,9 +269,15 @@ def main(argv=None):
                             with warnings.catch_warnings(record=True) as caught:
                                 warnings.simplefilter("always")
                                 try:
-                                    f_ms, b_ms, peak = bench_one(b, B, H, S, D, causal, dtype, a.warmup, a.iters)
+                                    f_ms, b_ms, peak = bench_one(b, B, H, S, D, causal, dtype, a.warmup, a.iters,
+                                                                 H_kv)
                                 except torch.cuda.OutOfMemoryError:
                                     raise
+                                except TypeError as e:
+                                    if "enable_gqa" not in str(e):
+                                        raise
+                                    raise RuntimeError(f"torch {torch.__version__} has no SDPA enable_gqa "
+                                                       f"(2.5 or later)") from None
                                 except RuntimeError as e:
                                     # the backend's reasons for refusing come as warnings
                                     why = "; ".join(str(w.message).split("\n")[0] for w in caught)
@@ -231,10 +293,11 @@ def main(argv=None):
                         torch.cuda.empty_cache()
                     sink.write(json.dumps(rec) + "\n")
                     sink.flush()
+                    label = f"{b:10} {S:>6} {D:>4} {str(causal):>6}" + (f" H_kv={H_kv}" if H_kv != H else "")
                     if rec["error"]:
-                        print(f"{b:10} {S:>6} {D:>4} {str(causal):>6}  {rec['error'][:80]}", file=sys.stderr)
+                        print(f"{label}  {rec['error'][:80]}", file=sys.stderr)
                     else:
-                        print(f"{b:10} {S:>6} {D:>4} {str(causal):>6} {rec['fwd_ms']:>9.3f} {rec['bwd_ms']:>9.3f} "
+                        print(f"{label} {rec['fwd_ms']:>9.3f} {rec['bwd_ms']:>9.3f} "
                               f"{rec['fwd_tflops']:>9.1f} {rec['bwd_tflops']:>9.1f} "
                               f"{rec['peak_mem_bytes'] / 2**30:>8.2f}", file=sys.stderr)
     if a.out:

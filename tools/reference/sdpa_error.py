@@ -7,13 +7,17 @@ Usage (GPU machine; `flashgraph bench -accuracy` writes DIR and runs this):
   python3 sdpa_error.py --selftest
 
 DIR holds manifest.json and raw little-endian tensors:
-  {"format": "flashgraph-attention-accuracy/1",
-   "cases": [{"name": str, "dtype": "bfloat16"|"float16", "B": int, "H": int, "S": int, "D": int,
-              "causal": bool, "scale": float,
-              "files": {"q", "k", "v", "do", "o", "dq", "dk", "dv": 16-bit [B, H, S, D] as uint16 bit
-                        patterns; "lse": float32 [B, H, S], natural log; paths relative to DIR}}, ...],
+  {"format": "flashgraph-attention-accuracy/2",
+   "cases": [{"name": str, "dtype": "bfloat16"|"float16", "B": int, "H": int, "H_kv": int, "S": int,
+              "D": int, "causal": bool, "scale": float,
+              "files": {"q", "do", "o", "dq": 16-bit [B, H, S, D], "k", "v", "dk", "dv": 16-bit
+                        [B, H_kv, S, D], as uint16 bit patterns; "lse": float32 [B, H, S], natural
+                        log; paths relative to DIR}}, ...],
    ...free-form keys (device, seed, env)}
 q, k, v, do are the inputs (dO is the cotangent of O); o, lse, dq, dk, dv our kernels' outputs.
+H_kv < H is grouped-query attention: query head h reads K/V head h // (H / H_kv), and dK, dV of a
+K/V head are the sums over the query heads of its group; SDPA then runs with enable_gqa=True
+(torch 2.5 or later). H_kv = H is multi-head attention. (Format 1 had no H_kv: K/V of H heads.)
 
 For each case the reference is float64 attention computed from the SAME 16-bit inputs (widened
 exactly): S = scale·Q·Kᵀ, causal mask top-left aligned (key j visible to query i iff j <= i; here
@@ -26,7 +30,7 @@ CUDNN_ATTENTION, FLASH_ATTENTION), same scale, is_causal, forward and then backw
 
 Output: one JSON object per line (stdout, or --out FILE), one per (case, impl):
   {"case": str, "impl": "ours"|"cudnn"|"flash", "dtype": str, "B", "H", "S", "D": int,
-   "causal": bool, "scale": float,
+   "H_kv": int, "causal": bool, "scale": float,
    "metrics": {"o"|"lse"|"dq"|"dk"|"dv": {
        "rel_l2": float|null,      ‖x − ref‖₂ / ‖ref‖₂ over the whole tensor (null if x has a NaN/Inf)
        "max_abs": float|null,     max |x − ref| (null likewise)
@@ -52,7 +56,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-FORMAT = "flashgraph-attention-accuracy/1"
+FORMAT = "flashgraph-attention-accuracy/2"
 OUTPUTS = ("o", "lse", "dq", "dk", "dv")
 INPUTS = ("q", "k", "v", "do")
 SDPA_BACKENDS = ("cudnn", "flash")
@@ -76,13 +80,15 @@ def load_manifest(d):
     if not isinstance(cases, list) or not cases:
         raise InputError(f"{path}: no cases")
     for c in cases:
-        for key in ("name", "dtype", "B", "H", "S", "D", "causal", "scale", "files"):
+        for key in ("name", "dtype", "B", "H", "H_kv", "S", "D", "causal", "scale", "files"):
             if key not in c:
                 raise InputError(f"{path}: case {c.get('name', '?')} has no {key!r}")
         if c["dtype"] not in DTYPES:
             raise InputError(f"{path}: case {c['name']}: dtype {c['dtype']!r}, want one of {sorted(DTYPES)}")
-        if min(c["B"], c["H"], c["S"], c["D"]) < 1:
+        if min(c["B"], c["H"], c["H_kv"], c["S"], c["D"]) < 1:
             raise InputError(f"{path}: case {c['name']}: every dim must be positive")
+        if c["H"] % c["H_kv"]:
+            raise InputError(f"{path}: case {c['name']}: H_kv {c['H_kv']} must divide H {c['H']}")
         for name in INPUTS + OUTPUTS:
             if name not in c["files"]:
                 raise InputError(f"{path}: case {c['name']} has no file {name!r}")
@@ -161,22 +167,29 @@ class ErrorStats:
 
 
 def run_sdpa(backend, q, k, v, do, scale, causal):
-    """PyTorch SDPA forward and backward with one backend forced: O, dQ, dK, dV ([B, H, S, D])."""
+    """PyTorch SDPA forward and backward with one backend forced: O, dQ ([B, H, S, D]), dK, dV ([B, H_kv,
+    S, D]); K and V with fewer heads than Q run with enable_gqa=True."""
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:
         raise RuntimeError(f"torch {torch.__version__} has no torch.nn.attention.sdpa_kernel (2.3 or later)") from None
     forced = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[backend]
     qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    # Multi-head attention passes no enable_gqa, so it runs on torch before 2.5 as it always did.
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             with sdpa_kernel([forced]):
-                o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, scale=scale)
+                o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, scale=scale, **gqa)
                 dq, dk, dv = torch.autograd.grad(o, (qq, kk, vv), do)
             torch.cuda.synchronize()
         except torch.cuda.OutOfMemoryError:
             raise
+        except TypeError as e:
+            if "enable_gqa" not in str(e):
+                raise
+            raise RuntimeError(f"torch {torch.__version__} has no SDPA enable_gqa (2.5 or later)") from None
         except RuntimeError as e:
             why = "; ".join(str(w.message).split("\n")[0] for w in caught)
             raise RuntimeError(str(e).split("\n")[0] + (f" [{why}]" if why else "")) from None
@@ -186,12 +199,14 @@ def run_sdpa(backend, q, k, v, do, scale, causal):
 def run_case(d, c, backends, device, block_rows, gpu):
     """The records of one case: ours, then each SDPA backend."""
     dtype = DTYPES[c["dtype"]]
-    B, H, S, D = c["B"], c["H"], c["S"], c["D"]
-    shape, scale, causal = (B, H, S, D), float(c["scale"]), bool(c["causal"])
+    B, H, H_kv, S, D = c["B"], c["H"], c["H_kv"], c["S"], c["D"]
+    scale, causal = float(c["scale"]), bool(c["causal"])
+    shapes = {"q": (B, H, S, D), "do": (B, H, S, D), "o": (B, H, S, D), "dq": (B, H, S, D), "lse": (B, H, S),
+              "k": (B, H_kv, S, D), "v": (B, H_kv, S, D), "dk": (B, H_kv, S, D), "dv": (B, H_kv, S, D)}
     files = c["files"]
-    inputs = {n: read_tensor(d, files[n], dtype, shape).to(device) for n in INPUTS}
-    impls = {"ours": {n: read_tensor(d, files[n], torch.float32 if n == "lse" else dtype,
-                                     (B, H, S) if n == "lse" else shape).to(device) for n in OUTPUTS}}
+    inputs = {n: read_tensor(d, files[n], dtype, shapes[n]).to(device) for n in INPUTS}
+    impls = {"ours": {n: read_tensor(d, files[n], torch.float32 if n == "lse" else dtype, shapes[n]).to(device)
+                      for n in OUTPUTS}}
     errors = {"ours": None}
     for b in backends:
         errors[b] = None
@@ -207,15 +222,28 @@ def run_case(d, c, backends, device, block_rows, gpu):
         if device.type == "cuda":
             torch.cuda.empty_cache()
     stats = {name: {n: ErrorStats() for n in outs} for name, outs in impls.items()}
+    group = H // H_kv
     for bi in range(B):
-        for h in range(H):
-            ref = reference_head(*(inputs[n][bi, h].to(torch.float64) for n in INPUTS), scale, causal, block_rows)
+        for hk in range(H_kv):
+            k64, v64 = (inputs[n][bi, hk].to(torch.float64) for n in ("k", "v"))
+            dk, dv = torch.zeros_like(k64), torch.zeros_like(v64)
+            # The query heads of K/V head hk; its dK, dV sum over them.
+            for h in range(hk * group, (hk + 1) * group):
+                ref = reference_head(inputs["q"][bi, h].to(torch.float64), k64, v64,
+                                     inputs["do"][bi, h].to(torch.float64), scale, causal, block_rows)
+                dk += ref["dk"]
+                dv += ref["dv"]
+                for name, outs in impls.items():
+                    for n in ("o", "lse", "dq"):
+                        if n in outs:
+                            stats[name][n].add(outs[n][bi, h], ref[n])
             for name, outs in impls.items():
-                for n, t in outs.items():
-                    stats[name][n].add(t[bi, h], ref[n])
+                for n, ref in (("dk", dk), ("dv", dv)):
+                    if n in outs:
+                        stats[name][n].add(outs[n][bi, hk], ref)
     recs = []
     for name in ["ours"] + list(backends):
-        recs.append(dict(case=c["name"], impl=name, dtype=c["dtype"], B=B, H=H, S=S, D=D, causal=causal,
+        recs.append(dict(case=c["name"], impl=name, dtype=c["dtype"], B=B, H=H, H_kv=H_kv, S=S, D=D, causal=causal,
                          scale=scale, metrics={n: s.result() for n, s in stats.get(name, {}).items()},
                          error=errors[name], gpu=gpu, torch=torch.__version__, ref_device=str(device)))
     return recs
@@ -314,20 +342,35 @@ def selftest():
     st.add(torch.tensor([float("nan")]), torch.tensor([1.0], dtype=torch.float64))
     assert st.result()["rel_l2"] is None and st.result()["nonfinite"] == 1
 
-    # A manifest with "ours" = the reference rounded to bf16: errors of bf16 rounding size.
-    B, H, S, D = 1, 2, 33, 8
+    # A manifest with "ours" = the reference rounded to bf16: errors of bf16 rounding size. Case "c" is
+    # multi-head; in case "g" (grouped-query, H_kv = 2 of H = 4) ours is autograd of plain attention on K/V
+    # repeated per query head, so the blocked reference's grouping (h // group, dK and dV summed over the
+    # group) meets an independent one.
+    B, S, D = 1, 33, 8
     with tempfile.TemporaryDirectory() as d:
-        files = {}
-        ins = {n: torch.randn(B, H, S, D, generator=g).to(torch.bfloat16) for n in INPUTS}
-        refs = [reference_head(*(ins[n][0, h].double() for n in INPUTS), 0.25, True, 7) for h in range(H)]
-        outs = {n: torch.stack([r[n] for r in refs])[None] for n in OUTPUTS}
-        for n, t in list(ins.items()) + list(outs.items()):
-            files[n] = f"c/{n}.bin"
-            os.makedirs(os.path.join(d, "c"), exist_ok=True)
-            arr = t.float().numpy().astype("<f4") if n == "lse" else t.to(torch.bfloat16).view(torch.int16).numpy()
-            arr.astype(arr.dtype.newbyteorder("<")).tofile(os.path.join(d, files[n]))
-        man = {"format": FORMAT, "cases": [dict(name="c", dtype="bfloat16", B=B, H=H, S=S, D=D, causal=True,
-                                                scale=0.25, files=files)]}
+        cases = []
+        for name, H, H_kv in (("c", 2, 2), ("g", 4, 2)):
+            files = {}
+            ins = {n: torch.randn(B, H_kv if n in ("k", "v") else H, S, D, generator=g).to(torch.bfloat16)
+                   for n in INPUTS}
+            if H_kv == H:
+                refs = [reference_head(*(ins[n][0, h].double() for n in INPUTS), 0.25, True, 7) for h in range(H)]
+                outs = {n: torch.stack([r[n] for r in refs])[None] for n in OUTPUTS}
+            else:
+                qq, kk, vv = (ins[n].double().requires_grad_(True) for n in ("q", "k", "v"))
+                rep = H // H_kv
+                o, lse = math_attention(qq, kk.repeat_interleave(rep, dim=1), vv.repeat_interleave(rep, dim=1),
+                                        0.25, True)
+                dq, dk, dv = torch.autograd.grad(o, (qq, kk, vv), ins["do"].double())
+                outs = {"o": o.detach(), "lse": lse.detach(), "dq": dq, "dk": dk, "dv": dv}
+            for n, t in list(ins.items()) + list(outs.items()):
+                files[n] = f"{name}/{n}.bin"
+                os.makedirs(os.path.join(d, name), exist_ok=True)
+                arr = t.float().numpy().astype("<f4") if n == "lse" else t.to(torch.bfloat16).view(torch.int16).numpy()
+                arr.astype(arr.dtype.newbyteorder("<")).tofile(os.path.join(d, files[n]))
+            cases.append(dict(name=name, dtype="bfloat16", B=B, H=H, H_kv=H_kv, S=S, D=D, causal=True, scale=0.25,
+                              files=files))
+        man = {"format": FORMAT, "cases": cases}
         with open(os.path.join(d, "manifest.json"), "w") as f:
             json.dump(man, f)
         out = os.path.join(d, "out.jsonl")
@@ -335,13 +378,20 @@ def selftest():
         assert rc == 0, rc
         with open(out) as f:
             recs = [json.loads(line) for line in f]
-        assert [r["impl"] for r in recs] == ["ours", "cudnn", "flash"], recs
-        ours = recs[0]["metrics"]
-        for n in ("o", "dq", "dk", "dv"):
-            assert 0 < ours[n]["rel_l2"] < 2 ** -8, (n, ours[n])
-        assert ours["lse"]["rel_l2"] < 1e-7, ours["lse"]
+        assert [(r["case"], r["impl"]) for r in recs] == [(c, i) for c in "cg" for i in ("ours", "cudnn", "flash")], recs
+        for r in (recs[0], recs[3]):
+            ours = r["metrics"]
+            for n in ("o", "dq", "dk", "dv"):
+                assert 0 < ours[n]["rel_l2"] < 2 ** -8, (r["case"], n, ours[n])
+            assert ours["lse"]["rel_l2"] < 1e-7, (r["case"], ours["lse"])
+        assert recs[3]["H_kv"] == 2 and recs[0]["H_kv"] == 2 and recs[3]["H"] == 4, recs[3]
         assert recs[1]["error"] and recs[1]["metrics"] == {}, recs[1]
-        files["o"] = "c/q.bin.missing"
+        cases[1]["H_kv"] = 3
+        with open(os.path.join(d, "manifest.json"), "w") as f:
+            json.dump(man, f)
+        assert main(["--dir", d, "--out", out, "--device", "cpu"]) == 2
+        cases[1]["H_kv"] = 2
+        cases[0]["files"]["o"] = "c/q.bin.missing"
         with open(os.path.join(d, "manifest.json"), "w") as f:
             json.dump(man, f)
         assert main(["--dir", d, "--out", out, "--device", "cpu"]) == 2
