@@ -24,21 +24,36 @@ func sharedUniformNotes(g *graph.Graph, params []string) []string {
 	var notes []string
 	for _, name := range params {
 		p := vals[name]
-		if p == nil || p.Init == nil || p.Type.Shape.Numel() < 2 {
+		if p == nil {
 			continue
 		}
-		readers := len(slices.Compact(slices.Clone(uses[p])))
-		if readers < 2 {
-			continue
-		}
-		first, uniform := uniformValue(*p.Init)
-		if !uniform {
+		readers, first, ok := sharedUniform(p, uses)
+		if !ok {
 			continue
 		}
 		notes = append(notes, fmt.Sprintf("param %s %v (every element %s) is read by %d nodes and trains as one shared param; if the exporter merged equal initializers (torch.onnx: an eval-mode TorchScript export, or the dynamo exporter's optimizer), -untie gives each reading node its own copy, as the PyTorch model had (or export with training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False; dynamo: optimize=False)",
-			name, p.Type.Shape, strconv.FormatFloat(first, 'g', -1, 64), readers))
+			name, p.Type.Shape, strconv.FormatFloat(first, 'g', -1, 64), len(readers)))
 	}
 	return notes
+}
+
+// sharedUniform reports whether p looks like initializers an exporter
+// merged by value: a float param of more than one element, every element
+// one value, read by more than one node. It returns the reading nodes, in
+// graph order, and the value.
+func sharedUniform(p *graph.Value, uses map[*graph.Value][]*graph.Node) ([]*graph.Node, float64, bool) {
+	if p.Init == nil || !p.Type.DType.IsFloat() || p.Type.Shape.Numel() < 2 {
+		return nil, 0, false
+	}
+	readers := slices.Compact(slices.Clone(uses[p]))
+	if len(readers) < 2 {
+		return nil, 0, false
+	}
+	first, uniform := uniformValue(*p.Init)
+	if !uniform {
+		return nil, 0, false
+	}
+	return readers, first, true
 }
 
 // uniformValue reports whether an init recipe gives every element one value,
@@ -65,9 +80,8 @@ func uniformValue(in graph.Init) (float64, bool) {
 	return 0, false
 }
 
-// UntieShared gives every node that reads a shared uniform param (as
-// sharedUniformNotes finds them: a float param of more than one element,
-// every element one value, read by more than one node) a param of its own:
+// UntieShared gives every node that reads a shared uniform param
+// (sharedUniform) a param of its own:
 // the first reader keeps the param, the k-th gets a copy named NAME.k (k
 // from 1, skipping names the graph has). It is train -untie: undoing an
 // exporter's merging of equal initializers, so that each layer's norm gain
@@ -79,15 +93,8 @@ func UntieShared(g *graph.Graph) []string {
 	taken := g.Values()
 	var notes []string
 	for _, p := range slices.Clone(g.Params) {
-		if p.Init == nil || !p.Type.DType.IsFloat() || p.Type.Shape.Numel() < 2 {
-			continue
-		}
-		readers := slices.Compact(slices.Clone(uses[p]))
-		if len(readers) < 2 {
-			continue
-		}
-		first, uniform := uniformValue(*p.Init)
-		if !uniform {
+		readers, first, ok := sharedUniform(p, uses)
+		if !ok {
 			continue
 		}
 		names := []string{p.Name}
