@@ -494,21 +494,11 @@ func (x *executable) applyUpdates() error {
 // steps in one request to the device goroutine, the others one by one.
 func (x *executable) runSteps() error {
 	d := x.b.dev
-	fail := func(st *step, err error) error {
-		if st.node == nil {
-			return fmt.Errorf("cuda: staging updates: %w", err)
-		}
-		return fmt.Errorf("cuda: node %s (%s): %w", st.node.Name, st.node.Op, err)
-	}
+	fail := stepError
 	for i := 0; i < len(x.steps); {
 		if x.steps[i].dev == nil {
 			st := &x.steps[i]
-			for _, p := range st.poison {
-				if err := d.Memset(p.ptr, 0xff, p.bytes()); err != nil {
-					return fail(st, err)
-				}
-			}
-			if err := st.run(); err != nil {
+			if err := x.runAlone(st); err != nil {
 				return fail(st, err)
 			}
 			i++
@@ -523,11 +513,8 @@ func (x *executable) runSteps() error {
 			for k := i; k < j; k++ {
 				st := &x.steps[k]
 				failed = st
-				for _, p := range st.poison {
-					// All-ones bytes are NaN in every float type.
-					if err := d.MemsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
-						return err
-					}
+				if err := x.poisonRaw(st); err != nil {
+					return err
 				}
 				if err := st.dev(); err != nil {
 					return err
@@ -544,6 +531,45 @@ func (x *executable) runSteps() error {
 		i = j
 	}
 	return nil
+}
+
+// stepError names the step that failed: its node, or the staging of updates.
+func stepError(st *step, err error) error {
+	if st.node == nil {
+		return fmt.Errorf("cuda: staging updates: %w", err)
+	}
+	return fmt.Errorf("cuda: node %s (%s): %w", st.node.Name, st.node.Op, err)
+}
+
+// poisonRaw fills the step's poisoned outputs (PoisonOutputs) with NaN,
+// from the device goroutine.
+func (x *executable) poisonRaw(st *step) error {
+	for _, p := range st.poison {
+		// All-ones bytes are NaN in every float type.
+		if err := x.b.dev.MemsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runAlone queues one step by itself: its poisoning, then its work.
+func (x *executable) runAlone(st *step) error {
+	d := x.b.dev
+	if st.dev != nil {
+		return d.Do(func() error {
+			if err := x.poisonRaw(st); err != nil {
+				return err
+			}
+			return st.dev()
+		})
+	}
+	for _, p := range st.poison {
+		if err := d.Memset(p.ptr, 0xff, p.bytes()); err != nil {
+			return err
+		}
+	}
+	return st.run()
 }
 
 // kernelError explains an error code a kernel wrote (the node's index + 1).

@@ -16,7 +16,6 @@ import (
 // where a diverged step went wrong, not for training. A step that is no
 // single node's (staging) is run unchecked.
 func (x *executable) runCheckedSteps() error {
-	d := x.b.dev
 	for i := range x.steps {
 		st := &x.steps[i]
 		var ins []*graph.Tensor
@@ -26,25 +25,8 @@ func (x *executable) runCheckedSteps() error {
 				return fmt.Errorf("cuda: node %s (%s): reading its inputs: %w", st.node.Name, st.node.Op, err)
 			}
 		}
-		err := d.Do(func() error {
-			for _, p := range st.poison {
-				if err := d.MemsetRaw(p.ptr, 0xff, p.bytes()); err != nil {
-					return err
-				}
-			}
-			if st.dev != nil {
-				return st.dev()
-			}
-			return nil
-		})
-		if err == nil && st.dev == nil {
-			err = st.run()
-		}
-		if err != nil {
-			if st.node == nil {
-				return fmt.Errorf("cuda: staging updates: %w", err)
-			}
-			return fmt.Errorf("cuda: node %s (%s): %w", st.node.Name, st.node.Op, err)
+		if err := x.runAlone(st); err != nil {
+			return stepError(st, err)
 		}
 		if st.node == nil {
 			continue
