@@ -494,12 +494,11 @@ func (x *executable) applyUpdates() error {
 // steps in one request to the device goroutine, the others one by one.
 func (x *executable) runSteps() error {
 	d := x.b.dev
-	fail := stepError
 	for i := 0; i < len(x.steps); {
 		if x.steps[i].dev == nil {
 			st := &x.steps[i]
 			if err := x.runAlone(st); err != nil {
-				return fail(st, err)
+				return stepError(st, err)
 			}
 			i++
 			continue
@@ -526,7 +525,7 @@ func (x *executable) runSteps() error {
 			if failed == nil {
 				return err
 			}
-			return fail(failed, err)
+			return stepError(failed, err)
 		}
 		i = j
 	}
