@@ -2,11 +2,11 @@ package cpu
 
 import (
 	"errors"
-	"math"
 	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/backendtest"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -15,21 +15,11 @@ import (
 // Add after it that only pass the NaN on, and not the Add that reads an
 // infinity the graph was given.
 func TestCheckFiniteNamesTheFirstNode(t *testing.T) {
-	b := graph.NewBuilder("nan")
-	x := b.Input("x", graph.Float32, 4)
-	mask := b.Input("mask", graph.Float32, 4)
-	w := b.Param("w", graph.Float32, graph.Shape{4}, graph.Literal(1, 2, 3, 4))
-	masked := b.Add(x, mask)  // -inf from a graph input: not this node's doing
-	neg := b.Neg(b.Mul(w, x)) // finite
-	root := b.Sqrt(neg)       // NaN where w·x > 0: the first
-	b.Output(b.Add(b.Mul(root, w), masked))
-	g := mustBuild(t, b)
-	sqrt := root.Producer
-
-	feeds := map[string]*graph.Tensor{
-		"x":    tensorOf(graph.Float32, graph.Shape{4}, -1, -2, 3, -4),
-		"mask": tensorOf(graph.Float32, graph.Shape{4}, 0, math.Inf(-1), 0, 0),
+	g, sqrt, err := backendtest.NonFiniteGraph()
+	if err != nil {
+		t.Fatal(err)
 	}
+	feeds := backendtest.NonFiniteFeeds()
 	// Without the check the run succeeds with a NaN in its output.
 	out, err := compile(t, g, backend.Options{}).Run(feeds)
 	if err != nil {

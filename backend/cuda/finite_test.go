@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/backendtest"
 	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -21,22 +22,11 @@ func TestCheckFiniteNamesTheCPUsNode(t *testing.T) {
 		t.Run(compute.String(), func(t *testing.T) {
 			be := newTestBackend(t, Options{Compute: compute})
 			defer be.Close()
-			b := graph.NewBuilder("nan")
-			x := b.Input("x", graph.Float32, 4)
-			mask := b.Input("mask", graph.Float32, 4)
-			w := b.Param("w", graph.Float32, graph.Shape{4}, graph.Literal(1, 2, 3, 4))
-			masked := b.Add(x, mask)
-			root := b.Sqrt(b.Neg(b.Mul(w, x)))
-			b.Output(b.Add(b.Mul(root, w), masked))
-			g, err := b.Build()
+			g, _, err := backendtest.NonFiniteGraph()
 			if err != nil {
 				t.Fatal(err)
 			}
-			feeds := map[string]*graph.Tensor{"x": graph.NewTensor(graph.Float32, graph.Shape{4}), "mask": graph.NewTensor(graph.Float32, graph.Shape{4})}
-			for i, v := range []float64{-1, -2, 3, -4} {
-				feeds["x"].Set(i, v)
-			}
-			feeds["mask"].Set(1, math.Inf(-1))
+			feeds := backendtest.NonFiniteFeeds()
 
 			var want *backend.NonFiniteError
 			if _, err := compileOn(t, cpu.New(), g, backend.Options{CheckFinite: true}).Run(feeds); !errors.As(err, &want) {
