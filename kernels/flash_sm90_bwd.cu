@@ -7,6 +7,8 @@
 // Entry points (T in {bf16, fp16}):
 //   flash_bwd_sm90_pingpong_<T>_d64, flash_bwd_sm90_alternating_<T>_d128
 //       (tq, tk, tv, tdo, tdk, tdv, lse, Dsum, dQaccum, BH, Sq, Sk, scale, causal, group)
+//     and the same names with _gqa for group > 1 (multi-head attention keeps
+//     the code it had before grouped K/V heads: see bwd_block)
 //     the main kernel of FlashBackward, same contract as flash_bwd_<T>_d<D> of
 //     flash_attention.cu (run its flash_bwd_pre_<T> before, flash_bwd_convert_<T>
 //     after, with swz = 1: see dq_stage); tq, tk, tv, tdo, tdk, tdv: CUtensorMaps
@@ -30,15 +32,19 @@
 FA90_BWD(flash_bwd_sm90_alternating_bf16_d128, false, 128, true, true, true)
 FA90_BWD(flash_bwd_sm90_alternating_fp16_d128, true, 128, true, true, true)
 
-#define FA90_BWD_PINGPONG(name, F16)                                                                            \
+#define FA90_BWD_PINGPONG_ENTRY(name, F16, GQA)                                                                 \
   extern "C" __global__ void __launch_bounds__(fa90::WS_THREADS, 1)                                      \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const __grid_constant__ fa90::TmaMap tdk, const __grid_constant__ fa90::TmaMap tdv,            \
            const float* lse, const float* dsum, float* dqacc, int BH, int Sq, int Sk, float scale,       \
            int causal, int group) {                                                                       \
-    fa90::bwd_pingpong<F16>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal, group); \
+    fa90::bwd_pingpong<F16, GQA>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal, group); \
   }
+// name for multi-head attention, name_gqa for grouped K/V heads (see bwd_block).
+#define FA90_BWD_PINGPONG(name, F16)              \
+  FA90_BWD_PINGPONG_ENTRY(name, F16, false)       \
+  FA90_BWD_PINGPONG_ENTRY(name##_gqa, F16, true)
 
 FA90_BWD_PINGPONG(flash_bwd_sm90_pingpong_bf16_d64, false)
 FA90_BWD_PINGPONG(flash_bwd_sm90_pingpong_fp16_d64, true)

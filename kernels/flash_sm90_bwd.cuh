@@ -442,8 +442,17 @@ __device__ __forceinline__ void bwd_tile(int causal, int Sq, int& bh, int& kb) {
 // in registers (no scratch, no reduction kernel; the sums in a fixed order)
 // and each query head's dQ goes to its own rows of dQaccum. Block i of that
 // loop (nblk blocks a head, from qb0) is query rows q0.. of query head bh.
-// With group 1 it is block qb0 + i of the K/V head itself.
+// With group 1 it is block qb0 + i of the K/V head itself. GQA false is
+// multi-head attention (group 1) compiled as it was before grouped heads: the
+// division and the head arithmetic it needs made D=64 causal backward 7.5%
+// slower on the H200 (BENCHMARKS.md), so the kernels come in two builds.
+template <bool GQA>
 __device__ __forceinline__ void bwd_block(int i, int nblk, int qb0, int h0, int& bh, int& q0) {
+  if constexpr (!GQA) {
+    bh = h0;
+    q0 = (qb0 + i) * BWD_BR;
+    return;
+  }
   const int hh = i / nblk;
   bh = h0 + hh;
   q0 = (qb0 + i - hh * nblk) * BWD_BR;
@@ -490,7 +499,7 @@ __device__ __forceinline__ void bwd_store_dkdv(const TmaMap* tdk, const TmaMap* 
   }
 }
 
-template <bool F16, int D, bool PIPE, bool COLS_ASKED, bool ALT_ASKED = false>
+template <bool F16, int D, bool PIPE, bool COLS_ASKED, bool ALT_ASKED, bool GQA>
 __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                     const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                     float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
@@ -525,19 +534,19 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;
   const int hblk = nqb - qb0;      // blocks of one query head
-  const int nblk = group * hblk;   // blocks of the group
-  const int h0 = hkv * group;
+  const int nblk = GQA ? group * hblk : hblk;  // blocks of the group
+  const int h0 = GQA ? hkv * group : hkv;
   // Block j's copies into stage slot st (see bwd_load_block).
   auto load_block = [&](int j, int st, int tid_) {
     int bh, q0;
-    bwd_block(j, hblk, qb0, h0, bh, q0);
+    bwd_block<GQA>(j, hblk, qb0, h0, bh, q0);
     bwd_load_block<D>(tq, tdo, LSE + (size_t)bh * Sq, Dsum + (size_t)bh * Sq, sQ0 + st * QBYTES, sdO0 + st * QBYTES,
                       sLD + st * 2 * BR * 4, full0 + 8 * st, q0, bh, Sq, tid_);
   };
   // Block j's dQ staging tile(s) into dQaccum (see dq_reduce).
   auto reduce_block = [&](int j) {
     int bh, q0;
-    bwd_block(j, hblk, qb0, h0, bh, q0);
+    bwd_block<GQA>(j, hblk, qb0, h0, bh, q0);
     dq_reduce<D, COLS>(dQacc + (size_t)bh * Sq * D, sdQ0, j, q0, Sq);
   };
 
@@ -587,7 +596,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
     int bhq, q0;  // the block's query head and first row
-    bwd_block(i, hblk, qb0, h0, bhq, q0);
+    bwd_block<GQA>(i, hblk, qb0, h0, bhq, q0);
     const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES, sdS = sdS0 + (i & 1) * DSBYTES;
     const float* ld = gLD + st * 2 * BR;
     if constexpr (!PIPE) {
@@ -844,7 +853,7 @@ __device__ __forceinline__ void bwd_loader_block(const TmaMap* tq, const TmaMap*
   __syncwarp();
 }
 
-template <bool F16>
+template <bool F16, bool GQA>
 __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk, const TmaMap* tv, const TmaMap* tdo,
                                        const float* __restrict__ LSE, const float* __restrict__ Dsum,
                                        float* __restrict__ dQacc, const TmaMap* tdk, const TmaMap* tdv, int BH,
@@ -873,8 +882,8 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
   const int nqb = (Sq + BR - 1) / BR;
   const int qb0 = causal ? min(n0 / BR, nqb) : 0;
   const int hblk = nqb - qb0;     // blocks of one query head
-  const int nblk = group * hblk;  // blocks of the group
-  const int h0 = hkv * group;
+  const int nblk = GQA ? group * hblk : hblk;  // blocks of the group
+  const int h0 = GQA ? hkv * group : hkv;
 
   if (tid == 0) {
     mbar_init(barKV, 1);
@@ -900,7 +909,7 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
       for (int i = 0; i < nblk; i++) {
         if (i >= 3) mbar_wait(empty0 + 8 * st, ph ^ 1);
         int bh, q0;
-        bwd_block(i, hblk, qb0, h0, bh, q0);
+        bwd_block<GQA>(i, hblk, qb0, h0, bh, q0);
         bwd_loader_block<D>(tq, tdo, LSE + (size_t)bh * Sq, Dsum + (size_t)bh * Sq, sQ0 + st * QBYTES,
                              sdO0 + st * QBYTES, sLD + st * 2 * BR * 4, full0 + 8 * st, q0, bh, Sq, lane);
         if (++st == 3) {
@@ -914,7 +923,7 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
         named_bar_sync(BWD_PINGPONG_FULL + 4 * cw + (i & 1), 160);
         if (lane == 0) {
           int bh, q0;
-          bwd_block(i, hblk, qb0, h0, bh, q0);
+          bwd_block<GQA>(i, hblk, qb0, h0, bh, q0);
           bulk_reduce_add_f32(dQacc + ((size_t)bh * Sq + q0) * D, dq_tile<D, false>(sdQ0, i, cw),
                               (u32)min(BR, Sq - q0) * (D * 4));
           bulk_commit();
@@ -949,7 +958,7 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
   for (int i = 0; i < nblk; i++) {
     const int st = i % 3;
     int bhq, q0;  // the block's query head (unused here) and first row
-    bwd_block(i, hblk, qb0, h0, bhq, q0);
+    bwd_block<GQA>(i, hblk, qb0, h0, bhq, q0);
     const u32 sQ = sQ0 + st * QBYTES, sdO = sdO0 + st * QBYTES;
     const float* ld = gLD + st * 2 * BR;
     // Sᵀ, then dPᵀ, which runs while Pᵀ is computed.
@@ -1013,15 +1022,20 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
 
 }  // namespace fa90
 
-#define FA90_BWD(name, F16, D, PIPE, COLS, ALT)                                                           \
+// Each backward has two entry points: name for multi-head attention (group
+// 1) and name_gqa for grouped K/V heads (see bwd_block).
+#define FA90_BWD_ENTRY(name, F16, D, PIPE, COLS, ALT, GQA)                                                 \
   extern "C" __global__ void __launch_bounds__(fa90::NT, 1)                                              \
       name(const __grid_constant__ fa90::TmaMap tq, const __grid_constant__ fa90::TmaMap tk,             \
            const __grid_constant__ fa90::TmaMap tv, const __grid_constant__ fa90::TmaMap tdo,            \
            const __grid_constant__ fa90::TmaMap tdk, const __grid_constant__ fa90::TmaMap tdv,            \
            const float* lse, const float* dsum, float* dqacc, int BH, int Sq, int Sk, float scale,       \
            int causal, int group) {                                                                       \
-    fa90::bwd<F16, D, PIPE, COLS, ALT>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale, causal, \
-                                       group);                                                            \
+    fa90::bwd<F16, D, PIPE, COLS, ALT, GQA>(&tq, &tk, &tv, &tdo, lse, dsum, dqacc, &tdk, &tdv, BH, Sq, Sk, scale,  \
+                                            causal, group);                                               \
   }
+#define FA90_BWD(name, F16, D, PIPE, COLS, ALT)            \
+  FA90_BWD_ENTRY(name, F16, D, PIPE, COLS, ALT, false)     \
+  FA90_BWD_ENTRY(name##_gqa, F16, D, PIPE, COLS, ALT, true)
 
 #endif  // FLASH_SM90_BWD_CUH

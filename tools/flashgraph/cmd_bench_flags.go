@@ -230,6 +230,7 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	fs.Bool("train", true, "the training-step benchmark (this table)")
 	cfgName := fs.String("config", "gpt2", "model config: "+strings.Join(model.Names(), ", "))
 	batch := fs.Int("batch", 0, "batch size (0: the config's)")
+	seq := fs.Int("seq", 0, "sequence length S (0: the config's; long context, e.g. -seq 16384 -batch 1)")
 	dtypeFlag := fs.String("dtype", "bf16", "bf16 (mixed precision) or f32")
 	fuse := fs.Bool("fuse", true, "fuse attention (FlashAttention kernels)")
 	fuseEW := fs.Bool("fuse-elementwise", true, "with -fuse: fuse the step's elementwise chains too")
@@ -257,11 +258,14 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *batch < 0 || *warmup < 0 || *steps < 1 || *top < 0 || *curve < 0 {
-		return errors.New("-batch and -warmup must be at least 0, -steps at least 1, -top at least 0")
+	if *batch < 0 || *seq < 0 || *warmup < 0 || *steps < 1 || *top < 0 || *curve < 0 {
+		return errors.New("-batch, -seq and -warmup must be at least 0, -steps at least 1, -top at least 0")
 	}
 	if *batch > 0 {
 		cfg.Batch = *batch
+	}
+	if *seq > 0 {
+		cfg.Seq = *seq
 	}
 	qkv, err := parseFuseQKVVariants(*fuseQKV)
 	if err != nil {

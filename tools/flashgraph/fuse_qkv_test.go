@@ -69,6 +69,7 @@ func TestBenchTrainQKVAndModeFlags(t *testing.T) {
 		{[]string{"bench", "-train", "-fuse-qkv", "maybe"}, `-fuse-qkv "maybe": want off, on or both`},
 		{[]string{"bench", "-train", "-torch-modes", "eager,autotune"}, `-torch-modes: unknown mode "autotune" (want eager, compile, max-autotune)`},
 		{[]string{"compile", "-fuse-qkv", "-passes", "dce"}, "-fuse-qkv with -passes: name fuse_qkv in -passes instead"},
+		{[]string{"bench", "-train", "-seq", "-8"}, "-batch, -seq and -warmup must be at least 0"},
 	} {
 		code, _, stderr := runCode(c.args...)
 		if code == 0 || !strings.Contains(stderr, c.want) {

@@ -706,6 +706,11 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		return fmt.Errorf("cuda: %s: dQaccum at %#x is not 16-byte aligned (the workspace must be)", name, uint64(dqacc))
 	}
 	smem := flashSM90BwdSmem(dim, variant)
+	if group > 1 {
+		// Multi-head attention runs the build without the group loop's
+		// arithmetic (see bwd_block in kernels/flash_sm90_bwd.cuh).
+		name += "_gqa"
+	}
 	f, err := ks.Fn(name, smem)
 	if err != nil {
 		return err
