@@ -328,6 +328,10 @@ func evalReverseSequence(in []*Tensor, a Attrs, out []*Tensor) error {
 	return nil
 }
 
+// UnpoolShape is MaxUnpool's default output for X of shape x: [N, C] +
+// (in − 1)·stride + kernel − pads, the shape its indices number.
+func UnpoolShape(a Attrs, x Shape) (Shape, error) { return unpoolShape(a, x, nil) }
+
 // unpoolShape is MaxUnpool's output: output_shape when given (it must hold
 // the default one), else [N, C] + (in − 1)·stride + kernel − pads.
 func unpoolShape(a Attrs, x Shape, given []int) (Shape, error) {
@@ -374,7 +378,7 @@ func evalMaxUnpool(in []*Tensor, a Attrs, out []*Tensor) error {
 	// I numbers positions of the default unpooled shape; a larger
 	// output_shape keeps each at its multi-index (the extra rows and
 	// columns, at the ends, stay zero).
-	def, err := unpoolShape(a, x.Shape, nil)
+	def, err := UnpoolShape(a, x.Shape)
 	if err != nil {
 		return err
 	}

@@ -226,8 +226,9 @@ extern "C" __global__ void trilu(i64 n, i64 rows, i64 cols, i64 k, int upper, co
 //
 // One output element reduces count input elements. kd/ks: kept dims and their
 // input strides (the output is contiguous over them); rd/rs: reduced dims and
-// strides. op: 0 sum, 2 max; a sum is divided by div at the end (1, or the
-// count for a mean).
+// strides. op: 0 sum, 2 max, 1 product (reduce_cols only: ReduceProd runs
+// there in one chunk); a sum is divided by div at the end (1, or the count
+// for a mean).
 
 __device__ __forceinline__ i64 kept_offset(i64 o, int kr, const i64 (&kd)[MAXR], const i64 (&ks)[MAXR])
 {
@@ -300,7 +301,7 @@ __device__ void reduce_cols_impl(RED_PARAMS)
     const i64 r0 = (i64)blockIdx.y * clen;
     const i64 r1 = r0 + clen < count ? r0 + clen : count;
     for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < nout; o += (i64)gridDim.x * blockDim.x) {
-        A acc = (op == 2) ? -tinf<A>() : (A)0;
+        A acc = (op == 2) ? -tinf<A>() : (op == 1 ? (A)1 : (A)0);
         i64 idx[MAXR] = {0, 0, 0, 0, 0, 0};
         i64 off = kept_offset(o, kr, kd, ks);
         i64 rem = r0;
@@ -314,7 +315,7 @@ __device__ void reduce_cols_impl(RED_PARAMS)
         }
         for (i64 r = r0; r < r1; r++) {
             A v = ld<A>(x, xdt, off);
-            acc = (op == 2) ? nanmax(acc, v) : acc + v;
+            acc = (op == 2) ? nanmax(acc, v) : (op == 1 ? acc * v : acc + v);
             // Odometer over the reduced dims, innermost first.
 #pragma unroll
             for (int k = MAXR - 1; k >= 0; k--) {
@@ -1049,5 +1050,374 @@ extern "C" __global__ void gemm_f64(int ta, int tb, i64 M, i64 N, i64 K, double 
             c += beta * C[row * N + col];
         }
         C[row * N + col] = c;
+    }
+}
+
+// ---------------------------------------------------------------- index ops
+//
+// The ops the ONNX backend test suite added (graph/ops_conform.go,
+// ops_index.go, ops_tensor.go), each the op table's Eval as one thread per
+// output element (or line). Shapes of up to MAXR dims come as six scalars
+// each (D6/A6); an index out of range sets the flag and writes 0.
+
+#define D6(p) i64 p##0, i64 p##1, i64 p##2, i64 p##3, i64 p##4, i64 p##5
+#define A6(p) const i64 p[MAXR] = {p##0, p##1, p##2, p##3, p##4, p##5}
+
+// norm_index makes a negative index count from the end; -1 when out of range.
+__device__ __forceinline__ i64 norm_index(i64 a, i64 n)
+{
+    if (a < 0) {
+        a += n;
+    }
+    return (a < 0 || a >= n) ? -1 : a;
+}
+
+// gather_elements: y[o] = x[o with its axis coordinate replaced by idx[o]];
+// idx and y have dims id (rank r), x has strides xs over the same axes.
+extern "C" __global__ void gather_elements(i64 n, int r, int axis, i64 dim, D6(id), D6(xs), const void* x, int xdt,
+                                           const i64* idx, void* y, int ydt, int* flag, int code)
+{
+    A6(id);
+    A6(xs);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 rem = o, off = 0;
+        bool bad = false;
+        for (int k = r - 1; k >= 0; k--) {
+            i64 c = rem % id[k];
+            rem /= id[k];
+            if (k == axis) {
+                c = norm_index(idx[o], dim);
+                bad = c < 0;
+            }
+            off += c * xs[k];
+        }
+        if (bad) {
+            set_flag(flag, code);
+            st<double>(y, ydt, o, 0.0);
+            continue;
+        }
+        move(y, ydt, o, x, xdt, off);
+    }
+}
+
+// combine is ScatterElements' and ScatterND's reduction of the value v at a
+// position with an update u (0 none, 1 add, 2 mul, 3 max, 4 min).
+template <typename T>
+__device__ __forceinline__ T combine(int red, T v, T u)
+{
+    switch (red) {
+    case 1: return v + u;
+    case 2: return v * u;
+    case 3: return v > u ? v : u;
+    case 4: return v < u ? v : u;
+    default: return u;
+    }
+}
+
+// scatter_elements: each output element (data's dims dd, rank r) scans the
+// indices along axis at its other coordinates in order, so repeated indices
+// combine in the order the reference applies them; idx and upd have dims id.
+extern "C" __global__ void scatter_elements(i64 n, int r, int axis, int red, D6(dd), D6(id), const void* x, int xdt,
+                                            const i64* idx, const void* upd, int udt, void* y, int ydt, int* flag,
+                                            int code)
+{
+    A6(dd);
+    A6(id);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 c[MAXR] = {0, 0, 0, 0, 0, 0};
+        i64 rem = o;
+        bool hit = true; // the indices reach this position's other coordinates
+        for (int k = r - 1; k >= 0; k--) {
+            c[k] = rem % dd[k];
+            rem /= dd[k];
+            if (k != axis && c[k] >= id[k]) {
+                hit = false;
+            }
+        }
+        bool ints = ydt == DT_I64 && xdt == DT_I64 && udt == DT_I64;
+        i64 vi = ints ? ((const i64*)x)[o] : 0;
+        double vf = ints ? 0.0 : ld<double>(x, xdt, o);
+        bool bad = false;
+        for (i64 i = 0; hit && i < id[axis]; i++) {
+            i64 q = 0;
+            for (int k = 0; k < r; k++) {
+                q = q * id[k] + (k == axis ? i : c[k]);
+            }
+            i64 a = norm_index(idx[q], dd[axis]);
+            if (a < 0) {
+                bad = true;
+                continue;
+            }
+            if (a == c[axis]) {
+                if (ints) {
+                    vi = combine<i64>(red, vi, ((const i64*)upd)[q]);
+                } else {
+                    vf = combine<double>(red, vf, ld<double>(upd, udt, q));
+                }
+            }
+        }
+        if (bad) {
+            set_flag(flag, code);
+        }
+        if (ints) {
+            ((i64*)y)[o] = vi;
+        } else {
+            st<double>(y, ydt, o, vf);
+        }
+    }
+}
+
+// argmax over the middle axis of [outer, dim, inner]: a NaN is the largest
+// (the first, or the last with last set), as the reference scans.
+extern "C" __global__ void argmax(i64 outer, i64 dim, i64 inner, int last, const void* x, int xdt, i64* y)
+{
+    i64 n = outer * inner;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 p = o / inner, q = o % inner;
+        double best = -tinf<double>();
+        i64 bi = -1;
+        for (i64 j = 0; j < dim; j++) {
+            double v = ld<double>(x, xdt, (p * dim + j) * inner + q);
+            if (best != best && !(last && v != v)) {
+                continue;
+            }
+            if (bi < 0 || v != v || v > best || (last && v == best)) {
+                best = v;
+                bi = j;
+            }
+        }
+        y[o] = bi;
+    }
+}
+
+// one_hot: y [outer, depth, inner] is vals[1] where the position along depth
+// equals the index (negative from depth), vals[0] elsewhere.
+extern "C" __global__ void one_hot(i64 n, i64 depth, i64 inner, const void* idx, int idt, const void* vals, int vdt,
+                                   void* y, int ydt)
+{
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 q = o % inner, a = (o / inner) % depth, p = o / (inner * depth);
+        i64 k = idt == DT_I64 ? ((const i64*)idx)[p * inner + q] : (i64)ld<double>(idx, idt, p * inner + q);
+        if (k < 0) {
+            k += depth;
+        }
+        move(y, ydt, o, vals, vdt, k == a ? 1 : 0);
+    }
+}
+
+// cumsum along the middle axis of [outer, dim, inner], one thread per line:
+// int64 sums exact (wrapping), floats in double.
+extern "C" __global__ void cumsum(i64 outer, i64 dim, i64 inner, int exclusive, int reverse, const void* x, int xdt,
+                                  void* y, int ydt)
+{
+    i64 n = outer * inner;
+    bool ints = xdt == DT_I64 && ydt == DT_I64;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 p = o / inner, q = o % inner;
+        i64 si = 0;
+        double sf = 0;
+        for (i64 s = 0; s < dim; s++) {
+            i64 j = reverse ? dim - 1 - s : s;
+            i64 at = (p * dim + j) * inner + q;
+            if (ints) {
+                i64 v = ((const i64*)x)[at];
+                if (!exclusive) {
+                    si += v;
+                }
+                ((i64*)y)[at] = si;
+                if (exclusive) {
+                    si += v;
+                }
+                continue;
+            }
+            double v = ld<double>(x, xdt, at);
+            if (!exclusive) {
+                sf += v;
+            }
+            st<double>(y, ydt, at, sf);
+            if (exclusive) {
+                sf += v;
+            }
+        }
+    }
+}
+
+// gather_nd: tuple t of k coordinates (axes nd after the batch axes) picks a
+// slice of slice elements; batch entry t / per_batch.
+extern "C" __global__ void gather_nd(i64 n, int k, i64 slice, i64 per_batch, D6(nd), const void* x, int xdt,
+                                     const i64* idx, void* y, int ydt, int* flag, int code)
+{
+    A6(nd);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 t = o / slice, j = o % slice;
+        i64 p = t / per_batch;
+        bool bad = false;
+        for (int d = 0; d < k; d++) {
+            i64 a = norm_index(idx[t * k + d], nd[d]);
+            bad = bad || a < 0;
+            p = p * nd[d] + (a < 0 ? 0 : a);
+        }
+        if (bad) {
+            set_flag(flag, code);
+            st<double>(y, ydt, o, 0.0);
+            continue;
+        }
+        move(y, ydt, o, x, xdt, p * slice + j);
+    }
+}
+
+// atomic_combine applies a reduction at y[q] atomically (compare-and-swap on
+// the element's bits): float32, float64 and int64 storage.
+__device__ void atomic_combine(void* y, int ydt, i64 q, int red, double uf, i64 ui)
+{
+    if (ydt == DT_F64) {
+        unsigned long long* a = (unsigned long long*)y + q;
+        unsigned long long old = *a, prev;
+        do {
+            prev = old;
+            double v = combine<double>(red, __longlong_as_double((long long)prev), uf);
+            old = atomicCAS(a, prev, (unsigned long long)__double_as_longlong(v));
+        } while (old != prev);
+    } else if (ydt == DT_F32) {
+        unsigned* a = (unsigned*)y + q;
+        unsigned old = *a, prev;
+        do {
+            prev = old;
+            float v = (float)combine<double>(red, (double)__uint_as_float(prev), uf);
+            old = atomicCAS(a, prev, __float_as_uint(v));
+        } while (old != prev);
+    } else {
+        unsigned long long* a = (unsigned long long*)y + q;
+        unsigned long long old = *a, prev;
+        do {
+            prev = old;
+            i64 v = combine<i64>(red, (i64)prev, ui);
+            old = atomicCAS(a, prev, (unsigned long long)v);
+        } while (old != prev);
+    }
+}
+
+// scatter_nd_updates: after y holds the data (copy2d), each update element
+// is written (red 0) or combined atomically at the slice its tuple names.
+extern "C" __global__ void scatter_nd_updates(i64 n, int k, i64 slice, int red, D6(nd), const i64* idx,
+                                              const void* upd, int udt, void* y, int ydt, int* flag, int code)
+{
+    A6(nd);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 t = o / slice, j = o % slice;
+        i64 p = 0;
+        bool bad = false;
+        for (int d = 0; d < k; d++) {
+            i64 a = norm_index(idx[t * k + d], nd[d]);
+            bad = bad || a < 0;
+            p = p * nd[d] + (a < 0 ? 0 : a);
+        }
+        if (bad) {
+            set_flag(flag, code);
+            continue;
+        }
+        i64 q = p * slice + j;
+        if (red == 0) {
+            move(y, ydt, q, upd, udt, o);
+            continue;
+        }
+        bool ints = udt == DT_I64;
+        atomic_combine(y, ydt, q, red, ints ? 0.0 : ld<double>(upd, udt, o), ints ? ((const i64*)upd)[o] : 0);
+    }
+}
+
+// pad: output dims od, input dims id, leading pads pb (rank r); mode 0
+// constant (fill, or 0 when fill is null), 1 reflect, 2 edge.
+extern "C" __global__ void pad(i64 n, int r, int mode, D6(od), D6(id), D6(pb), const void* x, int xdt,
+                               const void* fill, int fdt, void* y, int ydt)
+{
+    A6(od);
+    A6(id);
+    A6(pb);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 rem = o, off = 0, stride = 1;
+        bool inside = true;
+        for (int k = r - 1; k >= 0; k--) {
+            i64 i = rem % od[k] - pb[k];
+            rem /= od[k];
+            if (i < 0 || i >= id[k]) {
+                if (mode == 2) {
+                    i = i < 0 ? 0 : id[k] - 1;
+                } else if (mode == 1) {
+                    i = i < 0 ? -i : 2 * (id[k] - 1) - i;
+                } else {
+                    inside = false;
+                }
+            }
+            off += i * stride;
+            stride *= id[k];
+        }
+        if (!inside) {
+            if (fill != 0) {
+                move(y, ydt, o, fill, fdt, 0);
+            } else {
+                st<double>(y, ydt, o, 0.0);
+            }
+            continue;
+        }
+        move(y, ydt, o, x, xdt, off);
+    }
+}
+
+// reverse_sequence: x viewed [a0, a1, inner] with time and batch the first
+// two axes (batch_axis says which is the batch): the first lens[b] steps of
+// each batch entry reversed, the rest kept.
+extern "C" __global__ void reverse_sequence(i64 n, i64 a1, i64 inner, int batch_axis, i64 steps, const i64* lens,
+                                            const void* x, int xdt, void* y, int ydt, int* flag, int code)
+{
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 q = o % inner, i1 = (o / inner) % a1, i0 = o / (inner * a1);
+        i64 t = batch_axis == 1 ? i0 : i1, b = batch_axis == 1 ? i1 : i0;
+        i64 l = lens[b];
+        if (l < 0 || l > steps) {
+            set_flag(flag, code);
+            st<double>(y, ydt, o, 0.0);
+            continue;
+        }
+        if (t < l) {
+            t = l - 1 - t;
+        }
+        i64 s0 = batch_axis == 1 ? t : b, s1 = batch_axis == 1 ? b : t;
+        move(y, ydt, o, x, xdt, (s0 * a1 + s1) * inner + q);
+    }
+}
+
+// zero_fill: y = 0.
+extern "C" __global__ void zero_fill(i64 n, void* y, int ydt)
+{
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        st<double>(y, ydt, o, 0.0);
+    }
+}
+
+// max_unpool_scatter: x[i] goes to the multi-index that idx[i] numbers in
+// the default unpooled shape (dims dd), in the output (dims od, rank r).
+extern "C" __global__ void max_unpool_scatter(i64 n, int r, D6(dd), D6(od), const void* x, int xdt, const i64* idx,
+                                              void* y, int ydt, int* flag, int code)
+{
+    A6(dd);
+    A6(od);
+    i64 total = 1;
+    for (int k = 0; k < r; k++) {
+        total *= dd[k];
+    }
+    for (i64 i = blockIdx.x * (i64)blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        i64 q = idx[i];
+        if (q < 0 || q >= total) {
+            set_flag(flag, code);
+            continue;
+        }
+        i64 off = 0, stride = 1;
+        for (int k = r - 1; k >= 0; k--) {
+            off += (q % dd[k]) * stride;
+            q /= dd[k];
+            stride *= od[k];
+        }
+        move(y, ydt, off, x, xdt, i);
     }
 }

@@ -58,6 +58,8 @@ var opsKernelNames = []string{
 	"softmax_f64", "softmax_grad_f64", "sce_rows_f64", "sum_scalar", "sce_grad_f64",
 	"gather", "gather_grad_f32", "gather_grad_f64", "adamw_f32", "adamw_vec4_f32", "adamw_f64", "adamw_multi_f32",
 	"attn_softmax_f64", "attn_probs_f64", "attn_dscores_f64", "gemm_f64",
+	"gather_elements", "scatter_elements", "argmax", "one_hot", "cumsum", "gather_nd", "scatter_nd_updates", "pad",
+	"reverse_sequence", "zero_fill", "max_unpool_scatter",
 }
 
 // Backend is the CUDA implementation of backend.Backend: one device, the

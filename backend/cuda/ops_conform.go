@@ -7,14 +7,13 @@ import (
 )
 
 // noKernelYet lists the ops of the op table with no CUDA kernel yet
-// (graph/ops_conform.go, ops_conv.go, ops_einsum.go, ops_index.go, ops_resize.go, ops_tensor.go, ops_gridsample.go, ops_roialign.go, ops_tfidf.go): their lowering refuses the graph
+// (graph/ops_conv.go, ops_einsum.go, ops_index.go, ops_resize.go, ops_tensor.go,
+// ops_gridsample.go, ops_roialign.go, ops_tfidf.go): their lowering refuses the graph
 // at Compile, naming the op, with an error that wraps backend.ErrUnsupported.
 // They run on the CPU backend.
 var noKernelYet = map[string]bool{
-	"GatherElements": true, "ArgMax": true, "ReduceProd": true,
 	"Conv": true, "ConvTranspose": true, "MaxPool": true, "AveragePool": true, "Einsum": true,
-	"ScatterElements": true, "Pad": true, "TopK": true, "OneHot": true, "Interpolate": true,
-	"CumSum": true, "GatherND": true, "ScatterND": true, "ReverseSequence": true, "MaxUnpool": true,
+	"TopK": true, "Interpolate": true,
 	"LRN": true, "Det": true, "GridSample": true, "RoiAlign": true, "TfIdfVectorizer": true,
 }
 

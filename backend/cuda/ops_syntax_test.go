@@ -48,7 +48,7 @@ int min(int, int);
 // TestOpsHostSyntax parses ops.cu with the host's g++ (-fsyntax-only;
 // skipped where there is none), so that a kernel calling an undeclared
 // helper or mistyping one fails here, without NVRTC, rather than on the GPU.
-// It checks the parse has teeth: ops.cu without set_flag must fail.
+// It checks the parse has teeth: ops.cu without norm_index must fail.
 func TestOpsHostSyntax(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
@@ -70,14 +70,14 @@ func TestOpsHostSyntax(t *testing.T) {
 	if out, err := parse("ops", src); err != nil {
 		t.Fatalf("%s does not parse as C++ with the CUDA built-ins stubbed: %v\n%s", opsKernelFile, err, out)
 	}
-	def := "__device__ __forceinline__ void set_flag("
+	def := "__device__ __forceinline__ i64 norm_index("
 	i := strings.Index(src, def)
 	if i < 0 {
 		t.Fatalf("%s has no %q", opsKernelFile, def)
 	}
 	j := i + strings.Index(src[i:], "\n}\n") + 3
 	out, err := parse("doctored", src[:i]+src[j:])
-	if err == nil || !strings.Contains(out, "set_flag") {
-		t.Errorf("%s without set_flag parsed (%v): the check would miss a missing helper\n%s", opsKernelFile, err, out)
+	if err == nil || !strings.Contains(out, "norm_index") {
+		t.Errorf("%s without norm_index parsed (%v): the check would miss a missing helper\n%s", opsKernelFile, err, out)
 	}
 }
