@@ -63,20 +63,47 @@ func (c *lowerCtx) launch1D(name string, n int64, args ...any) (func() error, er
 
 func lowerGatherElements(c *lowerCtx) (func() error, error) {
 	xs, is := c.n.Inputs[0].Type.Shape, c.n.Inputs[1].Type.Shape
-	if err := rankOK("GatherElements", xs); err != nil {
-		return nil, err
-	}
 	ax, err := graph.NormAxis(int(c.n.Attrs.Int("axis", 0)), xs.Rank())
 	if err != nil {
 		return nil, err
 	}
+	dims, strides, cax := collapseGatherDims(dims64(is), dims64(xs), dims64(graph.Shape(xs.Strides())), ax)
+	if len(dims) > maxRank {
+		return nil, fmt.Errorf("GatherElements of rank %d (%d after merging the dims where indices and data agree): the kernel takes at most %d dims", xs.Rank(), len(dims), maxRank)
+	}
 	x, y := c.in(0), c.out(0)
 	n := int64(is.Numel())
-	args := []any{n, int32(xs.Rank()), int32(ax), int64(xs[ax])}
-	args = append(args, six(dims64(is), 1)...)
-	args = append(args, six(dims64(graph.Shape(xs.Strides())), 0)...)
+	args := []any{n, int32(len(dims)), int32(cax), int64(xs[ax])}
+	args = append(args, six(dims, 1)...)
+	args = append(args, six(strides, 0)...)
 	args = append(args, x.ptr, dtCode(x.dt), c.in(1).ptr, y.ptr, dtCode(y.dt), c.flag(), c.code())
 	return c.launch1D("gather_elements", n, args...)
+}
+
+// collapseGatherDims merges neighbouring dims of a GatherElements (index
+// dims id, data dims xd and strides xs, gather axis ax) into one wherever
+// the index walks the data contiguously: dims k and k+1, neither the axis,
+// merge when id[k+1] == xd[k+1], since then index coordinate
+// c_k·id[k+1] + c_{k+1} lands at data offset (c_k·xd[k+1] + c_{k+1})·xs[k+1].
+// A loss over [N, C, d1..d5] (rank 7) gathers at rank 3 this way.
+func collapseGatherDims(id, xd, xs []int64, ax int) (dims, strides []int64, axis int) {
+	dims, strides, axis = []int64{id[0]}, []int64{xs[0]}, -1
+	if ax == 0 {
+		axis = 0
+	}
+	for k := 1; k < len(id); k++ {
+		last := len(dims) - 1
+		if k != ax && last != axis && id[k] == xd[k] {
+			dims[last] *= id[k]
+			strides[last] = xs[k]
+			continue
+		}
+		dims, strides = append(dims, id[k]), append(strides, xs[k])
+		if k == ax {
+			axis = len(dims) - 1
+		}
+	}
+	return dims, strides, axis
 }
 
 // scatterReduction is the kernels' code of a reduction attribute.
