@@ -30,6 +30,13 @@ var updateSources = flag.Bool("update", false, "rewrite testdata/kernel_sources.
 // line says so and the rendering goes on with the next node.
 func renderKernels(t *testing.T, g *graph.Graph, opts PlanOptions) []string {
 	t.Helper()
+	return renderKernelsWith(t, g, opts, nil)
+}
+
+// renderKernelsWith is renderKernels with every ops.cu launch handed to
+// launched (nil: none).
+func renderKernelsWith(t *testing.T, g *graph.Graph, opts PlanOptions, launched func(entry string, args []any)) []string {
+	t.Helper()
 	plan, err := PlanMemoryWith(g, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +44,7 @@ func renderKernels(t *testing.T, g *graph.Graph, opts PlanOptions) []string {
 	var cur []string
 	b := &Backend{opts: Options{Compute: opts.Compute}, render: func(entry, src string) {
 		cur = append(cur, fmt.Sprintf("%s %x", entry, sha256.Sum256([]byte(src))))
-	}}
+	}, launched: launched}
 	x := &executable{b: b, g: g, opts: backend.Options{Updates: opts.Updates}, plan: plan, bufs: map[*graph.Value]buffer{},
 		inits: map[string]*graph.Value{}, shapeOperands: map[*graph.Value]bool{}, sharedZeros: map[*graph.Value]bool{}}
 	x.flag = 1 << 32

@@ -160,6 +160,9 @@ func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func
 	if err != nil {
 		return nil, err
 	}
+	if c.x.b.render != nil && c.x.b.launched != nil {
+		c.x.b.launched(name, args)
+	}
 	l, err := driver.NewRawLaunch(f, grid, block, 0, args...)
 	if err != nil {
 		return nil, err
