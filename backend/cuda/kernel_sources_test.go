@@ -30,12 +30,13 @@ var updateSources = flag.Bool("update", false, "rewrite testdata/kernel_sources.
 // line says so and the rendering goes on with the next node.
 func renderKernels(t *testing.T, g *graph.Graph, opts PlanOptions) []string {
 	t.Helper()
-	return renderKernelsWith(t, g, opts, nil)
+	lines, _ := renderKernelsWith(t, g, opts, nil)
+	return lines
 }
 
 // renderKernelsWith is renderKernels with every ops.cu launch handed to
-// launched (nil: none).
-func renderKernelsWith(t *testing.T, g *graph.Graph, opts PlanOptions, launched func(entry string, args []any)) []string {
+// launched (nil: none); it returns the made-up buffers too.
+func renderKernelsWith(t *testing.T, g *graph.Graph, opts PlanOptions, launched func(entry string, args []any)) ([]string, map[*graph.Value]buffer) {
 	t.Helper()
 	plan, err := PlanMemoryWith(g, opts)
 	if err != nil {
@@ -103,7 +104,7 @@ func renderKernelsWith(t *testing.T, g *graph.Graph, opts PlanOptions, launched 
 			lines = append(lines, fmt.Sprintf("%d %s (lowering needs a device)", i, n.Op))
 		}
 	}
-	return lines
+	return lines, x.bufs
 }
 
 func TestGeneratedKernelSources(t *testing.T) {

@@ -143,7 +143,7 @@ func TestSpatialLaunchesMatchKernels(t *testing.T) {
 		g := spatialGraph(t, dt)
 		launched := map[string]int{}
 		args := map[string][]any{}
-		lines := renderKernelsWith(t, g, PlanOptions{}, func(entry string, a []any) {
+		lines, _ := renderKernelsWith(t, g, PlanOptions{}, func(entry string, a []any) {
 			launched[entry]++
 			args[entry] = a
 			for _, p := range launchProblems(kinds, entry, a) {
