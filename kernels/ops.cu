@@ -2136,3 +2136,53 @@ extern "C" __global__ void einsum(i64 n, int nout, int nsum, int nops, D6(od), D
         st<double>(y, ydt, o, s);
     }
 }
+
+// tfidf: y [rows, width] from the int64 rows of x [rows, cols]: per output
+// column, the occurrences of the pool n-grams that count in it, each n-gram
+// of n ≥ min_n items read at a start and a gap of 1 to max_gap (a 1-gram at
+// gap 1 only), as evalTfIdf counts them; then mode 0 (TF) the count, 1 (IDF)
+// the column's weight where the count is positive, 2 (TFIDF) count × weight
+// (weight null: each 1). table (int64): width + 1 starts of each column's
+// n-grams, ngrams + 1 starts of each n-gram's items, then the items.
+extern "C" __global__ void tfidf(i64 rows, i64 cols, i64 width, i64 ngrams, i64 min_n, i64 max_gap, int mode,
+                                 const i64* x, const i64* table, const double* weight, void* y, int ydt)
+{
+    const i64* col_start = table;
+    const i64* gram_start = table + width + 1;
+    const i64* items = gram_start + ngrams + 1;
+    i64 n = rows * width;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 r = o / width, col = o % width;
+        const i64* row = x + r * cols;
+        i64 count = 0;
+        for (i64 g = col_start[col]; g < col_start[col + 1]; g++) {
+            i64 len = gram_start[g + 1] - gram_start[g];
+            const i64* it = items + gram_start[g];
+            if (len < min_n) {
+                continue;
+            }
+            for (i64 i = 0; i < cols; i++) {
+                for (i64 gap = 1; gap <= max_gap; gap++) {
+                    if ((len == 1 && gap > 1) || i + (len - 1) * gap >= cols) {
+                        break;
+                    }
+                    bool match = true;
+                    for (i64 j = 0; j < len && match; j++) {
+                        match = row[i + j * gap] == it[j];
+                    }
+                    if (match) {
+                        count++;
+                    }
+                }
+            }
+        }
+        double wgt = weight != 0 ? weight[col] : 1.0;
+        double v = (double)count;
+        if (mode == 1) {
+            v = count > 0 ? wgt : 0.0;
+        } else if (mode == 2) {
+            v = (double)count * wgt;
+        }
+        st<double>(y, ydt, o, v);
+    }
+}

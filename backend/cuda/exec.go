@@ -61,7 +61,7 @@ var opsKernelNames = []string{
 	"gather_elements", "scatter_elements", "argmax", "one_hot", "cumsum", "gather_nd", "scatter_nd_updates", "pad",
 	"reverse_sequence", "zero_fill", "max_unpool_scatter",
 	"conv", "conv_transpose", "max_pool", "avg_pool", "interpolate", "topk", "lrn", "det", "grid_sample", "roi_align",
-	"einsum",
+	"einsum", "tfidf",
 }
 
 // Backend is the CUDA implementation of backend.Backend: one device, the
@@ -83,6 +83,9 @@ type Backend struct {
 	// lowerings build: the entry point and its arguments (a test checks
 	// them against the kernel's parameters, without a GPU).
 	launched func(entry string, args []any)
+	// uploaded, when set with render, places the tables lowerings upload
+	// (lowerCtx.upload) and gives their made-up addresses.
+	uploaded func(data []byte) DevicePtr
 
 	// comm is this rank's NCCL communicator in a data-parallel job
 	// (SetComm): AllReduce nodes of several ranks reduce through it.

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
@@ -151,6 +152,28 @@ func (c *lowerCtx) constInts(i int, what string) ([]int, error) {
 		out[k] = int(x)
 	}
 	return out, nil
+}
+
+// upload copies data into device memory the executable owns (freed by
+// Close): a table a kernel reads, fixed at Compile.
+func (c *lowerCtx) upload(data []byte) (DevicePtr, error) {
+	if len(data) == 0 {
+		return 0, errors.New("internal error: an empty table")
+	}
+	if b := c.x.b; b.render != nil {
+		if b.uploaded == nil {
+			return 0, errors.New("rendering without a device: nowhere to upload a table")
+		}
+		return b.uploaded(data), nil
+	}
+	p, err := c.x.alloc(len(data))
+	if err != nil {
+		return 0, err
+	}
+	if err := c.dev().CopyToDevice(p, unsafe.Pointer(&data[0]), len(data)); err != nil {
+		return 0, err
+	}
+	return p, nil
 }
 
 // kernel returns a device-goroutine closure launching an ops.cu kernel with

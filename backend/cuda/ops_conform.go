@@ -6,14 +6,11 @@ import (
 	"github.com/flashgraph/flashgraph/backend"
 )
 
-// noKernelYet lists the ops of the op table with no CUDA kernel yet: their
-// lowering refuses the graph at Compile, naming the op, with an error that
-// wraps backend.ErrUnsupported. They run on the CPU backend.
-// TfIdfVectorizer's n-gram pool is a string-keyed map (graph/ops_tfidf.go),
-// which a kernel would need as a table in device memory.
-var noKernelYet = map[string]bool{
-	"TfIdfVectorizer": true,
-}
+// noKernelYet lists the ops of the op table with no CUDA kernel yet (none
+// now; an op added to the table goes here until it has one): their lowering
+// refuses the graph at Compile, naming the op, with an error that wraps
+// backend.ErrUnsupported. They run on the CPU backend.
+var noKernelYet = map[string]bool{}
 
 func init() {
 	for op := range noKernelYet {

@@ -226,6 +226,23 @@ func emulationGraph(t *testing.T, dt graph.DType) (*graph.Graph, map[string]*gra
 	ti.I64[5] = 1<<53 + 1
 	feeds["maxpool_int64"] = ti
 	outs = append(outs, b.Op("MaxPool", graph.Attrs{"kernel_shape": graph.Ints(2, 2), "strides": graph.Ints(2, 2)}, xi))
+	// TfIdfVectorizer: each mode, X of rank 1, no weights, longer grams only.
+	tfidf := []graph.Attrs{tfidfAttrs("TF"), tfidfAttrs("IDF"), tfidfAttrs("TFIDF"), tfidfAttrs("TFIDF"), tfidfAttrs("TFIDF")}
+	delete(tfidf[3], "weights")
+	tfidf[4]["min_gram_length"], tfidf[4]["max_skip_count"] = graph.Int(2), graph.Int(0)
+	for i, a := range tfidf {
+		name := fmt.Sprintf("tfidf%d", i)
+		shape := graph.Shape{3, 9}
+		if i == 3 {
+			shape = graph.Shape{11}
+		}
+		tx := graph.NewTensor(graph.Int64, shape)
+		for k := range tx.I64 {
+			tx.I64[k] = rng.Int64N(4)
+		}
+		feeds[name] = tx
+		outs = append(outs, b.Op("TfIdfVectorizer", a, b.Input(name, graph.Int64, shape...)))
+	}
 	b.Output(outs...)
 	g, err := b.Build()
 	if err != nil {
@@ -269,9 +286,21 @@ func emulate(t *testing.T, gxx string, dt graph.DType) {
 	exe.Close()
 
 	var launches []emulatedLaunch
-	lines, bufs := renderKernelsWith(t, g, PlanOptions{}, func(entry string, args []any) {
-		launches = append(launches, emulatedLaunch{entry, append([]any(nil), args...)})
-	})
+	// Uploaded tables go at 2^40 on, laid out after the arena below.
+	const tablesFrom = DevicePtr(1 << 40)
+	var tables []byte
+	hooks := renderHooks{
+		launched: func(entry string, args []any) {
+			launches = append(launches, emulatedLaunch{entry, append([]any(nil), args...)})
+		},
+		uploaded: func(data []byte) DevicePtr {
+			at := tablesFrom.Offset(len(tables))
+			tables = append(tables, data...)
+			tables = append(tables, make([]byte, (256-len(data)%256)%256)...)
+			return at
+		},
+	}
+	lines, bufs := renderKernelsWith(t, g, PlanOptions{}, hooks)
 	for _, l := range lines {
 		if strings.Contains(l, "needs a device") {
 			t.Fatal(l)
@@ -283,11 +312,14 @@ func emulate(t *testing.T, gxx string, dt graph.DType) {
 	// The image: the flag at 0, then the arena and the inputs from offset
 	// 256 (renderKernels puts the flag at 2^32, the arena at 2^33).
 	const flagAt, arenaAt = DevicePtr(1 << 32), DevicePtr(1 << 33)
+	tablesAt := -1
 	offset := func(p DevicePtr) (int, bool) {
 		switch {
 		case p == flagAt:
 			return 0, true
-		case p >= arenaAt:
+		case p >= tablesFrom && tablesAt >= 0:
+			return tablesAt + int(p-tablesFrom), true
+		case p >= arenaAt && p < tablesFrom:
 			return 256 + int(p-arenaAt), true
 		}
 		return 0, false
@@ -298,7 +330,10 @@ func emulate(t *testing.T, gxx string, dt graph.DType) {
 			size = max(size, o+buf.bytes())
 		}
 	}
+	tablesAt = (size + 255) &^ 255
+	size = tablesAt + len(tables)
 	image := make([]byte, size)
+	copy(image[tablesAt:], tables)
 	for name, tn := range feeds {
 		var v *graph.Value
 		for _, in := range g.Inputs {

@@ -1,21 +1,24 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
+	"math"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-// Lowerings of TopK, LRN, Det and Einsum: each launches its kernel of the
-// "spatial ops" section of kernels/ops.cu, the op table's Eval
-// (graph/ops_index.go, ops_tensor.go, ops_einsum.go) one output element (or
-// matrix) at a time.
+// Lowerings of TopK, LRN, Det, Einsum and TfIdfVectorizer: each launches
+// its kernel of the "spatial ops" section of kernels/ops.cu, the op table's
+// Eval (graph/ops_index.go, ops_tensor.go, ops_einsum.go, ops_tfidf.go) one
+// output element (or matrix) at a time.
 
 func init() {
 	for op, l := range map[string]lowering{
 		"TopK": {lower: lowerTopK}, "LRN": {lower: lowerLRN},
 		"Det": {lower: lowerDet, scratch: detScratch}, "Einsum": {lower: lowerEinsum},
+		"TfIdfVectorizer": {lower: lowerTfIdfVectorizer},
 	} {
 		lowerings[op] = l
 	}
@@ -132,4 +135,77 @@ func lowerEinsum(c *lowerCtx) (func() error, error) {
 	}
 	args = append(args, y.ptr, dtCode(y.dt))
 	return c.launch1D("einsum", n, args...)
+}
+
+// lowerTfIdfVectorizer uploads the resolved pool (graph.NewTfIdfTable) as
+// the kernel's table, and the weights per column when given.
+func lowerTfIdfVectorizer(c *lowerCtx) (func() error, error) {
+	xs := c.n.Inputs[0].Type.Shape
+	if xs.Rank() != 1 && xs.Rank() != 2 {
+		return nil, fmt.Errorf("TfIdfVectorizer of %v: want [C] or [N, C]", xs)
+	}
+	t, err := graph.NewTfIdfTable(c.n.Attrs)
+	if err != nil {
+		return nil, err
+	}
+	mode, err := code("mode", c.n.Attrs.String("mode", ""), "TF", "IDF", "TFIDF")
+	if err != nil {
+		return nil, err
+	}
+	rows, cols := int64(1), int64(xs[xs.Rank()-1])
+	if xs.Rank() == 2 {
+		rows = int64(xs[0])
+	}
+	if t.Width == 0 || rows == 0 {
+		return nop, nil
+	}
+	// The table: each column's first n-gram (Column is sorted), each
+	// n-gram's first item, the items.
+	table := make([]int64, 0, t.Width+1+len(t.Grams)+1)
+	g := 0
+	for col := range t.Width + 1 {
+		for g < len(t.Grams) && t.Column[g] < col {
+			g++
+		}
+		table = append(table, int64(g))
+	}
+	at := int64(0)
+	for _, gr := range t.Grams {
+		table = append(table, at)
+		at += int64(len(gr))
+	}
+	table = append(table, at)
+	for _, gr := range t.Grams {
+		table = append(table, gr...)
+	}
+	tp, err := c.upload(int64Bytes(table))
+	if err != nil {
+		return nil, err
+	}
+	var wp DevicePtr
+	if t.Weight != nil {
+		if wp, err = c.upload(float64Bytes(t.Weight)); err != nil {
+			return nil, err
+		}
+	}
+	maxGap := min(int64(t.MaxSkips)+1, max(cols-1, 1))
+	y := c.out(0)
+	return c.launch1D("tfidf", rows*int64(t.Width), rows, cols, int64(t.Width), int64(len(t.Grams)), int64(t.Min), maxGap, mode,
+		c.in(0).ptr, tp, wp, y.ptr, dtCode(y.dt))
+}
+
+func int64Bytes(v []int64) []byte {
+	out := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(out[8*i:], uint64(x))
+	}
+	return out
+}
+
+func float64Bytes(v []float64) []byte {
+	out := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(out[8*i:], math.Float64bits(x))
+	}
+	return out
 }
