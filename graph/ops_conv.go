@@ -475,3 +475,54 @@ func evalConvTranspose(in []*Tensor, a Attrs, out []*Tensor) error {
 	}
 	return nil
 }
+
+// SpatialWindow is a resolved window of Conv, ConvTranspose, MaxPool or
+// AveragePool, for a backend that computes the op itself: the spatial dims
+// of the input (In), kernel (K) and output (Out), and per axis the stride,
+// dilation and the begin and end pads.
+type SpatialWindow struct {
+	In, K, Out, Stride, Dil, PadBegin, PadEnd []int
+}
+
+func exportWindow(w *window, out []int) *SpatialWindow {
+	return &SpatialWindow{In: w.in, K: w.k, Out: out, Stride: w.stride, Dil: w.dil, PadBegin: w.pb, PadEnd: w.pe}
+}
+
+// ConvWindow is the window evalConv slides for X of shape x and W of shape wt.
+func ConvWindow(a Attrs, x, wt Shape) (*SpatialWindow, error) {
+	if x.Rank() < 3 || wt.Rank() != x.Rank() {
+		return nil, fmt.Errorf("X %v and W %v: want [N, C, D...] and [M, C/group, K...]", x, wt)
+	}
+	w, err := newWindow(a, spatial(x), spatial(wt), false)
+	if err != nil {
+		return nil, err
+	}
+	return exportWindow(w, w.out), nil
+}
+
+// PoolWindow is the window evalMaxPool and evalAveragePool slide over X of
+// shape x (kernel_shape and ceil_mode from the attributes).
+func PoolWindow(a Attrs, x Shape) (*SpatialWindow, error) {
+	ks := a.IntList("kernel_shape")
+	if x.Rank() < 3 || len(ks) != x.Rank()-2 {
+		return nil, fmt.Errorf("kernel_shape %v for X %v", ks, x)
+	}
+	w, err := newWindow(a, spatial(x), toInts(ks), a.Int("ceil_mode", 0) != 0)
+	if err != nil {
+		return nil, err
+	}
+	return exportWindow(w, w.out), nil
+}
+
+// ConvTransposeWindow is evalConvTranspose's window for X of shape x and W
+// of shape wt; Out is the output's spatial dims.
+func ConvTransposeWindow(a Attrs, x, wt Shape) (*SpatialWindow, error) {
+	if x.Rank() < 3 || wt.Rank() != x.Rank() {
+		return nil, fmt.Errorf("X %v and W %v: want [N, C, D...] and [C, M/group, K...]", x, wt)
+	}
+	w, out, err := transposedWindow(a, spatial(x), spatial(wt))
+	if err != nil {
+		return nil, err
+	}
+	return exportWindow(w, out), nil
+}

@@ -142,17 +142,12 @@ func evalEinsum(in []*Tensor, a Attrs, out []*Tensor) error {
 	for i, t := range in {
 		shapes[i] = t.Shape
 	}
-	e, err := parseEinsum(a.String("equation", ""), shapes)
+	plan, err := ParseEinsum(a.String("equation", ""), shapes)
 	if err != nil {
 		return err
 	}
-	var summed []rune
-	for l := range e.size {
-		if !slices.Contains(e.out, l) {
-			summed = append(summed, l)
-		}
-	}
-	slices.Sort(summed)
+	e := &einsum{ins: plan.Ins, out: plan.Out, size: plan.Size}
+	summed := plan.Summed
 	sumShape := make(Shape, len(summed))
 	for i, l := range summed {
 		sumShape[i] = e.size[l]
@@ -188,4 +183,30 @@ func evalEinsum(in []*Tensor, a Attrs, out []*Tensor) error {
 		out[0].Set(p, s)
 	}
 	return nil
+}
+
+// EinsumPlan is a parsed equation for a backend that computes Einsum
+// itself: each operand's labels, the output's, the summed labels in the
+// order evalEinsum runs through them (sorted), and each label's size.
+type EinsumPlan struct {
+	Ins    [][]rune
+	Out    []rune
+	Summed []rune
+	Size   map[rune]int
+}
+
+// ParseEinsum parses equation eq for operands of the given shapes.
+func ParseEinsum(eq string, shapes []Shape) (*EinsumPlan, error) {
+	e, err := parseEinsum(eq, shapes)
+	if err != nil {
+		return nil, err
+	}
+	var summed []rune
+	for l := range e.size {
+		if !slices.Contains(e.out, l) {
+			summed = append(summed, l)
+		}
+	}
+	slices.Sort(summed)
+	return &EinsumPlan{Ins: e.ins, Out: e.out, Summed: summed, Size: e.size}, nil
 }

@@ -35,17 +35,17 @@ func init() {
 				return nil, fmt.Errorf("batch_indices %v: want int64[%d]", *idx, rois.Shape[0])
 			}
 			oh, ow := a.Int("output_height", 1), a.Int("output_width", 1)
-			if sr := a.Int("sampling_ratio", 0); oh < 1 || ow < 1 || sr < 0 || sr > maxRoiSamples {
-				return nil, fmt.Errorf("output %d×%d, sampling_ratio %d: want positive sizes, a ratio in [0, %d]", oh, ow, sr, maxRoiSamples)
+			if sr := a.Int("sampling_ratio", 0); oh < 1 || ow < 1 || sr < 0 || sr > MaxRoiSamples {
+				return nil, fmt.Errorf("output %d×%d, sampling_ratio %d: want positive sizes, a ratio in [0, %d]", oh, ow, sr, MaxRoiSamples)
 			}
 			return []TensorType{{x.DType, Shape{rois.Shape[0], x.Shape[1], int(oh), int(ow)}}}, nil
 		},
 	})
 }
 
-// maxRoiSamples bounds the samples per bin along an axis when
+// MaxRoiSamples bounds the samples per bin along an axis when
 // sampling_ratio is 0 (the region's own size then sets them).
-const maxRoiSamples = 1 << 16
+const MaxRoiSamples = 1 << 16
 
 func evalRoiAlign(in []*Tensor, a Attrs, out []*Tensor) error {
 	x, rois, idx, y := in[0], in[1], in[2], out[0]
@@ -74,8 +74,8 @@ func evalRoiAlign(in []*Tensor, a Attrs, out []*Tensor) error {
 		if ratio == 0 {
 			fh, fw := math.Ceil(rh/float64(oh)), math.Ceil(rw/float64(ow))
 			// A region of absurd size (or NaN corners) would sample without end.
-			if math.IsNaN(fh) || math.IsNaN(fw) || fh > maxRoiSamples || fw > maxRoiSamples {
-				return fmt.Errorf("roi %d spans %v×%v samples per bin, past %d", r, fh, fw, maxRoiSamples)
+			if math.IsNaN(fh) || math.IsNaN(fw) || fh > MaxRoiSamples || fw > MaxRoiSamples {
+				return fmt.Errorf("roi %d spans %v×%v samples per bin, past %d", r, fh, fw, MaxRoiSamples)
 			}
 			gh, gw = int(math.Max(fh, 0)), int(math.Max(fw, 0))
 		}

@@ -145,3 +145,60 @@ func evalTfIdf(in []*Tensor, a Attrs, out []*Tensor) error {
 	}
 	return nil
 }
+
+// TfIdfTable is TfIdfVectorizer's pool resolved for a backend that
+// computes the op itself: each distinct pool n-gram with the output column
+// it counts in (the one evalTfIdf's map holds: a repeated n-gram's last),
+// in column order; the weight of each column (0 where no n-gram has it; nil
+// without weights, each 1); and the output width, gram lengths and skips.
+type TfIdfTable struct {
+	Grams              [][]int64
+	Column             []int
+	Weight             []float64
+	Width              int
+	Min, Max, MaxSkips int
+}
+
+// NewTfIdfTable checks and resolves TfIdfVectorizer's attributes.
+func NewTfIdfTable(a Attrs) (*TfIdfTable, error) {
+	p, err := newNgramPool(a)
+	if err != nil {
+		return nil, err
+	}
+	t := &TfIdfTable{Width: p.width, Min: p.min, Max: p.max, MaxSkips: p.skip}
+	pool, counts := a.IntList("pool_int64s"), a.IntList("ngram_counts")
+	seen := map[string]bool{}
+	for i, start := range counts {
+		end := int64(len(pool))
+		if i+1 < len(counts) {
+			end = counts[i+1]
+		}
+		n := int64(i + 1)
+		for s := start; s < end; s += n {
+			key := ngramKey(pool[s : s+n])
+			if seen[key] {
+				continue
+			}
+			seen[key] = true
+			t.Grams = append(t.Grams, pool[s:s+n])
+			t.Column = append(t.Column, p.column[key])
+		}
+	}
+	order := make([]int, len(t.Grams))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(i, j int) int { return t.Column[i] - t.Column[j] })
+	grams, cols := make([][]int64, len(order)), make([]int, len(order))
+	for k, i := range order {
+		grams[k], cols[k] = t.Grams[i], t.Column[i]
+	}
+	t.Grams, t.Column = grams, cols
+	if w := a["weights"]; w.Kind == AttrFloats {
+		t.Weight = make([]float64, p.width)
+		for k, c := range a.IntList("ngram_indexes") {
+			t.Weight[c] = w.Floats[k]
+		}
+	}
+	return t, nil
+}

@@ -1421,3 +1421,768 @@ extern "C" __global__ void max_unpool_scatter(i64 n, int r, D6(dd), D6(od), cons
         move(y, ydt, off, x, xdt, i);
     }
 }
+
+// ---------------------------------------------------------------- spatial ops
+//
+// Conv, ConvTranspose, MaxPool, AveragePool (graph/ops_conv.go), Interpolate
+// (ops_resize.go), GridSample, RoiAlign, LRN, TopK, Det and Einsum: each the op
+// table's Eval as one thread per output element (or matrix), accumulating in
+// double in the order the reference does. A window comes resolved by the host
+// (graph.ConvWindow, PoolWindow, ConvTransposeWindow): per spatial axis (ns of
+// them) the input, kernel and output dims, strides, dilations and the begin and
+// end pads.
+
+#define F6(p) double p##0, double p##1, double p##2, double p##3, double p##4, double p##5
+#define AF6(p) const double p[MAXR] = {p##0, p##1, p##2, p##3, p##4, p##5}
+
+struct win {
+    int ns;
+    i64 in[MAXR], k[MAXR], out[MAXR], st[MAXR], dl[MAXR], pb[MAXR], pe[MAXR];
+    i64 inN, kN, outN;
+};
+
+#define WIN_PARAMS int ns, D6(wi), D6(wk), D6(wo), D6(ws), D6(wd), D6(wb), D6(we)
+
+// prod_dims is the element count of the first n of dims.
+__device__ __forceinline__ i64 prod_dims(const i64* dims, int n)
+{
+    i64 p = 1;
+    for (int d = 0; d < n; d++) {
+        p *= dims[d];
+    }
+    return p;
+}
+
+// unravel_dims writes the multi-index of flat position o over the first n of dims.
+__device__ __forceinline__ void unravel_dims(i64 o, const i64* dims, int n, i64* idx)
+{
+    for (int d = n - 1; d >= 0; d--) {
+        idx[d] = o % dims[d];
+        o /= dims[d];
+    }
+}
+
+__device__ __forceinline__ win make_win(int ns, const i64* wi, const i64* wk, const i64* wo, const i64* ws,
+                                        const i64* wd, const i64* wb, const i64* we)
+{
+    win w;
+    w.ns = ns;
+    for (int d = 0; d < MAXR; d++) {
+        w.in[d] = wi[d];
+        w.k[d] = wk[d];
+        w.out[d] = wo[d];
+        w.st[d] = ws[d];
+        w.dl[d] = wd[d];
+        w.pb[d] = wb[d];
+        w.pe[d] = we[d];
+    }
+    w.inN = prod_dims(w.in, ns);
+    w.kN = prod_dims(w.k, ns);
+    w.outN = prod_dims(w.out, ns);
+    return w;
+}
+
+#define WIN_INIT(w)                                                                                                    \
+    A6(wi);                                                                                                            \
+    A6(wk);                                                                                                            \
+    A6(wo);                                                                                                            \
+    A6(ws);                                                                                                            \
+    A6(wd);                                                                                                            \
+    A6(wb);                                                                                                            \
+    A6(we);                                                                                                            \
+    const win w = make_win(ns, wi, wk, wo, ws, wd, wb, we)
+
+// win_tap is the input position (flat over the spatial axes) that kernel offset
+// kp of output position op (a multi-index) reads, -1 where it falls in a pad;
+// *in_pad says whether it lies within the explicit pads (a ceil_mode window may
+// reach past them), as window.each in graph/ops_conv.go.
+__device__ i64 win_tap(const win& w, const i64* op, i64 kp, bool* in_pad)
+{
+    i64 kk[MAXR];
+    unravel_dims(kp, w.k, w.ns, kk);
+    i64 pos = 0;
+    bool valid = true;
+    *in_pad = true;
+    for (int d = 0; d < w.ns; d++) {
+        i64 c = op[d] * w.st[d] - w.pb[d] + kk[d] * w.dl[d];
+        if (c < -w.pb[d] || c >= w.in[d] + w.pe[d]) {
+            *in_pad = false;
+        }
+        if (c < 0 || c >= w.in[d]) {
+            valid = false;
+        }
+        pos = pos * w.in[d] + c;
+    }
+    return valid ? pos : -1;
+}
+
+// conv: y [nb, m, out...] = b[mi] + the sum over the channels ci of mi's group
+// (cin / group of them) and the kernel offsets of x·w, in that order.
+extern "C" __global__ void conv(i64 nb, i64 m, i64 cin, i64 group, WIN_PARAMS, const void* x, int xdt,
+                                const void* wt, int wdt, const void* b, int bdt, void* y, int ydt)
+{
+    WIN_INIT(w);
+    i64 cg = cin / group, mg = m / group;
+    i64 n = nb * m * w.outN;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 sp = o % w.outN, mi = (o / w.outN) % m, bi = o / (w.outN * m);
+        i64 grp = mi / mg;
+        i64 op[MAXR];
+        unravel_dims(sp, w.out, ns, op);
+        double s = b != 0 ? ld<double>(b, bdt, mi) : 0.0;
+        for (i64 ci = 0; ci < cg; ci++) {
+            i64 xc = (bi * cin + grp * cg + ci) * w.inN, wc = (mi * cg + ci) * w.kN;
+            for (i64 kp = 0; kp < w.kN; kp++) {
+                bool in_pad;
+                i64 p = win_tap(w, op, kp, &in_pad);
+                if (p >= 0) {
+                    s += ld<double>(x, xdt, xc + p) * ld<double>(wt, wdt, wc + kp);
+                }
+            }
+        }
+        st<double>(y, ydt, o, s);
+    }
+}
+
+// conv_transpose: y [nb, m, out...] starts at b[mi]; every x[bi, ci, i] of
+// mi's group adds x·w[ci, mj, k] where i·stride − pb + k·dilation lands on it.
+// The window's in and out are X's and Y's spatial dims. The terms of one output
+// come in the reference's order: by channel, then by input position; running the
+// kernel offsets down on every axis runs the input positions up.
+extern "C" __global__ void conv_transpose(i64 nb, i64 m, i64 cin, i64 group, WIN_PARAMS, const void* x, int xdt,
+                                          const void* wt, int wdt, const void* b, int bdt, void* y, int ydt)
+{
+    WIN_INIT(w);
+    i64 cg = cin / group, mg = m / group;
+    i64 n = nb * m * w.outN;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 sp = o % w.outN, mi = (o / w.outN) % m, bi = o / (w.outN * m);
+        i64 grp = mi / mg, mj = mi % mg;
+        i64 op[MAXR], kk[MAXR];
+        unravel_dims(sp, w.out, ns, op);
+        double s = b != 0 ? ld<double>(b, bdt, mi) : 0.0;
+        for (i64 ci = grp * cg; ci < (grp + 1) * cg; ci++) {
+            for (i64 t = 0; t < w.kN; t++) {
+                i64 kp = w.kN - 1 - t;
+                unravel_dims(kp, w.k, ns, kk);
+                i64 pos = 0;
+                bool hit = true;
+                for (int d = 0; d < ns; d++) {
+                    i64 num = op[d] + w.pb[d] - kk[d] * w.dl[d];
+                    if (num < 0 || num % w.st[d] != 0 || num / w.st[d] >= w.in[d]) {
+                        hit = false;
+                        break;
+                    }
+                    pos = pos * w.in[d] + num / w.st[d];
+                }
+                if (hit) {
+                    s += ld<double>(x, xdt, (bi * cin + ci) * w.inN + pos) * ld<double>(wt, wdt, (ci * mg + mj) * w.kN + kp);
+                }
+            }
+        }
+        st<double>(y, ydt, o, s);
+    }
+}
+
+// max_pool: the first maximum of each window of each of planes [in...] planes
+// (a NaN wins; pads never do), copied, so int64 data stays exact; idx (when
+// not null) gets its flat index in x, the spatial axes numbered column-major
+// with col_major. A window of padding alone is −∞ with index −1 (an int64
+// output has no −∞: the flag is set).
+extern "C" __global__ void max_pool(i64 planes, WIN_PARAMS, int col_major, const void* x, int xdt, void* y, int ydt,
+                                    i64* idx, int* flag, int code)
+{
+    WIN_INIT(w);
+    i64 n = planes * w.outN;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 pl = o / w.outN, sp = o % w.outN;
+        i64 op[MAXR];
+        unravel_dims(sp, w.out, ns, op);
+        i64 best = -1;
+        double bv = 0;
+        for (i64 kp = 0; kp < w.kN; kp++) {
+            bool in_pad;
+            i64 p = win_tap(w, op, kp, &in_pad);
+            if (p < 0) {
+                continue;
+            }
+            double v = ld<double>(x, xdt, pl * w.inN + p);
+            if (best < 0 || (bv == bv && (v > bv || v != v))) {
+                best = p;
+                bv = v;
+            }
+        }
+        if (best < 0) {
+            if (ydt == DT_I64) {
+                set_flag(flag, code);
+                st<double>(y, ydt, o, 0.0);
+            } else {
+                st<double>(y, ydt, o, -tinf<double>());
+            }
+            if (idx != 0) {
+                idx[o] = -1;
+            }
+            continue;
+        }
+        move(y, ydt, o, x, xdt, pl * w.inN + best);
+        if (idx != 0) {
+            i64 q = best;
+            if (col_major) {
+                i64 ip[MAXR];
+                unravel_dims(best, w.in, ns, ip);
+                q = 0;
+                for (int d = ns - 1; d >= 0; d--) {
+                    q = q * w.in[d] + ip[d];
+                }
+            }
+            idx[o] = pl * w.inN + q;
+        }
+    }
+}
+
+// avg_pool: the mean over each window; with_pad counts the positions in the
+// explicit pads.
+extern "C" __global__ void avg_pool(i64 planes, WIN_PARAMS, int with_pad, const void* x, int xdt, void* y, int ydt)
+{
+    WIN_INIT(w);
+    i64 n = planes * w.outN;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 pl = o / w.outN, sp = o % w.outN;
+        i64 op[MAXR];
+        unravel_dims(sp, w.out, ns, op);
+        double acc = 0;
+        i64 cnt = 0;
+        for (i64 kp = 0; kp < w.kN; kp++) {
+            bool in_pad;
+            i64 p = win_tap(w, op, kp, &in_pad);
+            if (p < 0) {
+                if (with_pad && in_pad) {
+                    cnt++;
+                }
+                continue;
+            }
+            acc += ld<double>(x, xdt, pl * w.inN + p);
+            cnt++;
+        }
+        st<double>(y, ydt, o, acc / (double)cnt);
+    }
+}
+
+// resize_source is the input coordinate of output coordinate x of one axis
+// (input length n, output length m, scale s, crop box start..end), false when
+// tf_crop_and_resize puts it outside the input: resizeSource in
+// graph/ops_resize.go. ct: 0 half_pixel, 1 pytorch_half_pixel, 2 align_corners,
+// 3 asymmetric, 4 tf_half_pixel_for_nn, 5 tf_crop_and_resize.
+__device__ bool resize_source(int ct, double x, i64 n, i64 m, double s, double start, double end, double* v)
+{
+    double l = (double)n * s;
+    bool one = fabs(l - 1) < 1e-9;
+    switch (ct) {
+    case 1: *v = (l > 1 && !one) ? (x + 0.5) / s - 0.5 : 0.0; return true;
+    case 2: *v = one ? 0.0 : x * (double)(n - 1) / (l - 1); return true;
+    case 3: *v = x / s; return true;
+    case 4: *v = (x + 0.5) / s; return true;
+    case 5:
+        if (m > 1) {
+            *v = start * (double)(n - 1) + x * (end - start) * (double)(n - 1) / (double)(m - 1);
+        } else {
+            *v = 0.5 * (start + end) * (double)(n - 1);
+        }
+        return *v >= 0 && *v <= (double)(n - 1);
+    default: *v = (x + 0.5) / s - 0.5; return true;
+    }
+}
+
+__device__ __forceinline__ i64 clamp_index(i64 i, i64 n) { return i < 0 ? 0 : (i > n - 1 ? n - 1 : i); }
+
+// resize_taps writes the input positions and weights that make output
+// position x of one axis and returns their count (0: outside the input):
+// resizeTaps in graph/ops_resize.go. mode: 0 nearest, 1 linear, 2 cubic;
+// nm (nearest_mode): 0 round_prefer_floor, 1 round_prefer_ceil, 2 floor, 3 ceil.
+__device__ int resize_taps(int mode, int ct, int nm, double A, int exclude, i64 x, i64 n, i64 m, double s,
+                           double start, double end, i64* ti, double* tw)
+{
+    double v;
+    if (!resize_source(ct, (double)x, n, m, s, start, end, &v)) {
+        return 0;
+    }
+    if (mode == 0) {
+        double i;
+        switch (nm) {
+        case 1: i = floor(v + 0.5); break;
+        case 2: i = floor(v); break;
+        case 3: i = ceil(v); break;
+        default: i = ceil(v - 0.5); break;
+        }
+        ti[0] = clamp_index((i64)i, n);
+        tw[0] = 1;
+        return 1;
+    }
+    double x0 = floor(v);
+    double r = v - x0;
+    if (mode == 1) {
+        ti[0] = clamp_index((i64)x0, n);
+        tw[0] = 1 - r;
+        ti[1] = clamp_index((i64)x0 + 1, n);
+        tw[1] = r;
+        return 2;
+    }
+    tw[0] = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+    tw[1] = ((A + 2) * r - (A + 3)) * r * r + 1;
+    tw[2] = ((A + 2) * (1 - r) - (A + 3)) * (1 - r) * (1 - r) + 1;
+    tw[3] = ((A * (2 - r) - 5 * A) * (2 - r) + 8 * A) * (2 - r) - 4 * A;
+    double sum = 0;
+    for (int k = 0; k < 4; k++) {
+        i64 i = (i64)x0 - 1 + k;
+        if (exclude && (i < 0 || i >= n)) {
+            tw[k] = 0;
+        }
+        ti[k] = clamp_index(i, n);
+        sum += tw[k];
+    }
+    if (exclude && sum != 0) {
+        for (int k = 0; k < 4; k++) {
+            tw[k] /= sum;
+        }
+    }
+    return 4;
+}
+
+// interpolate: y (dims yd, rank r) from x (dims xd): each output element is the
+// sum over the tensor product of its axes' taps (axis 0 outermost) of the
+// weights' product (axis 0 first) times x, or extra when an axis puts it
+// outside the crop box.
+extern "C" __global__ void interpolate(i64 n, int r, D6(xd), D6(yd), F6(sc), F6(rs), F6(re), int mode, int ct, int nm,
+                                       double A, int exclude, double extra, const void* x, int xdt, void* y, int ydt)
+{
+    A6(xd);
+    A6(yd);
+    AF6(sc);
+    AF6(rs);
+    AF6(re);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 oi[MAXR], ti[MAXR][4];
+        double tw[MAXR][4];
+        int nt[MAXR];
+        unravel_dims(o, yd, r, oi);
+        bool inside = true;
+        i64 combos = 1;
+        for (int d = 0; d < r; d++) {
+            nt[d] = resize_taps(mode, ct, nm, A, exclude, oi[d], xd[d], yd[d], sc[d], rs[d], re[d], ti[d], tw[d]);
+            inside = inside && nt[d] > 0;
+            combos *= nt[d];
+        }
+        if (!inside) {
+            st<double>(y, ydt, o, extra);
+            continue;
+        }
+        double s = 0;
+        for (i64 c = 0; c < combos; c++) {
+            i64 rem = c, pos = 0;
+            int pick[MAXR];
+            for (int d = r - 1; d >= 0; d--) {
+                pick[d] = (int)(rem % nt[d]);
+                rem /= nt[d];
+            }
+            double wgt = 1;
+            for (int d = 0; d < r; d++) {
+                wgt = wgt * tw[d][pick[d]];
+                pos = pos * xd[d] + ti[d][pick[d]];
+            }
+            s += wgt * ld<double>(x, xdt, pos);
+        }
+        st<double>(y, ydt, o, s);
+    }
+}
+
+// topk along the middle axis of [outer, dim, inner]: each element's place in
+// the reference's stable sort (largest first with largest set) is the count of
+// the elements before it: larger (smaller) ones, and equal ones at a lower
+// index; a place below k writes the value and its index.
+extern "C" __global__ void topk(i64 outer, i64 dim, i64 inner, i64 k, int largest, const void* x, int xdt, void* y,
+                                int ydt, i64* yi)
+{
+    i64 n = outer * dim * inner;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 q = o % inner, i = (o / inner) % dim, p = o / (inner * dim);
+        double xi = ld<double>(x, xdt, o);
+        i64 place = 0;
+        for (i64 j = 0; j < dim; j++) {
+            double xj = ld<double>(x, xdt, (p * dim + j) * inner + q);
+            bool before = largest ? xj > xi : xj < xi;
+            bool tie = !(xj < xi) && !(xj > xi);
+            if (before || (tie && j < i)) {
+                place++;
+            }
+        }
+        if (place < k) {
+            i64 at = (p * k + place) * inner + q;
+            move(y, ydt, at, x, xdt, o);
+            yi[at] = i;
+        }
+    }
+}
+
+// lrn: x / (bias + alpha/size · Σ x² over channels c − ⌊(size−1)/2⌋ … c +
+// ⌈(size−1)/2⌉ that exist)^beta over [., ch, inner].
+extern "C" __global__ void lrn(i64 n, i64 ch, i64 inner, i64 size, double alpha, double beta, double bias, const void* x,
+                               int xdt, void* y, int ydt)
+{
+    i64 lo = (size - 1) / 2, hi = size - 1 - (size - 1) / 2;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 c = o / inner % ch;
+        i64 base = o - c * inner;
+        double s = 0;
+        for (i64 j = c - lo < 0 ? 0 : c - lo; j <= (c + hi < ch - 1 ? c + hi : ch - 1); j++) {
+            double v = ld<double>(x, xdt, base + j * inner);
+            s += v * v;
+        }
+        st<double>(y, ydt, o, ld<double>(x, xdt, o) / pow(bias + alpha / (double)size * s, beta));
+    }
+}
+
+// det: one thread per m×m matrix, Gaussian elimination with partial pivoting
+// in the matrix's copy in a (double scratch of x's size), as evalDet: the
+// pivots' product, negated per row swap.
+extern "C" __global__ void det(i64 batch, i64 m, const void* x, int xdt, double* scratch, void* y, int ydt)
+{
+    for (i64 b = blockIdx.x * (i64)blockDim.x + threadIdx.x; b < batch; b += (i64)gridDim.x * blockDim.x) {
+        double* a = scratch + b * m * m;
+        for (i64 i = 0; i < m * m; i++) {
+            a[i] = ld<double>(x, xdt, b * m * m + i);
+        }
+        double d = 1;
+        for (i64 c = 0; c < m; c++) {
+            i64 piv = c;
+            for (i64 r = c + 1; r < m; r++) {
+                if (fabs(a[r * m + c]) > fabs(a[piv * m + c])) {
+                    piv = r;
+                }
+            }
+            if (a[piv * m + c] == 0) {
+                d = 0;
+                break;
+            }
+            if (piv != c) {
+                for (i64 j = 0; j < m; j++) {
+                    double t = a[c * m + j];
+                    a[c * m + j] = a[piv * m + j];
+                    a[piv * m + j] = t;
+                }
+                d = -d;
+            }
+            d *= a[c * m + c];
+            for (i64 r = c + 1; r < m; r++) {
+                double f = a[r * m + c] / a[c * m + c];
+                for (i64 j = c; j < m; j++) {
+                    a[r * m + j] -= f * a[c * m + j];
+                }
+            }
+        }
+        st<double>(y, ydt, b, d);
+    }
+}
+
+// gs_reflect folds v into [lo, hi] as a mirror at each end would (reflect in
+// graph/ops_gridsample.go).
+__device__ double gs_reflect(double v, double lo, double hi)
+{
+    double r = hi - lo;
+    if (r <= 0) {
+        return lo;
+    }
+    if (v < lo) {
+        double d = lo - v;
+        double k = floor(d / r);
+        return ((i64)k % 2 == 0) ? lo + (d - k * r) : hi - (d - k * r);
+    }
+    if (v > hi) {
+        double d = v - hi;
+        double k = floor(d / r);
+        return ((i64)k % 2 == 0) ? hi - (d - k * r) : lo + (d - k * r);
+    }
+    return v;
+}
+
+// gs_pixel is x at integer (row, col) of the [h, w] plane at base, padded:
+// pad 0 zeros, 1 border, 2 reflection within [xmin, xmax] × [ymin, ymax].
+__device__ double gs_pixel(const void* x, int xdt, i64 base, i64 h, i64 w, int pad, double xmin, double xmax,
+                           double ymin, double ymax, i64 row, i64 col)
+{
+    if (pad == 1) {
+        row = clamp_index(row, h);
+        col = clamp_index(col, w);
+    } else if (pad == 2) {
+        row = (i64)gs_reflect((double)row, ymin, ymax);
+        col = (i64)gs_reflect((double)col, xmin, xmax);
+    }
+    if (row < 0 || row >= h || col < 0 || col >= w) {
+        return 0;
+    }
+    return ld<double>(x, xdt, base + row * w + col);
+}
+
+// gs_cubic is the bicubic convolution weight (a = −0.75) of tap k (0..3) of a
+// point t past the second pixel: cubicWeights.
+__device__ __forceinline__ double gs_cubic(double t, int k)
+{
+    const double a = -0.75;
+    double d = k == 0 ? t + 1 : (k == 1 ? t : (k == 2 ? 1 - t : 2 - t));
+    if (k == 1 || k == 2) {
+        return ((a + 2) * d - (a + 3)) * d * d + 1;
+    }
+    return ((a * d - 5 * a) * d + 8 * a) * d - 4 * a;
+}
+
+// grid_sample: y [nb, ch, ho, wo] is x [nb, ch, h, w] at the point grid [nb, ho,
+// wo, 2] names; mode 0 bilinear, 1 nearest, 2 bicubic; pad as gs_pixel.
+extern "C" __global__ void grid_sample(i64 nb, i64 ch, i64 h, i64 w, i64 ho, i64 wo, int mode, int pad, int align,
+                                       const void* x, int xdt, const void* grid, int gdt, void* y, int ydt)
+{
+    double xmin = align ? 0.0 : -0.5, xmax = align ? (double)(w - 1) : (double)w - 0.5;
+    double ymin = align ? 0.0 : -0.5, ymax = align ? (double)(h - 1) : (double)h - 0.5;
+    i64 n = nb * ch * ho * wo;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 j = o % wo, i = (o / wo) % ho, c = (o / (wo * ho)) % ch, b = o / (wo * ho * ch);
+        i64 gp = ((b * ho + i) * wo + j) * 2;
+        double gx = ld<double>(grid, gdt, gp), gy = ld<double>(grid, gdt, gp + 1);
+        double px = align ? (gx + 1) / 2 * (double)(w - 1) : ((gx + 1) * (double)w - 1) / 2;
+        double py = align ? (gy + 1) / 2 * (double)(h - 1) : ((gy + 1) * (double)h - 1) / 2;
+        if (mode == 1) {
+            px = rint(px);
+            py = rint(py);
+        }
+        if (px < xmin || px > xmax || py < ymin || py > ymax) {
+            if (pad == 1) {
+                px = px < 0 ? 0.0 : (px > (double)(w - 1) ? (double)(w - 1) : px);
+                py = py < 0 ? 0.0 : (py > (double)(h - 1) ? (double)(h - 1) : py);
+            } else if (pad == 2) {
+                px = gs_reflect(px, xmin, xmax);
+                py = gs_reflect(py, ymin, ymax);
+            }
+        }
+        i64 base = (b * ch + c) * h * w;
+        double v = 0;
+        if (mode == 1) {
+            v = gs_pixel(x, xdt, base, h, w, pad, xmin, xmax, ymin, ymax, (i64)py, (i64)px);
+        } else if (mode == 0) {
+            double x0 = floor(px), y0 = floor(py);
+            double fx = px - x0, fy = py - y0;
+            i64 c0 = (i64)x0, r0 = (i64)y0;
+            v = (1 - fy) * ((1 - fx) * gs_pixel(x, xdt, base, h, w, pad, xmin, xmax, ymin, ymax, r0, c0) +
+                            fx * gs_pixel(x, xdt, base, h, w, pad, xmin, xmax, ymin, ymax, r0, c0 + 1)) +
+                fy * ((1 - fx) * gs_pixel(x, xdt, base, h, w, pad, xmin, xmax, ymin, ymax, r0 + 1, c0) +
+                      fx * gs_pixel(x, xdt, base, h, w, pad, xmin, xmax, ymin, ymax, r0 + 1, c0 + 1));
+        } else {
+            double x0 = floor(px), y0 = floor(py);
+            for (int r = 0; r < 4; r++) {
+                double row = 0;
+                for (int q = 0; q < 4; q++) {
+                    row += gs_cubic(px - x0, q) *
+                           gs_pixel(x, xdt, base, h, w, pad, xmin, xmax, ymin, ymax, (i64)y0 - 1 + r, (i64)x0 - 1 + q);
+                }
+                v += gs_cubic(py - y0, r) * row;
+            }
+        }
+        st<double>(y, ydt, o, v);
+    }
+}
+
+// go_max is Go's math.Max without the signed zeros: NaN if either is.
+__device__ __forceinline__ double go_max(double a, double b)
+{
+    if (a != a || b != b) {
+        return a != a ? a : b;
+    }
+    return a > b ? a : b;
+}
+
+// roi_corners writes the four weighted corner values of the bilinear sample at
+// (sy, sx) of an [h, w] plane: zeros outside [-1, h] × [-1, w] (roiBilinear).
+__device__ void roi_corners(const void* x, int xdt, i64 plane, i64 h, i64 w, double sy, double sx, double* cv)
+{
+    cv[0] = cv[1] = cv[2] = cv[3] = 0;
+    if (sy < -1 || sy > (double)h || sx < -1 || sx > (double)w) {
+        return;
+    }
+    sy = go_max(sy, 0);
+    sx = go_max(sx, 0);
+    i64 y0 = (i64)sy, x0 = (i64)sx;
+    i64 y1 = y0 + 1, x1 = x0 + 1;
+    if (y0 >= h - 1) {
+        y0 = y1 = h - 1;
+        sy = (double)(h - 1);
+    }
+    if (x0 >= w - 1) {
+        x0 = x1 = w - 1;
+        sx = (double)(w - 1);
+    }
+    double ly = sy - (double)y0, lx = sx - (double)x0;
+    double hy = 1 - ly, hx = 1 - lx;
+    cv[0] = hy * hx * ld<double>(x, xdt, plane + y0 * w + x0);
+    cv[1] = hy * lx * ld<double>(x, xdt, plane + y0 * w + x1);
+    cv[2] = ly * hx * ld<double>(x, xdt, plane + y1 * w + x0);
+    cv[3] = ly * lx * ld<double>(x, xdt, plane + y1 * w + x1);
+}
+
+// roi_align: y [nr, ch, oh, ow], each bin of ROI r (rois [nr, 4], image
+// bidx[r] of x [nb, ch, h, w]) the average (or the largest corner, use_max) of
+// its bilinear samples (evalRoiAlign). A batch index out of range or a region
+// past max_samples per bin sets the flag and writes 0.
+extern "C" __global__ void roi_align(i64 nr, i64 nb, i64 ch, i64 h, i64 w, i64 oh, i64 ow, i64 ratio, double scale,
+                                     int half_pixel, int use_max, i64 max_samples, const void* x, int xdt,
+                                     const void* rois, int rdt, const i64* bidx, void* y, int ydt, int* flag, int code)
+{
+    double offset = half_pixel ? 0.5 : 0.0;
+    i64 n = nr * ch * oh * ow;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 pw = o % ow, ph = (o / ow) % oh, c = (o / (ow * oh)) % ch, r = o / (ow * oh * ch);
+        i64 b = bidx[r];
+        if (b < 0 || b >= nb) {
+            set_flag(flag, code);
+            st<double>(y, ydt, o, 0.0);
+            continue;
+        }
+        double x1 = ld<double>(rois, rdt, r * 4) * scale - offset, y1 = ld<double>(rois, rdt, r * 4 + 1) * scale - offset;
+        double x2 = ld<double>(rois, rdt, r * 4 + 2) * scale - offset, y2 = ld<double>(rois, rdt, r * 4 + 3) * scale - offset;
+        double rw = x2 - x1, rh = y2 - y1;
+        if (!half_pixel) {
+            rw = go_max(rw, 1);
+            rh = go_max(rh, 1);
+        }
+        double bh = rh / (double)oh, bw = rw / (double)ow;
+        i64 gh = ratio, gw = ratio;
+        if (ratio == 0) {
+            double fh = ceil(rh / (double)oh), fw = ceil(rw / (double)ow);
+            if (fh != fh || fw != fw || fh > (double)max_samples || fw > (double)max_samples) {
+                set_flag(flag, code);
+                st<double>(y, ydt, o, 0.0);
+                continue;
+            }
+            gh = (i64)go_max(fh, 0);
+            gw = (i64)go_max(fw, 0);
+        }
+        double count = (double)(gh * gw > 1 ? gh * gw : 1);
+        i64 plane = (b * ch + c) * h * w;
+        double acc = 0;
+        bool first = true;
+        for (i64 iy = 0; iy < gh; iy++) {
+            double sy = y1 + (double)ph * bh + ((double)iy + 0.5) * bh / (double)gh;
+            for (i64 ix = 0; ix < gw; ix++) {
+                double sx = x1 + (double)pw * bw + ((double)ix + 0.5) * bw / (double)gw;
+                double cv[4];
+                roi_corners(x, xdt, plane, h, w, sy, sx, cv);
+                if (use_max) {
+                    double v = go_max(go_max(cv[0], cv[1]), go_max(cv[2], cv[3]));
+                    if (first || v > acc) {
+                        acc = v;
+                    }
+                    first = false;
+                    continue;
+                }
+                acc += cv[0] + cv[1] + cv[2] + cv[3];
+            }
+        }
+        if (!use_max) {
+            acc /= count;
+        }
+        st<double>(y, ydt, o, acc);
+    }
+}
+
+// einsum: y (dims od, rank nout) is the sum over the summed labels (dims sd,
+// nsum of them, odometer order) of the product of the operands in order; each
+// operand k reads at Σ out index · ok + Σ summed index · sk (a label repeated
+// in one operand has its strides added: the diagonal). Up to four operands.
+#define EIN_OPERAND(k) const void *x##k, int d##k, D6(o##k), D6(s##k)
+extern "C" __global__ void einsum(i64 n, int nout, int nsum, int nops, D6(od), D6(sd), EIN_OPERAND(0), EIN_OPERAND(1),
+                                  EIN_OPERAND(2), EIN_OPERAND(3), void* y, int ydt)
+{
+    A6(od);
+    A6(sd);
+    const void* xs[4] = {x0, x1, x2, x3};
+    const int dts[4] = {d0, d1, d2, d3};
+    const i64 os[4][MAXR] = {{o00, o01, o02, o03, o04, o05},
+                             {o10, o11, o12, o13, o14, o15},
+                             {o20, o21, o22, o23, o24, o25},
+                             {o30, o31, o32, o33, o34, o35}};
+    const i64 ss[4][MAXR] = {{s00, s01, s02, s03, s04, s05},
+                             {s10, s11, s12, s13, s14, s15},
+                             {s20, s21, s22, s23, s24, s25},
+                             {s30, s31, s32, s33, s34, s35}};
+    i64 sumN = prod_dims(sd, nsum);
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 oi[MAXR], si[MAXR], base[4];
+        unravel_dims(o, od, nout, oi);
+        for (int k = 0; k < nops; k++) {
+            base[k] = 0;
+            for (int d = 0; d < nout; d++) {
+                base[k] += oi[d] * os[k][d];
+            }
+        }
+        double s = 0;
+        for (i64 q = 0; q < sumN; q++) {
+            unravel_dims(q, sd, nsum, si);
+            double prod = 1;
+            for (int k = 0; k < nops; k++) {
+                i64 pos = base[k];
+                for (int d = 0; d < nsum; d++) {
+                    pos += si[d] * ss[k][d];
+                }
+                prod *= ld<double>(xs[k], dts[k], pos);
+            }
+            s += prod;
+        }
+        st<double>(y, ydt, o, s);
+    }
+}
+
+// tfidf: y [rows, width] from the int64 rows of x [rows, cols]: per output
+// column, the occurrences of the pool n-grams that count in it, each n-gram
+// of n ≥ min_n items read at a start and a gap of 1 to max_gap (a 1-gram at
+// gap 1 only), as evalTfIdf counts them; then mode 0 (TF) the count, 1 (IDF)
+// the column's weight where the count is positive, 2 (TFIDF) count × weight
+// (weight null: each 1). table (int64): width + 1 starts of each column's
+// n-grams, ngrams + 1 starts of each n-gram's items, then the items.
+extern "C" __global__ void tfidf(i64 rows, i64 cols, i64 width, i64 ngrams, i64 min_n, i64 max_gap, int mode,
+                                 const i64* x, const i64* table, const double* weight, void* y, int ydt)
+{
+    const i64* col_start = table;
+    const i64* gram_start = table + width + 1;
+    const i64* items = gram_start + ngrams + 1;
+    i64 n = rows * width;
+    for (i64 o = blockIdx.x * (i64)blockDim.x + threadIdx.x; o < n; o += (i64)gridDim.x * blockDim.x) {
+        i64 r = o / width, col = o % width;
+        const i64* row = x + r * cols;
+        i64 count = 0;
+        for (i64 g = col_start[col]; g < col_start[col + 1]; g++) {
+            i64 len = gram_start[g + 1] - gram_start[g];
+            const i64* it = items + gram_start[g];
+            if (len < min_n) {
+                continue;
+            }
+            for (i64 i = 0; i < cols; i++) {
+                for (i64 gap = 1; gap <= max_gap; gap++) {
+                    if ((len == 1 && gap > 1) || i + (len - 1) * gap >= cols) {
+                        break;
+                    }
+                    bool match = true;
+                    for (i64 j = 0; j < len && match; j++) {
+                        match = row[i + j * gap] == it[j];
+                    }
+                    if (match) {
+                        count++;
+                    }
+                }
+            }
+        }
+        double wgt = weight != 0 ? weight[col] : 1.0;
+        double v = (double)count;
+        if (mode == 1) {
+            v = count > 0 ? wgt : 0.0;
+        } else if (mode == 2) {
+            v = (double)count * wgt;
+        }
+        st<double>(y, ydt, o, v);
+    }
+}

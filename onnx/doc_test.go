@@ -172,6 +172,9 @@ when all the table ops it writes do.
 			lacking = append(lacking, s.Name)
 		}
 	}
+	if len(lacking) == 0 {
+		lacking = []string{"none"}
+	}
 	b.WriteString(" " + strings.Join(lacking, ", ") + ".\n")
 	return b.String(), nil
 }

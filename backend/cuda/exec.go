@@ -60,6 +60,8 @@ var opsKernelNames = []string{
 	"attn_softmax_f64", "attn_probs_f64", "attn_dscores_f64", "gemm_f64",
 	"gather_elements", "scatter_elements", "argmax", "one_hot", "cumsum", "gather_nd", "scatter_nd_updates", "pad",
 	"reverse_sequence", "zero_fill", "max_unpool_scatter",
+	"conv", "conv_transpose", "max_pool", "avg_pool", "interpolate", "topk", "lrn", "det", "grid_sample", "roi_align",
+	"einsum", "tfidf",
 }
 
 // Backend is the CUDA implementation of backend.Backend: one device, the
@@ -77,6 +79,13 @@ type Backend struct {
 	// instead of compiling it (a Backend without a device: the kernel-source
 	// golden test renders the generated CUDA C of whole graphs on the CPU).
 	render func(entry, src string)
+	// launched, when set with render, receives every ops.cu launch the
+	// lowerings build: the entry point and its arguments (a test checks
+	// them against the kernel's parameters, without a GPU).
+	launched func(entry string, args []any)
+	// uploaded, when set with render, places the tables lowerings upload
+	// (lowerCtx.upload) and gives their made-up addresses.
+	uploaded func(data []byte) DevicePtr
 
 	// comm is this rank's NCCL communicator in a data-parallel job
 	// (SetComm): AllReduce nodes of several ranks reduce through it.

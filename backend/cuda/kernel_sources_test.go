@@ -30,6 +30,21 @@ var updateSources = flag.Bool("update", false, "rewrite testdata/kernel_sources.
 // line says so and the rendering goes on with the next node.
 func renderKernels(t *testing.T, g *graph.Graph, opts PlanOptions) []string {
 	t.Helper()
+	lines, _ := renderKernelsWith(t, g, opts, renderHooks{})
+	return lines
+}
+
+// renderHooks see what the lowerings do without a device (Backend.launched
+// and Backend.uploaded; nil: nothing).
+type renderHooks struct {
+	launched func(entry string, args []any)
+	uploaded func(data []byte) DevicePtr
+}
+
+// renderKernelsWith is renderKernels with the hooks; it returns the made-up
+// buffers too.
+func renderKernelsWith(t *testing.T, g *graph.Graph, opts PlanOptions, hooks renderHooks) ([]string, map[*graph.Value]buffer) {
+	t.Helper()
 	plan, err := PlanMemoryWith(g, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +52,7 @@ func renderKernels(t *testing.T, g *graph.Graph, opts PlanOptions) []string {
 	var cur []string
 	b := &Backend{opts: Options{Compute: opts.Compute}, render: func(entry, src string) {
 		cur = append(cur, fmt.Sprintf("%s %x", entry, sha256.Sum256([]byte(src))))
-	}}
+	}, launched: hooks.launched, uploaded: hooks.uploaded}
 	x := &executable{b: b, g: g, opts: backend.Options{Updates: opts.Updates}, plan: plan, bufs: map[*graph.Value]buffer{},
 		inits: map[string]*graph.Value{}, shapeOperands: map[*graph.Value]bool{}, sharedZeros: map[*graph.Value]bool{}}
 	x.flag = 1 << 32
@@ -96,7 +111,7 @@ func renderKernels(t *testing.T, g *graph.Graph, opts PlanOptions) []string {
 			lines = append(lines, fmt.Sprintf("%d %s (lowering needs a device)", i, n.Op))
 		}
 	}
-	return lines
+	return lines, x.bufs
 }
 
 func TestGeneratedKernelSources(t *testing.T) {

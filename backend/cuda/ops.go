@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
@@ -153,12 +154,37 @@ func (c *lowerCtx) constInts(i int, what string) ([]int, error) {
 	return out, nil
 }
 
+// upload copies data into device memory the executable owns (freed by
+// Close): a table a kernel reads, fixed at Compile.
+func (c *lowerCtx) upload(data []byte) (DevicePtr, error) {
+	if len(data) == 0 {
+		return 0, errors.New("internal error: an empty table")
+	}
+	if b := c.x.b; b.render != nil {
+		if b.uploaded == nil {
+			return 0, errors.New("rendering without a device: nowhere to upload a table")
+		}
+		return b.uploaded(data), nil
+	}
+	p, err := c.x.alloc(len(data))
+	if err != nil {
+		return 0, err
+	}
+	if err := c.dev().CopyToDevice(p, unsafe.Pointer(&data[0]), len(data)); err != nil {
+		return 0, err
+	}
+	return p, nil
+}
+
 // kernel returns a device-goroutine closure launching an ops.cu kernel with
 // arguments fixed at Compile.
 func (c *lowerCtx) kernel(name string, grid, block [3]uint32, args ...any) (func() error, error) {
 	f, err := c.x.b.fn(name)
 	if err != nil {
 		return nil, err
+	}
+	if c.x.b.render != nil && c.x.b.launched != nil {
+		c.x.b.launched(name, args)
 	}
 	l, err := driver.NewRawLaunch(f, grid, block, 0, args...)
 	if err != nil {
