@@ -53,7 +53,7 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 		var p *driver.GemmPlan
 		if tune {
 			s := driver.GemmShape{Type: t, TransA: transA, TransB: transB, M: m, N: n, K: k,
-				StrideA: sA, StrideB: sB, StrideC: sC, Batch: batch, Beta: beta != 0}
+				StrideA: sA, StrideB: sB, StrideC: sC, Batch: batch, Beta: float32(beta) != 0}
 			if p, err = c.tuneGemm(s, A, B, C); err != nil {
 				return nil, err
 			}

@@ -246,7 +246,8 @@ func tuneOnScratch(t *testing.T, d *Device, s GemmShape, bytesA, bytesB, bytesC 
 // each cuBLASLt algorithm) and the chosen plan compute C = alpha·op(A)·op(B)
 // + beta·C within the float32-accumulation bound of the float64 reference
 // (runRowMajorGemm's check), for batched, transposed, broadcast and beta ≠ 0
-// GEMMs in float32 and bfloat16.
+// GEMMs in float32 and bfloat16; with beta = 0, C holds NaN before the run
+// and must not be read.
 func TestGemmLtMatchesDefault(t *testing.T) {
 	d := gpu(t)
 	if _, err := loadCublasLt(); err != nil {
@@ -286,6 +287,12 @@ func TestGemmLtMatchesDefault(t *testing.T) {
 					if sA != s.StrideA || sB != s.StrideB || sC != s.StrideC {
 						t.Fatalf("strides %d,%d,%d, plan for %v", sA, sB, sC, s)
 					}
+					if c.beta == 0 {
+						// With beta = 0, C must not be read: all-ones bytes are NaN in every type.
+						if err := d.Memset(pC, 0xff, c.m*c.n*esz*c.batch); err != nil {
+							return err
+						}
+					}
 					return d.do(func() error {
 						api, _ := loadCublasLt() // nil is fine for candidate 0
 						return d.runCandidateRaw(api, p, i, c.alpha, pA, pB, c.beta, pC)
@@ -293,6 +300,11 @@ func TestGemmLtMatchesDefault(t *testing.T) {
 				})
 			}
 			checkRowMajorGemm(t, d, typ, c, r, func(pA, pB, pC DevicePtr, _, _, _ int64) error {
+				if c.beta == 0 {
+					if err := d.Memset(pC, 0xff, c.m*c.n*esz*c.batch); err != nil {
+						return err
+					}
+				}
 				return p.Run(d, c.alpha, pA, pB, c.beta, pC)
 			})
 		}
