@@ -273,6 +273,12 @@ func (p *GemmPlan) String() string {
 	fmt.Fprintf(&b, "%s, %.4f ms", c.Name, c.Ms)
 	if p.Chosen != 0 {
 		fmt.Fprintf(&b, " (cublasGemmStridedBatchedEx %.4f ms)", p.Candidates[0].Ms)
+	} else if len(p.Candidates) > 1 {
+		lt := math.Inf(1)
+		for _, c := range p.Candidates[1:] {
+			lt = min(lt, c.Ms)
+		}
+		fmt.Fprintf(&b, " (best cuBLASLt %.4f ms)", lt)
 	}
 	fmt.Fprintf(&b, " of %d candidates", len(p.Candidates))
 	return b.String()

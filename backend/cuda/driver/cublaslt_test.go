@@ -441,3 +441,16 @@ func TestGemmLtGPT2Shapes(t *testing.T) {
 	}
 	t.Logf("all %d GEMMs once: default %.3f ms, tuned %.3f ms (%.3f×)", len(shapes), sumDefault, sumTuned, sumDefault/sumTuned)
 }
+
+func TestGemmPlanString(t *testing.T) {
+	k := gemmKey{GemmShape: GemmShape{Type: GemmBF16, M: 8192, N: 768, K: 3072, Batch: 1}, alignA: 256, alignB: 256, alignC: 256}
+	cands := []GemmCandidate{{Name: "cublasGemmStridedBatchedEx", Ms: 0.07}, {Name: "cuBLASLt heuristic #0", Ms: 0.071}, {Name: "cuBLASLt heuristic #1", Ms: 0.06}}
+	lt := &GemmPlan{key: k, lt: true, Candidates: cands, Chosen: 2}
+	if got, want := lt.String(), "bf16 M=8192 N=768 K=3072 NN align 256,256,256: cuBLASLt heuristic #1, 0.0600 ms (cublasGemmStridedBatchedEx 0.0700 ms) of 3 candidates"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+	def := &GemmPlan{key: k, Candidates: cands[:2]}
+	if got, want := def.String(), "bf16 M=8192 N=768 K=3072 NN align 256,256,256: cublasGemmStridedBatchedEx, 0.0700 ms (best cuBLASLt 0.0710 ms) of 2 candidates"; got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
