@@ -172,13 +172,13 @@ func GenerateUntil(be backend.Backend, cfg model.Config, weights map[string]*gra
 	if err != nil {
 		return nil, st, fmt.Errorf("generate: prefill: %w", err)
 	}
-	// The caches start with the prompt's keys and values.
-	H, D := cfg.Heads, cfg.HeadDim
+	// The caches start with the prompt's keys and values, at the model's
+	// KV heads (see model.CacheShape).
 	dt := res[model.LogitsOut].DType
 	caches := map[string]*graph.Tensor{}
 	for i := range cfg.Layers {
 		for _, kv := range [][2]string{{model.KeyOut(i), model.CacheKey(i)}, {model.ValueOut(i), model.CacheValue(i)}} {
-			c := graph.NewTensor(dt, graph.Shape{1, H, capacity, D})
+			c := graph.NewTensor(dt, model.CacheShape(cfg, capacity))
 			writeCache(c, res[kv[0]], 0, capacity)
 			caches[kv[1]] = c
 		}
@@ -249,7 +249,7 @@ func compile(be backend.Backend, cfg model.Config, weights map[string]*graph.Ten
 	return exe, nil
 }
 
-// writeCache copies kv [1, H, n, D] into cache [1, H, capacity, D] at
+// writeCache copies kv [1, KV, n, D] into cache [1, KV, capacity, D] at
 // positions from, from+1, ...
 func writeCache(cache, kv *graph.Tensor, from, capacity int) {
 	s := kv.Shape
