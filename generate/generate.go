@@ -58,6 +58,10 @@ type Stats struct {
 	Compile      time.Duration // both graphs
 	Prefill      time.Duration
 	Decode       time.Duration // all decode steps
+	// CacheBytes is the memory of the KV cache the generation held: every
+	// layer's keys and values over the model's context, at its KV heads
+	// (model.CacheBytes).
+	CacheBytes int64
 }
 
 // TokensPerSec is the decoding rate (new tokens after the first, which the
@@ -181,6 +185,7 @@ func GenerateUntil(be backend.Backend, cfg model.Config, weights map[string]*gra
 			c := graph.NewTensor(dt, model.CacheShape(cfg, capacity))
 			writeCache(c, res[kv[0]], 0, capacity)
 			caches[kv[1]] = c
+			st.CacheBytes += int64(c.Len() * c.DType.Size())
 		}
 	}
 	next, err := emit(res[model.LogitsOut], len(prompt))

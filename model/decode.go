@@ -52,6 +52,12 @@ func CacheShape(cfg Config, capacity int) graph.Shape {
 	return graph.Shape{1, cfg.KV(), capacity, cfg.HeadDim}
 }
 
+// CacheBytes is the memory of the whole KV cache for capacity positions:
+// every layer's keys and values at CacheShape, in cfg's compute type.
+func CacheBytes(cfg Config, capacity int) int64 {
+	return int64(2*cfg.Layers) * int64(CacheShape(cfg, capacity).Numel()) * int64(cfg.dtype().Size())
+}
+
 // BuildPrefill returns the prefill graph of cfg for a prompt of p tokens
 // (batch 1; cfg.Batch and cfg.Seq are not used, p must not exceed cfg.Seq,
 // the context the model was trained on).
