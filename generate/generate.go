@@ -58,6 +58,10 @@ type Stats struct {
 	Compile      time.Duration // both graphs
 	Prefill      time.Duration
 	Decode       time.Duration // all decode steps
+	// CacheBytes is the memory of the KV cache the generation held: every
+	// layer's keys and values over the model's context, at its KV heads
+	// (model.CacheBytes).
+	CacheBytes int64
 }
 
 // TokensPerSec is the decoding rate (new tokens after the first, which the
@@ -172,15 +176,16 @@ func GenerateUntil(be backend.Backend, cfg model.Config, weights map[string]*gra
 	if err != nil {
 		return nil, st, fmt.Errorf("generate: prefill: %w", err)
 	}
-	// The caches start with the prompt's keys and values.
-	H, D := cfg.Heads, cfg.HeadDim
+	// The caches start with the prompt's keys and values, at the model's
+	// KV heads (see model.CacheShape).
 	dt := res[model.LogitsOut].DType
 	caches := map[string]*graph.Tensor{}
 	for i := range cfg.Layers {
 		for _, kv := range [][2]string{{model.KeyOut(i), model.CacheKey(i)}, {model.ValueOut(i), model.CacheValue(i)}} {
-			c := graph.NewTensor(dt, graph.Shape{1, H, capacity, D})
+			c := graph.NewTensor(dt, model.CacheShape(cfg, capacity))
 			writeCache(c, res[kv[0]], 0, capacity)
 			caches[kv[1]] = c
+			st.CacheBytes += int64(c.Len() * c.DType.Size())
 		}
 	}
 	next, err := emit(res[model.LogitsOut], len(prompt))
@@ -249,7 +254,7 @@ func compile(be backend.Backend, cfg model.Config, weights map[string]*graph.Ten
 	return exe, nil
 }
 
-// writeCache copies kv [1, H, n, D] into cache [1, H, capacity, D] at
+// writeCache copies kv [1, KV, n, D] into cache [1, KV, capacity, D] at
 // positions from, from+1, ...
 func writeCache(cache, kv *graph.Tensor, from, capacity int) {
 	s := kv.Shape

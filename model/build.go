@@ -39,10 +39,11 @@ type builder struct {
 
 	mask, cos, sin *graph.Value
 
-	// attend computes layer i's attention output [B, H, S, D] from its q,
-	// k, v (after the norms and RoPE); nil: causal attention over the
-	// sequence, as exporters write it (the training graph). The decoding
-	// graphs of decode.go put the cache in here.
+	// attend computes layer i's attention output [B, H, S, D] from its q
+	// [B, H, S, D] and k, v [B, KV, S, D] (after the norms and RoPE; KV
+	// heads, not repeated); nil: causal attention over the sequence, as
+	// exporters write it, with grouped K/V repeated to H heads (the training
+	// graph). The decoding graphs of decode.go put the cache in here.
 	attend func(i int, q, k, v *graph.Value) *graph.Value
 	kv     []*graph.Value // the keys and values a decoding graph outputs
 }
@@ -115,10 +116,14 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 		return m.Transpose(m.Reshape(v, B, S, n, D), 0, 2, 1, 3)
 	}
 	KV := c.KV()
+	// repeat: the layer repeats grouped K/V heads itself (the training
+	// graph); the decoding graphs' attend takes the KV heads as they are,
+	// named as the multi-head k and v, since those are what the cache holds.
+	repeat := KV != H && m.attend == nil
 	q := heads(m.MatMul(h, m.p(i, "wq")), H)
 	k := heads(m.MatMul(h, m.p(i, "wk")), KV)
 	v := heads(m.MatMul(h, m.p(i, "wv")), KV)
-	if KV == H {
+	if !repeat {
 		m.Rename(v, scope+"/attn/v")
 	} else {
 		m.Rename(v, scope+"/attn/v_kv")
@@ -127,13 +132,12 @@ func (m *builder) layer(i int, x *graph.Value) *graph.Value {
 	k = m.rmsnorm("k_norm", k, m.p(i, "k_norm"))
 	q = m.Rename(m.rope("rope_q", q), scope+"/attn/q")
 	k = m.rope("rope_k", k)
-	if KV != H {
+	if repeat {
 		// Grouped-query attention: the KV key/value heads are repeated to
 		// H, as exporters write LLaMA's repeat_kv, so that the composed
 		// attention sees equal head counts. The fusion reads K and V from
 		// before the repeat (FlashAttention takes KV heads), so a fused
-		// graph holds no repeated K/V; the cache of the decoding graphs
-		// holds the repeated keys and values.
+		// graph holds no repeated K/V.
 		m.Rename(k, scope+"/attn/k_kv")
 		k = m.repeatKV("repeat_k", k)
 		v = m.Rename(m.repeatKV("repeat_v", v), scope+"/attn/v")

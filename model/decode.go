@@ -11,7 +11,7 @@ import (
 //   - the prefill graph runs the prompt [1, P] through the model as the
 //     training graph does (causal attention, which the fusion pass turns into
 //     FlashAttention), and returns the logits of the last position and every
-//     layer's keys and values [1, H, P, D] for the cache;
+//     layer's keys and values [1, KV, P, D] for the cache;
 //   - the decode graph runs one new token at position pos: its query attends
 //     over the cache (positions before pos) and its own key and value, and it
 //     returns the logits and that key and value, which the caller writes into
@@ -20,6 +20,15 @@ import (
 // Shapes are static: the cache holds Capacity positions, and a mask input
 // hides the slots not filled yet. The position enters through the RoPE rows
 // of pos, which the caller feeds (RopeRows).
+//
+// The cache holds the model's KV key/value heads (config KVHeads; H with
+// plain multi-head attention), never keys and values repeated to H heads:
+// grouped-query attention needs H/KV times less cache memory, and a decode
+// step reads that much less. The prefill repeats K/V for its composed
+// attention as the training graph does, and its fusion reads them from
+// before the repeat; the decode graph attends with each group's H/KV query
+// heads as the query rows of their K/V head (groupedAttention), so nothing
+// is repeated there at all.
 
 // Names of the decoding graphs' inputs and outputs.
 const (
@@ -36,6 +45,18 @@ func KeyOut(i int) string     { return fmt.Sprintf("layers.%d/attn/k", i) }
 func ValueOut(i int) string   { return fmt.Sprintf("layers.%d/attn/v", i) }
 func CacheKey(i int) string   { return fmt.Sprintf("cache.k.%d", i) }
 func CacheValue(i int) string { return fmt.Sprintf("cache.v.%d", i) }
+
+// CacheShape is the shape of one layer's key (or value) cache for capacity
+// positions, batch 1: [1, KV, capacity, D], KV the model's key/value heads.
+func CacheShape(cfg Config, capacity int) graph.Shape {
+	return graph.Shape{1, cfg.KV(), capacity, cfg.HeadDim}
+}
+
+// CacheBytes is the memory of the whole KV cache for capacity positions:
+// every layer's keys and values at CacheShape, in cfg's compute type.
+func CacheBytes(cfg Config, capacity int) int64 {
+	return int64(2*cfg.Layers) * int64(CacheShape(cfg, capacity).Numel()) * int64(cfg.dtype().Size())
+}
 
 // BuildPrefill returns the prefill graph of cfg for a prompt of p tokens
 // (batch 1; cfg.Batch and cfg.Seq are not used, p must not exceed cfg.Seq,
@@ -54,6 +75,11 @@ func BuildPrefill(cfg Config, p int) (*graph.Graph, error) {
 	m.sin = m.Const("rope_sin", m.dt, graph.Shape{p, c.HeadDim}, graph.RopeSin(RopeTheta))
 	m.attend = func(i int, q, k, v *graph.Value) *graph.Value {
 		m.kv = append(m.kv, k, v)
+		if c.KV() != c.Heads {
+			// As the training graph writes grouped-query attention; the
+			// fusion takes K and V from before the repeat again.
+			k, v = m.repeatKV("repeat_k", k), m.repeatKV("repeat_v", v)
+		}
 		return m.causalAttention(fmt.Sprintf("layers.%d", i), q, k, v, m.mask)
 	}
 	return m.finish(tokens, p)
@@ -67,7 +93,7 @@ func BuildDecode(cfg Config, capacity int) (*graph.Graph, error) {
 	}
 	c := cfg
 	c.Batch, c.Seq = 1, 1
-	H, D := c.Heads, c.HeadDim
+	KV, D := c.KV(), c.HeadDim
 	m := &builder{Builder: graph.NewBuilder(cfg.Name + "_decode"), cfg: c, dt: c.dtype()}
 	tokens := m.Input(TokensInput, graph.Int64, 1, 1)
 	m.cos = m.Input(CosInput, m.dt, 1, D)
@@ -75,19 +101,41 @@ func BuildDecode(cfg Config, capacity int) (*graph.Graph, error) {
 	mask := m.Input(MaskInput, m.dt, 1, capacity+1)
 	var cacheK, cacheV []*graph.Value
 	for i := range c.Layers {
-		cacheK = append(cacheK, m.Input(CacheKey(i), m.dt, 1, H, capacity, D))
-		cacheV = append(cacheV, m.Input(CacheValue(i), m.dt, 1, H, capacity, D))
+		cacheK = append(cacheK, m.Input(CacheKey(i), m.dt, CacheShape(c, capacity)...))
+		cacheV = append(cacheV, m.Input(CacheValue(i), m.dt, CacheShape(c, capacity)...))
 	}
 	m.declareParams()
 	m.attend = func(i int, q, k, v *graph.Value) *graph.Value {
 		m.kv = append(m.kv, k, v)
 		m.Push("cache")
-		keys := m.Concat(2, cacheK[i], k) // [1, H, capacity+1, D]
+		keys := m.Concat(2, cacheK[i], k) // [1, KV, capacity+1, D]
 		values := m.Concat(2, cacheV[i], v)
 		m.Pop()
-		return m.causalAttention(fmt.Sprintf("layers.%d", i), q, keys, values, mask)
+		scope := fmt.Sprintf("layers.%d", i)
+		if KV != c.Heads {
+			return m.groupedAttention(scope, q, keys, values, mask)
+		}
+		return m.causalAttention(scope, q, keys, values, mask)
 	}
 	return m.finish(tokens, 1)
+}
+
+// groupedAttention is the decode step's grouped-query attention without
+// repeating K/V: q [1, H, 1, D] reshaped to [1, KV, H/KV, D] makes the H/KV
+// query heads of each group (query head h reads K/V head h/(H/KV)) the
+// query rows of their one K/V head, so the composed attention runs over
+// keys and values [1, KV, Sk, D] as they are and mask [1, Sk] hides the
+// same slots from every row. The output is reshaped back to [1, H, 1, D].
+func (m *builder) groupedAttention(scope string, q, keys, values, mask *graph.Value) *graph.Value {
+	c := m.cfg
+	H, KV, D := c.Heads, c.KV(), c.HeadDim
+	m.Push("group")
+	rows := m.Reshape(q, 1, KV, H/KV, D)
+	m.Pop()
+	o := m.causalAttention(scope, rows, keys, values, mask) // [1, KV, H/KV, D]
+	m.Push("ungroup")
+	defer m.Pop()
+	return m.Reshape(o, 1, H, 1, D)
 }
 
 // finish builds the layers over the embedded tokens and the outputs of a

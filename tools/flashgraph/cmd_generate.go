@@ -12,6 +12,7 @@ import (
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/generate"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/train"
 )
 
@@ -116,6 +117,9 @@ its whole forward over the S positions (no KV cache), and its logits must be cau
 		upTo = "up to "
 	}
 	fmt.Fprintf(stderr, "generate: %s from %s, %s%d new bytes after a %d-byte prompt on %s\n", m.name, path, upTo, n, len(tokens), be.Name())
+	if m.cache != "" {
+		fmt.Fprintln(stderr, m.cache)
+	}
 	tokenIDs := m.vocab > 256 // the model was not trained on bytes
 	if tokenIDs {
 		fmt.Fprintf(stderr, "note: %s has a vocabulary of %d tokens, not bytes: the prompt's bytes are token ids 0-255 and each new token is printed as <id>\n", m.name, m.vocab)
@@ -166,6 +170,7 @@ type genModel struct {
 	name       string
 	seq, vocab int
 	note       string // said before generating
+	cache      string // the KV cache's size, said before generating ("": none)
 	memHint    string // the way out of a memory refusal
 	graphs     func(prompt, n int) ([]*graph.Graph, error)
 	generate   func(be backend.Backend, prompt []int64, n int, s generate.Sampling, onToken func(int64) bool) ([]int64, generate.Stats, error)
@@ -192,7 +197,11 @@ func builtInModel(path, dtype string) (*genModel, error) {
 			weights[name] = c
 		}
 	}
-	return &genModel{name: cfg.Name, seq: cfg.Seq, vocab: cfg.Vocab,
+	// The cache holds the key/value heads: with grouped-query attention
+	// (-kv-heads) fewer than the query heads.
+	cache := fmt.Sprintf("generate: KV cache %s: keys and values of %d layers at %d key/value heads (of %d query heads), %d positions",
+		trainBytes(model.CacheBytes(cfg, cfg.Seq)), cfg.Layers, cfg.KV(), cfg.Heads, cfg.Seq)
+	return &genModel{name: cfg.Name, seq: cfg.Seq, vocab: cfg.Vocab, cache: cache,
 		memHint: "Use a shorter -prompt or -max-new, or -dtype float32",
 		graphs:  func(prompt, n int) ([]*graph.Graph, error) { return generate.Graphs(cfg, prompt, n) },
 		generate: func(be backend.Backend, prompt []int64, n int, s generate.Sampling, onToken func(int64) bool) ([]int64, generate.Stats, error) {

@@ -1,12 +1,18 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
+	"github.com/flashgraph/flashgraph/checkpoint"
+	"github.com/flashgraph/flashgraph/generate"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/model"
 )
 
 // Train, then generate from the checkpoint with one command.
@@ -95,5 +101,85 @@ func TestGenerateFileTrained(t *testing.T) {
 	code, o, e := runCode("generate", "-ckpt", filepath.Join(mean, "ckpt"), "-prompt", "a")
 	if code != 1 || o != "" || !strings.Contains(e, "is not causal: its logits at position 1 change with the tokens after it") {
 		t.Errorf("a non-causal model: exit %d, %q\n%s", code, o, e)
+	}
+}
+
+// generate from a grouped-query checkpoint (train -kv-heads 2): the KV cache
+// holds the 2 key/value heads, half the multi-head model's cache, and the
+// greedy text is the one the training model's full forward gives without a
+// cache (float64 on both sides, so no rounding tie decides a byte).
+func TestGenerateGQACheckpoint(t *testing.T) {
+	data := trainData(t)
+	gqa, mha := filepath.Join(t.TempDir(), "gqa"), filepath.Join(t.TempDir(), "mha")
+	runCLI(t, tinyTrainArgs(data, gqa, "4", "-kv-heads", "2", "-lr", "3e-3")...)
+	runCLI(t, tinyTrainArgs(data, mha, "1")...)
+	const prompt, n = "for ", 10
+	stdout, stderr := runCLI(t, "generate", "-ckpt", filepath.Join(gqa, "ckpt"), "-prompt", prompt, "-max-new", fmt.Sprint(n), "-dtype", "float64")
+	// tiny at -seq 16: 2 layers · K and V · 2 heads · 16 positions · 16 · 8 bytes.
+	if want := "KV cache 16.0 KiB: keys and values of 2 layers at 2 key/value heads (of 4 query heads), 16 positions"; !strings.Contains(stderr, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, stderr)
+	}
+	if _, e := runCLI(t, "generate", "-ckpt", filepath.Join(mha, "ckpt"), "-prompt", prompt, "-max-new", "2"); !strings.Contains(e, "KV cache 16.0 KiB: keys and values of 2 layers at 4 key/value heads (of 4 query heads)") {
+		t.Errorf("multi-head float32 cache:\n%s", e)
+	}
+
+	path, _, err := checkpoint.LatestCheckpoint(filepath.Join(gqa, "ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, weights, err := generate.FromCheckpoint(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.KV() != 2 {
+		t.Fatalf("checkpoint config has %d kv heads, want 2", cfg.KV())
+	}
+	cfg.DType = graph.Float64
+	seq := []int64(nil)
+	for i := range len(prompt) {
+		seq = append(seq, int64(prompt[i]))
+	}
+	for range n {
+		c := cfg
+		c.Batch, c.Seq = 1, len(seq)
+		g, err := model.Build(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exe, err := cpu.New().Compile(g, backend.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, w := range weights {
+			w64 := graph.NewTensor(graph.Float64, w.Shape)
+			for i := range w.Len() {
+				w64.Set(i, w.At(i))
+			}
+			if err := exe.SetInitializer(name, w64); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tokens := graph.NewTensor(graph.Int64, graph.Shape{1, len(seq)})
+		copy(tokens.I64, seq)
+		res, err := exe.Run(map[string]*graph.Tensor{"tokens": tokens, "targets": tokens})
+		exe.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		V, last := cfg.Vocab, len(seq)-1
+		best := 0
+		for v := 1; v < V; v++ {
+			if res["logits"].At(last*V+v) > res["logits"].At(last*V+best) {
+				best = v
+			}
+		}
+		seq = append(seq, int64(best))
+	}
+	want := make([]byte, len(seq))
+	for i, b := range seq {
+		want[i] = byte(b)
+	}
+	if stdout != string(want)+"\n" {
+		t.Errorf("generate: %q\nfull forward: %q", stdout, string(want))
 	}
 }
