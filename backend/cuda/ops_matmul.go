@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 
 	"github.com/flashgraph/flashgraph/backend/cuda/codegen"
 	"github.com/flashgraph/flashgraph/backend/cuda/driver"
@@ -46,21 +45,6 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 		if err != nil {
 			return nil, err
 		}
-		tune, err := cublasLtEnabled()
-		if err != nil {
-			return nil, err
-		}
-		var p *driver.GemmPlan
-		if tune {
-			s := driver.GemmShape{Type: t, TransA: transA, TransB: transB, M: m, N: n, K: k,
-				StrideA: sA, StrideB: sB, StrideC: sC, Batch: batch, Beta: float32(beta) != 0}
-			if p, err = c.tuneGemm(s, A, B, C); err != nil {
-				return nil, err
-			}
-		}
-		if p != nil {
-			return func() error { return p.RunRaw(d, float32(alpha), A, B, float32(beta), C) }, nil
-		}
 		return func() error {
 			return d.GemmRaw(t, transA, transB, m, n, k, float32(alpha), A, sA, B, sB, float32(beta), C, sC, batch)
 		}, nil
@@ -93,56 +77,6 @@ func (c *lowerCtx) gemm(gt graph.DType, transA, transB bool, m, n, k int, alpha 
 		calls = append(calls, func() error { return l.Run(d) })
 	}
 	return seq(calls...), nil
-}
-
-// CublasLtEnv turns on the per-shape choice of cuBLAS GEMM kernels:
-// FLASHGRAPH_CUBLASLT=1 makes Compile time, for each GEMM shape of the
-// graph, cublasGemmStridedBatchedEx and the algorithms cuBLASLt's heuristic
-// proposes, on the executable's own buffers, and every run then queues the
-// fastest (driver.TuneGemm). Off by default until it is measured faster.
-const CublasLtEnv = "FLASHGRAPH_CUBLASLT"
-
-// cublasLtEnabled reads CublasLtEnv: 1, on or true turns tuning on; unset,
-// 0, off or false leaves it off.
-func cublasLtEnabled() (bool, error) {
-	switch v := os.Getenv(CublasLtEnv); v {
-	case "", "0", "off", "false":
-		return false, nil
-	case "1", "on", "true":
-		return true, nil
-	default:
-		return false, fmt.Errorf("%s=%q: want 1 (tune each GEMM shape with cuBLASLt) or 0", CublasLtEnv, v)
-	}
-}
-
-// tuneGemm returns the device's plan for GEMM s on A, B, C, tuning it now
-// if the device has none for the shape (nil when there is no memory to tune
-// it: the GEMM then keeps the default kernel). Tuning runs the GEMM many times,
-// writing C: at Compile the activation arena holds nothing yet, so an
-// output there is used as it is; any other output (a buffer of its own,
-// which may alias an initializer already uploaded) is replaced by a
-// scratch buffer at the same offset modulo 256 bytes, so that the plan's
-// alignment is the real one.
-func (c *lowerCtx) tuneGemm(s driver.GemmShape, A, B, C DevicePtr) (*driver.GemmPlan, error) {
-	d := c.dev()
-	esz := int64(s.Type.ElemSize())
-	cBytes := (s.StrideC*int64(s.Batch-1) + int64(s.M)*int64(s.N)) * esz
-	arena := c.x.arena
-	if C >= arena && int64(C-arena)+cBytes <= c.x.plan.PeakBytes {
-		return d.TuneGemm(s, A, B, C)
-	}
-	if p := d.CachedGemmPlan(s, A, B, C); p != nil {
-		return p, nil
-	}
-	tmp, err := d.Alloc(int(cBytes) + 256)
-	if err != nil {
-		return nil, nil // no room to tune: this GEMM keeps the default kernel
-	}
-	p, err := d.TuneGemm(s, A, B, tmp.Offset(int(C%256)))
-	if ferr := d.Free(tmp); err == nil {
-		err = ferr
-	}
-	return p, err
 }
 
 // gemmType is the element type a GEMM producing storage type dt runs in

@@ -166,7 +166,7 @@ func (d *Device) setCublasWorkspace(api *cublasAPI) error {
 		ccall(d.api.cuMemFree, uintptr(p))
 		return err
 	}
-	d.cublasWorkspace, d.cublasWorkspaceBytes = p, size
+	d.cublasWorkspace = p
 	return nil
 }
 

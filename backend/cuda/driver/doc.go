@@ -5,9 +5,7 @@
 // The package builds, vets and unit-tests with CGO_ENABLED=0 on machines without a
 // GPU. The libraries are opened at run time (libcuda.so.1, libnvrtc.so.13 or .12,
 // libcublas.so.13 or .12); when one is missing, [Available] and [Open] return an
-// error that says which, and nothing panics. libcublasLt (.so.13 or .12) is
-// optional: [Device.TuneGemm] uses it to choose a GEMM kernel per shape and
-// keeps cuBLAS's default choice without it.
+// error that says which, and nothing panics.
 //
 // # Threading
 //

@@ -188,20 +188,8 @@ type Device struct {
 	ctx, stream  uintptr // touched only on the device goroutine
 	stopping     bool    // set by Close's last request, on the device goroutine
 	cublasHandle uintptr // created lazily on the device goroutine
-	// cublasWorkspace is the handle's workspace (setCublasWorkspace), of
-	// cublasWorkspaceBytes; cuBLASLt GEMMs use it too (same stream).
-	cublasWorkspace      DevicePtr
-	cublasWorkspaceBytes int
-	// ltHandle is the cuBLASLt handle, created by the first TuneGemm
-	// (device goroutine).
-	ltHandle uintptr
-	// gemmPlans caches TuneGemm's plans by shape; gemmPlanList holds every
-	// plan made, for Close to destroy their descriptors. gemmPlansMu also
-	// serialises tuning.
-	gemmPlansMu     sync.Mutex
-	gemmPlans       map[gemmKey]*GemmPlan
-	gemmPlanList    []*GemmPlan
-	gemmPlansClosed bool
+	// cublasWorkspace is the handle's workspace (setCublasWorkspace).
+	cublasWorkspace DevicePtr
 	// flashSched is the persistent sm90 forward's dynamic schedule
 	// (flashSM90Sched), allocated on first use.
 	flashSchedMu sync.Mutex
@@ -315,7 +303,7 @@ func (d *Device) teardown() error {
 	}
 	if d.cublasWorkspace != 0 {
 		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.cublasWorkspace))))
-		d.cublasWorkspace, d.cublasWorkspaceBytes = 0, 0
+		d.cublasWorkspace = 0
 	}
 	if d.flashSched != 0 {
 		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.flashSched))))
@@ -373,10 +361,9 @@ func (d *Device) Close() error {
 		for _, m := range mods {
 			errs = append(errs, m.Unload())
 		}
-		plans := d.closeGemmPlans()
 		errs = append(errs, d.do(func() error {
 			d.stopping = true
-			return errors.Join(d.destroyGemmPlans(plans), d.teardown())
+			return d.teardown()
 		}))
 		d.closed.Store(true)
 		d.closeErr = errors.Join(errs...)

@@ -400,15 +400,6 @@ type gemmCase struct {
 // truncate instead of rounding, plus the rounding of the output to typ.
 func runRowMajorGemm(t *testing.T, d *Device, typ GemmType, c gemmCase, r *rand.Rand) {
 	t.Helper()
-	checkRowMajorGemm(t, d, typ, c, r, func(pA, pB, pC DevicePtr, strideA, strideB, strideC int64) error {
-		return d.RowMajorBatchedMatMul(typ, c.transA, c.transB, c.m, c.n, c.k, c.alpha, pA, strideA, pB, strideB, c.beta, pC, strideC, c.batch)
-	})
-}
-
-// checkRowMajorGemm is runRowMajorGemm with the GEMM under test given as
-// run, which computes case c on the device buffers it is handed.
-func checkRowMajorGemm(t *testing.T, d *Device, typ GemmType, c gemmCase, r *rand.Rand, run func(pA, pB, pC DevicePtr, strideA, strideB, strideC int64) error) {
-	t.Helper()
 	round := func(v float64) float64 { return float64(float32(v)) }
 	uOut := math.Ldexp(1, -24)
 	switch typ {
@@ -462,7 +453,7 @@ func checkRowMajorGemm(t *testing.T, d *Device, typ GemmType, c gemmCase, r *ran
 		return p
 	}
 	pA, pB, pC := upload(A), upload(B), upload(C)
-	if err := run(pA, pB, pC, int64(strideA), int64(strideB), int64(strideC)); err != nil {
+	if err := d.RowMajorBatchedMatMul(typ, c.transA, c.transB, c.m, c.n, c.k, c.alpha, pA, int64(strideA), pB, int64(strideB), c.beta, pC, int64(strideC), c.batch); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]float64, len(C))
