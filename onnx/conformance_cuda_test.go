@@ -277,8 +277,12 @@ func TestONNXConformanceCUDA(t *testing.T) {
 	// The run's counts go into the stamp, so that docs/ONNX.md can quote
 	// what the recorded run observed, not only what it listed.
 	machineDate, _, _ := strings.Cut(stamp, ";")
-	stamp = fmt.Sprintf("%s; %d of %d CPU passes pass on CUDA, %d refused for want of a kernel (%s), %d FAIL",
-		machineDate, counts["pass"], len(observed), counts["no CUDA kernel"], lackingKernels(observed), counts["FAIL"])
+	lacking := ""
+	if l := lackingKernels(observed); l != "" {
+		lacking = " (" + l + ")"
+	}
+	stamp = fmt.Sprintf("%s; %d of %d CPU passes pass on CUDA, %d refused for want of a kernel%s, %d FAIL",
+		machineDate, counts["pass"], len(observed), counts["no CUDA kernel"], lacking, counts["FAIL"])
 	if *conformanceReport != "" {
 		var sb strings.Builder
 		sb.WriteString("# The observed CUDA verdicts of the ONNX backend test suite's CPU passes (TestONNXConformanceCUDA).\n")
