@@ -25,7 +25,12 @@ func init() {
 
 // six pads a list of dims or strides to the kernels' six scalars (pad
 // fills the rest).
-func six(v []int64, pad int64) []any {
+func six(v []int64, pad int64) []any { return padSix(v, pad) }
+
+// sixF pads a list of floats to the kernels' six scalars.
+func sixF(v []float64, pad float64) []any { return padSix(v, pad) }
+
+func padSix[T int64 | float64](v []T, pad T) []any {
 	out := make([]any, maxRank)
 	for i := range out {
 		out[i] = pad
@@ -252,12 +257,7 @@ func lowerScatterND(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func() error {
-		if err := copyIn(); err != nil {
-			return err
-		}
-		return update()
-	}, nil
+	return seq(copyIn, update), nil
 }
 
 func lowerPad(c *lowerCtx) (func() error, error) {
@@ -361,10 +361,5 @@ func lowerMaxUnpool(c *lowerCtx) (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	return func() error {
-		if err := zero(); err != nil {
-			return err
-		}
-		return scatter()
-	}, nil
+	return seq(zero, scatter), nil
 }

@@ -139,18 +139,6 @@ func code(what, s string, names ...string) (int32, error) {
 	return 0, fmt.Errorf("%s %q is not one of %v", what, s, names)
 }
 
-// sixF pads a list of floats to the kernels' six scalars.
-func sixF(v []float64, pad float64) []any {
-	out := make([]any, maxRank)
-	for i := range out {
-		out[i] = pad
-		if i < len(v) {
-			out[i] = v[i]
-		}
-	}
-	return out
-}
-
 func lowerInterpolate(c *lowerCtx) (func() error, error) {
 	xs, ys := c.n.Inputs[0].Type.Shape, c.n.Outputs[0].Type.Shape
 	if err := rankOK("Interpolate", xs); err != nil {
