@@ -3,7 +3,6 @@ package graph
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 )
 
@@ -115,7 +114,6 @@ func (in Init) Materialize(t TensorType) (_ *Tensor, err error) {
 		}
 	}()
 	out := NewTensor(t.DType, t.Shape)
-	n := out.Len()
 	switch in.Fn {
 	case "zeros":
 	case "ones":
@@ -127,19 +125,10 @@ func (in Init) Materialize(t TensorType) (_ *Tensor, err error) {
 			out.Set(i, v)
 		}
 	case "normal":
-		// PCG plus Box-Muller written here: the bits must never change with
-		// the Go release, since checkpoints and goldens depend on them.
-		rng := rand.NewPCG(uint64(in.Args["seed"]), 0x9e3779b97f4a7c15)
-		std := in.Args["std"]
-		for i := 0; i < n; i += 2 {
-			u1 := (float64(rng.Uint64()>>11) + 0.5) / (1 << 53)
-			u2 := float64(rng.Uint64()>>11) / (1 << 53)
-			r := math.Sqrt(-2 * math.Log(u1))
-			out.Set(i, std*r*math.Cos(2*math.Pi*u2))
-			if i+1 < n {
-				out.Set(i+1, std*r*math.Sin(2*math.Pi*u2))
-			}
-		}
+		// PCG plus Box-Muller written out (init_normal.go): the bits must
+		// never change with the Go release, since checkpoints and goldens
+		// depend on them.
+		fillNormal(out, uint64(in.Args["seed"]), in.Args["std"])
 	case "causal_mask":
 		rows, cols := t.Shape[0], t.Shape[1]
 		for i := range rows {
