@@ -2,70 +2,63 @@ package graph
 
 import (
 	"math"
+	"math/bits"
 	"math/rand/v2"
 	"runtime"
 	"sync"
+	"sync/atomic"
 )
 
 // The "normal" initializer draws a PCG stream and turns each pair of draws
 // into two normal values by Box-Muller. Its bits are part of every checkpoint
-// and golden file, so they must not depend on how the work is split: the
-// stream is drawn in order, one chunk of pairs at a time, by one goroutine
-// (cheap, about 2 ns a draw), and the math and the stores of each chunk (the
-// expensive part: a log, a square root, a cosine and a sine per pair) run on
-// all cores. An element's value depends only on its own pair of draws, so any
-// split gives the bits of the sequential loop.
+// and golden file, so they must not depend on how the work is split. The
+// tensor is cut into chunks of pairs; each worker (GOMAXPROCS of them) starts
+// a generator at its chunk's place in the stream, found by jumping the PCG's
+// linear congruential state ahead (pcgAdvance, a few hundred multiplications)
+// rather than by drawing every value before it. An element's value depends
+// only on its own pair of draws, so any split gives the bits of the one
+// sequential loop, and the work (a log, a square root, a cosine and a sine
+// a pair: about 20 ns an element on one core) scales with the cores.
 
-// normalSeq is the PCG stream the initializer draws from, for a given seed.
+// normalSeq is the second seed of the PCG the initializer draws from: the
+// stream of Normal(std, seed) starts at the state seed:normalSeq.
 const normalSeq = 0x9e3779b97f4a7c15
 
 // normalChunkPairs is the number of Box-Muller pairs in one unit of parallel
-// work: its draws (1 MiB) stay in cache between the drawing goroutine and the
-// one that computes them, and a tensor of fewer pairs is done without
+// work: its draws (256 KiB) stay in cache between drawing and computing, a
+// jump costs nothing beside it, and a tensor of fewer pairs is done without
 // starting goroutines.
-const normalChunkPairs = 1 << 16
+const normalChunkPairs = 1 << 14
 
 // fillNormal fills t (a float tensor) with std-scaled standard normal values
-// drawn from seed's stream.
+// drawn from the stream of seed.
 func fillNormal(t *Tensor, seed uint64, std float64) {
-	n := t.Len()
-	pairs := (n + 1) / 2
-	rng := rand.NewPCG(seed, normalSeq)
+	pairs := (t.Len() + 1) / 2
 	chunks := (pairs + normalChunkPairs - 1) / normalChunkPairs
 	workers := min(runtime.GOMAXPROCS(0), chunks)
-	if workers <= 1 {
-		draws := make([]uint64, 2*min(pairs, normalChunkPairs))
+	if workers <= 1 || !pcgJumps() {
+		// One generator drawn in order: the definition itself.
+		rng := rand.NewPCG(seed, normalSeq)
+		buf := make([]uint64, 2*min(pairs, normalChunkPairs))
 		for p := 0; p < pairs; p += normalChunkPairs {
-			d := draw(rng, draws[:2*min(normalChunkPairs, pairs-p)])
-			normalPairs(t, p, d, std)
+			normalPairs(t, p, draw(rng, buf[:2*min(normalChunkPairs, pairs-p)]), std)
 		}
 		return
 	}
-	type chunk struct {
-		first int      // index of the chunk's first pair
-		draws []uint64 // its two draws a pair, in stream order
-	}
-	// Two buffers a worker let the drawing run ahead of the math without
-	// holding more than a few MiB.
-	free := make(chan []uint64, 2*workers)
-	for range cap(free) {
-		free <- make([]uint64, 2*normalChunkPairs)
-	}
-	work := make(chan chunk, workers)
+	start := u128{seed, normalSeq}
+	var next atomic.Int64 // the next chunk to take
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for c := range work {
-				normalPairs(t, c.first, c.draws, std)
-				free <- c.draws[:cap(c.draws)]
+			buf := make([]uint64, 2*normalChunkPairs)
+			for c := int(next.Add(1) - 1); c < chunks; c = int(next.Add(1) - 1) {
+				p := c * normalChunkPairs
+				s := pcgAdvance(start, 2*uint64(p)) // two draws a pair
+				rng := rand.NewPCG(s.hi, s.lo)
+				normalPairs(t, p, draw(rng, buf[:2*min(normalChunkPairs, pairs-p)]), std)
 			}
 		})
 	}
-	for p := 0; p < pairs; p += normalChunkPairs {
-		buf := <-free
-		work <- chunk{p, draw(rng, buf[:2*min(normalChunkPairs, pairs-p)])}
-	}
-	close(work)
 	wg.Wait()
 }
 
@@ -116,3 +109,65 @@ func normalStore[E float32 | float64](dst []E, draws []uint64, std float64, conv
 		}
 	}
 }
+
+// u128 is an unsigned 128-bit integer, arithmetic modulo 2^128.
+type u128 struct{ hi, lo uint64 }
+
+func (a u128) mul(b u128) u128 {
+	hi, lo := bits.Mul64(a.lo, b.lo)
+	return u128{hi + a.hi*b.lo + a.lo*b.hi, lo}
+}
+
+func (a u128) add(b u128) u128 {
+	lo, c := bits.Add64(a.lo, b.lo, 0)
+	hi, _ := bits.Add64(a.hi, b.hi, c)
+	return u128{hi, lo}
+}
+
+// The linear congruential step of math/rand/v2's PCG (state = state*mul +
+// inc, the multiplier and increment of the PCG reference implementation),
+// whose state NewPCG(hi, lo) sets to hi:lo. pcgJumps checks, once, that the
+// generator still behaves so before any jump is trusted.
+var (
+	pcgMul = u128{2549297995355413924, 4865540595714422341}
+	pcgInc = u128{6364136223846793005, 1442695040888963407}
+)
+
+// pcgAdvance returns the PCG state k steps (draws) after s, in O(log k)
+// steps: the affine map x -> mul*x + inc is squared k's bits times (Brown,
+// "Random number generation with arbitrary strides", 1994).
+func pcgAdvance(s u128, k uint64) u128 {
+	accMul, accInc := u128{0, 1}, u128{0, 0}
+	m, c := pcgMul, pcgInc
+	for ; k > 0; k >>= 1 {
+		if k&1 == 1 {
+			accMul = accMul.mul(m)
+			accInc = accInc.mul(m).add(c)
+		}
+		c = m.add(u128{0, 1}).mul(c)
+		m = m.mul(m)
+	}
+	return accMul.mul(s).add(accInc)
+}
+
+// pcgJumps reports whether a generator started at a pcgAdvance'd state
+// continues the stream where drawing in order would be (true unless the Go
+// release changed its PCG); without it the initializer draws in order, on
+// one goroutine, and still gives its bits.
+var pcgJumps = sync.OnceValue(func() bool {
+	for _, k := range []uint64{0, 1, 2, 3, 1000, 4097} {
+		s := u128{0x0123456789abcdef, normalSeq}
+		inOrder := rand.NewPCG(s.hi, s.lo)
+		for range k {
+			inOrder.Uint64()
+		}
+		j := pcgAdvance(s, k)
+		jumped := rand.NewPCG(j.hi, j.lo)
+		for range 4 {
+			if inOrder.Uint64() != jumped.Uint64() {
+				return false
+			}
+		}
+	}
+	return true
+})

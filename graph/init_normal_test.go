@@ -87,7 +87,7 @@ func TestNormalMatchesSequential(t *testing.T) {
 // pass unnoticed, and checks that the draws look like a normal distribution
 // of the given std.
 func TestNormalValues(t *testing.T) {
-	got, err := Normal(1, 7).Materialize(TensorType{Float64, Shape{3*2*normalChunkPairs + 1}})
+	got, err := Normal(1, 7).Materialize(TensorType{Float64, Shape{393217}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,15 +101,12 @@ func TestNormalValues(t *testing.T) {
 	if math.Abs(mean) > 0.01 || math.Abs(sd-1) > 0.01 {
 		t.Errorf("mean %v, std %v of %v draws: want about 0 and 1", mean, sd, n)
 	}
-	if normalChunkPairs != 1<<16 {
-		t.Fatalf("the pinned indices below sit at chunk boundaries of 1<<16 pairs; update them for %d", normalChunkPairs)
-	}
 	for i, want := range map[int]uint64{
 		0:      0x3ff34b4c7c2407e0, // 1.2058834885833605
 		1:      0x3f98fa91163c47dd, // 0.024393336279054146
-		131071: 0x3fb9a56849527997, // 0.10018016615001667, the last of the first chunk
-		131072: 0xbff0083ac5c68f7d, // -1.002009174881976, the first of the second
-		393216: 0x3fd0676d851694c4, // 0.2563127326669241, the odd last element
+		131071: 0x3fb9a56849527997, // 0.10018016615001667
+		131072: 0xbff0083ac5c68f7d, // -1.002009174881976
+		393216: 0x3fd0676d851694c4, // 0.2563127326669241, the last, alone in its pair
 	} {
 		if b := math.Float64bits(got.F64[i]); b != want {
 			t.Errorf("element %d is %v (%#x), want %v (%#x)", i, got.F64[i], b, math.Float64frombits(want), want)
@@ -122,6 +119,32 @@ func TestNormalValues(t *testing.T) {
 	for i, want := range []uint32{0x3c790000, 0x3b520000, 0xbc0f0000} { // 0.015197754, 0.0032043457, -0.008728027
 		if b := math.Float32bits(bf.F32[i]); b != want {
 			t.Errorf("bfloat16 element %d is %v (%#x), want %v (%#x)", i, bf.F32[i], b, math.Float32frombits(want), want)
+		}
+	}
+}
+
+// TestPCGAdvance checks the jump ahead against drawing in order, from
+// several states and over strides of every size the initializer uses.
+func TestPCGAdvance(t *testing.T) {
+	if !pcgJumps() {
+		t.Fatal("a PCG started at a jumped state does not continue the stream: the normal initializer runs on one core")
+	}
+	for _, s := range []u128{{0, 0}, {0, normalSeq}, {42, normalSeq}, {^uint64(0), ^uint64(0)}} {
+		inOrder := rand.NewPCG(s.hi, s.lo)
+		var done uint64
+		for _, k := range []uint64{0, 1, 2, 3, 5, 64, 1000, 2 * normalChunkPairs, 2*normalChunkPairs + 1, 1 << 20} {
+			for ; done < k; done++ {
+				inOrder.Uint64()
+			}
+			j := pcgAdvance(s, k)
+			jumped := rand.NewPCG(j.hi, j.lo)
+			probe := rand.NewPCG(0, 0)
+			*probe = *inOrder
+			for i := range 3 {
+				if a, b := probe.Uint64(), jumped.Uint64(); a != b {
+					t.Fatalf("from %#x:%#x, draw %d after a jump of %d is %#x, in order %#x", s.hi, s.lo, i, k, b, a)
+				}
+			}
 		}
 	}
 }
