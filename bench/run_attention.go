@@ -928,8 +928,9 @@ func runPythonJSONLines[R any](stderr io.Writer, py string, args []string, out s
 // benchMemory runs one training step of model small per (S, B), fused and
 // unfused attention, mixed precision, and reports the device memory the
 // executable took (the peak of our own allocations from compiling to the
-// end of the step, memRunStep) next to the static plan. An unfused step that does not fit must fail cleanly: the
-// out-of-memory error is reported, the bench goes on.
+// end of the step, memRunStep) next to the static plan. An unfused step
+// that does not fit must fail cleanly: the out-of-memory error is
+// reported, the bench goes on.
 func benchMemory(stdout, stderr io.Writer, shapes []MemShape, seed uint64) ([]benchRow, error) {
 	be, err := cuda.NewBackend(cuda.Options{Compute: graph.BFloat16})
 	if err != nil {
