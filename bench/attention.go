@@ -170,9 +170,12 @@ type AttnTiming struct {
 	// backward by accounting: every buffer it uses, Q, K, V and dO included
 	// (composed: the executor's inputs, initializers and activation arena).
 	PlannedBytes int64
-	// MeasuredBytes is the device memory the path took, by cuMemGetInfo
-	// before it allocated anything and after its last timed run (plus the
-	// shared inputs for the fused path, which were allocated earlier).
+	// MeasuredBytes is the device memory the path took: the peak of our own
+	// allocations (cuda.Device.PeakAllocatedBytes) from before it allocated
+	// anything to after its last timed run, less what was allocated before
+	// (plus the shared inputs for the fused path, which were allocated
+	// earlier). Like PyTorch's max_memory_allocated, no other process on
+	// the GPU moves it.
 	MeasuredBytes int64
 	// Err says why the path did not run ("" when it ran).
 	Err string
@@ -318,11 +321,12 @@ func maxAbsDiff(a, b []uint16) (diff, ref float64) {
 	return diff, ref
 }
 
-// usedBytes is how much device memory is taken now (total − free).
-func (ab *AttnBench) usedBytes() (int64, error) {
-	free, total, err := ab.d.MemInfo()
-	return int64(total) - int64(free), err
-}
+// startMeasure starts a new peak of our device allocations and returns
+// the bytes allocated now; tookSince is what was allocated at most on top
+// of them since (MeasuredBytes).
+func (ab *AttnBench) startMeasure() int64 { return ab.d.ResetPeakAllocated() }
+
+func (ab *AttnBench) tookSince(base int64) int64 { return ab.d.PeakAllocatedBytes() - base }
 
 // timeLoop times each phase in a loop of its own, as
 // tools/reference/sdpa_bench.py times PyTorch's forward and backward: one
@@ -436,10 +440,7 @@ func (ab *AttnBench) download(p cuda.DevicePtr, n int) ([]uint16, error) {
 func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
 	d, n, nkv := ab.d, ab.n, sh.KVElems()
 	bh, group := sh.B*sh.H, sh.Group()
-	used0, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
+	base := ab.startMeasure()
 	inBytes := int64(2*n*2 + 2*nkv*2)
 	sizes := []int{n * 2, bh * sh.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(bh, sh.S, sh.D)}
 	bufs := make([]cuda.DevicePtr, len(sizes))
@@ -488,11 +489,7 @@ func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
 		return nil, nil
 	}
 	t.FwdMs, t.BwdMs = med[0], med[1]
-	used1, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
-	t.MeasuredBytes = used1 - used0 + inBytes
+	t.MeasuredBytes = ab.tookSince(base) + inBytes
 	var outs [][]uint16
 	for i, p := range []cuda.DevicePtr{o, dq, dk, dv} {
 		h, err := ab.download(p, outElems[i])
@@ -518,10 +515,7 @@ func (ab *AttnBench) runComposed(sh AttnShape, t *AttnTiming) ([][]uint16, error
 		return nil, err
 	}
 	t.PlannedBytes = plan.PeakBytes + plan.InputBytes + plan.InitializerBytes
-	used0, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
+	base := ab.startMeasure()
 	exe, err := ab.b.Compile(g, backend.Options{})
 	if err != nil {
 		if cuda.IsOutOfMemory(err) {
@@ -591,11 +585,7 @@ func (ab *AttnBench) runComposed(sh AttnShape, t *AttnTiming) ([][]uint16, error
 		return nil, nil
 	}
 	t.FwdMs, t.BwdMs = med[0], med[2]
-	used1, err := ab.usedBytes()
-	if err != nil {
-		return nil, err
-	}
-	t.MeasuredBytes = used1 - used0
+	t.MeasuredBytes = ab.tookSince(base)
 	var res [][]uint16
 	for _, p := range outPtrs {
 		h, err := ab.download(p, ab.n)

@@ -74,8 +74,10 @@ type benchRow struct {
 	BwdMs     *float64 `json:"bwd_ms,omitempty"`
 	FwdTFLOPs *float64 `json:"fwd_tflops,omitempty"`
 	BwdTFLOPs *float64 `json:"bwd_tflops,omitempty"`
-	// PeakMemBytes: measured device memory (ours: cuMemGetInfo delta; torch:
-	// max_memory_allocated), inputs, outputs and gradients included.
+	// PeakMemBytes: measured device memory (ours: the peak of our own
+	// allocations, cuda.Device.PeakAllocatedBytes, over what was allocated
+	// before; torch: max_memory_allocated), inputs, outputs and gradients
+	// included. Before 2026-12-03 evening ours was cuMemGetInfo's difference.
 	PeakMemBytes *int64 `json:"peak_mem_bytes"`
 	// PlannedMemBytes: the same by accounting (ours only).
 	PlannedMemBytes *int64 `json:"planned_mem_bytes,omitempty"`
@@ -257,7 +259,7 @@ func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 	}
 	grouped := slices.ContainsFunc(shapes, func(sh TableShape) bool { return sh.KVHeads != 0 })
 	fmt.Fprintln(w, "TFLOP/s (fwd 4·B·H·S²·D, halved when causal; bwd 2.5× fwd); ratios are fused's speed over the other's (>1: fused faster);")
-	fmt.Fprintln(w, "f+b: by total fwd+bwd time. peak GiB: device memory for fwd+bwd, inputs included (ours: cuMemGetInfo; torch: max_memory_allocated).")
+	fmt.Fprintln(w, "f+b: by total fwd+bwd time. peak GiB: device memory for fwd+bwd, inputs included (ours: peak of our own allocations; torch: max_memory_allocated).")
 	lead, hkvHead := "", ""
 	if grouped {
 		fmt.Fprintln(w, "Hkv: K/V heads (grouped-query attention where below H; the same FLOP count as H heads): fused takes K/V of Hkv heads")
@@ -925,9 +927,10 @@ func runPythonJSONLines[R any](stderr io.Writer, py string, args []string, out s
 
 // benchMemory runs one training step of model small per (S, B), fused and
 // unfused attention, mixed precision, and reports the device memory the
-// executable took (cuMemGetInfo before compiling vs after the step) next to
-// the static plan. An unfused step that does not fit must fail cleanly: the
-// out-of-memory error is reported, the bench goes on.
+// executable took (the peak of our own allocations from compiling to the
+// end of the step, memRunStep) next to the static plan. An unfused step
+// that does not fit must fail cleanly: the out-of-memory error is
+// reported, the bench goes on.
 func benchMemory(stdout, stderr io.Writer, shapes []MemShape, seed uint64) ([]benchRow, error) {
 	be, err := cuda.NewBackend(cuda.Options{Compute: graph.BFloat16})
 	if err != nil {
@@ -984,7 +987,7 @@ func benchMemory(stdout, stderr io.Writer, shapes []MemShape, seed uint64) ([]be
 		}
 	}
 	fmt.Fprintf(stdout, "\ntraining step memory: model small (%s), mixed precision (bf16 activations), one AdamW step on %s\n", smallDesc(), gpu)
-	fmt.Fprintln(stdout, "measured: cuMemGetInfo before compiling vs after the step (params, moments, inputs, activation arena);")
+	fmt.Fprintln(stdout, "measured: peak of our own device allocations from compiling to the end of the step (params, moments, inputs, activation arena);")
 	fmt.Fprintln(stdout, "plan: cuda.PlanMemoryWith (arena + initializers + inputs). The executor allocates the whole plan at compile.")
 	fmt.Fprintf(stdout, "%6s %3s %-8s %12s %12s %12s %9s %8s  %s\n", "S", "B", "attn", "plan arena", "plan total", "measured", "step ms", "loss", "status")
 	for _, ln := range lines {
@@ -1044,12 +1047,11 @@ func memTrainGraph(ms MemShape, fuse bool) (*autodiff.TrainStep, *cuda.Plan, err
 
 // memRunStep compiles the step, runs it twice (the second is timed, so the
 // first's one-time costs stay out) and measures the memory the executable
-// holds. The executable is closed before it returns.
+// took: the peak of our own allocations from before compiling to after the
+// runs, less what was allocated before (cuMemGetInfo would count every other
+// process on the GPU too). The executable is closed before it returns.
 func memRunStep(d *cuda.Device, be backend.Backend, ts *autodiff.TrainStep, seed uint64) (used int64, stepMs, loss float64, err error) {
-	free0, _, err := d.MemInfo()
-	if err != nil {
-		return 0, 0, 0, err
-	}
+	base := d.ResetPeakAllocated()
 	exe, err := be.Compile(ts.Graph, backend.Options{Updates: ts.Updates})
 	if err != nil {
 		return 0, 0, 0, err
@@ -1079,15 +1081,12 @@ func memRunStep(d *cuda.Device, be backend.Backend, ts *autodiff.TrainStep, seed
 			}
 		}
 	}
-	free1, _, err := d.MemInfo()
-	if err != nil {
-		return 0, 0, 0, err
-	}
+	used = d.PeakAllocatedBytes() - base
 	l, ok := outs[ts.Loss]
 	if !ok || l.Len() != 1 {
 		return 0, 0, 0, fmt.Errorf("the step returned no scalar %s", ts.Loss)
 	}
-	return int64(free0) - int64(free1), stepMs, l.At(0), nil
+	return used, stepMs, l.At(0), nil
 }
 
 // sortRows orders rows by kind, shape and implementation (used by tests and

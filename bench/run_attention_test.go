@@ -116,6 +116,9 @@ func TestParseTorchRowsAndTable(t *testing.T) {
 	if !strings.Contains(text, "composed D=64 S=1024 causal=true: out of memory") {
 		t.Errorf("the notes should give the composed failure:\n%s", text)
 	}
+	if !strings.Contains(text, "(ours: peak of our own allocations; torch: max_memory_allocated)") || strings.Contains(text, "cuMemGetInfo") {
+		t.Errorf("the legend should say that our peak GiB is the peak of our own allocations:\n%s", text)
+	}
 
 	// -json rows round-trip through encoding/json (no NaN or Inf).
 	sortRows(all)

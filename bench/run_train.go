@@ -29,17 +29,28 @@ import (
 
 // trainBenchRow is one line of the training-throughput table (and of -json).
 type trainBenchRow struct {
-	Kind         string   `json:"kind"` // "train_step"
-	Impl         string   `json:"impl"` // flashgraph, flashgraph+qkv, torch-eager, torch-compile, torch-compile-max-autotune
-	Config       string   `json:"config"`
-	B            int      `json:"B"`
-	S            int      `json:"S"`
-	DType        string   `json:"dtype"`
-	StepMs       *float64 `json:"step_ms"`
-	TokS         *float64 `json:"tok_s"`
-	PeakMemBytes *int64   `json:"peak_mem_bytes"`
-	Loss         *float64 `json:"loss"`
-	CompileS     *float64 `json:"compile_s,omitempty"`
+	Kind   string   `json:"kind"` // "train_step"
+	Impl   string   `json:"impl"` // flashgraph, flashgraph+qkv, torch-eager, torch-compile, torch-compile-max-autotune
+	Config string   `json:"config"`
+	B      int      `json:"B"`
+	S      int      `json:"S"`
+	DType  string   `json:"dtype"`
+	StepMs *float64 `json:"step_ms"`
+	TokS   *float64 `json:"tok_s"`
+	// PeakMemBytes is the peak device memory the step took. Ours: the
+	// peak of our own allocations (cuda.Device.PeakAllocatedBytes) from
+	// just before compiling to after the timed steps, less what was
+	// allocated before compiling: weights, optimizer state, the activation
+	// arena, inputs and workspaces. PyTorch's: torch.cuda.max_memory_allocated.
+	PeakMemBytes *int64 `json:"peak_mem_bytes"`
+	// MemInfoDeltaBytes (ours only) is what peak_mem_bytes was before
+	// 2026-12-03 evening: cuMemGetInfo's free memory before compiling minus
+	// after the timed steps. Any other process on the GPU moves it (one
+	// still releasing its memory made it smaller than our weights alone),
+	// so it is kept for reference only.
+	MemInfoDeltaBytes *int64   `json:"meminfo_delta_bytes,omitempty"`
+	Loss              *float64 `json:"loss"`
+	CompileS          *float64 `json:"compile_s,omitempty"`
 	// MFU is model FLOPs utilisation: train.GraphFLOPs of our training step
 	// per token (the same model for every row) times tok_s over the GPU's
 	// peak for the dtype (train.PeakFLOPS); absent when the peak is unknown.
@@ -185,6 +196,8 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, corpus *train.Corpus,
 	if err != nil {
 		return row, nil, err
 	}
+	// The peak from here on is what compiling and running the step took.
+	allocated0 := d.ResetPeakAllocated()
 	fmt.Fprintf(stderr, "bench: compiling the %s training step (B=%d S=%d, %s, fuse=%v, fuse-elementwise=%v, recompute=%s, fuse-qkv=%v, data: %s) on %s\n", cfg.Name, cfg.Batch, cfg.Seq,
 		map[bool]string{true: "bf16", false: "f32"}[bf16], fuse, fuse && !noFuseEW, recompute, fuseQKV, corpus.Source, d.Name())
 	t0 := time.Now()
@@ -207,6 +220,7 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, corpus *train.Corpus,
 		}
 	}
 	ms := float64(time.Since(start).Microseconds()) / 1e3 / float64(steps)
+	peak := d.PeakAllocatedBytes()
 	free1, _, err := d.MemInfo()
 	if err != nil {
 		return row, nil, err
@@ -216,7 +230,7 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, corpus *train.Corpus,
 		perTok := train.GraphFLOPs(tr.Graphs.Step.Graph).Model / float64(cfg.Batch*cfg.Seq)
 		row.MFU = fptr(train.MFU(perTok, *row.TokS, p.FLOPS))
 	}
-	row.PeakMemBytes = iptr(int64(free0) - int64(free1))
+	row.setStepMemory(allocated0, peak, free0, free1)
 	var prof []cuda.NodeTime
 	if profile {
 		p, ok := tr.Executable().(cuda.Profiler)
@@ -230,6 +244,16 @@ func benchOurTrainStep(stderr io.Writer, cfg model.Config, corpus *train.Corpus,
 		}
 	}
 	return row, prof, nil
+}
+
+// setStepMemory fills in the memory our step took: peak_mem_bytes from our
+// allocations (allocated before compiling, and their peak from then to the
+// end of the timed steps), meminfo_delta_bytes from cuMemGetInfo's free
+// memory before compiling and after the timed steps (negative when another
+// process released more than we took meanwhile).
+func (r *trainBenchRow) setStepMemory(allocatedBefore, peakAllocated int64, freeBefore, freeAfter uint64) {
+	r.PeakMemBytes = iptr(peakAllocated - allocatedBefore)
+	r.MemInfoDeltaBytes = iptr(int64(freeBefore) - int64(freeAfter))
 }
 
 // runTorchTrainBench runs tools/reference/train_bench.py and reads its rows.
@@ -263,6 +287,11 @@ func runTorchTrainBench(stderr io.Writer, py, script string, cfg model.Config, d
 	}
 	return rows, nil
 }
+
+// trainMemLegend says under the table what "peak mem" is: on both sides
+// the peak of the implementation's own device allocations, so that another
+// process on the GPU cannot move it.
+const trainMemLegend = "peak mem: flashgraph = peak of our own device allocations from compiling the step to the end of the timed steps (weights, optimizer state, activation arena, inputs, workspaces); torch = max_memory_allocated"
 
 func printTrainTable(w io.Writer, rows []trainBenchRow) {
 	ref := map[string]float64{}
@@ -305,7 +334,7 @@ func printTrainTable(w io.Writer, rows []trainBenchRow) {
 			fmt.Fprintf(w, "%s: %s\n", r.Impl, *r.Error)
 		}
 	}
-	fmt.Fprintln(w, "peak mem: flashgraph = device memory the compiled step took (cuMemGetInfo before compiling vs after the timed steps); torch = max_memory_allocated")
+	fmt.Fprintln(w, trainMemLegend)
 	fmt.Fprintln(w, "MFU: model FLOPs of our training step per token (train's count, train.GraphFLOPs) × tok/s over the GPU's dense peak for the dtype; the same model for every row")
 	if best != "" {
 		fmt.Fprintf(w, "vs compile: against the fastest torch.compile mode timed (%s)\n", best)

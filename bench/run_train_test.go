@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -133,5 +134,46 @@ func TestPrintTrainTableBestCompile(t *testing.T) {
 	}
 	if !strings.Contains(out, "vs compile: against the fastest torch.compile mode timed (torch-compile-max-autotune)") {
 		t.Errorf("the table does not say which compile mode it divides by:\n%s", out)
+	}
+	if !strings.Contains(out, "peak mem: flashgraph = peak of our own device allocations") || strings.Contains(out, "cuMemGetInfo") {
+		t.Errorf("the legend does not say that our peak mem is the peak of our own allocations:\n%s", out)
+	}
+	if l := find("flashgraph"); !strings.Contains(l, "5.00 GiB") {
+		t.Errorf("flashgraph row lacks its peak mem (5.00 GiB): %q", l)
+	}
+}
+
+// Our row's memory: the allocation peak less what was allocated before
+// compiling, with cuMemGetInfo's difference beside it under its own name
+// (here negative, as when another process released memory during the run);
+// a PyTorch row, which has no such figure, leaves the key out.
+func TestTrainRowStepMemory(t *testing.T) {
+	var r trainBenchRow
+	r.setStepMemory(40<<20, 7<<30, 100<<30, 101<<30)
+	if r.PeakMemBytes == nil || *r.PeakMemBytes != 7<<30-40<<20 {
+		t.Fatalf("peak_mem_bytes = %v, want %d", r.PeakMemBytes, 7<<30-40<<20)
+	}
+	if r.MemInfoDeltaBytes == nil || *r.MemInfoDeltaBytes != -(1<<30) {
+		t.Fatalf("meminfo_delta_bytes = %v, want %d", r.MemInfoDeltaBytes, -(1 << 30))
+	}
+	line, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"peak_mem_bytes":7474249728`, `"meminfo_delta_bytes":-1073741824`} {
+		if !strings.Contains(string(line), want) {
+			t.Errorf("JSON row lacks %s: %s", want, line)
+		}
+	}
+	var torch trainBenchRow
+	if err := json.Unmarshal([]byte(`{"impl": "torch-eager", "peak_mem_bytes": 6400000000, "tok_s": 1e5}`), &torch); err != nil {
+		t.Fatal(err)
+	}
+	line, err = json.Marshal(torch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(line), "meminfo_delta_bytes") || !strings.Contains(string(line), `"peak_mem_bytes":6400000000`) {
+		t.Errorf("PyTorch row: %s", line)
 	}
 }

@@ -223,7 +223,8 @@ func runBenchTrain(args []string, stdout, stderr io.Writer) error {
 		"Times the whole training step (forward, backward, AdamW) of a model config on the GPU and,\n"+
 			"through tools/reference/train_bench.py, the same model in PyTorch eager and torch.compile\n"+
 			"(SDPA attention, fused AdamW, float32 master weights). Prints one table: tokens/s, step ms,\n"+
-			"peak device memory, MFU (train's FLOP count) and the ratios (vs compile: the fastest\n"+
+			"peak device memory (each side's own allocations: ours counted by the device, PyTorch's\n"+
+			"max_memory_allocated), MFU (train's FLOP count) and the ratios (vs compile: the fastest\n"+
 			"torch.compile mode timed; -torch-modes eager,compile,max-autotune adds its best mode).\n"+
 			"-fuse-qkv both times our step without and with the q/k/v GEMM merge in one run.\n"+
 			"-profile adds where our step's time goes, per op type.", stderr)

@@ -1,6 +1,7 @@
 package driver
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -158,13 +159,12 @@ func (d *Device) setCublasWorkspace(api *cublasAPI) error {
 	if size == 0 || api.cublasSetWorkspace == 0 {
 		return nil
 	}
-	var p DevicePtr
-	if err := d.api.check("cuMemAlloc_v2", ccall(d.api.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size))); err != nil {
+	p, err := d.alloc(size)
+	if err != nil {
 		return fmt.Errorf("cuda: cuBLAS workspace of %.2f MiB: %w", float64(size)/(1<<20), err)
 	}
 	if err := api.check("cublasSetWorkspace_v2", ccall(api.cublasSetWorkspace, d.cublasHandle, uintptr(p), uintptr(size))); err != nil {
-		ccall(d.api.cuMemFree, uintptr(p))
-		return err
+		return errors.Join(err, d.free(p))
 	}
 	d.cublasWorkspace = p
 	return nil

@@ -24,4 +24,13 @@
 // [Module.Function] finds them by their plain name. Arguments are passed by value
 // from Go as DevicePtr, int32, uint32, int64, uint64, float32 or float64, matching
 // the kernel's parameter types exactly (no implicit conversions happen).
+//
+// # Memory
+//
+// Every cuMemAlloc of a Device (Alloc, the cuBLAS workspace, the sm90 schedule)
+// is counted until it is freed: [Device.AllocatedBytes] and
+// [Device.PeakAllocatedBytes] give the bytes live and their peak since
+// [Device.ResetPeakAllocated], which is what a benchmark reports as the memory
+// a step took. cuMemGetInfo ([Device.MemInfo]) counts every process on the GPU,
+// so it answers "will this fit" rather than "what did we take".
 package driver

@@ -194,6 +194,9 @@ type Device struct {
 	// (flashSM90Sched), allocated on first use.
 	flashSchedMu sync.Mutex
 	flashSched   DevicePtr
+	// allocs counts every cuMemAlloc of this device not yet freed, and its
+	// peak (AllocatedBytes, PeakAllocatedBytes).
+	allocs allocLedger
 }
 
 // Open retains the primary context of the device with this ordinal, creates the
@@ -302,11 +305,11 @@ func (d *Device) teardown() error {
 		d.cublasHandle = 0
 	}
 	if d.cublasWorkspace != 0 {
-		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.cublasWorkspace))))
+		errs = append(errs, d.free(d.cublasWorkspace))
 		d.cublasWorkspace = 0
 	}
 	if d.flashSched != 0 {
-		errs = append(errs, api.check("cuMemFree_v2", ccall(api.cuMemFree, uintptr(d.flashSched))))
+		errs = append(errs, d.free(d.flashSched))
 		d.flashSched = 0
 	}
 	if d.stream != 0 {
@@ -431,14 +434,60 @@ func (d *Device) Alloc(bytes int) (DevicePtr, error) {
 		return 0, nil
 	}
 	var p DevicePtr
-	err := d.do(func() error {
-		return d.api.check("cuMemAlloc_v2", ccall(d.api.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes)))
+	err := d.do(func() (err error) {
+		p, err = d.alloc(bytes)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("cuda: Alloc(%d): %w", bytes, err)
 	}
 	return p, nil
 }
+
+// alloc is cuMemAlloc on the device goroutine, counted in the ledger. Every
+// allocation of the device goes through it (and every free through free),
+// so that AllocatedBytes sees them in the order the driver made them.
+func (d *Device) alloc(bytes int) (DevicePtr, error) {
+	var p DevicePtr
+	if err := d.api.check("cuMemAlloc_v2", ccall(d.api.cuMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(bytes))); err != nil {
+		return 0, err
+	}
+	d.allocs.add(p, int64(bytes))
+	return p, nil
+}
+
+// free is cuMemFree on the device goroutine, taken off the ledger when it
+// succeeds. A pointer the ledger does not know is freed all the same.
+func (d *Device) free(p DevicePtr) error {
+	if err := d.api.check("cuMemFree_v2", ccall(d.api.cuMemFree, uintptr(p))); err != nil {
+		return err
+	}
+	d.allocs.remove(p)
+	return nil
+}
+
+// AllocatedBytes is the device memory this Device has allocated and not yet
+// freed: every Alloc, the cuBLAS workspace and the sm90 schedule, counted
+// in the bytes asked for. It sees no other process's memory, nor what the
+// libraries allocate on their own (module code, NCCL's buffers). Safe to
+// call from any goroutine, also after Close.
+func (d *Device) AllocatedBytes() int64 {
+	live, _ := d.allocs.stats()
+	return live
+}
+
+// PeakAllocatedBytes is the most AllocatedBytes has been since Open or the
+// last ResetPeakAllocated: the figure torch.cuda.max_memory_allocated gives
+// for PyTorch's allocations.
+func (d *Device) PeakAllocatedBytes() int64 {
+	_, peak := d.allocs.stats()
+	return peak
+}
+
+// ResetPeakAllocated starts a new peak at the bytes allocated now and
+// returns them, so that PeakAllocatedBytes minus it is what the work done
+// after the call took at most.
+func (d *Device) ResetPeakAllocated() int64 { return d.allocs.resetPeak() }
 
 // Free releases memory from Alloc; freeing the null pointer does nothing.
 // cuMemFree waits for work that may still use the memory, so a buffer can be freed
@@ -447,9 +496,7 @@ func (d *Device) Free(p DevicePtr) error {
 	if p == 0 {
 		return nil
 	}
-	return d.do(func() error {
-		return d.api.check("cuMemFree_v2", ccall(d.api.cuMemFree, uintptr(p)))
-	})
+	return d.do(func() error { return d.free(p) })
 }
 
 // Memset sets bytes bytes at p to byteVal. It is queued on the device's stream, so

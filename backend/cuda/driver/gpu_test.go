@@ -672,6 +672,55 @@ func TestMemoryIsFreed(t *testing.T) {
 	}
 }
 
+// The ledger behind AllocatedBytes follows Alloc and Free on the device:
+// live bytes, their peak, the reset, and a pointer the ledger never saw
+// (allocated around it), which Free still frees.
+func TestAllocatedBytes(t *testing.T) {
+	d := gpu(t)
+	base := d.ResetPeakAllocated()
+	if base != d.AllocatedBytes() || d.PeakAllocatedBytes() != base {
+		t.Fatalf("after reset: live %d peak %d, want both %d", d.AllocatedBytes(), d.PeakAllocatedBytes(), base)
+	}
+	a, err := d.Alloc(3 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := d.Alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.AllocatedBytes()-base, int64(3<<20+1000); got != want {
+		t.Errorf("two allocations: %d bytes live over the base, want %d", got, want)
+	}
+	if err := d.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := d.AllocatedBytes()-base, int64(1000); got != want {
+		t.Errorf("after one free: %d bytes live over the base, want %d", got, want)
+	}
+	if got, want := d.PeakAllocatedBytes()-base, int64(3<<20+1000); got != want {
+		t.Errorf("peak %d over the base, want %d", got, want)
+	}
+	if live := d.ResetPeakAllocated(); live != base+1000 || d.PeakAllocatedBytes() != live {
+		t.Errorf("second reset: returned %d, peak %d; want both %d", live, d.PeakAllocatedBytes(), base+1000)
+	}
+	var raw DevicePtr
+	if err := d.do(func() error {
+		return d.api.check("cuMemAlloc_v2", ccall(d.api.cuMemAlloc, uintptr(unsafe.Pointer(&raw)), 4096))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Free(raw); err != nil {
+		t.Errorf("Free of a pointer the ledger never saw: %v", err)
+	}
+	if err := d.Free(b); err != nil {
+		t.Fatal(err)
+	}
+	if got := d.AllocatedBytes(); got != base {
+		t.Errorf("everything freed: %d bytes live, want the base %d", got, base)
+	}
+}
+
 func TestConcurrentCallers(t *testing.T) {
 	d := gpu(t)
 	var wg sync.WaitGroup
