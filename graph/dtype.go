@@ -58,18 +58,21 @@ func (d DType) Size() int {
 	return 0
 }
 
-// narrowInts are the integer element types narrower than Int64 that a
-// graph's inputs and outputs may be declared with (Graph.ElemTypes): the IR
-// holds them as Int64, exactly, within these ranges.
+// narrowInts are the integer element types other than Int64 that a graph's
+// inputs and outputs may be declared with (Graph.ElemTypes): the IR holds
+// them as Int64, exactly, within these ranges. uint64's is the part of its
+// range that int64 holds, [0, 2^63): a value at or above 2^63 is refused
+// where it is read or written, never reinterpreted.
 var narrowInts = map[string][2]int64{
 	"int8": {math.MinInt8, math.MaxInt8}, "int16": {math.MinInt16, math.MaxInt16},
 	"int32": {math.MinInt32, math.MaxInt32}, "uint8": {0, math.MaxUint8},
 	"uint16": {0, math.MaxUint16}, "uint32": {0, math.MaxUint32},
+	"uint64": {0, math.MaxInt64},
 }
 
-// NarrowIntRange gives the range of a narrow integer type held as Int64
-// ("int8", "int16", "int32", "uint8", "uint16", "uint32"); ok is false for
-// any other name.
+// NarrowIntRange gives the range of an integer type held as Int64 ("int8",
+// "int16", "int32", "uint8", "uint16", "uint32", and "uint64" below 2^63);
+// ok is false for any other name.
 func NarrowIntRange(name string) (lo, hi int64, ok bool) {
 	r, ok := narrowInts[name]
 	return r[0], r[1], ok

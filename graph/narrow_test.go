@@ -7,7 +7,8 @@ import (
 
 func TestNarrowInts(t *testing.T) {
 	for name, r := range map[string][2]int64{"int8": {-128, 127}, "uint8": {0, 255}, "int16": {-32768, 32767},
-		"uint16": {0, 65535}, "int32": {-1 << 31, 1<<31 - 1}, "uint32": {0, 1<<32 - 1}} {
+		"uint16": {0, 65535}, "int32": {-1 << 31, 1<<31 - 1}, "uint32": {0, 1<<32 - 1},
+		"uint64": {0, 1<<63 - 1}} {
 		lo, hi, ok := NarrowIntRange(name)
 		if !ok || lo != r[0] || hi != r[1] {
 			t.Errorf("%s: [%d, %d] %v", name, lo, hi, ok)
@@ -23,6 +24,12 @@ func TestNarrowInts(t *testing.T) {
 	}
 	if err := CheckNarrow(x, "int16"); err != nil {
 		t.Error(err)
+	}
+	// A uint64 at or above 2^63 (an int64 below 0 once reinterpreted) is
+	// outside what the graph holds.
+	x.I64[1] = -1
+	if err := CheckNarrow(x, "uint64"); err == nil || !strings.Contains(err.Error(), "element 1 is -1") {
+		t.Errorf("CheckNarrow uint64: %v", err)
 	}
 
 	// Clone keeps the declared types; Bind checks a bound value against them.

@@ -200,8 +200,11 @@ const maxExactInt = 1 << 53
 // dtype of their own; a graph holds them as Int64, exactly (every value of
 // theirs is an int64), and an entry remembers the ONNX type (entry.odt) so
 // that an op whose integer semantics would differ at the narrow width
-// (wrap-around, saturation) is refused (narrow.go). UINT64 stays refused:
-// its values pass int64's.
+// (wrap-around, saturation) is refused (narrow.go). UINT64 is held the same
+// way for its values below 2^63, the ones int64 holds: a larger one is
+// refused where it is read (a tensor's data, onnxpb's Int64s), folded
+// (uint64Result) or written (an output, graph.CheckNarrow), never
+// reinterpreted as a negative int64.
 
 // isNarrowInt reports whether dt is an integer type held as Int64.
 func isNarrowInt(dt onnxpb.DataType) bool {
@@ -214,7 +217,7 @@ func narrowName(dt onnxpb.DataType) string { return strings.ToLower(dt.String())
 
 // narrowOf maps a graph's ElemTypes name back to the ONNX type.
 func narrowOf(name string) (onnxpb.DataType, bool) {
-	for _, dt := range []onnxpb.DataType{onnxpb.Int8, onnxpb.Int16, onnxpb.Int32, onnxpb.Uint8, onnxpb.Uint16, onnxpb.Uint32} {
+	for _, dt := range []onnxpb.DataType{onnxpb.Int8, onnxpb.Int16, onnxpb.Int32, onnxpb.Uint8, onnxpb.Uint16, onnxpb.Uint32, onnxpb.Uint64} {
 		if narrowName(dt) == name {
 			return dt, true
 		}
@@ -222,8 +225,8 @@ func narrowOf(name string) (onnxpb.DataType, bool) {
 	return onnxpb.Undefined, false
 }
 
-// intRange is the range of an integer or bool type (ok false for others,
-// and for UINT64, whose range int64 does not hold).
+// intRange is the range of an integer or bool type held as Int64 (ok false
+// for others); UINT64's is the part below 2^63.
 func intRange(dt onnxpb.DataType) (lo, hi int64, ok bool) {
 	switch dt {
 	case onnxpb.Int64:
@@ -259,12 +262,25 @@ func (c *cval) literal() (graph.DType, []float64, error) {
 		return dt, data, nil
 	}
 	for k, v := range c.i {
+		if err := uint64Result(c.dt, v); err != nil {
+			return 0, nil, err
+		}
 		if v > maxExactInt || v < -maxExactInt {
 			return 0, nil, fmt.Errorf("int64 value %d is too large to hold exactly", v)
 		}
 		data[k] = float64(v)
 	}
 	return dt, data, nil
+}
+
+// uint64Result refuses a UINT64 value that int64 does not hold: int64
+// arithmetic wraps modulo 2^64 as UINT64's does, so such a value comes out
+// as its bit pattern, a negative int64, which must not pass for a number.
+func uint64Result(dt onnxpb.DataType, v int64) error {
+	if dt == onnxpb.Uint64 && v < 0 {
+		return fmt.Errorf("UINT64 value %d is at or above 2^63, beyond what int64 holds", uint64(v))
+	}
+	return nil
 }
 
 // reshaped shares c's data under a new shape of the same size.

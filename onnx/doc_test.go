@@ -63,7 +63,10 @@ compare values, Mod, unsigned Div and BitShift, casts to a type that holds every
 the source); Add, Sub, Mul and Pow are computed in int64 and reduced to the type's width,
 which is the narrow result exactly; the rest is refused as "integer semantics differ: OP on
 TYPE" (a sum or product reduction wraps; a signed Div or Abs overflows at the minimum; a float
-to uint8 Cast saturates). uint64, strings and non-tensor types (sequence, map, optional) are
+to uint8 Cast saturates). uint64 is held the same way below 2^63: a larger value is refused
+where it is read, folded or written, and Add, Sub, Mul, Pow and a left shift on it, whose int64
+result is the uint64 one's bits, only where that result is just a graph output (whose range
+is checked where it is read). Strings and non-tensor types (sequence, map, optional) are
 refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
 attributes of binary ops are read (B lined up with A from axis) and consumed_inputs ignored;
 the forms that meant something else (Reshape's shape attribute, Tile-1, Split-1's split

@@ -175,6 +175,9 @@ func foldExpr(s *graph.OpSpec) folder {
 					ix[j] = x.i[idx[j][k]]
 				}
 				r, err := m.Int(ix)
+				if err == nil {
+					err = uint64Result(outDT, r)
+				}
 				if err != nil {
 					return nil, c.errf("%v", err)
 				}
@@ -446,10 +449,19 @@ func foldCast(c *opCtx, in []*cval) ([]*cval, error) {
 			if dt == onnxpb.Bool {
 				out.i[k] = wrapInt(dt, boolInt(x.f[k] != 0))
 			} else {
+				if dt == onnxpb.Uint64 && x.f[k] >= 1<<63 {
+					// truncInt saturates at 2^63 − 1.
+					return nil, c.errf("cast of %g to UINT64: at or above 2^63, beyond what int64 holds", x.f[k])
+				}
 				out.i[k] = wrapInt(dt, truncInt(x.f[k]))
 			}
 		default:
 			out.i[k] = wrapInt(dt, x.i[k])
+		}
+		if out.i != nil {
+			if err := uint64Result(dt, out.i[k]); err != nil {
+				return nil, c.errf("cast to UINT64: %v", err)
+			}
 		}
 	}
 	return []*cval{out}, nil

@@ -7,8 +7,8 @@ import (
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 )
 
-// Ops on narrow integers (INT8 to INT32, UINT8 to UINT32), which the graph
-// holds as Int64 (cval.go). Constant operands fold at their own width
+// Ops on narrow integers (INT8 to INT32, UINT8 to UINT32, and UINT64 below
+// 2^63), which the graph holds as Int64 (cval.go). Constant operands fold at their own width
 // (fold.go wraps every result). At run time an op computes in int64, which
 // is what it computes at the narrow width exactly when no result leaves
 // the narrow range: ops that only move, select or compare values are
@@ -54,7 +54,7 @@ var notDataTyped = map[string]bool{
 }
 
 func isUnsigned(dt onnxpb.DataType) bool {
-	return dt == onnxpb.Uint8 || dt == onnxpb.Uint16 || dt == onnxpb.Uint32
+	return dt == onnxpb.Uint8 || dt == onnxpb.Uint16 || dt == onnxpb.Uint32 || dt == onnxpb.Uint64
 }
 
 // narrowData is the narrow integer type of the node's data (the operand
@@ -185,6 +185,13 @@ func importWrapped(c *opCtx) error {
 			return c.errf("integer semantics differ: %s on %v (input %d is not an integer of the same width)", c.n.OpType, dt, i)
 		}
 	}
+	if dt == onnxpb.Uint64 {
+		if err := c.uint64Wraps(); err != nil {
+			return err
+		}
+		_, err := c.emit(c.n.OpType, nil, in...)
+		return err
+	}
 	v, err := c.sub(c.n.OpType, nil, in...)
 	if err != nil {
 		return err
@@ -212,4 +219,45 @@ func importWrapped(c *opCtx) error {
 	}
 	_, err = c.emit("Sub", nil, v, half)
 	return err
+}
+
+// uint64Wraps refuses a UINT64 op whose result may wrap (a ring operation,
+// a left shift) unless each of its results is only a graph output. int64
+// arithmetic wraps modulo 2^64 as UINT64's does, so the int64 result is the
+// UINT64 one's bits; but one at or above 2^63 reads as a negative int64,
+// which an op taking it would compare, divide or shift as such. A graph
+// output is checked against UINT64's held range where it is read
+// (graph.CheckNarrow), so there such a result is an error, never a number.
+func (c *opCtx) uint64Wraps() error {
+	for _, out := range c.n.Output {
+		if out == "" {
+			continue
+		}
+		isOutput := slices.ContainsFunc(c.im.m.Graph.Output, func(o *onnxpb.ValueInfo) bool { return o.Name == out })
+		if !isOutput || readsValue(c.im.m.Graph, out) {
+			return c.errf("integer semantics differ: %s on UINT64 (a result at or above 2^63 has no int64 value, and %q is read by another node)", c.n.OpType, out)
+		}
+	}
+	return nil
+}
+
+// readsValue reports whether a node of g, or of a graph in one of its
+// nodes' attributes, takes the value named name as an input.
+func readsValue(g *onnxpb.Graph, name string) bool {
+	for _, n := range g.Node {
+		if slices.Contains(n.Input, name) {
+			return true
+		}
+		for _, a := range n.Attribute {
+			if a.G != nil && readsValue(a.G, name) {
+				return true
+			}
+			for _, sg := range a.Graphs {
+				if readsValue(sg, name) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -92,8 +92,24 @@ func TestNarrowRefusals(t *testing.T) {
 			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Int8)))), "integer semantics differ: Cast on INT32 to INT8"},
 		{"sum wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2, 2)}, nil, []string{"c"},
 			nd("ReduceSum", []string{"a"}, []string{"c"})), "integer semantics differ: ReduceSum on INT32"},
-		{"uint64 stays refused", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"c"},
-			nd("Identity", []string{"a"}, []string{"c"})), "element type UINT64 is not supported"},
+		{"uint64 sum read by another node", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"d"},
+			nd("Add", []string{"a", "a"}, []string{"c"}), nd("Max", []string{"c", "a"}, []string{"d"})),
+			`integer semantics differ: Add on UINT64 (a result at or above 2^63 has no int64 value, and "c" is read by another node)`},
+		{"uint64 shift read by another node", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"c", "d"},
+			nd("BitShift", []string{"a", "a"}, []string{"c"}, aStr("direction", "LEFT")), nd("Identity", []string{"c"}, []string{"d"})),
+			"integer semantics differ: BitShift on UINT64"},
+		{"uint64 folds past 2^63", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 1)},
+			[]*onnxpb.Tensor{{Name: "k", DataType: onnxpb.Uint64, Dims: []int64{1}, Uint64Data: []uint64{1 << 62}}}, []string{"c"},
+			nd("Add", []string{"k", "k"}, []string{"k2"}), nd("Max", []string{"a", "k2"}, []string{"c"})),
+			"UINT64 value 9223372036854775808 is at or above 2^63"},
+		{"uint64 data past 2^63", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 1)},
+			[]*onnxpb.Tensor{{Name: "k", DataType: onnxpb.Uint64, Dims: []int64{1}, Uint64Data: []uint64{1 << 63}}}, []string{"c"},
+			nd("Max", []string{"a", "k"}, []string{"c"})),
+			"does not fit int64"},
+		{"float to uint64 saturates", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Float, 2)}, nil, []string{"c"},
+			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Uint64)))), "integer semantics differ: Cast on FLOAT to UINT64"},
+		{"int64 to uint64 wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int64, 2)}, nil, []string{"c"},
+			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Uint64)))), "integer semantics differ: Cast on INT64 to UINT64"},
 		{"our domain", func() *onnxpb.Model {
 			m := modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2), vi("b", onnxpb.Int32, 2)}, nil, []string{"c"},
 				&onnxpb.Node{OpType: "SoftmaxGrad", Domain: graph.DomainFlashgraph, Input: []string{"a", "b"}, Output: []string{"c"}})
@@ -198,5 +214,49 @@ func TestClipIntegers(t *testing.T) {
 		if !slices.Equal(out["y"].I64, []int64{-128, 5, 5, 0}) || !slices.Equal(out["z"].I64, []int64{-128, 5, 5, 0}) {
 			t.Errorf("%v: y %v, z %v", dt, out["y"].I64, out["z"].I64)
 		}
+	}
+}
+
+// TestUint64 (UINT64, held as int64 below 2^63): ops that move, select or
+// compare are exact, as are unsigned Div, Mod and a right shift; a ring
+// operation or a left shift whose result is only a graph output computes
+// the int64 result, the UINT64 one's bits, and one at or above 2^63 is an
+// error where the output is read, never a negative number.
+func TestUint64(t *testing.T) {
+	u64 := func(v ...int64) *graph.Tensor {
+		return &graph.Tensor{DType: graph.Int64, Shape: graph.Shape{len(v)}, I64: v}
+	}
+	big := int64(1<<61 + 3)
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 3), vi("b", onnxpb.Uint64, 3)}, nil, []string{"mx", "q", "r", "sr", "sl", "sum"},
+		nd("Max", []string{"a", "b"}, []string{"mx"}),
+		nd("Div", []string{"a", "b"}, []string{"q"}),
+		nd("Mod", []string{"a", "b"}, []string{"r"}),
+		nd("BitShift", []string{"a", "b"}, []string{"sr"}, aStr("direction", "RIGHT")),
+		nd("BitShift", []string{"a", "b"}, []string{"sl"}, aStr("direction", "LEFT")),
+		nd("Add", []string{"a", "b"}, []string{"sum"}))
+	g, out := importAndRun(t, m, map[string]*graph.Tensor{"a": u64(big, 7, 1<<40), "b": u64(1, 2, 20)})
+	for name, want := range map[string][]int64{
+		"mx": {big, 7, 1 << 40}, "q": {big, 3, 1 << 40 / 20}, "r": {0, 1, 1 << 40 % 20},
+		"sr": {big >> 1, 1, 1 << 20}, "sl": {big << 1, 28, 1 << 60}, "sum": {big + 1, 9, 1<<40 + 20},
+	} {
+		if g.ElemTypes[name] != "uint64" {
+			t.Errorf("%s is declared %q, want uint64", name, g.ElemTypes[name])
+		}
+		if !slices.Equal(out[name].I64, want) {
+			t.Errorf("%s = %v, want %v", name, out[name].I64, want)
+		}
+		if err := graph.CheckNarrow(out[name], "uint64"); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// 2^62 + 3 shifted left once is 2^63 + 6 in UINT64: its int64 bits are
+	// negative, outside the held range, which the output's check says; shifted
+	// twice it is 12 (2^64 drops out), in range.
+	out = runGraph(t, g, map[string]*graph.Tensor{"a": u64(2*big-3, 2*big-3, 1), "b": u64(1, 2, 2)})
+	if got := out["sl"].I64[1]; got != 12 {
+		t.Errorf("(2^62 + 3) << 2 = %d in UINT64, want 12", got)
+	}
+	if err := graph.CheckNarrow(out["sl"], "uint64"); err == nil || !strings.Contains(err.Error(), "element 0") {
+		t.Errorf("a left shift past 2^63: %v", err)
 	}
 }

@@ -122,9 +122,10 @@ func importMaxUnpool(c *opCtx) error {
 }
 
 // importBitShift maps BitShift, which ONNX defines on unsigned types: UINT8
-// to UINT32 held as int64 (UINT64 has no dtype here). A right shift stays in
-// the type's range; a left shift is reduced modulo 2^width, as a store of
-// that width drops the bits shifted out.
+// to UINT64 held as int64. A right shift stays in the type's range; a left
+// shift is reduced modulo 2^width, as a store of that width drops the bits
+// shifted out (for UINT64 the int64 shift drops them; uint64Wraps says
+// where its result may be used).
 func importBitShift(c *opCtx) error {
 	if !c.has("direction") {
 		return c.errf("direction is required")
@@ -155,6 +156,13 @@ func importBitShift(c *opCtx) error {
 	attrs := graph.Attrs{"direction": graph.Str(dir)}
 	r := c.rewrite()
 	if dir == "RIGHT" {
+		r.emit("BitShift", attrs, in...)
+		return r.err
+	}
+	if dt == onnxpb.Uint64 {
+		if err := c.uint64Wraps(); err != nil {
+			return err
+		}
 		r.emit("BitShift", attrs, in...)
 		return r.err
 	}
