@@ -75,6 +75,10 @@ var knownDataDifferences = map[string]string{
 	// (and ONNX from 1.14 on, which regenerated this data) rounds to nearest even,
 	// as we do.
 	"node/test_cast_FLOAT_to_BFLOAT16": "ONNX 1.12 data truncates float32 to bfloat16; Cast rounds to nearest even",
+	// The generator computed the expected values with epsilon 1e-2 but
+	// did not set it on the node, whose epsilon is so the spec's default,
+	// 1e-6 (X1_new: 0.75596 with the node's, 0.75914 with 1e-2).
+	"node/test_adam_multiple": "ONNX 1.12 data uses epsilon 1e-2, which the node does not set (the default is 1e-6)",
 }
 
 // conformanceVerdict runs one test folder on the CPU backend and says what
@@ -318,16 +322,12 @@ func compareOutput(got *graph.Tensor, wantPB *onnxpb.Tensor, declared string) er
 	return nil
 }
 
-// typeRefusal refuses, before importing, a model of training-only ops or
-// whose graph inputs or outputs are not numeric tensors.
+// typeRefusal refuses, before importing, a model whose graph inputs or
+// outputs are not numeric tensors. (A node of the training domain is the
+// importer's to take or refuse; refusalRule names its refusal.)
 func typeRefusal(m *onnxpb.Model) string {
 	if m.Graph == nil {
 		return ""
-	}
-	for _, n := range m.Graph.Node {
-		if trainingDomains[n.Domain] {
-			return "training-only op " + n.OpType
-		}
 	}
 	for _, vi := range slices.Concat(m.Graph.Input, m.Graph.Output) {
 		switch {

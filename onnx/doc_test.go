@@ -67,7 +67,10 @@ to uint8 Cast saturates). uint64 is held the same way below 2^63: a larger value
 where it is read, folded or written, and Add, Sub, Mul, Pow and a left shift on it, whose int64
 result is the uint64 one's bits, only where that result is just a graph output (whose range
 is checked where it is read). Strings and non-tensor types (sequence, map, optional) are
-refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read. Before opset 7, the broadcast and axis
+refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read, and opset 1 of
+ai.onnx.preview.training for its optimizer steps (Adagrad, Adam and Momentum, each a table op
+computing the spec's pseudo code; its Gradient, which names a subgraph to differentiate, is
+refused). Before opset 7, the broadcast and axis
 attributes of binary ops are read (B lined up with A from axis) and consumed_inputs ignored;
 the forms that meant something else (Reshape's shape attribute, Tile-1, Split-1's split
 input) are refused.

@@ -102,6 +102,10 @@ func ExportWith(g *graph.Graph, opts ExportOptions) (*onnxpb.Model, error) {
 	if ex.ours {
 		m.OpsetImport = append(m.OpsetImport, onnxpb.OperatorSetID{Domain: graph.DomainFlashgraph, Version: ourOpsetVersion})
 	}
+	if ex.training {
+		// The domain's only opset, which our rows follow (graph/ops_training.go).
+		m.OpsetImport = append(m.OpsetImport, onnxpb.OperatorSetID{Domain: graph.DomainONNXTraining, Version: 1})
+	}
 	return m, nil
 }
 
@@ -129,6 +133,7 @@ type exporter struct {
 	written   map[*graph.Value]bool // node outputs that appear in the model
 	attention bool                  // an Attention op was written
 	ours      bool                  // a node of our domain was written
+	training  bool                  // a node of ONNX's training domain was written
 	opts      ExportOptions
 	// renamed are the int64 values behind graph inputs and outputs declared
 	// with a narrow integer type (Graph.ElemTypes), by their name inside the
@@ -265,8 +270,11 @@ func (ex *exporter) node(n *graph.Node) (*onnxpb.Node, error) {
 		outs = outs[:1]
 		ex.attention = true
 	}
-	if pn.Domain != "" {
+	switch pn.Domain {
+	case graph.DomainFlashgraph:
 		ex.ours = true
+	case graph.DomainONNXTraining:
+		ex.training = true
 	}
 	for _, o := range outs {
 		pn.Output = append(pn.Output, ex.name(o))

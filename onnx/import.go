@@ -173,6 +173,10 @@ type importer struct {
 	nextSeq  int
 	consumed map[string]bool // ONNX names read by a node or listed as graph outputs
 	fold     *foldBudget     // what constant folding may still create
+
+	// trainingOpset is the ai.onnx.preview.training domain's, 0 if not
+	// imported.
+	trainingOpset int64
 }
 
 func newImporter(m *onnxpb.Model, opts Options) (*importer, error) {
@@ -191,17 +195,23 @@ func newImporter(m *onnxpb.Model, opts Options) (*importer, error) {
 	}
 	var ok bool
 	if im.opset, ok = m.Opset(""); !ok {
-		if len(m.OpsetImport) == 0 && m.IRVersion < 3 {
+		switch {
+		case len(m.OpsetImport) == 0 && m.IRVersion < 3:
 			// IR versions before 3 had no opset_import and meant opset 1.
 			im.opset = 1
-		} else {
+		case len(m.OpsetImport) > 0 && !usesDomain(m.Graph, ""):
+			// A model whose nodes are all of other domains need not import
+			// the default one (ONNX's tests of the training ops import only
+			// theirs); im.opset stays 0, which no node reads.
+		default:
 			return nil, errors.New("onnx: model imports no default-domain opset")
 		}
 	}
-	if im.opset < MinOpset || im.opset > MaxOpset {
+	if ok && (im.opset < MinOpset || im.opset > MaxOpset) {
 		return nil, fmt.Errorf("onnx: default-domain opset %d is not supported (supported: %d to %d)", im.opset, MinOpset, MaxOpset)
 	}
 	im.ourOpset, _ = m.Opset(graph.DomainFlashgraph)
+	im.trainingOpset, _ = m.Opset(graph.DomainONNXTraining)
 	name := m.Graph.Name
 	if opts.Name != "" {
 		name = opts.Name
@@ -592,6 +602,11 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 			return ctx.errf("the model does not import the %q domain", n.Domain)
 		}
 		ctx.ver = im.ourOpset
+	case graph.DomainONNXTraining:
+		if im.trainingOpset == 0 {
+			return ctx.errf("the model does not import the %q domain", n.Domain)
+		}
+		ctx.ver = im.trainingOpset
 	default:
 		return ctx.errf("domain %q is not supported", n.Domain)
 	}
@@ -1035,4 +1050,32 @@ func (c *opCtx) nodeBase() string {
 // graph outputs.
 func (c *opCtx) outputUsed(i int) bool {
 	return i < len(c.n.Output) && c.n.Output[i] != "" && c.im.consumed[c.n.Output[i]]
+}
+
+// usesDomain reports whether a node of g, or of a graph in one of its
+// nodes' attributes, is of the domain ("" and "ai.onnx" are one).
+func usesDomain(g *onnxpb.Graph, domain string) bool {
+	if g == nil {
+		return false
+	}
+	for _, n := range g.Node {
+		d := n.Domain
+		if d == "ai.onnx" {
+			d = ""
+		}
+		if d == domain {
+			return true
+		}
+		for _, a := range n.Attribute {
+			if usesDomain(a.G, domain) {
+				return true
+			}
+			for _, sg := range a.Graphs {
+				if usesDomain(sg, domain) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

@@ -122,6 +122,9 @@ func (c *opCtx) dispatch() error {
 		}
 		return c.ourOp()
 	}
+	if c.n.Domain == graph.DomainONNXTraining {
+		return c.trainingOp()
+	}
 	if since, ok := introduced[op]; ok && c.ver < since {
 		return c.errf("%s does not exist before opset %d", op, since)
 	}

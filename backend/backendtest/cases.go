@@ -600,6 +600,7 @@ func opCases() []opCase {
 		})
 	}
 	cs = append(cs, conformCases()...)
+	cs = append(cs, trainingCases()...)
 	return cs
 }
 

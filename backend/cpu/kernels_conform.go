@@ -6,14 +6,16 @@ import (
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-// Kernels of the ops the ONNX backend test suite added (graph/ops_conform.go):
-// small index and reduction ops whose op table Eval, run on the node's own
+// Kernels of the ops the ONNX backend test suite added (graph/ops_conform.go,
+// and ONNX's training optimizers, graph/ops_training.go): small index,
+// reduction and update ops whose op table Eval, run on the node's own
 // tensors, is already the kernel we want (it computes in float64 and rounds
 // once to the output's type, as the CPU kernels do).
 func init() {
 	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
 		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
-		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer"} {
+		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer",
+		"Adagrad", "Adam", "Momentum"} {
 		kernels[op] = evalKernel(op)
 	}
 }
