@@ -59,21 +59,24 @@ uint8, uint16 and uint32 are held as int64, exactly (the declared type of a grap
 output is kept in ` + "`Graph.ElemTypes`" + `: its values are fed and read as int64 in the type's range,
 and export writes the type back). Constants fold at their own width; at run time an op on
 them is imported where no result can leave the type's range (ops that move, select or
-compare values, Mod, unsigned Div and BitShift, casts to a type that holds every value of
-the source); Add, Sub, Mul and Pow are computed in int64 and reduced to the type's width,
-which is the narrow result exactly; the rest is refused as "integer semantics differ: OP on
-TYPE" (a sum or product reduction wraps; a signed Div or Abs overflows at the minimum; a float
-to uint8 Cast saturates). uint64 is held the same way below 2^63: a larger value is refused
-where it is read, folded or written, and Add, Sub, Mul, Pow and a left shift on it, whose int64
-result is the uint64 one's bits, only where that result is just a graph output (whose range
-is checked where it is read). Strings and non-tensor types (sequence, map, optional) are
-refused. Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read, and opset 1 of
-ai.onnx.preview.training for its optimizer steps (Adagrad, Adam and Momentum, each a table op
-computing the spec's pseudo code; its Gradient, which names a subgraph to differentiate, is
-refused). Before opset 7, the broadcast and axis
-attributes of binary ops are read (B lined up with A from axis) and consumed_inputs ignored;
-the forms that meant something else (Reshape's shape attribute, Tile-1, Split-1's split
-input) are refused.
+compare values, Mod, unsigned Div and BitShift); Add, Sub, Mul and Pow are computed in int64
+and reduced to the type's width, which is the narrow result exactly; a Cast into the type
+follows ONNX's rules (a wider integer keeps its low bits; a float is truncated toward zero
+and, out of range, where the spec leaves the result undefined, saturated; NaN is an error),
+as does Pow to a float exponent (the float power converted);
+the rest is refused as "integer semantics differ: OP on TYPE" (a sum or product reduction
+wraps; a signed Div or Abs overflows at the minimum). uint64 is held the same way below
+2^63: a larger value is refused where it is read, folded or written, and Add, Sub, Mul, Pow
+and a left shift on it, whose int64 result is the uint64 one's bits, only where that result
+is just a graph output (whose range is checked where it is read).
+Strings and non-tensor types (sequence, map, optional) are refused.
+
+Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read, and opset 1 of ai.onnx.preview.training
+for its optimizer steps (Adagrad, Adam and Momentum, each a table op computing the spec's
+pseudo code; its Gradient, which names a subgraph to differentiate, is refused). Before
+opset 7, the broadcast and axis attributes of binary ops are read (B lined up with A from
+axis) and consumed_inputs ignored; the forms that meant something else (Reshape's shape
+attribute, Tile-1, Split-1's split input) are refused.
 
 A static graph holds one set of nodes of known shapes. So If is imported when its condition
 is known at import (a constant, a value folded from static shapes, or a bound input) as the

@@ -453,7 +453,14 @@ func foldCast(c *opCtx, in []*cval) ([]*cval, error) {
 					// truncInt saturates at 2^63 − 1.
 					return nil, c.errf("cast of %g to UINT64: at or above 2^63, beyond what int64 holds", x.f[k])
 				}
-				out.i[k] = wrapInt(dt, truncInt(x.f[k]))
+				// Truncated; out of range, where ONNX leaves the result
+				// undefined, saturated, and NaN refused, as a run-time Cast
+				// into a narrow type does (castNarrow).
+				if isNarrowInt(dt) && math.IsNaN(x.f[k]) {
+					return nil, c.errf("cast of NaN to %v: no integer holds it", dt)
+				}
+				lo, hi, _ := intRange(dt)
+				out.i[k] = min(max(truncInt(x.f[k]), lo), hi)
 			}
 		default:
 			out.i[k] = wrapInt(dt, x.i[k])

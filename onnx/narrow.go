@@ -15,8 +15,9 @@ import (
 // exact; the ring operations (Add, Sub, Mul, Pow) are computed in
 // int64 and reduced to the width (narrowWrapped); other arithmetic that may
 // wrap (Sum, MatMul, the reductions that add, ...) is refused with the op
-// and the type, as are casts into a narrow type from one whose values it
-// may not hold (float to UINT8 saturates or wraps by rules of its own).
+// and the type. A Cast into a narrow type follows ONNX's rules (castNarrow):
+// a wider integer keeps its low bits, a float is truncated and, out of
+// range, where the spec leaves the result undefined, saturated.
 
 // narrowExact are the ops whose result on narrow integers is one of their
 // operands' values (moved, selected, padded with an operand of the same
@@ -126,20 +127,80 @@ func (c *opCtx) markNarrow(dt onnxpb.DataType) {
 }
 
 // castNarrow imports a cast of runtime x (of ONNX type from) to a narrow
-// integer type: exact when every value of from is one of to (a bool, a
-// narrower integer), refused otherwise.
+// integer type as ONNX's Cast defines it: exact when every value of from is
+// one of to (a bool, a narrower integer); from a wider integer, the value
+// with its higher bits discarded (the spec's "discard higher bits and
+// reinterpret", the reduction wrapTo makes); from a float, truncated toward
+// zero, and a value outside to's range, whose result the spec leaves
+// undefined, saturated at the range's bounds (saturateTo; NaN is an error
+// at run time). UINT64 is held below 2^63 only: a cast into it from a type
+// with values that would land outside that is refused.
 func (c *opCtx) castNarrow(x *graph.Value, from, to onnxpb.DataType) error {
 	lo, hi, _ := intRange(to)
-	if flo, fhi, ok := intRange(from); !ok || flo < lo || fhi > hi {
-		return c.errf("integer semantics differ: Cast on %v to %v (values outside %v's range wrap or saturate)", from, to, to)
+	flo, fhi, isInt := intRange(from)
+	exact := isInt && flo >= lo && fhi <= hi
+	switch {
+	case exact:
+	case to == onnxpb.Uint64:
+		return c.errf("integer semantics differ: Cast on %v to %v (values below 0 or at or above 2^63 have no int64 value)", from, to)
+	case !isInt && !isFloatType(from):
+		return c.errf("integer semantics differ: Cast on %v to %v", from, to)
 	}
-	if _, err := c.emit("Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, x); err != nil {
+	toInt64 := graph.Attrs{"to": graph.Str(graph.Int64.String())}
+	c.outNames = c.n.Output[:1]
+	var err error
+	switch {
+	case exact:
+		_, err = c.emit("Cast", toInt64, x)
+	case isInt:
+		var v *graph.Value
+		if v, err = c.sub("Cast", toInt64, x); err == nil {
+			err = c.wrapTo(to, v)
+		}
+	default:
+		err = c.saturateTo(to, x)
+	}
+	if err != nil {
 		return err
 	}
 	if c.out[0] != nil {
 		c.out[0].odt = to
 	}
 	return nil
+}
+
+// saturateTo emits float x cast to dt: clamped to dt's range, truncated
+// toward zero into int64, and clamped again in int64 (dt's highest value
+// may round up in x's type: 2^31 − 1 is 2^31 in float32). NaN stays NaN
+// through the clamps, and the Cast refuses it at run time: no integer
+// holds it.
+func (c *opCtx) saturateTo(dt onnxpb.DataType, x *graph.Value) error {
+	lo, hi, _ := intRange(dt)
+	bound := func(what string, t graph.DType, v int64) (*graph.Value, error) { return c.scalar(what, t, float64(v)) }
+	flo, err := bound("lowest", x.Type.DType, lo)
+	if err != nil {
+		return err
+	}
+	fhi, err := bound("highest", x.Type.DType, hi)
+	if err != nil {
+		return err
+	}
+	ihi, err := bound("highest_int", graph.Int64, hi)
+	if err != nil {
+		return err
+	}
+	v, err := c.sub("Max", nil, x, flo)
+	if err == nil {
+		v, err = c.sub("Min", nil, v, fhi)
+	}
+	if err == nil {
+		v, err = c.sub("Cast", graph.Attrs{"to": graph.Str(graph.Int64.String())}, v)
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.emit("Min", nil, v, ihi)
+	return err
 }
 
 // boundary imports a Cast our export wrote at a graph input or output
@@ -171,14 +232,15 @@ func (c *opCtx) boundary(kind string, to onnxpb.DataType) error {
 }
 
 // importWrapped imports a ring operation on narrow integers of type dt: the
-// int64 op, then its result reduced to dt's range, v mod 2^width for an
-// unsigned type, ((v + 2^(width−1)) mod 2^width) − 2^(width−1) for a
-// signed one (mod with the divisor's sign, never negative).
+// int64 op, then its result reduced to dt's range (wrapTo).
 func importWrapped(c *opCtx) error {
 	dt := c.narrowData()
 	in, err := c.values()
 	if err != nil {
 		return err
+	}
+	if c.n.OpType == "Pow" && len(in) == 2 && in[0] != nil && in[1] != nil && in[1].Type.DType.IsFloat() {
+		return c.powFloatExponent(dt, in[0], in[1])
 	}
 	for i, v := range in {
 		if v == nil || v.Type.DType != graph.Int64 {
@@ -196,13 +258,50 @@ func importWrapped(c *opCtx) error {
 	if err != nil {
 		return err
 	}
+	c.outNames = c.n.Output[:1]
+	return c.wrapTo(dt, v)
+}
+
+// powFloatExponent imports Pow of a narrow integer base x to a float
+// exponent e: x^e is a float, computed in float64 (as the import of an
+// INT64 base does), and converted to dt as Cast converts a float
+// (saturateTo: truncated; out of dt's range, where ONNX leaves the result
+// undefined, saturated). For UINT64 a power at or above 2^63 would
+// saturate where it has a value, so that is refused.
+func (c *opCtx) powFloatExponent(dt onnxpb.DataType, x, e *graph.Value) error {
+	if dt == onnxpb.Uint64 {
+		return c.errf("integer semantics differ: Pow on %v (a float power may reach 2^63, beyond what int64 holds)", dt)
+	}
+	wide := graph.Attrs{"to": graph.Str(graph.Float64.String())}
+	xf, err := c.sub("Cast", wide, x)
+	if err != nil {
+		return err
+	}
+	if e.Type.DType != graph.Float64 {
+		if e, err = c.sub("Cast", wide, e); err != nil {
+			return err
+		}
+	}
+	p, err := c.sub("Pow", nil, xf, e)
+	if err != nil {
+		return err
+	}
+	c.outNames = c.n.Output[:1]
+	return c.saturateTo(dt, p)
+}
+
+// wrapTo emits int64 v reduced to the narrow type dt's range, as a store of
+// dt's width would keep its low bits: v mod 2^width for an unsigned type,
+// ((v + 2^(width−1)) mod 2^width) − 2^(width−1) for a signed one (mod with
+// the divisor's sign, never negative). Not for UINT64, whose 2^64 no int64
+// holds.
+func (c *opCtx) wrapTo(dt onnxpb.DataType, v *graph.Value) error {
 	lo, hi, _ := intRange(dt)
 	k := func(what string, x int64) (*graph.Value, error) { return c.scalar(what, graph.Int64, float64(x)) }
 	mod, err := k("modulus", hi-lo+1)
 	if err != nil {
 		return err
 	}
-	c.outNames = c.n.Output[:1]
 	if lo == 0 {
 		_, err = c.emit("Mod", nil, v, mod)
 		return err
@@ -235,7 +334,7 @@ func (c *opCtx) uint64Wraps() error {
 		}
 		isOutput := slices.ContainsFunc(c.im.m.Graph.Output, func(o *onnxpb.ValueInfo) bool { return o.Name == out })
 		if !isOutput || readsValue(c.im.m.Graph, out) {
-			return c.errf("integer semantics differ: %s on UINT64 (a result at or above 2^63 has no int64 value, and %q is read by another node)", c.n.OpType, out)
+			return c.errf("integer semantics differ: %s on UINT64 (a result at or above 2^63 has no int64 value, and %q is not only a graph output)", c.n.OpType, out)
 		}
 	}
 	return nil

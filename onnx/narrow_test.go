@@ -2,10 +2,13 @@ package onnx
 
 import (
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend"
+	"github.com/flashgraph/flashgraph/backend/cpu"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 )
@@ -68,11 +71,94 @@ func TestNarrowIntegers(t *testing.T) {
 		t.Fatalf("round trip ElemTypes %v, want %v", back.ElemTypes, g.ElemTypes)
 	}
 	// Another importer sees plain ONNX: strip our producer, and the
-	// boundary Casts import as exact casts (INT32 → INT64 → INT32 of values
-	// in range is refused: INT64 → INT32 may wrap).
+	// boundary Casts import as ONNX's casts (INT32 → INT64 exact, INT64 →
+	// INT32 keeping the low 32 bits), which give the same values.
 	m.ProducerName = "other"
-	if _, err := ImportBytes(onnxpb.Encode(m)); err == nil || !strings.Contains(err.Error(), "integer semantics differ: Cast on INT64 to INT32") {
+	plain, err := ImportBytes(onnxpb.Encode(m))
+	if err != nil {
 		t.Fatalf("plain import of the boundary Casts: %v", err)
+	}
+	if out2 := runGraph(t, plain, map[string]*graph.Tensor{"x": x, "u": u}); !slices.Equal(out2["y"].I64, out["y"].I64) {
+		t.Fatalf("plain import: y = %v, want %v", out2["y"].I64, out["y"].I64)
+	}
+}
+
+// TestNarrowCasts: a Cast into a narrow type follows ONNX's rules: from a
+// wider integer the low bits are kept (200 as INT8 is −56); from a float the
+// value is truncated toward zero and, out of range (where the spec leaves
+// the result undefined), saturated; NaN, which no integer holds, is an
+// error; a folded constant casts as a run-time value does.
+func TestNarrowCasts(t *testing.T) {
+	for _, c := range []struct {
+		from, to onnxpb.DataType
+		in       []float64
+		want     []int64
+	}{
+		{onnxpb.Float, onnxpb.Uint8, []float64{-3.7, 0.2, 254.9, 255.5, 300, 1e20}, []int64{0, 0, 254, 255, 255, 255}},
+		{onnxpb.Float, onnxpb.Int32, []float64{3e9, -3e9, 2147483520}, []int64{2147483647, -2147483648, 2147483520}},
+		{onnxpb.Float, onnxpb.Int8, []float64{-128.9, 127.9, -1e10, -0.5}, []int64{-128, 127, -128, 0}},
+		{onnxpb.Double, onnxpb.Int32, []float64{-2147483648.5, 2147483647.5, 1e300}, []int64{-2147483648, 2147483647, 2147483647}},
+		{onnxpb.Int32, onnxpb.Int8, []float64{200, -129, 127, -2147483648}, []int64{-56, 127, 127, 0}},
+		{onnxpb.Int64, onnxpb.Uint16, []float64{65536 + 5, -1}, []int64{5, 65535}},
+		{onnxpb.Uint32, onnxpb.Int16, []float64{40000, 7}, []int64{40000 - 65536, 7}},
+	} {
+		n := int64(len(c.in))
+		m := modelOf(13, []*onnxpb.ValueInfo{vi("a", c.from, n)}, nil, []string{"b"},
+			nd("Cast", []string{"a"}, []string{"b"}, aInt("to", int64(c.to))))
+		dt, _ := graphDType(c.from)
+		a := graph.NewTensor(dt, graph.Shape{int(n)})
+		for i, v := range c.in {
+			a.Set(i, v)
+		}
+		g, out := importAndRun(t, m, map[string]*graph.Tensor{"a": a})
+		if !slices.Equal(out["b"].I64, c.want) || g.ElemTypes["b"] != narrowName(c.to) {
+			t.Errorf("Cast %v %v to %v = %v (declared %q), want %v", c.from, c.in, c.to, out["b"].I64, g.ElemTypes["b"], c.want)
+		}
+		// The same values as a constant fold to the same result.
+		k := &onnxpb.Tensor{Name: "k", DataType: c.from, Dims: []int64{n}}
+		for _, v := range c.in {
+			switch c.from {
+			case onnxpb.Float:
+				k.FloatData = append(k.FloatData, float32(v))
+			case onnxpb.Double:
+				k.DoubleData = append(k.DoubleData, v)
+			case onnxpb.Int64:
+				k.Int64Data = append(k.Int64Data, int64(v))
+			case onnxpb.Uint32:
+				k.Uint64Data = append(k.Uint64Data, uint64(v))
+			default:
+				k.Int32Data = append(k.Int32Data, int32(v))
+			}
+		}
+		mk := modelOf(13, []*onnxpb.ValueInfo{vi("z", c.to, n)}, []*onnxpb.Tensor{k}, []string{"b"},
+			nd("Cast", []string{"k"}, []string{"kb"}, aInt("to", int64(c.to))), nd("Max", []string{"kb", "z"}, []string{"b"}))
+		_, kout := importAndRun(t, mk, map[string]*graph.Tensor{"z": {DType: graph.Int64, Shape: graph.Shape{int(n)}, I64: make([]int64, n)}})
+		for i, w := range c.want {
+			if got := kout["b"].I64[i]; got != max(w, 0) {
+				t.Errorf("folded Cast %v %v to %v: element %d = %d, want %d", c.from, c.in[i], c.to, i, got, max(w, 0))
+			}
+		}
+	}
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Float, 1)}, nil, []string{"b"},
+		nd("Cast", []string{"a"}, []string{"b"}, aInt("to", int64(onnxpb.Uint8))))
+	g, err := ImportBytes(onnxpb.Encode(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := cpu.New().Compile(g, backend.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exe.Close()
+	nan := &graph.Tensor{DType: graph.Float32, Shape: graph.Shape{1}, F32: []float32{float32(math.NaN())}}
+	if _, err := exe.Run(map[string]*graph.Tensor{"a": nan}); err == nil || !strings.Contains(err.Error(), "NaN") {
+		t.Errorf("Cast of NaN to UINT8: %v, want an error naming NaN", err)
+	}
+	k := &onnxpb.Tensor{Name: "k", DataType: onnxpb.Float, Dims: []int64{1}, FloatData: []float32{float32(math.NaN())}}
+	mk := modelOf(13, []*onnxpb.ValueInfo{vi("z", onnxpb.Uint8, 1)}, []*onnxpb.Tensor{k}, []string{"b"},
+		nd("Cast", []string{"k"}, []string{"kb"}, aInt("to", int64(onnxpb.Uint8))), nd("Max", []string{"kb", "z"}, []string{"b"}))
+	if _, err := ImportBytes(onnxpb.Encode(mk)); err == nil || !strings.Contains(err.Error(), "cast of NaN to UINT8") {
+		t.Errorf("folded Cast of NaN to UINT8: %v", err)
 	}
 }
 
@@ -86,15 +172,11 @@ func TestNarrowRefusals(t *testing.T) {
 			nd("Neg", []string{"a"}, []string{"c"})), "integer semantics differ: Neg on INT8"},
 		{"signed div overflows", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int16, 2), vi("b", onnxpb.Int16, 2)}, nil, []string{"c"},
 			nd("Div", []string{"a", "b"}, []string{"c"})), "integer semantics differ: Div on INT16"},
-		{"float to uint8 saturates", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Float, 2)}, nil, []string{"c"},
-			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Uint8)))), "integer semantics differ: Cast on FLOAT to UINT8"},
-		{"int32 to int8 wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2)}, nil, []string{"c"},
-			nd("Cast", []string{"a"}, []string{"c"}, aInt("to", int64(onnxpb.Int8)))), "integer semantics differ: Cast on INT32 to INT8"},
 		{"sum wraps", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Int32, 2, 2)}, nil, []string{"c"},
 			nd("ReduceSum", []string{"a"}, []string{"c"})), "integer semantics differ: ReduceSum on INT32"},
 		{"uint64 sum read by another node", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"d"},
 			nd("Add", []string{"a", "a"}, []string{"c"}), nd("Max", []string{"c", "a"}, []string{"d"})),
-			`integer semantics differ: Add on UINT64 (a result at or above 2^63 has no int64 value, and "c" is read by another node)`},
+			`integer semantics differ: Add on UINT64 (a result at or above 2^63 has no int64 value, and "c" is not only a graph output)`},
 		{"uint64 shift read by another node", modelOf(13, []*onnxpb.ValueInfo{vi("a", onnxpb.Uint64, 2)}, nil, []string{"c", "d"},
 			nd("BitShift", []string{"a", "a"}, []string{"c"}, aStr("direction", "LEFT")), nd("Identity", []string{"c"}, []string{"d"})),
 			"integer semantics differ: BitShift on UINT64"},
@@ -258,5 +340,38 @@ func TestUint64(t *testing.T) {
 	}
 	if err := graph.CheckNarrow(out["sl"], "uint64"); err == nil || !strings.Contains(err.Error(), "element 0") {
 		t.Errorf("a left shift past 2^63: %v", err)
+	}
+}
+
+// TestNarrowPowFloatExponent: a narrow integer to a float power is the
+// float power converted as Cast converts a float: truncated (2^0.5 is 1,
+// 2^−1 is 0) and, out of the type's range, saturated (3^21 in INT32, 2^7
+// in INT8); UINT64, whose powers past 2^63 have no int64, is refused.
+func TestNarrowPowFloatExponent(t *testing.T) {
+	for _, c := range []struct {
+		dt   onnxpb.DataType
+		x    []int64
+		e    []float32
+		want []int64
+	}{
+		{onnxpb.Int32, []int64{2, 2, 3, -2, -3, 5}, []float32{0.5, -1, 21, 31, 21, 2}, []int64{1, 0, 2147483647, -2147483648, -2147483648, 25}},
+		{onnxpb.Int8, []int64{2, -2, 3}, []float32{7, 7, 2.5}, []int64{127, -128, 15}},
+		{onnxpb.Uint16, []int64{65535, 4}, []float32{2, 0.5}, []int64{65535, 2}},
+	} {
+		n := int64(len(c.x))
+		m := modelOf(15, []*onnxpb.ValueInfo{vi("x", c.dt, n), vi("e", onnxpb.Float, n)}, nil, []string{"p"},
+			nd("Pow", []string{"x", "e"}, []string{"p"}))
+		g, out := importAndRun(t, m, map[string]*graph.Tensor{
+			"x": {DType: graph.Int64, Shape: graph.Shape{int(n)}, I64: c.x},
+			"e": {DType: graph.Float32, Shape: graph.Shape{int(n)}, F32: c.e},
+		})
+		if !slices.Equal(out["p"].I64, c.want) || g.ElemTypes["p"] != narrowName(c.dt) {
+			t.Errorf("Pow %v %v to %v = %v (declared %q), want %v", c.dt, c.x, c.e, out["p"].I64, g.ElemTypes["p"], c.want)
+		}
+	}
+	m := modelOf(15, []*onnxpb.ValueInfo{vi("x", onnxpb.Uint64, 1), vi("e", onnxpb.Float, 1)}, nil, []string{"p"},
+		nd("Pow", []string{"x", "e"}, []string{"p"}))
+	if _, err := ImportBytes(onnxpb.Encode(m)); err == nil || !strings.Contains(err.Error(), "integer semantics differ: Pow on UINT64") {
+		t.Errorf("Pow of UINT64 to a float power: %v", err)
 	}
 }
