@@ -73,7 +73,8 @@ Strings and non-tensor types (sequence, map, optional) are refused.
 
 Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read, and opset 1 of ai.onnx.preview.training
 for its optimizer steps (Adagrad, Adam and Momentum, each a table op computing the spec's
-pseudo code; its Gradient, which names a subgraph to differentiate, is refused). Before
+pseudo code) and its Gradient where the node's inputs are the tensors its xs and zs name
+(differentiated at import by autodiff; the gradient at other values is refused). Before
 opset 7, the broadcast and axis attributes of binary ops are read (B lined up with A from
 axis) and consumed_inputs ignored; the forms that meant something else (Reshape's shape
 attribute, Tile-1, Split-1's split input) are refused.

@@ -73,7 +73,10 @@ func TestTrainingOpsRefused(t *testing.T) {
 			[]string{"Y"}, nd("Adagrad", []string{"R", "T", "X", "G", "H"}, []string{"Y", "W"})), "input 1 is INT32"},
 		{"domain not imported", noDomain, `does not import the "ai.onnx.preview.training" domain`},
 		{"unknown attribute", trainingModel(x, []string{"Y"}, nd("Adagrad", []string{"R", "T", "X", "G", "V"}, []string{"Y", "W"}, aFloat("lr", 1))), "lr"},
-		{"gradient", trainingModel(x, []string{"Y"}, nd("Gradient", []string{"X"}, []string{"Y"})), "op is not supported"},
+		{"gradient without xs", trainingModel(x, []string{"Y"}, nd("Gradient", []string{"X"}, []string{"Y"})), "xs is required"},
+		{"gradient at other values", gradientModel([]string{"X", "R"}, aStrs("xs", "X", "G"), aStr("y", "s")), "the gradient at other values is not supported"},
+		{"gradient of a non-scalar", gradientModel([]string{"X", "G"}, aStrs("xs", "X", "G"), aStr("y", "p")), "must be a float scalar"},
+		{"other training op", trainingModel(x, []string{"Y"}, nd("GraphCall", []string{"X"}, []string{"Y"})), "op is not supported"},
 		{"default domain used but not imported", func() *onnxpb.Model {
 			m := trainingModel(x, []string{"Y"}, nd("Momentum", []string{"R", "T", "X", "G", "V"}, []string{"Y", "W"}))
 			m.Graph.Node = append(m.Graph.Node, nd("Relu", []string{"Y"}, []string{"Z"}))
@@ -84,5 +87,53 @@ func TestTrainingOpsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error with %q", c.name, err, c.want)
 		}
+	}
+}
+
+func aStrs(name string, v ...string) *onnxpb.Attribute {
+	a := &onnxpb.Attribute{Name: name, Type: onnxpb.AttrStrings}
+	for _, s := range v {
+		a.Strings = append(a.Strings, []byte(s))
+	}
+	return a
+}
+
+// gradientModel: p = Tanh(X)·G, s = ReduceSum(p) (X, G of shape [2]),
+// then a Gradient node with the given inputs and attributes, outputs
+// ds_dX and ds_dG.
+func gradientModel(inputs []string, attrs ...*onnxpb.Attribute) *onnxpb.Model {
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("X", onnxpb.Float, 2), vi("G", onnxpb.Float, 2), vi("R", onnxpb.Float, 2)}, nil,
+		[]string{"s", "ds_dX", "ds_dG"},
+		nd("Tanh", []string{"X"}, []string{"t"}),
+		nd("Mul", []string{"t", "G"}, []string{"p"}),
+		nd("ReduceSum", []string{"p"}, []string{"s"}, aInt("keepdims", 0)))
+	g := nd("Gradient", inputs, []string{"ds_dX", "ds_dG"}, attrs...)
+	g.Domain = graph.DomainONNXTraining
+	m.Graph.Node = append(m.Graph.Node, g)
+	m.OpsetImport = append(m.OpsetImport, onnxpb.OperatorSetID{Domain: graph.DomainONNXTraining, Version: 1})
+	return m
+}
+
+// TestGradientImport: a Gradient node whose inputs are the tensors of xs
+// gives dy/dx at the values the graph computes: for s = Σ tanh(X)·G,
+// ds/dX = (1 − tanh²X)·G and ds/dG = tanh X.
+func TestGradientImport(t *testing.T) {
+	xv, gv := []float32{0.5, -1.25}, []float32{2, 3}
+	_, out := importAndRun(t, gradientModel([]string{"X", "G"}, aStrs("xs", "X", "G"), aStr("y", "s")), map[string]*graph.Tensor{
+		"X": {DType: graph.Float32, Shape: graph.Shape{2}, F32: xv},
+		"G": {DType: graph.Float32, Shape: graph.Shape{2}, F32: gv},
+		"R": {DType: graph.Float32, Shape: graph.Shape{2}, F32: []float32{0, 0}},
+	})
+	for i := range xv {
+		th := math.Tanh(float64(xv[i]))
+		if got, want := out["ds_dX"].At(i), (1-th*th)*float64(gv[i]); math.Abs(got-want) > 1e-6 {
+			t.Errorf("ds_dX[%d] = %v, want %v", i, got, want)
+		}
+		if got, want := out["ds_dG"].At(i), th; math.Abs(got-want) > 1e-6 {
+			t.Errorf("ds_dG[%d] = %v, want %v", i, got, want)
+		}
+	}
+	if got, want := out["s"].At(0), math.Tanh(0.5)*2+math.Tanh(-1.25)*3; math.Abs(got-want) > 1e-6 {
+		t.Errorf("s = %v, want %v", got, want)
 	}
 }
