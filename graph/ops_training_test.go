@@ -107,3 +107,27 @@ func TestTrainingOptimizersRefuse(t *testing.T) {
 		}
 	}
 }
+
+// TestTrainingOpsText: a node of the training domain writes its domain in
+// the canonical text, which parses back to the same graph.
+func TestTrainingOpsText(t *testing.T) {
+	b := NewBuilder("train")
+	r, step := b.Input("r", Float32), b.Input("t", Int64)
+	x, g, h := b.Input("x", Float32, 3), b.Input("g", Float32, 3), b.Input("h", Float32, 3)
+	b.Output(b.OpN("Adagrad", Attrs{"epsilon": Float(1e-5)}, r, step, x, g, h)...)
+	gr, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := Format(gr)
+	if !strings.Contains(text, "ai.onnx.preview.training.Adagrad(") {
+		t.Fatalf("the text does not name the op with its domain:\n%s", text)
+	}
+	back, err := Parse(text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if Format(back) != text {
+		t.Fatalf("round trip changed the text:\n%s\nwant\n%s", Format(back), text)
+	}
+}
