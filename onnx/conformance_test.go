@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -127,19 +128,27 @@ func conformanceImport(dir string) (*confCase, string) {
 	}
 	feeds := map[string]*onnxpb.Tensor{}
 	dims := map[string]int{}
+	opts := Options{Bind: map[string]*onnxpb.Tensor{}, Dims: dims, Sequences: map[string][]graph.Shape{}, Absent: map[string]bool{}}
 	k := 0
 	for _, vi := range m.Graph.Input {
 		if inits[vi.Name] {
 			continue
 		}
-		t, err := readPB(filepath.Join(ds, fmt.Sprintf("input_%d.pb", k)), vi)
+		bv, err := readBoundaryValue(filepath.Join(ds, fmt.Sprintf("input_%d.pb", k)), vi)
 		if err != nil {
 			return nil, "FAIL: test data: " + err.Error()
 		}
 		k++
-		feeds[vi.Name] = t
-		// Symbolic dimensions take the sizes of the test's inputs.
-		if vi.Type != nil && vi.Type.Tensor != nil && vi.Type.Tensor.Shape != nil {
+		for _, nt := range bv.tensors {
+			feeds[nt.name] = nt.t
+		}
+		maps.Copy(opts.Sequences, bv.seqs)
+		for _, name := range bv.absent {
+			opts.Absent[name] = true
+		}
+		// Symbolic dimensions take the sizes of the test's tensor inputs (a
+		// sequence's elements may each have their own).
+		if t := feeds[vi.Name]; t != nil && vi.Type != nil && vi.Type.Tensor != nil && vi.Type.Tensor.Shape != nil {
 			for i, d := range vi.Type.Tensor.Shape.Dim {
 				if d.Param != "" && !d.HasValue && i < len(t.Dims) {
 					dims[d.Param] = int(t.Dims[i])
@@ -148,7 +157,6 @@ func conformanceImport(dir string) (*confCase, string) {
 		}
 	}
 	// Import, binding each input whose value the import asks for.
-	opts := Options{Bind: map[string]*onnxpb.Tensor{}, Dims: dims}
 	var g *graph.Graph
 	for {
 		g, err = ImportModel(m, opts)
@@ -208,38 +216,120 @@ func (c *confCase) run(b backend.Backend, compileErr func(error) string) string 
 	if err != nil {
 		return "FAIL: run: " + err.Error()
 	}
+	expected := map[string]bool{}
 	for i, vi := range m.Graph.Output {
-		want, err := readPB(filepath.Join(ds, fmt.Sprintf("output_%d.pb", i)), vi)
+		// A sequence or optional output is the graph's tensors for it
+		// (boundary.go): one per element, or none for an absent optional.
+		bv, err := readBoundaryValue(filepath.Join(ds, fmt.Sprintf("output_%d.pb", i)), vi)
 		if err != nil {
 			return "FAIL: test data: " + err.Error()
 		}
-		got, ok := out[vi.Name]
-		if !ok {
-			return fmt.Sprintf("FAIL: output %q not produced", vi.Name)
+		for _, nt := range bv.tensors {
+			expected[nt.name] = true
+			got, ok := out[nt.name]
+			if !ok {
+				return fmt.Sprintf("FAIL: output %q not produced", nt.name)
+			}
+			if err := compareOutput(got, nt.t, g.ElemTypes[nt.name]); err != nil {
+				return fmt.Sprintf("FAIL: output %q: %v", nt.name, err)
+			}
 		}
-		if err := compareOutput(got, want, g.ElemTypes[vi.Name]); err != nil {
-			return fmt.Sprintf("FAIL: output %q: %v", vi.Name, err)
+	}
+	for _, v := range g.Outputs {
+		if !expected[v.Name] {
+			return fmt.Sprintf("FAIL: graph output %q has no expected value (a sequence of the wrong length?)", v.Name)
 		}
 	}
 	return "pass"
 }
 
-// readPB reads a test's tensor. ONNX 1.12's generator wrote bfloat16 test
-// data as UINT16 tensors holding the bfloat16 bits; such a tensor for a value
-// the model declares bfloat16 is read as what it holds.
-func readPB(path string, vi *onnxpb.ValueInfo) (*onnxpb.Tensor, error) {
+// namedTensor is one graph tensor of a test's value.
+type namedTensor struct {
+	name string
+	t    *onnxpb.Tensor
+}
+
+// boundaryValue is a test's input or output as the graph's tensors
+// (boundary.go): a tensor under its name; a sequence's elements under
+// SequenceElem names, with their shapes in seqs; an optional's value under
+// its name, or its name in absent.
+type boundaryValue struct {
+	tensors []namedTensor
+	seqs    map[string][]graph.Shape
+	absent  []string
+}
+
+// readBoundaryValue reads a test's input or output file: a TensorProto, or
+// a SequenceProto or OptionalProto where the model declares that type.
+func readBoundaryValue(path string, vi *onnxpb.ValueInfo) (*boundaryValue, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	t, err := onnxpb.DecodeTensor(b)
+	bv := &boundaryValue{seqs: map[string][]graph.Shape{}}
+	if err := bv.read(b, vi.Name, vi.Type); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return bv, nil
+}
+
+func (bv *boundaryValue) read(b []byte, name string, t *onnxpb.Type) error {
+	switch {
+	case t.IsOptional():
+		o, err := onnxpb.DecodeOptional(b)
+		switch {
+		case err != nil:
+			return err
+		case !o.Present():
+			bv.absent = append(bv.absent, name)
+		case o.Tensor != nil && t.Elem != nil && t.Elem.Tensor != nil:
+			bv.tensors = append(bv.tensors, namedTensor{name, fixBF16(o.Tensor, t.Elem)})
+		case o.Sequence != nil && t.Elem.IsSequence():
+			return bv.sequence(name, o.Sequence, t.Elem)
+		default:
+			return fmt.Errorf("optional %q holds a %v, the model declares %s", name, o.ElemType, t.Elem.TypeKind())
+		}
+		return nil
+	case t.IsSequence():
+		s, err := onnxpb.DecodeSequence(b)
+		if err != nil {
+			return err
+		}
+		return bv.sequence(name, s, t)
+	}
+	tp, err := onnxpb.DecodeTensor(b)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if t.DataType == onnxpb.Uint16 && vi.Type != nil && vi.Type.Tensor != nil && vi.Type.Tensor.ElemType == onnxpb.BFloat16 {
-		t.DataType = onnxpb.BFloat16
+	bv.tensors = append(bv.tensors, namedTensor{name, fixBF16(tp, t)})
+	return nil
+}
+
+func (bv *boundaryValue) sequence(name string, s *onnxpb.Sequence, t *onnxpb.Type) error {
+	if s.Len() > 0 && s.ElemType != onnxpb.KindTensor {
+		return fmt.Errorf("sequence %q holds %v values, not tensors", name, s.ElemType)
 	}
-	return t, nil
+	shapes := []graph.Shape{}
+	for i, tp := range s.Tensors {
+		shape := make(graph.Shape, len(tp.Dims))
+		for d, n := range tp.Dims {
+			shape[d] = int(n)
+		}
+		shapes = append(shapes, shape)
+		bv.tensors = append(bv.tensors, namedTensor{SequenceElem(name, i), fixBF16(tp, t.Elem)})
+	}
+	bv.seqs[name] = shapes
+	return nil
+}
+
+// fixBF16 reads a tensor the model declares of type t. ONNX 1.12's generator
+// wrote bfloat16 test data as UINT16 tensors holding the bfloat16 bits; such
+// a tensor for a value declared bfloat16 is read as what it holds.
+func fixBF16(tp *onnxpb.Tensor, t *onnxpb.Type) *onnxpb.Tensor {
+	if tp.DataType == onnxpb.Uint16 && t != nil && t.Tensor != nil && t.Tensor.ElemType == onnxpb.BFloat16 {
+		tp.DataType = onnxpb.BFloat16
+	}
+	return tp
 }
 
 // pbTensor converts test data to a feed of our element types (a narrow
@@ -330,13 +420,27 @@ func typeRefusal(m *onnxpb.Model) string {
 		return ""
 	}
 	for _, vi := range slices.Concat(m.Graph.Input, m.Graph.Output) {
-		switch {
-		case vi.Type == nil:
-		case vi.Type.Tensor == nil:
-			return "non-tensor type (" + vi.Type.TypeKind() + ")"
-		case vi.Type.Tensor.ElemType == onnxpb.String:
-			return "string type"
+		if r := boundaryTypeRefusal(vi.Type); r != "" {
+			return r
 		}
+	}
+	return ""
+}
+
+// boundaryTypeRefusal refuses a graph input's or output's type other than
+// a numeric tensor, a sequence of them or an optional of either (the
+// sequences and optionals boundary.go maps onto tensors).
+func boundaryTypeRefusal(t *onnxpb.Type) string {
+	switch {
+	case t == nil:
+	case t.IsOptional() && t.Elem != nil && !t.Elem.IsOptional():
+		return boundaryTypeRefusal(t.Elem)
+	case t.IsSequence() && t.Elem != nil && t.Elem.Tensor != nil:
+		return boundaryTypeRefusal(t.Elem)
+	case t.Tensor == nil:
+		return "non-tensor type (" + t.TypeKind() + ")"
+	case t.Tensor.ElemType == onnxpb.String:
+		return "string type"
 	}
 	return ""
 }

@@ -69,7 +69,7 @@ wraps; a signed Div or Abs overflows at the minimum). uint64 is held the same wa
 2^63: a larger value is refused where it is read, folded or written, and Add, Sub, Mul, Pow
 and a left shift on it, whose int64 result is the uint64 one's bits, only where that result
 is just a graph output (whose range is checked where it is read).
-Strings and non-tensor types (sequence, map, optional) are refused.
+Strings, maps and sparse tensors are refused.
 
 Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read, and opset 1 of ai.onnx.preview.training
 for its optimizer steps (Adagrad, Adam and Momentum, each a table op computing the spec's
@@ -85,6 +85,17 @@ chosen branch; Loop and Scan when their iteration count is, unrolled; RNN, GRU a
 unrolled over the sequence length. Ops whose output shape depends on their data (NonZero,
 Unique, NonMaxSuppression, the window functions, Range) fold when their inputs are known,
 and otherwise name the input to bind.
+
+Sequences and optionals are import-time values: a sequence is the list of its tensors, an
+optional its tensor or sequence or nothing, and the sequence and optional ops (SequenceAt,
+SequenceInsert, SequenceMap unrolled over the elements, OptionalHasElement folded to a
+constant, OptionalGetElement, ...) edit them while importing. At the graph boundary they
+become tensors: a sequence input or output ` + "`x`" + ` of n tensors is the n tensors ` + "`x.0`" + `, ` + "`x.1`" + `, ...,
+in order (an input's element shapes given in ` + "`Options.Sequences`" + `, each agreeing with the
+declared element type; the import names a sequence input it needs in a ` + "`*onnx.SequenceError`" + `;
+an output's length is what the import computed, and a sequence of none is no output); an
+optional is its value under its own name, or nothing when it holds none (an input is
+present unless ` + "`Options.Absent`" + ` names it). A sequence of sequences is refused.
 
 ## The ONNX backend test suite
 

@@ -50,6 +50,17 @@ type Options struct {
 	// must be the ones the model declares for the input. Import reports an input
 	// it needs bound with a *BindError.
 	Bind map[string]*onnxpb.Tensor
+	// Sequences gives each graph input of sequence type its elements'
+	// shapes: the input becomes one tensor input per element, named
+	// SequenceElem(name, i), of the element type the model declares and the
+	// shape given (which must agree with the declared element shape). See
+	// boundary.go. Import reports a sequence input it needs with a
+	// *SequenceError.
+	Sequences map[string][]graph.Shape
+	// Absent names the graph inputs of optional type that hold no value;
+	// every other optional input holds one (a tensor input of its name, or a
+	// sequence as above).
+	Absent map[string]bool
 	// FoldMemory, when positive, is the memory in bytes constant folding may
 	// take: it caps the element limit (at FoldBytesPerElem bytes each), so
 	// that a fold too large for the machine is refused before it allocates.
@@ -145,7 +156,15 @@ type entry struct {
 	// list at import time (ops_sequence.go); v and c are nil.
 	list   []*entry
 	isList bool
+	// opt, when isOpt, is an optional value: the entry it holds (a tensor
+	// or a sequence), nil when it holds none (boundary.go, ops_optional.go).
+	opt   *entry
+	isOpt bool
 }
+
+// nonTensor reports whether e is a sequence or an optional, which only the
+// ops that handle them read.
+func (e *entry) nonTensor() bool { return e != nil && (e.isList || e.isOpt) }
 
 // typ is the entry's type in ONNX terms.
 func (e *entry) typ() (onnxpb.DataType, graph.Shape) {
@@ -397,10 +416,35 @@ func (im *importer) inputs() error {
 			return fmt.Errorf("onnx: bound value %q is not a graph input", name)
 		}
 	}
+	for name := range im.opts.Sequences {
+		if !declared[name] {
+			return fmt.Errorf("onnx: sequence input %q (Options.Sequences) is not a graph input", name)
+		}
+	}
+	for name := range im.opts.Absent {
+		if !declared[name] {
+			return fmt.Errorf("onnx: absent optional %q (Options.Absent) is not a graph input", name)
+		}
+	}
 	for _, vi := range im.m.Graph.Input {
 		if _, isInit := im.env[vi.Name]; isInit {
 			// IR < 4 lists initializers among the inputs: they are defaults the
 			// caller may override. Our graphs are static, so they stay initializers.
+			continue
+		}
+		if vi.Type.IsSequence() || vi.Type.IsOptional() {
+			if _, ok := im.opts.Bind[vi.Name]; ok {
+				return fmt.Errorf("onnx: graph input %q is a %s, which cannot be bound to a tensor", vi.Name, vi.Type.TypeKind())
+			}
+			e, err := im.boundaryInput(vi.Name, vi.Type)
+			if err != nil {
+				var se *SequenceError
+				if errors.As(err, &se) {
+					return err
+				}
+				return fmt.Errorf("onnx: graph input %q: %w", vi.Name, err)
+			}
+			im.env[vi.Name] = e
 			continue
 		}
 		if t, ok := im.opts.Bind[vi.Name]; ok {
@@ -559,6 +603,9 @@ func (im *importer) val(e *entry) (*graph.Value, error) {
 	if e.isList {
 		return nil, fmt.Errorf("%q is a sequence, which is not a graph value (sequences live between the sequence ops)", e.name)
 	}
+	if e.isOpt {
+		return nil, fmt.Errorf("%q is an optional, which is not a graph value (OptionalGetElement reads one)", e.name)
+	}
 	v, err := im.initValue(e.name, e.c, false, "")
 	if err != nil {
 		return nil, fmt.Errorf("constant %q: %w", e.name, err)
@@ -670,7 +717,7 @@ func (im *importer) node(n *onnxpb.Node) (err error) {
 			}
 			continue
 		}
-		if !e.isList { // a sequence's value_info is not a tensor's
+		if !e.nonTensor() { // a sequence's or optional's value_info is not a tensor's
 			dt, shape := e.typ()
 			if err := im.checkInfo(o, dt, shape); err != nil {
 				return ctx.errf("%v", err)
@@ -687,6 +734,12 @@ func (im *importer) finish() (*graph.Graph, error) {
 		e, ok := im.env[vi.Name]
 		if !ok {
 			return nil, fmt.Errorf("onnx: graph output %q is not produced by any node", vi.Name)
+		}
+		if e.nonTensor() || vi.Type.IsSequence() || vi.Type.IsOptional() {
+			if err := im.boundaryOutput(vi.Name, e, vi.Type); err != nil {
+				return nil, fmt.Errorf("onnx: graph output %q: %w", vi.Name, err)
+			}
+			continue
 		}
 		if e.v != nil && e.v.Name != vi.Name && e.v.Kind == graph.Intermediate {
 			return nil, fmt.Errorf("onnx: graph output %q aliases %q", vi.Name, e.v.Name)

@@ -134,9 +134,18 @@ func (c *opCtx) dispatch() error {
 		}
 		return c.checkAttrs()
 	}
+	if h, ok := nonTensorOps[op]; ok && slices.ContainsFunc(c.in, (*entry).nonTensor) {
+		if err := h(c); err != nil {
+			return err
+		}
+		return c.checkAttrs()
+	}
 	for i, e := range c.in {
 		if e != nil && e.isList {
 			return c.errf("input %d is a sequence: only the sequence ops read one (sequence_type values are import-time lists)", i)
+		}
+		if e != nil && e.isOpt {
+			return c.errf("input %d is an optional: only the optional ops read one (OptionalGetElement gives its value)", i)
 		}
 	}
 	if f, ok := shapeOnly[op]; ok {

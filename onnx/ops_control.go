@@ -124,6 +124,11 @@ func (c *opCtx) body(g *onnxpb.Graph, in []*entry, iter int) ([]*entry, error) {
 	}
 	for i, vi := range g.Input {
 		e := *in[i]
+		if vi.Type.IsOptional() && !e.isOpt {
+			// A value carried into an optional (Loop's state that starts
+			// absent and is a sequence from then on) is one that is present.
+			e = entry{isOpt: true, opt: in[i]}
+		}
 		e.name = fresh(vi.Name)
 		im.env[e.name] = &e
 	}
@@ -138,12 +143,21 @@ func (c *opCtx) body(g *onnxpb.Graph, in []*entry, iter int) ([]*entry, error) {
 		im.env[e.name] = e
 	}
 	for _, n := range g.Node {
-		for _, a := range n.Attribute {
-			if a.G != nil || len(a.Graphs) > 0 {
-				return nil, c.errf("a subgraph inside a loop body is not supported")
+		cl := *n
+		if slices.ContainsFunc(n.Attribute, func(a *onnxpb.Attribute) bool { return a.G != nil || len(a.Graphs) > 0 }) {
+			// A subgraph (an If's branches) reads the body's values and
+			// defines its own, which each iteration imports again: a copy
+			// under this iteration's names.
+			cl.Attribute = renameAttrs(n.Attribute, rename, fresh)
+			for _, a := range cl.Attribute {
+				if a.G != nil {
+					im.markConsumed(a.G)
+				}
+				for _, sg := range a.Graphs {
+					im.markConsumed(sg)
+				}
 			}
 		}
-		cl := *n
 		cl.Name = ""
 		cl.Input = slices.Clone(n.Input)
 		for i, name := range cl.Input {
@@ -177,6 +191,97 @@ func (c *opCtx) body(g *onnxpb.Graph, in []*entry, iter int) ([]*entry, error) {
 	return out, nil
 }
 
+// renameGraph copies subgraph g of a loop body for one iteration: the
+// names it reads from the body (rename) take the iteration's names, and the
+// names it defines (inputs, initializers, node outputs, at any depth) fresh
+// ones, so that importing it again in the next iteration defines nothing
+// twice. fresh records each new name in rename.
+func renameGraph(g *onnxpb.Graph, rename map[string]string, fresh func(string) string) *onnxpb.Graph {
+	to := func(name string) string {
+		if r, ok := rename[name]; ok {
+			return r
+		}
+		return name
+	}
+	cp := *g
+	cp.Input = make([]*onnxpb.ValueInfo, len(g.Input))
+	for i, vi := range g.Input {
+		v := *vi
+		v.Name = fresh(vi.Name)
+		cp.Input[i] = &v
+	}
+	cp.Initializer = make([]*onnxpb.Tensor, len(g.Initializer))
+	for i, t := range g.Initializer {
+		ct := *t
+		ct.Name = fresh(t.Name)
+		cp.Initializer[i] = &ct
+	}
+	cp.Node = make([]*onnxpb.Node, len(g.Node))
+	for i, n := range g.Node {
+		cn := *n
+		cn.Input = make([]string, len(n.Input))
+		for k, name := range n.Input {
+			cn.Input[k] = to(name)
+		}
+		cn.Output = make([]string, len(n.Output))
+		for k, name := range n.Output {
+			if name != "" {
+				name = fresh(name)
+			}
+			cn.Output[k] = name
+		}
+		cn.Attribute = renameAttrs(n.Attribute, rename, fresh)
+		cp.Node[i] = &cn
+	}
+	cp.Output = make([]*onnxpb.ValueInfo, len(g.Output))
+	for i, vi := range g.Output {
+		v := *vi
+		v.Name = to(vi.Name)
+		cp.Output[i] = &v
+	}
+	return &cp
+}
+
+// renameAttrs copies a node's attributes, its subgraphs renamed (renameGraph).
+func renameAttrs(attrs []*onnxpb.Attribute, rename map[string]string, fresh func(string) string) []*onnxpb.Attribute {
+	out := make([]*onnxpb.Attribute, len(attrs))
+	for k, a := range attrs {
+		ca := *a
+		if a.G != nil {
+			ca.G = renameGraph(a.G, rename, fresh)
+		}
+		if a.Graphs != nil {
+			ca.Graphs = make([]*onnxpb.Graph, len(a.Graphs))
+			for j, sg := range a.Graphs {
+				ca.Graphs[j] = renameGraph(sg, rename, fresh)
+			}
+		}
+		out[k] = &ca
+	}
+	return out
+}
+
+// markConsumed counts every value subgraph g's nodes read, and its outputs,
+// as read (as run does for the model's own subgraphs).
+func (im *importer) markConsumed(g *onnxpb.Graph) {
+	for _, o := range g.Output {
+		im.consumed[o.Name] = true
+	}
+	for _, n := range g.Node {
+		for _, in := range n.Input {
+			im.consumed[in] = true
+		}
+		for _, a := range n.Attribute {
+			if a.G != nil {
+				im.markConsumed(a.G)
+			}
+			for _, sg := range a.Graphs {
+				im.markConsumed(sg)
+			}
+		}
+	}
+}
+
 // markBodyOutputs counts the body's outputs as read (each iteration's
 // values feed the next or the stacked outputs).
 func (c *opCtx) markBodyOutputs(g *onnxpb.Graph) {
@@ -189,6 +294,10 @@ func (c *opCtx) markBodyOutputs(g *onnxpb.Graph) {
 // output's name, or a node writing it.
 func (c *opCtx) setOutput(i int, e *entry) error {
 	if i >= len(c.n.Output) || c.n.Output[i] == "" {
+		return nil
+	}
+	if e.nonTensor() {
+		c.alias(i, e) // an import-time value: nothing to write
 		return nil
 	}
 	if e.c != nil {

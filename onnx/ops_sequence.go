@@ -12,7 +12,8 @@ import (
 // a graph value or a constant, and the sequence ops edit the list when their
 // positions are known (constants, or bound inputs). A sequence never becomes
 // a graph value; ConcatFromSequence, SequenceAt and SequenceLength turn one
-// back into tensors. A graph input or output of sequence type is refused.
+// back into tensors, and a graph input or output of sequence type is one
+// tensor per element (boundary.go).
 
 var sequenceOps map[string]handler
 
@@ -22,10 +23,17 @@ func init() {
 		"SequenceInsert": importSequenceInsert, "SequenceErase": importSequenceErase,
 		"SequenceAt": importSequenceAt, "SequenceLength": importSequenceLength,
 		"ConcatFromSequence": importConcatFromSequence, "SplitToSequence": importSplitToSequence,
+		"SequenceMap": importSequenceMap, // ops_optional.go
+		"Optional":    importOptional, "OptionalHasElement": importOptionalHasElement,
+		"OptionalGetElement": importOptionalGetElement,
 	}
 	for op := range sequenceOps {
 		introduced[op] = 11
 	}
+	introduced["SequenceMap"] = 17
+	introduced["Optional"] = 15
+	introduced["OptionalHasElement"] = 15
+	introduced["OptionalGetElement"] = 15
 }
 
 // list reads input i as a sequence.

@@ -35,7 +35,7 @@ func sampleModel() *Model {
 		Input: []*ValueInfo{
 			{Name: "a", Type: &Type{Tensor: &TensorType{ElemType: Int64}}}, // unknown rank
 		},
-		Output: []*ValueInfo{{Name: "b", Type: &Type{OtherField: 4, OtherRaw: []byte{0x0a, 0x02, 0x0a, 0x00}}}},
+		Output: []*ValueInfo{{Name: "b", Type: &Type{OtherField: 4, OtherRaw: []byte{0x0a, 0x02, 0x0a, 0x00}, Elem: &Type{Tensor: &TensorType{}}}}},
 	}
 	return &Model{
 		IRVersion:       10,

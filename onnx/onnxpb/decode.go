@@ -700,7 +700,7 @@ func decodeType(b []byte, base int, t *Type, depth int) error {
 				return within(err, "tensor_type")
 			}
 			// Members of a oneof replace each other; the same member merges.
-			t.OtherField, t.OtherRaw = 0, nil
+			t.OtherField, t.OtherRaw, t.Elem = 0, nil, nil
 			if t.Tensor == nil {
 				t.Tensor = &TensorType{}
 			}
@@ -715,13 +715,49 @@ func decodeType(b []byte, base int, t *Type, depth int) error {
 				// Concatenated encodings of the same message merge.
 				t.OtherRaw = append(t.OtherRaw, p...)
 			} else {
-				t.OtherField, t.OtherRaw = int(f.num), p
+				t.OtherField, t.OtherRaw, t.Elem = int(f.num), p, nil
+			}
+			if f.num == 4 || f.num == 9 {
+				// The merged bytes are decoded again whole: that is what
+				// merging the messages means.
+				if err = deeper(f, depth); err != nil {
+					return within(err, typeFieldName(int(f.num)))
+				}
+				t.Elem, err = decodeElemType(t.OtherRaw, f.off, depth+1)
+				err = within(err, typeFieldName(int(f.num)))
 			}
 		case 6:
 			t.Denotation, err = f.str("denotation")
 		}
 		return err
 	})
+}
+
+func typeFieldName(num int) string {
+	return (&Type{OtherField: num}).TypeKind()
+}
+
+// decodeElemType reads TypeProto.Sequence or TypeProto.Optional (the same
+// layout: 1, elem_type) and returns its element type, nil when absent.
+func decodeElemType(b []byte, base int, depth int) (*Type, error) {
+	var elem *Type
+	err := walk(b, base, func(f *field) error {
+		if f.num != 1 {
+			return nil
+		}
+		p, err := f.message("elem_type")
+		if err != nil {
+			return err
+		}
+		if err = deeper(f, depth); err != nil {
+			return within(err, "elem_type")
+		}
+		if elem == nil {
+			elem = &Type{}
+		}
+		return within(decodeType(p, f.off, elem, depth+1), "elem_type")
+	})
+	return elem, err
 }
 
 func decodeTensorType(b []byte, base int, tt *TensorType, depth int) error {

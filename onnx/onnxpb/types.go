@@ -240,16 +240,28 @@ type ValueInfo struct {
 	MetadataProps []StringEntry // 4 (IR 10)
 }
 
-// Type is onnx.TypeProto. Only tensor types are modelled; any other member of the
-// value oneof (sequence 4, map 5, sparse tensor 8, optional 9) is kept as its field
-// number and undecoded bytes, so it survives a round trip and importers can name it
-// when they refuse it.
+// Type is onnx.TypeProto. Tensor types are modelled in full. Any other member of
+// the value oneof (sequence 4, map 5, sparse tensor 8, optional 9) is kept as its
+// field number and bytes, so it survives a round trip byte for byte and importers
+// can name it when they refuse it; for a sequence or an optional, Elem is also
+// decoded from those bytes (TypeProto.Sequence and TypeProto.Optional each hold
+// one field, 1: elem_type, a TypeProto), because an importer can map a sequence of
+// tensors or an optional tensor onto tensors at the graph boundary.
 type Type struct {
 	Tensor     *TensorType // 1
 	OtherField int         // field number of a non-tensor type, 0 if none
-	OtherRaw   []byte      // that field's bytes
-	Denotation string      // 6
+	OtherRaw   []byte      // that field's bytes (what is encoded)
+	// Elem is the element type of a sequence (OtherField 4) or optional (9),
+	// decoded from OtherRaw; nil where the model leaves it out (unknown).
+	Elem       *Type
+	Denotation string // 6
 }
+
+// IsSequence reports whether t is a sequence_type.
+func (t *Type) IsSequence() bool { return t != nil && t.Tensor == nil && t.OtherField == 4 }
+
+// IsOptional reports whether t is an optional_type.
+func (t *Type) IsOptional() bool { return t != nil && t.Tensor == nil && t.OtherField == 9 }
 
 // TypeKind names the oneof member a Type holds, for messages.
 func (t *Type) TypeKind() string {

@@ -1,0 +1,144 @@
+package onnx
+
+import (
+	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
+)
+
+// Optionals, like sequences, are import-time values: an optional entry holds
+// the entry of its value (a tensor or a sequence) or nothing, and whether it
+// holds one is known at import (graph inputs: Options.Absent; see
+// boundary.go). So OptionalHasElement folds to a constant, and
+// OptionalGetElement is its value; neither becomes a node. From opset 18 both
+// also accept a tensor or a sequence, which holds a value.
+//
+// Optional without an input makes an empty optional of the type its "type"
+// attribute gives; type-proto attributes are not decoded (onnxpb), so such a
+// model is refused when it is read.
+
+func init() {
+	nonTensorOps = map[string]handler{"Identity": importIdentityNonTensor, "Loop": importLoop}
+}
+
+// nonTensorOps are the ops outside the sequence and optional ops that may
+// read a sequence or an optional (dispatch sends them those; tensors go the
+// usual way): Identity passes one on, Loop carries one from iteration to
+// iteration.
+var nonTensorOps map[string]handler
+
+// alias makes ONNX output i the sequence or optional e, under the output's
+// name.
+func (c *opCtx) alias(i int, e *entry) {
+	cp := *e
+	cp.name = c.n.Output[i]
+	c.out[i] = &cp
+}
+
+func importIdentityNonTensor(c *opCtx) error {
+	c.alias(0, c.input(0))
+	return nil
+}
+
+func importOptional(c *opCtx) error {
+	e := c.input(0)
+	if e == nil {
+		// The empty optional; its type attribute says of what, which an
+		// import-time optional does not need.
+		c.used["type"] = true
+		c.out[0] = &entry{name: c.n.Output[0], isOpt: true}
+		return nil
+	}
+	if e.isOpt {
+		return c.errf("an optional of an optional is not supported")
+	}
+	c.out[0] = &entry{name: c.n.Output[0], isOpt: true, opt: e}
+	return nil
+}
+
+func importOptionalHasElement(c *opCtx) error {
+	e := c.input(0)
+	has := e != nil && (!e.isOpt || e.opt != nil)
+	if e == nil && c.ver < 18 {
+		return c.errf("needs an input before opset 18")
+	}
+	if e != nil && !e.isOpt && c.ver < 18 {
+		return c.errf("input must be an optional before opset 18")
+	}
+	var b int64
+	if has {
+		b = 1
+	}
+	return c.setOutput(0, &entry{c: &cval{dt: onnxpb.Bool, shape: graph.Shape{}, i: []int64{b}}})
+}
+
+func importOptionalGetElement(c *opCtx) error {
+	e := c.input(0)
+	switch {
+	case e == nil:
+		return c.errf("needs an input")
+	case e.isOpt && e.opt == nil:
+		return c.errf("the optional %q holds no value (known at import)", e.name)
+	case e.isOpt:
+		e = e.opt
+	case c.ver < 18:
+		return c.errf("input must be an optional before opset 18")
+	}
+	if e.nonTensor() {
+		c.alias(0, e)
+		return nil
+	}
+	return c.setOutput(0, e)
+}
+
+// importSequenceMap unrolls the body over the sequence's elements: body
+// input k is element i of input k where that is a sequence (all of the
+// sequence's length), else input k itself; body output k's values form
+// output sequence k.
+func importSequenceMap(c *opCtx) error {
+	g, err := c.loopBody()
+	if err != nil {
+		return err
+	}
+	seq, err := c.list(0)
+	if err != nil {
+		return err
+	}
+	n := len(seq)
+	for k, e := range c.in {
+		switch {
+		case e == nil:
+			return c.errf("input %d is omitted", k)
+		case e.isOpt:
+			return c.errf("input %d is an optional; SequenceMap reads sequences and tensors", k)
+		case e.isList && len(e.list) != n:
+			return c.errf("input %d has %d elements, input 0 has %d", k, len(e.list), n)
+		}
+	}
+	if len(g.Output) != len(c.n.Output) {
+		return c.errf("the body has %d outputs, the node %d", len(g.Output), len(c.n.Output))
+	}
+	outs := make([][]*entry, len(g.Output))
+	for i := range n {
+		in := make([]*entry, len(c.in))
+		for k, e := range c.in {
+			in[k] = e
+			if e.isList {
+				in[k] = e.list[i]
+			}
+		}
+		out, err := c.body(g, in, i)
+		if err != nil {
+			return err
+		}
+		for k, e := range out {
+			if e.nonTensor() {
+				return c.errf("body output %d is not a tensor", k)
+			}
+			outs[k] = append(outs[k], e)
+		}
+	}
+	for k, l := range outs {
+		c.out[k] = &entry{name: c.n.Output[k], list: l, isList: true}
+	}
+	return nil
+}
