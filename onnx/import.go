@@ -408,8 +408,10 @@ func meta(props []onnxpb.StringEntry, key string) string {
 // becomes a constant.
 func (im *importer) inputs() error {
 	declared := map[string]bool{}
+	kind := map[string]*onnxpb.Type{}
 	for _, vi := range im.m.Graph.Input {
 		declared[vi.Name] = true
+		kind[vi.Name] = vi.Type
 	}
 	for name := range im.opts.Bind {
 		if !declared[name] {
@@ -420,10 +422,16 @@ func (im *importer) inputs() error {
 		if !declared[name] {
 			return fmt.Errorf("onnx: sequence input %q (Options.Sequences) is not a graph input", name)
 		}
+		if t := kind[name]; !t.IsSequence() && !(t.IsOptional() && t.Elem.IsSequence()) {
+			return fmt.Errorf("onnx: graph input %q (Options.Sequences) is a %s, not a sequence", name, t.TypeKind())
+		}
 	}
 	for name := range im.opts.Absent {
 		if !declared[name] {
 			return fmt.Errorf("onnx: absent optional %q (Options.Absent) is not a graph input", name)
+		}
+		if t := kind[name]; !t.IsOptional() {
+			return fmt.Errorf("onnx: graph input %q (Options.Absent) is a %s, not an optional", name, t.TypeKind())
 		}
 	}
 	for _, vi := range im.m.Graph.Input {
@@ -759,6 +767,11 @@ func (im *importer) finish() (*graph.Graph, error) {
 			im.declare(vi.Name, dt)
 		}
 		im.g.Outputs = append(im.g.Outputs, v)
+	}
+	if len(im.g.Outputs) == 0 && len(im.m.Graph.Output) > 0 {
+		// Every output is an empty sequence or an absent optional, which
+		// map onto no tensors: there is nothing to compute.
+		return nil, errors.New("onnx: the graph has no tensor outputs: every output is an empty sequence or an absent optional")
 	}
 	used := map[*graph.Value]bool{}
 	for _, n := range im.g.Nodes {

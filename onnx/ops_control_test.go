@@ -156,3 +156,29 @@ func TestSequenceLists(t *testing.T) {
 		t.Errorf("Relu of a sequence: %v, want a refusal naming the sequence", err)
 	}
 }
+
+// A Loop body may hold an If reading the body's values: each unrolled
+// iteration imports its own copy of the branch (fresh names, so nothing is
+// defined twice). Iterations 0 and 1 negate x, iteration 2 doubles it.
+func TestLoopBodyWithIf(t *testing.T) {
+	then := graphAttr("then_branch", nil, []string{"twice"}, nd("Add", []string{"x_in", "x_in"}, []string{"twice"}))
+	els := graphAttr("else_branch", nil, []string{"neg"}, nd("Neg", []string{"x_in"}, []string{"neg"}))
+	body := graphAttr("body", []string{"i", "c", "x_in"}, []string{"c_out", "x_out"},
+		nd("Identity", []string{"c"}, []string{"c_out"}),
+		nd("Greater", []string{"i", "one"}, []string{"late"}),
+		nd("If", []string{"late"}, []string{"x_out"}, then, els))
+	m := modelOf(13, []*onnxpb.ValueInfo{vi("x", onnxpb.Float, 3)},
+		[]*onnxpb.Tensor{onnxpb.NewInt64("n", nil, []int64{3}), onnxpb.NewInt64("one", nil, []int64{1})}, []string{"y"},
+		nd("Loop", []string{"n", "", "x"}, []string{"y"}, body))
+	x := graph.NewTensor(graph.Float32, graph.Shape{3})
+	copy(x.F32, []float32{1, -2, 0.5})
+	g, out := importAndRun(t, m, map[string]*graph.Tensor{"x": x})
+	if ops := g.CountOps(); ops["Neg"] != 2 || ops["Add"] != 1 {
+		t.Errorf("ops %v, want two Negs and one Add", ops)
+	}
+	for i, v := range x.F32 {
+		if got := out["y"].F32[i]; got != 2*v {
+			t.Errorf("y[%d] = %v, want %v", i, got, 2*v)
+		}
+	}
+}

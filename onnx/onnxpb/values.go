@@ -222,3 +222,19 @@ func appendOptional(b []byte, o *Optional) []byte {
 	}
 	return b
 }
+
+// SequenceOf is the TypeProto of a sequence of elem (nil: of an unknown
+// type), with OtherRaw encoded as Decode would keep it.
+func SequenceOf(elem *Type) *Type { return wrapType(4, elem) }
+
+// OptionalOf is the TypeProto of an optional of elem (nil: of an unknown
+// type), with OtherRaw encoded as Decode would keep it.
+func OptionalOf(elem *Type) *Type { return wrapType(9, elem) }
+
+func wrapType(field int, elem *Type) *Type {
+	raw := []byte{}
+	if elem != nil {
+		raw = putMessage(raw, 1, func(p []byte) []byte { return appendType(p, elem) })
+	}
+	return &Type{OtherField: field, OtherRaw: raw, Elem: elem}
+}

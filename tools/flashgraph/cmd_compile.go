@@ -23,6 +23,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 			"With -explain or -plan the report is the output: it goes to stdout and the graph text\n"+
 			"only where -o says (-o - : the graph on stdout, the report on stderr).", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
+	addBoundaryFlags(fs, mf)
 	pf := addPassFlags(fs, true)
 	out := fs.String("o", "", "output file: canonical text (.txt or any other name) or ONNX (.onnx); \"-\": stdout; default stdout unless -explain or -plan")
 	dot := fs.String("dot", "", "also write the DOT diagram of the compiled graph to this file")

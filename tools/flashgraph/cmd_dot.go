@@ -22,6 +22,7 @@ func runDot(args []string, stdout, stderr io.Writer) error {
 			"edge for its value; a PNG too large for its size limit is scaled down without labels);\n"+
 			"any other -o name, or stdout, gets DOT.", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
+	addBoundaryFlags(fs, mf)
 	pf := addPassFlags(fs, false)
 	out := fs.String("o", "", "output file: .svg or .png draws the picture, anything else is DOT (default stdout)")
 	if err := parseFlags(fs, args, 1); err != nil {

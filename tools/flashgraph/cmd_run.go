@@ -24,6 +24,7 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 			"output. -outputs saves them; -expect DIR compares them with DIR's output_K.pb and exits\n"+
 			"non-zero on a mismatch; -bind NAME=FILE makes an input a constant before the passes.", stderr)
 	mf := addModelFlags(fs, defaultConfig, true)
+	addBoundaryFlags(fs, mf)
 	pf := addPassFlags(fs, true)
 	device := fs.String("device", defaultDevice, "where to run: cpu, cuda, or auto (CUDA when present, else the CPU)")
 	inputSeed := fs.Uint64("input-seed", 1, "seed of the random inputs")

@@ -36,6 +36,9 @@ type modelFlags struct {
 	layers int
 	seed   int
 	size   sizeFlags
+	// boundary, when the command has them, is -sequence and -absent, for an
+	// ONNX FILE's sequence and optional inputs.
+	boundary *boundaryFlags
 }
 
 // addModelFlags adds the model flags; withFile says the command also takes a
@@ -154,7 +157,13 @@ func (m *modelFlags) load(file string) (*graph.Graph, error) {
 		return nil, fmt.Errorf("cannot read graph: %w", err)
 	}
 	if strings.EqualFold(filepath.Ext(file), ".onnx") {
-		return onnx.ImportWith(file, onnx.Options{FoldMemory: compileMemory()})
+		opts := onnx.Options{FoldMemory: compileMemory()}
+		m.boundary.apply(&opts)
+		g, err := onnx.ImportWith(file, opts)
+		return g, explainImportError(file, err)
+	}
+	if m.boundary.given() {
+		return nil, fmt.Errorf("%s: -dims, -sequence and -absent are for an ONNX model's inputs (a .onnx FILE)", file)
 	}
 	return graph.ParseFile(file, string(data))
 }
