@@ -134,16 +134,16 @@ func conformanceImport(dir string) (*confCase, string) {
 		if inits[vi.Name] {
 			continue
 		}
-		bv, err := readBoundaryValue(filepath.Join(ds, fmt.Sprintf("input_%d.pb", k)), vi)
+		tv, err := readTestValue(filepath.Join(ds, fmt.Sprintf("input_%d.pb", k)), vi)
 		if err != nil {
 			return nil, "FAIL: test data: " + err.Error()
 		}
 		k++
-		for _, nt := range bv.tensors {
-			feeds[nt.name] = nt.t
+		for i, name := range tv.Names {
+			feeds[name] = tv.Protos[i]
 		}
-		maps.Copy(opts.Sequences, bv.seqs)
-		for _, name := range bv.absent {
+		maps.Copy(opts.Sequences, tv.Sequences)
+		for _, name := range tv.Absent {
 			opts.Absent[name] = true
 		}
 		// Symbolic dimensions take the sizes of the test's tensor inputs (a
@@ -220,18 +220,18 @@ func (c *confCase) run(b backend.Backend, compileErr func(error) string) string 
 	for i, vi := range m.Graph.Output {
 		// A sequence or optional output is the graph's tensors for it
 		// (boundary.go): one per element, or none for an absent optional.
-		bv, err := readBoundaryValue(filepath.Join(ds, fmt.Sprintf("output_%d.pb", i)), vi)
+		tv, err := readTestValue(filepath.Join(ds, fmt.Sprintf("output_%d.pb", i)), vi)
 		if err != nil {
 			return "FAIL: test data: " + err.Error()
 		}
-		for _, nt := range bv.tensors {
-			expected[nt.name] = true
-			got, ok := out[nt.name]
+		for k, name := range tv.Names {
+			expected[name] = true
+			got, ok := out[name]
 			if !ok {
-				return fmt.Sprintf("FAIL: output %q not produced", nt.name)
+				return fmt.Sprintf("FAIL: output %q not produced", name)
 			}
-			if err := compareOutput(got, nt.t, g.ElemTypes[nt.name]); err != nil {
-				return fmt.Sprintf("FAIL: output %q: %v", nt.name, err)
+			if err := compareOutput(got, tv.Protos[k], g.ElemTypes[name]); err != nil {
+				return fmt.Sprintf("FAIL: output %q: %v", name, err)
 			}
 		}
 	}
@@ -243,83 +243,27 @@ func (c *confCase) run(b backend.Backend, compileErr func(error) string) string 
 	return "pass"
 }
 
-// namedTensor is one graph tensor of a test's value.
-type namedTensor struct {
-	name string
-	t    *onnxpb.Tensor
-}
-
-// boundaryValue is a test's input or output as the graph's tensors
-// (boundary.go): a tensor under its name; a sequence's elements under
-// SequenceElem names, with their shapes in seqs; an optional's value under
-// its name, or its name in absent.
-type boundaryValue struct {
-	tensors []namedTensor
-	seqs    map[string][]graph.Shape
-	absent  []string
-}
-
-// readBoundaryValue reads a test's input or output file: a TensorProto, or
-// a SequenceProto or OptionalProto where the model declares that type.
-func readBoundaryValue(path string, vi *onnxpb.ValueInfo) (*boundaryValue, error) {
+// readTestValue reads a test's input or output file by the type the model
+// declares (onnx.ReadTestValue: a sequence's or optional's test data is a
+// SequenceProto or OptionalProto, its tensors the graph's, boundary.go).
+func readTestValue(path string, vi *onnxpb.ValueInfo) (*TestValue, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	bv := &boundaryValue{seqs: map[string][]graph.Shape{}}
-	if err := bv.read(b, vi.Name, vi.Type); err != nil {
+	tv, err := DecodeTestValue(b, vi.Name, vi.Type)
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return bv, nil
-}
-
-func (bv *boundaryValue) read(b []byte, name string, t *onnxpb.Type) error {
-	switch {
-	case t.IsOptional():
-		o, err := onnxpb.DecodeOptional(b)
-		switch {
-		case err != nil:
-			return err
-		case !o.Present():
-			bv.absent = append(bv.absent, name)
-		case o.Tensor != nil && t.Elem != nil && t.Elem.Tensor != nil:
-			bv.tensors = append(bv.tensors, namedTensor{name, fixBF16(o.Tensor, t.Elem)})
-		case o.Sequence != nil && t.Elem.IsSequence():
-			return bv.sequence(name, o.Sequence, t.Elem)
-		default:
-			return fmt.Errorf("optional %q holds a %v, the model declares %s", name, o.ElemType, t.Elem.TypeKind())
-		}
-		return nil
-	case t.IsSequence():
-		s, err := onnxpb.DecodeSequence(b)
-		if err != nil {
-			return err
-		}
-		return bv.sequence(name, s, t)
+	// The tensors' declared type: a sequence's or an optional's element's.
+	t := vi.Type
+	for t.IsSequence() || t.IsOptional() {
+		t = t.Elem
 	}
-	tp, err := onnxpb.DecodeTensor(b)
-	if err != nil {
-		return err
+	for _, pt := range tv.Protos {
+		fixBF16(pt, t)
 	}
-	bv.tensors = append(bv.tensors, namedTensor{name, fixBF16(tp, t)})
-	return nil
-}
-
-func (bv *boundaryValue) sequence(name string, s *onnxpb.Sequence, t *onnxpb.Type) error {
-	if s.Len() > 0 && s.ElemType != onnxpb.KindTensor {
-		return fmt.Errorf("sequence %q holds %v values, not tensors", name, s.ElemType)
-	}
-	shapes := []graph.Shape{}
-	for i, tp := range s.Tensors {
-		shape := make(graph.Shape, len(tp.Dims))
-		for d, n := range tp.Dims {
-			shape[d] = int(n)
-		}
-		shapes = append(shapes, shape)
-		bv.tensors = append(bv.tensors, namedTensor{SequenceElem(name, i), fixBF16(tp, t.Elem)})
-	}
-	bv.seqs[name] = shapes
-	return nil
+	return tv, nil
 }
 
 // fixBF16 reads a tensor the model declares of type t. ONNX 1.12's generator

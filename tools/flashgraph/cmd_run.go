@@ -32,6 +32,9 @@ func runRun(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
+	if err := rio.prepareONNX(fs.Arg(0), mf.boundary); err != nil {
+		return err
+	}
 	g, err := mf.load(fs.Arg(0))
 	if err != nil {
 		return err

@@ -125,6 +125,9 @@ func (m *modelFlags) graphDType() (graph.DType, error) {
 // load returns the graph from file (canonical text or .onnx), or the model
 // built from the config when file is empty.
 func (m *modelFlags) load(file string) (*graph.Graph, error) {
+	if file == "" && m.boundary.given() {
+		return nil, fmt.Errorf("-dims, -sequence and -absent are for an ONNX model's inputs (a .onnx FILE); the model of -config has none")
+	}
 	if file == "" {
 		cfg, err := m.modelConfig()
 		if err != nil {

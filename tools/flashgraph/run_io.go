@@ -19,6 +19,7 @@ import (
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx"
+	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 	"github.com/flashgraph/flashgraph/train"
 )
 
@@ -150,7 +151,12 @@ func testDataFiles(dir, kind string) ([]string, error) {
 // readTestData reads a test data set's tensors of kind, naming each by the
 // name it carries, or, for one without a name, by the position's name in
 // order (the graph's inputs or outputs in order, as ONNX runners match them).
-func readTestData(dir, kind string, order []string) (map[string]*graph.Tensor, error) {
+//
+// decl, when not nil, is what an ONNX model declares for its inputs or
+// outputs, some of them sequences or optionals (onnxIO): file K is then the
+// K-th declared value, read by its type as the graph's tensors
+// (onnx.ReadTestValue: a sequence x as x.0, x.1, ...).
+func readTestData(dir, kind string, order []string, decl []*onnxpb.ValueInfo) (map[string]*graph.Tensor, error) {
 	files, err := testDataFiles(dir, kind)
 	if err != nil {
 		return nil, err
@@ -159,6 +165,21 @@ func readTestData(dir, kind string, order []string) (map[string]*graph.Tensor, e
 		return nil, fmt.Errorf("%s has no %s_0.pb: not an ONNX test data set folder", dir, kind)
 	}
 	out := map[string]*graph.Tensor{}
+	if decl != nil {
+		if len(files) != len(decl) {
+			return nil, fmt.Errorf("%s has %d %s files, the model declares %d %ss", dir, len(files), kind, len(decl), kind)
+		}
+		for i, p := range files {
+			tv, err := readTestValue(p, decl[i])
+			if err != nil {
+				return nil, err
+			}
+			for k, name := range tv.Names {
+				out[name] = tv.Tensors[k]
+			}
+		}
+		return out, nil
+	}
 	for i, p := range files {
 		name, t, err := readTensorProtoFile(p)
 		if err != nil {
@@ -185,14 +206,14 @@ func readTestData(dir, kind string, order []string) (map[string]*graph.Tensor, e
 // holding a tensor for each of g's inputs (order: the input names of the
 // graph as read, before -bind, for unnamed TensorProtos). Floats convert to
 // the input's float type, integers to int64; shapes must match.
-func loadFeeds(g *graph.Graph, path string, order []string, bound map[string]bool) (map[string]*graph.Tensor, error) {
+func loadFeeds(g *graph.Graph, path string, order []string, bound map[string]bool, decl []*onnxpb.ValueInfo) (map[string]*graph.Tensor, error) {
 	var ts map[string]*graph.Tensor
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("-inputs: %w", err)
 	}
 	if st.IsDir() {
-		ts, err = readTestData(path, "input", order)
+		ts, err = readTestData(path, "input", order, decl)
 	} else {
 		ts, err = readSafetensors(path)
 	}
@@ -260,12 +281,12 @@ func convertTo(t *graph.Tensor, want graph.TensorType) (*graph.Tensor, error) {
 // set in dir: every element within atol + rtol·|expected| (NaN matches NaN
 // only). It prints one line per output with its worst element and returns
 // an error when any output differs.
-func compareExpected(w io.Writer, dir string, g *graph.Graph, outs map[string]*graph.Tensor, rtol, atol float64) error {
+func compareExpected(w io.Writer, dir string, g *graph.Graph, outs map[string]*graph.Tensor, rtol, atol float64, decl []*onnxpb.ValueInfo) error {
 	var order []string
 	for _, o := range g.Outputs {
 		order = append(order, o.Name)
 	}
-	want, err := readTestData(dir, "output", order)
+	want, err := readTestData(dir, "output", order, decl)
 	if err != nil {
 		return fmt.Errorf("-expect: %w", err)
 	}
@@ -392,6 +413,7 @@ func (b bindFlag) apply(g *graph.Graph) (*graph.Graph, error) {
 
 // runIOFlags are run's flags for real inputs and outputs.
 type runIOFlags struct {
+	decl            *onnxIO // see prepareONNX
 	bind            bindFlag
 	inputs, outputs string
 	expect          string
@@ -435,7 +457,7 @@ func (r *runIOFlags) feeds(g *graph.Graph, order []string, seed uint64) (map[str
 	if r.inputs == "" {
 		feeds, err = bench.RandomFeeds(g, seed)
 	} else {
-		feeds, err = loadFeeds(g, r.inputs, order, r.bind.names())
+		feeds, err = loadFeeds(g, r.inputs, order, r.bind.names(), r.decl.ins())
 	}
 	if err != nil {
 		return nil, err
@@ -482,7 +504,91 @@ func (r *runIOFlags) finish(w io.Writer, g *graph.Graph, outs map[string]*graph.
 		fmt.Fprintf(w, "outputs: %d tensors written to %s\n", len(outs), r.outputs)
 	}
 	if r.expect != "" {
-		return compareExpected(w, r.expect, g, outs, r.rtol, r.atol)
+		return compareExpected(w, r.expect, g, outs, r.rtol, r.atol, r.decl.outs())
 	}
 	return nil
+}
+
+// onnxIO is what an ONNX model declares for its graph inputs (other than
+// initializers) and outputs, in order, when some are sequences or
+// optionals: its test data sets then hold SequenceProtos and OptionalProtos
+// for those, which readTestData reads by these types.
+type onnxIO struct{ inputs, outputs []*onnxpb.ValueInfo }
+
+func (d *onnxIO) ins() []*onnxpb.ValueInfo {
+	if d == nil {
+		return nil
+	}
+	return d.inputs
+}
+
+func (d *onnxIO) outs() []*onnxpb.ValueInfo {
+	if d == nil {
+		return nil
+	}
+	return d.outputs
+}
+
+// prepareONNX, for an ONNX FILE with sequence or optional inputs or outputs
+// run on a test data set (-inputs or -expect a folder), reads what the model
+// declares, and takes the shapes of each sequence input and the absence of
+// each optional one from the set's input files, where -sequence does not give
+// them: the import needs them before the feeds are read.
+func (r *runIOFlags) prepareONNX(file string, b *boundaryFlags) error {
+	dir := r.inputs
+	if dir == "" {
+		dir = r.expect
+	}
+	if st, err := os.Stat(dir); dir == "" || err != nil || !st.IsDir() || !strings.EqualFold(filepath.Ext(file), ".onnx") {
+		return nil
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("cannot read graph: %w", err)
+	}
+	ins, outs, err := onnx.DeclaredIO(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if !slices.ContainsFunc(slices.Concat(ins, outs), func(vi *onnxpb.ValueInfo) bool {
+		return vi.Type.IsSequence() || vi.Type.IsOptional()
+	}) {
+		return nil
+	}
+	r.decl = &onnxIO{inputs: ins, outputs: outs}
+	files, err := testDataFiles(dir, "input")
+	if err != nil {
+		return err
+	}
+	for k, vi := range ins {
+		if k >= len(files) || !(vi.Type.IsSequence() || vi.Type.IsOptional()) {
+			continue
+		}
+		tv, err := readTestValue(files[k], vi)
+		if err != nil {
+			return err
+		}
+		for name, shapes := range tv.Sequences {
+			if _, given := b.seqs[name]; !given {
+				b.seqs[name] = shapes
+			}
+		}
+		for _, name := range tv.Absent {
+			b.absent[name] = true
+		}
+	}
+	return nil
+}
+
+// readTestValue reads a test data file by the type vi declares.
+func readTestValue(path string, vi *onnxpb.ValueInfo) (*onnx.TestValue, error) {
+	data, err := readFileBounded(path)
+	if err != nil {
+		return nil, err
+	}
+	tv, err := onnx.ReadTestValue(data, vi.Name, vi.Type)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%s, a %s): %w", path, vi.Name, vi.Type.TypeKind(), err)
+	}
+	return tv, nil
 }
