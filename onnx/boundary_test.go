@@ -201,3 +201,31 @@ func TestOptionalBoundary(t *testing.T) {
 		t.Errorf("Relu of an optional: %v", err)
 	}
 }
+
+// Optional makes an optional inside the model: of its input, or, without
+// one, empty of the type its attribute gives (a TYPE_PROTO, read through
+// the wire format here).
+func TestOptionalOp(t *testing.T) {
+	empty := &onnxpb.Attribute{Name: "type", Type: onnxpb.AttrTypeProto, TP: floatN(dim2)}
+	m := modelOf(16, []*onnxpb.ValueInfo{vi("x", onnxpb.Float, 2)}, nil, []string{"has_none", "has_x", "v"},
+		nd("Optional", nil, []string{"none"}, empty),
+		nd("Optional", []string{"x"}, []string{"ox"}),
+		nd("OptionalHasElement", []string{"none"}, []string{"has_none"}),
+		nd("OptionalHasElement", []string{"ox"}, []string{"has_x"}),
+		nd("OptionalGetElement", []string{"ox"}, []string{"v"}))
+	x := graph.NewTensor(graph.Float32, graph.Shape{2})
+	copy(x.F32, []float32{3, -4})
+	g, out := importAndRun(t, m, map[string]*graph.Tensor{"x": x})
+	if len(g.Nodes) != 1 {
+		t.Errorf("%d nodes, want one (v's Identity): the optional ops fold", len(g.Nodes))
+	}
+	if out["has_none"].At(0) != 0 || out["has_x"].At(0) != 1 {
+		t.Errorf("has_none %v, has_x %v; want false, true", out["has_none"], out["has_x"])
+	}
+	closeTo(t, "v", out["v"], data(x), x.Shape, 0)
+
+	m.Graph.Node[0].Attribute[0].TP = &onnxpb.Type{OtherField: 5} // a map type
+	if _, err := ImportBytes(onnxpb.Encode(m)); err == nil || !strings.Contains(err.Error(), "type map_type: only optionals of tensors") {
+		t.Errorf("Optional of a map: %v", err)
+	}
+}

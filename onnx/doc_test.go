@@ -137,8 +137,10 @@ present unless ` + "`Options.Absent`" + ` names it). A sequence of sequences is 
 
 "table" ops map onto the op table row of the same name; "rewrite" ops become table ops
 with the operator's meaning (onnx/ops.go, onnx/ops_conform.go); "folded" ops are computed at
-import and need constant inputs. The CUDA column is for table ops; a rewrite runs on CUDA
-when all the table ops it writes do.
+import and need constant inputs; "import-time" ops edit the sequences and optionals the
+importer holds as lists (onnx/ops_sequence.go, onnx/ops_optional.go), writing table ops
+where they make tensors. The CUDA column is for table ops; a rewrite or import-time op runs
+on CUDA when all the table ops it writes do.
 
 | ONNX op | opsets | imported as | CPU | CUDA |
 | --- | --- | --- | --- | --- |
@@ -151,6 +153,9 @@ when all the table ops it writes do.
 		names[op] = true
 	}
 	for op := range shapeOnly {
+		names[op] = true
+	}
+	for op := range sequenceOps {
 		names[op] = true
 	}
 	sorted := slices.Sorted(func(yield func(string) bool) {
@@ -178,6 +183,8 @@ when all the table ops it writes do.
 			}
 		case handlers[op] != nil:
 			how, cudaCol = "rewrite", "as its table ops"
+		case sequenceOps[op] != nil:
+			how, cudaCol = "import-time", "as its table ops"
 		default:
 			how, cudaCol = "folded", "(folded)"
 		}

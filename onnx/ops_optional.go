@@ -13,8 +13,7 @@ import (
 // also accept a tensor or a sequence, which holds a value.
 //
 // Optional without an input makes an empty optional of the type its "type"
-// attribute gives; type-proto attributes are not decoded (onnxpb), so such a
-// model is refused when it is read.
+// attribute gives (a tensor or a sequence of tensors type).
 
 func init() {
 	nonTensorOps = map[string]handler{"Identity": importIdentityNonTensor, "Loop": importLoop}
@@ -40,11 +39,20 @@ func importIdentityNonTensor(c *opCtx) error {
 }
 
 func importOptional(c *opCtx) error {
+	typ, err := c.attr("type", onnxpb.AttrTypeProto)
+	if err != nil {
+		return err
+	}
 	e := c.input(0)
 	if e == nil {
-		// The empty optional; its type attribute says of what, which an
-		// import-time optional does not need.
-		c.used["type"] = true
+		// The empty optional; its type says of what, which an import-time
+		// optional holding nothing does not need beyond checking it.
+		switch {
+		case typ == nil:
+			return c.errf("an empty Optional needs its type attribute")
+		case typ.TP.Tensor == nil && !(typ.TP.IsSequence() && typ.TP.Elem != nil && typ.TP.Elem.Tensor != nil):
+			return c.errf("type %s: only optionals of tensors and of sequences of tensors are supported", typ.TP.TypeKind())
+		}
 		c.out[0] = &entry{name: c.n.Output[0], isOpt: true}
 		return nil
 	}

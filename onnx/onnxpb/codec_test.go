@@ -74,6 +74,8 @@ func sampleModel() *Model {
 						{Name: "ss", Type: AttrStrings, Strings: [][]byte{[]byte("a"), {}}},
 						{Name: "ts", Type: AttrTensors, Tensors: []*Tensor{NewInt64("", nil, []int64{5})}},
 						{Name: "gs", Type: AttrGraphs, Graphs: []*Graph{body, {Name: "empty"}}},
+						{Name: "tp", Type: AttrTypeProto, TP: OptionalOf(SequenceOf(&Type{Tensor: &TensorType{ElemType: Float}}))},
+						{Name: "tps", Type: AttrTypeProtos, TypeProtos: []*Type{{Tensor: &TensorType{ElemType: Int64, Shape: &TensorShape{}}}, SequenceOf(nil)}},
 						{Name: "ref", Type: AttrFloat, RefAttrName: "parent_alpha", DocString: "ref doc"},
 					},
 				},

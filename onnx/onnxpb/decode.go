@@ -16,7 +16,7 @@ import (
 const MaxDepth = 100
 
 // ErrUnsupported marks input that is well-formed but uses a part of ONNX this
-// package deliberately does not model (sparse tensors, type-proto attributes).
+// package deliberately does not model (sparse tensors, maps).
 var ErrUnsupported = errors.New("unsupported")
 
 // DecodeError says where decoding failed: the path of fields from ModelProto down
@@ -561,7 +561,29 @@ func decodeAttribute(b []byte, base int, a *Attribute, depth int) error {
 		case 13:
 			a.DocString, err = f.str("doc_string")
 		case 14, 15:
-			err = within(&DecodeError{Offset: f.off, Err: fmt.Errorf("%w: type-proto attribute values", ErrUnsupported)}, "tp")
+			name := "tp"
+			if f.num == 15 {
+				name = indexed("type_protos", len(a.TypeProtos))
+			}
+			var p []byte
+			if p, err = f.message(name); err != nil {
+				return err
+			}
+			if err = deeper(f, depth); err != nil {
+				return within(err, name)
+			}
+			t := &Type{}
+			if f.num == 14 && a.TP != nil {
+				t = a.TP // a message field given twice merges
+			}
+			if err = within(decodeType(p, f.off, t, depth+1), name); err != nil {
+				return err
+			}
+			if f.num == 14 {
+				a.TP, seen = t, AttrTypeProto
+			} else {
+				a.TypeProtos, seen = append(a.TypeProtos, t), AttrTypeProtos
+			}
 		case 20:
 			var v int32
 			v, err = f.int32v("type")
@@ -582,7 +604,7 @@ func decodeAttribute(b []byte, base int, a *Attribute, depth int) error {
 	// A TENSOR or GRAPH attribute carries its value in a message field; without
 	// it (and without a reference to a function attribute) it has no value at
 	// all, which no reader of T or G should have to check for.
-	if a.RefAttrName == "" && ((a.Type == AttrTensor && a.T == nil) || (a.Type == AttrGraph && a.G == nil)) {
+	if a.RefAttrName == "" && ((a.Type == AttrTensor && a.T == nil) || (a.Type == AttrGraph && a.G == nil) || (a.Type == AttrTypeProto && a.TP == nil)) {
 		return &DecodeError{Offset: base, Err: fmt.Errorf("attribute %q of type %v has no value", a.Name, a.Type)}
 	}
 	return nil

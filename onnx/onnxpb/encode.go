@@ -171,6 +171,12 @@ func appendAttribute(b []byte, a *Attribute) []byte {
 		b = putMessage(b, 11, func(p []byte) []byte { return appendGraph(p, g) })
 	}
 	b = putString(b, 13, a.DocString)
+	if a.TP != nil {
+		b = putMessage(b, 14, func(p []byte) []byte { return appendType(p, a.TP) })
+	}
+	for _, t := range a.TypeProtos {
+		b = putMessage(b, 15, func(p []byte) []byte { return appendType(p, t) })
+	}
 	b = putInt(b, 20, int64(a.Type))
 	return putString(b, 21, a.RefAttrName)
 }

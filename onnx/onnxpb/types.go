@@ -114,7 +114,7 @@ func (t AttributeType) String() string {
 }
 
 // Attribute is onnx.AttributeProto. Type is the discriminator (field 20); the value
-// fields follow it. Sparse-tensor and type-proto values are refused at decode.
+// fields follow it. Sparse-tensor values are refused at decode.
 type Attribute struct {
 	Name        string        // 1
 	F           float32       // 2
@@ -128,6 +128,8 @@ type Attribute struct {
 	Tensors     []*Tensor     // 10
 	Graphs      []*Graph      // 11
 	DocString   string        // 13
+	TP          *Type         // 14 (Optional's and SequenceEmpty-like ops' type)
+	TypeProtos  []*Type       // 15
 	Type        AttributeType // 20
 	RefAttrName string        // 21
 }
