@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 )
 
@@ -100,6 +101,20 @@ func TestSequenceFlags(t *testing.T) {
 	stdout, _ = runCLI(t, "run", "-expect", set, model)
 	if !strings.Contains(stdout, "expect ys.1: ok") || !strings.Contains(stdout, "expect: 3 outputs match") {
 		t.Errorf("run -expect on sequences: %s", stdout)
+	}
+	// Inputs from safetensors by the graph's names, expected outputs from the set.
+	st := filepath.Join(dir, "in.safetensors")
+	x0 := graph.NewTensor(graph.Float32, graph.Shape{2})
+	x1 := graph.NewTensor(graph.Float32, graph.Shape{3})
+	copy(x0.F32, []float32{1, -2})
+	copy(x1.F32, []float32{0.5, 4, -8})
+	o := graph.NewTensor(graph.Float32, graph.Shape{2})
+	if err := writeSafetensors(st, map[string]*graph.Tensor{"xs.0": x0, "xs.1": x1, "o": o}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stdout, _ = runCLI(t, "run", "-sequence", "xs=2,3", "-inputs", st, "-expect", set, model)
+	if !strings.Contains(stdout, "expect: 3 outputs match") {
+		t.Errorf("run -inputs safetensors -expect DIR: %s", stdout)
 	}
 	// A wrong expected element is a mismatch, not a pass.
 	write("output_0.pb", onnxpb.EncodeSequence(&onnxpb.Sequence{Name: "ys", ElemType: onnxpb.KindTensor, Tensors: []*onnxpb.Tensor{

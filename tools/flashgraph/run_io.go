@@ -535,11 +535,15 @@ func (d *onnxIO) outs() []*onnxpb.ValueInfo {
 // each optional one from the set's input files, where -sequence does not give
 // them: the import needs them before the feeds are read.
 func (r *runIOFlags) prepareONNX(file string, b *boundaryFlags) error {
-	dir := r.inputs
-	if dir == "" {
-		dir = r.expect
+	isDir := func(p string) bool {
+		st, err := os.Stat(p)
+		return p != "" && err == nil && st.IsDir()
 	}
-	if st, err := os.Stat(dir); dir == "" || err != nil || !st.IsDir() || !strings.EqualFold(filepath.Ext(file), ".onnx") {
+	inDir := r.inputs
+	if inDir == "" {
+		inDir = r.expect
+	}
+	if !strings.EqualFold(filepath.Ext(file), ".onnx") || (!isDir(inDir) && !isDir(r.expect)) {
 		return nil
 	}
 	data, err := os.ReadFile(file)
@@ -556,7 +560,10 @@ func (r *runIOFlags) prepareONNX(file string, b *boundaryFlags) error {
 		return nil
 	}
 	r.decl = &onnxIO{inputs: ins, outputs: outs}
-	files, err := testDataFiles(dir, "input")
+	if !isDir(inDir) {
+		return nil // the inputs are a safetensors file: x.0, x.1, ... by name
+	}
+	files, err := testDataFiles(inDir, "input")
 	if err != nil {
 		return err
 	}
