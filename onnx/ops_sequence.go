@@ -23,8 +23,9 @@ func init() {
 		"SequenceInsert": importSequenceInsert, "SequenceErase": importSequenceErase,
 		"SequenceAt": importSequenceAt, "SequenceLength": importSequenceLength,
 		"ConcatFromSequence": importConcatFromSequence, "SplitToSequence": importSplitToSequence,
-		"SequenceMap": importSequenceMap, // ops_optional.go
-		"Optional":    importOptional, "OptionalHasElement": importOptionalHasElement,
+		"SequenceMap": importSequenceMap,
+		// Optionals are import-time values too (ops_optional.go).
+		"Optional": importOptional, "OptionalHasElement": importOptionalHasElement,
 		"OptionalGetElement": importOptionalGetElement,
 	}
 	for op := range sequenceOps {
@@ -262,5 +263,58 @@ func importSplitToSequence(c *opCtx) error {
 		l = append(l, &entry{name: v.Name, v: v, odt: c.in[0].odt})
 	}
 	c.setList(l)
+	return nil
+}
+
+// importSequenceMap unrolls the body over the sequence's elements: body
+// input k is element i of input k where that is a sequence (all of the
+// sequence's length), else input k itself; body output k's values form
+// output sequence k.
+func importSequenceMap(c *opCtx) error {
+	g, err := c.loopBody()
+	if err != nil {
+		return err
+	}
+	seq, err := c.list(0)
+	if err != nil {
+		return err
+	}
+	n := len(seq)
+	for k, e := range c.in {
+		switch {
+		case e == nil:
+			return c.errf("input %d is omitted", k)
+		case e.isOpt:
+			return c.errf("input %d is an optional; SequenceMap reads sequences and tensors", k)
+		case e.isList && len(e.list) != n:
+			return c.errf("input %d has %d elements, input 0 has %d", k, len(e.list), n)
+		}
+	}
+	if len(g.Output) != len(c.n.Output) {
+		return c.errf("the body has %d outputs, the node %d", len(g.Output), len(c.n.Output))
+	}
+	outs := make([][]*entry, len(g.Output))
+	for i := range n {
+		in := make([]*entry, len(c.in))
+		for k, e := range c.in {
+			in[k] = e
+			if e.isList {
+				in[k] = e.list[i]
+			}
+		}
+		out, err := c.body(g, in, i)
+		if err != nil {
+			return err
+		}
+		for k, e := range out {
+			if e.nonTensor() {
+				return c.errf("body output %d is not a tensor", k)
+			}
+			outs[k] = append(outs[k], e)
+		}
+	}
+	for k, l := range outs {
+		c.out[k] = &entry{name: c.n.Output[k], list: l, isList: true}
+	}
 	return nil
 }
