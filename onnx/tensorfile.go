@@ -100,11 +100,11 @@ type TestValue struct {
 	Absent    []string
 }
 
-// ReadTestValue reads b, the test data of the graph input or output name of
-// ONNX type t: a TensorProto, or a SequenceProto or OptionalProto where t is
-// a sequence or an optional.
-func ReadTestValue(b []byte, name string, t *onnxpb.Type) (*TestValue, error) {
-	tv, err := DecodeTestValue(b, name, t)
+// ReadTestValue reads b, the test data of the graph input or output d: a
+// TensorProto, or a SequenceProto or OptionalProto where d is a sequence or
+// an optional.
+func ReadTestValue(b []byte, d Declared) (*TestValue, error) {
+	tv, err := DecodeTestValue(b, d.Name, d.typ)
 	if err != nil {
 		return nil, err
 	}
@@ -185,10 +185,23 @@ func (tv *TestValue) add(name string, pt *onnxpb.Tensor) {
 	tv.Protos = append(tv.Protos, pt)
 }
 
+// Declared is a graph input or output as an ONNX model declares it.
+type Declared struct {
+	Name string
+	typ  *onnxpb.Type
+}
+
+// NonTensor reports whether the value is a sequence or an optional, whose
+// test data is a SequenceProto or OptionalProto (see ReadTestValue).
+func (d Declared) NonTensor() bool { return d.typ.IsSequence() || d.typ.IsOptional() }
+
+// TypeKind names the declared type's kind (tensor_type, sequence_type, ...).
+func (d Declared) TypeKind() string { return d.typ.TypeKind() }
+
 // DeclaredIO reads the graph inputs (other than initializers) and outputs
 // an ONNX model declares, in order, without importing it: the order of a test
 // data set's input_K.pb and output_K.pb files.
-func DeclaredIO(b []byte) (inputs, outputs []*onnxpb.ValueInfo, err error) {
+func DeclaredIO(b []byte) (inputs, outputs []Declared, err error) {
 	m, err := onnxpb.Decode(b)
 	if err != nil {
 		return nil, nil, fmt.Errorf("onnx: %w", err)
@@ -202,8 +215,11 @@ func DeclaredIO(b []byte) (inputs, outputs []*onnxpb.ValueInfo, err error) {
 	}
 	for _, vi := range m.Graph.Input {
 		if !inits[vi.Name] {
-			inputs = append(inputs, vi)
+			inputs = append(inputs, Declared{vi.Name, vi.Type})
 		}
 	}
-	return inputs, m.Graph.Output, nil
+	for _, vi := range m.Graph.Output {
+		outputs = append(outputs, Declared{vi.Name, vi.Type})
+	}
+	return inputs, outputs, nil
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx"
-	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 	"github.com/flashgraph/flashgraph/train"
 )
 
@@ -156,7 +155,7 @@ func testDataFiles(dir, kind string) ([]string, error) {
 // outputs, some of them sequences or optionals (onnxIO): file K is then the
 // K-th declared value, read by its type as the graph's tensors
 // (onnx.ReadTestValue: a sequence x as x.0, x.1, ...).
-func readTestData(dir, kind string, order []string, decl []*onnxpb.ValueInfo) (map[string]*graph.Tensor, error) {
+func readTestData(dir, kind string, order []string, decl []onnx.Declared) (map[string]*graph.Tensor, error) {
 	files, err := testDataFiles(dir, kind)
 	if err != nil {
 		return nil, err
@@ -206,7 +205,7 @@ func readTestData(dir, kind string, order []string, decl []*onnxpb.ValueInfo) (m
 // holding a tensor for each of g's inputs (order: the input names of the
 // graph as read, before -bind, for unnamed TensorProtos). Floats convert to
 // the input's float type, integers to int64; shapes must match.
-func loadFeeds(g *graph.Graph, path string, order []string, bound map[string]bool, decl []*onnxpb.ValueInfo) (map[string]*graph.Tensor, error) {
+func loadFeeds(g *graph.Graph, path string, order []string, bound map[string]bool, decl []onnx.Declared) (map[string]*graph.Tensor, error) {
 	var ts map[string]*graph.Tensor
 	st, err := os.Stat(path)
 	if err != nil {
@@ -281,7 +280,7 @@ func convertTo(t *graph.Tensor, want graph.TensorType) (*graph.Tensor, error) {
 // set in dir: every element within atol + rtol·|expected| (NaN matches NaN
 // only). It prints one line per output with its worst element and returns
 // an error when any output differs.
-func compareExpected(w io.Writer, dir string, g *graph.Graph, outs map[string]*graph.Tensor, rtol, atol float64, decl []*onnxpb.ValueInfo) error {
+func compareExpected(w io.Writer, dir string, g *graph.Graph, outs map[string]*graph.Tensor, rtol, atol float64, decl []onnx.Declared) error {
 	var order []string
 	for _, o := range g.Outputs {
 		order = append(order, o.Name)
@@ -513,16 +512,16 @@ func (r *runIOFlags) finish(w io.Writer, g *graph.Graph, outs map[string]*graph.
 // initializers) and outputs, in order, when some are sequences or
 // optionals: its test data sets then hold SequenceProtos and OptionalProtos
 // for those, which readTestData reads by these types.
-type onnxIO struct{ inputs, outputs []*onnxpb.ValueInfo }
+type onnxIO struct{ inputs, outputs []onnx.Declared }
 
-func (d *onnxIO) ins() []*onnxpb.ValueInfo {
+func (d *onnxIO) ins() []onnx.Declared {
 	if d == nil {
 		return nil
 	}
 	return d.inputs
 }
 
-func (d *onnxIO) outs() []*onnxpb.ValueInfo {
+func (d *onnxIO) outs() []onnx.Declared {
 	if d == nil {
 		return nil
 	}
@@ -554,9 +553,7 @@ func (r *runIOFlags) prepareONNX(file string, b *boundaryFlags) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	if !slices.ContainsFunc(slices.Concat(ins, outs), func(vi *onnxpb.ValueInfo) bool {
-		return vi.Type.IsSequence() || vi.Type.IsOptional()
-	}) {
+	if !slices.ContainsFunc(slices.Concat(ins, outs), onnx.Declared.NonTensor) {
 		return nil
 	}
 	r.decl = &onnxIO{inputs: ins, outputs: outs}
@@ -567,11 +564,11 @@ func (r *runIOFlags) prepareONNX(file string, b *boundaryFlags) error {
 	if err != nil {
 		return err
 	}
-	for k, vi := range ins {
-		if k >= len(files) || !(vi.Type.IsSequence() || vi.Type.IsOptional()) {
+	for k, d := range ins {
+		if k >= len(files) || !d.NonTensor() {
 			continue
 		}
-		tv, err := readTestValue(files[k], vi)
+		tv, err := readTestValue(files[k], d)
 		if err != nil {
 			return err
 		}
@@ -587,15 +584,15 @@ func (r *runIOFlags) prepareONNX(file string, b *boundaryFlags) error {
 	return nil
 }
 
-// readTestValue reads a test data file by the type vi declares.
-func readTestValue(path string, vi *onnxpb.ValueInfo) (*onnx.TestValue, error) {
+// readTestValue reads a test data file by the type the model declares for it.
+func readTestValue(path string, d onnx.Declared) (*onnx.TestValue, error) {
 	data, err := readFileBounded(path)
 	if err != nil {
 		return nil, err
 	}
-	tv, err := onnx.ReadTestValue(data, vi.Name, vi.Type)
+	tv, err := onnx.ReadTestValue(data, d)
 	if err != nil {
-		return nil, fmt.Errorf("%s (%s, a %s): %w", path, vi.Name, vi.Type.TypeKind(), err)
+		return nil, fmt.Errorf("%s (%s, a %s): %w", path, d.Name, d.TypeKind(), err)
 	}
 	return tv, nil
 }
