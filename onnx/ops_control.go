@@ -204,12 +204,7 @@ func renameGraph(g *onnxpb.Graph, rename map[string]string, fresh func(string) s
 		return name
 	}
 	cp := *g
-	cp.Input = make([]*onnxpb.ValueInfo, len(g.Input))
-	for i, vi := range g.Input {
-		v := *vi
-		v.Name = fresh(vi.Name)
-		cp.Input[i] = &v
-	}
+	cp.Input = renameInfos(g.Input, fresh)
 	cp.Initializer = make([]*onnxpb.Tensor, len(g.Initializer))
 	for i, t := range g.Initializer {
 		ct := *t
@@ -233,13 +228,19 @@ func renameGraph(g *onnxpb.Graph, rename map[string]string, fresh func(string) s
 		cn.Attribute = renameAttrs(n.Attribute, rename, fresh)
 		cp.Node[i] = &cn
 	}
-	cp.Output = make([]*onnxpb.ValueInfo, len(g.Output))
-	for i, vi := range g.Output {
-		v := *vi
-		v.Name = to(vi.Name)
-		cp.Output[i] = &v
-	}
+	cp.Output = renameInfos(g.Output, to)
 	return &cp
+}
+
+// renameInfos copies value infos with their names mapped by name.
+func renameInfos(infos []*onnxpb.ValueInfo, name func(string) string) []*onnxpb.ValueInfo {
+	out := make([]*onnxpb.ValueInfo, len(infos))
+	for i, vi := range infos {
+		v := *vi
+		v.Name = name(vi.Name)
+		out[i] = &v
+	}
+	return out
 }
 
 // renameAttrs copies a node's attributes, its subgraphs renamed (renameGraph).
