@@ -18,9 +18,10 @@ const (
 	AttrString
 	AttrInts
 	AttrFloats
+	AttrStrings
 )
 
-var attrKindNames = map[AttrKind]string{AttrInt: "int", AttrFloat: "float", AttrString: "string", AttrInts: "ints", AttrFloats: "floats"}
+var attrKindNames = map[AttrKind]string{AttrInt: "int", AttrFloat: "float", AttrString: "string", AttrInts: "ints", AttrFloats: "floats", AttrStrings: "strings"}
 
 func (k AttrKind) String() string { return attrKindNames[k] }
 
@@ -32,6 +33,7 @@ type Attr struct {
 	S      string
 	Ints   []int64
 	Floats []float64
+	Strs   []string
 }
 
 // Int, Float, Str, Ints and Floats make attributes.
@@ -40,6 +42,10 @@ func Float(v float64) Attr     { return Attr{Kind: AttrFloat, F: v} }
 func Str(v string) Attr        { return Attr{Kind: AttrString, S: v} }
 func Ints(v ...int64) Attr     { return Attr{Kind: AttrInts, Ints: slices.Clone(v)} }
 func Floats(v ...float64) Attr { return Attr{Kind: AttrFloats, Floats: slices.Clone(v)} }
+
+// Strs makes a list-of-strings attribute (never nil, so that an empty list
+// and a formatted-then-parsed one are the same value).
+func Strs(v ...string) Attr { return Attr{Kind: AttrStrings, Strs: append([]string{}, v...)} }
 
 // Equal reports whether two attributes hold the same value (NaN equals NaN).
 func (a Attr) Equal(b Attr) bool {
@@ -58,6 +64,8 @@ func (a Attr) Equal(b Attr) bool {
 		return slices.Equal(a.Ints, b.Ints)
 	case AttrFloats:
 		return slices.EqualFunc(a.Floats, b.Floats, feq)
+	case AttrStrings:
+		return slices.Equal(a.Strs, b.Strs)
 	}
 	return false
 }
@@ -71,6 +79,7 @@ func (a Attrs) Clone() Attrs {
 	for k, v := range a {
 		v.Ints = slices.Clone(v.Ints)
 		v.Floats = slices.Clone(v.Floats)
+		v.Strs = slices.Clone(v.Strs)
 		c[k] = v
 	}
 	return c
@@ -173,6 +182,12 @@ func (a Attr) format() string {
 		parts := make([]string, len(a.Floats))
 		for i, v := range a.Floats {
 			parts[i] = FormatFloat(v)
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	case AttrStrings:
+		parts := make([]string, len(a.Strs))
+		for i, v := range a.Strs {
+			parts[i] = strconv.Quote(v)
 		}
 		return "[" + strings.Join(parts, ",") + "]"
 	}

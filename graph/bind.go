@@ -40,6 +40,16 @@ func Bind(g *Graph, name string, t *Tensor) (*Graph, error) {
 	if !t.Shape.Equal(v.Type.Shape) {
 		return nil, fmt.Errorf("bind %s: the tensor is %v, the input is %v", name, t.Type(), v.Type)
 	}
+	if v.Type.DType == String || t.DType == String {
+		if v.Type.DType != t.DType {
+			return nil, fmt.Errorf("bind %s: the tensor is %v, the input is %v: strings bind only to strings", name, t.Type(), v.Type)
+		}
+		if err := t.Check(); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", name, err)
+		}
+		init := LiteralStrings(t.S...)
+		return bindAs(out, idx, v, init, name)
+	}
 	isInt := func(dt DType) bool { return dt == Int64 || dt == Bool }
 	if v.Type.DType.IsFloat() != t.DType.IsFloat() || isInt(v.Type.DType) != isInt(t.DType) {
 		return nil, fmt.Errorf("bind %s: the tensor is %v, the input is %v: only float to float and integer to integer convert", name, t.Type(), v.Type)
@@ -61,7 +71,11 @@ func Bind(g *Graph, name string, t *Tensor) (*Graph, error) {
 		}
 		data[i] = x
 	}
-	init := Literal(data...)
+	return bindAs(out, idx, v, Literal(data...), name)
+}
+
+// bindAs makes input idx of out, v, the constant init.
+func bindAs(out *Graph, idx int, v *Value, init Init, name string) (*Graph, error) {
 	v.Kind, v.Init = Const, &init
 	out.Inputs = append(out.Inputs[:idx], out.Inputs[idx+1:]...)
 	out.Consts = append(out.Consts, v)

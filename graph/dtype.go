@@ -19,9 +19,13 @@ const (
 	Float16
 	Int64
 	Bool
+	// String tensors hold text (Tensor.S). Only the host runs them, and
+	// only the ops whose row says so (OpSpec.Strings): the rest refuse a
+	// string operand when a node is built or evaluated.
+	String
 )
 
-var dtypeNames = [...]string{"invalid", "float32", "float64", "bfloat16", "float16", "int64", "bool"}
+var dtypeNames = [...]string{"invalid", "float32", "float64", "bfloat16", "float16", "int64", "bool", "string"}
 
 func (d DType) String() string {
 	if int(d) < len(dtypeNames) {
@@ -43,7 +47,8 @@ func ParseDType(s string) (DType, error) {
 // IsFloat reports whether d is a floating-point type.
 func (d DType) IsFloat() bool { return d == Float32 || d == Float64 || d == BFloat16 || d == Float16 }
 
-// Size is the storage size of one element in bytes (on a device).
+// Size is the storage size of one element in bytes (on a device): 0 for
+// String, which has no fixed-size device form.
 func (d DType) Size() int {
 	switch d {
 	case Float64, Int64:

@@ -76,7 +76,7 @@ func Eval(op string, attrs Attrs, in ...*Tensor) ([]*Tensor, error) {
 		types = append(types, nil)
 		consts = append(consts, nil)
 	}
-	outTypes, err := s.Infer(types, na, consts)
+	outTypes, err := s.inferTypes(types, na, consts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -150,6 +150,10 @@ func intAt(t *Tensor, i int) int64 {
 // copyElem stores src[j] at dst[i]: exactly between int64 tensors, rounded to
 // dst's type otherwise.
 func copyElem(dst *Tensor, i int, src *Tensor, j int) {
+	if dst.S != nil && src.S != nil {
+		dst.S[i] = src.S[j]
+		return
+	}
 	if dst.I64 != nil && src.I64 != nil {
 		dst.I64[i] = src.I64[j]
 		return

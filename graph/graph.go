@@ -151,6 +151,9 @@ func (g *Graph) Clone() *Graph {
 		if v.Init != nil {
 			in := *v.Init
 			in.Data = append([]float64(nil), v.Init.Data...)
+			if v.Init.Strings != nil {
+				in.Strings = append([]string{}, v.Init.Strings...)
+			}
 			if v.Init.Args != nil {
 				in.Args = map[string]float64{}
 				for k, a := range v.Init.Args {

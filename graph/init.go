@@ -13,6 +13,9 @@ type Init struct {
 	Fn   string             // zeros, ones, fill, normal, causal_mask, rope_cos, rope_sin, literal
 	Args map[string]float64 // named numeric arguments (fill: value; normal: std, seed; rope: theta)
 	Data []float64          // literal values, row-major
+	// Strings are a string literal's values, row-major (Fn "literal"; the
+	// one recipe a String value may have, and only a String value's).
+	Strings []string
 }
 
 // Init constructors.
@@ -30,6 +33,12 @@ func RopeSin(theta float64) Init {
 	return Init{Fn: "rope_sin", Args: map[string]float64{"theta": theta}}
 }
 func Literal(values ...float64) Init { return Init{Fn: "literal", Data: slices.Clone(values)} }
+
+// LiteralStrings is the recipe of a String constant.
+func LiteralStrings(values ...string) Init {
+	return Init{Fn: "literal", Strings: append([]string{}, values...)}
+}
+
 func LiteralInts(values ...int64) Init {
 	d := make([]float64, len(values))
 	for i, v := range values {
@@ -45,7 +54,7 @@ var initArgs = map[string][]string{
 
 // Equal reports whether two recipes are identical.
 func (in Init) Equal(o Init) bool {
-	if in.Fn != o.Fn || len(in.Args) != len(o.Args) || len(in.Data) != len(o.Data) {
+	if in.Fn != o.Fn || len(in.Args) != len(o.Args) || len(in.Data) != len(o.Data) || !slices.Equal(in.Strings, o.Strings) {
 		return false
 	}
 	for k, v := range in.Args {
@@ -77,6 +86,18 @@ func (in Init) check(t TensorType) error {
 	}
 	if len(in.Args) != len(want) {
 		return fmt.Errorf("initializer %s takes arguments %v", in.Fn, want)
+	}
+	switch {
+	case t.DType == String && in.Fn != "literal":
+		return fmt.Errorf("a string value's initializer must be a literal, got %s", in.Fn)
+	case t.DType == String && len(in.Data) > 0:
+		return fmt.Errorf("string literal holds numbers")
+	case t.DType == String && len(in.Strings) != t.Shape.Numel():
+		return fmt.Errorf("literal has %d strings, type %v needs %d", len(in.Strings), t, t.Shape.Numel())
+	case t.DType == String:
+		return nil
+	case len(in.Strings) > 0:
+		return fmt.Errorf("a %v literal holds strings", t.DType)
 	}
 	switch in.Fn {
 	case "literal":
@@ -124,6 +145,7 @@ func (in Init) Materialize(t TensorType) (_ *Tensor, err error) {
 		for i, v := range in.Data {
 			out.Set(i, v)
 		}
+		copy(out.S, in.Strings)
 	case "normal":
 		// PCG plus Box-Muller written out (init_normal.go): the bits must
 		// never change with the Go release, since checkpoints and goldens

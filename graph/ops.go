@@ -41,6 +41,10 @@ type OpSpec struct {
 	// (defaults already filled in). in[i] is nil for an omitted optional input.
 	// consts gives the data of constant inputs (shape operands etc.), nil otherwise.
 	Infer func(in []*TensorType, attrs Attrs, consts []*Tensor) ([]TensorType, error)
+	// Strings: the op takes string operands (its Infer and Eval handle
+	// them). Every other op is refused a string operand before its Infer
+	// runs (inferTypes), so no float code ever reads text.
+	Strings bool
 	// Eval is the op's meaning as executable float64 reference code (eval.go):
 	// the one definition the conformance suite checks backends against and
 	// constant folding runs. Elementwise ops give Expr instead: it is
@@ -393,7 +397,7 @@ func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, er
 		in = append(in, nil)
 		consts = append(consts, nil)
 	}
-	outs, err := s.Infer(in, na, consts)
+	outs, err := s.inferTypes(in, na, consts)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", op, err)
 	}
@@ -405,6 +409,30 @@ func InferNode(op string, inputs []*Value, attrs Attrs) (Attrs, []TensorType, er
 		}
 	}
 	return na, outs, nil
+}
+
+// inferTypes is s.Infer behind the one check every op shares: a string
+// operand is refused unless the row takes strings.
+func (s *OpSpec) inferTypes(in []*TensorType, attrs Attrs, consts []*Tensor) ([]TensorType, error) {
+	if !s.Strings {
+		for i, t := range in {
+			if t != nil && t.DType == String {
+				return nil, fmt.Errorf("input %d (%s) is a string tensor; %s does not take strings", i, s.inputName(i), s.Name)
+			}
+		}
+	}
+	outs, err := s.Infer(in, attrs, consts)
+	if err != nil {
+		return nil, err
+	}
+	if !s.Strings {
+		for i, t := range outs {
+			if t.DType == String {
+				return nil, fmt.Errorf("output %d would be a string tensor; %s does not make strings", i, s.Name)
+			}
+		}
+	}
+	return outs, nil
 }
 
 func (s *OpSpec) inputName(i int) string {

@@ -328,12 +328,15 @@ func init() {
 		},
 	})
 	register(&OpSpec{
-		Name: "Cast", Doc: "X converted to the dtype `to` (floats to int64 truncate toward zero, to bool: X != 0)",
-		Inputs: []string{"input"}, Outputs: []string{"output"}, Eval: evalCopy, KeepDType: []int{0},
+		Name: "Cast", Doc: "X converted to the dtype `to` (floats to int64 truncate toward zero, to bool: X != 0; numbers to and from strings as ONNX spells them)",
+		Inputs: []string{"input"}, Outputs: []string{"output"}, Eval: evalCast, KeepDType: []int{0}, Strings: true,
 		Attrs: []AttrSpec{{Name: "to", Kind: AttrString, Required: true}},
 		Infer: func(in []*TensorType, a Attrs, _ []*Tensor) ([]TensorType, error) {
 			dt, err := ParseDType(a.String("to", ""))
 			if err != nil {
+				return nil, err
+			}
+			if err := castStringDTypes(in[0].DType, dt); err != nil {
 				return nil, err
 			}
 			return []TensorType{{dt, in[0].Shape}}, nil

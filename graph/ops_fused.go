@@ -393,7 +393,7 @@ func FusedTypes(steps []FusedStep, in []TensorType, attrs Attrs) ([]TensorType, 
 			args = append(args, &at)
 			consts = append(consts, e)
 		}
-		outs, err := ops[s.Op].Infer(args, stepAttrs, consts)
+		outs, err := ops[s.Op].inferTypes(args, stepAttrs, consts)
 		if err != nil {
 			return nil, fmt.Errorf("step %d (%s): %w", k, s.Op, err)
 		}

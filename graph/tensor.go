@@ -7,7 +7,8 @@ import (
 
 // Tensor is host data for a value. Exactly one slice is used, chosen by DType:
 // F32 for float32, bfloat16 and float16 (values rounded to the narrow type),
-// F64 for float64, I64 for int64, B for bool.
+// F64 for float64, I64 for int64, B for bool, S for string (any bytes, as
+// ONNX's string_data holds them).
 type Tensor struct {
 	DType DType
 	Shape Shape
@@ -15,6 +16,7 @@ type Tensor struct {
 	F64   []float64
 	I64   []int64
 	B     []bool
+	S     []string
 }
 
 // NewTensor allocates a zero tensor.
@@ -30,6 +32,8 @@ func NewTensor(dt DType, shape Shape) *Tensor {
 		t.I64 = make([]int64, n)
 	case Bool:
 		t.B = make([]bool, n)
+	case String:
+		t.S = make([]string, n)
 	}
 	return t
 }
@@ -37,9 +41,12 @@ func NewTensor(dt DType, shape Shape) *Tensor {
 // Len is the number of elements.
 func (t *Tensor) Len() int { return t.Shape.Numel() }
 
-// At returns element i as a float64 (bools as 0/1).
+// At returns element i as a float64 (bools as 0/1; a string is no number:
+// NaN, and the ops that read numbers refuse string tensors before this).
 func (t *Tensor) At(i int) float64 {
 	switch {
+	case t.S != nil:
+		return math.NaN()
 	case t.F32 != nil:
 		return float64(t.F32[i])
 	case t.F64 != nil:
@@ -54,7 +61,8 @@ func (t *Tensor) At(i int) float64 {
 	return 0
 }
 
-// Set stores v at element i, rounding to the tensor's type.
+// Set stores v at element i, rounding to the tensor's type. A string
+// tensor takes no numbers (Cast formats them): Set leaves it unchanged.
 func (t *Tensor) Set(i int, v float64) {
 	switch t.DType {
 	case Float32:
@@ -102,6 +110,7 @@ func (t *Tensor) Clone() *Tensor {
 	copy(c.F64, t.F64)
 	copy(c.I64, t.I64)
 	copy(c.B, t.B)
+	copy(c.S, t.S)
 	return c
 }
 
@@ -121,6 +130,8 @@ func (t *Tensor) Check() error {
 		got = len(t.I64)
 	case Bool:
 		got = len(t.B)
+	case String:
+		got = len(t.S)
 	default:
 		return fmt.Errorf("tensor has invalid dtype %v", t.DType)
 	}

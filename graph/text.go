@@ -67,6 +67,12 @@ func formatNum(v float64) string {
 func formatInit(in *Init) string {
 	var parts []string
 	if in.Fn == "literal" {
+		// A string is quoted as Go quotes it: escapes for quotes,
+		// backslashes, control bytes and invalid UTF-8, so that any bytes
+		// come back exactly and the line never breaks.
+		for _, s := range in.Strings {
+			parts = append(parts, strconv.Quote(s))
+		}
 		for _, v := range in.Data {
 			parts = append(parts, formatNum(v))
 		}
@@ -476,7 +482,7 @@ func (p *parser) leaf(kw string) error {
 		if err := p.expect("="); err != nil {
 			return err
 		}
-		in, err := p.init()
+		in, err := p.init(t.DType)
 		if err != nil {
 			return err
 		}
@@ -497,7 +503,7 @@ func (p *parser) leaf(kw string) error {
 	return p.define(v)
 }
 
-func (p *parser) init() (Init, error) {
+func (p *parser) init(dt DType) (Init, error) {
 	fn, err := p.word()
 	if err != nil {
 		return Init{}, err
@@ -510,6 +516,14 @@ func (p *parser) init() (Init, error) {
 		return Init{}, err
 	}
 	err = p.list(")", func() error {
+		if fn == "literal" && dt == String {
+			t := p.next()
+			if !t.quoted {
+				return p.errf("a string literal holds quoted strings, got %s", t.describe())
+			}
+			in.Strings = append(in.Strings, t.s)
+			return nil
+		}
 		if fn == "literal" {
 			v, err := p.number()
 			if err != nil {
@@ -541,7 +555,10 @@ func (p *parser) init() (Init, error) {
 	if err != nil {
 		return Init{}, err
 	}
-	if fn == "literal" && in.Data == nil {
+	switch {
+	case fn == "literal" && dt == String && in.Strings == nil:
+		in.Strings = []string{}
+	case fn == "literal" && dt != String && in.Data == nil:
 		in.Data = []float64{}
 	}
 	return in, nil
@@ -710,6 +727,20 @@ func (p *parser) attr(kind AttrKind) (Attr, error) {
 			return err
 		})
 		return Floats(out...), err
+	case AttrStrings:
+		if err := p.expect("["); err != nil {
+			return Attr{}, err
+		}
+		out := []string{}
+		err := p.list("]", func() error {
+			t := p.next()
+			if !t.quoted {
+				return p.errf("want a quoted string, got %s", t.describe())
+			}
+			out = append(out, t.s)
+			return nil
+		})
+		return Strs(out...), err
 	}
 	return Attr{}, p.errf("unsupported attribute kind")
 }

@@ -37,7 +37,7 @@ func Verify(g *Graph) error {
 			if err := claim(v.Name, kind.String()+" "+v.Name); err != nil {
 				return err
 			}
-			if v.Type.DType == InvalidDType || v.Type.DType.Size() == 0 {
+			if v.Type.DType == InvalidDType || (v.Type.DType.Size() == 0 && v.Type.DType != String) {
 				return fmt.Errorf("verify: %s %s has invalid dtype", kind, v.Name)
 			}
 			if err := v.Type.Shape.Check(); err != nil {

@@ -60,7 +60,8 @@ var cudaNodeOp = regexp.MustCompile(`^cuda: node .* \(([A-Za-z0-9_]+)\): `)
 
 // cudaDtypeErr are the CUDA backend's Compile errors that name an element
 // type it has no kernel for.
-var cudaDtypeErr = regexp.MustCompile(`(?:no cuBLAS GEMM for|generated elementwise kernels do not handle) ([a-z0-9]+)`)
+// The last form is cuda.CheckDTypes' (a string value).
+var cudaDtypeErr = regexp.MustCompile(`(?:no cuBLAS GEMM for|generated elementwise kernels do not handle) ([a-z0-9]+)|dtype ([a-z0-9]+) is not supported on CUDA`)
 
 // cudaCompileVerdict names a CUDA Compile error:
 //   - "no CUDA kernel: OP" for an error wrapping backend.ErrUnsupported from
@@ -77,8 +78,9 @@ func cudaCompileVerdict(err error) string {
 		}
 	}
 	if m := cudaDtypeErr.FindStringSubmatch(msg); m != nil {
-		if _, perr := graph.ParseDType(m[1]); perr == nil {
-			return "dtype not supported on CUDA: " + m[1]
+		dt := m[1] + m[2] // one of the two forms matched
+		if _, perr := graph.ParseDType(dt); perr == nil {
+			return "dtype not supported on CUDA: " + dt
 		}
 	}
 	return "CUDA compile error: " + strings.ReplaceAll(msg, "\n", " ")
@@ -119,6 +121,11 @@ func cudaReportCheck(v string) error {
 // "no CUDA kernel: OP" for the first node whose op the backend has no kernel
 // for, "" when every node has one.
 func cudaDerived(g *graph.Graph) string {
+	// A value of a dtype with no device form (strings) is refused before
+	// any lowering: the verdict of the very error Compile gives.
+	if err := cuda.CheckDTypes(g); err != nil {
+		return cudaCompileVerdict(err)
+	}
 	for _, n := range g.Nodes {
 		if !cuda.HasKernel(n.Op) {
 			return "no CUDA kernel: " + n.Op

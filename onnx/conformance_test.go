@@ -276,6 +276,9 @@ func fixBF16(tp *onnxpb.Tensor, t *onnxpb.Type) *onnxpb.Tensor {
 // pbTensor converts test data to a feed of our element types (a narrow
 // integer type's is Int64).
 func pbTensor(t *onnxpb.Tensor) (*graph.Tensor, error) {
+	if t.DataType == onnxpb.String {
+		return hostTensor(t)
+	}
 	c, err := cvalFromTensor(t)
 	if err != nil {
 		return nil, err
@@ -301,6 +304,9 @@ func pbTensor(t *onnxpb.Tensor) (*graph.Tensor, error) {
 // the graph's narrow integer type of the output (Graph.ElemTypes), "" for
 // none: its int64 values must lie in that type's range, and are its values.
 func compareOutput(got *graph.Tensor, wantPB *onnxpb.Tensor, declared string) error {
+	if wantPB.DataType == onnxpb.String || got.DType == graph.String {
+		return compareStrings(got, wantPB)
+	}
 	want, err := cvalFromTensor(wantPB)
 	if err != nil {
 		return err
@@ -353,6 +359,34 @@ func compareOutput(got *graph.Tensor, wantPB *onnxpb.Tensor, declared string) er
 	return nil
 }
 
+// compareStrings checks a string output: the same shape and every string
+// byte for byte (the suite's text, a number's spelling included, is exact).
+func compareStrings(got *graph.Tensor, wantPB *onnxpb.Tensor) error {
+	if got.DType != graph.String || wantPB.DataType != onnxpb.String {
+		return fmt.Errorf("element type %v, want %v", onnxType(got.DType), wantPB.DataType)
+	}
+	want, err := hostTensor(wantPB)
+	if err != nil {
+		return err
+	}
+	if !slices.Equal(got.Shape, want.Shape) {
+		return fmt.Errorf("shape %v, want %v", got.Shape, want.Shape)
+	}
+	bad, first := 0, -1
+	for i := range got.S {
+		if got.S[i] != want.S[i] {
+			bad++
+			if first < 0 {
+				first = i
+			}
+		}
+	}
+	if bad > 0 {
+		return fmt.Errorf("%d of %d strings differ; first at %d: got %q, want %q", bad, len(got.S), first, got.S[first], want.S[first])
+	}
+	return nil
+}
+
 // typeRefusal refuses, before importing, a model whose graph inputs or
 // outputs are not numeric tensors. (A node of the training domain is the
 // importer's to take or refuse; refusalRule names its refusal.)
@@ -369,8 +403,8 @@ func typeRefusal(m *onnxpb.Model) string {
 }
 
 // boundaryTypeRefusal refuses a graph input's or output's type other than
-// a numeric tensor, a sequence of them or an optional of either (the
-// sequences and optionals boundary.go maps onto tensors).
+// a tensor (numbers or strings), a sequence of them or an optional of
+// either (the sequences and optionals boundary.go maps onto tensors).
 func boundaryTypeRefusal(t *onnxpb.Type) string {
 	switch {
 	case t == nil:
@@ -380,8 +414,6 @@ func boundaryTypeRefusal(t *onnxpb.Type) string {
 		return boundaryTypeRefusal(t.Elem)
 	case t.Tensor == nil:
 		return "non-tensor type (" + t.TypeKind() + ")"
-	case t.Tensor.ElemType == onnxpb.String:
-		return "string type"
 	}
 	return ""
 }

@@ -127,12 +127,9 @@ func (c *cval) String() string { return fmt.Sprintf("%v%v", c.dt, c.shape) }
 
 // cvalFromTensor reads a TensorProto's data.
 func cvalFromTensor(t *onnxpb.Tensor) (*cval, error) {
-	shape := make(graph.Shape, len(t.Dims))
-	for i, d := range t.Dims {
-		if d < 0 || d > math.MaxInt32 {
-			return nil, fmt.Errorf("tensor %q: bad dimension %d", t.Name, d)
-		}
-		shape[i] = int(d)
+	shape, err := tensorShape(t)
+	if err != nil {
+		return nil, err
 	}
 	c := &cval{dt: t.DataType, shape: shape}
 	switch {
@@ -154,6 +151,21 @@ func cvalFromTensor(t *onnxpb.Tensor) (*cval, error) {
 	return c, nil
 }
 
+// tensorShape reads a TensorProto's dims.
+func tensorShape(t *onnxpb.Tensor) (graph.Shape, error) {
+	shape := make(graph.Shape, len(t.Dims))
+	for i, d := range t.Dims {
+		if d < 0 || d > math.MaxInt32 {
+			return nil, fmt.Errorf("tensor %q: bad dimension %d", t.Name, d)
+		}
+		shape[i] = int(d)
+	}
+	if err := shape.Check(); err != nil {
+		return nil, fmt.Errorf("tensor %q: %w", t.Name, err)
+	}
+	return shape, nil
+}
+
 // dtypeOf maps an ONNX element type to ours.
 func dtypeOf(dt onnxpb.DataType) (graph.DType, bool) {
 	switch dt {
@@ -169,6 +181,8 @@ func dtypeOf(dt onnxpb.DataType) (graph.DType, bool) {
 		return graph.Int64, true
 	case onnxpb.Bool:
 		return graph.Bool, true
+	case onnxpb.String:
+		return graph.String, true
 	}
 	return graph.InvalidDType, false
 }
@@ -188,6 +202,8 @@ func onnxType(dt graph.DType) onnxpb.DataType {
 		return onnxpb.Int64
 	case graph.Bool:
 		return onnxpb.Bool
+	case graph.String:
+		return onnxpb.String
 	}
 	return onnxpb.Undefined
 }

@@ -360,6 +360,10 @@ func shapeFrom(c *opCtx, v *cval, what string) (graph.Shape, error) {
 
 var errTooBig = errors.New("result too large to fold")
 
+// errNotFolded is a folder's answer for a node of the op table it leaves
+// to run time although its inputs are known (a Cast to strings).
+var errNotFolded = errors.New("computed at run time")
+
 // tooBig is errTooBig saying what the fold would have made.
 func tooBig(what string) error { return fmt.Errorf("%w: %s", errTooBig, what) }
 
@@ -436,6 +440,11 @@ func foldCast(c *opCtx, in []*cval) ([]*cval, error) {
 		return nil, err
 	}
 	dt := onnxpb.DataType(to)
+	if dt == onnxpb.String {
+		// Text is not a cval: the Cast node computes it (the op table's
+		// definition, graph/ops_string.go).
+		return nil, errNotFolded
+	}
 	if !numericType(dt) {
 		return nil, c.errf("cast to %v is not supported", dt)
 	}

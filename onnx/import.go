@@ -311,6 +311,16 @@ func (im *importer) initializers() error {
 		if _, dup := im.env[t.Name]; dup {
 			return fmt.Errorf("onnx: initializer %q defined twice", t.Name)
 		}
+		if t.DataType == onnxpb.String {
+			v, err := stringConst(t.Name, t)
+			if err != nil {
+				return fmt.Errorf("onnx: initializer: %w", err)
+			}
+			e := &entry{name: t.Name, seq: i, v: v}
+			im.env[t.Name] = e
+			im.inits = append(im.inits, e)
+			continue
+		}
 		c, err := cvalFromTensor(t)
 		if err != nil {
 			return fmt.Errorf("onnx: initializer: %w", err)
@@ -455,6 +465,17 @@ func (im *importer) inputs() error {
 			im.env[vi.Name] = e
 			continue
 		}
+		if t, ok := im.opts.Bind[vi.Name]; ok && t != nil && t.DataType == onnxpb.String {
+			v, err := im.boundString(vi, t)
+			if err != nil {
+				return fmt.Errorf("onnx: graph input %q: %w", vi.Name, err)
+			}
+			e := &entry{name: vi.Name, v: v, seq: im.nextSeq}
+			im.nextSeq++
+			im.inits = append(im.inits, e)
+			im.env[vi.Name] = e
+			continue
+		}
 		if t, ok := im.opts.Bind[vi.Name]; ok {
 			c, err := im.boundValue(vi, t)
 			if err != nil {
@@ -516,6 +537,29 @@ func (im *importer) boundValue(vi *onnxpb.ValueInfo, t *onnxpb.Tensor) (*cval, e
 	}
 	im.fold.known(c)
 	return c, nil
+}
+
+// boundString is a STRING graph input bound to t: a graph const, with the
+// type the model declares (element type, rank and known dimensions).
+func (im *importer) boundString(vi *onnxpb.ValueInfo, t *onnxpb.Tensor) (*graph.Value, error) {
+	if vi.Type == nil || vi.Type.Tensor == nil || vi.Type.Tensor.ElemType != onnxpb.String {
+		return nil, fmt.Errorf("bound value has element type STRING, the model declares %s", vi.Type.TypeKind())
+	}
+	v, err := stringConst(vi.Name, t)
+	if err != nil {
+		return nil, fmt.Errorf("bound value: %w", err)
+	}
+	if s := vi.Type.Tensor.Shape; s != nil {
+		if len(s.Dim) != v.Type.Shape.Rank() {
+			return nil, fmt.Errorf("bound value has shape %v, the model declares rank %d", v.Type.Shape, len(s.Dim))
+		}
+		for i, d := range s.Dim {
+			if d.HasValue && int(d.Value) != v.Type.Shape[i] {
+				return nil, fmt.Errorf("bound value has shape %v, the model declares dimension %d = %d", v.Type.Shape, i, d.Value)
+			}
+		}
+	}
+	return v, nil
 }
 
 // BindError is the error of an import that needs the value of a graph input

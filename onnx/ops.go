@@ -85,6 +85,16 @@ func (c *opCtx) tableAttrs(s *graph.OpSpec) (graph.Attrs, error) {
 				f[i] = float64(x)
 			}
 			attrs[as.Name] = graph.Floats(f...)
+		case graph.AttrStrings:
+			a, err := c.attr(as.Name, onnxpb.AttrStrings)
+			if err != nil {
+				return nil, err
+			}
+			s := make([]string, len(a.Strings))
+			for i, b := range a.Strings {
+				s[i] = string(b)
+			}
+			attrs[as.Name] = graph.Strs(s...)
 		default:
 			r.fail(c.errf("attribute %s: kind %v is not read", as.Name, as.Kind))
 		}
@@ -169,10 +179,11 @@ func (c *opCtx) dispatch() error {
 		switch {
 		case err == nil:
 			return c.folded(outs)
-		case !errors.Is(err, errTooBig) || !inTable:
+		case (!errors.Is(err, errTooBig) && !errors.Is(err, errNotFolded)) || !inTable:
 			return err
 		}
-		// Too large to keep as a literal: compute it at run time instead.
+		// Too large to keep as a literal, or not a cval's to hold (text):
+		// compute it at run time instead.
 		clear(c.used)
 	}
 	h, ok := handlers[op]

@@ -24,6 +24,17 @@ func ReadTensorProto(b []byte) (string, *graph.Tensor, error) {
 
 // hostTensor is ReadTensorProto's conversion of a decoded TensorProto.
 func hostTensor(pt *onnxpb.Tensor) (*graph.Tensor, error) {
+	if pt.DataType == onnxpb.String {
+		shape, err := tensorShape(pt)
+		if err != nil {
+			return nil, err
+		}
+		s, err := stringsOf(pt, shape)
+		if err != nil {
+			return nil, err
+		}
+		return &graph.Tensor{DType: graph.String, Shape: shape, S: s}, nil
+	}
 	c, err := cvalFromTensor(pt)
 	if err != nil {
 		return nil, err

@@ -26,6 +26,12 @@ func (CheckConsts) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		if c.Init == nil {
 			return nil, fmt.Errorf("const %s has no recipe", c.Name)
 		}
+		if c.Init.Fn == "literal" && c.Type.DType == graph.String {
+			if _, err := c.Init.Materialize(c.Type); err != nil {
+				return nil, fmt.Errorf("const %s: %w", c.Name, err)
+			}
+			continue
+		}
 		if c.Init.Fn == "literal" {
 			if len(c.Init.Data) != c.Type.Shape.Numel() {
 				return nil, fmt.Errorf("const %s: %d literal values for %v", c.Name, len(c.Init.Data), c.Type)

@@ -120,12 +120,19 @@ func identityKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	return nil
 }
 
+// castStrings is Cast to or from strings: the op table's Eval.
+var castStrings = evalKernel("Cast")
+
 // castKernel converts between any two dtypes. Float to int64 truncates
 // toward zero (NaN and out-of-range values are an error rather than Go's
 // implementation-defined result); to bool is x != 0; narrow floats round to
 // nearest even (the executor rounds float32-held outputs).
 func castKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	x, y := in[0], out[0]
+	if x.DType == graph.String || y.DType == graph.String {
+		// To or from text: the op table's definition is the kernel.
+		return castStrings(n, in, out)
+	}
 	switch storageOf(y.DType) {
 	case stF32:
 		switch storageOf(x.DType) {

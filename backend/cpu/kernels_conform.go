@@ -15,7 +15,9 @@ func init() {
 	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
 		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
 		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer",
-		"Adagrad", "Adam", "Momentum"} {
+		"Adagrad", "Adam", "Momentum",
+		// String ops: text has no faster form than the definition.
+		"StringNormalizer"} {
 		kernels[op] = evalKernel(op)
 	}
 }

@@ -120,6 +120,9 @@ func PlanMemoryWith(g *graph.Graph, opts PlanOptions) (*Plan, error) {
 	if g == nil {
 		return nil, errors.New("memory plan: nil graph")
 	}
+	if err := CheckDTypes(g); err != nil {
+		return nil, err
+	}
 	f, err := planFactsOf(g, opts)
 	if err != nil {
 		return nil, err
