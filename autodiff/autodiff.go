@@ -57,6 +57,10 @@ func Gradients(g *graph.Graph, loss string, wrt []string) (*graph.Graph, map[str
 		ws[i] = v
 	}
 
+	if err := refuseText(out, ws, lv); err != nil {
+		return nil, nil, err
+	}
+
 	// Activity (forward): a value carries a derivative if it is a float
 	// value computed from a wrt value through differentiable inputs.
 	active := map[*graph.Value]bool{}
@@ -412,4 +416,39 @@ func (e *emitter) constInts(v *graph.Value, what string) []int {
 		out[i] = int(x)
 	}
 	return out
+}
+
+// refuseText refuses a loss that depends on a wrt value through a string
+// value (a Cast to text and back): activity would stop at the text and give
+// a zero gradient for what may be the identity, so the graph is refused,
+// naming the value, rather than differentiated wrongly.
+func refuseText(g *graph.Graph, ws []*graph.Value, loss *graph.Value) error {
+	dep := map[*graph.Value]bool{}
+	for _, w := range ws {
+		dep[w] = true
+	}
+	for _, n := range g.Nodes {
+		if slices.ContainsFunc(n.Inputs, func(v *graph.Value) bool { return v != nil && dep[v] }) {
+			for _, o := range n.Outputs {
+				dep[o] = true
+			}
+		}
+	}
+	needed := map[*graph.Value]bool{loss: true}
+	for i := len(g.Nodes) - 1; i >= 0; i-- {
+		n := g.Nodes[i]
+		if !slices.ContainsFunc(n.Outputs, func(v *graph.Value) bool { return needed[v] }) {
+			continue
+		}
+		for _, in := range n.Inputs {
+			if in == nil {
+				continue
+			}
+			needed[in] = true
+			if in.Type.DType == graph.String && dep[in] {
+				return fmt.Errorf("autodiff: the loss %s depends on a wrt value through the string value %s (input of node %s): text has no derivative", loss.Name, in.Name, n.Name)
+			}
+		}
+	}
+	return nil
 }

@@ -176,8 +176,9 @@ func normalizedShape(x Shape, kept int) Shape {
 }
 
 // normalizeStrings removes the stopwords (matched exactly, or by Unicode
-// case folding when is_case_sensitive is 0), then changes the case of what
-// is left.
+// simple case folding when is_case_sensitive is 0), then changes the case
+// of what is left with Unicode's one-to-one mappings (strings.ToUpper: "ß"
+// stays "ß"; the spec names no special casing).
 func normalizeStrings(x []string, a Attrs) []string {
 	stop := a["stopwords"].Strs
 	sensitive := a.Int("is_case_sensitive", 0) != 0

@@ -33,6 +33,9 @@ func ExportWith(g *graph.Graph, opts ExportOptions) (*onnxpb.Model, error) {
 	if err := opts.check(g); err != nil {
 		return nil, err
 	}
+	if err := refuseStrings(g); err != nil {
+		return nil, err
+	}
 	uses := g.Uses()
 	ex := &exporter{g: g, uses: uses, opts: opts}
 	og := &onnxpb.Graph{Name: g.Name}

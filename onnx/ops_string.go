@@ -2,6 +2,7 @@ package onnx
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flashgraph/flashgraph/graph"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
@@ -58,4 +59,21 @@ func importStringNormalizer(c *opCtx) error {
 		return err
 	}
 	return importTableAttrs(c)
+}
+
+// refuseStrings refuses to export a graph with a string value: the
+// exporter writes numeric tensors only (its initializers, recipes and
+// boundaries), so a string graph is refused whole, naming the value,
+// rather than written in part.
+func refuseStrings(g *graph.Graph) error {
+	vals := slices.Concat(g.Inputs, g.Initializers())
+	for _, n := range g.Nodes {
+		vals = append(vals, n.Outputs...)
+	}
+	for _, v := range vals {
+		if v.Type.DType == graph.String {
+			return fmt.Errorf("onnx: export: value %q is a string tensor; export does not write strings", v.Name)
+		}
+	}
+	return nil
 }

@@ -136,6 +136,8 @@ type ctx struct {
 	feeds map[string]*graph.Tensor
 	want  []expect
 	tol   Tol // the case dtype's tolerance
+	// wantText are string outputs and their expected text (string_cases.go).
+	wantText []expectText
 }
 
 type expect struct {
@@ -164,6 +166,9 @@ func runCase(t *testing.T, be backend.Backend, dt graph.DType, tol Tolerances, n
 	for _, w := range c.want {
 		c.b.Output(w.v)
 	}
+	for _, w := range c.wantText {
+		c.b.Output(w.v)
+	}
 	g, err := c.b.Build()
 	if err != nil {
 		t.Fatalf("building the case graph: %v", err)
@@ -189,6 +194,9 @@ func runCase(t *testing.T, be backend.Backend, dt graph.DType, tol Tolerances, n
 		}
 		compare(t, w.v.Name, got, w.v.Type, w.ref, w.tol)
 	}
+	for _, w := range c.wantText {
+		compareText(t, w, out[w.v.Name])
+	}
 	// A second run on the same feeds must give the same bits: kernels are
 	// deterministic (no racy reductions, no state left behind).
 	again, err := exe.Run(c.feeds)
@@ -213,6 +221,9 @@ func roundFn(dt graph.DType) func(float32) float32 {
 }
 
 func sameBits(a, b *graph.Tensor) bool {
+	if a.DType == graph.String || b.DType == graph.String {
+		return slices.Equal(a.S, b.S)
+	}
 	for i := range a.Len() {
 		x, y := a.At(i), b.At(i)
 		if math.Float64bits(x) != math.Float64bits(y) && !(math.IsNaN(x) && math.IsNaN(y)) {

@@ -601,6 +601,7 @@ func opCases() []opCase {
 	}
 	cs = append(cs, conformCases()...)
 	cs = append(cs, trainingCases()...)
+	stringCases(add, addDT)
 	return cs
 }
 
