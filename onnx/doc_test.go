@@ -69,7 +69,14 @@ wraps; a signed Div or Abs overflows at the minimum). uint64 is held the same wa
 2^63: a larger value is refused where it is read, folded or written, and Add, Sub, Mul, Pow
 and a left shift on it, whose int64 result is the uint64 one's bits, only where that result
 is just a graph output (whose range is checked where it is read).
-Strings, maps and sparse tensors are refused.
+String tensors (string_data) run on the CPU backend only: Cast to and from numbers (a float
+is written in plain notation with the fewest digits that read back as its type's value, NaN
+and the infinities as the spec's literals NaN, INF and -INF; text that is no number is an
+error; bool has no spelling and is refused) and StringNormalizer (its input must be known
+at import, a constant or a bound input, since its output's length follows the data; the
+locale is en_US's). Every other op refuses a string operand, export refuses a graph with
+one, and the CUDA backend refuses it as "dtype not supported on CUDA: string". Maps and
+sparse tensors are refused.
 
 Default-domain opsets ` + fmt.Sprint(MinOpset) + ` to ` + fmt.Sprint(MaxOpset) + ` are read, and opset 1 of ai.onnx.preview.training
 for its optimizer steps (Adagrad, Adam and Momentum, each a table op computing the spec's
