@@ -257,6 +257,12 @@ func TestOtherOpsRefuseStrings(t *testing.T) {
 	if _, err := b.Build(); err == nil || !strings.Contains(err.Error(), "Neg does not take strings") {
 		t.Errorf("building Neg of a string: %v", err)
 	}
+	// A param may not be a string (it is trained as numbers).
+	b = NewBuilder("p")
+	b.Output(b.Op("Cast", Attrs{"to": Str("float32")}, b.Param("w", String, Shape{1}, LiteralStrings("1"))))
+	if _, err := b.Build(); err == nil || !strings.Contains(err.Error(), "param w is a string tensor") {
+		t.Errorf("a string param: %v", err)
+	}
 	// A graph input may be a string; Verify accepts it.
 	b = NewBuilder("ok")
 	b.Output(b.Op("Cast", Attrs{"to": Str("float64")}, b.Input("x", String, 2)))

@@ -40,6 +40,11 @@ func Verify(g *Graph) error {
 			if v.Type.DType == InvalidDType || (v.Type.DType.Size() == 0 && v.Type.DType != String) {
 				return fmt.Errorf("verify: %s %s has invalid dtype", kind, v.Name)
 			}
+			if kind == Param && v.Type.DType == String {
+				// A param is trained and checkpointed as numbers; text is
+				// a const or an input.
+				return fmt.Errorf("verify: param %s is a string tensor; strings may be consts or inputs, not params", v.Name)
+			}
 			if err := v.Type.Shape.Check(); err != nil {
 				return fmt.Errorf("verify: %s %s: %w", kind, v.Name, err)
 			}
