@@ -882,7 +882,8 @@ func (e *Edit) Literal(dt graph.DType, shape graph.Shape, data ...float64) *grap
 	if e.st.literals == nil {
 		e.st.literals = map[string]*graph.Value{}
 		for _, c := range e.st.g.Consts {
-			if c.Init != nil && c.Init.Fn == "literal" {
+			// A string literal's text is not in its key: never reused.
+			if c.Init != nil && c.Init.Fn == "literal" && c.Type.DType != graph.String {
 				e.st.literals[literalKey(c.Type, c.Init.Data)] = c
 			}
 		}
