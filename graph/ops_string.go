@@ -66,10 +66,10 @@ func evalCast(in []*Tensor, a Attrs, out []*Tensor) error {
 // formatCastElem writes element i of the numeric tensor x as ONNX's Cast
 // to string does: an int64 in decimal; a float in plain notation (the spec:
 // "plain floating-point representation (such as "314.15926)"), never an
-// exponent, with the fewest digits that read back as the same value of
-// x's type (float32 digits for float32 and the narrow floats held as
-// float32); NaN, +Inf and -Inf as the spec's literals "NaN", "INF",
-// "-INF", which Cast from string reads back.
+// exponent, with the fewest significant digits that read back as the same
+// value of x's type (float16 0.1 is "0.1", not its float32 digits); NaN,
+// +Inf and -Inf as the spec's literals "NaN", "INF", "-INF", which Cast
+// from string reads back.
 func formatCastElem(x *Tensor, i int) string {
 	if x.DType == Int64 {
 		return strconv.FormatInt(x.I64[i], 10)
@@ -83,11 +83,27 @@ func formatCastElem(x *Tensor, i int) string {
 	case math.IsInf(v, -1):
 		return "-INF"
 	}
-	bits := 32
-	if x.DType == Float64 {
-		bits = 64
+	switch x.DType {
+	case Float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case Float32:
+		return strconv.FormatFloat(v, 'f', -1, 32)
 	}
-	return strconv.FormatFloat(v, 'f', -1, bits)
+	// A narrow float (held as float32): the shortest decimal that rounds
+	// back to it. Go formats shortest only for 32 and 64 bits, so try each
+	// count of significant digits; float32's shortest (at most 9 digits)
+	// always reads back, which bounds the loop.
+	round := RoundF16
+	if x.DType == BFloat16 {
+		round = RoundBF16
+	}
+	for digits := 1; digits < 9; digits++ {
+		d, err := strconv.ParseFloat(strconv.FormatFloat(v, 'e', digits-1, 64), 64)
+		if err == nil && round(float32(d)) == float32(v) {
+			return strconv.FormatFloat(d, 'f', -1, 64)
+		}
+	}
+	return strconv.FormatFloat(v, 'f', -1, 32)
 }
 
 // parseCastElem reads s into element i of y as Cast from string does:

@@ -123,9 +123,21 @@ func TestCastToStringKnownValues(t *testing.T) {
 	check(f64, "0.1", "0.3333333333333333")
 	i64 := &Tensor{DType: Int64, Shape: Shape{2}, I64: []int64{math.MinInt64, 42}}
 	check(i64, "-9223372036854775808", "42")
-	h := NewTensor(Float16, Shape{1})
-	h.Set(0, 0.1) // float16 0.1 is 0.0999755859375; float32 digits of it
-	check(h, "0.099975586")
+	// Narrow floats: their own shortest digits. float16 0.1 is
+	// 0.0999755859375 (float32 digits "0.099975586"), and "0.1" reads
+	// back as it; 65504, float16's largest, is "65500" (float16 steps by
+	// 32 there, so 65500 rounds to 65504); bfloat16 0.1 is
+	// 0.10009765625; bfloat16 3.140625 needs "3.14"; 1e-7 in float16 is
+	// the subnormal 1.1920928955078125e-07, whose shortest is "0.0000001".
+	h := NewTensor(Float16, Shape{3})
+	for i, v := range []float64{0.1, 65504, 1e-7} {
+		h.Set(i, v)
+	}
+	check(h, "0.1", "65500", "0.0000001")
+	bf := NewTensor(BFloat16, Shape{2})
+	bf.Set(0, 0.1)
+	bf.Set(1, 3.140625)
+	check(bf, "0.1", "3.14")
 }
 
 // Cast from strings: plain and scientific notation and the special
@@ -296,5 +308,41 @@ func TestBindString(t *testing.T) {
 	}
 	if _, err := Bind(g, "x", &Tensor{DType: Float32, Shape: Shape{2}, F32: []float32{1, 2}}); err == nil || !strings.Contains(err.Error(), "strings bind only to strings") {
 		t.Errorf("binding numbers to a string input: %v", err)
+	}
+}
+
+// Text written by Cast reads back as the same value of the same type, for
+// every float type over random magnitudes (the "fewest digits" promise),
+// and the text never has an exponent.
+func TestCastStringRoundTrip(t *testing.T) {
+	for _, dt := range []DType{Float32, Float64, Float16, BFloat16} {
+		x := NewTensor(dt, Shape{400})
+		seed := uint64(1)
+		for i := range x.Len() {
+			seed = seed*6364136223846793005 + 1442695040888963407
+			m := float64(seed>>11) / (1 << 53)
+			e := float64(int(seed%40) - 20)
+			v := (m + 0.01) * math.Pow(10, e)
+			if seed&1 == 1 {
+				v = -v
+			}
+			x.Set(i, v)
+		}
+		s, err := Eval("Cast", Attrs{"to": Str("string")}, x)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Eval("Cast", Attrs{"to": Str(dt.String())}, s[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range x.Len() {
+			if strings.ContainsAny(s[0].S[i], "eE") {
+				t.Errorf("%v: %q has an exponent", dt, s[0].S[i])
+			}
+			if back[0].At(i) != x.At(i) {
+				t.Errorf("%v: %v wrote %q, read back %v", dt, x.At(i), s[0].S[i], back[0].At(i))
+			}
+		}
 	}
 }
