@@ -40,6 +40,10 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 	}
 	switch cs := any(c).(type) {
 	case []float32:
+		if !tA && !tB && alpha == 1 && beta == 0 {
+			sgemmNN(m, n, k, any(a).([]float32), lda, any(b).([]float32), ldb, cs, ldc, true)
+			return
+		}
 		impl.Sgemm(ta, tb, m, n, k, float32(alpha), any(a).([]float32), lda, any(b).([]float32), ldb, float32(beta), cs, ldc)
 	case []float64:
 		impl.Dgemm(ta, tb, m, n, k, float64(alpha), any(a).([]float64), lda, any(b).([]float64), ldb, float64(beta), cs, ldc)

@@ -11,6 +11,7 @@ import (
 	_ "github.com/schollz/progressbar/v3"
 	_ "go4.org/unsafe/assume-no-moving-gc"
 	_ "golang.org/x/image/font/basicfont"
+	_ "golang.org/x/sys/cpu"
 	_ "gonum.org/v1/gonum/blas/gonum"
 	_ "gonum.org/v1/plot"
 	_ "google.golang.org/protobuf/encoding/protowire"
