@@ -14,7 +14,8 @@
 //   - Reductions (ReduceSum/Mean, the softmax denominators, cross-entropy)
 //     accumulate in float64 even for float32 data and round once at the end.
 //   - MatMul and Gemm use gonum's Sgemm/Dgemm (float32 products and sums for
-//     float32 data).
+//     float32 data); the float32 products gonum computes as axpys (B not
+//     transposed, alpha 1) run in package sgemm, which gives gonum's bits.
 //
 // All parallel work splits outputs into disjoint ranges, each computed in a
 // fixed order, so results are bitwise identical for any GOMAXPROCS.

@@ -5,6 +5,8 @@ import (
 
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
+
+	"github.com/flashgraph/flashgraph/backend/cpu/sgemm"
 )
 
 var impl gonum.Implementation
@@ -37,7 +39,10 @@ func gemm[T Float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 			bOff = n0 * ldb // row n0 of Bᵀ's storage
 		}
 		bs, cs := b[bOff:], c[n0:]
-		if unsafe.Sizeof(zero) == 4 {
+		if unsafe.Sizeof(zero) == 4 && !tB && alpha == 1 && beta == 1 {
+			// The same bits as impl.Sgemm, faster (package sgemm).
+			sgemm.Acc(tA, m, nn, k, as32(a), lda, as32(bs), ldb, as32(cs), ldc, false)
+		} else if unsafe.Sizeof(zero) == 4 {
 			impl.Sgemm(ta, tb, m, nn, k, float32(alpha), as32(a), lda, as32(bs), ldb, float32(beta), as32(cs), ldc)
 		} else {
 			impl.Dgemm(ta, tb, m, nn, k, float64(alpha), as64(a), lda, as64(bs), ldb, float64(beta), as64(cs), ldc)
