@@ -42,11 +42,12 @@ func gemm[T float](tA, tB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb
 	}
 	switch cs := any(c).(type) {
 	case []float32:
-		if !tB && alpha == 1 && beta == 0 {
-			// The same bits as impl.Sgemm, faster (package sgemm).
-			for i := range m {
-				clear(cs[i*ldc : i*ldc+n])
-			}
+		// The same bits as impl.Sgemm, faster (package sgemm).
+		switch {
+		case !tB && alpha == 1 && beta == 0:
+			sgemm.Mul(tA, m, n, k, any(a).([]float32), lda, any(b).([]float32), ldb, cs, ldc, true)
+			return
+		case !tB && alpha == 1 && beta == 1:
 			sgemm.Acc(tA, m, n, k, any(a).([]float32), lda, any(b).([]float32), ldb, cs, ldc, true)
 			return
 		}

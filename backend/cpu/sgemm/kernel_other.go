@@ -2,9 +2,13 @@
 
 package sgemm
 
-// haveKernel is false off amd64: every product goes to gonum.
-const haveKernel = false
+// Off amd64 there is no kernel: every product goes to gonum.
+var have16, have32 = false, false
 
-func kernel4x16(k int, a *float32, ars, als int, b *float32, ldb int, c *float32, ldc int) {
+func kernel4x16(k int, a *float32, ars, als int, b *float32, ldb int, c *float32, ldc int, load bool) {
 	panic("sgemm: kernel4x16 without the amd64 kernel")
+}
+
+func kernel4x32(k int, a *float32, ars, als int, b *float32, ldb int, c *float32, ldc int, load bool) {
+	panic("sgemm: kernel4x32 without the amd64 kernel")
 }

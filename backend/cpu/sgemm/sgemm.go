@@ -1,4 +1,4 @@
-// Package sgemm is the float32 product C += op(A)·B of the CPU backend,
+// Package sgemm is the float32 product C (+)= op(A)·B of the CPU backend,
 // bit-identical to gonum's Sgemm and several times faster.
 //
 // The CPU backend's numbers are the reference ("the same numbers on every
@@ -10,7 +10,8 @@
 // (sgemmSerialNotNot and sgemmSerialTransNot: one axpy of a row of B into a
 // row of C per term, C loaded and stored each time; its k blocks of 64 run in
 // order). Acc computes the same sequence for each element, in the same order,
-// with a 4×16 block of C held in registers across all of k (kernel4x16), so
+// with a 4×16 or 4×32 block of C held in registers across all of k
+// (kernel4x16 with AVX2, kernel4x32 with AVX-512), so
 // the results are the same bits and the time goes to arithmetic instead of
 // reloading C. What the kernel cannot do gonum still does, on the same
 // elements with the same sequence: rows past the last block of 4, columns
@@ -44,14 +45,28 @@ const (
 // ldb, 1, c, ldc). With par, blocks of rows are spread over goroutines
 // (GOMAXPROCS); each owns its rows of C, so the split changes nothing.
 func Acc(tA bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, par bool) {
+	product(tA, m, n, k, a, lda, b, ldb, c, ldc, par, true)
+}
+
+// Mul is C = op(A)·B, Acc without reading C: the bits of gonum's Sgemm with
+// beta 0 (C zeroed, then summed into).
+func Mul(tA bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, par bool) {
+	product(tA, m, n, k, a, lda, b, ldb, c, ldc, par, false)
+}
+
+func product(tA bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int, par, acc bool) {
 	ta := blas.NoTrans
 	ars, als := lda, 1 // op(A)[r][l] is a[r·ars + l·als]
 	if tA {
 		ta = blas.Trans
 		ars, als = 1, lda
 	}
-	if !haveKernel || m < rows || n < cols || k == 0 {
-		impl.Sgemm(ta, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, 1, c, ldc)
+	beta := float32(0)
+	if acc {
+		beta = 1
+	}
+	if !have16 || m < rows || n < cols || k == 0 {
+		impl.Sgemm(ta, blas.NoTrans, m, n, k, 1, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	// gonum's bounds, checked here since the kernel reads by pointer.
@@ -63,17 +78,23 @@ func Acc(tA bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []f
 		panic("sgemm: operand shorter than its shape")
 	}
 	panels := m / rows
-	n16 := n - n%cols
+	n16 := n - n%cols // the columns the kernels compute
 	run := func(lo, hi int) {
 		for p := lo; p < hi; p++ {
 			i := p * rows
 			ai := a[i*ars:] // op(A)'s row i onwards
 			if hasZero(ai, ars, als, k) {
-				impl.Sgemm(ta, blas.NoTrans, rows, n16, k, 1, ai, lda, b, ldb, 1, c[i*ldc:], ldc)
+				impl.Sgemm(ta, blas.NoTrans, rows, n16, k, 1, ai, lda, b, ldb, beta, c[i*ldc:], ldc)
 				continue
 			}
-			for j := 0; j < n16; j += cols {
-				kernel4x16(k, &ai[0], ars, als, &b[j], ldb, &c[i*ldc+j], ldc)
+			j := 0
+			if have32 {
+				for ; j+2*cols <= n16; j += 2 * cols {
+					kernel4x32(k, &ai[0], ars, als, &b[j], ldb, &c[i*ldc+j], ldc, acc)
+				}
+			}
+			for ; j < n16; j += cols {
+				kernel4x16(k, &ai[0], ars, als, &b[j], ldb, &c[i*ldc+j], ldc, acc)
 			}
 		}
 	}
@@ -83,21 +104,31 @@ func Acc(tA bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []f
 	} else {
 		run(0, panels)
 	}
-	// The edges, by gonum, on elements the kernel did not touch.
+	// The edges, by gonum, on elements the kernels did not touch.
 	if n16 < n {
-		impl.Sgemm(ta, blas.NoTrans, panels*rows, n-n16, k, 1, a, lda, b[n16:], ldb, 1, c[n16:], ldc)
+		impl.Sgemm(ta, blas.NoTrans, panels*rows, n-n16, k, 1, a, lda, b[n16:], ldb, beta, c[n16:], ldc)
 	}
 	if r := panels * rows; r < m {
-		impl.Sgemm(ta, blas.NoTrans, m-r, n, k, 1, a[r*ars:], lda, b, ldb, 1, c[r*ldc:], ldc)
+		impl.Sgemm(ta, blas.NoTrans, m-r, n, k, 1, a[r*ars:], lda, b, ldb, beta, c[r*ldc:], ldc)
 	}
 }
 
 // hasZero reports whether op(A)'s rows×k block at a (element [r][l] at
 // a[r·ars + l·als]) holds a zero of either sign.
 func hasZero(a []float32, ars, als, k int) bool {
-	for r := range rows {
-		for l := range k {
-			if a[r*ars+l*als] == 0 {
+	if als == 1 { // rows of A: contiguous runs
+		for r := range rows {
+			for _, v := range a[r*ars : r*ars+k] {
+				if v == 0 {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for l := range k { // columns of A stored as rows: 4 adjacent values each
+		for _, v := range a[l*als : l*als+rows] {
+			if v == 0 {
 				return true
 			}
 		}
