@@ -22,3 +22,9 @@ func kernel4x16(k int, a *float32, ars, als int, b *float32, ldb int, c *float32
 //
 //go:noescape
 func kernel4x32(k int, a *float32, ars, als int, b *float32, ldb int, c *float32, ldc int, load bool)
+
+// zeroIn reports whether a[0:n] holds a zero of either sign
+// (kernel_amd64.s, AVX2).
+//
+//go:noescape
+func zeroIn(a *float32, n int) bool

@@ -209,3 +209,49 @@ done512:
 	VMOVUPS Z7, 64(AX)
 	VZEROUPPER
 	RET
+
+// func zeroIn(a *float32, n int) bool
+//
+// zeroIn reports whether a[0:n] holds a zero of either sign (NaN is not
+// zero), eight values per compare.
+TEXT ·zeroIn(SB), NOSPLIT, $0-17
+	MOVQ   a+0(FP), SI
+	MOVQ   n+8(FP), CX
+	VXORPS Y1, Y1, Y1
+
+zloop8:
+	CMPQ     CX, $8
+	JL       ztail
+	VMOVUPS  (SI), Y0
+	VCMPPS   $0, Y1, Y0, Y2 // EQ_OQ: a == 0
+	VPTEST   Y2, Y2
+	JNE      zfound
+	ADDQ     $32, SI
+	SUBQ     $8, CX
+	JMP      zloop8
+
+ztail:
+	TESTQ   CX, CX
+	JE      znone
+	VMOVSS  (SI), X0
+	VUCOMISS X1, X0
+	JNP     zeq // ordered: compare the value
+	JMP     znext
+
+zeq:
+	JE zfound
+
+znext:
+	ADDQ $4, SI
+	DECQ CX
+	JMP  ztail
+
+znone:
+	VZEROUPPER
+	MOVB $0, ret+16(FP)
+	RET
+
+zfound:
+	VZEROUPPER
+	MOVB $1, ret+16(FP)
+	RET

@@ -118,10 +118,8 @@ func product(tA bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c
 func hasZero(a []float32, ars, als, k int) bool {
 	if als == 1 { // rows of A: contiguous runs
 		for r := range rows {
-			for _, v := range a[r*ars : r*ars+k] {
-				if v == 0 {
-					return true
-				}
+			if zeroIn(&a[r*ars], k) {
+				return true
 			}
 		}
 		return false

@@ -129,3 +129,33 @@ func BenchmarkAcc(b *testing.B) {
 		gflops(b)
 	})
 }
+
+// TestZeroIn: the vector scan finds a zero of either sign at every position
+// of runs of every length up to 40 (whole vectors and tails), and no zero
+// where there is none (NaN, denormals and infinities are not zero).
+func TestZeroIn(t *testing.T) {
+	if !have16 {
+		t.Skip("no AVX2 here")
+	}
+	denorm := math.Float32frombits(1)
+	for n := 1; n <= 40; n++ {
+		a := make([]float32, n+1) // a[n] guards against reading past n
+		for i := range a {
+			a[i] = []float32{1, -2, float32(math.NaN()), denorm, float32(math.Inf(1)), -denorm}[i%6]
+		}
+		a[n] = 0
+		if zeroIn(&a[0], n) {
+			t.Fatalf("n=%d: zero found in %v", n, a[:n])
+		}
+		for i := range n {
+			for _, z := range []float32{0, negZero} {
+				old := a[i]
+				a[i] = z
+				if !zeroIn(&a[0], n) {
+					t.Fatalf("n=%d: zero at %d (%v) not found", n, i, z)
+				}
+				a[i] = old
+			}
+		}
+	}
+}
