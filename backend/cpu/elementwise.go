@@ -16,33 +16,94 @@ func binaryFloat[T float](op graph.Prim, c, a, b []T, p *bplan) {
 	sa, sb := p.inner(0), p.inner(1)
 	parallelFor(p.n, grain, func(lo, hi int) {
 		p.walk(lo, hi, func(o, cnt int, offs []int) {
-			ia, ib := offs[0], offs[1]
 			dst := c[o : o+cnt]
-			// One loop per op keeps the switch out of the element loop.
-			switch op {
-			case graph.PrimAdd:
-				for i := range dst {
-					dst[i] = a[ia] + b[ib]
-					ia, ib = ia+sa, ib+sb
-				}
-			case graph.PrimSub:
-				for i := range dst {
-					dst[i] = a[ia] - b[ib]
-					ia, ib = ia+sa, ib+sb
-				}
-			case graph.PrimMul:
-				for i := range dst {
-					dst[i] = a[ia] * b[ib]
-					ia, ib = ia+sa, ib+sb
-				}
-			case graph.PrimDiv:
-				for i := range dst {
-					dst[i] = a[ia] / b[ib]
-					ia, ib = ia+sa, ib+sb
-				}
+			ia, ib := offs[0], offs[1]
+			switch {
+			case sa == 1 && sb == 1:
+				binaryRun(op, dst, a[ia:ia+cnt], b[ib:ib+cnt])
+			case sa == 1 && sb == 0:
+				binaryRunScalarB(op, dst, a[ia:ia+cnt], b[ib])
+			default:
+				binaryStrided(op, dst, a, b, ia, ib, sa, sb)
 			}
 		})
 	})
+}
+
+// binaryRun is dst = a op b over runs of equal length: the loops the
+// compiler keeps free of bounds checks. One loop per op keeps the switch
+// out of the element loop.
+func binaryRun[T float](op graph.Prim, dst, a, b []T) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	switch op {
+	case graph.PrimAdd:
+		for i := range dst {
+			dst[i] = a[i] + b[i]
+		}
+	case graph.PrimSub:
+		for i := range dst {
+			dst[i] = a[i] - b[i]
+		}
+	case graph.PrimMul:
+		for i := range dst {
+			dst[i] = a[i] * b[i]
+		}
+	case graph.PrimDiv:
+		for i := range dst {
+			dst[i] = a[i] / b[i]
+		}
+	}
+}
+
+// binaryRunScalarB is dst = a op y for one value y of b (b broadcast along
+// the run).
+func binaryRunScalarB[T float](op graph.Prim, dst, a []T, y T) {
+	a = a[:len(dst)]
+	switch op {
+	case graph.PrimAdd:
+		for i := range dst {
+			dst[i] = a[i] + y
+		}
+	case graph.PrimSub:
+		for i := range dst {
+			dst[i] = a[i] - y
+		}
+	case graph.PrimMul:
+		for i := range dst {
+			dst[i] = a[i] * y
+		}
+	case graph.PrimDiv:
+		for i := range dst {
+			dst[i] = a[i] / y
+		}
+	}
+}
+
+// binaryStrided is dst = a op b with a and b read at strides sa and sb
+// (0: broadcast) from ia and ib.
+func binaryStrided[T float](op graph.Prim, dst, a, b []T, ia, ib, sa, sb int) {
+	switch op {
+	case graph.PrimAdd:
+		for i := range dst {
+			dst[i] = a[ia] + b[ib]
+			ia, ib = ia+sa, ib+sb
+		}
+	case graph.PrimSub:
+		for i := range dst {
+			dst[i] = a[ia] - b[ib]
+			ia, ib = ia+sa, ib+sb
+		}
+	case graph.PrimMul:
+		for i := range dst {
+			dst[i] = a[ia] * b[ib]
+			ia, ib = ia+sa, ib+sb
+		}
+	case graph.PrimDiv:
+		for i := range dst {
+			dst[i] = a[ia] / b[ib]
+			ia, ib = ia+sa, ib+sb
+		}
+	}
 }
 
 // allReduceKernel is AllReduce on one rank, the identity on each input.
