@@ -185,7 +185,15 @@ func cpuRate() (float64, error) {
 		return 0, err
 	}
 	defer exe.Close()
+	// Operands of ones: the CPU's products skip a zero term of A (gonum's
+	// Sgemm does, and package sgemm gives its bits), so zeros would time
+	// almost no arithmetic.
 	feeds := map[string]*graph.Tensor{"x": graph.NewTensor(graph.Float32, graph.Shape{m, k}), "y": graph.NewTensor(graph.Float32, graph.Shape{k, n})}
+	for _, t := range feeds {
+		for i := range t.F32 {
+			t.F32[i] = 1
+		}
+	}
 	best := time.Duration(1 << 62)
 	for range 5 {
 		t0 := time.Now()
@@ -199,11 +207,12 @@ func cpuRate() (float64, error) {
 
 // cpuEfficiency is the fraction of the calibrated matmul rate a whole model
 // reaches on the CPU backend (smaller and transposed products, elementwise
-// ops, the loss, allocation). Measured on a 2-core machine: training small
-// ran at 9 GFLOP/s against a calibrated 138 (6.5%), a gpt2 forward pass at
-// about 11%, tiny at 3% (too small to keep the cores busy). Estimates are
-// therefore rough, and say so.
-const cpuEfficiency = 0.07
+// ops, the loss, allocation). Measured on a 2-core AVX-512 machine: training
+// small ran at 46 GFLOP/s against a calibrated 143 (33%). (Until the
+// calibration multiplied ones instead of zeros, which the products skip, it
+// read ~138 GFLOP/s of nothing, and this was 0.07.) Estimates are rough, and
+// say so.
+const cpuEfficiency = 0.3
 
 // estimateCPUTime estimates how long flops of model work take on this CPU.
 func estimateCPUTime(flops float64) (time.Duration, float64, error) {
