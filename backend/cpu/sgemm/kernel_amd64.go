@@ -1,3 +1,5 @@
+//go:build amd64 && !noasm
+
 package sgemm
 
 import "golang.org/x/sys/cpu"

@@ -1,8 +1,9 @@
-//go:build !amd64
+//go:build !amd64 || noasm
 
 package sgemm
 
-// Off amd64 there is no kernel: every product goes to gonum.
+// Off amd64, or built with -tags noasm (as gonum honours it), there is no
+// kernel: every product goes to gonum.
 var have16, have32 = false, false
 
 func kernel4x16(k int, a *float32, ars, als int, b *float32, ldb int, c *float32, ldc int, load bool) {
