@@ -2,10 +2,9 @@ package cpu
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/internal/parallel"
 )
 
 // kernel computes a node's outputs from its inputs. Output tensors are
@@ -85,43 +84,9 @@ func errDType(dt graph.DType) error { return fmt.Errorf("dtype %v is not support
 // goroutines costs more than it saves.
 const grain = 1 << 14
 
-// parallelFor calls fn on disjoint ranges covering [0, n), on up to
-// GOMAXPROCS goroutines when each gets at least minChunk items. Each index
-// is handled by exactly one call, so results do not depend on the split.
-func parallelFor(n, minChunk int, fn func(lo, hi int)) {
-	w := runtime.GOMAXPROCS(0)
-	chunks := min(w, n/max(minChunk, 1))
-	if chunks <= 1 {
-		if n > 0 {
-			fn(0, n)
-		}
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var panicked any
-	for c := range chunks {
-		lo, hi := n*c/chunks, n*(c+1)/chunks
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			// A panic on a worker goroutine cannot be recovered by the
-			// executor; carry it back to the calling goroutine instead.
-			defer func() {
-				if r := recover(); r != nil {
-					mu.Lock()
-					panicked = r
-					mu.Unlock()
-				}
-			}()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
-	if panicked != nil {
-		panic(panicked)
-	}
-}
+// parallelFor is parallel.For (one index, one call: results do not
+// depend on the split).
+func parallelFor(n, minChunk int, fn func(lo, hi int)) { parallel.For(n, minChunk, fn) }
 
 // bplan walks an output of some shape while reading inputs broadcast to it
 // (ONNX multidirectional broadcasting). Dims are coalesced where every

@@ -24,9 +24,7 @@
 package sgemm
 
 import (
-	"runtime"
-	"sync"
-
+	"github.com/flashgraph/flashgraph/internal/parallel"
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/gonum"
 )
@@ -134,35 +132,6 @@ func hasZero(a []float32, ars, als, k int) bool {
 	return false
 }
 
-// parallelFor calls fn on disjoint ranges covering [0, n), on up to
-// GOMAXPROCS goroutines when each gets at least minChunk items, and carries a
-// worker's panic back to the caller.
-func parallelFor(n, minChunk int, fn func(lo, hi int)) {
-	chunks := min(runtime.GOMAXPROCS(0), n/max(minChunk, 1))
-	if chunks <= 1 {
-		fn(0, n)
-		return
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var panicked any
-	for c := range chunks {
-		lo, hi := n*c/chunks, n*(c+1)/chunks
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() {
-				if r := recover(); r != nil {
-					mu.Lock()
-					panicked = r
-					mu.Unlock()
-				}
-			}()
-			fn(lo, hi)
-		}()
-	}
-	wg.Wait()
-	if panicked != nil {
-		panic(panicked)
-	}
-}
+// parallelFor is parallel.For (one index, one call: results do not
+// depend on the split).
+func parallelFor(n, minChunk int, fn func(lo, hi int)) { parallel.For(n, minChunk, fn) }
