@@ -210,8 +210,7 @@ func (im *importer) tensorOutput(name string, e *entry, seq *onnxpb.Type) error 
 		if v, err = im.initValue(name, e.c, false, ""); err != nil {
 			return err
 		}
-		im.inits = append(im.inits, &entry{name: name, c: e.c, v: v, seq: im.nextSeq})
-		im.nextSeq++
+		im.addInit(&entry{name: name, c: e.c, v: v})
 	default:
 		nd, err := graph.NewNode(im.nodes.Fresh(name), "Identity", nil, v)
 		if err != nil {

@@ -470,10 +470,7 @@ func (im *importer) inputs() error {
 			if err != nil {
 				return fmt.Errorf("onnx: graph input %q: %w", vi.Name, err)
 			}
-			e := &entry{name: vi.Name, v: v, seq: im.nextSeq}
-			im.nextSeq++
-			im.inits = append(im.inits, e)
-			im.env[vi.Name] = e
+			im.env[vi.Name] = im.addInit(&entry{name: vi.Name, v: v})
 			continue
 		}
 		if t, ok := im.opts.Bind[vi.Name]; ok {
@@ -481,10 +478,7 @@ func (im *importer) inputs() error {
 			if err != nil {
 				return fmt.Errorf("onnx: graph input %q: %w", vi.Name, err)
 			}
-			e := &entry{name: vi.Name, c: c, seq: im.nextSeq}
-			im.nextSeq++
-			im.inits = append(im.inits, e)
-			im.env[vi.Name] = e
+			im.env[vi.Name] = im.addInit(&entry{name: vi.Name, c: c})
 			continue
 		}
 		typ, err := im.staticType(vi)
@@ -669,7 +663,13 @@ func (im *importer) val(e *entry) (*graph.Value, error) {
 // constant makes a new constant entry (operands our ops need that ONNX passed
 // as attributes, scalars of decompositions); name is a prefix for a fresh name.
 func (im *importer) constant(name string, c *cval) *entry {
-	e := &entry{name: im.values.Fresh(name), c: c, seq: im.nextSeq}
+	return im.addInit(&entry{name: im.values.Fresh(name), c: c})
+}
+
+// addInit appends e to the initializers, numbered in import order (its
+// seq), and returns it.
+func (im *importer) addInit(e *entry) *entry {
+	e.seq = im.nextSeq
 	im.nextSeq++
 	im.inits = append(im.inits, e)
 	return e

@@ -59,10 +59,7 @@ func (c *opCtx) inline(g *onnxpb.Graph) error {
 		if err != nil {
 			return c.errf("branch initializer %q: %v", t.Name, err)
 		}
-		e := &entry{name: t.Name, c: cv, seq: im.nextSeq}
-		im.nextSeq++
-		im.inits = append(im.inits, e)
-		im.env[t.Name] = e
+		im.env[t.Name] = im.addInit(&entry{name: t.Name, c: cv})
 	}
 	for _, n := range g.Node {
 		for _, o := range n.Output {
@@ -137,9 +134,7 @@ func (c *opCtx) body(g *onnxpb.Graph, in []*entry, iter int) ([]*entry, error) {
 		if err != nil {
 			return nil, c.errf("body initializer %q: %v", t.Name, err)
 		}
-		e := &entry{name: fresh(t.Name), c: cv, seq: im.nextSeq}
-		im.nextSeq++
-		im.inits = append(im.inits, e)
+		e := im.addInit(&entry{name: fresh(t.Name), c: cv})
 		im.env[e.name] = e
 	}
 	for _, n := range g.Node {
