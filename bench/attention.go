@@ -442,7 +442,8 @@ func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
 	bh, group := sh.B*sh.H, sh.Group()
 	base := ab.startMeasure()
 	inBytes := int64(2*n*2 + 2*nkv*2)
-	sizes := []int{n * 2, bh * sh.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(bh, sh.S, sh.D)}
+	scale := float32(1 / math.Sqrt(float64(sh.D)))
+	sizes := []int{n * 2, bh * sh.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(cuda.GemmBF16, bh, group, sh.S, sh.S, sh.D, scale)}
 	bufs := make([]cuda.DevicePtr, len(sizes))
 	defer func() {
 		for _, p := range bufs {
@@ -472,7 +473,6 @@ func (ab *AttnBench) runFused(sh AttnShape, t *AttnTiming) ([][]uint16, error) {
 			return nil, err
 		}
 	}
-	scale := float32(1 / math.Sqrt(float64(sh.D)))
 	// group 1 runs FlashForward's and FlashBackward's own kernels.
 	fwd := func() error {
 		return cuda.FlashForwardGroupedWS(d, cuda.GemmBF16, q, k, v, o, lse, 0, bh, group, sh.S, sh.S, sh.D, scale, sh.Causal)

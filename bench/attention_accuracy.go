@@ -123,7 +123,7 @@ func randomNormal16(n int, seed uint64, round func(float32) uint16) []uint16 {
 // RunAccuracy uploads the case's inputs (AccuracyInputs), runs FlashForward
 // and FlashBackward once (their grouped forms, FlashForwardGroupedWS and
 // FlashBackwardGrouped, with group H/H_kv: group 1 is the same kernels), with whichever kernels the environment selects
-// (cuda.FlashSM90Env, cuda.FlashSM90BwdEnv), and downloads O, LSE, dQ, dK
+// (cuda.FlashSM90Env, cuda.FlashSM90BwdEnv, cuda.FlashGQABwdEnv), and downloads O, LSE, dQ, dK
 // and dV. The outputs are poisoned with NaN first, so an element the kernels
 // never write shows up as non-finite. Any failure is returned: with no
 // timing to report, a case that cannot run has nothing to show.
@@ -152,8 +152,9 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 		bufs = append(bufs, p)
 		in[i] = p
 	}
+	scale := c.Scale()
 	var out [6]cuda.DevicePtr // o, lse, dq, dk, dv, workspace
-	for i, sz := range []int{n * 2, bh * c.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(bh, c.S, c.D)} {
+	for i, sz := range []int{n * 2, bh * c.S * 4, n * 2, nkv * 2, nkv * 2, cuda.FlashBackwardWorkspaceBytes(dt, bh, group, c.S, c.S, c.D, scale)} {
 		p, err := d.Alloc(sz)
 		if err != nil {
 			return nil, fmt.Errorf("accuracy bench %v: %w", c, err)
@@ -167,7 +168,6 @@ func RunAccuracy(d *cuda.Device, c AccuracyCase, seed uint64) (*AccuracyData, er
 		}
 	}
 	o, lse, dq, dk, dv, ws := out[0], out[1], out[2], out[3], out[4], out[5]
-	scale := c.Scale()
 	if err := cuda.FlashForwardGroupedWS(d, dt, in[0], in[1], in[2], o, lse, 0, bh, group, c.S, c.S, c.D, scale, c.Causal); err != nil {
 		return nil, fmt.Errorf("accuracy bench %v: FlashForward: %w", c, err)
 	}

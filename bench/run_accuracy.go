@@ -324,7 +324,7 @@ func RunAccuracyReport(stdout, stderr io.Writer, o AccuracyOptions) error {
 	}
 	header := deviceLine(d)
 	env := map[string]string{}
-	for _, name := range []string{cuda.FlashSM90Env, cuda.FlashSM90BwdEnv, cuda.FlashDecodeEnv} {
+	for _, name := range []string{cuda.FlashSM90Env, cuda.FlashSM90BwdEnv, cuda.FlashDecodeEnv, cuda.FlashGQABwdEnv} {
 		if v, ok := os.LookupEnv(name); ok {
 			env[name] = v
 		}
@@ -415,11 +415,16 @@ func printAccuracyPreamble(w io.Writer, o AccuracyOptions, rows []accuracyRow, e
 	}
 	fmt.Fprintf(w, "B=1 H=%d, Sq=Sk=S, scale 1/√D; Q, K, V, dO ~ N(0,1) rounded to the element type (seed %d), the same for every impl\n", h, o.Seed)
 	if accuracyGrouped(o.Cases) {
-		fmt.Fprintln(w, "Hkv: K/V heads; below H, grouped-query attention: ours on K/V of Hkv heads (dK, dV summed over each group in the kernel),")
+		fmt.Fprintln(w, "Hkv: K/V heads; below H, grouped-query attention: ours on K/V of Hkv heads (dK, dV summed over each group in the kernel,")
+		fmt.Fprintln(w, "or after it where the backward runs on K/V repeated to every head: "+cuda.FlashGQABwdEnv+"),")
 		fmt.Fprintln(w, "SDPA with enable_gqa=True, the reference with query head h reading K/V head h/(H/Hkv) and dK, dV summed over the group")
 	}
 	sel := []string{}
-	for _, name := range []string{cuda.FlashSM90Env, cuda.FlashSM90BwdEnv} {
+	names := []string{cuda.FlashSM90Env, cuda.FlashSM90BwdEnv}
+	if accuracyGrouped(o.Cases) {
+		names = append(names, cuda.FlashGQABwdEnv)
+	}
+	for _, name := range names {
 		v, ok := env[name]
 		if !ok {
 			v = "unset"

@@ -263,7 +263,8 @@ func printAttnTable(w io.Writer, shapes []TableShape, rows []benchRow) {
 	lead, hkvHead := "", ""
 	if grouped {
 		fmt.Fprintln(w, "Hkv: K/V heads (grouped-query attention where below H; the same FLOP count as H heads): fused takes K/V of Hkv heads")
-		fmt.Fprintln(w, "(FlashForwardGroupedWS/FlashBackwardGrouped), PyTorch SDPA enable_gqa=True; the composed path is MHA only (skip).")
+		fmt.Fprintln(w, "(FlashForwardGroupedWS/FlashBackwardGrouped; the backward on K/V repeated to every head, its dK, dV summed after, where")
+		fmt.Fprintln(w, "the grouped grid is small: "+cuda.FlashGQABwdEnv+"), PyTorch SDPA enable_gqa=True; the composed path is MHA only (skip).")
 		lead, hkvHead = "     ", " Hkv"
 	}
 	fmt.Fprintf(w, "%-15s%s|%-36s|%-36s|%-19s|%-19s|%-19s|%-19s| %s\n",

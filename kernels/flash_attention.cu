@@ -9,7 +9,9 @@
 // contiguous. group >= 1 query heads share each K/V head (grouped-query
 // attention; group = 1 is multi-head): query head bh reads K/V head bh/group, and
 // the backward's dK, dV of a K/V head sum over its group, looped inside the CTA
-// that owns the K/V block (no scratch, no reduction kernel, fixed order). LSE (natural log) and Dsum are float32 [BH, Sq]; dQaccum is float32
+// that owns the K/V block (no scratch, no reduction kernel, fixed order; where that grid
+// is too small, the launcher runs multi-head attention on repeated K/V instead: see
+// flash_bwd_kv_repeat). LSE (natural log) and Dsum are float32 [BH, Sq]; dQaccum is float32
 // [BH, Sq, D]. Causal masking is top-left aligned: key j is visible to query i iff
 // j <= i (also when Sq != Sk). A row that sees no key gets O = 0, LSE = +inf.
 //
@@ -33,6 +35,17 @@
 //   flash_bwd_prevec_<T>(o, dO, Dsum, dQaccum, rows, D), flash_bwd_convertvec_<T>(dQaccum, dQ, n/8, D,
 //     Sq, scale, swz) the same, 16 bytes of each 16-bit tensor a thread (all four tensors 16-byte aligned;
 //     D in {64, 128, 256}, dQaccum non-null): grid ceil(rows*D/8/256) and any (grid-stride), block 256.
+//
+//   flash_bwd_kv_repeat(k, v, kr, vr, rows, chunks, Sk, group)   grid (any, 2) (y: 0 for K, 1 for V),
+//     block 256, grid-stride: kr, vr [BH, Sk, D] with head h a copy of k, v head h/group; rows = BH*Sk,
+//     chunks = D/8 16-byte chunks a row (a power of two); 16-bit elements, all four tensors 16-byte aligned.
+//   flash_bwd_kv_sum_<T>(dkr, dvr, dk, dv, rows, chunks, Sk, group)   grid (any, 2), block 256, grid-stride:
+//     dk, dv [BH/group, Sk, D] = the sum over g = 0, 1, ..., group-1 (that order, float32) of dkr, dvr
+//     [BH, Sk, D] head h*group + g, rounded once; rows = BH/group*Sk, chunks and alignment as above.
+//     These two let a grouped backward run as multi-head attention: K and V repeated to every query
+//     head, the group-1 flash_bwd (or flash_sm90_bwd.cu's) into per-query-head dK, dV, then their
+//     sums (the launcher does so when the grouped grid of BH/group K/V heads is too small to fill
+//     the GPU, e.g. multi-query attention).
 //
 // The tensor-core path requires scale > 0 (row maxima are taken on raw scores).
 //
@@ -1094,6 +1107,91 @@ FLASH_CONVERT(fp16, __half)
 
 FLASH_VEC(bf16, __nv_bfloat16)
 FLASH_VEC(fp16, __half)
+
+// ---------------------------------------------------------------- grouped backward as multi-head
+//
+// flash_bwd_kv_repeat and flash_bwd_kv_sum_<T> (see the header): memory-bound
+// copies, 16 bytes a thread. Output chunk i lies in row i >> shift (chunks =
+// 1 << shift a row); a row's index fits an int (BH*Sk does, as the launcher
+// checks), so the divisions by Sk and group are 32-bit.
+
+namespace flash {
+
+// dst [BH, Sk, D] (rows = BH*Sk) head h = src head h/group.
+__device__ __forceinline__ void kv_repeat(const uint4* __restrict__ src, uint4* __restrict__ dst, int rows,
+                                          int chunks, int sk, int group) {
+  const int shift = __ffs(chunks) - 1;
+  const long long n = (long long)rows << shift;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const int row = (int)(i >> shift);
+    const int h = row / sk, r = row - h * sk;
+    const long long from = (((long long)(h / group) * sk + r) << shift) + (i & (chunks - 1));
+    dst[i] = src[from];
+  }
+}
+
+// dst [BH/group, Sk, D] (rows = BH/group*Sk) head h = the sum of src heads
+// h*group .. h*group + group-1, added in that order in float32 and rounded
+// once: the same bits every run.
+template <typename T>
+__device__ __forceinline__ void kv_sum(const uint4* __restrict__ src, uint4* __restrict__ dst, int rows,
+                                       int chunks, int sk, int group) {
+  const int shift = __ffs(chunks) - 1;
+  const long long n = (long long)rows << shift;
+  const long long head = (long long)sk << shift;  // chunks a head
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+       i += (long long)gridDim.x * blockDim.x) {
+    const int row = (int)(i >> shift);
+    const int h = row / sk, r = row - h * sk;
+    const uint4* p = src + (((long long)h * group * sk + r) << shift) + (i & (chunks - 1));
+    float acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) acc[k] = 0.f;
+#pragma unroll 4
+    for (int g = 0; g < group; g++) {
+      const uint4 x = p[g * head];
+      const u32 w[4] = {x.x, x.y, x.z, x.w};
+#pragma unroll
+      for (int k = 0; k < 4; k++) {
+        const float2 f = Ty<T>::unpack(w[k]);
+        acc[2 * k] += f.x;
+        acc[2 * k + 1] += f.y;
+      }
+    }
+    uint4 o;
+    o.x = Ty<T>::pack(acc[0], acc[1]);
+    o.y = Ty<T>::pack(acc[2], acc[3]);
+    o.z = Ty<T>::pack(acc[4], acc[5]);
+    o.w = Ty<T>::pack(acc[6], acc[7]);
+    dst[i] = o;
+  }
+}
+
+}  // namespace flash
+
+// Any 16-bit type: a copy.
+extern "C" __global__ void __launch_bounds__(256)
+    flash_bwd_kv_repeat(const uint4* k, const uint4* v, uint4* kr, uint4* vr, int rows, int chunks, int sk,
+                        int group) {
+  if (blockIdx.y == 0)
+    flash::kv_repeat(k, kr, rows, chunks, sk, group);
+  else
+    flash::kv_repeat(v, vr, rows, chunks, sk, group);
+}
+
+#define FLASH_KV_SUM(SUF, T)                                                                                 \
+  extern "C" __global__ void __launch_bounds__(256)                                                         \
+      flash_bwd_kv_sum_##SUF(const uint4* dkr, const uint4* dvr, uint4* dk, uint4* dv, int rows, int chunks, \
+                             int sk, int group) {                                                           \
+    if (blockIdx.y == 0)                                                                                    \
+      flash::kv_sum<T>(dkr, dk, rows, chunks, sk, group);                                                   \
+    else                                                                                                    \
+      flash::kv_sum<T>(dvr, dv, rows, chunks, sk, group);                                                   \
+  }
+
+FLASH_KV_SUM(bf16, __nv_bfloat16)
+FLASH_KV_SUM(fp16, __half)
 
 // ---------------------------------------------------------------- decode forward (split K/V)
 //

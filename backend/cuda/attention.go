@@ -14,6 +14,7 @@ const (
 	FlashSM90SchedEnv    = attention.FlashSM90SchedEnv
 	FlashDecodeEnv       = attention.FlashDecodeEnv
 	FlashDecodeKernelEnv = attention.FlashDecodeKernelEnv
+	FlashGQABwdEnv       = attention.FlashGQABwdEnv
 )
 
 // FlashForward is attention.FlashForward.
@@ -36,9 +37,10 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 	return attention.FlashBackward(d, dt, q, k, v, o, dO, lse, dq, dk, dv, workspace, bh, sq, sk, dim, scale, causal)
 }
 
-// FlashBackwardWorkspaceBytes is attention.FlashBackwardWorkspaceBytes.
-func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
-	return attention.FlashBackwardWorkspaceBytes(bh, sq, dim)
+// FlashBackwardWorkspaceBytes is attention.FlashBackwardWorkspaceBytes
+// (group query heads per K/V head; it reads FlashGQABwdEnv).
+func FlashBackwardWorkspaceBytes(dt GemmType, bh, group, sq, sk, dim int, scale float32) int {
+	return attention.FlashBackwardWorkspaceBytes(dt, bh, group, sq, sk, dim, scale)
 }
 
 // FlashDecodeChoice is attention.FlashDecodeChoice.

@@ -117,12 +117,12 @@ func fusedWorkspaceBytes(n *graph.Node, gt graph.DType) int {
 		return 0
 	}
 	bh, sq, sk, d := a.BH, a.Sq, a.Sk, a.D
-	if n.Op == "FlashAttentionGrad" {
-		return FlashBackwardWorkspaceBytes(bh, sq, d)
-	}
 	t, err := gemmTypeOf(gt)
 	if err != nil {
 		return 0
+	}
+	if n.Op == "FlashAttentionGrad" {
+		return FlashBackwardWorkspaceBytes(t, bh, a.Group, sq, sk, d, float32(scale))
 	}
 	return FlashForwardWorkspaceBytes(t, bh, sq, sk, d, float32(scale), causal != 0)
 }

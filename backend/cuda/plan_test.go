@@ -299,7 +299,7 @@ func TestPlanAttentionScratch(t *testing.T) {
 		if tt.Scratch && tt.Op == "FlashAttention" {
 			t.Errorf("fused forward has scratch %s", tt.Name)
 		}
-		if tt.Scratch && tt.Op == "FlashAttentionGrad" && tt.Bytes != int64(FlashBackwardWorkspaceBytes(6, 16, 8)) {
+		if tt.Scratch && tt.Op == "FlashAttentionGrad" && tt.Bytes != int64(FlashBackwardWorkspaceBytes(GemmF32, 6, 1, 16, 16, 8, 0.35)) {
 			t.Errorf("fused backward scratch %s is %d bytes", tt.Name, tt.Bytes)
 		}
 	}
@@ -313,6 +313,50 @@ func TestPlanAttentionScratch(t *testing.T) {
 	g64 := build(t, b64)
 	if fusedAttention(g64.Nodes[0], func(v *graph.Value) graph.DType { return v.Type.DType }) {
 		t.Error("float64 attention claims the fused kernels")
+	}
+}
+
+// The fused backward of grouped-query attention plans the workspace its
+// launch will use: with H_kv = 1 (the grouped grid far too small to fill a
+// GPU) four [BH, Sk, D] bf16 tensors more than multi-head attention's, for
+// the repeated K and V and the per-query-head dK and dV; with
+// FLASHGRAPH_FLASH_GQA_BWD=grouped none.
+func TestPlanGroupedAttentionWorkspace(t *testing.T) {
+	const h, s, d = 8, 256, 64
+	for _, c := range []struct {
+		hkv   int
+		env   string
+		extra int64 // bytes over multi-head attention's workspace
+	}{
+		{h, "", 0},
+		{1, "", 4 * h * s * d * 2},
+		{2, "", 4 * h * s * d * 2},
+		{1, "grouped", 0},
+		{h, "repeat", 0}, // multi-head attention has nothing to repeat
+	} {
+		t.Setenv(FlashGQABwdEnv, c.env)
+		b := graph.NewBuilder("gqa")
+		q := b.Input("q", graph.BFloat16, 1, h, s, d)
+		k := b.Input("k", graph.BFloat16, 1, c.hkv, s, d)
+		v := b.Input("v", graph.BFloat16, 1, c.hkv, s, d)
+		attrs := graph.Attrs{"causal": graph.Int(1), "scale": graph.Float(0.125)}
+		outs := b.OpN("FlashAttention", attrs, q, k, v)
+		dy := b.Input("dy", graph.BFloat16, 1, h, s, d)
+		b.Output(b.OpN("FlashAttentionGrad", attrs, q, k, v, outs[0], outs[1], dy)...)
+		p := plan(t, build(t, b), PlanOptions{})
+		mha := int64(FlashBackwardWorkspaceBytes(GemmBF16, h, 1, s, s, d, 0.125))
+		found := 0
+		for _, tt := range p.Tensors {
+			if tt.Scratch && tt.Op == "FlashAttentionGrad" && strings.HasSuffix(tt.Name, "workspace") {
+				found++
+				if tt.Bytes != mha+c.extra {
+					t.Errorf("H_kv %d %s=%q: backward workspace %d bytes, want %d + %d", c.hkv, FlashGQABwdEnv, c.env, tt.Bytes, mha, c.extra)
+				}
+			}
+		}
+		if found != 1 {
+			t.Errorf("H_kv %d: %d backward workspaces in the plan, want 1", c.hkv, found)
+		}
 	}
 }
 

@@ -26,15 +26,18 @@ type flashPlan struct {
 	// The tensor-core path's pre and convert kernels that move 16 bytes a
 	// thread, for 16-byte aligned tensors (see flashVecAligned).
 	bwdPreVec, bwdConvertVec string
-	genBwdDQ, genBwdDKDV     string
-	fwdRows                  int // query rows per CTA (forward)
-	fwdThreads               int
-	fwdSmem                  int
-	bwdKeys                  int // keys per CTA (tensor-core backward)
-	bwdThreads               int
-	bwdSmem                  int
-	genDQSmem                int
-	genKVSmem                int
+	// The tensor-core path's K/V repeat and dK/dV group sum, which run a
+	// grouped backward as multi-head attention (see flashBwdRepeats).
+	bwdRepeat, bwdKVSum  string
+	genBwdDQ, genBwdDKDV string
+	fwdRows              int // query rows per CTA (forward)
+	fwdThreads           int
+	fwdSmem              int
+	bwdKeys              int // keys per CTA (tensor-core backward)
+	bwdThreads           int
+	bwdSmem              int
+	genDQSmem            int
+	genKVSmem            int
 }
 
 // flashTile is a tensor-core kernel pair's tiling, exactly as
@@ -103,6 +106,7 @@ func planFlash(dt GemmType, dim int, scale float32) (flashPlan, error) {
 		p.bwdConvert = "flash_bwd_convert_" + p.suffix
 		p.bwdPreVec = "flash_bwd_prevec_" + p.suffix
 		p.bwdConvertVec = "flash_bwd_convertvec_" + p.suffix
+		p.bwdRepeat, p.bwdKVSum = "flash_bwd_kv_repeat", "flash_bwd_kv_sum_"+p.suffix
 		p.fwdRows, p.fwdThreads, p.fwdSmem = 16*t.fwdWarps, 32*t.fwdWarps, t.fwdSmem(dim)
 		p.bwdKeys, p.bwdThreads, p.bwdSmem = 16*t.bwdWarps, 32*t.bwdWarps, t.bwdSmem(dim)
 		return p, nil
@@ -245,19 +249,13 @@ func FlashForwardGroupedWS(d *Device, dt GemmType, q, k, v, o, lse, workspace De
 	return d.Launch(f, grid, block, uint32(p.fwdSmem), q, k, v, o, lse, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal), int32(group))
 }
 
-// FlashBackwardWorkspaceBytes is the device scratch FlashBackward needs: float32
-// Dsum [bh, sq] and, on the tensor-core path, float32 dQaccum [bh, sq, dim].
-func FlashBackwardWorkspaceBytes(bh, sq, dim int) int {
-	rows := bh * sq
-	return ((rows*4+255)/256)*256 + rows*dim*4
-}
-
 // FlashBackward computes dQ, dK, dV from Q, K, V, O, dO and the forward's LSE.
 // On an sm_90 device its main kernel may be the Hopper one (see
 // FlashSM90BwdEnv) when Q, K, V, dO, dK and dV are 16-byte aligned (FA2's
 // needs 4).
-// workspace must hold FlashBackwardWorkspaceBytes(bh, sq, dim) bytes; when it is 0,
-// FlashBackward allocates it, waits for the kernels and frees it.
+// workspace must hold FlashBackwardWorkspaceBytes(dt, bh, 1, sq, sk, dim, scale)
+// bytes; when it is 0, FlashBackward allocates it, waits for the kernels and
+// frees it.
 func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, sq, sk, dim int, scale float32, causal bool) error {
 	return FlashBackwardGrouped(d, dt, q, k, v, o, dO, lse, dq, dk, dv, workspace, bh, 1, sq, sk, dim, scale, causal)
 }
@@ -265,8 +263,12 @@ func FlashBackward(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, work
 // FlashBackwardGrouped is FlashBackward with K, V, dK and dV of bh/group
 // heads (grouped-query attention): dK and dV of a K/V head sum over the group
 // query heads that read it, inside the kernels (a CTA owns a K/V block and
-// loops over the group's heads), so the workspace is FlashBackward's. group
-// 1 is FlashBackward, the same kernels.
+// loops over the group's heads), or, where that grid is too small to fill
+// the GPU (see flashBwdRepeatRule and FlashGQABwdEnv), by running the
+// multi-head kernels on K and V repeated to every query head and summing
+// each group's dK and dV after (flash_bwd_repeat.go), in the workspace:
+// FlashBackwardWorkspaceBytes(dt, bh, group, sq, sk, dim, scale) bytes.
+// group 1 is FlashBackward, the same kernels.
 func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, dv, workspace DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
 	if err := checkFlashShape(bh, sq, sk, dim); err != nil {
 		return err
@@ -283,7 +285,7 @@ func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, d
 		return err
 	}
 	if workspace == 0 {
-		ws, err := d.Alloc(FlashBackwardWorkspaceBytes(bh, sq, dim))
+		ws, err := d.Alloc(FlashBackwardWorkspaceBytes(dt, bh, group, sq, sk, dim, scale))
 		if err != nil {
 			return err
 		}
@@ -298,7 +300,7 @@ func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, d
 	}
 	rows := bh * sq
 	dsum := workspace
-	dqacc := workspace.Offset(((rows*4 + 255) / 256) * 256)
+	dqacc := workspace.Offset(flashBwdLayoutOf(bh, sq, sk, dim, false).dqacc)
 	pre, err := ks.Fn(p.bwdPre, 0)
 	if err != nil {
 		return err
@@ -326,11 +328,23 @@ func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, d
 		return d.Launch(fkv, [3]uint32{uint32(bh / group), uint32((sk + 15) / 16), 1}, blk, uint32(p.genKVSmem),
 			q, k, v, dO, lse, dsum, dk, dv, int32(bh), int32(sq), int32(sk), int32(dim), scale, b2i(causal), int32(group))
 	}
+	repeat, err := flashBwdRepeats(p, bh, group, sk, k, v, dk, dv)
+	if err != nil {
+		return err
+	}
+	// What the main kernel reads and writes: K, V, dK, dV of bh/group
+	// heads, or their repeats of bh heads in the workspace (group 1).
+	mk, mv, mdk, mdv, mgroup := k, v, dk, dv, group
+	if repeat {
+		lay := flashBwdLayoutOf(bh, sq, sk, dim, true)
+		mk, mv, mdk, mdv = workspace.Offset(lay.kr), workspace.Offset(lay.vr), workspace.Offset(lay.dkr), workspace.Offset(lay.dvr)
+		mgroup = 1
+	}
 	sm90, err := flashSM90BwdChoice(d, dt, dim, scale)
 	if err != nil {
 		return err
 	}
-	if sm90 != "" && !flashVecAligned(q, k, v, dO, dk, dv) && os.Getenv(FlashSM90BwdEnv) == "" {
+	if sm90 != "" && !flashVecAligned(q, mk, mv, dO, mdk, mdv) && os.Getenv(FlashSM90BwdEnv) == "" {
 		// The Hopper backwards move Q, K, V, dO, dK and dV with TMA (16-byte
 		// aligned tensors only); FA2's takes the others unless a kernel was
 		// asked for by name (then the launch says which tensor is not).
@@ -346,12 +360,22 @@ func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, d
 	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
 		return err
 	}
-	if sm90 != "" {
-		if err := flashBackwardSM90(d, sm90, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, group, sq, sk, dim, scale, causal); err != nil {
+	if repeat {
+		if err := flashBwdRepeatKV(d, ks, p, k, v, mk, mv, bh, group, sk, dim); err != nil {
 			return err
 		}
-	} else if err := flashBackwardFA2(d, ks, p, q, k, v, dO, lse, dsum, dqacc, dk, dv, bh, group, sq, sk, dim, scale, causal); err != nil {
+	}
+	if sm90 != "" {
+		if err := flashBackwardSM90(d, sm90, q, mk, mv, dO, lse, dsum, dqacc, mdk, mdv, bh, mgroup, sq, sk, dim, scale, causal); err != nil {
+			return err
+		}
+	} else if err := flashBackwardFA2(d, ks, p, q, mk, mv, dO, lse, dsum, dqacc, mdk, mdv, bh, mgroup, sq, sk, dim, scale, causal); err != nil {
 		return err
+	}
+	if repeat {
+		if err := flashBwdSumKV(d, ks, p, mdk, mdv, dk, dv, bh, group, sk, dim); err != nil {
+			return err
+		}
 	}
 	n := int64(rows) * int64(dim)
 	name := p.bwdConvert

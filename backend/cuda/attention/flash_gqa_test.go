@@ -110,6 +110,9 @@ func TestFlashGQAGPU(t *testing.T) {
 					t.Fatalf("LSE[%d] = %g grouped, %g on the repeated K/V", i, lseGot[i], lseRepGot[i])
 				}
 			}
+			// The backward runs as FlashGQABwdEnv's rule picks: at these
+			// small shapes as multi-head attention on repeated K/V
+			// (TestFlashGQARepeatGPU runs both ways).
 			if err := FlashBackwardGrouped(d, c.dt, q, k, v, o, dO, lse, dq, dk, dv, 0, bh, group, c.sq, c.sk, c.dim, scale, c.causal); err != nil {
 				t.Fatal(err)
 			}
@@ -157,57 +160,79 @@ func TestFlashGroupRefused(t *testing.T) {
 // repeated to 32 heads (FlashForward, FlashBackward: what the graph ran
 // before the fusion read K/V from before the repeat; the repeat's copies and
 // the sums of the repeated dK, dV, which it ran too, are not counted), on
-// the default (sm90)
-// kernels and on FA2's, and logs TFLOP/s (causal halves the forward's
-// 4·B·H·S²·D; the backward counts 2.5× that) and the grouped/repeated
-// ratio. It checks nothing but that the launches run: the grouped backward
-// loops over a K/V head's group inside the CTA, with H/H_kv times fewer
-// CTAs, and this is where that shows.
+// the default (sm90) kernels and on FA2's (subtests "default" and "fa2"),
+// and logs TFLOP/s (causal halves the forward's 4·B·H·S²·D; the backward
+// counts 2.5× that) and the grouped/repeated ratio. The grouped backward is
+// timed both ways FlashGQABwdEnv offers: "grouped", the kernels that loop
+// a CTA over a K/V head's group (H/H_kv times fewer CTAs: where that grid
+// is too small, this is where it shows), and "repeat", K and V repeated
+// into the workspace, the multi-head kernels and each group's dK, dV summed
+// (its copies and sums counted); the line says which one the default
+// (auto) runs. It checks nothing but that the launches run.
 func TestFlashGQASpeed(t *testing.T) {
 	d := sm90GPU(t)
 	const tokens, h, dim, iters = 16384, 32, 128, 5
 	for _, kernels := range []string{"default", "fa2"} {
-		if kernels == "fa2" {
-			t.Setenv(FlashSM90Env, "0")
-			t.Setenv(FlashSM90BwdEnv, "0")
-		}
-		for _, s := range []int{2048, 4096, 8192} {
-			p := newFlashSpeedProblem(t, d, tokens, h*dim, s, dim, 4, uint32(s))
-			bh, n, o, lse, scale := p.bh, p.n, p.o, p.lse, p.scale
-			q, kr, vr, dO := p.in[0], p.in[1], p.in[2], p.in[3]
-			grads := [3]DevicePtr{flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2)}
-			ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(bh, s, dim), 1)
-			fwdFlops := 4 * float64(bh) * float64(s) * float64(s) * dim / 2
-			for _, hkv := range []int{8, 1} {
-				group := h / hkv
-				// The grouped K and V are the first bh/group heads of the
-				// repeated buffers: only the speed is compared here.
-				times := map[string]float64{}
-				for _, c := range []struct {
-					name string
-					g    int
-					k, v DevicePtr
-				}{{"grouped", group, kr, vr}, {"repeated", 1, kr, vr}} {
-					fwd, err := timeFlash(d, func() error {
-						return FlashForwardGroupedWS(d, GemmBF16, q, c.k, c.v, o, lse, 0, bh, c.g, s, s, dim, scale, true)
-					}, iters)
-					if err != nil {
-						t.Fatalf("%s forward S=%d H_kv=%d: %v", c.name, s, hkv, err)
-					}
-					bwd, err := timeFlash(d, func() error {
-						return FlashBackwardGrouped(d, GemmBF16, q, c.k, c.v, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, c.g, s, s, dim, scale, true)
-					}, iters)
-					if err != nil {
-						t.Fatalf("%s backward S=%d H_kv=%d: %v", c.name, s, hkv, err)
-					}
-					times[c.name+"/fwd"], times[c.name+"/bwd"] = fwd, bwd
-				}
-				tf := func(flops, ms float64) float64 { return flops / (ms * 1e-3) / 1e12 }
-				t.Logf("%s S=%d B·H=%d H_kv=%d: forward grouped %.1f TFLOP/s, repeated %.1f (%.2f×); backward grouped %.1f, repeated %.1f (%.2f×)",
-					kernels, s, bh, hkv,
-					tf(fwdFlops, times["grouped/fwd"]), tf(fwdFlops, times["repeated/fwd"]), times["repeated/fwd"]/times["grouped/fwd"],
-					tf(2.5*fwdFlops, times["grouped/bwd"]), tf(2.5*fwdFlops, times["repeated/bwd"]), times["repeated/bwd"]/times["grouped/bwd"])
+		t.Run(kernels, func(t *testing.T) {
+			if kernels == "fa2" {
+				t.Setenv(FlashSM90Env, "0")
+				t.Setenv(FlashSM90BwdEnv, "0")
 			}
+			for _, s := range []int{2048, 4096, 8192} {
+				flashGQASpeedAt(t, d, tokens, h, dim, s, iters)
+			}
+		})
+	}
+}
+
+// flashGQASpeedAt is TestFlashGQASpeed at one sequence length.
+func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int) {
+	p := newFlashSpeedProblem(t, d, tokens, h*dim, s, dim, 4, uint32(s))
+	bh, n, o, lse, scale := p.bh, p.n, p.o, p.lse, p.scale
+	q, kr, vr, dO := p.in[0], p.in[1], p.in[2], p.in[3]
+	grads := [3]DevicePtr{flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2)}
+	// The repeat's workspace is the largest (its scratch does not depend
+	// on the group); sized under the setting that asks for it.
+	t.Setenv(FlashGQABwdEnv, "repeat")
+	ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(GemmBF16, bh, h, s, s, dim, scale), 1)
+	fwdFlops := 4 * float64(bh) * float64(s) * float64(s) * float64(dim) / 2
+	for _, hkv := range []int{8, 1} {
+		group := h / hkv
+		// The grouped K and V are the first bh/group heads of the
+		// repeated buffers: only the speed is compared here.
+		times := map[string]float64{}
+		for _, c := range []struct {
+			name, env string
+			g         int
+			bwdOnly   bool
+		}{{"grouped", "grouped", group, false}, {"repeat", "repeat", group, true}, {"repeated", "", 1, false}} {
+			t.Setenv(FlashGQABwdEnv, c.env)
+			if !c.bwdOnly {
+				fwd, err := timeFlash(d, func() error {
+					return FlashForwardGroupedWS(d, GemmBF16, q, kr, vr, o, lse, 0, bh, c.g, s, s, dim, scale, true)
+				}, iters)
+				if err != nil {
+					t.Fatalf("%s forward S=%d H_kv=%d: %v", c.name, s, hkv, err)
+				}
+				times[c.name+"/fwd"] = fwd
+			}
+			bwd, err := timeFlash(d, func() error {
+				return FlashBackwardGrouped(d, GemmBF16, q, kr, vr, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, c.g, s, s, dim, scale, true)
+			}, iters)
+			if err != nil {
+				t.Fatalf("%s backward S=%d H_kv=%d: %v", c.name, s, hkv, err)
+			}
+			times[c.name+"/bwd"] = bwd
 		}
+		auto := "grouped"
+		if r, _ := flashBwdRepeatPick("", true, bh, group, s); r {
+			auto = "repeat"
+		}
+		tf := func(flops, ms float64) float64 { return flops / (ms * 1e-3) / 1e12 }
+		t.Logf("S=%d B·H=%d H_kv=%d: forward grouped %.1f TFLOP/s, repeated %.1f (%.2f×); backward grouped kernels %.1f, repeat path %.1f (%.2f× grouped), repeated %.1f; auto runs %s (%.2f× repeated)",
+			s, bh, hkv,
+			tf(fwdFlops, times["grouped/fwd"]), tf(fwdFlops, times["repeated/fwd"]), times["repeated/fwd"]/times["grouped/fwd"],
+			tf(2.5*fwdFlops, times["grouped/bwd"]), tf(2.5*fwdFlops, times["repeat/bwd"]), times["grouped/bwd"]/times["repeat/bwd"],
+			tf(2.5*fwdFlops, times["repeated/bwd"]), auto, times["repeated/bwd"]/times[auto+"/bwd"])
 	}
 }

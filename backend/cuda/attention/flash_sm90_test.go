@@ -1149,7 +1149,7 @@ func TestFlashSM90BwdSpeed(t *testing.T) {
 		bh, n, o, lse, scale := p.bh, p.n, p.o, p.lse, p.scale
 		q, k, v, dO := p.in[0], p.in[1], p.in[2], p.in[3]
 		grads := [3]DevicePtr{flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2), flashAlloc(t, d, n, 2)}
-		ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(bh, s, dim), 1)
+		ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(GemmBF16, bh, 1, s, s, dim, p.scale), 1)
 		for _, causal := range []bool{false, true} {
 			if err := FlashForward(d, GemmBF16, q, k, v, o, lse, bh, s, s, dim, scale, causal); err != nil {
 				t.Fatal(err)

@@ -53,7 +53,7 @@ func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 
 // flashTypedMacros are flash_attention.cu's macros that declare one entry
 // point per ##SUF of their body for each type they are instantiated with.
-var flashTypedMacros = []string{"FLASH_TYPED", "FLASH_CONVERT", "FLASH_VEC"}
+var flashTypedMacros = []string{"FLASH_TYPED", "FLASH_CONVERT", "FLASH_VEC", "FLASH_KV_SUM"}
 
 // flashTypedPatterns are, for a macro of flashTypedMacros, its definition
 // and its instantiations.
@@ -156,7 +156,7 @@ func flashSourceProblems(src string) []string {
 					add("planFlash(%v, %d, %g): %v", dt, dim, scale, err)
 					continue
 				}
-				for _, k := range []string{p.fwd, p.bwdPre, p.bwd, p.bwdConvert, p.bwdPreVec, p.bwdConvertVec, p.genBwdDQ, p.genBwdDKDV} {
+				for _, k := range []string{p.fwd, p.bwdPre, p.bwd, p.bwdConvert, p.bwdPreVec, p.bwdConvertVec, p.bwdRepeat, p.bwdKVSum, p.genBwdDQ, p.genBwdDKDV} {
 					if k != "" {
 						used[k] = true
 					}
@@ -210,6 +210,8 @@ func TestFlashKernelsMatchSource(t *testing.T) {
 		{"unused type", "FLASH_TYPED(fp16, __half)", "FLASH_TYPED(fp16, __half)\nFLASH_TYPED(fp64, double)", "flash_attention.cu declares flash_bwd_pre_fp64, which planFlash never asks for"},
 		{"float32 dQ conversion", "FLASH_CONVERT(fp16, __half)", "FLASH_CONVERT(fp16, __half)\nFLASH_CONVERT(fp32, float)", "flash_attention.cu declares flash_bwd_convert_fp32, which planFlash never asks for"},
 		{"vector entry renamed", "flash_bwd_convertvec_##SUF", "flash_bwd_cvtvec_##SUF", "flash_attention.cu declares flash_bwd_cvtvec_bf16"},
+		{"repeat entry renamed", "flash_bwd_kv_repeat(const uint4* k", "flash_bwd_kv_copy(const uint4* k", "flash_attention.cu declares no entry point flash_bwd_kv_repeat"},
+		{"sum instance missing", "FLASH_KV_SUM(fp16, __half)\n", "", "flash_attention.cu declares no entry point flash_bwd_kv_sum_fp16"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if !strings.Contains(src, c.from) {
