@@ -80,7 +80,8 @@ func flashBwdRepeatPick(env string, tensorCore bool, bh, group, sk int) (bool, e
 // Dsum [bh, sq], float32 dQaccum [bh, sq, dim] and, when the backward runs
 // as multi-head attention, the repeated K and V and the per-query-head dK
 // and dV ([bh, sk, dim] of 16-bit elements each), every part starting on
-// 256 bytes (the Hopper kernels need 16 for TMA and bulk copies).
+// 256 bytes (the Hopper kernels need 16 for TMA and bulk copies); without
+// the repeat, FlashBackward's workspace as it always was.
 type flashBwdLayout struct {
 	dqacc      int // offset of dQaccum
 	kr, vr     int // offsets of the repeated K and V (0: no repeat)
@@ -93,11 +94,12 @@ func flashBwdLayoutOf(bh, sq, sk, dim int, repeat bool) flashBwdLayout {
 	rows := bh * sq
 	var l flashBwdLayout
 	l.dqacc = up(rows * 4)
-	l.totalBytes = l.dqacc + up(rows*dim*4)
+	l.totalBytes = l.dqacc + rows*dim*4
 	if repeat {
 		kv := up(bh * sk * dim * 2)
-		l.kr, l.vr, l.dkr, l.dvr = l.totalBytes, l.totalBytes+kv, l.totalBytes+2*kv, l.totalBytes+3*kv
-		l.totalBytes += 4 * kv
+		l.kr = up(l.totalBytes)
+		l.vr, l.dkr, l.dvr = l.kr+kv, l.kr+2*kv, l.kr+3*kv
+		l.totalBytes = l.kr + 4*kv
 	}
 	return l
 }

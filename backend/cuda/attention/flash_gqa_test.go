@@ -157,36 +157,55 @@ func TestFlashGroupRefused(t *testing.T) {
 // TestFlashGQASpeed times grouped-query attention at the shape
 // (bf16, H = 32 query heads on H_kv = 8 and 1, D = 128, causal, B·S = 16k
 // tokens, S = 2048, 4096, 8192) against the same attention over K and V
-// repeated to 32 heads (FlashForward, FlashBackward: what the graph ran
-// before the fusion read K/V from before the repeat; the repeat's copies and
-// the sums of the repeated dK, dV, which it ran too, are not counted), on
-// the default (sm90) kernels and on FA2's (subtests "default" and "fa2"),
-// and logs TFLOP/s (causal halves the forward's 4·B·H·S²·D; the backward
-// counts 2.5× that) and the grouped/repeated ratio. The grouped backward is
-// timed both ways FlashGQABwdEnv offers: "grouped", the kernels that loop
-// a CTA over a K/V head's group (H/H_kv times fewer CTAs: where that grid
-// is too small, this is where it shows), and "repeat", K and V repeated
-// into the workspace, the multi-head kernels and each group's dK, dV summed
-// (its copies and sums counted); the line says which one the default
-// (auto) runs. It checks nothing but that the launches run.
+// repeated to 32 heads beforehand (FlashForward, FlashBackward: what the
+// graph ran before the fusion read K/V from before the repeat; those copies
+// and the sums of the repeated dK, dV are not counted), on the default
+// (sm90) kernels and on FA2's (subtests "default" and "fa2"), and logs
+// TFLOP/s (causal halves the forward's 4·B·H·S²·D; the backward counts 2.5×
+// that). The grouped backward is timed both ways FlashGQABwdEnv offers:
+// "grouped", the kernels that loop a CTA over a K/V head's group (H/H_kv
+// times fewer CTAs: where that grid is too small, this is where it shows),
+// and "repeat", K and V repeated into the workspace, the multi-head kernels
+// and each group's dK, dV summed (its copies and sums counted); the line
+// gives the grouped grid's CTAs and which way the default (auto) runs.
+// Subtest "threshold" times H_kv = 8 at B = 1 (grouped grids of 128 to 1024
+// CTAs, around flashBwdRepeatMinCTAs) and "noncausal" the shapes
+// without the mask (no CTA longer than another), both on the default
+// kernels: where the rule's line should lie. It checks nothing but that the
+// launches run.
 func TestFlashGQASpeed(t *testing.T) {
 	d := sm90GPU(t)
-	const tokens, h, dim, iters = 16384, 32, 128, 5
-	for _, kernels := range []string{"default", "fa2"} {
-		t.Run(kernels, func(t *testing.T) {
-			if kernels == "fa2" {
+	const h, dim, iters = 32, 128, 5
+	for _, c := range []struct {
+		name   string
+		tokens int // B·S; 0: B = 1
+		seqs   []int
+		hkvs   []int
+		causal bool
+	}{
+		{"default", 16384, []int{2048, 4096, 8192}, []int{8, 1}, true},
+		{"fa2", 16384, []int{2048, 4096, 8192}, []int{8, 1}, true},
+		{"threshold", 0, []int{2048, 4096, 8192, 16384}, []int{8}, true},
+		{"noncausal", 16384, []int{2048, 8192}, []int{8, 1}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "fa2" {
 				t.Setenv(FlashSM90Env, "0")
 				t.Setenv(FlashSM90BwdEnv, "0")
 			}
-			for _, s := range []int{2048, 4096, 8192} {
-				flashGQASpeedAt(t, d, tokens, h, dim, s, iters)
+			for _, s := range c.seqs {
+				tokens := c.tokens
+				if tokens == 0 {
+					tokens = s
+				}
+				flashGQASpeedAt(t, d, tokens, h, dim, s, iters, c.hkvs, c.causal)
 			}
 		})
 	}
 }
 
 // flashGQASpeedAt is TestFlashGQASpeed at one sequence length.
-func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int) {
+func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int, hkvs []int, causal bool) {
 	p := newFlashSpeedProblem(t, d, tokens, h*dim, s, dim, 4, uint32(s))
 	bh, n, o, lse, scale := p.bh, p.n, p.o, p.lse, p.scale
 	q, kr, vr, dO := p.in[0], p.in[1], p.in[2], p.in[3]
@@ -195,8 +214,11 @@ func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int) {
 	// on the group); sized under the setting that asks for it.
 	t.Setenv(FlashGQABwdEnv, "repeat")
 	ws := flashAlloc(t, d, FlashBackwardWorkspaceBytes(GemmBF16, bh, h, s, s, dim, scale), 1)
-	fwdFlops := 4 * float64(bh) * float64(s) * float64(s) * float64(dim) / 2
-	for _, hkv := range []int{8, 1} {
+	fwdFlops := 4 * float64(bh) * float64(s) * float64(s) * float64(dim)
+	if causal {
+		fwdFlops /= 2
+	}
+	for _, hkv := range hkvs {
 		group := h / hkv
 		// The grouped K and V are the first bh/group heads of the
 		// repeated buffers: only the speed is compared here.
@@ -205,11 +227,11 @@ func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int) {
 			name, env string
 			g         int
 			bwdOnly   bool
-		}{{"grouped", "grouped", group, false}, {"repeat", "repeat", group, true}, {"repeated", "", 1, false}} {
+		}{{"grouped", "grouped", group, false}, {"repeat", "repeat", group, true}, {"mha", "", 1, false}} {
 			t.Setenv(FlashGQABwdEnv, c.env)
 			if !c.bwdOnly {
 				fwd, err := timeFlash(d, func() error {
-					return FlashForwardGroupedWS(d, GemmBF16, q, kr, vr, o, lse, 0, bh, c.g, s, s, dim, scale, true)
+					return FlashForwardGroupedWS(d, GemmBF16, q, kr, vr, o, lse, 0, bh, c.g, s, s, dim, scale, causal)
 				}, iters)
 				if err != nil {
 					t.Fatalf("%s forward S=%d H_kv=%d: %v", c.name, s, hkv, err)
@@ -217,7 +239,7 @@ func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int) {
 				times[c.name+"/fwd"] = fwd
 			}
 			bwd, err := timeFlash(d, func() error {
-				return FlashBackwardGrouped(d, GemmBF16, q, kr, vr, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, c.g, s, s, dim, scale, true)
+				return FlashBackwardGrouped(d, GemmBF16, q, kr, vr, o, dO, lse, grads[0], grads[1], grads[2], ws, bh, c.g, s, s, dim, scale, causal)
 			}, iters)
 			if err != nil {
 				t.Fatalf("%s backward S=%d H_kv=%d: %v", c.name, s, hkv, err)
@@ -228,11 +250,12 @@ func flashGQASpeedAt(t *testing.T, d *Device, tokens, h, dim, s, iters int) {
 		if r, _ := flashBwdRepeatPick("", true, bh, group, s); r {
 			auto = "repeat"
 		}
+		ctas := (s + flashBwdKeyBlock - 1) / flashBwdKeyBlock * (bh / group)
 		tf := func(flops, ms float64) float64 { return flops / (ms * 1e-3) / 1e12 }
-		t.Logf("S=%d B·H=%d H_kv=%d: forward grouped %.1f TFLOP/s, repeated %.1f (%.2f×); backward grouped kernels %.1f, repeat path %.1f (%.2f× grouped), repeated %.1f; auto runs %s (%.2f× repeated)",
-			s, bh, hkv,
-			tf(fwdFlops, times["grouped/fwd"]), tf(fwdFlops, times["repeated/fwd"]), times["repeated/fwd"]/times["grouped/fwd"],
-			tf(2.5*fwdFlops, times["grouped/bwd"]), tf(2.5*fwdFlops, times["repeat/bwd"]), times["grouped/bwd"]/times["repeat/bwd"],
-			tf(2.5*fwdFlops, times["repeated/bwd"]), auto, times["repeated/bwd"]/times[auto+"/bwd"])
+		t.Logf("S=%d B·H=%d H_kv=%d causal=%v: forward grouped %.1f TFLOP/s, on pre-repeated K/V %.1f (%.2f×); backward: grouped kernels (%d CTAs) %.1f, repeat path %.1f (%.2f× the grouped speed), on pre-repeated K/V %.1f; auto runs %s",
+			s, bh, hkv, causal,
+			tf(fwdFlops, times["grouped/fwd"]), tf(fwdFlops, times["mha/fwd"]), times["mha/fwd"]/times["grouped/fwd"],
+			ctas, tf(2.5*fwdFlops, times["grouped/bwd"]), tf(2.5*fwdFlops, times["repeat/bwd"]), times["grouped/bwd"]/times["repeat/bwd"],
+			tf(2.5*fwdFlops, times["mha/bwd"]), auto)
 	}
 }
