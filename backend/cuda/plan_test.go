@@ -360,6 +360,39 @@ func TestPlanGroupedAttentionWorkspace(t *testing.T) {
 	}
 }
 
+// The mixed-precision plan of a fused training step with grouped-query
+// attention (gqaTraining: head dim 64, 4 query heads on 1 and 2 K/V heads)
+// gives each layer's backward the workspace its launch uses: with the
+// repeat of K/V (the rule's choice for so small a grid), without it under
+// FLASHGRAPH_FLASH_GQA_BWD=grouped.
+func TestPlanGQATrainingWorkspace(t *testing.T) {
+	for _, kv := range []int{1, 2} {
+		ts, cfg := gqaTraining(t, kv)
+		group, bh := cfg.Heads/kv, cfg.Batch*cfg.Heads
+		repeat := int64(4 * bh * cfg.Seq * cfg.HeadDim * 2)
+		for _, env := range []string{"", "grouped"} {
+			t.Setenv(FlashGQABwdEnv, env)
+			want := int64(FlashBackwardWorkspaceBytes(GemmBF16, bh, group, cfg.Seq, cfg.Seq, cfg.HeadDim, 0.125))
+			if hasRepeat := want > repeat; hasRepeat != (env == "") {
+				t.Fatalf("H_kv %d %s=%q: FlashBackwardWorkspaceBytes %d, repeat %d bytes: want it %v", kv, FlashGQABwdEnv, env, want, repeat, env == "")
+			}
+			p := plan(t, ts.Graph, PlanOptions{Compute: graph.BFloat16, Updates: ts.Updates})
+			n := 0
+			for _, tt := range p.Tensors {
+				if tt.Scratch && tt.Op == "FlashAttentionGrad" && strings.HasSuffix(tt.Name, "workspace") {
+					n++
+					if tt.Bytes != want {
+						t.Errorf("H_kv %d %s=%q: %s is %d bytes, want %d", kv, FlashGQABwdEnv, env, tt.Name, tt.Bytes, want)
+					}
+				}
+			}
+			if n != cfg.Layers {
+				t.Errorf("H_kv %d: %d backward workspaces in the plan, want %d", kv, n, cfg.Layers)
+			}
+		}
+	}
+}
+
 func TestPlanRejects(t *testing.T) {
 	if _, err := PlanMemory(nil); err == nil {
 		t.Error("nil graph planned")

@@ -38,11 +38,12 @@ const (
 	// multi-head attention instead. A backward CTA takes a whole SM (its
 	// shared memory), so below one CTA per SM some SMs idle, and below two
 	// the wave is too short to even out CTAs of unequal length (causal: the
-	// first key block sees every query, the last only Sq-Sk+128 of them),
-	// while the repeat's copies and sums cost only a few percent of the
-	// backward's time. Two waves of flashDecodeSMs, the H200's 132 SMs: a
-	// fixed count, as the decode forward plans with, so that the workspace
-	// (and the executor's memory plan) depends on the shape only.
+	// first key block sees every query, the last only the last 128 when
+	// Sq = Sk), while the repeat's copies and sums cost only a few percent
+	// of the backward's time. Two waves of flashDecodeSMs, the H200's 132
+	// SMs: a fixed count, as the decode forward plans with, so that the
+	// workspace (and the executor's memory plan) depends on the shape (and
+	// FlashGQABwdEnv), not on the device.
 	flashBwdRepeatMinCTAs = 2 * flashDecodeSMs
 )
 

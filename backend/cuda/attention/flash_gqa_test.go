@@ -36,7 +36,8 @@ func gqaSum(x []float64, bh, group, s, dim int) []float64 {
 // and V of H_kv heads against the float64 reference of attention over the
 // repeated heads (dK, dV summed over each group), with TestFlashAttentionGPU's
 // tolerances: H = 8 query heads on H_kv = 2 and 1 (multi-query), D = 64 and
-// 128, S = 1024 causal, on FA2's kernels and on the Hopper ones (sm90,
+// 128, S = 1024 causal, the backward on the grouped kernels
+// (FlashGQABwdEnv=grouped), on FA2's kernels and on the Hopper ones (sm90,
 // skipped off compute capability 9.0). The forward must also equal, bit for
 // bit, FlashForward on the materialised repeat (each query head reads the
 // same K/V values either way). The decode forward (4 query rows) and the
@@ -110,9 +111,10 @@ func TestFlashGQAGPU(t *testing.T) {
 					t.Fatalf("LSE[%d] = %g grouped, %g on the repeated K/V", i, lseGot[i], lseRepGot[i])
 				}
 			}
-			// The backward runs as FlashGQABwdEnv's rule picks: at these
-			// small shapes as multi-head attention on repeated K/V
-			// (TestFlashGQARepeatGPU runs both ways).
+			// The grouped kernels: at these small shapes the rule would run
+			// multi-head attention on repeated K/V instead
+			// (TestFlashGQARepeatGPU checks both ways).
+			t.Setenv(FlashGQABwdEnv, "grouped")
 			if err := FlashBackwardGrouped(d, c.dt, q, k, v, o, dO, lse, dq, dk, dv, 0, bh, group, c.sq, c.sk, c.dim, scale, c.causal); err != nil {
 				t.Fatal(err)
 			}
