@@ -306,6 +306,12 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if err != nil {
 		return nil, err
 	}
+	if _, err := readSlicesInPlace(c, log); err != nil {
+		return nil, fmt.Errorf("%s: %w", PassFuseElementwise, err)
+	}
+	if _, err := writeConcatsInPlace(c, log); err != nil {
+		return nil, fmt.Errorf("%s: %w", PassFuseElementwise, err)
+	}
 	if log != nil {
 		log.Infof(PassFuseElementwise, "%d fused elementwise nodes, %d merged with a sibling", fusedCount-siblings, siblings)
 	}
