@@ -70,15 +70,26 @@ func TestGPT2FuseQKVStepCopies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs, err := train.BuildGraphs(cfg, true, train.Hyper{WeightDecay: 0.1, FuseQKV: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := countQKVCopies(t, gs)
-	want := qkvCopies{slices: 3 * cfg.Layers, concats: cfg.Layers, transposes: 2 * cfg.Layers}
-	t.Logf("gpt2 bf16 step with fuse_qkv: %+v", got)
-	if got != want {
-		t.Errorf("gpt2 step with fuse_qkv: %+v copies, want %+v", got, want)
+	L := cfg.Layers
+	for _, tc := range []struct {
+		recompute train.RecomputeMode
+		want      qkvCopies
+	}{
+		{train.RecomputeNone, qkvCopies{slices: 3 * L, concats: L, transposes: 2 * L}},
+		// Recomputing the forward concatenates the weights and merges o's
+		// heads once more per layer.
+		{train.RecomputeFull, qkvCopies{slices: 3 * L, concats: 2 * L, transposes: 3 * L}},
+	} {
+		h := train.Hyper{WeightDecay: 0.1, FuseQKV: true}.WithRecompute(tc.recompute)
+		gs, err := train.BuildGraphs(cfg, true, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := countQKVCopies(t, gs)
+		t.Logf("gpt2 bf16 step with fuse_qkv, recompute %q: %+v", tc.recompute, got)
+		if got != tc.want {
+			t.Errorf("gpt2 step with fuse_qkv, recompute %q: %+v copies, want %+v", tc.recompute, got, tc.want)
+		}
 	}
 }
 
