@@ -52,7 +52,12 @@ func readSlicesInPlace(c *graph.Graph, log *Log) (int, error) {
 			continue
 		}
 		step := graph.FusedStep{Op: "Slice", Params: []int64{axis, start, end}}
-		readers := uses[y]
+		var readers []*graph.Node // each once (a body may read y twice)
+		for _, u := range uses[y] {
+			if !slices.Contains(readers, u) {
+				readers = append(readers, u)
+			}
+		}
 		for _, u := range readers {
 			if u.Op == "Transpose" {
 				fn, err := transposeBody(u, x, step)
@@ -107,6 +112,9 @@ func sliceReadRefusal(y *graph.Value, uses map[*graph.Value][]*graph.Node, isOut
 	for _, u := range readers {
 		switch {
 		case u.Op == "FusedElementwise":
+			if steps := strings.Count(u.Attrs.String("body", ""), ";") + 1; steps >= fuseMaxSteps {
+				return fmt.Sprintf("read by %s, a body of %d steps already (at most %d)", u.Name, steps, fuseMaxSteps)
+			}
 		case indexTranspose(u):
 			if slices.Contains(u.Inputs, nil) {
 				return fmt.Sprintf("read by %s, a Transpose with an omitted input", u.Name)
@@ -196,8 +204,7 @@ func sliceInBody(u *graph.Node, y, x *graph.Value, s graph.FusedStep) error {
 // that computes every such piece at the positions it selects, so that each
 // element is written once, where the GEMMs read it:
 //
-//	concat_write  a Concat of float tensors, not a graph output, at least
-//	              one of whose inputs is made by a body without a
+//	concat_write  a Concat of float tensors at least one of whose inputs is made by a body without a
 //	              reduction that has that one output, or by a lone
 //	              Transpose that keeps the last axis (not a graph
 //	              output, not read by a GEMM), and read by this Concat
@@ -219,7 +226,7 @@ func writeConcatsInPlace(c *graph.Graph, log *Log) (int, error) {
 	replaced := map[*graph.Node]*graph.Node{}
 	for _, n := range c.Nodes {
 		axis, ok := concatAxis(n)
-		if !ok || isOut[n.Outputs[0]] || n.Outputs[0].Type.Shape.Numel() == 0 {
+		if !ok || n.Outputs[0].Type.Shape.Numel() == 0 {
 			continue
 		}
 		b := &bodyBuilder{index: map[*graph.Value]int{}}
