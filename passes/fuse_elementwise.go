@@ -38,6 +38,10 @@ const PassFuseElementwise = "fuse_elementwise"
 // that never writes the reduced operand. A group with a reduction merges
 // with no other.
 //
+// After grouping, a Slice read only by bodies is read in place by each, and
+// a Concat of values only it reads is written by one body
+// (fuse_elementwise_slices.go: fuse_qkv's head splits and their gradients).
+//
 // Before grouping, cheap elementwise values that are kept only for late
 // elementwise readers are recomputed next to those readers (rematerialize),
 // and an Expand read only by elementwise ops that broadcast anyway is
@@ -305,6 +309,12 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	siblings, err := mergeSiblings(c, log)
 	if err != nil {
 		return nil, err
+	}
+	if _, err := readSlicesInPlace(c, log); err != nil {
+		return nil, fmt.Errorf("%s: %w", PassFuseElementwise, err)
+	}
+	if _, err := writeConcatsInPlace(c, log); err != nil {
+		return nil, fmt.Errorf("%s: %w", PassFuseElementwise, err)
 	}
 	if log != nil {
 		log.Infof(PassFuseElementwise, "%d fused elementwise nodes, %d merged with a sibling", fusedCount-siblings, siblings)

@@ -28,8 +28,12 @@ const qkvMinGroup = 3
 // through it to each weight (autodiff's Concat rule slices them out) and
 // AdamW, checkpoints, export and the evaluation graph see the same params
 // as without the pass. The price is a copy of the weights per step (3·D²
-// elements per layer, small next to the activations) and of the slices'
-// gradients into one buffer.
+// elements per layer, small next to the activations) and of the merged
+// weight gradient into the three. The Slices of the product and the Concat
+// of their gradients cost no copy once the step's elementwise chains are
+// fused: fuse_elementwise's slice_read and concat_write
+// (fuse_elementwise_slices.go) read the slices in place and write the
+// gradients where the merged backward GEMMs read them.
 //
 // It runs on a forward graph, after the attention fusion (which it leaves
 // alone: the products it merges feed FlashAttention through the same

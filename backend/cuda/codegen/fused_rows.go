@@ -19,13 +19,16 @@ import (
 // A Transpose step of an input that keeps the last axis in place (a head
 // split read by a norm) is that input read with permuted strides: each row
 // is still contiguous, only where it starts moves. The step becomes a copy
-// of a second view of the input's buffer.
+// of a second view of the input's buffer. So is a Slice of an input (fuse_qkv's
+// head split of the merged q/k/v product, read in place), and a Transpose
+// of such a Slice: the input's buffer at an offset.
 
 // Rows is one generated row kernel.
 type Rows struct {
 	full     graph.Shape // the reduced operand's shape; its last axis is reduced
 	steps    []graph.FusedStep
 	rowLevel []bool // step s has the reduced shape (the reduction and after)
+	dead     []bool // step s is read by no step and no output (a Slice only Transposes read)
 	red      int    // the reduction step
 	mean     bool
 	ElemIns  []Operand // inputs over full (nil strides: not read per element)
@@ -169,7 +172,7 @@ func (p *Rows) Generate() (Kernel, error) {
 		}
 	}
 	args := kn.elementLoop("                    ", ct, vec, true, ins)
-	perElement := func(s int) bool { return !p.rowLevel[s] }
+	perElement := func(s int) bool { return !p.rowLevel[s] && !p.isDead(s) }
 	if _, err := kn.steps("                        ", ct, p.steps, p.narrow, args, perElement); err != nil {
 		return Kernel{}, err
 	}
@@ -231,61 +234,111 @@ func (p *Rows) Generate() (Kernel, error) {
 	return k, nil
 }
 
-// transposedView is a Transpose step's reading of a node input, as an
-// extra operand of a row kernel.
-type transposedView struct {
+// isDead reports whether step s is computed by no one (see inputViews).
+func (p *Rows) isDead(s int) bool { return s < len(p.dead) && p.dead[s] }
+
+// inputView is a node input read through index steps that only move where
+// its values lie (a Slice of it, a Transpose of it that keeps the last axis,
+// or a Transpose of such a Slice), as an extra operand of a row kernel: the
+// input's buffer at an offset with permuted strides.
+type inputView struct {
 	input int
-	perm  []int64
+	slice []int64 // axis, start, end of a Slice step (nil: none)
+	perm  []int64 // a Transpose step's (nil: none)
 }
 
-// transposedViews rewrites each Transpose step of a node input that keeps
-// the last axis into a copy (Identity) of a view of that input, numbered
-// after the node's inputs, and returns the views. Any other Transpose step
+// inputViews rewrites each Slice step of a node input and each Transpose
+// step (keeping the last axis) of a node input or of such a Slice into a
+// copy (Identity) of a view of that input, numbered after the node's
+// inputs, and returns the views. A Slice step that only Transposes read
+// is then read by no step: dead reports it (unless it is an output), so
+// that the kernel neither loads nor computes it. Any other Transpose step
 // is an error: it moves values between rows.
-func transposedViews(steps []graph.FusedStep, inputs []*graph.Value) ([]graph.FusedStep, []transposedView, error) {
-	var views []transposedView
-	var out []graph.FusedStep
+func inputViews(steps []graph.FusedStep, inputs []*graph.Value, outputs []int64) (out []graph.FusedStep, views []inputView, dead []bool, err error) {
+	out = slices.Clone(steps)
+	sliceOf := map[int]inputView{} // Slice step -> its view
+	view := func(v inputView) graph.FusedOperand {
+		views = append(views, v)
+		return graph.FusedOperand{Index: len(inputs) + len(views) - 1}
+	}
 	for k, st := range steps {
-		if st.Op != "Transpose" {
-			continue
+		switch st.Op {
+		case "Slice":
+			if a := st.Args[0]; !a.Step && len(st.Params) == 3 {
+				v := inputView{input: a.Index, slice: st.Params}
+				sliceOf[k] = v
+				out[k] = graph.FusedStep{Op: "Identity", Args: []graph.FusedOperand{view(v)}}
+			}
+		case "Transpose":
+			a := st.Args[0]
+			v, ok := sliceOf[a.Index]
+			if a.Step && !ok {
+				return nil, nil, nil, fmt.Errorf("step %d: a row kernel reads a Transpose of a node input or of a Slice of one only, not of step %d", k, a.Index)
+			}
+			if !a.Step {
+				v = inputView{input: a.Index}
+			}
+			r := inputs[v.input].Type.Shape.Rank()
+			if len(st.Params) != r || st.Params[r-1] != int64(r-1) {
+				return nil, nil, nil, fmt.Errorf("step %d: Transpose<%v> of a rank-%d input moves its last axis; a row kernel keeps rows contiguous", k, st.Params, r)
+			}
+			v.perm = st.Params
+			out[k] = graph.FusedStep{Op: "Identity", Args: []graph.FusedOperand{view(v)}}
 		}
-		a := st.Args[0]
-		if a.Step {
-			return nil, nil, fmt.Errorf("step %d: a row kernel reads a Transpose of a node input only, not of step %d", k, a.Index)
-		}
-		r := inputs[a.Index].Type.Shape.Rank()
-		if len(st.Params) != r || st.Params[r-1] != int64(r-1) {
-			return nil, nil, fmt.Errorf("step %d: Transpose<%v> of a rank-%d input moves its last axis; a row kernel keeps rows contiguous", k, st.Params, r)
-		}
-		if out == nil {
-			out = slices.Clone(steps)
-		}
-		out[k] = graph.FusedStep{Op: "Identity", Args: []graph.FusedOperand{{Index: len(inputs) + len(views)}}}
-		views = append(views, transposedView{input: a.Index, perm: st.Params})
 	}
-	if out == nil {
-		return steps, nil, nil
+	read := make([]bool, len(out))
+	for _, st := range out {
+		for _, a := range st.Args {
+			if a.Step {
+				read[a.Index] = true
+			}
+		}
 	}
-	return out, views, nil
+	for _, o := range outputs {
+		if o >= 0 && int(o) < len(read) {
+			read[o] = true
+		}
+	}
+	dead = make([]bool, len(out))
+	for k := range sliceOf {
+		dead[k] = !read[k]
+	}
+	return out, views, dead, nil
+}
+
+// Operand reads buf, of shape in, through the view (sliced, then
+// transposed), broadcast to shape out.
+func (v inputView) Operand(buf Buffer, in graph.Shape, out graph.Shape) Operand {
+	st := ContiguousStrides(in)
+	shape := in.Clone()
+	var off int64
+	if v.slice != nil {
+		axis := v.slice[0]
+		off = v.slice[1] * st[axis]
+		shape[axis] = int(v.slice[2] - v.slice[1])
+	}
+	if v.perm != nil {
+		tShape := make(graph.Shape, len(v.perm))
+		tStrides := make([]int64, len(v.perm))
+		for i, p := range v.perm {
+			tShape[i], tStrides[i] = shape[p], st[p]
+		}
+		shape, st = tShape, tStrides
+	}
+	r := out.Rank()
+	strides := make([]int64, r)
+	for i := range shape {
+		if shape[i] != 1 {
+			strides[r-len(shape)+i] = st[i]
+		}
+	}
+	return Operand{Buf: buf, Off: off, Strides: strides}
 }
 
 // TransposedOperand reads buf, of shape in, transposed by perm and then
 // broadcast to shape out.
 func TransposedOperand(buf Buffer, in graph.Shape, perm []int64, out graph.Shape) Operand {
-	st := ContiguousStrides(in)
-	tShape := make(graph.Shape, len(perm))
-	tStrides := make([]int64, len(perm))
-	for i, p := range perm {
-		tShape[i], tStrides[i] = in[p], st[p]
-	}
-	r := out.Rank()
-	strides := make([]int64, r)
-	for i := range tShape {
-		if tShape[i] != 1 {
-			strides[r-len(tShape)+i] = tStrides[i]
-		}
-	}
-	return Operand{Buf: buf, Strides: strides}
+	return inputView{perm: perm}.Operand(buf, in, out)
 }
 
 // leadOf is the first n strides (nil stays nil: an operand not read).
@@ -311,7 +364,7 @@ func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, i
 		full = n.Inputs[steps[red].Args[0].Index].Type.Shape
 	}
 	reduced := types[red].Shape
-	steps, views, err := transposedViews(steps, n.Inputs)
+	steps, views, dead, err := inputViews(steps, n.Inputs, n.Attrs["outputs"].Ints)
 	if err != nil {
 		return nil, err
 	}
@@ -321,9 +374,10 @@ func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, i
 		return nil, fmt.Errorf("generated row kernels reduce the last axis only (axes %v of %v)", axes, full)
 	}
 	p := &Rows{full: full, steps: steps, red: red, mean: steps[red].Op == "ReduceMean",
-		rowLevel: make([]bool, len(steps))}
+		rowLevel: make([]bool, len(steps)), dead: dead}
 	for s, t := range types {
 		switch {
+		case dead[s]: // a Slice only its Transposes read: never computed
 		case s == red || t.Shape.Equal(reduced): // full has two or more columns
 			p.rowLevel[s] = true
 		case t.Shape.Equal(full):
@@ -338,6 +392,9 @@ func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, i
 	readsElem := make([]bool, nIn)
 	readsRow := make([]bool, nIn)
 	for s, st := range steps {
+		if dead[s] {
+			continue
+		}
 		for _, a := range st.Args {
 			switch {
 			case !a.Step && s == red: // the reduced operand is read per element
@@ -363,7 +420,7 @@ func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, i
 			vw := views[i-len(n.Inputs)]
 			e.Buf = in(vw.input)
 			operandOver = func(out graph.Shape) Operand {
-				return TransposedOperand(in(vw.input), n.Inputs[vw.input].Type.Shape, vw.perm, out)
+				return vw.Operand(in(vw.input), n.Inputs[vw.input].Type.Shape, out)
 			}
 		}
 		rw.Buf = e.Buf

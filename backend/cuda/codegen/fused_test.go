@@ -488,6 +488,30 @@ func TestTransposeProgramsGenerate(t *testing.T) {
 			t.Errorf("transposed norm: source lacks %q\n%s", s, src)
 		}
 	}
+	// fuse_qkv's k heads read in place from the merged [B,S,3H,D] product:
+	// a Slice of heads 3..6, transposed. The row (b,h,s) starts at
+	// 3·64 + b·9216 + h·64 + s·576; the Slice itself (read only by the
+	// Transpose) is neither loaded nor computed.
+	merged := graph.Shape{bshd[0], bshd[1], 3 * bshd[2], bshd[3]}
+	p, err = rows("Slice<2,3,6>(i0);Transpose<0,2,1,3>(t0);Mul(t1,t1);ReduceMean(t2);Add(t3,i1);Sqrt(t4);Reciprocal(t5)", []int64{1, 6}, merged, graph.Shape{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.ElemIns) != 4 || p.ElemIns[0].Strides != nil || p.ElemIns[2].Strides != nil || p.ElemIns[3].Off != 192 {
+		t.Fatalf("want inputs 0 and the Slice's view unread, the Transpose's view at offset 192; operands %+v", p.ElemIns)
+	}
+	k, err = p.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"e3 = 192ull + c0 * 9216ull + c1 * 64ull + c2 * 576ull", "in3 + e3 + col", "const void* __restrict__ in2", "vector 8,"} {
+		if !strings.Contains(k.Source, s) {
+			t.Errorf("sliced transposed norm: source lacks %q\n%s", s, k.Source)
+		}
+	}
+	if strings.Contains(k.Source, "t0 =") {
+		t.Errorf("sliced transposed norm: the Slice step is computed\n%s", k.Source)
+	}
 	for _, tc := range []struct{ body, want string }{
 		{"Neg(i0);Transpose<0,2,1,3>(t0);ReduceSum(t1)", "not of step 0"},
 		{"Transpose<0,1,3,2>(i0);ReduceSum(t0)", "moves its last axis"},

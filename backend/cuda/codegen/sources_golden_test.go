@@ -149,6 +149,7 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 	}
 	// Rows through NewRows: a head split read as a view, a row broadcast.
 	bshd := graph.Shape{2, 16, 3, 64}
+	merged := graph.Shape{2, 16, 9, 64} // q, k and v heads of one GEMM
 	for _, dt := range dts {
 		for _, tc := range []struct {
 			body string
@@ -158,6 +159,10 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 			{"Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4)", []int64{0, 5}, []graph.Shape{bshd, {}}},
 			{"Mul(i0,i1);ReduceSum(t0);Mul(t1,i2)", []int64{0, 2}, []graph.Shape{{4, 96}, {96}, {4, 1}}},
 			{"Mul(i0,i1);ReduceSum(t0)", []int64{1}, []graph.Shape{{4, 30}, {4, 30}}},
+			// fuse_qkv's k heads read in place from the merged product, by
+			// the norm forward and the backward's row sum.
+			{"Slice<2,3,6>(i0);Transpose<0,2,1,3>(t0);Mul(t1,t1);ReduceMean(t2);Add(t3,i1);Sqrt(t4);Reciprocal(t5)", []int64{1, 6}, []graph.Shape{merged, {}}},
+			{"Slice<2,0,3>(i1);Transpose<0,2,1,3>(t0);Mul(i0,t1);ReduceSum(t2)", []int64{3}, []graph.Shape{{2, 3, 16, 64}, merged}},
 		} {
 			n := &graph.Node{Name: "norm", Op: "FusedElementwise", Attrs: graph.Attrs{"body": graph.Str(tc.body),
 				"outputs": graph.Ints(tc.outs...), "axes": graph.Ints(-1)}}
@@ -207,6 +212,11 @@ func TestGeneratorSourcesGolden(t *testing.T) {
 			{"Transpose<0,2,1,3>(i0);Neg(t0);Transpose<0,2,1,3>(t1)", bshd, []graph.Shape{bshd}, nil},
 			{"Transpose<0,1,3,2>(i0);Neg(t0)", graph.Shape{2, 3, 64, 16}, []graph.Shape{bhsd}, nil},
 			{"Concat<2>(i0,i1);Neg(t0)", graph.Shape{2, 3, 32, 64}, []graph.Shape{shape, shape}, nil},
+			// fuse_qkv: v's heads cut from the merged product and
+			// transposed in one copy; gradients written into the merged
+			// gradient by the Concat that selects them.
+			{"Slice<2,6,9>(i0);Transpose<0,2,1,3>(t0)", bhsd, []graph.Shape{merged}, nil},
+			{"Transpose<0,2,1,3>(i0);Neg(i1);Transpose<0,2,1,3>(t1);Transpose<0,2,1,3>(i2);Concat<2>(t0,t2,t3)", merged, []graph.Shape{bhsd, bhsd, bhsd}, nil},
 		} {
 			for _, odt := range []graph.DType{dt, graph.Float32} {
 				steps, err := graph.ParseFusedBody(tc.body, len(tc.ins))
