@@ -425,6 +425,15 @@ func buildFused(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.V
 // of the producing ops, placed just before it, and the original dies with the
 // forward. This is what torch.compile's min-cut partitioner decides for
 // pointwise ops; here it is a local rule.
+//
+// A value the recompute pass cloned for the backward (a node scoped
+// recomputeCloneScope) is rematerialised in all its readers, near ones too,
+// when they are all elementwise: it was computed again only to be read there,
+// so computing it inside their kernels instead of storing it is the same
+// arithmetic and saves its write and reads. Without this, -recompute=cheap's
+// SwiGLU clone wrote the sigmoid, the SiLU and the product (three activations)
+// for the backward's kernels to read back, where the plain step's backward
+// computes the first two inside its one kernel.
 const (
 	rematGap   = 32 // a reader at least this many nodes later is "late"
 	rematDepth = 3  // producers copied along one chain at most
@@ -497,8 +506,9 @@ func rematerialize(c *graph.Graph, log *Log) int {
 		}
 		var late []*graph.Node
 		all := true
+		clone := strings.HasPrefix(n.Name, recomputeCloneScope)
 		for _, u := range uses[v] {
-			if pos[u]-pos[n] < rematGap {
+			if pos[u]-pos[n] < rematGap && !clone {
 				continue
 			}
 			ok, _ := fusibleNode(u)
@@ -559,11 +569,61 @@ func rematerialize(c *graph.Graph, log *Log) int {
 		nodes = append(nodes, before[n]...)
 		nodes = append(nodes, n)
 	}
-	c.Nodes = nodes
+	var producers []*graph.Node
+	for _, j := range jobs {
+		producers = append(producers, j.v.Producer)
+	}
+	c.Nodes = dropUnread(nodes, c.Outputs, producers)
 	if log != nil {
 		log.Infof(PassFuseElementwise, "recomputed %d elementwise values in their late readers instead of keeping them (%d bytes)", count, saved)
 	}
 	return count
+}
+
+// dropUnread removes from nodes the elementwise nodes among from that
+// nothing reads any more (no node, no graph output), and then those among
+// their producers that this leaves unread, in turn: a recompute clone whose
+// readers now compute it themselves, with the copies made for it.
+func dropUnread(nodes []*graph.Node, outputs []*graph.Value, from []*graph.Node) []*graph.Node {
+	reads := map[*graph.Value]int{}
+	for _, n := range nodes {
+		for _, v := range n.Inputs {
+			reads[v]++
+		}
+	}
+	for _, v := range outputs {
+		reads[v]++
+	}
+	dead := map[*graph.Node]bool{}
+	work := slices.Clone(from)
+	for len(work) > 0 {
+		n := work[len(work)-1]
+		work = work[:len(work)-1]
+		if n == nil || dead[n] {
+			continue
+		}
+		if ok, _ := fusibleNode(n); !ok {
+			continue
+		}
+		unread := true
+		for _, v := range n.Outputs {
+			unread = unread && reads[v] == 0
+		}
+		if !unread {
+			continue
+		}
+		dead[n] = true
+		for _, v := range n.Inputs {
+			reads[v]--
+			if v.Producer != nil {
+				work = append(work, v.Producer)
+			}
+		}
+	}
+	if len(dead) == 0 {
+		return nodes
+	}
+	return slices.DeleteFunc(nodes, func(n *graph.Node) bool { return dead[n] })
 }
 
 // loneReason says why an elementwise node stayed alone: what feeds it and
