@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/internal/units"
 	"github.com/flashgraph/flashgraph/onnx/onnxpb"
 )
 
@@ -108,19 +109,9 @@ func (b *foldBudget) exceeded(err error) error {
 	return fmt.Errorf("constant folding would create more%s than the %d elements left of its limit of %d (%s); refused before allocating; %s", what, b.left(), b.limit, b.why, b.raise)
 }
 
-// formatBytes writes a byte count with a binary unit.
-func formatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, i := float64(n), 0
-	for v >= unit && i < 4 {
-		v /= unit
-		i++
-	}
-	return fmt.Sprintf("%.2f %ciB", v, "KMGT"[i-1])
-}
+// formatBytes writes a byte count with a binary unit, two digits after the
+// point in every unit up to TiB ("1.50 KiB", "357.63 GiB").
+func formatBytes(n int64) string { return units.Bytes(n, 2, 2, 2, 2) }
 
 // foldViews are folds that only relabel their input's data (they share it).
 var foldViews = map[string]bool{"Identity": true, "Reshape": true, "Squeeze": true, "Unsqueeze": true}

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/internal/units"
 )
 
 // The memory plan is pure Go over a *graph.Graph: it needs no GPU, so
@@ -303,15 +304,7 @@ func (p *Plan) Report(w io.Writer, top int) error {
 	return tw.Flush()
 }
 
-// FormatBytes writes a byte count with a binary unit (KiB, MiB, GiB).
-func FormatBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.2f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+// FormatBytes writes a byte count with a binary unit (KiB, MiB, GiB), the
+// way plans and the reports quoting them print sizes: "64.0 KiB",
+// "695.64 MiB", "3.92 GiB".
+func FormatBytes(n int64) string { return units.Bytes(n, 1, 2, 2) }

@@ -13,6 +13,7 @@ import (
 	"github.com/flashgraph/flashgraph/checkpoint"
 	"github.com/flashgraph/flashgraph/dist"
 	"github.com/flashgraph/flashgraph/graph"
+	"github.com/flashgraph/flashgraph/internal/units"
 	"github.com/flashgraph/flashgraph/model"
 	"github.com/flashgraph/flashgraph/passes"
 	"github.com/flashgraph/flashgraph/train"
@@ -503,17 +504,9 @@ func printTrainSummary(w io.Writer, r *train.Result, files []string) {
 	}
 }
 
-func trainBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.2f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
+// trainBytes writes a byte count as train's report and messages do: as
+// cuda.FormatBytes, but with one digit after the point in MiB ("12.5 MiB").
+func trainBytes(n int64) string { return units.Bytes(n, 1, 1, 2) }
 
 func trainCount(n int64) string {
 	switch {
