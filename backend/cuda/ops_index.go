@@ -292,30 +292,15 @@ func lowerPad(c *lowerCtx) (func() error, error) {
 	return c.launch1D("pad", n, args...)
 }
 
-// lowerReduceProd runs reduce_cols with the product (op 1) in one chunk: a
+func lowerReduceProd(c *lowerCtx) (func() error, error) { return c.reduction(reduceProdKernel) }
+
+// reduceProdKernel runs reduce_cols with the product (op 1) in one chunk: a
 // thread per output multiplies its elements in order.
-func lowerReduceProd(c *lowerCtx) (func() error, error) {
-	rp, err := planReduce(c.n)
-	if err != nil {
-		return nil, err
-	}
-	if c.hasIn(1) {
-		c.x.shapeOperands[c.n.Inputs[1]] = true
-	}
-	x, y := c.in(0), c.out(0)
-	if rp.copy {
-		return c.convert(y, x)
-	}
-	if rp.nout == 0 {
-		return nop, nil
-	}
-	bw := 32
-	for int64(bw) < rp.nout && bw < 256 {
-		bw *= 2
-	}
+func reduceProdKernel(c *lowerCtx, rp reducePlan, x, y buffer) (func() error, error) {
+	block, bw := colBlock(rp.nout)
 	args := append([]any{int32(1), 1.0, rp.nout, rp.count, rp.count, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
 		redDims(rp.kept, rp.keptS, rp.red, rp.redS)...)
-	return c.kernel("reduce_cols"+reduceSuffix(x.dt, y.dt), c.gridFor(rp.nout, bw), [3]uint32{uint32(bw), 1, 1}, args...)
+	return c.kernel("reduce_cols"+reduceSuffix(x.dt, y.dt), c.gridFor(rp.nout, bw), block, args...)
 }
 
 func lowerReverseSequence(c *lowerCtx) (func() error, error) {

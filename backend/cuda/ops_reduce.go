@@ -147,7 +147,12 @@ func reduceScratch(n *graph.Node, storage func(*graph.Value) graph.DType, _ Plan
 	return []scratchReq{{"partials", rp.accType(storage(n.Inputs[0])), graph.Shape{int(rp.chunks), int(rp.nout)}}}
 }
 
-func lowerReduce(c *lowerCtx) (func() error, error) {
+// reduction lowers a Reduce* node (ReduceSum, Mean, Max, Prod): it plans
+// it, marks its axes input a shape operand (read when compiling, never
+// uploaded), lowers the two cases that need no reduction kernel (a copy for
+// noop_with_empty_axes with no axes, nothing for an empty output), and
+// leaves the rest to kernels.
+func (c *lowerCtx) reduction(kernels func(c *lowerCtx, rp reducePlan, x, y buffer) (func() error, error)) (func() error, error) {
 	rp, err := planReduce(c.n)
 	if err != nil {
 		return nil, err
@@ -162,6 +167,25 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 	if rp.nout == 0 {
 		return nop, nil
 	}
+	return kernels(c, rp, x, y)
+}
+
+// colBlock is the block of the reduce_cols kernel, a thread per output
+// column: 32 to 256 threads, no wider than the outputs need.
+func colBlock(nout int64) (block [3]uint32, width int) {
+	bw := 32
+	for int64(bw) < nout && bw < 256 {
+		bw *= 2
+	}
+	return [3]uint32{uint32(bw), 1, 1}, bw
+}
+
+func lowerReduce(c *lowerCtx) (func() error, error) { return c.reduction(reduceKernels) }
+
+// reduceKernels lowers ReduceSum, Mean and Max: a generated row or column
+// kernel where one fits, else reduce_rows or reduce_cols (in two passes when
+// the reduced range is split in chunks).
+func reduceKernels(c *lowerCtx, rp reducePlan, x, y buffer) (func() error, error) {
 	suffix := reduceSuffix(x.dt, y.dt)
 	div := 1.0
 	if rp.mean {
@@ -182,12 +206,8 @@ func lowerReduce(c *lowerCtx) (func() error, error) {
 		}
 		return c.kernel("reduce_rows"+suffix, rowGrid(rp.nout), rowBlock(rp.count), args...)
 	}
-	// A thread per output column: blocks no wider than the outputs.
-	bw := 32
-	for int64(bw) < rp.nout && bw < 256 {
-		bw *= 2
-	}
-	block := [3]uint32{uint32(bw), 1, 1}
+	// A thread per output column.
+	block, bw := colBlock(rp.nout)
 	grid := c.gridFor(rp.nout, bw)
 	if rp.chunks == 1 {
 		args := append([]any{rp.op, div, rp.nout, rp.count, rp.clen, x.ptr, dtCode(x.dt), y.ptr, dtCode(y.dt)},
