@@ -1,43 +1,24 @@
 package attention
 
 import (
-	"fmt"
-	"os"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cuda/driver"
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-// The shared test device of this package's GPU tests (as packages driver and
-// cuda have theirs). Without a GPU the tests skip with the reason
-// Available gives.
-var (
-	testDev    *Device
-	testDevErr error
-)
+// The shared test device of this package's GPU tests (cudatest.Device, as
+// packages driver and cuda have theirs). Without a GPU the tests skip with
+// the reason Available gives.
+var testGPU cudatest.Device[*Device]
 
-func TestMain(m *testing.M) {
-	if testDevErr = Available(); testDevErr == nil {
-		testDev, testDevErr = Open(0)
-	}
-	code := m.Run()
-	if testDev != nil {
-		if err := testDev.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "Close:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testGPU.Main(m, Available, Open) }
 
 // gpu returns the shared test device or skips the test with the reason.
 func gpu(t testing.TB) *Device {
 	t.Helper()
-	if testDev == nil {
-		t.Skip(testDevErr)
-	}
-	return testDev
+	return testGPU.Get(t)
 }
 
 // nvrtc is NVRTC as the tests that compile with no GPU and no cache use it

@@ -14,35 +14,20 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 	"github.com/flashgraph/flashgraph/graph"
 )
 
-var (
-	testDev    *Device
-	testDevErr error
-)
+// The shared test device of this package's GPU tests. Without a GPU the
+// tests skip with the reason Available gives.
+var testGPU cudatest.Device[*Device]
 
-func TestMain(m *testing.M) {
-	if testDevErr = Available(); testDevErr == nil {
-		testDev, testDevErr = Open(0)
-	}
-	code := m.Run()
-	if testDev != nil {
-		if err := testDev.Close(); err != nil {
-			fmt.Fprintln(os.Stderr, "Close:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { testGPU.Main(m, Available, Open) }
 
 // gpu returns the shared test device or skips the test with the reason.
 func gpu(t testing.TB) *Device {
 	t.Helper()
-	if testDev == nil {
-		t.Skip(testDevErr)
-	}
-	return testDev
+	return testGPU.Get(t)
 }
 
 // utilModule compiles kernels/util.cu into a fresh cache directory.

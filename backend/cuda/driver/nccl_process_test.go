@@ -91,7 +91,7 @@ func ncclRank() error {
 		return fmt.Errorf("rank 0's id is %d bytes, want %d", len(g.Blobs[0]), len(id))
 	}
 	copy(id[:], g.Blobs[0])
-	d := testDev
+	d := testGPU.Device()
 	if c.LocalRank != 0 {
 		if d, err = Open(c.LocalRank); err != nil {
 			return err
