@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
@@ -13,24 +14,24 @@ import (
 // up on a machine without a GPU, before any device time is spent. Every entry
 // point the backend looks up must be in the cubin.
 func TestOpsKernelsCompile(t *testing.T) {
-	nv, err := loadNVRTC()
+	version, err := driver.NVRTCVersion()
 	if err != nil {
 		t.Skip(err)
 	}
 	arch := "sm_80"
-	if !strings.HasPrefix(nv.version, "11.") {
+	if !strings.HasPrefix(version, "11.") {
 		arch = "sm_90a"
 	}
 	src, err := kernels.Source(opsKernelFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cubin, log, err := nv.compile(opsKernelFile, src, compileOptions(arch, opsCompileOptions))
+	cubin, log, err := driver.NVRTCCompile(opsKernelFile, src, driver.CompileOptions(arch, opsCompileOptions))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if log != "" {
-		t.Logf("NVRTC %s log:\n%s", nv.version, log)
+		t.Logf("NVRTC %s log:\n%s", version, log)
 	}
 	for _, k := range opsKernelNames {
 		if !bytes.Contains(cubin, []byte(k+"\x00")) {

@@ -3,7 +3,6 @@ package cuda
 import (
 	"testing"
 
-	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 )
 
@@ -19,23 +18,3 @@ func gpu(t testing.TB) *Device {
 	t.Helper()
 	return testGPU.Get(t)
 }
-
-// nvrtc is NVRTC as the tests that compile with no GPU and no cache use it
-// (package driver's NVRTCVersion and NVRTCCompile).
-type nvrtc struct{ version string }
-
-func loadNVRTC() (*nvrtc, error) {
-	v, err := driver.NVRTCVersion()
-	if err != nil {
-		return nil, err
-	}
-	return &nvrtc{version: v}, nil
-}
-
-func (*nvrtc) compile(name, source string, opts []string) ([]byte, string, error) {
-	return driver.NVRTCCompile(name, source, opts)
-}
-
-func compileOptions(arch string, extra []string) []string { return driver.CompileOptions(arch, extra) }
-
-func toolkitDirs() []string { return driver.ToolkitDirs() }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 )
 
 // sassByKernel splits a `cuobjdump -sass` listing into each function's
@@ -89,12 +91,12 @@ func TestFlashSM90SplitSASS(t *testing.T) {
 	if os.Getenv("FLASHGRAPH_SM90_SASS") != "1" {
 		t.Skip("set FLASHGRAPH_SM90_SASS=1 (and FLASHGRAPH_SM90_OLD_SOURCE=path) to compare the units' SASS")
 	}
-	nv, err := loadNVRTC()
+	version, err := driver.NVRTCVersion()
 	if err != nil {
 		t.Skip(err)
 	}
-	if strings.HasPrefix(nv.version, "11.") {
-		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	if strings.HasPrefix(version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", version)
 	}
 	tool := cudaTool("cuobjdump")
 	if tool == "" {
@@ -103,7 +105,7 @@ func TestFlashSM90SplitSASS(t *testing.T) {
 	dir := t.TempDir()
 	sass := func(name, src string) map[string]string {
 		t.Helper()
-		cubin, _, err := nv.compile(name, src, compileOptions("sm_90a", nil))
+		cubin, _, err := driver.NVRTCCompile(name, src, driver.CompileOptions("sm_90a", nil))
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
@@ -189,20 +190,20 @@ func TestFlashSM90Entries(t *testing.T) {
 // "wgmma ... serialized" warnings mean the compiler had to wait on each
 // wgmma and the kernel will be slow).
 func TestFlashSM90Compile(t *testing.T) {
-	nv, err := loadNVRTC()
+	version, err := driver.NVRTCVersion()
 	if err != nil {
 		t.Skip(err)
 	}
-	if strings.HasPrefix(nv.version, "11.") {
-		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	if strings.HasPrefix(version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", version)
 	}
 	for file, src := range flashSM90Sources(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".cu"), func(t *testing.T) {
-			cubin, log, err := nv.compile(file, src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+			cubin, log, err := driver.NVRTCCompile(file, src, driver.CompileOptions("sm_90a", []string{"--ptxas-options=-v"}))
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("NVRTC %s, sm_90a, %s, ptxas -v:\n%s", nv.version, file, log)
+			t.Logf("NVRTC %s, sm_90a, %s, ptxas -v:\n%s", version, file, log)
 			var names []string
 			for _, k := range flashSM90AllKernels {
 				if flashSM90UnitOf(k) != file {

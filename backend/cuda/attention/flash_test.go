@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 	"github.com/flashgraph/flashgraph/kernels"
 )
 
@@ -328,18 +329,18 @@ var flashDecodeKernels = []string{
 // in the cubin and that ptxas spilled none of their registers, and logs
 // their resource report.
 func TestFlashDecodeCompile(t *testing.T) {
-	nv, err := loadNVRTC()
+	version, err := driver.NVRTCVersion()
 	if err != nil {
 		t.Skip(err)
 	}
-	if strings.HasPrefix(nv.version, "11.") {
-		t.Skipf("NVRTC %s cannot target sm_90a", nv.version)
+	if strings.HasPrefix(version, "11.") {
+		t.Skipf("NVRTC %s cannot target sm_90a", version)
 	}
 	src, err := kernels.Source("flash_attention.cu")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cubin, log, err := nv.compile("flash_attention.cu", src, compileOptions("sm_90a", []string{"--ptxas-options=-v"}))
+	cubin, log, err := driver.NVRTCCompile("flash_attention.cu", src, driver.CompileOptions("sm_90a", []string{"--ptxas-options=-v"}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,26 +21,6 @@ func gpu(t testing.TB) *Device {
 	return testGPU.Get(t)
 }
 
-// nvrtc is NVRTC as the tests that compile with no GPU and no cache use it
-// (package driver's NVRTCVersion and NVRTCCompile).
-type nvrtc struct{ version string }
-
-func loadNVRTC() (*nvrtc, error) {
-	v, err := driver.NVRTCVersion()
-	if err != nil {
-		return nil, err
-	}
-	return &nvrtc{version: v}, nil
-}
-
-func (*nvrtc) compile(name, source string, opts []string) ([]byte, string, error) {
-	return driver.NVRTCCompile(name, source, opts)
-}
-
-func compileOptions(arch string, extra []string) []string { return driver.CompileOptions(arch, extra) }
-
-func toolkitDirs() []string { return driver.ToolkitDirs() }
-
 // The driver's names the tests use as package cuda's tests do.
 type Event = driver.Event
 

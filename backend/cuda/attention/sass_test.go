@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/driver"
 )
 
 // wgmmaDescriptors is what sassDescriptorMoves finds in one kernel: its
@@ -115,9 +117,9 @@ func atoiDec(s string) int {
 }
 
 // cudaTool is the path of a CUDA toolkit program (cuobjdump, nvdisasm): from
-// a toolkit root (toolkitDirs) or PATH, "" when there is none.
+// a toolkit root (driver.ToolkitDirs) or PATH, "" when there is none.
 func cudaTool(name string) string {
-	for _, d := range toolkitDirs() {
+	for _, d := range driver.ToolkitDirs() {
 		p := filepath.Join(d, "bin", name)
 		if st, err := os.Stat(p); err == nil && !st.IsDir() {
 			return p
