@@ -57,12 +57,25 @@ type executable struct {
 	outputs []*graph.Value
 	// updates copies output slots into initializer slots after a run.
 	updates []update
-	peak    int64
-	initB   int64
-	// runPeak is the peak measured by the last run; tests check that it
-	// equals the planned peak.
-	runPeak int64
-	closed  bool
+	// root is, per slot, the slot whose buffer holds its data: itself, or
+	// for the output of a view step the root of that step's input.
+	root []int
+	// made marks the slots whose buffer a step of this run allocates (not
+	// a feed, an initializer or a view).
+	made []bool
+	// lastWant is, per buffer class, the last step whose kernel may take a
+	// released buffer of that class; a buffer released later is dropped.
+	lastWant map[bufClass]int
+	peak     int64
+	// hostPeak is the planned peak of live buffers in host bytes: the
+	// bound the buffer pool keeps live plus pooled bytes under.
+	hostPeak int64
+	initB    int64
+	// runPeak and runHeld are the peak measured by the last run and the
+	// most host bytes it held (live and pooled); tests check them against
+	// the plan.
+	runPeak, runHeld int64
+	closed           bool
 }
 
 type step struct {
@@ -70,9 +83,19 @@ type step struct {
 	k    kernel
 	in   []int // slot per input, -1 for an omitted optional input
 	out  []int
-	// free lists the intermediate slots whose last use is this step (and
-	// outputs nobody reads), released after the kernel runs.
+	// view: the step's one output is its input 0's data under the output's
+	// shape (see viewStep); k does not run.
+	view bool
+	// overwrites: k writes every element of every output, so an output
+	// may be a released buffer holding old data instead of zeros.
+	overwrites bool
+	// free lists the view slots whose last use is this step (or that
+	// nobody reads), dropped after it.
 	free []int
+	// release lists the buffers (root slots) whose last reader, through
+	// any view of them, is this step (or that nobody reads): after the
+	// kernel runs they go back to the pool.
+	release []int
 }
 
 type update struct {
@@ -119,7 +142,7 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 				return nil, fmt.Errorf("cpu: node %s: %w", n.Name, err)
 			}
 		}
-		st := step{node: n, k: k}
+		st := step{node: n, k: k, overwrites: overwrites(n.Op)}
 		for _, v := range n.Inputs {
 			if v == nil {
 				st.in = append(st.in, -1)
@@ -132,6 +155,7 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 		}
 		e.steps = append(e.steps, st)
 	}
+	e.planViews()
 
 	// Updates: output name -> initializer name.
 	outByName := map[string]*graph.Value{}
@@ -167,42 +191,114 @@ func (cpuBackend) Compile(g *graph.Graph, opts backend.Options) (backend.Executa
 	return e, nil
 }
 
-// planLiveness records, for each step, the intermediates that die there, and
-// computes the peak of live intermediate bytes. Graph outputs stay live to
-// the end. An intermediate is live from its producer's kernel (its buffer is
-// allocated just before) through its last reader's kernel.
-func (e *executable) planLiveness() {
-	last := map[int]int{}
-	for i, st := range e.steps {
+// planViews marks the steps whose output is a view of their input (viewStep)
+// and records every slot's root: the slot whose buffer holds its data.
+func (e *executable) planViews() {
+	e.root = make([]int, e.nslots)
+	e.made = make([]bool, e.nslots)
+	for s := range e.root {
+		e.root[s] = s
+	}
+	for i := range e.steps {
+		st := &e.steps[i]
+		if e.viewStep(st) {
+			st.view = true
+			e.root[st.out[0]] = e.root[st.in[0]]
+			continue
+		}
 		for _, s := range st.out {
-			last[s] = i // unused outputs die right after their producer
+			e.made[s] = true
+		}
+	}
+}
+
+// viewStep reports whether st's output may share its input's buffer instead
+// of a copy: a shape-only op (Reshape, Squeeze, Unsqueeze, Identity; the op
+// table's View), whose one output has its input's dtype and element count.
+// This is safe because no kernel writes into its inputs; the buffer goes back
+// to the pool only after the last reader of every view of it (planLiveness);
+// and Run clones a returned or update tensor whose buffer is a feed's, an
+// initializer's or one already handed out. The kernel copies instead for
+//   - strings: the pool and its accounting know the numeric storages only;
+//   - bfloat16 and float16 data of a feed or an initializer: the executor
+//     rounds a copy to its type, and a feed's float32 values need not be
+//     rounded already (a step's outputs are, so a view of them is too).
+func (e *executable) viewStep(st *step) bool {
+	spec, ok := graph.LookupOp(st.node.Op)
+	if !ok || !spec.View || len(st.out) != 1 || len(st.in) == 0 || st.in[0] < 0 {
+		return false
+	}
+	x, y := st.node.Inputs[0].Type, st.node.Outputs[0].Type
+	if x.DType != y.DType || x.Shape.Numel() != y.Shape.Numel() || storageOf(y.DType) == stNone {
+		return false
+	}
+	narrow := y.DType == graph.BFloat16 || y.DType == graph.Float16
+	return !narrow || e.made[e.root[st.in[0]]]
+}
+
+// planLiveness records, for each step, the view slots and the buffers that
+// die there, the peak of live intermediate bytes, and which buffer classes
+// later steps can reuse. A buffer is live from its producer's kernel (it is
+// allocated just before) through the last reader of it or of any view of
+// it; a view holds no bytes of its own. Graph outputs, and the buffers they
+// view, stay live to the end.
+func (e *executable) planLiveness() {
+	lastUse := make([]int, e.nslots)   // per step output: its last reader, or its producer
+	produced := make([]bool, e.nslots) // made by a step, as a buffer or a view
+	typ := make([]graph.TensorType, e.nslots)
+	for i, st := range e.steps {
+		for j, s := range st.out {
+			lastUse[s], produced[s], typ[s] = i, true, st.node.Outputs[j].Type
 		}
 		for _, s := range st.in {
-			if _, ok := last[s]; ok && s >= 0 {
-				last[s] = i
+			if s >= 0 && produced[s] {
+				lastUse[s] = i
 			}
 		}
 	}
+	kept := make([]bool, e.nslots)
 	for _, v := range e.g.Outputs {
-		delete(last, e.slot[v])
+		s := e.slot[v]
+		kept[s], kept[e.root[s]] = true, true
 	}
-	for s, i := range last {
-		e.steps[i].free = append(e.steps[i].free, s)
-	}
-	size := make([]int64, e.nslots)
-	for _, st := range e.steps {
-		for j, s := range st.out {
-			size[s] = bytesOf(st.node.Outputs[j].Type)
+	death := make([]int, e.nslots)
+	for s := range e.nslots {
+		if produced[s] && e.made[e.root[s]] {
+			death[e.root[s]] = max(death[e.root[s]], lastUse[s])
 		}
 	}
-	var live int64
+	for s := range e.nslots {
+		switch {
+		case !produced[s] || kept[s]:
+		case e.made[s]:
+			e.steps[death[s]].release = append(e.steps[death[s]].release, s)
+		default:
+			e.steps[lastUse[s]].free = append(e.steps[lastUse[s]].free, s)
+		}
+	}
+	var live, host int64
 	for _, st := range e.steps {
+		if !st.view {
+			for _, s := range st.out {
+				live += bytesOf(typ[s])
+				host += hostBytes(typ[s])
+			}
+		}
+		e.peak, e.hostPeak = max(e.peak, live), max(e.hostPeak, host)
+		for _, s := range st.release {
+			live -= bytesOf(typ[s])
+			host -= hostBytes(typ[s])
+		}
+	}
+	e.lastWant = map[bufClass]int{}
+	for i, st := range e.steps {
+		if st.view || !st.overwrites {
+			continue
+		}
 		for _, s := range st.out {
-			live += size[s]
-		}
-		e.peak = max(e.peak, live)
-		for _, s := range st.free {
-			live -= size[s]
+			if c, ok := classOf(typ[s]); ok {
+				e.lastWant[c] = i
+			}
 		}
 	}
 }
@@ -231,68 +327,84 @@ func (e *executable) Run(feeds map[string]*graph.Tensor) (map[string]*graph.Tens
 	for s, t := range e.inits {
 		vals[s] = t
 	}
-	fresh := make([]bool, e.nslots) // produced by this run (not a feed or initializer)
+	pool := &bufferPool{limit: e.hostPeak}
 	var live, peak int64
-	for _, st := range e.steps {
+	for i, st := range e.steps {
 		in := make([]*graph.Tensor, len(st.in))
 		for i, s := range st.in {
 			if s >= 0 {
 				in[i] = vals[s]
 			}
 		}
-		out, err := runKernel(st, in, e.opts.PoisonOutputs)
-		if err != nil {
-			return nil, err
-		}
-		if e.opts.CheckFinite {
-			for _, t := range out {
-				roundNarrow(t)
+		if st.view {
+			// Neither poisoned (that would write into the input) nor rounded
+			// nor checked for finiteness: the data is the input's, already
+			// rounded, and a view cannot make a non-finite value.
+			vals[st.out[0]] = viewOf(in[0], st.node.Outputs[0].Type)
+		} else {
+			out, err := runKernel(st, in, e.opts.PoisonOutputs, pool)
+			if err != nil {
+				return nil, err
 			}
-			if nf := backend.CheckNodeFinite(st.node, in, out); nf != nil {
-				return nil, fmt.Errorf("cpu: %w", nf)
+			if e.opts.CheckFinite {
+				for _, t := range out {
+					roundNarrow(t)
+				}
+				if nf := backend.CheckNodeFinite(st.node, in, out); nf != nil {
+					return nil, fmt.Errorf("cpu: %w", nf)
+				}
 			}
-		}
-		for i, s := range st.out {
-			roundNarrow(out[i])
-			vals[s] = out[i]
-			fresh[s] = true
-			live += bytesOf(out[i].Type())
+			for j, s := range st.out {
+				roundNarrow(out[j])
+				vals[s] = out[j]
+				live += bytesOf(out[j].Type())
+			}
 		}
 		peak = max(peak, live)
 		for _, s := range st.free {
-			live -= bytesOf(vals[s].Type())
 			vals[s] = nil
 		}
-	}
-	e.runPeak = peak
-	res := make(map[string]*graph.Tensor, len(e.outputs))
-	for _, v := range e.outputs {
-		s := e.slot[v]
-		t := vals[s]
-		if !fresh[s] {
-			t = t.Clone() // a feed or an initializer: the caller must not alias ours
+		for _, s := range st.release {
+			t := vals[s]
+			vals[s] = nil
+			live -= bytesOf(t.Type())
+			c, ok := classOf(t.Type())
+			pool.put(t, ok && e.lastWant[c] > i)
 		}
-		res[v.Name] = t
 	}
-	given := map[int]bool{}
-	for _, v := range e.outputs {
-		given[e.slot[v]] = true
-	}
-	for _, u := range e.updates {
-		t := vals[u.from]
-		if !fresh[u.from] || given[u.from] {
+	e.runPeak, e.runHeld = peak, pool.peak
+	// A buffer goes to the caller (or becomes an initializer) once; a feed's
+	// or an initializer's, or one already given, is copied, so that no two
+	// tensors the caller or the next run sees share data.
+	given := make([]bool, e.nslots)
+	hand := func(s int) *graph.Tensor {
+		t, r := vals[s], e.root[s]
+		if !e.made[r] || given[r] {
 			t = t.Clone()
 		}
-		given[u.from] = true
-		e.inits[u.to] = t
+		given[r] = true
+		return t
+	}
+	res := make(map[string]*graph.Tensor, len(e.outputs))
+	for _, v := range e.outputs {
+		res[v.Name] = hand(e.slot[v])
+	}
+	for _, u := range e.updates {
+		e.inits[u.to] = hand(u.from)
 	}
 	return res, nil
 }
 
-// runKernel allocates one node's outputs (poisoned if asked) and runs its
-// kernel, turning a panic into an error that names the node: a kernel bug, or
-// an output too large to allocate, must not take the caller's process down.
-func runKernel(st step, in []*graph.Tensor, poisonOutputs bool) (out []*graph.Tensor, err error) {
+// viewOf is x's data under type t (of x's storage and element count).
+func viewOf(x *graph.Tensor, t graph.TensorType) *graph.Tensor {
+	return &graph.Tensor{DType: t.DType, Shape: t.Shape.Clone(), F32: x.F32, F64: x.F64, I64: x.I64, B: x.B}
+}
+
+// runKernel allocates one node's outputs from the pool (poisoned if asked)
+// and runs its kernel, turning a panic into an error that names the node: a
+// kernel bug, or an output too large to allocate, must not take the caller's
+// process down.
+func runKernel(st step, in []*graph.Tensor, poisonOutputs bool, pool *bufferPool) (out []*graph.Tensor, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			out, err = nil, fmt.Errorf("cpu: node %s (%s): kernel panicked: %v", st.node.Name, st.node.Op, r)
@@ -300,7 +412,7 @@ func runKernel(st step, in []*graph.Tensor, poisonOutputs bool) (out []*graph.Te
 	}()
 	out = make([]*graph.Tensor, len(st.out))
 	for i, v := range st.node.Outputs {
-		out[i], err = allocate(v.Type)
+		out[i], err = pool.get(v.Type, st.overwrites)
 		if err != nil {
 			return nil, fmt.Errorf("cpu: node %s (%s): output %s: %w", st.node.Name, st.node.Op, v.Name, err)
 		}

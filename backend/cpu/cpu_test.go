@@ -194,7 +194,7 @@ func TestKernelPanicBecomesError(t *testing.T) {
 		_ = s[3] // index out of range
 		return nil
 	}}
-	_, err := runKernel(st, nil, false)
+	_, err := runKernel(st, nil, false, &bufferPool{})
 	if err == nil || !strings.Contains(err.Error(), "boom_7") {
 		t.Fatalf("got %v", err)
 	}
@@ -205,7 +205,7 @@ func TestKernelPanicBecomesError(t *testing.T) {
 		})
 		return nil
 	}
-	if _, err := runKernel(st, nil, false); err == nil || !strings.Contains(err.Error(), "boom_7") {
+	if _, err := runKernel(st, nil, false, &bufferPool{}); err == nil || !strings.Contains(err.Error(), "boom_7") {
 		t.Fatalf("worker panic: got %v", err)
 	}
 }

@@ -167,8 +167,9 @@ func collectiveKernel(n *graph.Node, c backend.Collective) (kernel, error) {
 
 // identityKernel copies the data: Identity, and Reshape, Squeeze and
 // Unsqueeze, whose row-major data is unchanged (the output type, already
-// inferred, carries the new shape). Copying rather than aliasing keeps every
-// buffer owned by exactly one value, which liveness relies on.
+// inferred, carries the new shape). The executor makes these ops views of
+// their input instead where it can (viewStep) and runs this kernel only
+// where it cannot; fused bodies and one-rank collectives copy through it.
 func identityKernel(n *graph.Node, in, out []*graph.Tensor) error {
 	x, y := in[0], out[0]
 	if x.Len() != y.Len() {

@@ -47,7 +47,7 @@ func FuzzFusedBody(f *testing.F) {
 		if err != nil {
 			return // refused with a reason
 		}
-		exe, err := New().Compile(g, backend.Options{})
+		exe, err := New().Compile(g, backend.Options{PoisonOutputs: true})
 		if err != nil {
 			return
 		}

@@ -27,7 +27,7 @@ func TestFusedElementwiseDoesNotMaterialiseSteps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exe, err := New().Compile(g, backend.Options{})
+	exe, err := New().Compile(g, backend.Options{PoisonOutputs: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestFusedRowsChunks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		exe, err := New().Compile(g, backend.Options{})
+		exe, err := New().Compile(g, backend.Options{PoisonOutputs: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,7 +202,7 @@ func TestFusedTransposeWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		exe, err := New().Compile(g, backend.Options{})
+		exe, err := New().Compile(g, backend.Options{PoisonOutputs: true})
 		if err != nil {
 			t.Fatal(err)
 		}

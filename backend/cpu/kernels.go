@@ -7,10 +7,12 @@ import (
 	"github.com/flashgraph/flashgraph/internal/parallel"
 )
 
-// kernel computes a node's outputs from its inputs. Output tensors are
-// allocated (and poisoned, in tests) by the executor with the node's declared
-// types; a kernel must write every element. in[i] is nil for an omitted
-// optional input.
+// kernel computes a node's outputs from its inputs, never writing into an
+// input (a view may share its buffer). Output tensors are allocated (and
+// poisoned, in tests) by the executor with the node's declared types; a
+// kernel must write every element. Outputs hold zeros, except for the ops
+// listed in overwriting (buffers.go), whose outputs may hold an earlier
+// value's data. in[i] is nil for an omitted optional input.
 type kernel func(n *graph.Node, in, out []*graph.Tensor) error
 
 // kernels is the one list of CPU kernels, keyed by op name. The op table

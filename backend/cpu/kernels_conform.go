@@ -12,15 +12,18 @@ import (
 // tensors, is already the kernel we want (it computes in float64 and rounds
 // once to the output's type, as the CPU kernels do).
 func init() {
-	for _, op := range []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
-		"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
-		"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer",
-		"Adagrad", "Adam", "Momentum",
-		// String ops: text has no faster form than the definition.
-		"StringNormalizer"} {
+	for _, op := range evalKernelOps {
 		kernels[op] = evalKernel(op)
 	}
 }
+
+// evalKernelOps are the ops whose kernel is evalKernel.
+var evalKernelOps = []string{"GatherElements", "ArgMax", "ReduceProd", "Conv", "ConvTranspose", "MaxPool", "AveragePool", "Einsum",
+	"ScatterElements", "Pad", "TopK", "OneHot", "Interpolate",
+	"CumSum", "GatherND", "ScatterND", "ReverseSequence", "MaxUnpool", "LRN", "Det", "GridSample", "RoiAlign", "TfIdfVectorizer",
+	"Adagrad", "Adam", "Momentum",
+	// String ops: text has no faster form than the definition.
+	"StringNormalizer"}
 
 // evalKernel runs the op table's Eval of op on the node's tensors.
 func evalKernel(op string) kernel {
