@@ -208,11 +208,12 @@ func cpuRate() (float64, error) {
 // cpuEfficiency is the fraction of the calibrated matmul rate a whole model
 // reaches on the CPU backend (smaller and transposed products, elementwise
 // ops, the loss, allocation). Measured on a 2-core AVX-512 machine: training
-// small ran at 46 GFLOP/s against a calibrated 143 (33%). (Until the
-// calibration multiplied ones instead of zeros, which the products skip, it
-// read ~138 GFLOP/s of nothing, and this was 0.07.) Estimates are rough, and
-// say so.
-const cpuEfficiency = 0.3
+// small ran at 46 GFLOP/s against a calibrated 143 (33%), and at 57 GFLOP/s
+// against 140 (41%) once shape-only ops became views and buffers were reused
+// (300 steps in 4m24s, estimated 6 min at 0.3). (Until the calibration
+// multiplied ones instead of zeros, which the products skip, it read ~138
+// GFLOP/s of nothing, and this was 0.07.) Estimates are rough, and say so.
+const cpuEfficiency = 0.4
 
 // estimateCPUTime estimates how long flops of model work take on this CPU.
 func estimateCPUTime(flops float64) (time.Duration, float64, error) {
