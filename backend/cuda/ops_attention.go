@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"fmt"
+
 	"github.com/flashgraph/flashgraph/backend/cuda/attention"
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -187,9 +189,18 @@ func lowerFused(c *lowerCtx) (func() error, error) {
 		return nil
 	}
 	isCausal := causal != 0
+	node := c.n.Name
 	var run func() error
 	if grad {
 		run = func() error {
+			// The plan sized the workspace at Compile, reading
+			// FLASHGRAPH_FLASH_GQA_BWD then; the launch reads it again. A
+			// process that changed it in between would have the repeat
+			// write past a workspace sized without it.
+			if need := attention.FlashBackwardWorkspaceBytes(t, bh, group, sq, sk, d, float32(scale)); need > ws.bytes() {
+				return fmt.Errorf("cuda: %s: the backward needs a %d-byte workspace, the plan made %d: %s changed after Compile",
+					node, need, ws.bytes(), attention.FlashGQABwdEnv)
+			}
 			return attention.FlashBackwardGrouped(dev, t, ins[0].ptr, ins[1].ptr, ins[2].ptr, ins[3].ptr, ins[5].ptr, ins[4].ptr,
 				outs[0].ptr, outs[1].ptr, outs[2].ptr, ws.ptr, bh, group, sq, sk, d, float32(scale), isCausal)
 		}
