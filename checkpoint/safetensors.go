@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/flashgraph/flashgraph/graph"
 )
@@ -250,6 +251,18 @@ func ReadSafetensorsMetadata(path string) (map[string]string, error) {
 	return h.Meta, nil
 }
 
+// atomicWrites is held while WriteFileAtomic creates its temporary file, and
+// for good once StopAtomicWrites is called.
+var atomicWrites sync.Mutex
+
+// StopAtomicWrites makes every WriteFileAtomic from now on wait before it
+// creates its temporary file, for as long as the process lives: for a process
+// about to exit without finishing its writes (a second signal's abort), so
+// that the temporaries it then removes are all there will be. A write that
+// had its temporary already loses it (its rename fails): the file it would
+// have replaced stays as it was.
+func StopAtomicWrites() { atomicWrites.Lock() }
+
 // WriteFileAtomic writes a file so that path holds either its old content or
 // the complete new one, whatever happens: the data goes to a temporary file
 // in the same folder (rename is atomic only within one file system), which is
@@ -257,7 +270,9 @@ func ReadSafetensorsMetadata(path string) (map[string]string, error) {
 // rename itself survives a power cut. A failed write removes the temporary.
 func WriteFileAtomic(path string, write func(w io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
+	atomicWrites.Lock()
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	atomicWrites.Unlock()
 	if err != nil {
 		// Name the folder, not the temp file the user never asked for.
 		var pe *fs.PathError

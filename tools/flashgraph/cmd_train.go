@@ -324,7 +324,12 @@ rank of a job started elsewhere (docs/DISTRIBUTED.md).`, stderr)
 			metricsFile.Close()
 		}
 	}()
-	sigs.onAbort(func() { made.remove(*out, ckptDir) })
+	sigs.onAbort(func() {
+		// No checkpoint or plot write may start a temporary file after
+		// the removal below looks for them.
+		checkpoint.StopAtomicWrites()
+		made.remove(*out, ckptDir)
+	})
 	ready := func(*train.Trainer) error {
 		if job.Rank > 0 {
 			return nil // rank 0 writes the files and the checkpoints
