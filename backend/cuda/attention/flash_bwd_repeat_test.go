@@ -9,13 +9,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/flashgraph/flashgraph/backend/cuda/driver"
-	"github.com/flashgraph/flashgraph/kernels"
 )
 
 // TestFlashBwdRepeatPick checks when the grouped backward runs as
@@ -349,20 +347,7 @@ func flashGroupSum32(dt GemmType, x []float64, bh, group, n int) []float64 {
 // argument by its Go size, so a mismatch would shift every later one on the
 // GPU). It has teeth: an argument short, or an int64 for an int, fails.
 func TestFlashBwdKVLaunchArgs(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
-	src, err := kernels.Source("flash_attention.cu")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, inc := range []string{"#include <cuda_bf16.h>", "#include <cuda_fp16.h>"} {
-		src = strings.Replace(src, inc, "", 1)
-	}
+	gxx, src := hostFA2Source(t)
 	path := filepath.Join(t.TempDir(), "flash_attention.cpp")
 	if err := os.WriteFile(path, []byte(hostSyntaxPrelude+hostSyntaxFA2Prelude+"\n"+src), 0o644); err != nil {
 		t.Fatal(err)

@@ -132,13 +132,11 @@ int __ffs(int);
 template <class T> T __ldcg(const T*);
 `
 
-// TestFlashAttentionHostSyntax parses kernels/flash_attention.cu (FA2's
-// forward and backward, the generic, decode and conversion kernels) with the
-// host's g++ as TestFlashSM90HostSyntax parses the sm90 units: a call whose
-// arguments do not match its device function (a parameter added to one and
-// not the other) or a name used and never declared fails here, without
-// NVRTC. The parse has teeth: without load_tile's definition it fails.
-func TestFlashAttentionHostSyntax(t *testing.T) {
+// hostFA2Source is the host's g++ and kernels/flash_attention.cu without its
+// CUDA headers, which hostSyntaxPrelude and hostSyntaxFA2Prelude stand in
+// for; the test is skipped where there is no x86-64 g++.
+func hostFA2Source(t *testing.T) (gxx, src string) {
+	t.Helper()
 	if runtime.GOARCH != "amd64" {
 		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
 	}
@@ -146,8 +144,7 @@ func TestFlashAttentionHostSyntax(t *testing.T) {
 	if err != nil {
 		t.Skip("no g++ on PATH")
 	}
-	src, err := kernels.Source("flash_attention.cu")
-	if err != nil {
+	if src, err = kernels.Source("flash_attention.cu"); err != nil {
 		t.Fatal(err)
 	}
 	for _, inc := range []string{"#include <cuda_bf16.h>", "#include <cuda_fp16.h>"} {
@@ -156,6 +153,17 @@ func TestFlashAttentionHostSyntax(t *testing.T) {
 		}
 		src = strings.Replace(src, inc, "", 1)
 	}
+	return gxx, src
+}
+
+// TestFlashAttentionHostSyntax parses kernels/flash_attention.cu (FA2's
+// forward and backward, the generic, decode and conversion kernels) with the
+// host's g++ as TestFlashSM90HostSyntax parses the sm90 units: a call whose
+// arguments do not match its device function (a parameter added to one and
+// not the other) or a name used and never declared fails here, without
+// NVRTC. The parse has teeth: without load_tile's definition it fails.
+func TestFlashAttentionHostSyntax(t *testing.T) {
+	gxx, src := hostFA2Source(t)
 	dir := t.TempDir()
 	parse := func(name, src string) (string, error) {
 		path := filepath.Join(dir, name+".cpp")
