@@ -186,10 +186,7 @@ func TestFlashGQARepeatGPU(t *testing.T) {
 				}
 				ref, ok := refs[c]
 				if !ok {
-					ref = flashReference(qh, gqaRepeat(kh, bh, group, c.sk, c.dim), gqaRepeat(vh, bh, group, c.sk, c.dim), doh, bh, c.sq, c.sk, c.dim, float64(scale), c.causal)
-					for _, x := range []*[]float64{&ref.dk, &ref.dv, &ref.dkMag, &ref.dvMag} {
-						*x = gqaSum(*x, bh, group, c.sk, c.dim)
-					}
+					ref = gqaReference(qh, kh, vh, doh, bh, group, c.sq, c.sk, c.dim, float64(scale), c.causal)
 					refs[c] = ref
 				}
 				tl := tols[c.dt]

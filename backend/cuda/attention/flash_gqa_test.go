@@ -32,6 +32,17 @@ func gqaSum(x []float64, bh, group, s, dim int) []float64 {
 	return y
 }
 
+// gqaReference is the float64 reference of attention with K and V of
+// bh/group heads: multi-head attention on K and V repeated to every query
+// head, each group's dK and dV (and their magnitudes) summed.
+func gqaReference(q, k, v, do []float64, bh, group, sq, sk, dim int, scale float64, causal bool) flashRef {
+	ref := flashReference(q, gqaRepeat(k, bh, group, sk, dim), gqaRepeat(v, bh, group, sk, dim), do, bh, sq, sk, dim, scale, causal)
+	for _, x := range []*[]float64{&ref.dk, &ref.dv, &ref.dkMag, &ref.dvMag} {
+		*x = gqaSum(*x, bh, group, sk, dim)
+	}
+	return ref
+}
+
 // TestFlashGQAGPU runs FlashForwardGroupedWS and FlashBackwardGrouped with K
 // and V of H_kv heads against the float64 reference of attention over the
 // repeated heads (dK, dV summed over each group), with TestFlashAttentionGPU's
@@ -121,10 +132,7 @@ func TestFlashGQAGPU(t *testing.T) {
 			key := fmt.Sprintf("%v/%d/%d/%d/%d/%d/%d/%v", c.dt, bh, group, c.sq, c.sk, c.dim, c.hkv, c.causal)
 			ref, ok := refs[key]
 			if !ok {
-				ref = flashReference(qh, gqaRepeat(kh, bh, group, c.sk, c.dim), gqaRepeat(vh, bh, group, c.sk, c.dim), doh, bh, c.sq, c.sk, c.dim, float64(scale), c.causal)
-				for _, x := range []*[]float64{&ref.dk, &ref.dv, &ref.dkMag, &ref.dvMag} {
-					*x = gqaSum(*x, bh, group, c.sk, c.dim)
-				}
+				ref = gqaReference(qh, kh, vh, doh, bh, group, c.sq, c.sk, c.dim, float64(scale), c.causal)
 				refs[key] = ref
 			}
 			tl := tols[c.dt]
