@@ -35,8 +35,13 @@ const PassFuseElementwise = "fuse_elementwise"
 // the group has the reduced shape, so the elementwise ops on the reduced
 // values (an RMSNorm's eps, square root and reciprocal; the backward's
 // scaling of a row sum) join it too, and the whole chain becomes one kernel
-// that never writes the reduced operand. A group with a reduction merges
-// with no other.
+// that never writes the reduced operand. An elementwise op of the reduced
+// operand's shape after the reduction joins too (walksRowAgain: the
+// normalisation x·rstd·w, a norm backward's combination of a row sum with
+// the row's elements): it may read the group's row values, broadcast along
+// the row, and its element values from before the reduction, which a
+// generated kernel recomputes in a second walk over the row. A group with a
+// reduction merges with no other.
 //
 // After grouping, a Slice read only by bodies is read in place by each, and
 // a Concat of values only it reads is written by one body
@@ -176,10 +181,17 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 			out := n.Outputs[0].Type
 			for _, v := range n.Inputs {
 				gr := owner[v]
-				if gr == nil || gr.closed || !gr.shape.Equal(out.Shape) || gr.dt != out.DType {
+				if gr == nil || gr.closed || gr.dt != out.DType {
 					continue
 				}
-				if gr.reduce != nil && !readsOnlyReduced(n, gr, owner) {
+				// An op of the group's shape joins; so does, in a group with
+				// a reduction, an op of the reduced operand's shape (a second
+				// walk over the row).
+				walk := walksRowAgain(gr, out.Shape)
+				if !gr.shape.Equal(out.Shape) && !walk {
+					continue
+				}
+				if gr.reduce != nil && !walk && !readsOnlyReduced(n, gr, owner) {
 					continue
 				}
 				if len(gr.members) >= fuseMaxSteps || len(gr.inputs)+len(n.Inputs) > fuseMaxInputs {
@@ -644,6 +656,17 @@ func loneReason(n *graph.Node, uses map[*graph.Value][]*graph.Node) string {
 	}
 	return fmt.Sprintf("no elementwise op of shape %v feeds it in an open group or reads it first; read by %s",
 		n.Outputs[0].Type.Shape, strings.Join(readers, ", "))
+}
+
+// walksRowAgain reports whether an elementwise op of shape out may join gr
+// as an element step after its reduction: gr has a row reduction that keeps
+// the reduced axis (so a row value broadcasts along its row) and out is the
+// reduced operand's shape. A generated kernel computes such steps in a second
+// walk over the row, once the row's values are known, recomputing the
+// element steps before the reduction that they read; the CPU runs them on
+// the [rows, last] tensors of its row chunks, broadcasting the row values.
+func walksRowAgain(gr *ewGroup, out graph.Shape) bool {
+	return gr.reduce != nil && gr.reduce.Attrs.Int("keepdims", 1) == 1 && out.Equal(gr.reduce.Inputs[0].Type.Shape)
 }
 
 // readsOnlyReduced reports whether elementwise n may join gr, a group with a

@@ -175,7 +175,7 @@ func TestFuseElementwiseReductionLimits(t *testing.T) {
 	m := b.ReduceMean(sq, true, 1)                   // joins sq's group
 	inv := b.Reciprocal(b.Sqrt(m))                   // joins after the reduction
 	big := b.Op("Expand", nil, inv, b.Ints(4, 8))    // bypassed: Mul broadcasts itself
-	y := b.Mul(b.Add(sq, e), big)                    // reads sq from before the reduction: a group of its own
+	y := b.Mul(b.Add(sq, e), big)                    // of sq's shape after the reduction: a second walk over the row
 	b.Output(col, y)
 	g, err := b.Build()
 	if err != nil {
@@ -194,7 +194,7 @@ func TestFuseElementwiseReductionLimits(t *testing.T) {
 			bodies = append(bodies, n.Attrs["body"].S)
 		}
 	}
-	want := []string{"Mul(i0,i0);ReduceMean(t0);Sqrt(t1);Reciprocal(t2)", "Add(i0,i1);Mul(t0,i2)"}
+	want := []string{"Mul(i0,i0);ReduceMean(t0);Sqrt(t1);Reciprocal(t2);Add(t0,i1);Mul(t4,t3)"}
 	if strings.Join(bodies, " | ") != strings.Join(want, " | ") {
 		t.Errorf("bodies %q, want %q", bodies, want)
 	}

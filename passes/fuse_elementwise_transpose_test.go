@@ -22,9 +22,10 @@ func TestFuseElementwiseTransposes(t *testing.T) {
 	// Read side: an RMSNorm of the heads.
 	q := b.Transpose(x, 0, 2, 1, 3)
 	r := b.Op("Reciprocal", nil, b.Sqrt(b.Add(b.ReduceMean(b.Mul(q, q), true, -1), b.Scalar(graph.Float32, 1e-5))))
-	qn := b.Mul(b.Mul(q, r), w)
+	qn := b.Mul(b.Mul(q, r), w) // joins the norm's body: a second walk over each row
+	g0 := b.MatMul(qn, m)
 	// Write side: an elementwise result merged back to [B,S,H,D] for a GEMM.
-	dq := b.Transpose(b.Add(b.Mul(qn, a), a), 0, 2, 1, 3)
+	dq := b.Transpose(b.Add(b.Mul(b.Mul(q, w), a), a), 0, 2, 1, 3)
 	g1 := b.MatMul(dq, m)
 	// Stays: also read by a MatMul.
 	k := b.Transpose(x, 0, 2, 1, 3)
@@ -38,7 +39,7 @@ func TestFuseElementwiseTransposes(t *testing.T) {
 	st := b.Transpose(s, 0, 2, 1, 3)
 	g3 := b.MatMul(st, m)
 	s2 := b.MatMul(s, m)
-	b.Output(g1, g2, k2, v2, g3, s2)
+	b.Output(g0, g1, g2, k2, v2, g3, s2)
 	g, err := b.Build()
 	if err != nil {
 		t.Fatal(err)
@@ -67,11 +68,10 @@ func TestFuseElementwiseTransposes(t *testing.T) {
 		t.Errorf("%d Transposes left, want 3; bodies %q", len(kept), bodies)
 	}
 	want := []string{
-		// The norm reads q.
-		"Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1)",
-		// The scaling reads q, and the elementwise ops after it (one
-		// group) write dq transposed.
-		"Transpose<0,2,1,3>(i0);Mul(t0,i1);Mul(t1,i2);Mul(t2,i3);Add(t3,i3);Transpose<0,2,1,3>(t4)",
+		// The norm reads q, and scales it by the row's value.
+		"Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4);Mul(t0,t5);Mul(t6,i2)",
+		// The elementwise ops on q (one group) write dq transposed.
+		"Transpose<0,2,1,3>(i0);Mul(t0,i1);Mul(t1,i2);Add(t2,i2);Transpose<0,2,1,3>(t3)",
 	}
 	for _, w := range want {
 		found := false

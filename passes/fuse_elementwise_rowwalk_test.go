@@ -1,0 +1,190 @@
+package passes
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// fusedBodies returns the bodies of g's FusedElementwise nodes and how many
+// nodes of each op g has.
+func fusedBodies(g *graph.Graph) ([]string, map[string]int) {
+	var bodies []string
+	ops := map[string]int{}
+	for _, n := range g.Nodes {
+		ops[n.Op]++
+		if n.Op == "FusedElementwise" {
+			bodies = append(bodies, n.Attrs["body"].S)
+		}
+	}
+	return bodies, ops
+}
+
+// rowFeeds fills every input of g with distinct values (none zero, so a
+// reciprocal square root stays finite).
+func rowFeeds(g *graph.Graph) map[string]*graph.Tensor {
+	feeds := map[string]*graph.Tensor{}
+	for i, in := range g.Inputs {
+		f := graph.NewTensor(in.Type.DType, in.Type.Shape)
+		for j := range f.Len() {
+			f.Set(j, float64((j*7+i*5)%29)/13-1.03)
+		}
+		feeds[in.Name] = f
+	}
+	return feeds
+}
+
+// An RMSNorm forward (residual add, statistics, normalisation and scale)
+// and its backward (the row sum and dx's combination of it with the row's
+// elements) each become one body: the element steps after the reduction
+// read the row values and the element values before it. The CPU gives the
+// unfused graph's bits.
+func TestFuseElementwiseNormsWalkRowsTwice(t *testing.T) {
+	b := graph.NewBuilder("norms")
+	const D = 16
+	x := b.Input("x", graph.Float32, 3, 5, D)
+	res := b.Input("res", graph.Float32, 3, 5, D)
+	w := b.Input("w", graph.Float32, D)
+	dy := b.Input("dy", graph.Float32, 3, 5, D)
+	rstdIn := b.Input("rstd", graph.Float32, 3, 5, 1)
+	// Forward.
+	h := b.Add(x, res)
+	rstd := b.Op("Reciprocal", nil, b.Sqrt(b.Add(b.ReduceMean(b.Mul(h, h), true, -1), b.Scalar(graph.Float32, 1e-5))))
+	y := b.Mul(b.Mul(h, rstd), w)
+	// Backward, with the saved rstd as an input.
+	g := b.Mul(dy, w)
+	s := b.ReduceSum(b.Mul(g, x), true, -1)
+	r3 := b.Mul(b.Mul(rstdIn, rstdIn), rstdIn)
+	c := b.Div(b.Mul(s, r3), b.Scalar(graph.Float32, D))
+	dx := b.Sub(b.Mul(g, rstdIn), b.Mul(x, c))
+	b.Output(h, rstd, y, dx)
+	gr, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := &Log{}
+	fused, err := (FuseElementwise{}).Run(gr, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, ops := fusedBodies(fused)
+	want := []string{
+		"Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4);Mul(t0,t5);Mul(t6,i3)",
+		"Mul(i0,i1);Mul(t0,i2);ReduceSum(t1);Mul(i3,i3);Mul(t3,i3);Mul(t2,t4);Div(t5,i4);Mul(t0,i3);Mul(i2,t6);Sub(t7,t8)",
+	}
+	if strings.Join(bodies, " | ") != strings.Join(want, " | ") {
+		t.Errorf("bodies\n%q\nwant\n%q", bodies, want)
+	}
+	if len(fused.Nodes) != 2 || ops["FusedElementwise"] != 2 {
+		t.Errorf("ops after fusion: %v, want two FusedElementwise nodes", ops)
+	}
+	if !strings.Contains(log.String(), "8 ops (Add Mul ReduceMean Add Sqrt Reciprocal Mul Mul) over [3,5,16] reduced to [3,5,1]") {
+		t.Errorf("the log does not describe the forward's group:\n%s", log)
+	}
+	feeds := rowFeeds(gr)
+	sameOutputs(t, "norms", fzCPU(t, fused, feeds), fzCPU(t, gr, feeds))
+}
+
+// The second walk keeps the other limits: after a reduction that drops the
+// reduced axis (its values would broadcast against another axis) no element
+// op joins, nor one whose shape is larger than the reduced operand's.
+func TestFuseElementwiseRowWalkLimits(t *testing.T) {
+	b := graph.NewBuilder("walk limits")
+	x := b.Input("x", graph.Float32, 8, 8)
+	v := b.Input("v", graph.Float32, 2, 4, 8)
+	big := b.Input("big", graph.Float32, 3, 2, 4, 8)
+	sq := b.Mul(x, x)
+	s := b.Sqrt(b.ReduceMean(sq, false, -1)) // [8]: keepdims 0
+	y := b.Mul(b.Op("Exp", nil, sq), s)      // [8,8] times [8] along the columns
+	sq2 := b.Mul(v, v)
+	n2 := b.Neg(b.ReduceSum(sq2, true, -1)) // [2,4,1]
+	z := b.Mul(n2, big)                     // [3,2,4,8]
+	b.Output(y, z)
+	g, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := (FuseElementwise{}).Run(g, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, ops := fusedBodies(fused)
+	want := []string{"Mul(i0,i0);ReduceMean(t0);Sqrt(t1)", "Exp(i0);Mul(t0,i1)", "Mul(i0,i0);ReduceSum(t0);Neg(t1)"}
+	if strings.Join(bodies, " | ") != strings.Join(want, " | ") || ops["Mul"] != 1 {
+		t.Errorf("bodies %q (ops %v), want %q and a Mul", bodies, ops, want)
+	}
+	feeds := rowFeeds(g)
+	sameOutputs(t, "walk limits", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
+}
+
+// In the tiny training step every norm is one body forward (the statistics
+// and the normalisation) and its row sum takes dx's scaling by the row's
+// elements backward; the step stays bit-identical (the whole step is
+// compared in TestFuseElementwiseKeepsTheStepBitExact).
+func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
+	ts := tinyTrainStep(t, graph.Float32)
+	fused, err := (FuseElementwise{}).Run(ts.Graph, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward, backward := 0, 0
+	for _, n := range fused.Nodes {
+		if _, ok := n.Attrs["axes"]; !ok || n.Op != "FusedElementwise" {
+			continue
+		}
+		steps, err := graph.FusedBody(n.Attrs["body"].S, len(n.Inputs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		red, walked := -1, false
+		for k, s := range steps {
+			if graph.FusibleReduce[s.Op] {
+				red = k
+			}
+		}
+		// An element step after the reduction reads the inputs' full shape:
+		// some step after it has the reduced operand's shape.
+		inTypes := make([]graph.TensorType, len(n.Inputs))
+		for i, v := range n.Inputs {
+			inTypes[i] = v.Type
+		}
+		types, err := graph.FusedTypes(steps, inTypes, n.Attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		full := inTypes[steps[red].Args[0].Index].Shape
+		if steps[red].Args[0].Step {
+			full = types[steps[red].Args[0].Index].Shape
+		}
+		for k := red + 1; k < len(steps); k++ {
+			walked = walked || types[k].Shape.Equal(full)
+		}
+		switch {
+		case steps[red].Op == "ReduceMean" && walked:
+			forward++
+		case steps[red].Op == "ReduceSum" && walked:
+			backward++
+		default:
+			t.Errorf("%s: no element step after the reduction: %s", n.Name, n.Attrs["body"].S)
+		}
+	}
+	// Two layers of four norms (attention, MLP, q heads, k heads) and the
+	// final norm, forward and backward.
+	if forward != 9 || backward != 9 {
+		t.Errorf("%d forward and %d backward norm bodies with a second walk, want 9 and 9", forward, backward)
+	}
+	if c := countOp(fused, "FusedElementwise"); c != 42 {
+		t.Errorf("%d FusedElementwise nodes, want 42 (52 with each norm's normalisation a body of its own)", c)
+	}
+}
+
+func countOp(g *graph.Graph, op string) int {
+	c := 0
+	for _, n := range g.Nodes {
+		if n.Op == op {
+			c++
+		}
+	}
+	return c
+}
