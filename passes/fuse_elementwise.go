@@ -40,8 +40,11 @@ const PassFuseElementwise = "fuse_elementwise"
 // normalisation x·rstd·w, a norm backward's combination of a row sum with
 // the row's elements): it may read the group's row values, broadcast along
 // the row, and its element values from before the reduction, which a
-// generated kernel recomputes in a second walk over the row. A group with a
-// reduction merges with no other.
+// generated kernel recomputes in a second walk over the row. Unless those
+// ops feed only elementwise ops of other groups (a layer norm backward's x·c
+// terms, which the body summing dx's terms computes itself): then the
+// reduction takes none (row_walk refused, and the nodes are grouped again).
+// A group with a reduction merges with no other.
 //
 // After grouping, a Slice read only by bodies is read in place by each, and
 // a Concat of values only it reads is written by one body
@@ -161,106 +164,31 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		rewritten = rematerialize(c, log)
 	}
 	rewritten += foldExpands(c, log)
-	owner := map[*graph.Value]*ewGroup{} // value -> the group whose member made it
-	groupOf := map[*graph.Node]*ewGroup{}
-	var groups []*ewGroup
-	for _, n := range c.Nodes {
-		ok, _ := fusibleNode(n)
-		axes, isReduce := fusibleReduce(n)
-		var target *ewGroup
-		if isReduce {
-			// A reduction joins the open group that made its operand (one
-			// without a reduction yet), or starts a group of its own.
-			ok = true
-			x := n.Inputs[0]
-			if gr := owner[x]; gr != nil && !gr.closed && gr.reduce == nil && gr.shape.Equal(x.Type.Shape) &&
-				gr.dt == x.Type.DType && len(gr.members) < fuseMaxSteps {
-				target = gr
-			}
-		} else if ok {
-			out := n.Outputs[0].Type
-			for _, v := range n.Inputs {
-				gr := owner[v]
-				if gr == nil || gr.closed || gr.dt != out.DType {
-					continue
-				}
-				// An op of the group's shape joins; so does, in a group with
-				// a reduction, an op of the reduced operand's shape (a second
-				// walk over the row).
-				walk := walksRowAgain(gr, out.Shape)
-				if !gr.shape.Equal(out.Shape) && !walk {
-					continue
-				}
-				if gr.reduce != nil && !walk && !readsOnlyReduced(n, gr, owner) {
-					continue
-				}
-				if len(gr.members) >= fuseMaxSteps || len(gr.inputs)+len(n.Inputs) > fuseMaxInputs {
-					continue
-				}
-				target = gr
-				break
-			}
-		}
-		// Other open groups n reads from that could take n too are merged
-		// into the target (none of them has been read outside yet, so the
-		// merged group can still run at its last member); every other group
-		// n reads from must run before n: close it.
-		for _, v := range n.Inputs {
-			gr := owner[v]
-			if gr == nil || gr == target {
-				continue
-			}
-			// A group with a reduction takes in an open group of its
-			// reduced shape (those ops run after the row is reduced);
-			// two reductions never meet in one group.
-			if target != nil && !gr.closed && gr.reduce == nil && !isReduce && gr.shape.Equal(target.shape) && gr.dt == target.dt &&
-				len(gr.members)+len(target.members) < fuseMaxSteps && len(gr.inputs)+len(target.inputs)+len(n.Inputs) <= fuseMaxInputs {
-				for _, m := range gr.members {
-					groupOf[m] = target
-					owner[m.Outputs[0]] = target
-				}
-				target.members = append(target.members, gr.members...)
-				for in := range gr.inputs {
-					if owner[in] != target {
-						target.inputs[in] = true
-					}
-				}
-				for in := range target.inputs {
-					if owner[in] == target {
-						delete(target.inputs, in)
-					}
-				}
-				gr.members, gr.closed = nil, true
-				continue
-			}
-			gr.closed = true
-		}
-		if !ok {
-			continue
-		}
-		if target == nil {
-			target = &ewGroup{shape: n.Outputs[0].Type.Shape, dt: n.Outputs[0].Type.DType, inputs: map[*graph.Value]bool{}}
-			groups = append(groups, target)
-		}
-		target.members = append(target.members, n)
-		if isReduce {
-			target.reduce, target.axes = n, axes
-			target.shape = n.Outputs[0].Type.Shape
-		}
-		for _, v := range bodyOperands(n) {
-			if owner[v] != target {
-				target.inputs[v] = true
-			}
-		}
-		groupOf[n] = target
-		owner[n.Outputs[0]] = target
-	}
-
 	uses := c.Uses()
 	isOut := map[*graph.Value]bool{}
 	for _, v := range c.Outputs {
 		isOut[v] = true
 	}
+	// A reduction whose element steps after it only feed elementwise ops
+	// of other groups keeps them out: those readers compute them in
+	// registers anyway, and the body would write full tensors they read
+	// back (a norm backward's x·c terms, summed with the other gradient
+	// terms by the next body).
+	noWalk := map[*graph.Node]bool{}
+	groups, owner, groupOf := groupElementwise(c.Nodes, noWalk)
+	for _, gr := range groups {
+		if gr.reduce != nil && lateFeedsOnlyElementwise(gr, groupOf, uses, isOut) {
+			noWalk[gr.reduce] = true
+			if log != nil {
+				log.Add(Event{Pass: PassFuseElementwise, Kind: Refused, Rule: "row_walk", Node: gr.reduce.Name, Op: gr.reduce.Op,
+					Reason: "the element ops after the reduction feed only elementwise ops of other groups, which compute them themselves"})
+			}
+		}
+	}
+	if len(noWalk) > 0 {
+		groups, owner, groupOf = groupElementwise(c.Nodes, noWalk)
+	}
+
 	absorbIndexChains(groups, groupOf, owner, uses, isOut, log)
 	absorbed := absorbTransposes(c.Nodes, groupOf, uses, isOut, log)
 	pos := make(map[*graph.Node]int, len(c.Nodes))
@@ -335,6 +263,137 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		return nil, fmt.Errorf("%s: internal error: %w", PassFuseElementwise, err)
 	}
 	return c, nil
+}
+
+// groupElementwise groups nodes (see FuseElementwise), in node order: no
+// element op joins a group after a reduction in noWalk.
+func groupElementwise(nodes []*graph.Node, noWalk map[*graph.Node]bool) ([]*ewGroup, map[*graph.Value]*ewGroup, map[*graph.Node]*ewGroup) {
+	owner := map[*graph.Value]*ewGroup{} // value -> the group whose member made it
+	groupOf := map[*graph.Node]*ewGroup{}
+	var groups []*ewGroup
+	for _, n := range nodes {
+		ok, _ := fusibleNode(n)
+		axes, isReduce := fusibleReduce(n)
+		var target *ewGroup
+		if isReduce {
+			// A reduction joins the open group that made its operand (one
+			// without a reduction yet), or starts a group of its own.
+			ok = true
+			x := n.Inputs[0]
+			if gr := owner[x]; gr != nil && !gr.closed && gr.reduce == nil && gr.shape.Equal(x.Type.Shape) &&
+				gr.dt == x.Type.DType && len(gr.members) < fuseMaxSteps {
+				target = gr
+			}
+		} else if ok {
+			out := n.Outputs[0].Type
+			for _, v := range n.Inputs {
+				gr := owner[v]
+				if gr == nil || gr.closed || gr.dt != out.DType {
+					continue
+				}
+				// An op of the group's shape joins; so does, in a group with
+				// a reduction, an op of the reduced operand's shape (a second
+				// walk over the row).
+				walk := walksRowAgain(gr, out.Shape) && !noWalk[gr.reduce]
+				if !gr.shape.Equal(out.Shape) && !walk {
+					continue
+				}
+				if gr.reduce != nil && !walk && !readsOnlyReduced(n, gr, owner) {
+					continue
+				}
+				if len(gr.members) >= fuseMaxSteps || len(gr.inputs)+len(n.Inputs) > fuseMaxInputs {
+					continue
+				}
+				target = gr
+				break
+			}
+		}
+		// Other open groups n reads from that could take n too are merged
+		// into the target (none of them has been read outside yet, so the
+		// merged group can still run at its last member); every other group
+		// n reads from must run before n: close it.
+		for _, v := range n.Inputs {
+			gr := owner[v]
+			if gr == nil || gr == target {
+				continue
+			}
+			// A group with a reduction takes in an open group of its
+			// reduced shape (those ops run after the row is reduced);
+			// two reductions never meet in one group.
+			if target != nil && !gr.closed && gr.reduce == nil && !isReduce && gr.shape.Equal(target.shape) && gr.dt == target.dt &&
+				len(gr.members)+len(target.members) < fuseMaxSteps && len(gr.inputs)+len(target.inputs)+len(n.Inputs) <= fuseMaxInputs {
+				for _, m := range gr.members {
+					groupOf[m] = target
+					owner[m.Outputs[0]] = target
+				}
+				target.members = append(target.members, gr.members...)
+				for in := range gr.inputs {
+					if owner[in] != target {
+						target.inputs[in] = true
+					}
+				}
+				for in := range target.inputs {
+					if owner[in] == target {
+						delete(target.inputs, in)
+					}
+				}
+				gr.members, gr.closed = nil, true
+				continue
+			}
+			gr.closed = true
+		}
+		if !ok {
+			continue
+		}
+		if target == nil {
+			target = &ewGroup{shape: n.Outputs[0].Type.Shape, dt: n.Outputs[0].Type.DType, inputs: map[*graph.Value]bool{}}
+			groups = append(groups, target)
+		}
+		target.members = append(target.members, n)
+		if isReduce {
+			target.reduce, target.axes = n, axes
+			target.shape = n.Outputs[0].Type.Shape
+		}
+		for _, v := range bodyOperands(n) {
+			if owner[v] != target {
+				target.inputs[v] = true
+			}
+		}
+		groupOf[n] = target
+		owner[n.Outputs[0]] = target
+	}
+	return groups, owner, groupOf
+}
+
+// lateFeedsOnlyElementwise reports whether gr, a group with a reduction,
+// has element members after it (of the reduced operand's shape) and
+// everything outside gr that reads them is a fusible elementwise op (no
+// graph output, no other op).
+func lateFeedsOnlyElementwise(gr *ewGroup, groupOf map[*graph.Node]*ewGroup, uses map[*graph.Value][]*graph.Node, isOut map[*graph.Value]bool) bool {
+	full := gr.reduce.Inputs[0].Type.Shape
+	after, late := false, false
+	for _, m := range gr.members {
+		if m == gr.reduce {
+			after = true
+			continue
+		}
+		if !after || !m.Outputs[0].Type.Shape.Equal(full) {
+			continue
+		}
+		late = true
+		if isOut[m.Outputs[0]] {
+			return false
+		}
+		for _, u := range uses[m.Outputs[0]] {
+			if groupOf[u] == gr {
+				continue
+			}
+			if ok, _ := fusibleNode(u); !ok {
+				return false
+			}
+		}
+	}
+	return late
 }
 
 // buildFused makes the FusedElementwise node of a group. A Transpose the

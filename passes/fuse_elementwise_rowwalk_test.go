@@ -119,16 +119,19 @@ func TestFuseElementwiseRowWalkLimits(t *testing.T) {
 }
 
 // In the tiny training step every norm is one body forward (the statistics
-// and the normalisation) and its row sum takes dx's scaling by the row's
-// elements backward; the step stays bit-identical (the whole step is
-// compared in TestFuseElementwiseKeepsTheStepBitExact).
+// and the normalisation). Backward, the final norm's body takes all of dx
+// (the embedding gradient's GEMM reads it); a layer norm's row sum keeps its
+// x·c terms out (row_walk refused): they only feed the body that sums dx's
+// terms, which computes them itself. The step stays bit-identical (the
+// whole step is compared in TestFuseElementwiseKeepsTheStepBitExact).
 func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
 	ts := tinyTrainStep(t, graph.Float32)
-	fused, err := (FuseElementwise{}).Run(ts.Graph, nil)
+	log := &Log{}
+	fused, err := (FuseElementwise{}).Run(ts.Graph, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forward, backward := 0, 0
+	forward, backward, alone := 0, 0, 0
 	for _, n := range fused.Nodes {
 		if _, ok := n.Attrs["axes"]; !ok || n.Op != "FusedElementwise" {
 			continue
@@ -143,8 +146,8 @@ func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
 				red = k
 			}
 		}
-		// An element step after the reduction reads the inputs' full shape:
-		// some step after it has the reduced operand's shape.
+		// An element step after the reduction has the reduced operand's
+		// shape.
 		inTypes := make([]graph.TensorType, len(n.Inputs))
 		for i, v := range n.Inputs {
 			inTypes[i] = v.Type
@@ -165,17 +168,22 @@ func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
 			forward++
 		case steps[red].Op == "ReduceSum" && walked:
 			backward++
+		case steps[red].Op == "ReduceSum":
+			alone++
 		default:
 			t.Errorf("%s: no element step after the reduction: %s", n.Name, n.Attrs["body"].S)
 		}
 	}
 	// Two layers of four norms (attention, MLP, q heads, k heads) and the
-	// final norm, forward and backward.
-	if forward != 9 || backward != 9 {
-		t.Errorf("%d forward and %d backward norm bodies with a second walk, want 9 and 9", forward, backward)
+	// final norm.
+	if forward != 9 || backward != 1 || alone != 8 {
+		t.Errorf("%d forward and %d backward norm bodies with a second walk, %d without; want 9, 1 and 8", forward, backward, alone)
+	}
+	if n := strings.Count(log.String(), "refused row_walk"); n != 8 {
+		t.Errorf("row_walk refused %d times, want 8:\n%s", n, log)
 	}
 	if c := countOp(fused, "FusedElementwise"); c != 42 {
-		t.Errorf("%d FusedElementwise nodes, want 42 (52 with each norm's normalisation a body of its own)", c)
+		t.Errorf("%d FusedElementwise nodes, want 42 (52 with each norm's normalisation and the final norm's dx bodies of their own)", c)
 	}
 }
 

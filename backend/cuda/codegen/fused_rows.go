@@ -36,6 +36,12 @@ type Rows struct {
 	outs     []int
 	OutBufs  []Buffer
 	narrow   []graph.DType
+
+	// late: element step s reads a row step (or a late step), so it is
+	// computed in a second walk over the row once the row's values are
+	// known; again: element step s is computed in that walk (the late
+	// steps and the earlier element steps they read, recomputed).
+	late, again []bool
 }
 
 // Generate writes the kernel ("rows"): a segment of a warp's lanes per
@@ -127,70 +133,94 @@ func (p *Rows) Generate() (Kernel, error) {
 	offset := func(base int64, strides []int64) string {
 		return offsetExpr(fmt.Sprintf("%dull", base), strides, func(j int, s int64) string { return fmt.Sprintf("c%d * %dull", j, s) })
 	}
-	elemArgs := make([]string, len(p.ElemIns))
-	for k, o := range p.ElemIns {
-		if o.Strides == nil {
-			continue
+	// walk writes a walk of the segment's lanes over the row: the element
+	// steps keep selects over the inputs reads selects, the outputs out
+	// selects written, and (accumulate) the reduced operand summed into a.
+	walk := func(keep func(s int) bool, reads func(k int) bool, writes func(s int) bool, accumulate bool) error {
+		elemArgs := make([]string, len(p.ElemIns))
+		for k, o := range p.ElemIns {
+			if o.Strides == nil || !reads(k) {
+				continue
+			}
+			w("            const unsigned long long e%d = %s;\n", k, offset(o.Off, eLead[k]))
+			if o.Strides[r-1] == 0 { // constant along the row
+				w("            const %s b%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[e%d]", k, k)))
+				elemArgs[k] = fmt.Sprintf("b%d", k)
+			}
 		}
-		w("            const unsigned long long e%d = %s;\n", k, offset(o.Off, eLead[k]))
-		if o.Strides[r-1] == 0 { // constant along the row
-			w("            const %s b%d = %s;\n", ct, k, loadExpr(types[k], ct, fmt.Sprintf("in%d[e%d]", k, k)))
-			elemArgs[k] = fmt.Sprintf("b%d", k)
+		w("            const unsigned long long q = row * %dull;\n", cols)
+		unroll := "#pragma unroll\n"
+		if iters > 16 {
+			unroll = "#pragma unroll 4\n"
 		}
+		kn.walkRow(unroll, "unsigned long long", "ull", iters, lanes, vec, cols)
+		for k, o := range p.ElemIns {
+			if o.Strides == nil || o.Strides[r-1] == 0 || !reads(k) {
+				continue
+			}
+			if vec > 1 {
+				w("                    %s\n", alignedArray(types[k], fmt.Sprintf("v%d", k), vec))
+				w("                    %s\n", vecMove(fmt.Sprintf("v%d", k), fmt.Sprintf("in%d + e%d + col", k, k), vec*o.Buf.DType.Size()))
+			}
+		}
+		for i, s := range p.outs {
+			if writes(s) && vec > 1 {
+				w("                    %s\n", alignedArray(otypes[i], fmt.Sprintf("w%d", i), vec))
+			}
+		}
+		ins := make([]elemIn, len(p.ElemIns))
+		for k, o := range p.ElemIns {
+			ins[k].t = types[k]
+			switch {
+			case o.Strides == nil || !reads(k):
+			case o.Strides[r-1] == 0:
+				ins[k].arg = elemArgs[k]
+			case vec > 1:
+				ins[k].load = fmt.Sprintf("v%d[e]", k)
+			default:
+				ins[k].load = fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])
+			}
+		}
+		args := kn.elementLoop("                    ", ct, vec, true, ins)
+		if _, err := kn.steps("                        ", ct, p.steps, p.narrow, args, keep); err != nil {
+			return err
+		}
+		if accumulate {
+			w("                        a += (%s)%s;\n", acc, operandOf(p.steps[p.red].Args[0], args))
+		}
+		outs := make([]elemOut, len(p.outs))
+		for i, s := range p.outs {
+			if writes(s) {
+				outs[i] = elemOut{at: "q + col", t: otypes[i], step: s, size: p.OutBufs[i].DType.Size()}
+			}
+		}
+		kn.closeElementLoop("                    ", ct, vec, outs)
+		w("                }\n            }\n")
+		return nil
 	}
-	w("            const unsigned long long q = row * %dull;\n", cols)
-	unroll := "#pragma unroll\n"
-	if iters > 16 {
-		unroll = "#pragma unroll 4\n"
-	}
-	kn.walkRow(unroll, "unsigned long long", "ull", iters, lanes, vec, cols)
-	for k, o := range p.ElemIns {
-		if o.Strides == nil || o.Strides[r-1] == 0 {
-			continue
-		}
-		if vec > 1 {
-			w("                    %s\n", alignedArray(types[k], fmt.Sprintf("v%d", k), vec))
-			w("                    %s\n", vecMove(fmt.Sprintf("v%d", k), fmt.Sprintf("in%d + e%d + col", k, k), vec*o.Buf.DType.Size()))
-		}
-	}
-	for i, s := range p.outs {
-		if !p.rowLevel[s] && vec > 1 {
-			w("                    %s\n", alignedArray(otypes[i], fmt.Sprintf("w%d", i), vec))
-		}
-	}
-	ins := make([]elemIn, len(p.ElemIns))
-	for k, o := range p.ElemIns {
-		ins[k].t = types[k]
-		switch {
-		case o.Strides == nil:
-		case o.Strides[r-1] == 0:
-			ins[k].arg = elemArgs[k]
-		case vec > 1:
-			ins[k].load = fmt.Sprintf("v%d[e]", k)
-		default:
-			ins[k].load = fmt.Sprintf("in%d[e%d + col * %dull]", k, k, o.Strides[r-1])
-		}
-	}
-	args := kn.elementLoop("                    ", ct, vec, true, ins)
-	perElement := func(s int) bool { return !p.rowLevel[s] && !p.isDead(s) }
-	if _, err := kn.steps("                        ", ct, p.steps, p.narrow, args, perElement); err != nil {
+	// The first walk: the element steps that need no row value, writing
+	// those that are outputs, and the sum.
+	walk1 := func(s int) bool { return !p.rowLevel[s] && !p.isDead(s) && !p.isLate(s) }
+	reads1 := func(k int) bool { return p.readBy(k, walk1) || p.readByReduction(k) }
+	if err := walk(walk1, reads1, walk1, true); err != nil {
 		return Kernel{}, err
 	}
-	w("                        a += (%s)%s;\n", acc, operandOf(p.steps[p.red].Args[0], args))
-	outs := make([]elemOut, len(p.outs))
-	for i, s := range p.outs {
-		if !p.rowLevel[s] {
-			outs[i] = elemOut{at: "q + col", t: otypes[i], step: s, size: p.OutBufs[i].DType.Size()}
-		}
-	}
-	kn.closeElementLoop("                    ", ct, vec, outs)
-	w("                }\n            }\n        }\n")
+	w("        }\n")
 	// Every lane of the warp takes part in the shuffles (rows past the end
 	// add nothing); the xor pattern leaves each segment's sum in all its lanes.
 	for o := lanes / 2; o > 0; o /= 2 {
 		w("        a += __shfl_xor_sync(0xffffffffu, a, %d, %d);\n", o, lanes)
 	}
-	w("        if (row < %dull && lane == 0) {\n", rows)
+	// Without late steps one lane computes the row steps and writes the
+	// row outputs; with them every lane does (the shuffles left the sum in
+	// each lane of the segment, the same bits in all) and then walks the
+	// row again for the late steps.
+	late := slices.Contains(p.late, true)
+	if late {
+		w("        if (row < %dull) {\n", rows)
+	} else {
+		w("        if (row < %dull && lane == 0) {\n", rows)
+	}
 	rowCoords()
 	rargs := make([]string, len(p.rIns))
 	for k, o := range p.rIns {
@@ -222,9 +252,24 @@ func (p *Rows) Generate() (Kernel, error) {
 		}
 		w("            const %s t%d = %s;\n", ct, s, e)
 	}
+	rowIndent := "            "
+	if late {
+		w("            if (lane == 0) {\n")
+		rowIndent = "                "
+	}
 	for i, s := range p.outs {
 		if p.rowLevel[s] {
-			w("            out%d[row] = %s;\n", i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+			w("%sout%d[row] = %s;\n", rowIndent, i, storeExpr(otypes[i], ct, fmt.Sprintf("t%d", s)))
+		}
+	}
+	if late {
+		w("            }\n")
+		// The second walk: the late steps over the row values, the
+		// element steps they read recomputed from the inputs (no row is
+		// held in registers), writing the late outputs.
+		walk2 := func(s int) bool { return s < len(p.again) && p.again[s] }
+		if err := walk(walk2, func(k int) bool { return p.readBy(k, walk2) }, p.isLate, false); err != nil {
+			return Kernel{}, err
 		}
 	}
 	w("        }\n    }\n}\n")
@@ -236,6 +281,31 @@ func (p *Rows) Generate() (Kernel, error) {
 
 // isDead reports whether step s is computed by no one (see inputViews).
 func (p *Rows) isDead(s int) bool { return s < len(p.dead) && p.dead[s] }
+
+// isLate reports whether element step s is computed after the reduction,
+// in the second walk over the row.
+func (p *Rows) isLate(s int) bool { return s < len(p.late) && p.late[s] }
+
+// readBy reports whether a step that keep selects reads input k.
+func (p *Rows) readBy(k int, keep func(s int) bool) bool {
+	for s, st := range p.steps {
+		if !keep(s) {
+			continue
+		}
+		for _, a := range st.Args {
+			if !a.Step && a.Index == k {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// readByReduction reports whether the reduction reads input k directly.
+func (p *Rows) readByReduction(k int) bool {
+	a := p.steps[p.red].Args[0]
+	return !a.Step && a.Index == k
+}
 
 // inputView is a node input read through index steps that only move where
 // its values lie (a Slice of it, a Transpose of it that keeps the last axis,
@@ -386,8 +456,34 @@ func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, i
 		}
 		p.narrow = append(p.narrow, t.DType)
 	}
-	// Element steps read inputs and element steps; row steps read inputs,
-	// row steps and (the reduction only) the reduced element step.
+	// An element step that reads a row step, or such a step, is late: it
+	// waits for the row's values (a second walk); again marks the steps
+	// that walk computes, the late ones and the element steps they read.
+	p.late = make([]bool, len(steps))
+	p.again = make([]bool, len(steps))
+	for s, st := range steps {
+		if p.rowLevel[s] || dead[s] {
+			continue
+		}
+		for _, a := range st.Args {
+			if a.Step && (p.rowLevel[a.Index] || p.late[a.Index]) {
+				p.late[s], p.again[s] = true, true
+			}
+		}
+	}
+	for s := len(steps) - 1; s >= 0; s-- {
+		if !p.again[s] {
+			continue
+		}
+		for _, a := range steps[s].Args {
+			if a.Step && !p.rowLevel[a.Index] {
+				p.again[a.Index] = true
+			}
+		}
+	}
+	// Element steps read inputs and element steps (late ones row steps
+	// too); row steps read inputs, row steps and (the reduction only) the
+	// reduced element step.
 	nIn := len(n.Inputs) + len(views)
 	readsElem := make([]bool, nIn)
 	readsRow := make([]bool, nIn)
@@ -405,10 +501,13 @@ func NewRows(n *graph.Node, steps []graph.FusedStep, types []graph.TensorType, i
 				readsElem[a.Index] = true
 			case p.rowLevel[s] && !p.rowLevel[a.Index] && s != red:
 				return nil, fmt.Errorf("step %d (per row) reads step %d (per element)", s, a.Index)
-			case !p.rowLevel[s] && p.rowLevel[a.Index]:
-				return nil, fmt.Errorf("step %d (per element) reads step %d (per row): that needs a second pass over the row", s, a.Index)
+			case !p.rowLevel[s] && p.rowLevel[a.Index] && !p.late[s]:
+				return nil, fmt.Errorf("step %d (per element) reads step %d (per row) but is not computed in the second walk", s, a.Index)
 			}
 		}
+	}
+	if slices.Contains(p.late, true) && n.Attrs.Int("keepdims", 1) == 0 {
+		return nil, fmt.Errorf("element steps after a reduction that drops the reduced axis: its values do not broadcast along the row")
 	}
 	for i := range nIn {
 		var e, rw Operand

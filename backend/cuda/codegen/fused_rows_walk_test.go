@@ -1,0 +1,325 @@
+package codegen
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/flashgraph/flashgraph/graph"
+)
+
+// Bodies with element steps after the reduction (an RMSNorm forward's
+// normalisation, a norm backward's dx) are walked twice per row.
+const (
+	normForwardBody  = "Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4);Mul(t0,t5);Mul(t6,i3)"
+	normBackwardBody = "Mul(i0,i1);Mul(t0,i2);ReduceSum(t1);Mul(i3,i3);Mul(t3,i3);Mul(t2,t4);Div(t5,i4);Mul(t0,i3);Mul(i2,t6);Sub(t7,t8)"
+)
+
+// walkRows builds the row kernel of body over inputs of the given shapes
+// and dtype, outputs outs.
+func walkRows(t *testing.T, body string, dt graph.DType, outs []int64, ins ...graph.Shape) *Rows {
+	t.Helper()
+	n := &graph.Node{Name: "norm", Op: "FusedElementwise", Attrs: graph.Attrs{"body": graph.Str(body),
+		"outputs": graph.Ints(outs...), "axes": graph.Ints(-1)}}
+	var in []graph.TensorType
+	for i, s := range ins {
+		tt := graph.TensorType{DType: dt, Shape: s}
+		in = append(in, tt)
+		n.Inputs = append(n.Inputs, &graph.Value{Name: fmt.Sprintf("x%d", i), Type: tt})
+	}
+	steps, err := graph.ParseFusedBody(body, len(ins))
+	if err != nil {
+		t.Fatal(err)
+	}
+	types, err := graph.FusedTypes(steps, in, n.Attrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs := func(k int) Buffer { return Buffer{Addr: uint64(0x10000 * (k + 1)), DType: dt} }
+	p, err := NewRows(n, steps, types, bufs, func(k int) Buffer { return bufs(8 + k) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The norm forward's kernel walks each row twice: the first walk sums the
+// squares and writes the residual sum, the row steps give rstd (written by
+// one lane), the second walk recomputes the residual sum from the inputs and
+// writes the normalised, scaled row. A step that reads a row value outside
+// the second walk, or one the body would need a third walk for, is refused.
+func TestRowsWalkTwiceSource(t *testing.T) {
+	p := walkRows(t, normForwardBody, graph.BFloat16, []int64{0, 5, 7}, graph.Shape{4, 64, 256}, graph.Shape{4, 64, 256}, graph.Shape{}, graph.Shape{256})
+	k, err := p.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := k.Source
+	if k.Vec != 8 || k.Lanes != 32 {
+		t.Errorf("vector %d, %d lanes; want 8, 32", k.Vec, k.Lanes)
+	}
+	walks := strings.Split(src, "for (int it = 0;")
+	if len(walks) != 3 {
+		t.Fatalf("%d walks over the row, want 2\n%s", len(walks)-1, src)
+	}
+	shuffles := strings.Index(walks[1], "__shfl_xor_sync")
+	if shuffles < 0 {
+		t.Fatalf("no shuffles after the first walk\n%s", src)
+	}
+	first, rowSteps, second := walks[1][:shuffles], walks[1][shuffles:], walks[2]
+	for _, c := range []struct {
+		part, name, want string
+		has              bool
+	}{
+		{first, "first walk", "a += (float)t1;", true},
+		{first, "first walk", "out0 + q + col", true},
+		{first, "first walk", "t6 =", false},
+		{first, "first walk", "in3", false},
+		{first, "first walk", "out2", false},
+		{rowSteps, "row steps", "if (row < 256ull) {", true},
+		{rowSteps, "row steps", "if (lane == 0) {\n                out1[row] = __float2bfloat16_rn((float)(t5));\n            }", true},
+		{second, "second walk", "const float t0 = (float)__bfloat162float(__float2bfloat16_rn((float)(a0 + a1)));", true},
+		{second, "second walk", "t6 = (float)__bfloat162float(__float2bfloat16_rn((float)(t0 * t5)))", true},
+		{second, "second walk", "*reinterpret_cast<const uint4*>(in3 + e3 + col)", true},
+		{second, "second walk", "*reinterpret_cast<uint4*>(out2 + q + col) = *reinterpret_cast<const uint4*>(w2);", true},
+		{second, "second walk", "t1 =", false},
+		{second, "second walk", "out0", false},
+		{second, "second walk", "a +=", false},
+	} {
+		if strings.Contains(c.part, c.want) != c.has {
+			t.Errorf("%s: contains %q is %v, want %v\n%s", c.name, c.want, !c.has, c.has, src)
+		}
+	}
+	// The bfloat16 kernel parses as C++ with the CUDA names stubbed.
+	if gxx, err := exec.LookPath("g++"); err == nil && runtime.GOARCH == "amd64" {
+		var sb strings.Builder
+		sb.WriteString(rowsHost + bf16Host)
+		for _, line := range strings.Split(src, "\n") {
+			if !strings.HasPrefix(line, "#include") {
+				sb.WriteString(line + "\n")
+			}
+		}
+		path := filepath.Join(t.TempDir(), "norm.cpp")
+		if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command(gxx, "-std=c++20", "-fsyntax-only", path).CombinedOutput(); err != nil {
+			t.Errorf("the bfloat16 norm kernel does not parse: %v\n%s\n%s", err, out, src)
+		}
+	}
+	// A body without late steps keeps one walk and the one-lane row block.
+	p = walkRows(t, "Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4)", graph.BFloat16, []int64{0, 5}, graph.Shape{4, 64, 256}, graph.Shape{4, 64, 256}, graph.Shape{})
+	if k, err = p.Generate(); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(k.Source, "for (int it = 0;") != 1 || !strings.Contains(k.Source, "if (row < 256ull && lane == 0) {") {
+		t.Errorf("a body without late steps changed:\n%s", k.Source)
+	}
+}
+
+// rowsHost runs a generated row kernel on the host: CUDA's keywords defined
+// away, each warp's 32 lanes as threads that meet in the shuffles, the warps
+// one after another (a row kernel's warps never talk to each other).
+const rowsHost = `#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <barrier>
+#include <vector>
+#define __global__
+#define __device__
+#define __restrict__
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+struct dim { unsigned x, y, z; };
+thread_local dim threadIdx, blockIdx;
+dim gridDim, blockDim;
+struct uint4 { unsigned x, y, z, w; };
+struct uint2 { unsigned x, y; };
+static std::barrier<>* warpBarrier;
+static double shuffled[32];
+template <class T> T __shfl_xor_sync(unsigned, T v, int o, int width) {
+    unsigned lane = threadIdx.x % 32;
+    shuffled[lane] = v;
+    warpBarrier->arrive_and_wait();
+    T r = (T)shuffled[(lane ^ o) % 32];
+    warpBarrier->arrive_and_wait();
+    if (o >= width) return v;
+    return r;
+}
+`
+
+// bf16Host declares the bfloat16 type and conversions the kernels use.
+const bf16Host = `struct __nv_bfloat16 { unsigned short x; };
+float __bfloat162float(__nv_bfloat16);
+__nv_bfloat16 __float2bfloat16_rn(float);
+`
+
+// TestRowsWalkTwiceEmulated runs the norm forward and backward kernels over
+// rows that vectors, lane segments and the grid-stride loop split in
+// different ways, and checks every output against the norm computed in
+// float64 here (the lanes sum in their own order: a relative 1e-5).
+func TestRowsWalkTwiceEmulated(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH")
+	}
+	dir := t.TempDir()
+	for _, c := range []struct {
+		rows, cols int
+		vec, lanes int
+	}{
+		{5, 4, 4, 1}, {37, 64, 4, 16}, {11, 200, 4, 32}, {9, 37, 1, 32},
+	} {
+		R, C := c.rows, c.cols
+		val := func(i, k int) float64 { return float64((i*7+k*5)%29)/13 - 1.03 }
+		x, res, w, dy, rstdIn := make([]float32, R*C), make([]float32, R*C), make([]float32, C), make([]float32, R*C), make([]float32, R)
+		for i := range x {
+			x[i], res[i], dy[i] = float32(val(i, 0)), float32(val(i, 1)), float32(val(i, 2))
+		}
+		for i := range w {
+			w[i] = float32(val(i, 3))
+		}
+		for i := range rstdIn {
+			rstdIn[i] = float32(0.5 + val(i, 4)/4)
+		}
+		const eps = 1e-5
+		// Forward: h, rstd, y; backward: dx.
+		h, rstd, y, dx := make([]float64, R*C), make([]float64, R), make([]float64, R*C), make([]float64, R*C)
+		for r := range R {
+			ss, s := 0.0, 0.0
+			for j := range C {
+				i := r*C + j
+				h[i] = float64(x[i]) + float64(res[i])
+				ss += h[i] * h[i]
+				s += float64(dy[i]) * float64(w[j]) * float64(x[i])
+			}
+			rstd[r] = 1 / math.Sqrt(ss/float64(C)+eps)
+			rs := float64(rstdIn[r])
+			for j := range C {
+				i := r*C + j
+				y[i] = h[i] * rstd[r] * float64(w[j])
+				g := float64(dy[i]) * float64(w[j])
+				dx[i] = g*rs - float64(x[i])*(s*rs*rs*rs/float64(C))
+			}
+		}
+		shape, row := graph.Shape{R, C}, graph.Shape{R, 1}
+		for _, k := range []struct {
+			name string
+			p    *Rows
+			ins  [][]float32
+			want [][]float64
+		}{
+			{"forward", walkRows(t, normForwardBody, graph.Float32, []int64{0, 5, 7}, shape, shape, graph.Shape{}, graph.Shape{C}),
+				[][]float32{x, res, {eps}, w}, [][]float64{h, rstd, y}},
+			{"backward", walkRows(t, normBackwardBody, graph.Float32, []int64{9}, shape, graph.Shape{C}, shape, row, graph.Shape{}),
+				[][]float32{dy, w, x, rstdIn, {float32(C)}}, [][]float64{dx}},
+		} {
+			name := fmt.Sprintf("%s %dx%d", k.name, R, C)
+			kern, err := k.p.Generate()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if kern.Vec != c.vec || kern.Lanes != c.lanes {
+				t.Errorf("%s: vector %d, %d lanes; want %d, %d", name, kern.Vec, kern.Lanes, c.vec, c.lanes)
+			}
+			got := runRowsOnHost(t, gxx, dir, kern, k.ins, k.want)
+			for o, want := range k.want {
+				for i, wv := range want {
+					if g := got[o][i]; math.Abs(g-wv) > 1e-5*math.Max(1, math.Abs(wv)) || math.IsNaN(g) {
+						t.Fatalf("%s: output %d[%d] = %v, want %v", name, o, i, g, wv)
+					}
+				}
+			}
+		}
+	}
+}
+
+// runRowsOnHost compiles kernel k with rowsHost and runs it over one block
+// (the grid-stride loop takes the rest of the rows) on float32 inputs ins,
+// returning its outputs (sized as want's).
+func runRowsOnHost(t *testing.T, gxx, dir string, k Kernel, ins [][]float32, want [][]float64) [][]float64 {
+	t.Helper()
+	var sb strings.Builder
+	sb.WriteString(rowsHost)
+	for _, line := range strings.Split(k.Source, "\n") {
+		if !strings.HasPrefix(line, "#include") {
+			sb.WriteString(strings.Replace(line, `extern "C" `, "", 1) + "\n")
+		}
+	}
+	var args []string
+	for i, in := range ins {
+		vals := make([]string, len(in))
+		for j, v := range in {
+			vals[j] = strconv.FormatFloat(float64(v), 'e', -1, 32) + "f"
+		}
+		fmt.Fprintf(&sb, "alignas(16) float in_%d[] = {%s};\n", i, strings.Join(vals, ","))
+		args = append(args, fmt.Sprintf("in_%d", i))
+	}
+	for o, w := range want {
+		fmt.Fprintf(&sb, "alignas(16) float out_%d[%d];\n", o, len(w))
+		args = append(args, fmt.Sprintf("out_%d", o))
+	}
+	fmt.Fprintf(&sb, `int main() {
+    gridDim = {1, 1, 1}; blockDim = {256, 1, 1};
+    std::barrier<> bar(32);
+    warpBarrier = &bar;
+    for (unsigned w = 0; w < 8; w++) {
+        std::vector<std::thread> lanes;
+        for (unsigned l = 0; l < 32; l++) {
+            lanes.emplace_back([=] { threadIdx = {w * 32 + l, 0, 0}; blockIdx = {0, 0, 0}; %s(%s); });
+        }
+        for (auto& th : lanes) th.join();
+    }
+`, k.Entry, strings.Join(args, ", "))
+	for o, w := range want {
+		fmt.Fprintf(&sb, "    for (int i = 0; i < %d; i++) printf(\"%%d %%a\\n\", %d, (double)out_%d[i]);\n", len(w), o, o)
+	}
+	sb.WriteString("    return 0;\n}\n")
+	src := filepath.Join(dir, "rows.cpp")
+	bin := filepath.Join(dir, "rows")
+	if err := os.WriteFile(src, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gxx, "-std=c++20", "-O1", "-pthread", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("g++: %v\n%s\n%s", err, out, sb.String())
+	}
+	out, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatalf("the host run failed: %v", err)
+	}
+	got := make([][]float64, len(want))
+	for o, w := range want {
+		got[o] = make([]float64, len(w))
+		for i := range got[o] {
+			got[o][i] = math.NaN()
+		}
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			t.Fatalf("bad line %q", line)
+		}
+		o, _ := strconv.Atoi(f[0])
+		v, err := strconv.ParseFloat(f[1], 64)
+		if err != nil {
+			t.Fatalf("bad value %q", f[1])
+		}
+		for i := range got[o] {
+			if math.IsNaN(got[o][i]) {
+				got[o][i] = v
+				break
+			}
+		}
+	}
+	return got
+}
