@@ -14,7 +14,11 @@ import (
 // element steps of each element in registers (writing those that are outputs),
 // accumulates the reduced step, combines the lanes' sums with shuffles, and
 // one lane computes the row steps on the result. The reduced operand is never
-// written to memory.
+// written to memory. Element steps that read the row's values (an RMSNorm's
+// x·rstd·w, a norm backward's dx) run in a second walk over the row: every
+// lane of the segment computes the row steps, then the lanes walk the row
+// again, recomputing from the inputs the earlier element steps those read
+// (a row is never held in registers), and write their outputs.
 //
 // A Transpose step of an input that keeps the last axis in place (a head
 // split read by a norm) is that input read with permuted strides: each row
