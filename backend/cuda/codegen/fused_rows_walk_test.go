@@ -244,6 +244,62 @@ func TestRowsWalkTwiceEmulated(t *testing.T) {
 	}
 }
 
+// TestRowsWalkTwiceThroughAView runs a q-head norm emulated: the heads of
+// a [B,S,H,D] projection read through a Transpose view in both walks (the
+// second walk loads the view again for x·rstd·w).
+func TestRowsWalkTwiceThroughAView(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH")
+	}
+	const B, S, H, D = 2, 3, 5, 16
+	x, w := make([]float32, B*S*H*D), make([]float32, D)
+	for i := range x {
+		x[i] = float32((i*7)%29)/13 - 1.03
+	}
+	for i := range w {
+		w[i] = float32((i*5)%11)/7 - 0.6
+	}
+	const eps = 1e-5
+	rstd, y := make([]float64, B*H*S), make([]float64, B*H*S*D)
+	for b := range B {
+		for h := range H {
+			for s := range S {
+				r := (b*H+h)*S + s
+				at := func(d int) float64 { return float64(x[((b*S+s)*H+h)*D+d]) }
+				ss := 0.0
+				for d := range D {
+					ss += at(d) * at(d)
+				}
+				rstd[r] = 1 / math.Sqrt(ss/D+eps)
+				for d := range D {
+					y[r*D+d] = at(d) * rstd[r] * float64(w[d])
+				}
+			}
+		}
+	}
+	p := walkRows(t, "Transpose<0,2,1,3>(i0);Mul(t0,t0);ReduceMean(t1);Add(t2,i1);Sqrt(t3);Reciprocal(t4);Mul(t0,t5);Mul(t6,i2)",
+		graph.Float32, []int64{5, 7}, graph.Shape{B, S, H, D}, graph.Shape{}, graph.Shape{D})
+	k, err := p.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Vec != 4 || k.Lanes != 4 || strings.Count(k.Source, "in3 + e3 + col") != 2 {
+		t.Errorf("vector %d, %d lanes, want 4 and 4 and the view loaded in both walks\n%s", k.Vec, k.Lanes, k.Source)
+	}
+	got := runRowsOnHost(t, gxx, t.TempDir(), k, [][]float32{x, {eps}, w, x}, [][]float64{rstd, y})
+	for o, want := range [][]float64{rstd, y} {
+		for i, wv := range want {
+			if g := got[o][i]; math.Abs(g-wv) > 1e-5*math.Max(1, math.Abs(wv)) || math.IsNaN(g) {
+				t.Fatalf("output %d[%d] = %v, want %v", o, i, g, wv)
+			}
+		}
+	}
+}
+
 // runRowsOnHost compiles kernel k with rowsHost and runs it over one block
 // (the grid-stride loop takes the rest of the rows) on float32 inputs ins,
 // returning its outputs (sized as want's).
