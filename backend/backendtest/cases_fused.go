@@ -110,6 +110,44 @@ func fusedCases() []opCase {
 			c.expect(ys[2], mapArr(t4, func(v float64) float64 { return 1 / v }))
 		})
 	}
+	// Element steps after the reduction, reading the row values broadcast
+	// along the row and element values from before it (a generated kernel
+	// walks each row twice): a whole RMSNorm forward, and a norm
+	// backward's dx with a per-row input read per element too.
+	for _, sh := range [][]int{{4, 6, 64}, {3, 2, 768}, {5, 40}, {3, 37}} {
+		add("rmsnorm_two_walks_"+shapeName(sh), func(c *ctx) {
+			last := sh[len(sh)-1]
+			x, rx := c.input(c.dt, normal, sh...)
+			y, ry := c.input(c.dt, normal, sh...)
+			e, re := c.input(c.dt, constGen(1e-5))
+			w, rw := c.input(c.dt, normal, last)
+			ys := fusedRed(c, "Add(i0,i1);Mul(t0,t0);ReduceMean(t1);Add(t2,i2);Sqrt(t3);Reciprocal(t4);Mul(t0,t5);Mul(t6,i3)", 1,
+				[]int64{0, 5, 7, 6}, x, y, e, w)
+			t0 := rnd(c, refElem("Add", rx, ry))
+			t2 := red(c, "ReduceMean", 1, rnd(c, refElem("Mul", t0, t0)))
+			t4 := rnd(c, refElem("Sqrt", rnd(c, refElem("Add", t2, re))))
+			t5 := rnd(c, mapArr(t4, func(v float64) float64 { return 1 / v }))
+			t6 := rnd(c, refElem("Mul", t0, t5))
+			c.expect(ys[0], t0)
+			c.expect(ys[1], t5)
+			c.expect(ys[2], refElem("Mul", t6, rw))
+			c.expect(ys[3], t6)
+		})
+	}
+	add("norm_backward_two_walks_[4,6,48]_[48]_[4,6,1]", func(c *ctx) {
+		dy, rdy := c.input(c.dt, normal, 4, 6, 48)
+		w, rw := c.input(c.dt, normal, 48)
+		x, rx := c.input(c.dt, normal, 4, 6, 48)
+		r, rr := c.input(c.dt, positive, 4, 6, 1)
+		d, rd := c.input(c.dt, constGen(48))
+		ys := fusedRed(c, "Mul(i0,i1);Mul(t0,i2);ReduceSum(t1);Mul(i3,i3);Mul(t3,i3);Mul(t2,t4);Div(t5,i4);Mul(t0,i3);Mul(i2,t6);Sub(t7,t8)", 1,
+			[]int64{9}, dy, w, x, r, d)
+		t0 := rnd(c, refElem("Mul", rdy, rw))
+		t2 := red(c, "ReduceSum", 1, rnd(c, refElem("Mul", t0, rx)))
+		t4 := rnd(c, refElem("Mul", rnd(c, refElem("Mul", rr, rr)), rr))
+		t6 := rnd(c, refElem("Div", rnd(c, refElem("Mul", t2, t4)), rd))
+		c.expect(ys[0], refElem("Sub", rnd(c, refElem("Mul", t0, rr)), rnd(c, refElem("Mul", rx, t6))))
+	})
 	add("norm_backward_rowsum_[4,6,48]_[48]_[4,6,1]", func(c *ctx) {
 		g, rg := c.input(c.dt, normal, 4, 6, 48)
 		w, rw := c.input(c.dt, normal, 48)
