@@ -202,9 +202,28 @@ func (p *Rows) Generate() (Kernel, error) {
 		w("                }\n            }\n")
 		return nil
 	}
-	// The first walk: the element steps that need no row value, writing
-	// those that are outputs, and the sum.
-	walk1 := func(s int) bool { return !p.rowLevel[s] && !p.isDead(s) && !p.isLate(s) }
+	// The first walk: the element steps that need no row value and that
+	// are outputs or feed the sum (not those only late steps read, which
+	// the second walk computes: a norm backward's dy·w·rstd and the
+	// residual gradient it is added to), writing the outputs, and the sum.
+	need1 := make([]bool, len(p.steps))
+	for _, s := range p.outs {
+		need1[s] = true
+	}
+	if a := p.steps[p.red].Args[0]; a.Step {
+		need1[a.Index] = true
+	}
+	for s := len(p.steps) - 1; s >= 0; s-- {
+		if !need1[s] || p.rowLevel[s] || p.isLate(s) {
+			continue
+		}
+		for _, a := range p.steps[s].Args {
+			if a.Step {
+				need1[a.Index] = true
+			}
+		}
+	}
+	walk1 := func(s int) bool { return need1[s] && !p.rowLevel[s] && !p.isDead(s) && !p.isLate(s) }
 	reads1 := func(k int) bool { return p.readBy(k, walk1) || p.readByReduction(k) }
 	if err := walk(walk1, reads1, walk1, true); err != nil {
 		return Kernel{}, err

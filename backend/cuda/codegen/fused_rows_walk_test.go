@@ -379,3 +379,119 @@ func runRowsOnHost(t *testing.T, gxx, dir string, k Kernel, ins [][]float32, wan
 	}
 	return got
 }
+
+// normBackwardWholeBody is an attention or MLP norm's whole backward, as
+// fuse_elementwise groups it: dy = i0+i1, dy·w, dy·x̂ (an output: the weight
+// gradient's column sum reads it), dy·w·rstd, the row sum of dy·w·x, its
+// scaling c, and dx = up + dy·w·rstd + c·x (the second walk recomputes
+// dy·w·rstd from the inputs).
+const normBackwardWholeBody = "Add(i0,i1);Mul(t0,i2);Mul(t0,i3);Mul(t1,i4);Mul(t1,i5);ReduceSum(t4);Mul(i4,i4);Mul(t6,i4);Mul(t5,t7);Div(t8,i6);Add(i7,t3);Mul(t9,i5);Add(t10,t11)"
+
+// TestRowsNormBackwardOneKernel: the whole norm backward is one row kernel
+// that writes dy·x̂ in the first walk and dx in the second, its bfloat16
+// source parses as C++, and the float32 kernel run on the host gives both
+// outputs computed in float64 here, over rows split in different ways.
+func TestRowsNormBackwardOneKernel(t *testing.T) {
+	full, row := func(r, c int) graph.Shape { return graph.Shape{r, c} }, func(r int) graph.Shape { return graph.Shape{r, 1} }
+	p := walkRows(t, normBackwardWholeBody, graph.BFloat16, []int64{2, 12},
+		full(256, 512), full(256, 512), graph.Shape{512}, full(256, 512), row(256), full(256, 512), graph.Shape{}, full(256, 512))
+	k, err := p.Generate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	walks := strings.Split(k.Source, "for (int it = 0;")
+	if len(walks) != 3 {
+		t.Fatalf("%d walks over the row, want 2\n%s", len(walks)-1, k.Source)
+	}
+	first, second := walks[1][:strings.Index(walks[1], "__shfl_xor_sync")], walks[2]
+	for _, c := range []struct {
+		part, name, want string
+		has              bool
+	}{
+		{first, "first walk", "out0 + q + col", true},
+		{first, "first walk", "a += (float)t4;", true},
+		{first, "first walk", "in7", false},
+		{first, "first walk", "out1", false},
+		{second, "second walk", "out1 + q + col", true},
+		{second, "second walk", "in7 + e7 + col", true},
+		{second, "second walk", "t3 =", true},
+		{second, "second walk", "out0", false},
+		{second, "second walk", "in3", false},
+		{second, "second walk", "a +=", false},
+	} {
+		if strings.Contains(c.part, c.want) != c.has {
+			t.Errorf("%s: contains %q is %v, want %v\n%s", c.name, c.want, !c.has, c.has, k.Source)
+		}
+	}
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH")
+	}
+	var sb strings.Builder
+	sb.WriteString(rowsHost + bf16Host)
+	for _, line := range strings.Split(k.Source, "\n") {
+		if !strings.HasPrefix(line, "#include") {
+			sb.WriteString(line + "\n")
+		}
+	}
+	path := filepath.Join(t.TempDir(), "normback.cpp")
+	if err := os.WriteFile(path, []byte(sb.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(gxx, "-std=c++20", "-fsyntax-only", path).CombinedOutput(); err != nil {
+		t.Errorf("the bfloat16 norm backward kernel does not parse: %v\n%s\n%s", err, out, k.Source)
+	}
+	dir := t.TempDir()
+	for _, c := range []struct{ rows, cols, vec, lanes int }{{5, 4, 4, 1}, {37, 64, 4, 16}, {11, 200, 4, 32}, {9, 37, 1, 32}} {
+		R, C := c.rows, c.cols
+		val := func(i, k int) float32 { return float32((i*7+k*5)%29)/13 - 1.03 }
+		d0, d1, w, xhat, rstd, x, up := make([]float32, R*C), make([]float32, R*C), make([]float32, C), make([]float32, R*C), make([]float32, R), make([]float32, R*C), make([]float32, R*C)
+		for i := range d0 {
+			d0[i], d1[i], xhat[i], x[i], up[i] = val(i, 0), val(i, 1), val(i, 2), val(i, 3), val(i, 4)
+		}
+		for i := range w {
+			w[i] = val(i, 5)
+		}
+		for i := range rstd {
+			rstd[i] = 0.5 + val(i, 6)/4
+		}
+		gx, dx := make([]float64, R*C), make([]float64, R*C)
+		for r := range R {
+			rs, s := float64(rstd[r]), 0.0
+			for j := range C {
+				i := r*C + j
+				dy := float64(d0[i]) + float64(d1[i])
+				gx[i] = dy * float64(xhat[i])
+				s += dy * float64(w[j]) * float64(x[i])
+			}
+			cr := s * rs * rs * rs / -float64(C)
+			for j := range C {
+				i := r*C + j
+				dy := float64(d0[i]) + float64(d1[i])
+				dx[i] = float64(up[i]) + dy*float64(w[j])*rs + cr*float64(x[i])
+			}
+		}
+		p := walkRows(t, normBackwardWholeBody, graph.Float32, []int64{2, 12},
+			full(R, C), full(R, C), graph.Shape{C}, full(R, C), row(R), full(R, C), graph.Shape{}, full(R, C))
+		kern, err := p.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("%dx%d", R, C)
+		if kern.Vec != c.vec || kern.Lanes != c.lanes {
+			t.Errorf("%s: vector %d, %d lanes; want %d, %d", name, kern.Vec, kern.Lanes, c.vec, c.lanes)
+		}
+		want := [][]float64{gx, dx}
+		got := runRowsOnHost(t, gxx, dir, kern, [][]float32{d0, d1, w, xhat, rstd, x, {-float32(C)}, up}, want)
+		for o := range want {
+			for i, wv := range want[o] {
+				if g := got[o][i]; math.Abs(g-wv) > 1e-5*math.Max(1, math.Abs(wv)) || math.IsNaN(g) {
+					t.Fatalf("%s: output %d[%d] = %v, want %v", name, o, i, g, wv)
+				}
+			}
+		}
+	}
+}
