@@ -46,6 +46,16 @@ const PassFuseElementwise = "fuse_elementwise"
 // reduction takes none (row_walk refused, and the nodes are grouped again).
 // A group with a reduction merges with no other.
 //
+// A ReduceSum over leading axes of a group's value (a norm backward's
+// weight gradient, the column sum of dy·x̂) and a Reshape of its result do
+// not close the group: they run right after its fused node
+// (deferredReader), so the body that makes dy·w and dy·x̂ goes on to take
+// in the row sum and dx, and a norm backward is one body. Any other reader
+// of their values closes the group. Not when the group then has a
+// reduction and reads an index chain or is read by a Transpose (a q/k head
+// norm's, after RoPE's gradient): those join groups without a reduction
+// only (defer_reader refused, and the nodes are grouped again).
+//
 // After grouping, a Slice read only by bodies is read in place by each, and
 // a Concat of values only it reads is written by one body
 // (fuse_elementwise_slices.go: fuse_qkv's head splits and their gradients).
@@ -86,6 +96,20 @@ type ewGroup struct {
 	// the Transposes that alone read a value of the group, which the group
 	// writes transposed instead (by the value they read). Both nodes go.
 	reads, writes map[*graph.Value]*graph.Node
+	// into is the group this one was merged into (nil: none).
+	into *ewGroup
+	// after are the nodes that read the group's values but run after it
+	// (deferredReader): a norm backward's column ReduceSum of dy·x̂ and
+	// its Reshape, in node order.
+	after []*graph.Node
+}
+
+// final is the group gr's members ended up in.
+func (gr *ewGroup) final() *ewGroup {
+	for gr.into != nil {
+		gr = gr.into
+	}
+	return gr
 }
 
 // fused reports whether the group becomes a FusedElementwise node: two ops
@@ -174,19 +198,52 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	// registers anyway, and the body would write full tensors they read
 	// back (a norm backward's x·c terms, summed with the other gradient
 	// terms by the next body).
+	//
+	// A reader deferred past a group with a reduction (deferredReader) is
+	// not deferred when that group reads an index chain's result or is
+	// read by a Transpose (a q/k head norm's backward after RoPE's): the
+	// chain and the transposed write join groups without a reduction
+	// only, so the group would cost more nodes than the deferral saves.
 	noWalk := map[*graph.Node]bool{}
-	groups, owner, groupOf := groupElementwise(c.Nodes, noWalk)
-	for _, gr := range groups {
-		if gr.reduce != nil && lateFeedsOnlyElementwise(gr, groupOf, uses, isOut) {
-			noWalk[gr.reduce] = true
-			if log != nil {
-				log.Add(Event{Pass: PassFuseElementwise, Kind: Refused, Rule: "row_walk", Node: gr.reduce.Name, Op: gr.reduce.Op,
-					Reason: "the element ops after the reduction feed only elementwise ops of other groups, which compute them themselves"})
-			}
+	noDefer := map[*graph.Node]bool{}
+	made := map[*graph.Value]*graph.Node{}
+	for _, n := range c.Nodes {
+		for _, o := range n.Outputs {
+			made[o] = n
 		}
 	}
-	if len(noWalk) > 0 {
-		groups, owner, groupOf = groupElementwise(c.Nodes, noWalk)
+	var groups []*ewGroup
+	var owner map[*graph.Value]*ewGroup
+	var groupOf map[*graph.Node]*ewGroup
+	for {
+		groups, owner, groupOf = groupElementwise(c.Nodes, noWalk, noDefer)
+		again := false
+		for _, gr := range groups {
+			if gr.reduce == nil || len(gr.members) == 0 {
+				continue
+			}
+			if len(gr.after) > 0 && readsIndexOrTransposed(gr, made, uses) {
+				for _, n := range gr.after {
+					if !noDefer[n] {
+						noDefer[n], again = true, true
+						if log != nil && n.Op == "ReduceSum" {
+							log.Add(Event{Pass: PassFuseElementwise, Kind: Refused, Rule: "defer_reader", Node: n.Name, Op: n.Op,
+								Reason: "the group it would follow has a row reduction and reads an index chain or is read by a Transpose, which join groups without one only"})
+						}
+					}
+				}
+			}
+			if !noWalk[gr.reduce] && lateFeedsOnlyElementwise(gr, groupOf, uses, isOut) {
+				noWalk[gr.reduce], again = true, true
+				if log != nil {
+					log.Add(Event{Pass: PassFuseElementwise, Kind: Refused, Rule: "row_walk", Node: gr.reduce.Name, Op: gr.reduce.Op,
+						Reason: "the element ops after the reduction feed only elementwise ops of other groups, which compute them themselves"})
+				}
+			}
+		}
+		if !again {
+			break
+		}
 	}
 
 	absorbIndexChains(groups, groupOf, owner, uses, isOut, log)
@@ -231,9 +288,18 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 	if fusedCount == 0 && rewritten == 0 {
 		return g, nil
 	}
+	// A fused group's deferred readers run right after its node.
+	deferred := map[*graph.Node]bool{}
+	for _, gr := range groups {
+		if gr.fused() {
+			for _, n := range gr.after {
+				deferred[n] = true
+			}
+		}
+	}
 	nodes := make([]*graph.Node, 0, len(c.Nodes))
 	for _, n := range c.Nodes {
-		if absorbed[n] {
+		if absorbed[n] || deferred[n] {
 			continue
 		}
 		gr := groupOf[n]
@@ -243,6 +309,7 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 		}
 		if fn := fusedAt[n]; fn != nil {
 			nodes = append(nodes, fn)
+			nodes = append(nodes, gr.after...)
 		}
 	}
 	c.Nodes = nodes
@@ -267,11 +334,27 @@ func (f FuseElementwise) Run(g *graph.Graph, log *Log) (*graph.Graph, error) {
 
 // groupElementwise groups nodes (see FuseElementwise), in node order: no
 // element op joins a group after a reduction in noWalk.
-func groupElementwise(nodes []*graph.Node, noWalk map[*graph.Node]bool) ([]*ewGroup, map[*graph.Value]*ewGroup, map[*graph.Node]*ewGroup) {
+func groupElementwise(nodes []*graph.Node, noWalk, noDefer map[*graph.Node]bool) ([]*ewGroup, map[*graph.Value]*ewGroup, map[*graph.Node]*ewGroup) {
 	owner := map[*graph.Value]*ewGroup{} // value -> the group whose member made it
 	groupOf := map[*graph.Node]*ewGroup{}
+	// follows: a value a deferred reader makes -> the group it runs after.
+	follows := map[*graph.Value]*ewGroup{}
 	var groups []*ewGroup
 	for _, n := range nodes {
+		if gr := deferredReader(n, owner, follows); gr != nil && !noDefer[n] {
+			gr.after = append(gr.after, n)
+			for _, o := range n.Outputs {
+				follows[o] = gr
+			}
+			continue
+		}
+		// Any other reader of a deferred reader's value runs after the
+		// group, which takes in nothing from here on.
+		for _, v := range n.Inputs {
+			if gr := follows[v]; gr != nil {
+				gr.final().closed = true
+			}
+		}
 		ok, _ := fusibleNode(n)
 		axes, isReduce := fusibleReduce(n)
 		var target *ewGroup
@@ -327,6 +410,8 @@ func groupElementwise(nodes []*graph.Node, noWalk map[*graph.Node]bool) ([]*ewGr
 					owner[m.Outputs[0]] = target
 				}
 				target.members = append(target.members, gr.members...)
+				target.after = append(target.after, gr.after...)
+				gr.after, gr.into = nil, target
 				for in := range gr.inputs {
 					if owner[in] != target {
 						target.inputs[in] = true
@@ -363,6 +448,56 @@ func groupElementwise(nodes []*graph.Node, noWalk map[*graph.Node]bool) ([]*ewGr
 		owner[n.Outputs[0]] = target
 	}
 	return groups, owner, groupOf
+}
+
+// deferredReader returns the open group whose fused node n is to run after,
+// or nil when n runs where it is: n is a ReduceSum over leading axes (not a
+// row reduction a group takes in) of a value an open group made, or a
+// Reshape of such a ReduceSum's result. The group stays open past n: a norm
+// backward's dy·w keeps taking in the row sum and dx after dy·x̂ is read by
+// the weight gradient's column ReduceSum, which then reads dy·x̂ once the
+// group's kernel has written it. Any other node that reads a value n makes
+// closes the group (so n still runs before it), and nothing n makes feeds
+// the group.
+func deferredReader(n *graph.Node, owner, follows map[*graph.Value]*ewGroup) *ewGroup {
+	if len(n.Inputs) != 2 || n.Inputs[0] == nil || n.Inputs[1] == nil || n.Inputs[1].Kind != graph.Const {
+		return nil
+	}
+	var gr *ewGroup
+	switch n.Op {
+	case "ReduceSum":
+		if _, row := fusibleReduce(n); row {
+			return nil
+		}
+		gr = owner[n.Inputs[0]]
+	case "Reshape":
+		gr = follows[n.Inputs[0]]
+	}
+	if gr == nil {
+		return nil
+	}
+	if gr = gr.final(); gr.closed {
+		return nil
+	}
+	return gr
+}
+
+// readsIndexOrTransposed reports whether gr reads a value a Slice or Concat
+// made, or a Transpose reads one of gr's values.
+func readsIndexOrTransposed(gr *ewGroup, made map[*graph.Value]*graph.Node, uses map[*graph.Value][]*graph.Node) bool {
+	for _, m := range gr.members {
+		for _, v := range bodyOperands(m) {
+			if p := made[v]; p != nil && (p.Op == "Slice" || p.Op == "Concat") {
+				return true
+			}
+		}
+		for _, u := range uses[m.Outputs[0]] {
+			if u.Op == "Transpose" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // lateFeedsOnlyElementwise reports whether gr, a group with a reduction,

@@ -120,10 +120,15 @@ func TestFuseElementwiseRowWalkLimits(t *testing.T) {
 
 // In the tiny training step every norm is one body forward (the statistics
 // and the normalisation). Backward, the final norm's body takes all of dx
-// (the embedding gradient's GEMM reads it); a layer norm's row sum keeps its
-// x·c terms out (row_walk refused): they only feed the body that sums dx's
-// terms, which computes them itself. The step stays bit-identical (the
-// whole step is compared in TestFuseElementwiseKeepsTheStepBitExact).
+// (the embedding gradient's GEMM reads it), and so does each attention and
+// MLP norm's: the body that makes dy·w and dy·x̂ stays open past the weight
+// gradient's column ReduceSum of dy·x̂ (run after it) and takes in the row
+// sum and dx. A q/k head norm's row sum keeps its x·c terms out (row_walk
+// refused): its dy comes from RoPE's index chain and its dx is written
+// transposed, which only bodies without a reduction do (defer_reader
+// refused), so they only feed the body that sums dx's terms, which computes
+// them itself. The step stays bit-identical (the whole step is compared in
+// TestFuseElementwiseKeepsTheStepBitExact).
 func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
 	ts := tinyTrainStep(t, graph.Float32)
 	log := &Log{}
@@ -176,14 +181,27 @@ func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
 	}
 	// Two layers of four norms (attention, MLP, q heads, k heads) and the
 	// final norm.
-	if forward != 9 || backward != 1 || alone != 8 {
-		t.Errorf("%d forward and %d backward norm bodies with a second walk, %d without; want 9, 1 and 8", forward, backward, alone)
+	if forward != 9 || backward != 5 || alone != 4 {
+		t.Errorf("%d forward and %d backward norm bodies with a second walk, %d without; want 9, 5 and 4", forward, backward, alone)
 	}
-	if n := strings.Count(log.String(), "refused row_walk"); n != 8 {
-		t.Errorf("row_walk refused %d times, want 8:\n%s", n, log)
+	if n := strings.Count(log.String(), "refused row_walk"); n != 4 {
+		t.Errorf("row_walk refused %d times, want 4:\n%s", n, log)
 	}
-	if c := countOp(fused, "FusedElementwise"); c != 42 {
-		t.Errorf("%d FusedElementwise nodes, want 42 (52 with each norm's normalisation and the final norm's dx bodies of their own)", c)
+	if n := strings.Count(log.String(), "refused defer_reader"); n != 4 {
+		t.Errorf("defer_reader refused %d times, want 4 (the q/k norms' weight gradients):\n%s", n, log)
+	}
+	if c := countOp(fused, "FusedElementwise"); c != 34 {
+		t.Errorf("%d FusedElementwise nodes, want 34 (42 with each attention and MLP norm backward in three bodies, 52 with each norm's normalisation and the final norm's dx bodies of their own)", c)
+	}
+	// Each column ReduceSum of an attention or MLP norm's dy·x̂ runs right
+	// after the body that writes it, its Reshape after it.
+	for i, n := range fused.Nodes {
+		if n.Op != "ReduceSum" || !strings.Contains(n.Name, "_norm/") || strings.Contains(n.Name, "final_norm") {
+			continue
+		}
+		if i == 0 || fused.Nodes[i-1].Op != "FusedElementwise" || i+1 == len(fused.Nodes) || fused.Nodes[i+1].Op != "Reshape" {
+			t.Errorf("%s is not between its norm body and its Reshape", n.Name)
+		}
 	}
 }
 
@@ -195,4 +213,80 @@ func countOp(g *graph.Graph, op string) int {
 		}
 	}
 	return c
+}
+
+// normBackward builds an attention or MLP norm's backward as autodiff does:
+// dy (two GEMMs' gradients summed) times w and times x̂, the weight
+// gradient a column ReduceSum of dy·x̂ and its Reshape, the row sum of
+// dy·w·x scaled by the saved rstd, and dx summed with the residual's
+// gradient up. With readDW, an elementwise op reads the weight gradient
+// before the row sum.
+func normBackward(t *testing.T, readDW bool) *graph.Graph {
+	t.Helper()
+	b := graph.NewBuilder("norm backward")
+	const D = 16
+	d0 := b.Input("d0", graph.Float32, 3, 5, D)
+	d1 := b.Input("d1", graph.Float32, 3, 5, D)
+	w := b.Input("w", graph.Float32, D)
+	xhat := b.Input("xhat", graph.Float32, 3, 5, D)
+	x := b.Input("x", graph.Float32, 3, 5, D)
+	rstd := b.Input("rstd", graph.Float32, 3, 5, 1)
+	up := b.Input("up", graph.Float32, 3, 5, D)
+	dy := b.Add(d0, d1)
+	g := b.Mul(dy, w)
+	dw := b.Reshape(b.ReduceSum(b.Mul(dy, xhat), true, 0, 1), D)
+	if readDW {
+		dw = b.Neg(dw)
+	}
+	gr := b.Mul(g, rstd)
+	s := b.ReduceSum(b.Mul(g, x), true, -1)
+	c := b.Div(b.Mul(s, b.Mul(b.Mul(rstd, rstd), rstd)), b.Scalar(graph.Float32, -D))
+	dx := b.Add(b.Add(up, gr), b.Mul(c, x))
+	b.Output(dw, dx)
+	out, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// A norm backward is one body: the body that makes dy·w and dy·x̂ stays
+// open past the weight gradient's column ReduceSum of dy·x̂ (and its
+// Reshape), which run right after it, and takes in the row sum and dx's
+// steps after it. An elementwise op that reads the weight gradient closes
+// the body there instead (it must run before that op), and the backward is
+// three bodies as without the deferral: dy·w and dy·x̂; the row sum and its
+// scaling (row_walk refused: its x·c only feeds dx's sum); dx's sum.
+// The CPU gives the unfused graph's bits either way.
+func TestFuseElementwiseNormBackwardDefersTheColumnSum(t *testing.T) {
+	for _, c := range []struct {
+		readDW bool
+		bodies []string
+		order  string
+	}{
+		{false, []string{"Add(i0,i1);Mul(t0,i2);Mul(t0,i3);Mul(t1,i4);Mul(t1,i5);ReduceSum(t4);Mul(i4,i4);Mul(t6,i4);Mul(t5,t7);Div(t8,i6);Add(i7,t3);Mul(t9,i5);Add(t10,t11)"},
+			"FusedElementwise ReduceSum Reshape"},
+		{true, []string{"Add(i0,i1);Mul(t0,i2);Mul(t0,i3)", "Mul(i0,i1);ReduceSum(t0);Mul(i2,i2);Mul(t2,i2);Mul(t1,t3);Div(t4,i3)", "Mul(i0,i1);Add(i2,t0);Mul(i3,i4);Add(t1,t2)"},
+			"FusedElementwise ReduceSum Reshape Neg FusedElementwise FusedElementwise"},
+	} {
+		g := normBackward(t, c.readDW)
+		log := &Log{}
+		fused, err := (FuseElementwise{}).Run(g, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bodies, _ := fusedBodies(fused)
+		if strings.Join(bodies, " | ") != strings.Join(c.bodies, " | ") {
+			t.Errorf("readDW %v: bodies\n%q\nwant\n%q", c.readDW, bodies, c.bodies)
+		}
+		var order []string
+		for _, n := range fused.Nodes {
+			order = append(order, n.Op)
+		}
+		if got := strings.Join(order, " "); got != c.order {
+			t.Errorf("readDW %v: nodes %s, want %s\n%s", c.readDW, got, c.order, log)
+		}
+		feeds := rowFeeds(g)
+		sameOutputs(t, "norm backward", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
+	}
 }
