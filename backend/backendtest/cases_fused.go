@@ -148,6 +148,30 @@ func fusedCases() []opCase {
 		t6 := rnd(c, refElem("Div", rnd(c, refElem("Mul", t2, t4)), rd))
 		c.expect(ys[0], refElem("Sub", rnd(c, refElem("Mul", t0, rr)), rnd(c, refElem("Mul", rx, t6))))
 	})
+	// A whole attention/MLP norm backward: dy·x̂ an output before the
+	// reduction (the weight gradient's column sum reads it), dy·w·rstd an
+	// element step before it that only a late step reads, dx summed with the
+	// residual's gradient.
+	add("norm_backward_whole_[4,6,48]_[48]_[4,6,1]", func(c *ctx) {
+		d0, rd0 := c.input(c.dt, normal, 4, 6, 48)
+		d1, rd1 := c.input(c.dt, normal, 4, 6, 48)
+		w, rw := c.input(c.dt, normal, 48)
+		xh, rxh := c.input(c.dt, normal, 4, 6, 48)
+		r, rr := c.input(c.dt, positive, 4, 6, 1)
+		x, rx := c.input(c.dt, normal, 4, 6, 48)
+		d, rd := c.input(c.dt, constGen(-48))
+		up, rup := c.input(c.dt, normal, 4, 6, 48)
+		ys := fusedRed(c, "Add(i0,i1);Mul(t0,i2);Mul(t0,i3);Mul(t1,i4);Mul(t1,i5);ReduceSum(t4);Mul(i4,i4);Mul(t6,i4);Mul(t5,t7);Div(t8,i6);Add(i7,t3);Mul(t9,i5);Add(t10,t11)", 1,
+			[]int64{2, 12}, d0, d1, w, xh, r, x, d, up)
+		t0 := rnd(c, refElem("Add", rd0, rd1))
+		t1 := rnd(c, refElem("Mul", t0, rw))
+		t3 := rnd(c, refElem("Mul", t1, rr))
+		t5 := red(c, "ReduceSum", 1, rnd(c, refElem("Mul", t1, rx)))
+		t7 := rnd(c, refElem("Mul", rnd(c, refElem("Mul", rr, rr)), rr))
+		t9 := rnd(c, refElem("Div", rnd(c, refElem("Mul", t5, t7)), rd))
+		c.expect(ys[0], refElem("Mul", t0, rxh))
+		c.expect(ys[1], refElem("Add", rnd(c, refElem("Add", rup, t3)), rnd(c, refElem("Mul", t9, rx))))
+	})
 	add("norm_backward_rowsum_[4,6,48]_[48]_[4,6,1]", func(c *ctx) {
 		g, rg := c.input(c.dt, normal, 4, 6, 48)
 		w, rw := c.input(c.dt, normal, 48)
