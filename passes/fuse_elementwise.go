@@ -51,7 +51,10 @@ const PassFuseElementwise = "fuse_elementwise"
 // not close the group: they run right after its fused node
 // (deferredReader), so the body that makes dy·w and dy·x̂ goes on to take
 // in the row sum and dx, and a norm backward is one body. Any other reader
-// of their values closes the group. Not when the group then has a
+// of their values closes the group. A group the column sum is the first
+// to read joins an open sibling first (one that shares a full-shape input:
+// the final norm's dy·x̂ and dy·w, both of the loss GEMM's dy). Not when
+// the group then has a
 // reduction and reads an index chain or is read by a Transpose (a q/k head
 // norm's, after RoPE's gradient): those join groups without a reduction
 // only (defer_reader refused, and the nodes are grouped again).
@@ -342,6 +345,24 @@ func groupElementwise(nodes []*graph.Node, noWalk, noDefer map[*graph.Node]bool)
 	var groups []*ewGroup
 	for _, n := range nodes {
 		if gr := deferredReader(n, owner, follows); gr != nil && !noDefer[n] {
+			// A group nothing else has read yet may join an open sibling
+			// (a shared input, see openSiblingOf) first.
+			if gr.reduce == nil && len(gr.after) == 0 {
+				if sib := openSiblingOf(gr, groups); sib != nil {
+					for _, m := range gr.members {
+						groupOf[m] = sib
+						owner[m.Outputs[0]] = sib
+					}
+					sib.members = append(sib.members, gr.members...)
+					for in := range gr.inputs {
+						if owner[in] != sib {
+							sib.inputs[in] = true
+						}
+					}
+					gr.members, gr.closed, gr.into = nil, true, sib
+					gr = sib
+				}
+			}
 			gr.after = append(gr.after, n)
 			for _, o := range n.Outputs {
 				follows[o] = gr
@@ -480,6 +501,28 @@ func deferredReader(n *graph.Node, owner, follows map[*graph.Value]*ewGroup) *ew
 		return nil
 	}
 	return gr
+}
+
+// openSiblingOf returns an open group without a reduction, other than gr (one
+// without a reduction too), of gr's shape and dtype, that reads a full-shape
+// input gr reads and can take in gr's members within the limits; nil if
+// none. The final norm's backward computes dy·w before dy·x̂, both from the
+// loss GEMM's dy: when the weight gradient's column sum is deferred past
+// dy·x̂, dy·x̂ joins the body that makes dy·w and dx instead of being a
+// kernel of its own that reads dy again.
+func openSiblingOf(gr *ewGroup, groups []*ewGroup) *ewGroup {
+	for _, o := range groups {
+		if o == gr || o.closed || o.reduce != nil || len(o.members) == 0 || !o.shape.Equal(gr.shape) || o.dt != gr.dt ||
+			len(o.members)+len(gr.members) > fuseMaxSteps || len(o.inputs)+len(gr.inputs) > fuseMaxInputs {
+			continue
+		}
+		for v := range gr.inputs {
+			if o.inputs[v] && v.Type.Shape.Equal(gr.shape) {
+				return o
+			}
+		}
+	}
+	return nil
 }
 
 // readsIndexOrTransposed reports whether gr reads a value a Slice or Concat

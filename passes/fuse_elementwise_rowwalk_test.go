@@ -193,6 +193,11 @@ func TestFuseElementwiseStepNormsInOneBody(t *testing.T) {
 	if c := countOp(fused, "FusedElementwise"); c != 34 {
 		t.Errorf("%d FusedElementwise nodes, want 34 (42 with each attention and MLP norm backward in three bodies, 52 with each norm's normalisation and the final norm's dx bodies of their own)", c)
 	}
+	// The final norm's dy·x̂, made before dy·w from the same dy, joins the
+	// body too: no op is left alone.
+	if c := countOp(fused, "Mul"); c != 0 {
+		t.Errorf("%d Mul nodes left unfused, want none", c)
+	}
 	// Each column ReduceSum of an attention or MLP norm's dy·x̂ runs right
 	// after the body that writes it, its Reshape after it.
 	for i, n := range fused.Nodes {
@@ -289,4 +294,46 @@ func TestFuseElementwiseNormBackwardDefersTheColumnSum(t *testing.T) {
 		feeds := rowFeeds(g)
 		sameOutputs(t, "norm backward", fzCPU(t, fused, feeds), fzCPU(t, g, feeds))
 	}
+}
+
+// The final norm's backward makes dy·x̂ before dy·w, both from one dy (the
+// loss GEMM's gradient): dy·x̂, which only the deferred column sum reads,
+// joins the open body that makes dy·w (they share dy) instead of being a
+// kernel of its own, and that body goes on to take in the row sum and dx.
+func TestFuseElementwiseNormBackwardSiblingJoins(t *testing.T) {
+	b := graph.NewBuilder("final norm backward")
+	const D = 16
+	dy := b.Input("dy", graph.Float32, 3, 5, D)
+	w := b.Input("w", graph.Float32, D)
+	xhat := b.Input("xhat", graph.Float32, 3, 5, D)
+	x := b.Input("x", graph.Float32, 3, 5, D)
+	rstd := b.Input("rstd", graph.Float32, 3, 5, 1)
+	g := b.Mul(dy, w)
+	dw := b.Reshape(b.ReduceSum(b.Mul(dy, xhat), true, 0, 1), D)
+	s := b.ReduceSum(b.Mul(g, x), true, -1)
+	c := b.Div(b.Mul(s, rstd), b.Scalar(graph.Float32, -D))
+	dx := b.Add(b.Mul(g, rstd), b.Mul(c, x))
+	b.Output(dw, dx)
+	gr, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fused, err := (FuseElementwise{}).Run(gr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies, _ := fusedBodies(fused)
+	want := "Mul(i0,i1);Mul(i0,i2);Mul(t0,i3);ReduceSum(t2);Mul(t3,i4);Div(t4,i5);Mul(t0,i4);Mul(t5,i3);Add(t6,t7)"
+	if len(bodies) != 1 || bodies[0] != want {
+		t.Errorf("bodies %q, want [%q]", bodies, want)
+	}
+	var order []string
+	for _, n := range fused.Nodes {
+		order = append(order, n.Op)
+	}
+	if got := strings.Join(order, " "); got != "FusedElementwise ReduceSum Reshape" {
+		t.Errorf("nodes %s, want FusedElementwise ReduceSum Reshape", got)
+	}
+	feeds := rowFeeds(gr)
+	sameOutputs(t, "final norm backward", fzCPU(t, fused, feeds), fzCPU(t, gr, feeds))
 }
