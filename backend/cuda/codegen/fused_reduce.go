@@ -39,7 +39,7 @@ func (p *RowReduce) Generate() (Kernel, error) {
 	w("        %s a = %s;\n", acc, ident)
 	w("        if (valid) {\n")
 	w("            const %s* xr = x + row * %dull;\n", xt, p.Cols)
-	kn.walkRow("#pragma unroll\n", "unsigned", "u", iters, lanes, vec, p.Cols)
+	kn.walkRow("unsigned", "u", iters, lanes, vec, p.Cols)
 	if vec > 1 {
 		w("                    %s\n", alignedArray(xt, "v", vec))
 		w("                    %s\n", vecMove("v", "xr + col", 16))

@@ -153,11 +153,7 @@ func (p *Rows) Generate() (Kernel, error) {
 			}
 		}
 		w("            const unsigned long long q = row * %dull;\n", cols)
-		unroll := "#pragma unroll\n"
-		if iters > 16 {
-			unroll = "#pragma unroll 4\n"
-		}
-		kn.walkRow(unroll, "unsigned long long", "ull", iters, lanes, vec, cols)
+		kn.walkRow("unsigned long long", "ull", iters, lanes, vec, cols)
 		for k, o := range p.ElemIns {
 			if o.Strides == nil || o.Strides[r-1] == 0 || !reads(k) {
 				continue

@@ -2,6 +2,7 @@ package codegen
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -204,6 +205,28 @@ func TestRowReduceProgram(t *testing.T) {
 		}
 		if lanes != tc.lanes || !strings.Contains(src, fmt.Sprintf("vector %d,", tc.vec)) || !strings.Contains(src, tc.acc+" a = ") {
 			t.Errorf("%v cols %d at %#x: lanes %d, want %d, vector %d, acc %s:\n%s", tc.dt, tc.cols, tc.addr, lanes, tc.lanes, tc.vec, tc.acc, src)
+		}
+	}
+}
+
+// A long row's walk is unrolled by 4, not fully: NVRTC spent over a minute
+// unrolling a 262144-column sum's 1024 iterations (the AdamW test's roomy
+// case, which timed out on the device). Row kernels follow the same rule.
+func TestRowWalkUnroll(t *testing.T) {
+	walk := regexp.MustCompile(`#pragma unroll( 4)?\n\s*for \(int it = 0; it < (\d+);`)
+	for _, tc := range []struct {
+		cols  int64
+		iters string
+		full  bool
+	}{{768, "3", true}, {4096, "16", true}, {8192, "32", false}, {1 << 18, "1024", false}} {
+		p := &RowReduce{X: Buffer{Addr: 0x1000, DType: graph.BFloat16}, Y: Buffer{Addr: 0x9000, DType: graph.BFloat16}, Rows: 1, Cols: tc.cols, Divisor: 1}
+		k, err := p.Generate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := walk.FindStringSubmatch(k.Source)
+		if m == nil || m[2] != tc.iters || (m[1] == "") != tc.full {
+			t.Errorf("cols %d: walk %q, want %s iterations, full unroll %v:\n%s", tc.cols, m, tc.iters, tc.full, k.Source)
 		}
 	}
 }

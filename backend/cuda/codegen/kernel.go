@@ -310,10 +310,19 @@ func (k *kernel) warpRows(lanes int, rows int64) {
 	k.w("        const unsigned long long row = r0 + seg;\n")
 }
 
+// maxFullUnroll is the longest row walk unrolled fully.
+const maxFullUnroll = 16
+
 // walkRow opens the walk of a segment's lanes over a row of cols elements
 // (row and row-reduction kernels): iteration it gives lane the vector at
-// col, of type idx; literals take suffix.
-func (k *kernel) walkRow(unroll, idx, suffix string, iters int64, lanes, vec int, cols int64) {
+// col, of type idx; literals take suffix. Short walks unroll fully; long
+// ones by 4, because NVRTC takes minutes to unroll thousands of iterations
+// (a 262144-column sum has 1024) and the code gains nothing from it.
+func (k *kernel) walkRow(idx, suffix string, iters int64, lanes, vec int, cols int64) {
+	unroll := "#pragma unroll\n"
+	if iters > maxFullUnroll {
+		unroll = "#pragma unroll 4\n"
+	}
 	k.w("%s            for (int it = 0; it < %d; it++) {\n", unroll, iters)
 	k.w("                const %s col = (it * %du + lane) * %du;\n", idx, lanes, vec)
 	k.w("                if (col < %d%s) {\n", cols, suffix)
