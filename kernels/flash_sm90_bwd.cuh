@@ -544,7 +544,6 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
 
   int hkv, kb;  // the K/V head (see bwd_block)
   bwd_tile<D>(causal, Sq, hkv, kb);
-  const int kvload = bwd_kv_load_head<GQA>(hkv, group);
   const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
@@ -574,6 +573,7 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   }
   __syncthreads();
   if (tid == 0) {
+    const int kvload = bwd_kv_load_head<GQA>(hkv, group);
     mbar_expect_tx(barKV, 2 * KVBYTES);
 #pragma unroll
     for (int blk = 0; blk < D / 64; blk++) {
@@ -893,7 +893,6 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
 
   int hkv, kb;  // the K/V head (see bwd_block)
   bwd_tile<D>(causal, Sq, hkv, kb);
-  const int kvload = bwd_kv_load_head<GQA>(hkv, group);
   const int n0 = kb * BC;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int nqb = (Sq + BR - 1) / BR;
@@ -917,6 +916,7 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
     producer_regs<2>();
     if (warp == 8) {
       if (lane == 0) {
+        const int kvload = bwd_kv_load_head<GQA>(hkv, group);
         mbar_expect_tx(barKV, 2 * KVBYTES);
         tma_load(sK, tk, 0, n0, kvload, barKV);
         tma_load(sV, tv, 0, n0, kvload, barKV);
