@@ -446,6 +446,21 @@ __device__ __forceinline__ void bwd_tile(int causal, int Sq, int& bh, int& kb) {
 // multi-head attention (group 1) compiled as it was before grouped heads: the
 // division and the head arithmetic it needs made D=64 causal backward 7.5%
 // slower on the H200 (BENCHMARKS.md), so the kernels come in two builds.
+// The head of K and V that CTA head hkv (see bwd_tile) loads. The grouped
+// builds (GQA) own a K/V head: hkv itself. The multi-head builds own a
+// query head and load K/V head hkv / group: group 1 for multi-head
+// attention; the group when a grouped backward runs as multi-head attention
+// (flash_bwd_repeat.go), each query head's CTA then reading its group's K
+// and V where they are, not a repeated copy, and writing its own dK and dV.
+// Once a CTA, by the thread that issues the loads' address.
+template <bool GQA>
+__device__ __forceinline__ int bwd_kv_load_head(int hkv, int group) {
+  if constexpr (GQA) {
+    return hkv;
+  }
+  return group > 1 ? hkv / group : hkv;
+}
+
 template <bool GQA>
 __device__ __forceinline__ void bwd_block(int i, int nblk, int qb0, int h0, int& bh, int& q0) {
   if constexpr (!GQA) {
@@ -558,11 +573,12 @@ __device__ __forceinline__ void bwd(const TmaMap* tq, const TmaMap* tk, const Tm
   }
   __syncthreads();
   if (tid == 0) {
+    const int kvload = bwd_kv_load_head<GQA>(hkv, group);
     mbar_expect_tx(barKV, 2 * KVBYTES);
 #pragma unroll
     for (int blk = 0; blk < D / 64; blk++) {
-      tma_load(sK + blk * BC * 128, tk, blk * 64, n0, hkv, barKV);
-      tma_load(sV + blk * BC * 128, tv, blk * 64, n0, hkv, barKV);
+      tma_load(sK + blk * BC * 128, tk, blk * 64, n0, kvload, barKV);
+      tma_load(sV + blk * BC * 128, tv, blk * 64, n0, kvload, barKV);
     }
   }
   for (int i = 0; i < 2 && i < nblk; i++) load_block(i, i, tid);
@@ -900,9 +916,10 @@ __device__ __forceinline__ void bwd_pingpong(const TmaMap* tq, const TmaMap* tk,
     producer_regs<2>();
     if (warp == 8) {
       if (lane == 0) {
+        const int kvload = bwd_kv_load_head<GQA>(hkv, group);
         mbar_expect_tx(barKV, 2 * KVBYTES);
-        tma_load(sK, tk, 0, n0, hkv, barKV);
-        tma_load(sV, tv, 0, n0, hkv, barKV);
+        tma_load(sK, tk, 0, n0, kvload, barKV);
+        tma_load(sV, tv, 0, n0, kvload, barKV);
       }
       int st = 0;
       u32 ph = 0;

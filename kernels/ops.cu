@@ -798,13 +798,39 @@ extern "C" __global__ void adamw_f64(ADAMW_PARAMS) { adamw_impl<double>(ADAMW_AR
 // adamw_multi_f32: the updates of many AdamW nodes in one launch (the
 // executor groups the nodes of a training step that share beta1, beta2, eps,
 // gradient type and lr/step inputs; see backend/cuda/adamw_multi.go). Each
-// node is one segment of a device table; segment s owns the blocks from
-// its block0 to the next segment's, and each thread of those blocks updates
-// four consecutive elements: with 16-byte loads and stores where the segment's
-// buffers are aligned for them (vec), element by element otherwise and in
-// the last, partial group of a segment. The arithmetic and its order are
-// adamw_impl<float>'s and adamw_vec4_f32's, so the results are bit-identical.
-// The layout of adamw_seg is written out in adamw_multi.go (adamwSegFields).
+// node is one segment of a device table; segment s owns the blocks from its
+// block0 to the next segment's. A block of ADAMW_MULTI_BLOCK threads covers
+// ADAMW_MULTI_BLOCK * 4 * ADAMW_MULTI_GROUPS consecutive elements of its
+// segment: thread t updates the groups of four elements that start at
+// 4 * (k * ADAMW_MULTI_BLOCK + t), k < ADAMW_MULTI_GROUPS, so that each of a
+// warp's accesses is 512 contiguous bytes.
+//
+// Why several groups per thread: the update is a stream (26 bytes per element
+// with a 16-bit gradient), and what limits it is how many bytes each SM has
+// in flight. A block first finds its segment (a binary search of the table),
+// reads lr, step and the error flag, and computes the bias corrections (two
+// double pows); with one group per thread these were paid for every 1024
+// elements, before any load was issued, and a branch on the gradient's type
+// stood between a thread's gradient load and its other loads (so they need
+// not have been in flight together). Now a block whose groups are all whole
+// and 16-byte aligned (full: every block of an aligned segment but its last)
+// issues every load of its groups, straight-line, before anything uses them;
+// the scalars, the skip decision and the pows come after, hidden behind those
+// loads, and are paid once per 4 * ADAMW_MULTI_GROUPS times as many elements.
+// The other blocks (a segment's last, a segment not aligned for 16-byte
+// access) go group by group, with 16-byte access where a whole group is
+// aligned and element by element otherwise. Loads and stores use the default
+// cache policy: every byte is touched once, so an evict-first hint would
+// change which dead lines L2 drops, not how many bytes cross the bus.
+//
+// The arithmetic and its order are adamw_impl<float>'s and adamw_vec4_f32's
+// (adamw_multi_elem), so the results are bit-identical. The layout of
+// adamw_seg is written out in adamw_multi.go (adamwSegFields), and
+// ADAMW_MULTI_BLOCK and ADAMW_MULTI_GROUPS there (adamwMultiBlock,
+// adamwMultiGroups), which lay the table out and launch the grid.
+#define ADAMW_MULTI_BLOCK 256
+#define ADAMW_MULTI_GROUPS 4
+
 struct adamw_seg {
     const float* p;
     const void* g;
@@ -819,14 +845,196 @@ struct adamw_seg {
     i64 vec;    // 1: p, m, v, po, mo, vo 16-byte aligned, g 16 (float32) or 8 (16-bit)
 };
 
-extern "C" __global__ void adamw_multi_f32(const adamw_seg* segs, int nseg, int gdt, const void* lrp, int lrdt,
-                                           const void* stepp, int stepdt, double b1d, double b2d, double epsd,
-                                           int* flag, int code)
+// adamw_multi_coefs are a block's float coefficients, each converted from
+// double as adamw_impl<float> converts it.
+struct adamw_multi_coefs {
+    float b1, b2, omb1, omb2, eps, lr, wd, bc1, bc2;
+};
+
+// adamw_multi_elem updates one element: adamw_impl<float>'s expressions,
+// in its order.
+__device__ __forceinline__ void adamw_multi_elem(const adamw_multi_coefs& c, float g, float& p, float& m, float& v)
 {
-    double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
+    const float mi = c.b1 * m + c.omb1 * g;
+    const float vi = c.b2 * v + c.omb2 * g * g;
+    const float mh = mi / c.bc1;
+    const float vh = vi / c.bc2;
+    p = p - c.lr * (mh / (sqrtf(vh) + c.eps) + c.wd * p);
+    m = mi;
+    v = vi;
+}
+
+// adamw_multi_g16 is element k (0..3) of four 16-bit gradients read as one
+// 8-byte word (little-endian: element 0 in the low half of q.x).
+__device__ __forceinline__ float adamw_multi_g16(uint2 q, int k, int gdt)
+{
+    const unsigned w = k < 2 ? q.x : q.y;
+    const u16 h = (u16)((k & 1) != 0 ? (w >> 16) : (w & 0xffffu));
+    return gdt == DT_BF16 ? bf2f(h) : h2f(h);
+}
+
+// adamw_multi_setup fills c for a segment of weight decay wd and reports
+// whether the block updates (adamw_skip). Every thread of the block calls it:
+// the answer is the same for all of them (the flag changes during the launch
+// only when the step is below 1, which every thread sees), and thread 0
+// computes the bias corrections once for the block (two double pows per
+// thread would cost more than the memory time they hide behind), shared
+// through bcs after a barrier that every thread reaches.
+__device__ __forceinline__ bool adamw_multi_setup(adamw_multi_coefs& c, double wdd, const void* lrp, int lrdt,
+                                                  const void* stepp, int stepdt, double b1d, double b2d, double epsd,
+                                                  int* flag, int code, float* bcs)
+{
+    const double lrd = ld<double>(lrp, lrdt, 0), t = ld<double>(stepp, stepdt, 0);
     if (adamw_skip(t, flag, code)) {
+        return false;
+    }
+    if (threadIdx.x == 0) {
+        bcs[0] = (float)(1.0 - pow(b1d, t));
+        bcs[1] = (float)(1.0 - pow(b2d, t));
+    }
+    __syncthreads();
+    c.b1 = (float)b1d;
+    c.b2 = (float)b2d;
+    c.omb1 = (float)(1.0 - b1d);
+    c.omb2 = (float)(1.0 - b2d);
+    c.eps = (float)epsd;
+    c.lr = (float)lrd;
+    c.wd = (float)wdd;
+    c.bc1 = bcs[0];
+    c.bc2 = bcs[1];
+    return true;
+}
+
+// adamw_multi_full updates a full block (every group whole, the segment
+// aligned for 16-byte access) whose first element is e0, its gradient of
+// storage type GDT: all loads first, in one straight-line run, so that a
+// thread has 4 * ADAMW_MULTI_GROUPS loads in flight while the block reads its
+// scalars and computes its bias corrections; then the arithmetic; then the
+// stores. A thread reads each of its elements before it writes it, so an
+// output may be its own input (in place).
+template <int GDT>
+__device__ __forceinline__ void adamw_multi_full(const adamw_seg& s, i64 e0, const void* lrp, int lrdt,
+                                                 const void* stepp, int stepdt, double b1d, double b2d, double epsd,
+                                                 int* flag, int code, float* bcs)
+{
+    const i64 q0 = e0 / 4 + threadIdx.x; // the thread's first group, in 16-byte units
+    float4 pv[ADAMW_MULTI_GROUPS], mv[ADAMW_MULTI_GROUPS], vv[ADAMW_MULTI_GROUPS], gf[ADAMW_MULTI_GROUPS];
+    uint2 gh[ADAMW_MULTI_GROUPS];
+#pragma unroll
+    for (int k = 0; k < ADAMW_MULTI_GROUPS; k++) {
+        const i64 q = q0 + k * ADAMW_MULTI_BLOCK;
+        if (GDT == DT_F32) {
+            gf[k] = ((const float4*)s.g)[q];
+        } else {
+            gh[k] = ((const uint2*)s.g)[q];
+        }
+        pv[k] = ((const float4*)s.p)[q];
+        mv[k] = ((const float4*)s.m)[q];
+        vv[k] = ((const float4*)s.v)[q];
+    }
+    adamw_multi_coefs c;
+    if (!adamw_multi_setup(c, s.wd, lrp, lrdt, stepp, stepdt, b1d, b2d, epsd, flag, code, bcs)) {
         return;
     }
+#pragma unroll
+    for (int k = 0; k < ADAMW_MULTI_GROUPS; k++) {
+        float gs[4];
+        if (GDT == DT_F32) {
+            gs[0] = gf[k].x, gs[1] = gf[k].y, gs[2] = gf[k].z, gs[3] = gf[k].w;
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                gs[j] = adamw_multi_g16(gh[k], j, GDT);
+            }
+        }
+        adamw_multi_elem(c, gs[0], pv[k].x, mv[k].x, vv[k].x);
+        adamw_multi_elem(c, gs[1], pv[k].y, mv[k].y, vv[k].y);
+        adamw_multi_elem(c, gs[2], pv[k].z, mv[k].z, vv[k].z);
+        adamw_multi_elem(c, gs[3], pv[k].w, mv[k].w, vv[k].w);
+    }
+#pragma unroll
+    for (int k = 0; k < ADAMW_MULTI_GROUPS; k++) {
+        const i64 q = q0 + k * ADAMW_MULTI_BLOCK;
+        ((float4*)s.po)[q] = pv[k];
+        ((float4*)s.mo)[q] = mv[k];
+        ((float4*)s.vo)[q] = vv[k];
+    }
+}
+
+// adamw_multi_part updates a block that is not full (a segment's last block,
+// or any block of a segment not aligned for 16-byte access), group by group:
+// a group of four whole elements of an aligned segment with 16-byte access,
+// the others element by element.
+__device__ __forceinline__ void adamw_multi_part(const adamw_seg& s, i64 e0, int gdt, const adamw_multi_coefs& c)
+{
+    for (int k = 0; k < ADAMW_MULTI_GROUPS; k++) {
+        const i64 i0 = e0 + ((i64)k * ADAMW_MULTI_BLOCK + threadIdx.x) * 4;
+        if (i0 >= s.n) {
+            break; // the thread's later groups lie further on
+        }
+        const int cnt = s.n - i0 < 4 ? (int)(s.n - i0) : 4;
+        float gs[4], ps[4], ms[4], vs[4];
+        const bool vec = s.vec != 0 && cnt == 4;
+        if (vec) {
+            const i64 q4 = i0 / 4;
+            if (gdt == DT_F32) {
+                const float4 q = ((const float4*)s.g)[q4];
+                gs[0] = q.x, gs[1] = q.y, gs[2] = q.z, gs[3] = q.w;
+            } else {
+                const uint2 q = ((const uint2*)s.g)[q4];
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    gs[j] = adamw_multi_g16(q, j, gdt);
+                }
+            }
+            const float4 pv = ((const float4*)s.p)[q4], mv = ((const float4*)s.m)[q4], vv = ((const float4*)s.v)[q4];
+            ps[0] = pv.x, ps[1] = pv.y, ps[2] = pv.z, ps[3] = pv.w;
+            ms[0] = mv.x, ms[1] = mv.y, ms[2] = mv.z, ms[3] = mv.w;
+            vs[0] = vv.x, vs[1] = vv.y, vs[2] = vv.z, vs[3] = vv.w;
+        } else {
+            // Unrolled with constant indices, so the arrays stay in registers.
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (j < cnt) {
+                    gs[j] = ld<float>(s.g, gdt, i0 + j);
+                    ps[j] = s.p[i0 + j];
+                    ms[j] = s.m[i0 + j];
+                    vs[j] = s.v[i0 + j];
+                }
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            if (j < cnt) {
+                adamw_multi_elem(c, gs[j], ps[j], ms[j], vs[j]);
+            }
+        }
+        if (vec) {
+            const i64 q4 = i0 / 4;
+            ((float4*)s.po)[q4] = make_float4(ps[0], ps[1], ps[2], ps[3]);
+            ((float4*)s.mo)[q4] = make_float4(ms[0], ms[1], ms[2], ms[3]);
+            ((float4*)s.vo)[q4] = make_float4(vs[0], vs[1], vs[2], vs[3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                if (j < cnt) {
+                    s.po[i0 + j] = ps[j];
+                    s.mo[i0 + j] = ms[j];
+                    s.vo[i0 + j] = vs[j];
+                }
+            }
+        }
+    }
+}
+
+// At most 128 registers a thread, so that two blocks fit an SM: a full
+// block's thread holds 4 * ADAMW_MULTI_GROUPS 16-byte loads (56 or 64
+// registers) while its block computes the bias corrections.
+extern "C" __global__ void __launch_bounds__(ADAMW_MULTI_BLOCK, 2)
+    adamw_multi_f32(const adamw_seg* segs, int nseg, int gdt, const void* lrp, int lrdt, const void* stepp,
+                    int stepdt, double b1d, double b2d, double epsd, int* flag, int code)
+{
+    __shared__ float bcs[2];
     // The segment of this block: the last whose block0 is <= blockIdx.x
     // (block0 rises with s and segs[0].block0 is 0).
     const i64 b = blockIdx.x;
@@ -839,81 +1047,28 @@ extern "C" __global__ void adamw_multi_f32(const adamw_seg* segs, int nseg, int 
             hi = mid - 1;
         }
     }
-    // The bias corrections once per block: two double pows per thread of
-    // four elements would cost a tenth of the memory time.
-    __shared__ float bcs[2];
-    if (threadIdx.x == 0) {
-        bcs[0] = (float)(1.0 - pow(b1d, t));
-        bcs[1] = (float)(1.0 - pow(b2d, t));
-    }
-    __syncthreads();
     const adamw_seg s = segs[lo];
-    const i64 i0 = ((b - s.block0) * (i64)blockDim.x + threadIdx.x) * 4;
-    if (i0 >= s.n) {
+    const i64 per = (i64)ADAMW_MULTI_BLOCK * 4 * ADAMW_MULTI_GROUPS;
+    const i64 e0 = (b - s.block0) * per; // the block's first element in its segment
+    if (s.vec != 0 && e0 + per <= s.n) {
+        switch (gdt) {
+        case DT_F32:
+            adamw_multi_full<DT_F32>(s, e0, lrp, lrdt, stepp, stepdt, b1d, b2d, epsd, flag, code, bcs);
+            break;
+        case DT_BF16:
+            adamw_multi_full<DT_BF16>(s, e0, lrp, lrdt, stepp, stepdt, b1d, b2d, epsd, flag, code, bcs);
+            break;
+        default:
+            adamw_multi_full<DT_F16>(s, e0, lrp, lrdt, stepp, stepdt, b1d, b2d, epsd, flag, code, bcs);
+            break;
+        }
         return;
     }
-    const int cnt = s.n - i0 < 4 ? (int)(s.n - i0) : 4;
-    const float b1 = (float)b1d, b2 = (float)b2d, eps = (float)epsd, wd = (float)s.wd, lr = (float)lrd;
-    const float omb1 = (float)(1.0 - b1d), omb2 = (float)(1.0 - b2d);
-    const float bc1 = bcs[0], bc2 = bcs[1];
-    float gs[4], ps[4], ms[4], vs[4];
-    const bool vec = s.vec != 0 && cnt == 4;
-    if (vec) {
-        const i64 q4 = i0 / 4;
-        if (gdt == DT_F32) {
-            float4 q = ((const float4*)s.g)[q4];
-            gs[0] = q.x, gs[1] = q.y, gs[2] = q.z, gs[3] = q.w;
-        } else {
-            uint2 q = ((const uint2*)s.g)[q4];
-            u16 hs[4] = {(u16)(q.x & 0xffffu), (u16)(q.x >> 16), (u16)(q.y & 0xffffu), (u16)(q.y >> 16)};
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                gs[k] = gdt == DT_BF16 ? bf2f(hs[k]) : h2f(hs[k]);
-            }
-        }
-        float4 pv = ((const float4*)s.p)[q4], mv = ((const float4*)s.m)[q4], vv = ((const float4*)s.v)[q4];
-        ps[0] = pv.x, ps[1] = pv.y, ps[2] = pv.z, ps[3] = pv.w;
-        ms[0] = mv.x, ms[1] = mv.y, ms[2] = mv.z, ms[3] = mv.w;
-        vs[0] = vv.x, vs[1] = vv.y, vs[2] = vv.z, vs[3] = vv.w;
-    } else {
-        // Unrolled with constant indices, so the arrays stay in registers.
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (k < cnt) {
-                gs[k] = ld<float>(s.g, gdt, i0 + k);
-                ps[k] = s.p[i0 + k];
-                ms[k] = s.m[i0 + k];
-                vs[k] = s.v[i0 + k];
-            }
-        }
+    adamw_multi_coefs c;
+    if (!adamw_multi_setup(c, s.wd, lrp, lrdt, stepp, stepdt, b1d, b2d, epsd, flag, code, bcs)) {
+        return;
     }
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        if (k < cnt) {
-            float mi = b1 * ms[k] + omb1 * gs[k];
-            float vi = b2 * vs[k] + omb2 * gs[k] * gs[k];
-            float mh = mi / bc1;
-            float vh = vi / bc2;
-            ps[k] = ps[k] - lr * (mh / (sqrtf(vh) + eps) + wd * ps[k]);
-            ms[k] = mi;
-            vs[k] = vi;
-        }
-    }
-    if (vec) {
-        const i64 q4 = i0 / 4;
-        ((float4*)s.po)[q4] = make_float4(ps[0], ps[1], ps[2], ps[3]);
-        ((float4*)s.mo)[q4] = make_float4(ms[0], ms[1], ms[2], ms[3]);
-        ((float4*)s.vo)[q4] = make_float4(vs[0], vs[1], vs[2], vs[3]);
-    } else {
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            if (k < cnt) {
-                s.po[i0 + k] = ps[k];
-                s.mo[i0 + k] = ms[k];
-                s.vo[i0 + k] = vs[k];
-            }
-        }
-    }
+    adamw_multi_part(s, e0, gdt, c);
 }
 
 // ---------------------------------------------------------------- composed attention

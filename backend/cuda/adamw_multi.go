@@ -38,12 +38,33 @@ import (
 // FLASHGRAPH_CUDA_MULTI_ADAMW=0 launches every AdamW node on its own (to
 // compare, and for per-node profiles).
 
+// The layout of an adamw_multi_f32 launch (ops.cu's ADAMW_MULTI_BLOCK and
+// ADAMW_MULTI_GROUPS; a test compares). A block of adamwMultiBlock threads
+// covers adamwMultiElems consecutive elements of one segment: thread t
+// updates adamwMultiGroups groups of adamwMultiPer elements, group k
+// starting at element adamwMultiPer·(k·adamwMultiBlock + t) of the block, so
+// that every warp access is 512 contiguous bytes. The update is a stream of
+// 26 bytes an element (bfloat16 gradients), bound by how many bytes each SM
+// keeps in flight. With one group a thread (blocks of 1024 elements) a block
+// found its segment, read lr and step and computed the bias corrections (two
+// double pows) before its first load, and a branch on the gradient's type
+// stood between a thread's gradient load and its other loads: the 1.3B
+// model's update ran at 2.6 TB/s on an H200
+// (2026-12-03), of 4.8. Now a full block (an aligned segment, every group
+// whole) issues all its loads before it uses any, the scalars and the pows
+// come after, behind those loads, and the block's fixed costs are paid once
+// per 4096 elements. TestAdamWMultiBandwidth measures the rate on a GPU.
 const (
 	// adamwMultiBlock is the block size of adamw_multi_f32 launches.
 	adamwMultiBlock = 256
-	// adamwMultiPer is how many consecutive elements one thread updates
-	// (one 16-byte vector of float32).
+	// adamwMultiPer is how many consecutive elements a group holds (one
+	// 16-byte vector of float32).
 	adamwMultiPer = 4
+	// adamwMultiGroups is how many groups one thread updates.
+	adamwMultiGroups = 4
+	// adamwMultiElems is how many elements one block covers: every block
+	// of a segment but its last updates that many.
+	adamwMultiElems = adamwMultiBlock * adamwMultiPer * adamwMultiGroups
 )
 
 // adamwSegFields are the fields of ops.cu's struct adamw_seg, in order,
@@ -221,12 +242,13 @@ func groupAdamW(run []*adamwMember) [][]int {
 }
 
 // adamwTable lays out one launch: a segment per member, each owning
-// ceil(n/(block·per)) consecutive blocks; it returns the segments and the
-// launch's block count.
+// ceil(n/adamwMultiElems) consecutive blocks (the last one partial unless
+// adamwMultiElems divides n); it returns the segments and the launch's
+// block count.
 func adamwTable(members []*adamwMember) ([]adamwSeg, int64, error) {
 	segs := make([]adamwSeg, 0, len(members))
 	var blocks int64
-	perBlock := int64(adamwMultiBlock * adamwMultiPer)
+	perBlock := int64(adamwMultiElems)
 	for _, a := range members {
 		n := int64(a.p.n)
 		s := adamwSeg{p: a.p.ptr, g: a.g.ptr, m: a.m.ptr, v: a.v.ptr, po: a.po.ptr, mo: a.mo.ptr, vo: a.vo.ptr,

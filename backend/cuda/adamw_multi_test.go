@@ -53,10 +53,13 @@ func membersOf(sizes []int, gdt graph.DType) []*adamwMember {
 }
 
 // coverage runs the kernel's index math (adamw_multi_f32 in ops.cu: the
-// binary search for the block's segment, then four elements per thread)
-// over every block and thread of the launch, and counts how often each
-// element of each segment is updated.
-func coverage(segs []adamwSeg, blocks int64) (counts [][]int, idle int64) {
+// binary search for the block's segment, then adamwMultiGroups groups of
+// four elements per thread, group k of thread t at 4·(k·block + t) in the
+// block) over every block, thread and group of the launch, and counts how
+// often each element of each segment is updated. full counts the blocks
+// that take the kernel's straight-line path (an aligned segment, every
+// group whole).
+func coverage(segs []adamwSeg, blocks int64) (counts [][]int, idle, full int64) {
 	counts = make([][]int, len(segs))
 	for s := range segs {
 		counts[s] = make([]int, segs[s].n)
@@ -72,55 +75,89 @@ func coverage(segs []adamwSeg, blocks int64) (counts [][]int, idle int64) {
 			}
 		}
 		s := segs[lo]
+		e0 := (b - s.block0) * adamwMultiElems
+		if s.vec == 1 && e0+adamwMultiElems <= s.n {
+			full++
+		}
 		busy := false
 		for t := range int64(adamwMultiBlock) {
-			i0 := ((b-s.block0)*adamwMultiBlock + t) * adamwMultiPer
-			if i0 >= s.n {
-				continue
-			}
-			busy = true
-			for k := range min(adamwMultiPer, s.n-i0) {
-				counts[lo][i0+k]++
+			for k := range int64(adamwMultiGroups) {
+				i0 := e0 + (k*adamwMultiBlock+t)*adamwMultiPer
+				if i0 >= s.n {
+					break
+				}
+				busy = true
+				for j := range min(adamwMultiPer, s.n-i0) {
+					counts[lo][i0+j]++
+				}
 			}
 		}
 		if !busy {
 			idle++
 		}
 	}
-	return counts, idle
+	return counts, idle, full
 }
 
 func TestAdamWTableCoversEveryElementOnce(t *testing.T) {
-	for _, sizes := range [][]int{
-		{1, 3, 64, 768, 4097},
-		{1},
-		{1024, 1025, 1023, 4, 5, 2048, 768, 768, 768, 1},
-		{3, 3, 3, 50000, 7},
+	const per = adamwMultiElems
+	for _, c := range []struct {
+		sizes []int
+		full  int64 // blocks of whole aligned groups (all segments aligned here)
+	}{
+		{[]int{1, 3, 64, 768, 4097}, 1},
+		{[]int{1}, 0},
+		{[]int{1024, 1025, 1023, 4, 5, 2048, 768, 768, 768, 1}, 0},
+		{[]int{3, 3, 3, 50000, 7}, 12},
+		// Exactly one block, one block and one element, one element short
+		// of a block (the last group partial), a block and one whole group.
+		{[]int{per, per + 1, per - 1, per + 4, 2*per + 1020, 3 * per}, 1 + 1 + 0 + 1 + 2 + 3},
 	} {
-		ms := membersOf(sizes, graph.BFloat16)
+		ms := membersOf(c.sizes, graph.BFloat16)
 		segs, blocks, err := adamwTable(ms)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var want int64
-		for _, n := range sizes {
-			want += (int64(n) + adamwMultiBlock*adamwMultiPer - 1) / (adamwMultiBlock * adamwMultiPer)
+		for _, n := range c.sizes {
+			want += (int64(n) + per - 1) / per
 		}
 		if blocks != want {
-			t.Errorf("sizes %v: %d blocks, want %d", sizes, blocks, want)
+			t.Errorf("sizes %v: %d blocks, want %d", c.sizes, blocks, want)
 		}
-		counts, idle := coverage(segs, blocks)
+		counts, idle, full := coverage(segs, blocks)
 		if idle != 0 {
-			t.Errorf("sizes %v: %d blocks update nothing", sizes, idle)
+			t.Errorf("sizes %v: %d blocks update nothing", c.sizes, idle)
 		}
-		for s, c := range counts {
-			for i, k := range c {
+		if full != c.full {
+			t.Errorf("sizes %v: %d full blocks, want %d", c.sizes, full, c.full)
+		}
+		for s, cs := range counts {
+			for i, k := range cs {
 				if k != 1 {
-					t.Fatalf("sizes %v: segment %d element %d updated %d times", sizes, s, i, k)
+					t.Fatalf("sizes %v: segment %d element %d updated %d times", c.sizes, s, i, k)
 				}
 			}
-			if segs[s].p != ms[s].p.ptr || segs[s].g != ms[s].g.ptr || segs[s].vo != ms[s].vo.ptr || segs[s].n != int64(sizes[s]) {
-				t.Errorf("sizes %v: segment %d does not describe its member: %+v", sizes, s, segs[s])
+			if segs[s].p != ms[s].p.ptr || segs[s].g != ms[s].g.ptr || segs[s].vo != ms[s].vo.ptr || segs[s].n != int64(c.sizes[s]) {
+				t.Errorf("sizes %v: segment %d does not describe its member: %+v", c.sizes, s, segs[s])
+			}
+		}
+		// Unaligned, the same blocks cover the same elements, none of them
+		// on the straight-line path.
+		for _, a := range ms {
+			a.p.ptr += 4
+		}
+		segs, blocks, err = adamwTable(ms)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts, idle, full = coverage(segs, blocks)
+		if blocks != want || idle != 0 || full != 0 {
+			t.Errorf("sizes %v unaligned: %d blocks (want %d), %d idle, %d full", c.sizes, blocks, want, idle, full)
+		}
+		for s, cs := range counts {
+			if i := slices.IndexFunc(cs, func(k int) bool { return k != 1 }); i >= 0 {
+				t.Fatalf("sizes %v unaligned: segment %d element %d updated %d times", c.sizes, s, i, cs[i])
 			}
 		}
 	}
@@ -835,9 +872,12 @@ func TestAdamWMultiKernelUnaligned(t *testing.T) {
 	for _, gdt := range []graph.DType{graph.Float32, graph.BFloat16} {
 		var ms []*adamwMember
 		var refs [][3]DevicePtr
-		// Segments 0, 4 and 8 are aligned (the vector path, with a tail
-		// in 4097), the others are not.
-		for i, n := range []int{1, 3, 64, 768, 4097, 4096, 5, 7, 2048} {
+		// Segments 0, 4, 8, 12 and 16 are aligned, the others are not:
+		// 4097 is one full block (the straight-line path) and one element,
+		// 2048 less than a block of whole groups, 3·4096+6 three full
+		// blocks and a last one of a whole group and a partial one, 8192
+		// two full blocks; 9000 and 9212 span blocks element by element.
+		for i, n := range []int{1, 3, 64, 768, 4097, 4096, 5, 7, 2048, 9000, 9212, 5, 3*4096 + 6, 6, 7, 1, 8192} {
 			off, goff := 4*(i%4), gdt.Size()*(i%4)
 			rnd := func(scale float64, pos bool) []float32 {
 				v := make([]float32, n)
@@ -922,4 +962,157 @@ func TestAdamWMultiKernelUnaligned(t *testing.T) {
 	if code != 0 {
 		t.Errorf("flag %d at step 5", code)
 	}
+}
+
+// TestAdamWMultiBandwidth times adamw_multi_f32 on a model-sized update
+// (about 200M float32 params in segments of a transformer's sizes, bfloat16
+// gradients, in place as the executor runs it) and a device-to-device copy
+// on the same card, and logs both rates: the update moves 26 bytes an
+// element (p, m, v read and written, the gradient read). It checks that the
+// timed launches updated the first and the last element.
+func TestAdamWMultiBandwidth(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates about 3.6 GB of device memory")
+	}
+	be := newTestBackend(t, Options{})
+	defer be.Close()
+	d := be.dev
+	multi, err := be.fn("adamw_multi_f32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var frees []DevicePtr
+	defer func() {
+		for _, p := range frees {
+			d.Free(p)
+		}
+	}()
+	alloc := func(bytes int) DevicePtr {
+		p, err := d.Alloc(bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		frees = append(frees, p)
+		return p
+	}
+	// A 1.3B-shaped model scaled down: an embedding, then per layer two
+	// norms, attention and MLP weights with their biases.
+	const d1 = 2048
+	sizes := []int{50257 * d1}
+	for range 3 {
+		sizes = append(sizes, d1, d1, 3*d1*d1, 3*d1, d1*d1, d1, d1, d1, 4*d1*d1, 4*d1, 4*d1*d1, d1)
+	}
+	var total int
+	for _, n := range sizes {
+		total += n
+	}
+	lr, step, flag := alloc(4), alloc(4), alloc(4)
+	one := float32(1e-3)
+	if err := d.CopyToDevice(lr, unsafe.Pointer(&one), 4); err != nil {
+		t.Fatal(err)
+	}
+	one = 1
+	if err := d.CopyToDevice(step, unsafe.Pointer(&one), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Memset(flag, 0, 4); err != nil {
+		t.Fatal(err)
+	}
+	// p and g hold 0x3f3f...: about 0.75 as float32 and as bfloat16.
+	p, g, m, v := alloc(4*total), alloc(2*total), alloc(4*total), alloc(4*total)
+	for _, f := range []struct {
+		ptr   DevicePtr
+		bytes int
+		val   byte
+	}{{p, 4 * total, 0x3f}, {g, 2 * total, 0x3f}, {m, 4 * total, 0}, {v, 4 * total, 0}} {
+		if err := d.Memset(f.ptr, f.val, f.bytes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var ms []*adamwMember
+	at := 0
+	for i, n := range sizes {
+		f32 := func(base DevicePtr) buffer { return buffer{ptr: base.Offset(4 * at), dt: graph.Float32, n: n} }
+		a := &adamwMember{node: i, hyper: adamwHyper{beta1: 0.9, beta2: 0.95, eps: 1e-8, wd: 0.1}}
+		a.p, a.m, a.v = f32(p), f32(m), f32(v)
+		a.po, a.mo, a.vo = a.p, a.m, a.v
+		a.g = buffer{ptr: g.Offset(2 * at), dt: graph.BFloat16, n: n}
+		a.lr = buffer{ptr: lr, dt: graph.Float32, n: 1}
+		a.step = buffer{ptr: step, dt: graph.Float32, n: 1}
+		ms = append(ms, a)
+		at += n
+	}
+	segs, blocks, err := adamwTable(ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := encodeAdamwTable(segs)
+	table := alloc(len(raw))
+	if err := d.CopyToDevice(table, unsafe.Pointer(&raw[0]), len(raw)); err != nil {
+		t.Fatal(err)
+	}
+	launch := func() error {
+		return d.Launch(multi, [3]uint32{uint32(blocks), 1, 1}, [3]uint32{adamwMultiBlock, 1, 1}, 0,
+			table, int32(len(segs)), dtCode(graph.BFloat16), lr, dtCode(graph.Float32), step, dtCode(graph.Float32),
+			0.9, 0.95, 1e-8, flag, int32(7))
+	}
+	copyP := func() error { return d.CopyDeviceToDevice(m, p, 4*total) }
+	// rate runs f a few times, then times reps runs of it, in bytes/s.
+	rate := func(f func() error, bytes float64) float64 {
+		for range 3 {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		start, err := d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer start.Destroy()
+		end, err := d.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer end.Destroy()
+		const reps = 20
+		if err := d.Record(start); err != nil {
+			t.Fatal(err)
+		}
+		for range reps {
+			if err := f(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Record(end); err != nil {
+			t.Fatal(err)
+		}
+		msec, err := d.ElapsedMs(start, end)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes * reps / (float64(msec) / 1e3)
+	}
+	copyRate := rate(copyP, 8*float64(total))
+	if err := d.Memset(m, 0, 4*total); err != nil {
+		t.Fatal(err)
+	}
+	adamRate := rate(launch, 26*float64(total))
+	var code int32
+	if err := d.CopyToHost(unsafe.Pointer(&code), flag, 4); err != nil {
+		t.Fatal(err)
+	}
+	if code != 0 {
+		t.Fatalf("flag %d after the timed launches", code)
+	}
+	for _, i := range []int{0, total - 1} {
+		var got float32
+		if err := d.CopyToHost(unsafe.Pointer(&got), p.Offset(4*i), 4); err != nil {
+			t.Fatal(err)
+		}
+		if was := math.Float32frombits(0x3f3f3f3f); !(got < was) || math.IsNaN(float64(got)) {
+			t.Errorf("param element %d is %v after 23 updates from %v", i, got, was)
+		}
+	}
+	t.Logf("adamw_multi_f32: %d params in %d segments, %d blocks of %d threads × %d elements: %.2f TB/s (%.3f ms a launch); device copy %.2f TB/s",
+		total, len(segs), blocks, adamwMultiBlock, adamwMultiElems/adamwMultiBlock, adamRate/1e12, 26*float64(total)/adamRate*1e3, copyRate/1e12)
 }

@@ -60,6 +60,8 @@ func opsGoValues() (map[string]int64, []string) {
 	set("MAXR", maxRank, "maxRank")
 	set("GG_PER", ggPer, "ggPer")
 	set("G64", gemmF64Tile, "gemmF64Tile")
+	set("ADAMW_MULTI_BLOCK", adamwMultiBlock, "adamwMultiBlock")
+	set("ADAMW_MULTI_GROUPS", adamwMultiGroups, "adamwMultiGroups")
 	return want, problems
 }
 

@@ -360,17 +360,26 @@ func FlashBackwardGrouped(d *Device, dt GemmType, q, k, v, o, dO, lse, dq, dk, d
 	if err := d.Launch(pre, preGrid, blk256, 0, o, dO, dsum, dqacc, int32(rows), int32(dim)); err != nil {
 		return err
 	}
-	if repeat {
-		if err := flashBwdRepeatKV(d, ks, p, k, v, mk, mv, bh, group, sk, dim); err != nil {
+	if sm90 != "" && repeat {
+		// The Hopper multi-head build reads each group's K and V where they
+		// are (bwd_kv_load_head): no repeated copy, only the per-query-head
+		// dK and dV in the workspace.
+		if err := flashBackwardSM90(d, sm90, q, k, v, dO, lse, dsum, dqacc, mdk, mdv, bh, group, sq, sk, dim, scale, causal, true); err != nil {
 			return err
 		}
-	}
-	if sm90 != "" {
-		if err := flashBackwardSM90(d, sm90, q, mk, mv, dO, lse, dsum, dqacc, mdk, mdv, bh, mgroup, sq, sk, dim, scale, causal); err != nil {
+	} else if sm90 != "" {
+		if err := flashBackwardSM90(d, sm90, q, mk, mv, dO, lse, dsum, dqacc, mdk, mdv, bh, mgroup, sq, sk, dim, scale, causal, false); err != nil {
 			return err
 		}
-	} else if err := flashBackwardFA2(d, ks, p, q, mk, mv, dO, lse, dsum, dqacc, mdk, mdv, bh, mgroup, sq, sk, dim, scale, causal); err != nil {
-		return err
+	} else {
+		if repeat {
+			if err := flashBwdRepeatKV(d, ks, p, k, v, mk, mv, bh, group, sk, dim); err != nil {
+				return err
+			}
+		}
+		if err := flashBackwardFA2(d, ks, p, q, mk, mv, dO, lse, dsum, dqacc, mdk, mdv, bh, mgroup, sq, sk, dim, scale, causal); err != nil {
+			return err
+		}
 	}
 	if repeat {
 		if err := flashBwdSumKV(d, ks, p, mdk, mdv, dk, dv, bh, group, sk, dim); err != nil {

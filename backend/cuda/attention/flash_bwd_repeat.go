@@ -9,9 +9,13 @@ package attention
 // key block's, which sees every query) set the time, and the backward ran at
 // 0.56-0.64× cuDNN's where H_kv = 8 beat it (BENCHMARKS.md, "Grouped-query
 // attention vs PyTorch SDPA"). So for such shapes FlashBackwardGrouped
-// repeats K and V to the BH query heads, runs the group-1 kernels (BH times
-// more CTAs) into per-query-head dK and dV, and sums each group's into dK
-// and dV, all in the workspace, in stream order.
+// runs the multi-head kernels (BH times more CTAs, a CTA per key block of a
+// query head) into per-query-head dK and dV, and sums each group's into dK
+// and dV, all in the workspace, in stream order. The Hopper multi-head
+// kernels read each query head's K/V head where it is (bwd_kv_load_head in
+// kernels/flash_sm90_bwd.cuh: head / group); FA2's read K and V repeated to
+// the BH query heads in the workspace first (the repeat kernel), whose room
+// the workspace keeps either way, as its size may not depend on the device.
 
 import (
 	"fmt"

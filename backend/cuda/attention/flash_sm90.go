@@ -688,8 +688,14 @@ func flashSM90BwdChoice(d *Device, dt GemmType, dim int, scale float32) (string,
 // (float32, zeroed before), dK, dV written. dsum and dqacc are
 // FlashBackward's workspace after flash_bwd_pre_<T>.
 // K, V, dK, dV have bh/group heads: a CTA owns a key block of a K/V head and
-// loops over the group's query heads (grid y over the K/V heads).
-func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, group, sq, sk, dim int, scale float32, causal bool) error {
+// loops over the group's query heads (grid y over the K/V heads). With
+// perHeadDKV (the grouped backward run as multi-head attention, see
+// flash_bwd_repeat.go), K and V still have bh/group heads but dK and dV have
+// bh, one per query head: the multi-head build runs, a CTA per key block of
+// a query head (grid y over the query heads), reading its group's K/V head in
+// place (bwd_kv_load_head) and writing its own dK and dV, which the caller
+// sums over each group.
+func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk, dv DevicePtr, bh, group, sq, sk, dim int, scale float32, causal, perHeadDKV bool) error {
 	ks, err := flashSM90KernelSet(d, flashSM90UnitOf(name))
 	if err != nil {
 		return err
@@ -706,7 +712,7 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		return fmt.Errorf("cuda: %s: dQaccum at %#x is not 16-byte aligned (the workspace must be)", name, uint64(dqacc))
 	}
 	smem := flashSM90BwdSmem(dim, variant)
-	if group > 1 {
+	if group > 1 && !perHeadDKV {
 		// Multi-head attention runs the build without the group loop's
 		// arithmetic (see bwd_block in kernels/flash_sm90_bwd.cuh).
 		name += "_gqa"
@@ -719,10 +725,16 @@ func flashBackwardSM90(d *Device, name string, q, k, v, dO, lse, dsum, dqacc, dk
 		qo, ko := flashHeadOffset(h0, sq, dim, 2), flashHeadOffset(h0/group, sk, dim, 2)
 		lo, ao := flashHeadOffset(h0, sq, 1, 4), flashHeadOffset(h0, sq, dim, 4)
 		nkv := n / group
-		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(nkv), 1}
+		// The CTAs' heads (grid y), and dK's and dV's: the K/V heads, or
+		// with perHeadDKV the query heads.
+		ctaHeads, dkvo := nkv, ko
+		if perHeadDKV {
+			ctaHeads, dkvo = n, flashHeadOffset(h0, sk, dim, 2)
+		}
+		grid := [3]uint32{uint32((sk + flashSM90BwdKeys - 1) / flashSM90BwdKeys), uint32(ctaHeads), 1}
 		// dK and dV are stored with TMA too, a warpgroup's 64 keys a box.
 		maps := []flashTMATensor{{q + qo, sq, flashSM90BwdRows, 0}, {k + ko, sk, flashSM90BwdKeys, nkv}, {v + ko, sk, flashSM90BwdKeys, nkv}, {dO + qo, sq, flashSM90BwdRows, 0},
-			{dk + ko, sk, 64, nkv}, {dv + ko, sk, 64, nkv}}
+			{dk + dkvo, sk, 64, ctaHeads}, {dv + dkvo, sk, 64, ctaHeads}}
 		return launchFlashTMA(d, f, name, grid, flashSM90BwdThreads(variant), smem, n, dim, maps,
 			[]any{lse + lo, dsum + lo, dqacc + ao, int32(n), int32(sq), int32(sk), scale, b2i(causal), int32(group)})
 	})
