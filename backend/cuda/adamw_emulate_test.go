@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 )
 
 // TestAdamWMultiHostEmulation runs adamw_multi_f32 and adamw_f32 of ops.cu
@@ -18,10 +20,7 @@ import (
 // the arithmetic, without a GPU. A doctored kernel that reads the wrong
 // groups must fail it.
 func TestAdamWMultiHostEmulation(t *testing.T) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX(t)
 	harness, err := filepath.Abs(filepath.Join("testdata", "adamw_emulate.cpp"))
 	if err != nil {
 		t.Fatal(err)

@@ -19,10 +19,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/backend/cpu"
@@ -258,13 +259,7 @@ type emulatedLaunch struct {
 
 // TestSpatialKernelsEmulated: see the top of the file.
 func TestSpatialKernelsEmulated(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("run with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	if testing.Short() {
 		t.Skip("compiles ops.cu with g++ (-short)")
 	}

@@ -7,9 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 
 	"github.com/flashgraph/flashgraph/backend"
 	"github.com/flashgraph/flashgraph/graph"
@@ -59,13 +60,7 @@ func tfidfAttrs(mode string) graph.Attrs {
 // pass (int64, int32, float64, ...).
 func kernelParamKinds(t *testing.T) map[string][]string {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	path := filepath.Join(t.TempDir(), "ops.cpp")
 	if err := os.WriteFile(path, []byte(opsSyntaxPrelude+"\n"+opsSource(t)), 0o644); err != nil {
 		t.Fatal(err)

@@ -4,9 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 )
 
 // opsSyntaxPrelude lets a host C++ compiler parse ops.cu: the CUDA keywords
@@ -50,13 +51,7 @@ int min(int, int);
 // helper or mistyping one fails here, without NVRTC, rather than on the GPU.
 // It checks the parse has teeth: ops.cu without norm_index must fail.
 func TestOpsHostSyntax(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	dir := t.TempDir()
 	parse := func(name, src string) (string, error) {
 		path := filepath.Join(dir, name+".cpp")

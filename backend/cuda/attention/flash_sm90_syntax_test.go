@@ -4,9 +4,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
 
 	"github.com/flashgraph/flashgraph/kernels"
 )
@@ -66,15 +67,7 @@ unsigned atomicExch(unsigned*, unsigned);
 // without NVRTC, rather than on the GPU. It also checks that the parse has
 // teeth: the forward unit without tile_masked's definition must fail.
 func TestFlashSM90HostSyntax(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		// The inline asm left in (asm volatile) carries NVPTX register
-		// constraints; x86-64's g++ does not check them when it only parses.
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	dir := t.TempDir()
 	parse := func(name, src string) (string, error) {
 		path := filepath.Join(dir, strings.ReplaceAll(name, "/", "_")+".cpp")
@@ -137,14 +130,9 @@ template <class T> T __ldcg(const T*);
 // for; the test is skipped where there is no x86-64 g++.
 func hostFA2Source(t *testing.T) (gxx, src string) {
 	t.Helper()
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
+	gxx = cudatest.HostCXX86(t)
+	src, err := kernels.Source("flash_attention.cu")
 	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
-	if src, err = kernels.Source("flash_attention.cu"); err != nil {
 		t.Fatal(err)
 	}
 	for _, inc := range []string{"#include <cuda_bf16.h>", "#include <cuda_fp16.h>"} {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
+
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -93,10 +95,7 @@ __nv_bfloat16 __float2bfloat16_rn(float);
 // skipped where there is none): a primitive rendered as C that does not
 // exist, or an unbalanced expression, fails here rather than in NVRTC.
 func TestEwKernelsHostSyntax(t *testing.T) {
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX(t)
 	sh := graph.Shape{16}
 	var unit strings.Builder
 	for _, spec := range graph.ExprOps() {

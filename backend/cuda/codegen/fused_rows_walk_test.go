@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/flashgraph/flashgraph/backend/cuda/internal/cudatest"
+
 	"github.com/flashgraph/flashgraph/graph"
 )
 
@@ -166,13 +168,7 @@ __nv_bfloat16 __float2bfloat16_rn(float);
 // different ways, and checks every output against the norm computed in
 // float64 here (the lanes sum in their own order: a relative 1e-5).
 func TestRowsWalkTwiceEmulated(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	dir := t.TempDir()
 	for _, c := range []struct {
 		rows, cols int
@@ -248,13 +244,7 @@ func TestRowsWalkTwiceEmulated(t *testing.T) {
 // a [B,S,H,D] projection read through a Transpose view in both walks (the
 // second walk loads the view again for x·rstd·w).
 func TestRowsWalkTwiceThroughAView(t *testing.T) {
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	const B, S, H, D = 2, 3, 5, 16
 	x, w := make([]float32, B*S*H*D), make([]float32, D)
 	for i := range x {
@@ -423,13 +413,7 @@ func TestRowsNormBackwardOneKernel(t *testing.T) {
 			t.Errorf("%s: contains %q is %v, want %v\n%s", c.name, c.want, !c.has, c.has, k.Source)
 		}
 	}
-	if runtime.GOARCH != "amd64" {
-		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
-	}
-	gxx, err := exec.LookPath("g++")
-	if err != nil {
-		t.Skip("no g++ on PATH")
-	}
+	gxx := cudatest.HostCXX86(t)
 	var sb strings.Builder
 	sb.WriteString(rowsHost + bf16Host)
 	for _, line := range strings.Split(k.Source, "\n") {

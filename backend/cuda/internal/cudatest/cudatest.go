@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"runtime"
 	"testing"
 )
 
@@ -51,3 +53,25 @@ func (s *Device[D]) Get(t testing.TB) D {
 // Device returns the shared device, the zero D (nil) when there is none:
 // for code that runs outside a test function, such as a child process.
 func (s *Device[D]) Device() D { return s.dev }
+
+// HostCXX returns the host's g++, which the tests that parse or emulate
+// kernel sources on the CPU use, or skips the test where there is none.
+func HostCXX(t testing.TB) string {
+	t.Helper()
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skip("no g++ on PATH")
+	}
+	return gxx
+}
+
+// HostCXX86 is HostCXX on an x86-64 host only: the sources' inline asm
+// carries NVPTX register constraints, and the emulations' stand-ins for
+// CUDA's vector types assume its layout, which only x86-64 was checked with.
+func HostCXX86(t testing.TB) string {
+	t.Helper()
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("checked with an x86-64 g++ only (GOARCH %s)", runtime.GOARCH)
+	}
+	return HostCXX(t)
+}
