@@ -31,11 +31,15 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 	bind := addBindFlag(fs)
 	ranks := fs.Int("ranks", 1, "with -plan: plan one rank's training step of a data-parallel job of N ranks (train -ranks N): its gradient all-reduce buckets are listed, with -explain their gradients")
 	bucketMB := fs.Float64("bucket-mb", 25, "with -plan -ranks N: gradient MiB per all-reduce bucket (train -bucket-mb)")
+	traffic := fs.Float64("traffic", 0, "with -plan: also the bytes each op type reads and writes in the training step (the forward without one), each operand once per node, and their time at this many TB/s of memory bandwidth (4.8 for an H200): a floor for the memory-bound kernels")
 	if err := parseFlags(fs, args, 1); err != nil {
 		return err
 	}
 	if *ranks < 1 {
 		return fmt.Errorf("-ranks must be at least 1, got %d", *ranks)
+	}
+	if *traffic < 0 || *traffic > 1000 || (*traffic != 0 && !*plan) {
+		return fmt.Errorf("-traffic wants -plan and a bandwidth in TB/s in (0, 1000], got %v (plan %v)", *traffic, *plan)
 	}
 	if !(*bucketMB > 0) || *bucketMB > 1<<20 {
 		return fmt.Errorf("-bucket-mb must be in (0, 1048576], got %v", *bucketMB)
@@ -71,7 +75,7 @@ func runCompile(args []string, stdout, stderr io.Writer) error {
 		if mf.bf16 {
 			compute = graph.BFloat16
 		}
-		if err := printPlan(report, g, compute, pf.explain, pf.fuseQKV, *ranks, max(1, int64(*bucketMB*(1<<20)))); err != nil {
+		if err := printPlan(report, g, compute, pf.explain, pf.fuseQKV, *ranks, max(1, int64(*bucketMB*(1<<20))), *traffic); err != nil {
 			return err
 		}
 	}

@@ -21,7 +21,10 @@ import (
 // With world > 1 the training step is one rank's of a data-parallel job
 // (train -ranks): its gradient all-reduce buckets are listed after the plan,
 // each with where it is final, and with explain the gradients in it.
-func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQKV bool, world int, bucketBytes int64) error {
+//
+// With tbps > 0 the training step's plan (the forward's without one) is
+// followed by its memory traffic per op type and its time at tbps TB/s.
+func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQKV bool, world int, bucketBytes int64, tbps float64) error {
 	p, err := cuda.PlanMemoryWith(g, cuda.PlanOptions{Compute: compute})
 	if err != nil {
 		return fmt.Errorf("memory plan: %w", err)
@@ -37,6 +40,10 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQK
 	}
 	loss := g.Value("loss")
 	if loss == nil || loss.Type.Shape.Rank() != 0 || len(g.Params) == 0 {
+		if tbps > 0 {
+			fmt.Fprintf(w, "memory traffic of %s (forward):\n", g.Name)
+			return p.ReportTraffic(w, g, tbps)
+		}
 		return nil
 	}
 	ts, err := autodiff.TrainingGraph(g, autodiff.TrainOptions{Loss: "loss", World: world, BucketBytes: bucketBytes})
@@ -73,6 +80,12 @@ func printPlan(w io.Writer, g *graph.Graph, compute graph.DType, explain, fuseQK
 	}
 	if explain {
 		if err := tp.ReportFacts(w); err != nil {
+			return err
+		}
+	}
+	if tbps > 0 {
+		fmt.Fprintf(w, "memory traffic of %s (training step):\n", g.Name)
+		if err := tp.ReportTraffic(w, stepGraph, tbps); err != nil {
 			return err
 		}
 	}

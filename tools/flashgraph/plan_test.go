@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"os"
 	"path/filepath"
@@ -67,5 +68,31 @@ func checkGolden(t *testing.T, name, got string) {
 	}
 	if got != string(want) {
 		t.Errorf("%s differs from the golden file (-update rewrites it after review):\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+// compile -plan -traffic lists the training step's traffic per op type
+// (fused elementwise chains and AdamW in it, the folded transposes not) and
+// refuses -traffic without -plan or without a bandwidth.
+func TestCompilePlanTraffic(t *testing.T) {
+	stdout, _ := runCLI(t, "compile", "-fuse", "-plan", "-traffic", "4.8", "-config", "tiny", "-dtype", "bf16")
+	_, report, ok := strings.Cut(stdout, "memory traffic of tiny (training step):\n")
+	if !ok {
+		t.Fatalf("no traffic report:\n%s", stdout)
+	}
+	for _, want := range []string{"ms at 4.8 TB/s", "FusedElementwise", "AdamW", "MatMul", "total"} {
+		if !strings.Contains(report, want) {
+			t.Errorf("traffic report lacks %q:\n%s", want, report)
+		}
+	}
+	plain, _ := runCLI(t, "compile", "-fuse", "-plan", "-config", "tiny", "-dtype", "bf16")
+	if strings.Contains(plain, "memory traffic") {
+		t.Errorf("traffic printed without -traffic:\n%s", plain)
+	}
+	for _, args := range [][]string{{"-traffic", "4.8"}, {"-plan", "-traffic", "-1"}} {
+		var so, se bytes.Buffer
+		if code := realMain(append([]string{"compile", "-config", "tiny"}, args...), &so, &se); code == 0 || !strings.Contains(se.String(), "-traffic") {
+			t.Errorf("compile %v: exit %d, stderr %q; want a refusal naming -traffic", args, code, se.String())
+		}
 	}
 }
